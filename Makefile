@@ -1,0 +1,54 @@
+# silod: `make run` runs the demo, `make test` runs the whole suite. Both set up everything they need.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+APT_PACKAGES := fuse3 libfuse3-dev pkg-config
+PROTO_SRC := proto/silodpb/v1/datamgr.proto
+
+.PHONY: setup system-packages run test lint unit bench proto clean
+
+setup: system-packages $(VENV)/.installed node_modules/.installed
+
+# Debian packages: FUSE 3 for mounts and pyfuse3's build, Node.js for Azurite. Installs only what is missing.
+system-packages:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+run: setup
+	$(VENV)/bin/silod demo
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+unit: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test: lint unit
+
+bench: setup
+	$(PY) bench/control_plane.py
+
+# Regenerate the gRPC stubs (committed, so installs need no protoc).
+proto: setup
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -Iproto --python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. $(PROTO_SRC)
+
+clean:
+	rm -rf $(VENV) node_modules .mypy_cache .pytest_cache .ruff_cache
