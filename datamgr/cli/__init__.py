@@ -1,0 +1,1 @@
+"""The `silod` command line."""

@@ -1,0 +1,60 @@
+"""argparse types that keep our own error messages (argparse would replace them with its generic one)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+
+from datamgr.units import UnitError, parse_rate, parse_size
+
+
+def _argument_type(parse: Callable[[str], int], name: str) -> Callable[[str], int]:
+    def convert(text: str) -> int:
+        try:
+            return parse(text)
+        except UnitError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = name
+    return convert
+
+
+size_arg = _argument_type(parse_size, "size")
+rate_arg = _argument_type(parse_rate, "rate")
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
+
+
+def worker_arg(text: str) -> tuple[str, int]:
+    """NODE_ID[:COUNT], e.g. "node-1:4"; the count defaults to 1."""
+    node_id, sep, count = text.partition(":")
+    if not sep:
+        return node_id, 1
+    if not count.isdigit() or int(count) < 1:
+        raise argparse.ArgumentTypeError(f"worker {text!r}: COUNT must be a positive whole number")
+    return node_id, int(count)
+
+
+def option_arg(text: str) -> tuple[str, str]:
+    """KEY=VALUE for a backend option."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"option {text!r} must be KEY=VALUE")
+    return key, value
+
+
+def option_env_arg(text: str) -> tuple[str, str]:
+    """KEY=ENV_VAR: a backend option whose value (a secret, typically) comes from the environment."""
+    key, variable = option_arg(text)
+    if variable not in os.environ:
+        raise argparse.ArgumentTypeError(f"option {key}: environment variable {variable} is not set")
+    return key, os.environ[variable]

@@ -1,0 +1,159 @@
+"""`silod`: one command with subcommands for the data manager, its clients and the demo.
+
+Exit codes: 0 success, 1 the data manager rejected the call, 2 bad command line, 3 data manager unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from datamgr.cli import commands
+from datamgr.cli.args import option_arg, option_env_arg, positive_seconds, rate_arg, size_arg, worker_arg
+from datamgr.client import DATAMGR_ENV, ClientError, DataManagerClient, default_address
+from datamgr.server import DEFAULT_LISTEN, ServeError, ServerConfig, serve
+from datamgr.store.sqlite import StateDirError
+
+EXIT_REJECTED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+ClientCommand = Callable[[argparse.Namespace, DataManagerClient], None]
+
+
+def _client_command(parser: argparse.ArgumentParser, command: ClientCommand) -> None:
+    parser.add_argument(
+        "--datamgr",
+        default=default_address(),
+        metavar="ADDR",
+        help=f"data manager HOST:PORT (env {DATAMGR_ENV}; default %(default)s)",
+    )
+    parser.set_defaults(client_command=command)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="silod",
+        description="Cache and remote IO as scheduler resources for DL training clusters (SiloD).",
+        epilog="Sizes accept 500GiB, 1.5TB, 4096; rates accept 200MB/s, 1.5GiB/s, 1Gbps.",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    datamgr = sub.add_parser("datamgr", help="run the data manager").add_subparsers(dest="action", required=True)
+    serve_p = datamgr.add_parser("serve", help="serve the gRPC data manager until SIGTERM/SIGINT")
+    serve_p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help="default %(default)s")
+    serve_p.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="where state is kept")
+    serve_p.add_argument(
+        "--remote-io-limit", type=rate_arg, metavar="RATE", help="cluster egress cap, e.g. 1GB/s (default: none)"
+    )
+    serve_p.add_argument(
+        "--node-timeout",
+        type=positive_seconds,
+        default=30.0,
+        metavar="S",
+        help="seconds without a report before a node is marked unavailable (default %(default)s)",
+    )
+    serve_p.set_defaults(run=_serve)
+
+    alloc = sub.add_parser("alloc", help="set allocations (the paper's two calls)").add_subparsers(
+        dest="action", required=True
+    )
+    cache_p = alloc.add_parser("cache", help="AllocateCacheSize: a dataset's cache quota per node")
+    cache_p.add_argument("dataset_uri", metavar="DATASET_URI")
+    cache_p.add_argument("size", type=size_arg, metavar="SIZE", help="e.g. 500GiB")
+    _client_command(cache_p, commands.alloc_cache)
+    io_p = alloc.add_parser("io", help="AllocateRemoteIO: a job's remote IO rate")
+    io_p.add_argument("job_id", metavar="JOB_ID")
+    io_p.add_argument("rate", type=rate_arg, metavar="RATE", help="e.g. 200MB/s")
+    _client_command(io_p, commands.alloc_io)
+
+    dataset = sub.add_parser("dataset", help="register and inspect datasets").add_subparsers(
+        dest="action", required=True
+    )
+    add_p = dataset.add_parser("add", help="list a dataset once and freeze its manifest")
+    add_p.add_argument("uri", metavar="URI", help="s3://bucket/prefix, az://account/container/prefix, file:///path")
+    add_p.add_argument("--chunk-size", type=size_arg, metavar="SIZE", help="item size for large files (4MiB)")
+    add_p.add_argument("--option", type=option_arg, action="append", default=[], metavar="KEY=VALUE")
+    add_p.add_argument(
+        "--option-env",
+        type=option_env_arg,
+        action="append",
+        default=[],
+        metavar="KEY=ENV_VAR",
+        help="a backend option read from an environment variable (use it for keys and tokens)",
+    )
+    _client_command(add_p, commands.dataset_add)
+    remove_p = dataset.add_parser("remove", help="unregister a dataset no job uses")
+    remove_p.add_argument("uri", metavar="URI")
+    _client_command(remove_p, commands.dataset_remove)
+    show_p = dataset.add_parser("show", help="one dataset with its per-node cache usage")
+    show_p.add_argument("uri", metavar="URI")
+    show_p.add_argument("--json", action="store_true")
+    _client_command(show_p, commands.dataset_show)
+
+    job = sub.add_parser("job", help="register, finish and inspect jobs").add_subparsers(dest="action", required=True)
+    job_add = job.add_parser("add", help="register a job and where its workers run")
+    job_add.add_argument("job_id", metavar="JOB_ID")
+    job_add.add_argument("--dataset", required=True, metavar="URI")
+    job_add.add_argument("--ideal-rate", type=rate_arg, required=True, metavar="RATE", help="f*, e.g. 114MB/s")
+    job_add.add_argument(
+        "--worker", type=worker_arg, action="append", required=True, metavar="NODE_ID[:COUNT]"
+    )
+    _client_command(job_add, commands.job_add)
+    finish_p = job.add_parser("finish", help="remove a finished job and its allocation")
+    finish_p.add_argument("job_id", metavar="JOB_ID")
+    _client_command(finish_p, commands.job_finish)
+    job_show = job.add_parser("show", help="one job with its per-node rates and usage")
+    job_show.add_argument("job_id", metavar="JOB_ID")
+    job_show.add_argument("--json", action="store_true")
+    _client_command(job_show, commands.job_show)
+
+    status_p = sub.add_parser("status", help="datasets, jobs and nodes")
+    status_p.add_argument("--json", action="store_true", help="machine-readable output")
+    _client_command(status_p, commands.status)
+
+    demo_p = sub.add_parser("demo", help="run the control-plane demo on embedded defaults")
+    demo_p.set_defaults(run=_demo)
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    config = ServerConfig(args.listen, args.state_dir, args.remote_io_limit, args.node_timeout)
+    try:
+        asyncio.run(serve(config))
+    except (ServeError, StateDirError) as exc:
+        print(f"silod: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from datamgr.demo import run_demo
+
+    return run_demo()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    if hasattr(args, "run"):
+        code: int = args.run(args)
+        return code
+    with DataManagerClient(args.datamgr) as client:
+        try:
+            args.client_command(args, client)
+        except ClientError as exc:
+            print(f"silod: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE if exc.unreachable else EXIT_REJECTED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""A blocking client of the data manager for the CLI, scripts and tests."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from silodpb.v1 import datamgr_pb2 as pb
+from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
+
+DEFAULT_DATAMGR = "127.0.0.1:7420"
+DATAMGR_ENV = "SILOD_DATAMGR"
+DEFAULT_TIMEOUT = 30.0
+
+_Response = TypeVar("_Response")
+
+
+class ClientError(Exception):
+    """A call the data manager rejected, or could not be reached for; the message is for operators."""
+
+    def __init__(self, message: str, code: grpc.StatusCode, *, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.unreachable = unreachable
+
+
+def default_address() -> str:
+    return os.environ.get(DATAMGR_ENV) or DEFAULT_DATAMGR
+
+
+class DataManagerClient:
+    """One channel to the data manager; every call raises `ClientError` instead of `grpc.RpcError`."""
+
+    def __init__(self, address: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.address = address
+        self._timeout = timeout
+        self._channel = grpc.insecure_channel(address)
+        self.stub = pb_grpc.DataManagerStub(self._channel)
+
+    def __enter__(self) -> DataManagerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def call(self, method: Callable[..., _Response], request: Any) -> _Response:
+        try:
+            return method(request, timeout=self._timeout)
+        except grpc.RpcError as exc:
+            raise _client_error(exc, self.address) from None
+
+    def allocate_cache_size(self, dataset_uri: str, size: int) -> pb.AllocateCacheSizeResponse:
+        request = pb.AllocateCacheSizeRequest(dataset_uri=dataset_uri, cache_size_bytes=size)
+        return self.call(self.stub.AllocateCacheSize, request)
+
+    def allocate_remote_io(self, job_id: str, rate: int) -> pb.AllocateRemoteIOResponse:
+        request = pb.AllocateRemoteIORequest(job_id=job_id, io_bytes_per_sec=rate)
+        return self.call(self.stub.AllocateRemoteIO, request)
+
+    def register_dataset(
+        self, uri: str, options: dict[str, str] | None = None, chunk_size: int = 0
+    ) -> pb.RegisterDatasetResponse:
+        request = pb.RegisterDatasetRequest(uri=uri, options=options or {}, chunk_size_bytes=chunk_size)
+        return self.call(self.stub.RegisterDataset, request)
+
+    def register_job(
+        self, job_id: str, dataset_uri: str, ideal_rate: int, workers: list[tuple[str, int]]
+    ) -> pb.RegisterJobResponse:
+        request = pb.RegisterJobRequest(
+            job_id=job_id,
+            dataset_uri=dataset_uri,
+            ideal_bytes_per_sec=ideal_rate,
+            workers=[pb.Worker(node_id=n, count=c) for n, c in workers],
+        )
+        return self.call(self.stub.RegisterJob, request)
+
+    def register_node(self, node_id: str, address: str, capacity: int) -> pb.RegisterNodeResponse:
+        request = pb.RegisterNodeRequest(node_id=node_id, address=address, cache_capacity_bytes=capacity)
+        return self.call(self.stub.RegisterNode, request)
+
+
+def _client_error(exc: grpc.RpcError, address: str) -> ClientError:
+    code: grpc.StatusCode = exc.code()  # type: ignore[attr-defined]
+    details: str = exc.details() or ""  # type: ignore[attr-defined]
+    if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower():
+        return ClientError(
+            f"cannot reach the data manager at {address} (set --datamgr or {DATAMGR_ENV})", code, unreachable=True
+        )
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return ClientError(f"the data manager at {address} did not answer in time", code)
+    return ClientError(f"{code.name}: {details}", code)

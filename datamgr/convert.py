@@ -1,0 +1,105 @@
+"""Model values to wire messages. Query responses redact secret backend options; the watch stream, which
+carries what a node needs to read the dataset, does not."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from datamgr.model import Dataset, Job, Node, NodeJobView, NodeView
+from datamgr.state import DatasetRemoved, JobRemoved, NodeChange
+from fuseclient.backends import redact_options
+from fuseclient.backends.uri import parse_dataset_uri
+from silodpb.v1 import datamgr_pb2 as pb
+
+
+def node_dataset(dataset: Dataset) -> pb.NodeDataset:
+    return pb.NodeDataset(
+        uri=dataset.uri,
+        options=dict(dataset.options),
+        cache_quota_bytes=dataset.cache_quota_bytes,
+        size_bytes=dataset.size_bytes,
+        item_count=dataset.item_count,
+        chunk_size_bytes=dataset.chunk_size_bytes,
+        manifest_digest=dataset.manifest_digest,
+    )
+
+
+def node_job(view: NodeJobView) -> pb.NodeJob:
+    return pb.NodeJob(
+        job_id=view.job.job_id,
+        dataset_uri=view.job.dataset_uri,
+        io_bytes_per_sec=view.io_bytes_per_sec,
+        workers=view.workers,
+        job_io_bytes_per_sec=view.job.io_bytes_per_sec,
+        ideal_bytes_per_sec=view.job.ideal_bytes_per_sec,
+    )
+
+
+def _allocation_change(change: NodeChange) -> pb.AllocationChange:
+    match change:
+        case Dataset():
+            return pb.AllocationChange(dataset_set=node_dataset(change))
+        case NodeJobView():
+            return pb.AllocationChange(job_set=node_job(change))
+        case DatasetRemoved(uri=uri):
+            return pb.AllocationChange(dataset_removed=uri)
+        case JobRemoved(job_id=job_id):
+            return pb.AllocationChange(job_removed=job_id)
+
+
+def watch_event(revision: int, changes: Sequence[NodeChange]) -> pb.WatchEvent:
+    return pb.WatchEvent(revision=revision, changes=[_allocation_change(c) for c in changes])
+
+
+def snapshot_event(revision: int, view: NodeView) -> pb.WatchEvent:
+    snapshot = pb.AllocationSnapshot(
+        datasets=[node_dataset(d) for d in view.datasets.values()],
+        jobs=[node_job(j) for j in view.jobs.values()],
+    )
+    return pb.WatchEvent(revision=revision, snapshot=snapshot)
+
+
+def dataset_message(dataset: Dataset, job_ids: Iterable[str], usage: Iterable[pb.DatasetUsage]) -> pb.Dataset:
+    scheme = parse_dataset_uri(dataset.uri).scheme
+    return pb.Dataset(
+        uri=dataset.uri,
+        options=redact_options(scheme, dataset.options),
+        size_bytes=dataset.size_bytes,
+        file_count=dataset.file_count,
+        item_count=dataset.item_count,
+        chunk_size_bytes=dataset.chunk_size_bytes,
+        cache_quota_bytes=dataset.cache_quota_bytes,
+        manifest_digest=dataset.manifest_digest,
+        job_ids=sorted(job_ids),
+        usage=usage,
+    )
+
+
+def node_rates(job: Job) -> list[pb.NodeRate]:
+    return [pb.NodeRate(node_id=n, io_bytes_per_sec=r) for n, r in job.node_rates().items()]
+
+
+def job_message(job: Job, usage: Iterable[pb.JobUsage]) -> pb.Job:
+    return pb.Job(
+        job_id=job.job_id,
+        dataset_uri=job.dataset_uri,
+        ideal_bytes_per_sec=job.ideal_bytes_per_sec,
+        workers=[pb.Worker(node_id=w.node_id, count=w.count) for w in job.workers],
+        io_bytes_per_sec=job.io_bytes_per_sec,
+        node_rates=node_rates(job),
+        usage=usage,
+    )
+
+
+def node_message(
+    node: Node, *, cache_allocated: int, available: bool, seconds_since_seen: float, job_ids: Iterable[str]
+) -> pb.Node:
+    return pb.Node(
+        node_id=node.node_id,
+        address=node.address,
+        cache_capacity_bytes=node.cache_capacity_bytes,
+        cache_allocated_bytes=cache_allocated,
+        available=available,
+        seconds_since_seen=seconds_since_seen,
+        job_ids=sorted(job_ids),
+    )

@@ -1,0 +1,61 @@
+"""Taking a dataset's manifest from its backend at registration, with backend failures in our own terms."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from datamgr.model import FailedPrecondition, InvalidArgument, PermissionDenied, Unavailable
+from fuseclient.backends import (
+    AccessDenied,
+    BackendUnavailable,
+    InvalidBackendOption,
+    NoSuchObject,
+    open_backend,
+)
+from fuseclient.manifest import Manifest, ManifestError, build_manifest
+
+log = logging.getLogger(__name__)
+
+
+def freeze_manifest(uri: str, options: Mapping[str, str], chunk_size: int) -> Manifest:
+    """List `uri` once and freeze the result. Blocking: call it from a worker thread.
+
+    An empty listing is refused: it is nearly always a wrong bucket, prefix or path, and a dataset with no
+    items could never be read anyway.
+    """
+    started = time.monotonic()
+    with _as_data_manager_errors(uri):
+        backend = open_backend(uri, options)
+        try:
+            manifest = build_manifest(backend.list(), chunk_size)
+        finally:
+            backend.close()
+    if manifest.file_count == 0:
+        raise FailedPrecondition(f"uri {uri} lists no objects; check the bucket, container, prefix or path")
+    log.info(
+        "listed %s: %d files, %d items, %d bytes in %.1f s",
+        uri,
+        manifest.file_count,
+        manifest.item_count,
+        manifest.size_bytes,
+        time.monotonic() - started,
+    )
+    return manifest
+
+
+@contextmanager
+def _as_data_manager_errors(uri: str) -> Iterator[None]:
+    """Backend and manifest failures as the data manager's errors, each with its status code."""
+    try:
+        yield
+    except InvalidBackendOption as exc:
+        raise InvalidArgument(f"options: {exc}") from None
+    except (NoSuchObject, ManifestError) as exc:
+        raise FailedPrecondition(f"uri {uri}: {exc}") from None
+    except AccessDenied as exc:
+        raise PermissionDenied(f"uri {uri}: {exc}") from None
+    except BackendUnavailable as exc:
+        raise Unavailable(f"uri {uri}: {exc}") from None

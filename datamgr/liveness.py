@@ -1,0 +1,91 @@
+"""Which nodes are reporting, and the usage they last reported.
+
+This is soft state, kept in memory only: nodes report every few seconds, so a restarted data manager learns
+it again within one report interval. Every known node starts with a full timeout of grace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from silodpb.v1 import datamgr_pb2 as pb
+
+_Usage = TypeVar("_Usage", pb.DatasetUsage, pb.JobUsage)
+
+
+@dataclass(slots=True)
+class _NodeRecord:
+    last_seen: float
+    available: bool = True
+    datasets: Sequence[pb.DatasetUsage] = ()
+    jobs: Sequence[pb.JobUsage] = ()
+
+
+class NodeLiveness:
+    """Last contact and last usage report per node; a node silent for `timeout` seconds is unavailable."""
+
+    def __init__(self, timeout: float, clock: Callable[[], float], node_ids: Iterable[str] = ()) -> None:
+        self._timeout = timeout
+        self._clock = clock
+        self._nodes = {node_id: _NodeRecord(clock()) for node_id in node_ids}
+
+    def seen(self, node_id: str) -> bool:
+        """Record contact; True if the node was unavailable and is back."""
+        record = self._nodes.setdefault(node_id, _NodeRecord(self._clock()))
+        record.last_seen = self._clock()
+        returned = not record.available
+        record.available = True
+        return returned
+
+    def report(self, node_id: str, datasets: Sequence[pb.DatasetUsage], jobs: Sequence[pb.JobUsage]) -> bool:
+        record = self._nodes.setdefault(node_id, _NodeRecord(self._clock()))
+        record.datasets, record.jobs = datasets, jobs
+        return self.seen(node_id)
+
+    def forget(self, node_id: str) -> None:
+        self._nodes.pop(node_id, None)
+
+    def expire(self) -> list[str]:
+        """Mark nodes silent for longer than the timeout unavailable; return the ones that just became so."""
+        now = self._clock()
+        expired = [
+            node_id
+            for node_id, record in self._nodes.items()
+            if record.available and now - record.last_seen > self._timeout
+        ]
+        for node_id in expired:
+            self._nodes[node_id].available = False
+        return expired
+
+    def available(self, node_id: str) -> bool:
+        record = self._nodes.get(node_id)
+        return record is not None and record.available
+
+    def seconds_since_seen(self, node_id: str) -> float:
+        record = self._nodes.get(node_id)
+        return 0.0 if record is None else self._clock() - record.last_seen
+
+    def dataset_usage(self, uri: str) -> list[pb.DatasetUsage]:
+        return [
+            _with_node(usage, node_id)
+            for node_id, record in sorted(self._nodes.items())
+            for usage in record.datasets
+            if usage.dataset_uri == uri
+        ]
+
+    def job_usage(self, job_id: str) -> list[pb.JobUsage]:
+        return [
+            _with_node(usage, node_id)
+            for node_id, record in sorted(self._nodes.items())
+            for usage in record.jobs
+            if usage.job_id == job_id
+        ]
+
+
+def _with_node(usage: _Usage, node_id: str) -> _Usage:
+    copy = type(usage)()
+    copy.CopyFrom(usage)
+    copy.node_id = node_id
+    return copy

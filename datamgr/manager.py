@@ -1,0 +1,361 @@
+"""The data manager's operations: validate, change the state, persist, and push each node its slice.
+
+All operations run on one asyncio event loop and never await between checking a request and committing it,
+so no two changes interleave and a rejected call changes nothing. Every accepted change gets the next
+revision, is durable before the call returns, and reaches watching nodes as one event per revision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from dataclasses import replace
+
+from datamgr import convert
+from datamgr.listing import freeze_manifest
+from datamgr.liveness import NodeLiveness
+from datamgr.model import AlreadyExists, Dataset, FailedPrecondition, InvalidArgument, Job, Node, NotFound, Worker
+from datamgr.state import Change, ClusterState, diff_views
+from datamgr.store import StateStore
+from datamgr.units import format_rate, format_size
+from datamgr.validation import (
+    check_address,
+    check_bytes,
+    check_chunk_size,
+    check_dataset_uri,
+    check_id,
+    check_rate,
+    check_worker_count,
+)
+from datamgr.watch import WatchHub
+from fuseclient.manifest import DEFAULT_CHUNK_SIZE, Manifest
+from silodpb.v1 import datamgr_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+ManifestFreezer = Callable[[str, Mapping[str, str], int], Manifest]
+
+
+class DataManager:
+    """The single source of truth for datasets, jobs, nodes and their allocations."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        *,
+        remote_io_limit: int | None = None,
+        node_timeout: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        freeze: ManifestFreezer = freeze_manifest,
+        hub: WatchHub | None = None,
+    ) -> None:
+        stored = store.load()
+        self._store = store
+        self._freeze = freeze
+        self.remote_io_limit = remote_io_limit
+        self.state = ClusterState(stored.revision, stored.datasets, stored.jobs, stored.nodes)
+        self.hub = hub or WatchHub()
+        self.liveness = NodeLiveness(node_timeout, clock, self.state.nodes)
+
+    # ---- lookups that raise NOT_FOUND ----
+
+    def _dataset(self, field: str, uri: str) -> Dataset:
+        canonical = check_dataset_uri(field, uri)
+        if canonical not in self.state.datasets:
+            raise NotFound(f"{field}: dataset {canonical} is not registered")
+        return self.state.datasets[canonical]
+
+    def _job(self, job_id: str) -> Job:
+        check_id("job_id", job_id)
+        if job_id not in self.state.jobs:
+            raise NotFound(f"job_id: job {job_id!r} is not registered")
+        return self.state.jobs[job_id]
+
+    def _node(self, field: str, node_id: str) -> Node:
+        check_id(field, node_id)
+        if node_id not in self.state.nodes:
+            raise NotFound(f"{field}: node {node_id!r} is not registered")
+        return self.state.nodes[node_id]
+
+    # ---- the paper's two calls ----
+
+    def allocate_cache_size(self, dataset_uri: str, cache_size_bytes: int) -> tuple[Dataset, int]:
+        dataset = self._dataset("dataset_uri", dataset_uri)
+        size = check_bytes("cache_size_bytes", cache_size_bytes)
+        if size > dataset.size_bytes:
+            raise FailedPrecondition(
+                f"cache_size_bytes {size} is larger than dataset {dataset.uri} ({dataset.size_bytes} bytes)"
+            )
+        mounting = self.state.nodes_mounting(dataset.uri)
+        for node_id in sorted(mounting):
+            others = self.state.node_cache_allocated(node_id) - dataset.cache_quota_bytes
+            capacity = self.state.nodes[node_id].cache_capacity_bytes
+            if others + size > capacity:
+                raise FailedPrecondition(
+                    f"cache_size_bytes {size}: node {node_id!r} mounts {dataset.uri} and has room for "
+                    f"{max(0, capacity - others)} bytes of quota ({format_size(capacity)} capacity, "
+                    f"{format_size(others)} allocated to its other datasets)"
+                )
+        if size == dataset.cache_quota_bytes:
+            return dataset, self.state.revision
+        updated = replace(dataset, cache_quota_bytes=size)
+        revision = self._commit(
+            Change(datasets_put=(updated,)), mounting, f"cache quota of {dataset.uri} = {format_size(size)}"
+        )
+        return updated, revision
+
+    def allocate_remote_io(self, job_id: str, io_bytes_per_sec: int) -> tuple[Job, int]:
+        job = self._job(job_id)
+        rate = check_rate("io_bytes_per_sec", io_bytes_per_sec)
+        if self.remote_io_limit is not None:
+            left = self.remote_io_limit - (self.state.io_allocated_bytes_per_sec - job.io_bytes_per_sec)
+            if rate > left:
+                raise FailedPrecondition(
+                    f"io_bytes_per_sec {rate} exceeds the remote IO limit of {self.remote_io_limit} bytes/s: "
+                    f"{left} bytes/s ({format_rate(left)}) are left for job {job_id!r}"
+                )
+        if rate == job.io_bytes_per_sec:
+            return job, self.state.revision
+        updated = replace(job, io_bytes_per_sec=rate)
+        revision = self._commit(
+            Change(jobs_put=(updated,)), job.node_ids, f"remote IO of job {job_id} = {format_rate(rate)}"
+        )
+        return updated, revision
+
+    # ---- datasets ----
+
+    async def register_dataset(
+        self, uri: str, options: Mapping[str, str], chunk_size_bytes: int
+    ) -> tuple[Dataset, bool, int]:
+        canonical = check_dataset_uri("uri", uri)
+        chunk = DEFAULT_CHUNK_SIZE if chunk_size_bytes == 0 else check_chunk_size("chunk_size_bytes", chunk_size_bytes)
+        options = dict(options)
+        existing = self._existing_dataset(canonical, options, chunk)
+        if existing is not None:
+            return existing, False, self.state.revision
+        manifest = await asyncio.to_thread(self._freeze, canonical, options, chunk)
+        existing = self._existing_dataset(canonical, options, chunk)  # registered while we listed?
+        if existing is not None:
+            return existing, False, self.state.revision
+        dataset = Dataset(
+            canonical,
+            options,
+            manifest.size_bytes,
+            manifest.file_count,
+            manifest.item_count,
+            chunk,
+            manifest.digest,
+        )
+        change = Change(datasets_put=(dataset,), manifest=(canonical, manifest.encode()))
+        summary = f"{manifest.file_count} files, {manifest.item_count} items, {format_size(manifest.size_bytes)}"
+        revision = self._commit(change, (), f"registered dataset {canonical} ({summary})")
+        return dataset, True, revision
+
+    def _existing_dataset(self, uri: str, options: Mapping[str, str], chunk: int) -> Dataset | None:
+        dataset = self.state.datasets.get(uri)
+        if dataset is not None and not dataset.same_registration(options, chunk):
+            raise AlreadyExists(
+                f"uri: dataset {uri} is registered with other options or chunk size; unregister it first"
+            )
+        return dataset
+
+    def unregister_dataset(self, uri: str) -> int:
+        dataset = self._dataset("uri", uri)
+        users = sorted(self.state.jobs_of_dataset(dataset.uri))
+        if users:
+            raise FailedPrecondition(f"uri: dataset {dataset.uri} is in use by jobs {users}; finish them first")
+        return self._commit(Change(datasets_deleted=(dataset.uri,)), (), f"unregistered dataset {dataset.uri}")
+
+    def manifest(self, dataset_uri: str) -> tuple[bytes, str]:
+        dataset = self._dataset("dataset_uri", dataset_uri)
+        return self._store.manifest(dataset.uri), dataset.manifest_digest
+
+    # ---- jobs ----
+
+    def register_job(
+        self, job_id: str, dataset_uri: str, ideal_bytes_per_sec: int, workers: Sequence[Worker]
+    ) -> tuple[Job, bool, int]:
+        check_id("job_id", job_id)
+        dataset = self._dataset("dataset_uri", dataset_uri)
+        ideal = check_rate("ideal_bytes_per_sec", ideal_bytes_per_sec, positive=True)
+        job = Job(job_id, dataset.uri, ideal, self._checked_workers(workers))
+        existing = self.state.jobs.get(job_id)
+        if existing is not None:
+            if replace(existing, io_bytes_per_sec=0) != job:
+                raise AlreadyExists(f"job_id: job {job_id!r} is registered with other parameters")
+            return existing, False, self.state.revision
+        for node_id in job.node_ids:
+            self._check_room_for(node_id, dataset)
+        revision = self._commit(
+            Change(jobs_put=(job,)),
+            job.node_ids,
+            f"registered job {job_id} on {dataset.uri} with workers "
+            + ", ".join(f"{w.node_id}:{w.count}" for w in job.workers),
+        )
+        return job, True, revision
+
+    def _checked_workers(self, workers: Sequence[Worker]) -> tuple[Worker, ...]:
+        if not workers:
+            raise InvalidArgument("workers must name at least one node")
+        seen: set[str] = set()
+        for i, worker in enumerate(workers):
+            self._node(f"workers[{i}].node_id", worker.node_id)
+            check_worker_count(f"workers[{i}].count", worker.count)
+            if worker.node_id in seen:
+                raise InvalidArgument(
+                    f"workers[{i}].node_id {worker.node_id!r} is listed twice; give one entry with a count"
+                )
+            seen.add(worker.node_id)
+        return tuple(workers)
+
+    def _check_room_for(self, node_id: str, dataset: Dataset) -> None:
+        if dataset.uri in self.state.datasets_on_node(node_id):
+            return
+        allocated = self.state.node_cache_allocated(node_id)
+        capacity = self.state.nodes[node_id].cache_capacity_bytes
+        if allocated + dataset.cache_quota_bytes > capacity:
+            raise FailedPrecondition(
+                f"workers: node {node_id!r} has room for {max(0, capacity - allocated)} bytes of quota but "
+                f"dataset {dataset.uri} has a cache quota of {dataset.cache_quota_bytes} bytes"
+            )
+
+    def finish_job(self, job_id: str) -> int:
+        job = self._job(job_id)
+        return self._commit(Change(jobs_deleted=(job_id,)), job.node_ids, f"finished job {job_id}")
+
+    # ---- nodes ----
+
+    def register_node(self, node_id: str, address: str, cache_capacity_bytes: int) -> tuple[Node, bool, int]:
+        node = Node(
+            check_id("node_id", node_id),
+            check_address("address", address),
+            check_bytes("cache_capacity_bytes", cache_capacity_bytes),
+        )
+        existing = self.state.nodes.get(node_id)
+        if existing is not None and existing != node:
+            raise AlreadyExists(
+                f"node_id: node {node_id!r} is registered with address {existing.address} and capacity "
+                f"{existing.cache_capacity_bytes} bytes; unregister it first to change them"
+            )
+        self._note_contact(node_id)
+        if existing is not None:
+            return existing, False, self.state.revision
+        summary = f"registered node {node_id} at {address} with {format_size(node.cache_capacity_bytes)} of cache"
+        return node, True, self._commit(Change(nodes_put=(node,)), (), summary)
+
+    def unregister_node(self, node_id: str) -> int:
+        self._node("node_id", node_id)
+        users = sorted(self.state.jobs_on_node(node_id))
+        if users:
+            raise FailedPrecondition(f"node_id: node {node_id!r} runs workers of jobs {users}; finish them first")
+        revision = self._commit(Change(nodes_deleted=(node_id,)), (), f"unregistered node {node_id}")
+        self.liveness.forget(node_id)
+        return revision
+
+    async def watch(self, node_id: str, since_revision: int) -> AsyncIterator[pb.WatchEvent]:
+        """The node's events after `since_revision`, or a snapshot if that is 0 or no longer in the log."""
+        self._node("node_id", node_id)
+        self._note_contact(node_id)
+        with self.hub.subscribe(node_id) as subscription:
+            # No await between subscribing and reading the log: nothing can slip in between.
+            logged = self._store.events_since(node_id, since_revision) if since_revision else None
+            if logged is None:
+                backlog = [convert.snapshot_event(self.state.revision, self.state.node_view(node_id))]
+            else:
+                backlog = [pb.WatchEvent.FromString(payload) for payload in logged]
+            last = since_revision
+            for event in backlog:
+                last = event.revision
+                yield event
+            while True:
+                event = await subscription.next()
+                if event.revision > last:
+                    last = event.revision
+                    yield event
+
+    def report_usage(
+        self, node_id: str, datasets: Sequence[pb.DatasetUsage], jobs: Sequence[pb.JobUsage]
+    ) -> None:
+        self._node("node_id", node_id)
+        if self.liveness.report(node_id, datasets, jobs):
+            log.info("node %s is available again", node_id)
+
+    def _note_contact(self, node_id: str) -> None:
+        if self.liveness.seen(node_id):
+            log.info("node %s is available again", node_id)
+
+    def expire_nodes(self) -> list[str]:
+        """Mark nodes that stopped reporting unavailable (they stay registered)."""
+        expired = self.liveness.expire()
+        for node_id in expired:
+            log.warning("node %s stopped reporting; marked unavailable", node_id)
+        return expired
+
+    # ---- queries ----
+
+    def cluster_summary(self) -> pb.ClusterSummary:
+        nodes = self.state.nodes
+        return pb.ClusterSummary(
+            revision=self.state.revision,
+            dataset_count=len(self.state.datasets),
+            job_count=len(self.state.jobs),
+            node_count=len(nodes),
+            nodes_available=sum(self.liveness.available(n) for n in nodes),
+            remote_io_limit_bytes_per_sec=self.remote_io_limit or 0,
+            remote_io_allocated_bytes_per_sec=self.state.io_allocated_bytes_per_sec,
+            cache_capacity_bytes=sum(n.cache_capacity_bytes for n in nodes.values()),
+            cache_allocated_bytes=sum(self.state.node_cache_allocated(n) for n in nodes),
+        )
+
+    def dataset_info(self, uri: str) -> pb.Dataset:
+        dataset = self._dataset("uri", uri)
+        return convert.dataset_message(
+            dataset, self.state.jobs_of_dataset(dataset.uri), self.liveness.dataset_usage(dataset.uri)
+        )
+
+    def job_info(self, job_id: str) -> pb.Job:
+        return convert.job_message(self._job(job_id), self.liveness.job_usage(job_id))
+
+    def node_info(self, node_id: str) -> pb.Node:
+        node = self._node("node_id", node_id)
+        return convert.node_message(
+            node,
+            cache_allocated=self.state.node_cache_allocated(node_id),
+            available=self.liveness.available(node_id),
+            seconds_since_seen=self.liveness.seconds_since_seen(node_id),
+            job_ids=self.state.jobs_on_node(node_id),
+        )
+
+    def list_datasets(self) -> list[pb.Dataset]:
+        return [self.dataset_info(uri) for uri in sorted(self.state.datasets)]
+
+    def list_jobs(self) -> list[pb.Job]:
+        return [self.job_info(job_id) for job_id in sorted(self.state.jobs)]
+
+    def list_nodes(self) -> list[pb.Node]:
+        return [self.node_info(node_id) for node_id in sorted(self.state.nodes)]
+
+    # ---- the one way state changes ----
+
+    def _commit(self, change: Change, affected_nodes: Collection[str], description: str) -> int:
+        """Apply, persist and publish `change` as the next revision; on a store failure, undo it."""
+        before = {node_id: self.state.node_view(node_id) for node_id in affected_nodes}
+        undo = self.state.apply(change)
+        revision = self.state.revision + 1
+        events = {}
+        for node_id, old_view in before.items():
+            changes = diff_views(old_view, self.state.node_view(node_id))
+            if changes:
+                events[node_id] = convert.watch_event(revision, changes)
+        try:
+            self._store.commit(revision, change, [(n, e.SerializeToString()) for n, e in events.items()])
+        except BaseException:
+            self.state.apply(undo)
+            raise
+        self.state.revision = revision
+        for node_id, event in events.items():
+            self.hub.publish(node_id, event)
+        log.info("revision %d: %s", revision, description)
+        return revision

@@ -1,0 +1,119 @@
+"""The data manager's entities and the errors its operations raise.
+
+Entities are immutable values: an accepted change replaces them whole, which keeps undo, persistence and
+the per-node diffs simple. Errors carry the class of failure; the gRPC layer maps each to a status code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class DataManagerError(Exception):
+    """A rejected call: nothing was changed. The message names the field and the rule."""
+
+
+class InvalidArgument(DataManagerError):
+    """The request is malformed whatever the state."""
+
+
+class NotFound(DataManagerError):
+    """The request names a dataset, job or node that is not registered."""
+
+
+class AlreadyExists(DataManagerError):
+    """The request registers an id that exists with different parameters."""
+
+
+class FailedPrecondition(DataManagerError):
+    """The request is well-formed but the current state does not allow it (capacity, limits, users)."""
+
+
+class PermissionDenied(DataManagerError):
+    """The storage backend refused the data manager's credentials."""
+
+
+class Unavailable(DataManagerError):
+    """The storage backend could not be reached; the same call may succeed later."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dataset:
+    """A registered dataset: its frozen manifest's summary and its per-node cache quota."""
+
+    uri: str
+    options: Mapping[str, str]
+    size_bytes: int
+    file_count: int
+    item_count: int
+    chunk_size_bytes: int
+    manifest_digest: str
+    cache_quota_bytes: int = 0
+
+    def same_registration(self, options: Mapping[str, str], chunk_size_bytes: int) -> bool:
+        """Whether a repeated RegisterDataset asks for exactly this dataset (then it is idempotent)."""
+        return dict(self.options) == dict(options) and self.chunk_size_bytes == chunk_size_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """`count` workers of a job run on `node_id`."""
+
+    node_id: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A training job reading one dataset, with its remote IO allocation."""
+
+    job_id: str
+    dataset_uri: str
+    ideal_bytes_per_sec: int
+    workers: tuple[Worker, ...]
+    io_bytes_per_sec: int = 0
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        return tuple(w.node_id for w in self.workers)
+
+    def node_rates(self) -> dict[str, int]:
+        """The job's rate split equally among its workers and summed per node.
+
+        Shares are whole bytes/s and add up exactly to the job's rate: the remainder of the integer
+        division goes, one byte/s each, to the nodes in worker order, so no node is ever short by more
+        than one byte/s of its exact share.
+        """
+        total_workers = sum(w.count for w in self.workers)
+        shares = {w.node_id: self.io_bytes_per_sec * w.count // total_workers for w in self.workers}
+        remainder = self.io_bytes_per_sec - sum(shares.values())
+        for worker in self.workers[:remainder]:
+            shares[worker.node_id] += 1
+        return shares
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A FUSE client host and the local cache space it offers."""
+
+    node_id: str
+    address: str
+    cache_capacity_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeJobView:
+    """What one node enforces for one job: the node's share of the job's rate."""
+
+    job: Job
+    workers: int
+    io_bytes_per_sec: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A node's whole slice of the allocations; watch events are diffs between two of these."""
+
+    datasets: Mapping[str, Dataset] = field(default_factory=dict)
+    jobs: Mapping[str, NodeJobView] = field(default_factory=dict)

@@ -1,0 +1,125 @@
+"""Running the data manager: the gRPC server, the node-liveness sweep, and a graceful stop on signals."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from datamgr.manager import DataManager
+from datamgr.servicer import DataManagerServicer
+from datamgr.store import SQLiteStore
+from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LISTEN = "127.0.0.1:7420"
+STOP_GRACE_SECONDS = 1.0
+# Watch streams are long-lived and mostly idle: keepalive pings find dead peers behind NATs and proxies.
+GRPC_OPTIONS = [
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+class ServeError(RuntimeError):
+    """The server cannot start as configured (address in use, bad listen address)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    listen: str = DEFAULT_LISTEN
+    state_dir: Path = Path("silod-state")
+    remote_io_limit: int | None = None
+    node_timeout: float = 30.0
+
+
+async def serve(
+    config: ServerConfig,
+    *,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[int], None] | None = None,
+) -> None:
+    """Serve until `stop` is set or SIGTERM/SIGINT arrives. `on_ready` gets the bound port."""
+    stop = stop or asyncio.Event()
+    store = SQLiteStore(config.state_dir)
+    try:
+        manager = DataManager(store, remote_io_limit=config.remote_io_limit, node_timeout=config.node_timeout)
+        server = grpc.aio.server(options=GRPC_OPTIONS)
+        pb_grpc.add_DataManagerServicer_to_server(DataManagerServicer(manager), server)
+        port = _bind(server, config.listen)
+        await server.start()
+        host = config.listen.rsplit(":", 1)[0]
+        log.info(
+            "data manager listening on %s:%d (state dir %s, revision %d)",
+            host,
+            port,
+            config.state_dir,
+            manager.state.revision,
+        )
+        if on_ready is not None:
+            on_ready(port)
+        sweep = asyncio.create_task(_expire_nodes(manager, config.node_timeout))
+        with _stop_on_signals(stop):
+            await stop.wait()
+        log.info("data manager stopping")
+        sweep.cancel()
+        await server.stop(STOP_GRACE_SECONDS)
+    finally:
+        store.close()
+    log.info("data manager stopped")
+
+
+def _bind(server: grpc.aio.Server, listen: str) -> int:
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ServeError(f"--listen {listen!r} must be HOST:PORT, e.g. 127.0.0.1:7420")
+    if not _is_loopback(host):
+        log.warning("listening on %s without TLS or authentication: anyone who can reach it can change allocations", listen)
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError as exc:
+        raise ServeError(f"cannot listen on {listen}: {exc}") from None
+    if port == 0:
+        raise ServeError(f"cannot listen on {listen}: address in use or not available")
+    return port
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+async def _expire_nodes(manager: DataManager, timeout: float) -> None:
+    interval = min(1.0, timeout / 4)
+    while True:
+        await asyncio.sleep(interval)
+        manager.expire_nodes()
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    loop = asyncio.get_running_loop()
+    installed = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(ValueError, RuntimeError):  # not the main thread (in-process tests)
+            loop.add_signal_handler(signum, stop.set)
+            installed.append(signum)
+    try:
+        yield
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)

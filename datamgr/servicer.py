@@ -1,0 +1,178 @@
+"""gRPC transport for the data manager: messages in, manager calls, messages or status codes out."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+
+from datamgr import convert
+from datamgr.manager import DataManager
+from datamgr.model import (
+    AlreadyExists,
+    DataManagerError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+    Worker,
+)
+from datamgr.watch import WatchOverflow
+from silodpb.v1 import datamgr_pb2 as pb
+from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
+
+STATUS_OF: dict[type[DataManagerError], grpc.StatusCode] = {
+    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
+}
+MANIFEST_CHUNK_BYTES = 1024 * 1024
+
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
+_Handler = Callable[[Any, _Request, grpc.aio.ServicerContext[Any, Any]], Awaitable[_Response]]
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: DataManagerError) -> NoReturn:
+    await context.abort(STATUS_OF[type(error)], str(error))
+    raise AssertionError("context.abort returned")  # pragma: no cover - abort always raises
+
+
+def _unary(handler: _Handler[_Request, _Response]) -> _Handler[_Request, _Response]:
+    """Turn a rejected call into the status code of its error class."""
+
+    @functools.wraps(handler)
+    async def wrapper(self: Any, request: _Request, context: grpc.aio.ServicerContext[Any, Any]) -> _Response:
+        try:
+            return await handler(self, request, context)
+        except DataManagerError as error:
+            await _abort(context, error)
+
+    return wrapper
+
+
+class DataManagerServicer(pb_grpc.DataManagerServicer):
+    """Service `silod.v1.DataManager` over a `DataManager`."""
+
+    def __init__(self, manager: DataManager) -> None:
+        self._manager = manager
+
+    @_unary
+    async def AllocateCacheSize(self, request: pb.AllocateCacheSizeRequest, context: Any) -> pb.AllocateCacheSizeResponse:
+        dataset, revision = self._manager.allocate_cache_size(request.dataset_uri, request.cache_size_bytes)
+        return pb.AllocateCacheSizeResponse(
+            dataset_uri=dataset.uri, cache_size_bytes=dataset.cache_quota_bytes, revision=revision
+        )
+
+    @_unary
+    async def AllocateRemoteIO(self, request: pb.AllocateRemoteIORequest, context: Any) -> pb.AllocateRemoteIOResponse:
+        job, revision = self._manager.allocate_remote_io(request.job_id, request.io_bytes_per_sec)
+        return pb.AllocateRemoteIOResponse(
+            job_id=job.job_id,
+            io_bytes_per_sec=job.io_bytes_per_sec,
+            node_rates=convert.node_rates(job),
+            revision=revision,
+        )
+
+    @_unary
+    async def RegisterDataset(self, request: pb.RegisterDatasetRequest, context: Any) -> pb.RegisterDatasetResponse:
+        dataset, created, revision = await self._manager.register_dataset(
+            request.uri, request.options, request.chunk_size_bytes
+        )
+        return pb.RegisterDatasetResponse(
+            dataset=self._manager.dataset_info(dataset.uri), created=created, revision=revision
+        )
+
+    @_unary
+    async def UnregisterDataset(
+        self, request: pb.UnregisterDatasetRequest, context: Any
+    ) -> pb.UnregisterDatasetResponse:
+        return pb.UnregisterDatasetResponse(revision=self._manager.unregister_dataset(request.uri))
+
+    async def GetManifest(
+        self, request: pb.GetManifestRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.ManifestChunk]:
+        try:
+            data, digest = self._manager.manifest(request.dataset_uri)
+        except DataManagerError as error:
+            await _abort(context, error)
+        for offset in range(0, len(data), MANIFEST_CHUNK_BYTES):
+            chunk = data[offset : offset + MANIFEST_CHUNK_BYTES]
+            yield pb.ManifestChunk(data=chunk, total_bytes=len(data), digest=digest)
+
+    @_unary
+    async def RegisterJob(self, request: pb.RegisterJobRequest, context: Any) -> pb.RegisterJobResponse:
+        workers = [Worker(w.node_id, w.count) for w in request.workers]
+        job, created, revision = self._manager.register_job(
+            request.job_id, request.dataset_uri, request.ideal_bytes_per_sec, workers
+        )
+        return pb.RegisterJobResponse(job=self._manager.job_info(job.job_id), created=created, revision=revision)
+
+    @_unary
+    async def FinishJob(self, request: pb.FinishJobRequest, context: Any) -> pb.FinishJobResponse:
+        return pb.FinishJobResponse(revision=self._manager.finish_job(request.job_id))
+
+    @_unary
+    async def RegisterNode(self, request: pb.RegisterNodeRequest, context: Any) -> pb.RegisterNodeResponse:
+        node, created, revision = self._manager.register_node(
+            request.node_id, request.address, request.cache_capacity_bytes
+        )
+        return pb.RegisterNodeResponse(
+            node=self._manager.node_info(node.node_id), created=created, revision=revision
+        )
+
+    @_unary
+    async def UnregisterNode(self, request: pb.UnregisterNodeRequest, context: Any) -> pb.UnregisterNodeResponse:
+        return pb.UnregisterNodeResponse(revision=self._manager.unregister_node(request.node_id))
+
+    async def WatchAllocations(
+        self, request: pb.WatchAllocationsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.WatchEvent]:
+        try:
+            async for event in self._manager.watch(request.node_id, request.since_revision):
+                yield event
+        except DataManagerError as error:
+            await _abort(context, error)
+        except WatchOverflow:
+            await context.abort(
+                grpc.StatusCode.ABORTED, "watch stream fell behind; reconnect with the last applied revision"
+            )
+
+    @_unary
+    async def ReportUsage(self, request: pb.ReportUsageRequest, context: Any) -> pb.ReportUsageResponse:
+        self._manager.report_usage(request.node_id, request.datasets, request.jobs)
+        return pb.ReportUsageResponse()
+
+    @_unary
+    async def GetClusterSummary(self, request: pb.GetClusterSummaryRequest, context: Any) -> pb.ClusterSummary:
+        return self._manager.cluster_summary()
+
+    @_unary
+    async def GetDataset(self, request: pb.GetDatasetRequest, context: Any) -> pb.Dataset:
+        return self._manager.dataset_info(request.uri)
+
+    @_unary
+    async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.Job:
+        return self._manager.job_info(request.job_id)
+
+    @_unary
+    async def GetNode(self, request: pb.GetNodeRequest, context: Any) -> pb.Node:
+        return self._manager.node_info(request.node_id)
+
+    @_unary
+    async def ListDatasets(self, request: pb.ListDatasetsRequest, context: Any) -> pb.ListDatasetsResponse:
+        return pb.ListDatasetsResponse(datasets=self._manager.list_datasets())
+
+    @_unary
+    async def ListJobs(self, request: pb.ListJobsRequest, context: Any) -> pb.ListJobsResponse:
+        return pb.ListJobsResponse(jobs=self._manager.list_jobs())
+
+    @_unary
+    async def ListNodes(self, request: pb.ListNodesRequest, context: Any) -> pb.ListNodesResponse:
+        return pb.ListNodesResponse(nodes=self._manager.list_nodes())

@@ -1,0 +1,174 @@
+"""SQLite in the state directory: the embedded default store.
+
+Write-ahead logging with `synchronous=FULL`, so a commit is on disk when `commit` returns and a SIGKILL or
+power loss never loses an accepted change. The state directory is locked for one data manager at a time
+and readable only by its owner, because dataset options may hold storage credentials.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from datamgr.model import Dataset, Job, Node, Worker
+from datamgr.state import Change
+from datamgr.store.base import StoredState
+
+SCHEMA_VERSION = 1
+DEFAULT_RETAINED_REVISIONS = 100_000
+_PRUNE_EVERY = 1024
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS datasets (
+    uri TEXT PRIMARY KEY, options TEXT NOT NULL, size_bytes INTEGER NOT NULL, file_count INTEGER NOT NULL,
+    item_count INTEGER NOT NULL, chunk_size_bytes INTEGER NOT NULL, manifest_digest TEXT NOT NULL,
+    cache_quota_bytes INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS manifests (uri TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY, dataset_uri TEXT NOT NULL, ideal_bytes_per_sec INTEGER NOT NULL,
+    workers TEXT NOT NULL, io_bytes_per_sec INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, address TEXT NOT NULL,
+    cache_capacity_bytes INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS events (revision INTEGER NOT NULL, node_id TEXT NOT NULL, payload BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS events_by_node ON events (node_id, revision);
+"""
+
+
+class StateDirError(RuntimeError):
+    """The state directory cannot be used: locked by another process, or from a newer silod."""
+
+
+class SQLiteStore:
+    """`StateStore` on one SQLite database file, `silod.db`, in `state_dir`."""
+
+    def __init__(self, state_dir: Path, *, retained_revisions: int = DEFAULT_RETAINED_REVISIONS) -> None:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._lock_fd = _lock_state_dir(state_dir)
+        path = state_dir / "silod.db"
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        os.chmod(path, 0o600)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        self._retained = retained_revisions
+        self._check_schema_version(path)
+
+    def _check_schema_version(self, path: Path) -> None:
+        version = self._meta("schema_version", None)
+        if version is None:
+            self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        elif version > SCHEMA_VERSION:
+            raise StateDirError(f"{path} was written by a newer silod (schema {version} > {SCHEMA_VERSION})")
+
+    def _meta(self, key: str, default: int | None) -> Any:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return default if row is None else row[0]
+
+    def load(self) -> StoredState:
+        datasets = tuple(
+            Dataset(uri, json.loads(options), *numbers)
+            for uri, options, *numbers in self._db.execute("SELECT * FROM datasets ORDER BY uri")
+        )
+        jobs = tuple(
+            Job(job_id, uri, ideal, tuple(Worker(n, c) for n, c in json.loads(workers)), rate)
+            for job_id, uri, ideal, workers, rate in self._db.execute("SELECT * FROM jobs ORDER BY job_id")
+        )
+        nodes = tuple(Node(*row) for row in self._db.execute("SELECT * FROM nodes ORDER BY node_id"))
+        return StoredState(self._meta("revision", 0), datasets, jobs, nodes)
+
+    def commit(self, revision: int, change: Change, events: Sequence[tuple[str, bytes]]) -> None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            _write_change(db, change)
+            db.executemany("INSERT INTO events VALUES (?, ?, ?)", ((revision, n, p) for n, p in events))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('revision', ?)", (revision,))
+            if revision % _PRUNE_EVERY == 0 and revision > self._retained:
+                floor = revision - self._retained
+                db.execute("DELETE FROM events WHERE revision <= ?", (floor,))
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('event_floor', ?)", (floor,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def events_since(self, node_id: str, revision: int) -> list[bytes] | None:
+        if not self._meta("event_floor", 0) <= revision <= self._meta("revision", 0):
+            return None
+        rows = self._db.execute(
+            "SELECT payload FROM events WHERE node_id = ? AND revision > ? ORDER BY revision",
+            (node_id, revision),
+        )
+        return [payload for (payload,) in rows]
+
+    def manifest(self, dataset_uri: str) -> bytes:
+        row = self._db.execute("SELECT data FROM manifests WHERE uri = ?", (dataset_uri,)).fetchone()
+        if row is None:
+            raise KeyError(dataset_uri)
+        data: bytes = row[0]
+        return data
+
+    def close(self) -> None:
+        self._db.close()
+        os.close(self._lock_fd)
+
+
+def _write_change(db: sqlite3.Connection, change: Change) -> None:
+    db.executemany("DELETE FROM jobs WHERE job_id = ?", ((j,) for j in change.jobs_deleted))
+    db.executemany("DELETE FROM datasets WHERE uri = ?", ((u,) for u in change.datasets_deleted))
+    db.executemany("DELETE FROM manifests WHERE uri = ?", ((u,) for u in change.datasets_deleted))
+    db.executemany("DELETE FROM nodes WHERE node_id = ?", ((n,) for n in change.nodes_deleted))
+    db.executemany(
+        "INSERT OR REPLACE INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            (
+                d.uri,
+                json.dumps(dict(d.options), sort_keys=True),
+                d.size_bytes,
+                d.file_count,
+                d.item_count,
+                d.chunk_size_bytes,
+                d.manifest_digest,
+                d.cache_quota_bytes,
+            )
+            for d in change.datasets_put
+        ),
+    )
+    if change.manifest is not None:
+        db.execute("INSERT OR REPLACE INTO manifests VALUES (?, ?)", change.manifest)
+    db.executemany(
+        "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?)",
+        (
+            (
+                j.job_id,
+                j.dataset_uri,
+                j.ideal_bytes_per_sec,
+                json.dumps([[w.node_id, w.count] for w in j.workers]),
+                j.io_bytes_per_sec,
+            )
+            for j in change.jobs_put
+        ),
+    )
+    db.executemany(
+        "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?)",
+        ((n.node_id, n.address, n.cache_capacity_bytes) for n in change.nodes_put),
+    )
+
+
+def _lock_state_dir(state_dir: Path) -> int:
+    fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise StateDirError(f"state dir {state_dir} is in use by another data manager (pid {holder})") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd

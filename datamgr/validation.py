@@ -1,0 +1,70 @@
+"""Checks on request fields. Each failure names the field, the value and the rule it broke."""
+
+from __future__ import annotations
+
+import re
+
+from datamgr.model import InvalidArgument
+from datamgr.units import format_rate, format_size
+from fuseclient.backends.uri import InvalidDatasetURI, parse_dataset_uri
+
+ID_RULE = "[A-Za-z0-9._-]{1,128}"
+_ID = re.compile(ID_RULE)
+# Larger values are typos or unit mix-ups, not real clusters.
+MAX_BYTES = 2**60  # 1 EiB
+MAX_BYTES_PER_SEC = 10**15  # 1 PB/s
+MIN_CHUNK_SIZE = 64 * 1024
+MAX_CHUNK_SIZE = 1024**3
+MAX_WORKERS = 1_000_000
+_ADDRESS = re.compile(r"[^\s]{1,255}")
+
+
+def check_id(field: str, value: str) -> str:
+    """Job and node ids become directory names on every node, so they are kept path-safe."""
+    if not _ID.fullmatch(value) or value in (".", ".."):
+        raise InvalidArgument(f"{field} {value!r} must match {ID_RULE} and not be '.' or '..'")
+    return value
+
+
+def check_bytes(field: str, value: int) -> int:
+    if value < 0:
+        raise InvalidArgument(f"{field} {value} must not be negative")
+    if value > MAX_BYTES:
+        raise InvalidArgument(f"{field} {value} is over the sanity limit of {format_size(MAX_BYTES)}")
+    return value
+
+
+def check_rate(field: str, value: int, *, positive: bool = False) -> int:
+    if value < 0 or (positive and value == 0):
+        raise InvalidArgument(f"{field} {value} must be {'positive' if positive else 'zero or more'}")
+    if value > MAX_BYTES_PER_SEC:
+        raise InvalidArgument(f"{field} {value} is over the sanity limit of {format_rate(MAX_BYTES_PER_SEC)}")
+    return value
+
+
+def check_chunk_size(field: str, value: int) -> int:
+    if not MIN_CHUNK_SIZE <= value <= MAX_CHUNK_SIZE:
+        raise InvalidArgument(
+            f"{field} {value} must be between {format_size(MIN_CHUNK_SIZE)} and {format_size(MAX_CHUNK_SIZE)}"
+        )
+    return value
+
+
+def check_worker_count(field: str, value: int) -> int:
+    if not 1 <= value <= MAX_WORKERS:
+        raise InvalidArgument(f"{field} {value} must be between 1 and {MAX_WORKERS}")
+    return value
+
+
+def check_address(field: str, value: str) -> str:
+    if not _ADDRESS.fullmatch(value):
+        raise InvalidArgument(f"{field} {value!r} must be a non-empty host:port without spaces")
+    return value
+
+
+def check_dataset_uri(field: str, value: str) -> str:
+    """The canonical form of a dataset URI, so that `s3://b/p/` and `s3://b/p` are one dataset."""
+    try:
+        return str(parse_dataset_uri(value))
+    except InvalidDatasetURI as exc:
+        raise InvalidArgument(f"{field}: {exc}") from None

@@ -1,0 +1,66 @@
+"""Fan-out of per-node watch events to the streams that are open right now.
+
+Only live delivery happens here; the durable change log in the store is what a reconnecting node resumes
+from. A stream that falls too far behind is ended rather than buffered without bound: its node reconnects
+with its last revision and catches up from the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from silodpb.v1 import datamgr_pb2 as pb
+
+DEFAULT_BACKLOG = 10_000
+
+
+class WatchOverflow(Exception):
+    """The stream's consumer fell more than the backlog behind; it must resume from its last revision."""
+
+
+class Subscription:
+    """One open watch stream's queue of events."""
+
+    def __init__(self, backlog: int) -> None:
+        self._queue: asyncio.Queue[pb.WatchEvent] = asyncio.Queue(maxsize=backlog)
+        self._overflowed = False
+
+    def offer(self, event: pb.WatchEvent) -> None:
+        try:
+            self._queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self._overflowed = True
+
+    async def next(self) -> pb.WatchEvent:
+        if self._overflowed and self._queue.empty():
+            raise WatchOverflow
+        return await self._queue.get()
+
+
+class WatchHub:
+    """Open subscriptions by node id."""
+
+    def __init__(self, backlog: int = DEFAULT_BACKLOG) -> None:
+        self._backlog = backlog
+        self._subscribers: defaultdict[str, set[Subscription]] = defaultdict(set)
+
+    @contextmanager
+    def subscribe(self, node_id: str) -> Iterator[Subscription]:
+        subscription = Subscription(self._backlog)
+        self._subscribers[node_id].add(subscription)
+        try:
+            yield subscription
+        finally:
+            self._subscribers[node_id].discard(subscription)
+            if not self._subscribers[node_id]:
+                del self._subscribers[node_id]
+
+    def publish(self, node_id: str, event: pb.WatchEvent) -> None:
+        for subscription in self._subscribers.get(node_id, ()):
+            subscription.offer(event)
+
+    def watcher_count(self, node_id: str) -> int:
+        return len(self._subscribers.get(node_id, ()))

@@ -1,0 +1,175 @@
+"""The frozen listing of a dataset and the numbering of its items.
+
+A manifest is taken once, when the dataset is registered, and never changes: every node and the data manager
+agree on what item k is because items are numbered in manifest (path) order. A file up to the chunk size is
+one item; a larger file is ceil(size / chunk) items; an empty file is one empty item, so that opening it still
+counts as reading it.
+
+The manifest is columnar (one list or array per field) rather than a list of records, because ImageNet-1k
+has 1.28 M files and a record object per file would cost several hundred bytes each in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import accumulate
+
+from fuseclient.backends.base import ObjectInfo
+
+DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
+_FORMAT_TAG = b"silod-manifest/1\n"
+_MAX_NAME_BYTES = 255
+
+
+class ManifestError(ValueError):
+    """A listing that cannot be shown as a POSIX tree, or bytes that are not a manifest."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileEntry:
+    """One file of the manifest with the range of item numbers it owns."""
+
+    path: str
+    size: int
+    version: str
+    mtime_ns: int
+    first_item: int
+    item_count: int
+
+
+def items_in_file(size: int, chunk_size: int) -> int:
+    """Number of items a file of `size` bytes is split into."""
+    return max(1, -(-size // chunk_size))
+
+
+class Manifest:
+    """A dataset's files (sorted by path), its explicitly empty folders, and its item numbering."""
+
+    def __init__(
+        self,
+        chunk_size: int,
+        paths: Sequence[str],
+        sizes: Sequence[int],
+        mtimes_ns: Sequence[int],
+        versions: Sequence[str],
+        empty_dirs: Sequence[str] = (),
+    ) -> None:
+        if chunk_size <= 0:
+            raise ManifestError(f"chunk size must be positive, got {chunk_size}")
+        if not len(paths) == len(sizes) == len(mtimes_ns) == len(versions):
+            raise ManifestError("manifest columns have different lengths")
+        self.chunk_size = chunk_size
+        self.paths = list(paths)
+        self.sizes = array("q", sizes)
+        self.mtimes_ns = array("q", mtimes_ns)
+        self.versions = list(versions)
+        self.empty_dirs = tuple(empty_dirs)
+        item_counts = (items_in_file(size, chunk_size) for size in self.sizes)
+        self.first_items = array("q", accumulate(item_counts, initial=0))
+
+    @property
+    def file_count(self) -> int:
+        return len(self.paths)
+
+    @property
+    def item_count(self) -> int:
+        return self.first_items[-1]
+
+    @cached_property
+    def size_bytes(self) -> int:
+        return sum(self.sizes)
+
+    def file(self, index: int) -> FileEntry:
+        first = self.first_items[index]
+        return FileEntry(
+            self.paths[index],
+            self.sizes[index],
+            self.versions[index],
+            self.mtimes_ns[index],
+            first,
+            self.first_items[index + 1] - first,
+        )
+
+    def encode(self) -> bytes:
+        """A compact, self-describing byte form (zlib-compressed JSON columns behind a format tag)."""
+        body = {
+            "chunk_size": self.chunk_size,
+            "paths": self.paths,
+            "sizes": self.sizes.tolist(),
+            "mtimes_ns": self.mtimes_ns.tolist(),
+            "versions": self.versions,
+            "empty_dirs": list(self.empty_dirs),
+        }
+        return _FORMAT_TAG + zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 6)
+
+    @cached_property
+    def digest(self) -> str:
+        """SHA-256 of the encoded form: two nodes with the same digest number items the same way."""
+        return hashlib.sha256(self.encode()).hexdigest()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Manifest:
+        if not data.startswith(_FORMAT_TAG):
+            raise ManifestError("not a silod manifest (unknown format tag)")
+        try:
+            body = json.loads(zlib.decompress(data[len(_FORMAT_TAG) :]))
+            return cls(
+                body["chunk_size"],
+                body["paths"],
+                body["sizes"],
+                body["mtimes_ns"],
+                body["versions"],
+                body["empty_dirs"],
+            )
+        except (zlib.error, ValueError, KeyError, TypeError) as exc:
+            raise ManifestError(f"corrupt manifest: {exc}") from exc
+
+
+def build_manifest(objects: Iterable[ObjectInfo], chunk_size: int = DEFAULT_CHUNK_SIZE) -> Manifest:
+    """Freeze a backend listing, refusing what a POSIX tree cannot show (the message names the key)."""
+    files: dict[str, ObjectInfo] = {}
+    explicit_dirs: set[str] = set()
+    for obj in objects:
+        if obj.is_dir and obj.key == "":
+            continue  # a marker for the dataset's own prefix
+        _check_key(obj.key)
+        if obj.is_dir:
+            explicit_dirs.add(obj.key)
+        elif obj.key in files:
+            raise ManifestError(f"object key {obj.key!r} is listed twice")
+        else:
+            files[obj.key] = obj
+    implied_dirs = {parent for path in (*files, *explicit_dirs) for parent in _ancestors(path)}
+    clashes = sorted(files.keys() & (implied_dirs | explicit_dirs))
+    if clashes:
+        raise ManifestError(f"object key {clashes[0]!r} is both a file and a folder")
+    ordered = sorted(files.values(), key=lambda o: o.key)
+    return Manifest(
+        chunk_size,
+        [o.key for o in ordered],
+        [o.size for o in ordered],
+        [o.mtime_ns for o in ordered],
+        [o.version for o in ordered],
+        sorted(explicit_dirs - implied_dirs),
+    )
+
+
+def _ancestors(path: str) -> Iterable[str]:
+    parts = path.split("/")
+    return ("/".join(parts[:i]) for i in range(1, len(parts)))
+
+
+def _check_key(key: str) -> None:
+    for part in key.split("/"):
+        if part in ("", ".", ".."):
+            raise ManifestError(f"object key {key!r} has an empty, '.' or '..' path component")
+        if "\0" in part:
+            raise ManifestError(f"object key {key!r} contains a NUL character")
+        if len(part.encode()) > _MAX_NAME_BYTES:
+            raise ManifestError(f"object key {key!r} has a name longer than {_MAX_NAME_BYTES} bytes")

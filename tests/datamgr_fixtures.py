@@ -1,0 +1,121 @@
+"""Fixtures for a real data manager: in-process on its own thread, or as a `silod` subprocess."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from datamgr.client import DataManagerClient
+from datamgr.embedded import EmbeddedDataManager
+from datamgr.server import ServerConfig
+from silodpb.v1 import datamgr_pb2 as pb
+
+REMOTE_IO_LIMIT = 1_000_000_000
+SILOD = [str(Path(sys.executable).parent / "silod")]  # the installed console script itself
+_LISTENING = re.compile(r"data manager listening on ([\d.]+:\d+)")
+
+
+@dataclass
+class RunningDataManager:
+    address: str
+    client: DataManagerClient
+    state_dir: Path
+
+
+@pytest.fixture
+def datamgr(tmp_path: Path) -> Iterator[RunningDataManager]:
+    """A data manager on a fresh state dir with a 1 GB/s remote IO limit, and a client connected to it."""
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", REMOTE_IO_LIMIT, 30.0)
+    with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address, timeout=10) as client:
+        yield RunningDataManager(dm.address, client, config.state_dir)
+
+
+def make_local_dataset(root: Path, files: int = 8, size: int = 1000) -> str:
+    """A small dataset directory under `root`; returns its file:// URI."""
+    for i in range(files):
+        path = root / f"d{i % 3}" / f"f{i:03d}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(bytes([i % 256]) * size)
+    return f"file://{root}"
+
+
+def full_state(client: DataManagerClient) -> tuple[bytes, ...]:
+    """Everything the queries show but the clock, serialized, to compare before and after a call."""
+    nodes = client.call(client.stub.ListNodes, pb.ListNodesRequest())
+    for node in nodes.nodes:
+        node.ClearField("seconds_since_seen")
+    return (
+        client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).SerializeToString(),
+        client.call(client.stub.ListDatasets, pb.ListDatasetsRequest()).SerializeToString(),
+        client.call(client.stub.ListJobs, pb.ListJobsRequest()).SerializeToString(),
+        nodes.SerializeToString(),
+    )
+
+
+class DataManagerProcess:
+    """`silod datamgr serve` as a child process, for restart, signal and CLI tests."""
+
+    def __init__(self, state_dir: Path, log_path: Path, *extra: str) -> None:
+        self.state_dir = state_dir
+        self.log_path = log_path
+        self.extra = extra
+        self.process: subprocess.Popen[bytes] | None = None
+        self.address = ""
+
+    def start(self, timeout: float = 30.0) -> DataManagerProcess:
+        log = self.log_path.open("ab")
+        offset = self.log_path.stat().st_size
+        args = [*SILOD, "datamgr", "serve", "--listen", "127.0.0.1:0", "--state-dir", str(self.state_dir)]
+        self.process = subprocess.Popen([*args, *self.extra], stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = _LISTENING.search(self.log_path.read_text()[offset:])
+            if match:
+                self.address = match.group(1)
+                return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)  # polling the log for readiness, bounded by the deadline
+        raise AssertionError(f"data manager did not start:\n{self.log_path.read_text()[offset:]}")
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def terminate(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def datamgr_process(tmp_path: Path) -> Iterator[DataManagerProcess]:
+    """A not-yet-started `silod datamgr serve` on a fresh state dir with a 1 GB/s limit."""
+    proc = DataManagerProcess(tmp_path / "state", tmp_path / "datamgr.log", "--remote-io-limit", "1GB/s")
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def silod_cli(*args: str, datamgr: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the `silod` command line as an operator would."""
+    env = dict(os.environ)
+    if datamgr is not None:
+        env["SILOD_DATAMGR"] = datamgr
+    return subprocess.run([*SILOD, *args], capture_output=True, text=True, env=env, timeout=60)

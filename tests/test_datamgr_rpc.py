@@ -1,0 +1,215 @@
+"""Every RPC of silod.v1.DataManager over a real gRPC channel: happy paths, and a table of bad inputs that
+must each be refused with the right status code and a message naming the problem, changing nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from datamgr.client import ClientError, DataManagerClient
+from fuseclient.manifest import Manifest
+from silodpb.v1 import datamgr_pb2 as pb
+from tests.storage_servers import DatasetTargetFactory
+from tests.datamgr_fixtures import REMOTE_IO_LIMIT, RunningDataManager, full_state, make_local_dataset
+
+
+def test_nodes_register_idempotently_and_show_in_queries(datamgr: RunningDataManager) -> None:
+    client = datamgr.client
+    first = client.register_node("node-1", "10.0.0.1:7421", 10_000)
+    again = client.register_node("node-1", "10.0.0.1:7421", 10_000)
+    assert first.created and not again.created
+    assert again.revision == first.revision
+    node = client.call(client.stub.GetNode, pb.GetNodeRequest(node_id="node-1"))
+    assert (node.address, node.cache_capacity_bytes, node.available) == ("10.0.0.1:7421", 10_000, True)
+    listed = client.call(client.stub.ListNodes, pb.ListNodesRequest()).nodes
+    assert [n.node_id for n in listed] == ["node-1"]
+
+
+def test_dataset_registration_freezes_a_manifest_served_by_get_manifest(
+    datamgr: RunningDataManager, tmp_path: Path
+) -> None:
+    client = datamgr.client
+    uri = make_local_dataset(tmp_path / "ds", files=6, size=3000)
+    reply = client.register_dataset(uri + "/", chunk_size=64 * 1024)
+    assert reply.created
+    assert reply.dataset.uri == uri  # canonical form: no trailing slash
+    assert (reply.dataset.file_count, reply.dataset.item_count, reply.dataset.size_bytes) == (6, 6, 18_000)
+    assert not client.register_dataset(uri, chunk_size=64 * 1024).created
+    chunks = list(client.stub.GetManifest(pb.GetManifestRequest(dataset_uri=uri)))
+    manifest = Manifest.decode(b"".join(c.data for c in chunks))
+    assert manifest.digest == chunks[0].digest == reply.dataset.manifest_digest
+    assert manifest.paths == sorted(p.relative_to(tmp_path / "ds").as_posix() for p in (tmp_path / "ds").rglob("*.bin"))
+
+
+def test_jobs_allocations_usage_and_teardown(datamgr: RunningDataManager, tmp_path: Path) -> None:
+    client = datamgr.client
+    client.register_node("n1", "h1:1", 50_000)
+    client.register_node("n2", "h2:1", 50_000)
+    uri = make_local_dataset(tmp_path / "ds", files=10, size=2000)
+    client.register_dataset(uri)
+    job = client.register_job("job-1", uri, 100_000_000, [("n1", 3), ("n2", 1)]).job
+    assert [(w.node_id, w.count) for w in job.workers] == [("n1", 3), ("n2", 1)]
+
+    cache = client.allocate_cache_size(uri, 15_000)
+    io = client.allocate_remote_io("job-1", 40_000_000)
+    assert cache.cache_size_bytes == 15_000
+    assert io.revision == cache.revision + 1
+    assert {r.node_id: r.io_bytes_per_sec for r in io.node_rates} == {"n1": 30_000_000, "n2": 10_000_000}
+
+    usage = pb.ReportUsageRequest(
+        node_id="n1",
+        datasets=[pb.DatasetUsage(dataset_uri=uri, cached_bytes=12_000, cached_items=6)],
+        jobs=[pb.JobUsage(job_id="job-1", bytes_read=20_000, epoch=2, epoch_progress=0.5)],
+    )
+    client.call(client.stub.ReportUsage, usage)
+    dataset = client.call(client.stub.GetDataset, pb.GetDatasetRequest(uri=uri))
+    assert (dataset.cache_quota_bytes, list(dataset.job_ids)) == (15_000, ["job-1"])
+    assert [(u.node_id, u.cached_bytes) for u in dataset.usage] == [("n1", 12_000)]
+    shown = client.call(client.stub.GetJob, pb.GetJobRequest(job_id="job-1"))
+    assert (shown.io_bytes_per_sec, shown.usage[0].node_id, shown.usage[0].epoch) == (40_000_000, "n1", 2)
+
+    summary = client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest())
+    assert (summary.dataset_count, summary.job_count, summary.node_count, summary.nodes_available) == (1, 1, 2, 2)
+    assert summary.remote_io_allocated_bytes_per_sec == 40_000_000
+    assert summary.remote_io_limit_bytes_per_sec == REMOTE_IO_LIMIT
+    assert summary.cache_allocated_bytes == 30_000  # the quota is held on each of the two nodes
+    assert [j.job_id for j in client.call(client.stub.ListJobs, pb.ListJobsRequest()).jobs] == ["job-1"]
+    assert [d.uri for d in client.call(client.stub.ListDatasets, pb.ListDatasetsRequest()).datasets] == [uri]
+
+    client.call(client.stub.FinishJob, pb.FinishJobRequest(job_id="job-1"))
+    assert client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).remote_io_allocated_bytes_per_sec == 0
+    client.call(client.stub.UnregisterDataset, pb.UnregisterDatasetRequest(uri=uri))
+    client.call(client.stub.UnregisterNode, pb.UnregisterNodeRequest(node_id="n2"))
+    final = client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest())
+    assert (final.dataset_count, final.job_count, final.node_count) == (0, 0, 1)
+
+
+def test_secret_options_are_redacted_in_queries(
+    datamgr: RunningDataManager, dataset_target_factory: DatasetTargetFactory
+) -> None:
+    target = dataset_target_factory("az")
+    target.put("x/one.bin", b"1")
+    client = datamgr.client
+    reply = client.register_dataset(target.uri, target.options)
+    listed = client.call(client.stub.ListDatasets, pb.ListDatasetsRequest())
+    assert reply.dataset.options["account_key"] == "<redacted>"
+    assert reply.dataset.options["account_url"] == target.options["account_url"]
+    assert target.options["account_key"] not in str(reply) + str(listed)
+
+
+# ---- bad inputs ----
+
+
+@dataclass
+class Setup:
+    """A small cluster to aim bad calls at: n1 (big) runs job j1 on dataset A; n2 (small) runs j2 on B."""
+
+    client: DataManagerClient
+    a: str
+    b: str
+    c: str
+    empty_dir: str
+
+
+@pytest.fixture
+def setup(datamgr: RunningDataManager, tmp_path: Path) -> Setup:
+    client = datamgr.client
+    client.register_node("n1", "h1:1", 100_000)
+    client.register_node("n2", "h2:1", 5_000)
+    a = make_local_dataset(tmp_path / "a", files=8, size=1000)
+    b = make_local_dataset(tmp_path / "b", files=20, size=1000)
+    c = make_local_dataset(tmp_path / "c", files=10, size=1000)
+    for uri in (a, b, c):
+        client.register_dataset(uri)
+    client.allocate_cache_size(c, 8_000)
+    client.register_job("j1", a, 50_000_000, [("n1", 1)])
+    client.register_job("j2", b, 50_000_000, [("n2", 1)])
+    client.allocate_remote_io("j1", 600_000_000)
+    (tmp_path / "empty").mkdir()
+    return Setup(client, a, b, c, f"file://{tmp_path / 'empty'}")
+
+
+Call = Callable[[Setup], object]
+INVALID, NOT_FOUND, EXISTS, PRECONDITION = (
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.ALREADY_EXISTS,
+    grpc.StatusCode.FAILED_PRECONDITION,
+)
+
+
+def _rpc(method: str, request: object) -> Call:
+    return lambda s: s.client.call(getattr(s.client.stub, method), request)
+
+
+def _stream(method: str, request: object) -> Call:
+    return lambda s: next(iter(getattr(s.client.stub, method)(request, timeout=10)))
+
+
+BAD_CALLS: list[tuple[str, Call, grpc.StatusCode, str]] = [
+    ("cache: unknown scheme", lambda s: s.client.allocate_cache_size("gs://bucket/x", 1), INVALID, "gs"),
+    ("cache: malformed uri", lambda s: s.client.allocate_cache_size("s3://", 1), INVALID, "dataset_uri"),
+    ("cache: negative", lambda s: s.client.allocate_cache_size(s.a, -1), INVALID, "must not be negative"),
+    ("cache: absurd", lambda s: s.client.allocate_cache_size(s.a, 2**62), INVALID, "sanity limit"),
+    ("cache: unknown dataset", lambda s: s.client.allocate_cache_size("s3://nobucket/x", 1), NOT_FOUND, "not registered"),
+    ("cache: above dataset size", lambda s: s.client.allocate_cache_size(s.a, 8_001), PRECONDITION, "larger than dataset"),
+    ("cache: above node capacity", lambda s: s.client.allocate_cache_size(s.b, 6_000), PRECONDITION, "'n2' mounts"),
+    ("io: unknown job", lambda s: s.client.allocate_remote_io("nojob", 1), NOT_FOUND, "'nojob' is not registered"),
+    ("io: above the limit", lambda s: s.client.allocate_remote_io("j2", 500_000_000), PRECONDITION, "400000000 bytes/s"),
+    ("io: negative", lambda s: s.client.allocate_remote_io("j1", -5), INVALID, "io_bytes_per_sec -5"),
+    ("io: bad job id", lambda s: s.client.allocate_remote_io("a/b", 5), INVALID, "[A-Za-z0-9._-]{1,128}"),
+    ("job: path-like id", lambda s: s.client.register_job("..", s.a, 1, [("n1", 1)]), INVALID, "job_id '..'"),
+    ("job: id too long", lambda s: s.client.register_job("j" * 129, s.a, 1, [("n1", 1)]), INVALID, "job_id"),
+    ("job: unknown node", lambda s: s.client.register_job("j3", s.a, 1, [("n9", 1)]), NOT_FOUND, "workers[0].node_id"),
+    ("job: unknown dataset", lambda s: s.client.register_job("j3", "file:///nope", 1, [("n1", 1)]), NOT_FOUND, "file:///nope"),
+    ("job: duplicate, other params", lambda s: s.client.register_job("j1", s.a, 7, [("n1", 1)]), EXISTS, "'j1'"),
+    ("job: no workers", lambda s: s.client.register_job("j3", s.a, 1, []), INVALID, "at least one node"),
+    ("job: node twice", lambda s: s.client.register_job("j3", s.a, 1, [("n1", 1), ("n1", 2)]), INVALID, "listed twice"),
+    ("job: zero workers", lambda s: s.client.register_job("j3", s.a, 1, [("n1", 0)]), INVALID, "workers[0].count"),
+    ("job: zero ideal rate", lambda s: s.client.register_job("j3", s.a, 0, [("n1", 1)]), INVALID, "must be positive"),
+    ("job: node lacks room", lambda s: s.client.register_job("j3", s.c, 1, [("n2", 1)]), PRECONDITION, "'n2' has room"),
+    ("node: bad id", lambda s: s.client.register_node("node 1", "h:1", 1), INVALID, "node_id 'node 1'"),
+    ("node: bad address", lambda s: s.client.register_node("n3", "", 1), INVALID, "address"),
+    ("node: negative capacity", lambda s: s.client.register_node("n3", "h:1", -1), INVALID, "cache_capacity_bytes"),
+    ("node: duplicate, other params", lambda s: s.client.register_node("n1", "h1:1", 1), EXISTS, "unregister it first"),
+    ("dataset: unknown scheme", lambda s: s.client.register_dataset("hdfs://x/y"), INVALID, "hdfs"),
+    ("dataset: missing dir", lambda s: s.client.register_dataset("file:///no/such/dir"), PRECONDITION, "/no/such/dir"),
+    ("dataset: empty dir", lambda s: s.client.register_dataset(s.empty_dir), PRECONDITION, "lists no objects"),
+    ("dataset: unknown option", lambda s: s.client.register_dataset(s.a + "x", {"colour": "red"}), INVALID, "colour"),
+    ("dataset: tiny chunks", lambda s: s.client.register_dataset(s.a, chunk_size=100), INVALID, "chunk_size_bytes"),
+    ("dataset: other chunk size", lambda s: s.client.register_dataset(s.a, chunk_size=2**20), EXISTS, "unregister"),
+    ("dataset: remove empty uri", _rpc("UnregisterDataset", pb.UnregisterDatasetRequest(uri="")), INVALID, "uri"),
+    ("node: remove in use", _rpc("UnregisterNode", pb.UnregisterNodeRequest(node_id="n1")), PRECONDITION, "['j1']"),
+    ("finish: unknown job", _rpc("FinishJob", pb.FinishJobRequest(job_id="j9")), NOT_FOUND, "'j9'"),
+    ("usage: unknown node", _rpc("ReportUsage", pb.ReportUsageRequest(node_id="n9")), NOT_FOUND, "'n9'"),
+    ("get: unknown node", _rpc("GetNode", pb.GetNodeRequest(node_id="n9")), NOT_FOUND, "'n9'"),
+    ("watch: unknown node", _stream("WatchAllocations", pb.WatchAllocationsRequest(node_id="n9")), NOT_FOUND, "'n9'"),
+    ("manifest: unknown", _stream("GetManifest", pb.GetManifestRequest(dataset_uri="s3://bkt/x")), NOT_FOUND, "s3://bkt/x"),
+]
+
+
+@pytest.mark.parametrize(("call", "code", "fragment"), [c[1:] for c in BAD_CALLS], ids=[c[0] for c in BAD_CALLS])
+def test_bad_calls_are_refused_by_name_and_change_nothing(
+    setup: Setup, call: Call, code: grpc.StatusCode, fragment: str
+) -> None:
+    before = full_state(setup.client)
+    with pytest.raises((ClientError, grpc.RpcError)) as info:
+        call(setup)
+    error = info.value
+    actual = error.code if isinstance(error, ClientError) else error.code()  # type: ignore[attr-defined]
+    message = str(error) if isinstance(error, ClientError) else error.details()  # type: ignore[attr-defined]
+    assert actual == code, message
+    assert fragment in message
+    assert full_state(setup.client) == before
+
+
+def test_removing_a_dataset_in_use_names_its_jobs(setup: Setup) -> None:
+    before = full_state(setup.client)
+    with pytest.raises(ClientError, match=r"in use by jobs \['j1'\]") as info:
+        setup.client.call(setup.client.stub.UnregisterDataset, pb.UnregisterDatasetRequest(uri=setup.a))
+    assert info.value.code == PRECONDITION
+    assert full_state(setup.client) == before

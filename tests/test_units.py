@@ -1,0 +1,82 @@
+"""Human units: what operators type is read exactly, and anything ambiguous is refused with a reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from datamgr.units import UnitError, format_rate, format_size, parse_rate, parse_size
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("4096", 4096),
+        ("500GiB", 500 * 2**30),
+        ("1.5TB", 1_500_000_000_000),
+        ("100kB", 100_000),
+        ("100KB", 100_000),
+        ("4MiB", 4 * 2**20),
+        ("2 MiB", 2 * 2**20),
+        ("0", 0),
+        ("1e3B", 1000),
+    ],
+)
+def test_parse_size_reads_decimal_and_binary_units(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("1G", "'G' is ambiguous: say GB or GiB"),
+        ("500M", "'M' is ambiguous"),
+        ("5Mb", "'Mb' means bits"),
+        ("1gb", "case-sensitive: did you mean GB?"),
+        ("1mib", "did you mean MiB?"),
+        ("-3GiB", "is negative"),
+        ("lots", "is not a number with a unit"),
+        ("3 parsecs", "unknown unit"),
+        ("", "is not a number"),
+    ],
+)
+def test_parse_size_rejects_ambiguous_or_malformed_sizes(text: str, fragment: str) -> None:
+    with pytest.raises(UnitError, match=fragment) as info:
+        parse_size(text)
+    assert repr(text) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("200MB/s", 200_000_000),
+        ("1.5GiB/s", int(1.5 * 2**30)),
+        ("1Gbps", 125_000_000),
+        ("3 Mbps", 375_000),
+        ("800kbps", 100_000),
+        ("12345", 12345),
+    ],
+)
+def test_parse_rate_reads_byte_and_bit_rates(text: str, expected: int) -> None:
+    assert parse_rate(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("200MB", "no time unit: did you mean 200MB/s?"),
+        ("1G/s", "ambiguous"),
+        ("5mbps", "unknown unit"),
+        ("-1MB/s", "is negative"),
+    ],
+)
+def test_parse_rate_rejects_sizes_and_ambiguous_rates(text: str, fragment: str) -> None:
+    with pytest.raises(UnitError, match=fragment):
+        parse_rate(text)
+
+
+def test_format_size_and_rate_pick_readable_units() -> None:
+    assert format_size(512) == "512 B"
+    assert format_size(1536) == "1.5 KiB"
+    assert format_size(3 * 2**40) == "3.0 TiB"
+    assert format_rate(999) == "999 B/s"
+    assert format_rate(200_000_000) == "200.0 MB/s"
