@@ -86,11 +86,13 @@ class DataManagerClient:
 
 
 def _client_error(exc: grpc.RpcError, address: str) -> ClientError:
-    code: grpc.StatusCode = exc.code()  # type: ignore[attr-defined]
-    details: str = exc.details() or ""  # type: ignore[attr-defined]
+    code: grpc.StatusCode = exc.code()
+    details: str = exc.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower():
         return ClientError(
-            f"cannot reach the data manager at {address} (set --datamgr or {DATAMGR_ENV})", code, unreachable=True
+            f"cannot reach the data manager at {address} (set --datamgr or {DATAMGR_ENV})",
+            code,
+            unreachable=True,
         )
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return ClientError(f"the data manager at {address} did not answer in time", code)

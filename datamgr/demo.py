@@ -13,7 +13,6 @@ import queue
 import random
 import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -28,7 +27,10 @@ from silodpb.v1 import datamgr_pb2 as pb
 REMOTE_IO_LIMIT = 200 * 10**6
 NODE_CAPACITY = 24 * 2**20
 # (job id, dataset dir, files, bytes per file, ideal rate f*): ResNet-50-like and EfficientNet-like readers.
-JOBS = (("resnet50", "imagenet-a", 160, 110_000, 114 * 10**6), ("effnetb1", "imagenet-b", 200, 110_000, 69 * 10**6))
+JOBS = (
+    ("resnet50", "imagenet-a", 160, 110_000, 114 * 10**6),
+    ("effnetb1", "imagenet-b", 200, 110_000, 69 * 10**6),
+)
 
 
 def _make_dataset(root: Path, files: int, size: int, rng: random.Random) -> None:
@@ -38,25 +40,35 @@ def _make_dataset(root: Path, files: int, size: int, rng: random.Random) -> None
         path.write_bytes(rng.randbytes(size))
 
 
-def _print_watch(stream: Iterator[pb.WatchEvent], node_id: str, applied: queue.Queue[int]) -> None:
+_print_lock = threading.Lock()
+
+
+def _say(line: str) -> None:
+    """Print one whole line; the watcher thread prints too."""
+    with _print_lock:
+        print(line, flush=True)
+
+
+def _describe(change: pb.AllocationChange) -> str:
+    kind = change.WhichOneof("change")
+    if kind == "dataset_set":
+        return f"dataset {change.dataset_set.uri} quota {format_size(change.dataset_set.cache_quota_bytes)}"
+    if kind == "job_set":
+        return f"job {change.job_set.job_id} rate {format_rate(change.job_set.io_bytes_per_sec)}"
+    return f"{kind} {getattr(change, str(kind))}"
+
+
+def _print_watch(stream: grpc.CallIterator[pb.WatchEvent], node_id: str, applied: queue.Queue[int]) -> None:
     """Print the node's allocation events as they arrive, as a node agent would apply them."""
     try:
         for event in stream:
             if event.HasField("snapshot"):
-                print(f"  [watch {node_id}] r{event.revision} snapshot: {len(event.snapshot.jobs)} jobs")
+                _say(f"  [watch {node_id}] r{event.revision} snapshot: {len(event.snapshot.jobs)} jobs")
             for change in event.changes:
-                kind = change.WhichOneof("change")
-                if kind == "dataset_set":
-                    d = change.dataset_set
-                    print(f"  [watch {node_id}] r{event.revision} dataset {d.uri} quota {format_size(d.cache_quota_bytes)}")
-                elif kind == "job_set":
-                    j = change.job_set
-                    print(f"  [watch {node_id}] r{event.revision} job {j.job_id} rate {format_rate(j.io_bytes_per_sec)}")
-                else:
-                    print(f"  [watch {node_id}] r{event.revision} {kind} {getattr(change, str(kind))}")
+                _say(f"  [watch {node_id}] r{event.revision} {_describe(change)}")
             applied.put(event.revision)
     except grpc.RpcError as exc:
-        if exc.code() != grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+        if exc.code() != grpc.StatusCode.CANCELLED:
             raise
 
 
@@ -65,11 +77,13 @@ def run_demo() -> int:
     with tempfile.TemporaryDirectory(prefix="silod-demo-") as tmp:
         root = Path(tmp)
         config = ServerConfig("127.0.0.1:0", root / "state", REMOTE_IO_LIMIT, 30.0)
-        print(f"== data manager on embedded defaults (state {config.state_dir}, remote IO limit "
-              f"{format_rate(REMOTE_IO_LIMIT)})")
+        _say(
+            f"== data manager on embedded defaults (state {config.state_dir}, remote IO limit "
+            f"{format_rate(REMOTE_IO_LIMIT)})"
+        )
         with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address) as client:
             client.register_node("node-1", "127.0.0.1:0", NODE_CAPACITY)
-            print(f"registered node-1 with {format_size(NODE_CAPACITY)} of cache")
+            _say(f"registered node-1 with {format_size(NODE_CAPACITY)} of cache")
             stream = client.stub.WatchAllocations(pb.WatchAllocationsRequest(node_id="node-1"))
             applied: queue.Queue[int] = queue.Queue()
             watcher = threading.Thread(target=_print_watch, args=(stream, "node-1", applied), daemon=True)
@@ -79,11 +93,13 @@ def run_demo() -> int:
                 _make_dataset(root / name, files, size, rng)
                 reply = client.register_dataset(f"file://{root / name}")
                 sizes[job_id] = reply.dataset.size_bytes
-                print(f"registered {reply.dataset.uri}: {reply.dataset.item_count} items, "
-                      f"{format_size(reply.dataset.size_bytes)}")
+                _say(
+                    f"registered {reply.dataset.uri}: {reply.dataset.item_count} items, "
+                    f"{format_size(reply.dataset.size_bytes)}"
+                )
                 client.register_job(job_id, reply.dataset.uri, ideal, [("node-1", 1)])
-                print(f"registered job {job_id} (f* = {format_rate(ideal)})")
-            print("== greedy allocation: cache the most cache-efficient dataset first (f*/d), then share IO")
+                _say(f"registered job {job_id} (f* = {format_rate(ideal)})")
+            _say("== greedy allocation: cache the most cache-efficient dataset first (f*/d), then share IO")
             cache_left = NODE_CAPACITY
             for job_id, name, _files, _size, ideal in sorted(JOBS, key=lambda j: -j[4] / sizes[j[0]]):
                 quota = min(sizes[job_id], cache_left)
@@ -91,16 +107,18 @@ def run_demo() -> int:
                 client.allocate_cache_size(f"file://{root / name}", quota)
                 demand = round(ideal * (1 - quota / sizes[job_id]))
                 client.allocate_remote_io(job_id, min(demand, REMOTE_IO_LIMIT // len(JOBS)))
-                print(f"{job_id}: cache {format_size(quota)} of {format_size(sizes[job_id])}, "
-                      f"remote demand {format_rate(demand)}")
+                _say(
+                    f"{job_id}: cache {format_size(quota)} of {format_size(sizes[job_id])}, "
+                    f"remote demand {format_rate(demand)}"
+                )
             revision = client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).revision
             while applied.get(timeout=10) < revision:
                 pass  # the node has applied every change before we stop watching
-            stream.cancel()  # type: ignore[attr-defined]
+            stream.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves cancel() untyped
             watcher.join()
-        print("== restart on the same state dir")
+        _say("== restart on the same state dir")
         with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address) as client:
             summary = client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest())
-            print(f"revision after restart: {summary.revision} (was {revision} before)\n")
+            _say(f"revision after restart: {summary.revision} (was {revision} before)\n")
             commands.status(argparse.Namespace(json=False), client)
     return 0

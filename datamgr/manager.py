@@ -16,7 +16,16 @@ from dataclasses import replace
 from datamgr import convert
 from datamgr.listing import freeze_manifest
 from datamgr.liveness import NodeLiveness
-from datamgr.model import AlreadyExists, Dataset, FailedPrecondition, InvalidArgument, Job, Node, NotFound, Worker
+from datamgr.model import (
+    AlreadyExists,
+    Dataset,
+    FailedPrecondition,
+    InvalidArgument,
+    Job,
+    Node,
+    NotFound,
+    Worker,
+)
 from datamgr.state import Change, ClusterState, diff_views
 from datamgr.store import StateStore
 from datamgr.units import format_rate, format_size
@@ -275,9 +284,7 @@ class DataManager:
                     last = event.revision
                     yield event
 
-    def report_usage(
-        self, node_id: str, datasets: Sequence[pb.DatasetUsage], jobs: Sequence[pb.JobUsage]
-    ) -> None:
+    def report_usage(self, node_id: str, datasets: Sequence[pb.DatasetUsage], jobs: Sequence[pb.JobUsage]) -> None:
         self._node("node_id", node_id)
         if self.liveness.report(node_id, datasets, jobs):
             log.info("node %s is available again", node_id)

@@ -84,7 +84,10 @@ def _bind(server: grpc.aio.Server, listen: str) -> int:
     if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
         raise ServeError(f"--listen {listen!r} must be HOST:PORT, e.g. 127.0.0.1:7420")
     if not _is_loopback(host):
-        log.warning("listening on %s without TLS or authentication: anyone who can reach it can change allocations", listen)
+        log.warning(
+            "listening on %s without TLS or authentication: anyone who can reach it can change allocations",
+            listen,
+        )
     try:
         port = server.add_insecure_port(listen)
     except RuntimeError as exc:

@@ -64,7 +64,9 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
         self._manager = manager
 
     @_unary
-    async def AllocateCacheSize(self, request: pb.AllocateCacheSizeRequest, context: Any) -> pb.AllocateCacheSizeResponse:
+    async def AllocateCacheSize(
+        self, request: pb.AllocateCacheSizeRequest, context: Any
+    ) -> pb.AllocateCacheSizeResponse:
         dataset, revision = self._manager.allocate_cache_size(request.dataset_uri, request.cache_size_bytes)
         return pb.AllocateCacheSizeResponse(
             dataset_uri=dataset.uri, cache_size_bytes=dataset.cache_quota_bytes, revision=revision
@@ -123,9 +125,7 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
         node, created, revision = self._manager.register_node(
             request.node_id, request.address, request.cache_capacity_bytes
         )
-        return pb.RegisterNodeResponse(
-            node=self._manager.node_info(node.node_id), created=created, revision=revision
-        )
+        return pb.RegisterNodeResponse(node=self._manager.node_info(node.node_id), created=created, revision=revision)
 
     @_unary
     async def UnregisterNode(self, request: pb.UnregisterNodeRequest, context: Any) -> pb.UnregisterNodeResponse:

@@ -70,22 +70,33 @@ class DataManagerProcess:
         self.extra = extra
         self.process: subprocess.Popen[bytes] | None = None
         self.address = ""
+        self._log_offset = 0
+
+    def launch(self) -> subprocess.Popen[bytes]:
+        """Start the process without waiting for it to listen."""
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        args = [*SILOD, "datamgr", "serve", "--listen", "127.0.0.1:0", "--state-dir", str(self.state_dir)]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen([*args, *self.extra], stdout=log, stderr=log)
+        return self.process
 
     def start(self, timeout: float = 30.0) -> DataManagerProcess:
-        log = self.log_path.open("ab")
-        offset = self.log_path.stat().st_size
-        args = [*SILOD, "datamgr", "serve", "--listen", "127.0.0.1:0", "--state-dir", str(self.state_dir)]
-        self.process = subprocess.Popen([*args, *self.extra], stdout=log, stderr=log)
+        """Start the process and wait until it logs the address it listens on."""
+        process = self.launch()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            match = _LISTENING.search(self.log_path.read_text()[offset:])
+            match = _LISTENING.search(self.log_path.read_text()[self._log_offset :])
             if match:
                 self.address = match.group(1)
                 return self
-            if self.process.poll() is not None:
+            if process.poll() is not None:
                 break
             time.sleep(0.05)  # polling the log for readiness, bounded by the deadline
-        raise AssertionError(f"data manager did not start:\n{self.log_path.read_text()[offset:]}")
+        raise AssertionError(f"data manager did not start:\n{self.log_path.read_text()[self._log_offset :]}")
+
+    def wait(self, timeout: float = 30.0) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout=timeout)
 
     def kill(self) -> None:
         assert self.process is not None

@@ -13,8 +13,8 @@ import pytest
 from datamgr.client import ClientError, DataManagerClient
 from fuseclient.manifest import Manifest
 from silodpb.v1 import datamgr_pb2 as pb
-from tests.storage_servers import DatasetTargetFactory
 from tests.datamgr_fixtures import REMOTE_IO_LIMIT, RunningDataManager, full_state, make_local_dataset
+from tests.storage_servers import DatasetTargetFactory
 
 
 def test_nodes_register_idempotently_and_show_in_queries(datamgr: RunningDataManager) -> None:
@@ -73,7 +73,12 @@ def test_jobs_allocations_usage_and_teardown(datamgr: RunningDataManager, tmp_pa
     assert (shown.io_bytes_per_sec, shown.usage[0].node_id, shown.usage[0].epoch) == (40_000_000, "n1", 2)
 
     summary = client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest())
-    assert (summary.dataset_count, summary.job_count, summary.node_count, summary.nodes_available) == (1, 1, 2, 2)
+    assert (summary.dataset_count, summary.job_count, summary.node_count, summary.nodes_available) == (
+        1,
+        1,
+        2,
+        2,
+    )
     assert summary.remote_io_allocated_bytes_per_sec == 40_000_000
     assert summary.remote_io_limit_bytes_per_sec == REMOTE_IO_LIMIT
     assert summary.cache_allocated_bytes == 30_000  # the quota is held on each of the two nodes
@@ -81,7 +86,9 @@ def test_jobs_allocations_usage_and_teardown(datamgr: RunningDataManager, tmp_pa
     assert [d.uri for d in client.call(client.stub.ListDatasets, pb.ListDatasetsRequest()).datasets] == [uri]
 
     client.call(client.stub.FinishJob, pb.FinishJobRequest(job_id="job-1"))
-    assert client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).remote_io_allocated_bytes_per_sec == 0
+    assert (
+        client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).remote_io_allocated_bytes_per_sec == 0
+    )
     client.call(client.stub.UnregisterDataset, pb.UnregisterDatasetRequest(uri=uri))
     client.call(client.stub.UnregisterNode, pb.UnregisterNodeRequest(node_id="n2"))
     final = client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest())
@@ -155,40 +162,155 @@ BAD_CALLS: list[tuple[str, Call, grpc.StatusCode, str]] = [
     ("cache: malformed uri", lambda s: s.client.allocate_cache_size("s3://", 1), INVALID, "dataset_uri"),
     ("cache: negative", lambda s: s.client.allocate_cache_size(s.a, -1), INVALID, "must not be negative"),
     ("cache: absurd", lambda s: s.client.allocate_cache_size(s.a, 2**62), INVALID, "sanity limit"),
-    ("cache: unknown dataset", lambda s: s.client.allocate_cache_size("s3://nobucket/x", 1), NOT_FOUND, "not registered"),
-    ("cache: above dataset size", lambda s: s.client.allocate_cache_size(s.a, 8_001), PRECONDITION, "larger than dataset"),
-    ("cache: above node capacity", lambda s: s.client.allocate_cache_size(s.b, 6_000), PRECONDITION, "'n2' mounts"),
-    ("io: unknown job", lambda s: s.client.allocate_remote_io("nojob", 1), NOT_FOUND, "'nojob' is not registered"),
-    ("io: above the limit", lambda s: s.client.allocate_remote_io("j2", 500_000_000), PRECONDITION, "400000000 bytes/s"),
+    (
+        "cache: unknown dataset",
+        lambda s: s.client.allocate_cache_size("s3://nobucket/x", 1),
+        NOT_FOUND,
+        "not registered",
+    ),
+    (
+        "cache: above dataset size",
+        lambda s: s.client.allocate_cache_size(s.a, 8_001),
+        PRECONDITION,
+        "larger than dataset",
+    ),
+    (
+        "cache: above node capacity",
+        lambda s: s.client.allocate_cache_size(s.b, 6_000),
+        PRECONDITION,
+        "'n2' mounts",
+    ),
+    (
+        "io: unknown job",
+        lambda s: s.client.allocate_remote_io("nojob", 1),
+        NOT_FOUND,
+        "'nojob' is not registered",
+    ),
+    (
+        "io: above the limit",
+        lambda s: s.client.allocate_remote_io("j2", 500_000_000),
+        PRECONDITION,
+        "400000000 bytes/s",
+    ),
     ("io: negative", lambda s: s.client.allocate_remote_io("j1", -5), INVALID, "io_bytes_per_sec -5"),
     ("io: bad job id", lambda s: s.client.allocate_remote_io("a/b", 5), INVALID, "[A-Za-z0-9._-]{1,128}"),
     ("job: path-like id", lambda s: s.client.register_job("..", s.a, 1, [("n1", 1)]), INVALID, "job_id '..'"),
     ("job: id too long", lambda s: s.client.register_job("j" * 129, s.a, 1, [("n1", 1)]), INVALID, "job_id"),
-    ("job: unknown node", lambda s: s.client.register_job("j3", s.a, 1, [("n9", 1)]), NOT_FOUND, "workers[0].node_id"),
-    ("job: unknown dataset", lambda s: s.client.register_job("j3", "file:///nope", 1, [("n1", 1)]), NOT_FOUND, "file:///nope"),
-    ("job: duplicate, other params", lambda s: s.client.register_job("j1", s.a, 7, [("n1", 1)]), EXISTS, "'j1'"),
+    (
+        "job: unknown node",
+        lambda s: s.client.register_job("j3", s.a, 1, [("n9", 1)]),
+        NOT_FOUND,
+        "workers[0].node_id",
+    ),
+    (
+        "job: unknown dataset",
+        lambda s: s.client.register_job("j3", "file:///nope", 1, [("n1", 1)]),
+        NOT_FOUND,
+        "file:///nope",
+    ),
+    (
+        "job: duplicate, other params",
+        lambda s: s.client.register_job("j1", s.a, 7, [("n1", 1)]),
+        EXISTS,
+        "'j1'",
+    ),
     ("job: no workers", lambda s: s.client.register_job("j3", s.a, 1, []), INVALID, "at least one node"),
-    ("job: node twice", lambda s: s.client.register_job("j3", s.a, 1, [("n1", 1), ("n1", 2)]), INVALID, "listed twice"),
-    ("job: zero workers", lambda s: s.client.register_job("j3", s.a, 1, [("n1", 0)]), INVALID, "workers[0].count"),
-    ("job: zero ideal rate", lambda s: s.client.register_job("j3", s.a, 0, [("n1", 1)]), INVALID, "must be positive"),
-    ("job: node lacks room", lambda s: s.client.register_job("j3", s.c, 1, [("n2", 1)]), PRECONDITION, "'n2' has room"),
+    (
+        "job: node twice",
+        lambda s: s.client.register_job("j3", s.a, 1, [("n1", 1), ("n1", 2)]),
+        INVALID,
+        "listed twice",
+    ),
+    (
+        "job: zero workers",
+        lambda s: s.client.register_job("j3", s.a, 1, [("n1", 0)]),
+        INVALID,
+        "workers[0].count",
+    ),
+    (
+        "job: zero ideal rate",
+        lambda s: s.client.register_job("j3", s.a, 0, [("n1", 1)]),
+        INVALID,
+        "must be positive",
+    ),
+    (
+        "job: node lacks room",
+        lambda s: s.client.register_job("j3", s.c, 1, [("n2", 1)]),
+        PRECONDITION,
+        "'n2' has room",
+    ),
     ("node: bad id", lambda s: s.client.register_node("node 1", "h:1", 1), INVALID, "node_id 'node 1'"),
     ("node: bad address", lambda s: s.client.register_node("n3", "", 1), INVALID, "address"),
-    ("node: negative capacity", lambda s: s.client.register_node("n3", "h:1", -1), INVALID, "cache_capacity_bytes"),
-    ("node: duplicate, other params", lambda s: s.client.register_node("n1", "h1:1", 1), EXISTS, "unregister it first"),
+    (
+        "node: negative capacity",
+        lambda s: s.client.register_node("n3", "h:1", -1),
+        INVALID,
+        "cache_capacity_bytes",
+    ),
+    (
+        "node: duplicate, other params",
+        lambda s: s.client.register_node("n1", "h1:1", 1),
+        EXISTS,
+        "unregister it first",
+    ),
     ("dataset: unknown scheme", lambda s: s.client.register_dataset("hdfs://x/y"), INVALID, "hdfs"),
-    ("dataset: missing dir", lambda s: s.client.register_dataset("file:///no/such/dir"), PRECONDITION, "/no/such/dir"),
-    ("dataset: empty dir", lambda s: s.client.register_dataset(s.empty_dir), PRECONDITION, "lists no objects"),
-    ("dataset: unknown option", lambda s: s.client.register_dataset(s.a + "x", {"colour": "red"}), INVALID, "colour"),
-    ("dataset: tiny chunks", lambda s: s.client.register_dataset(s.a, chunk_size=100), INVALID, "chunk_size_bytes"),
-    ("dataset: other chunk size", lambda s: s.client.register_dataset(s.a, chunk_size=2**20), EXISTS, "unregister"),
-    ("dataset: remove empty uri", _rpc("UnregisterDataset", pb.UnregisterDatasetRequest(uri="")), INVALID, "uri"),
-    ("node: remove in use", _rpc("UnregisterNode", pb.UnregisterNodeRequest(node_id="n1")), PRECONDITION, "['j1']"),
+    (
+        "dataset: missing dir",
+        lambda s: s.client.register_dataset("file:///no/such/dir"),
+        PRECONDITION,
+        "/no/such/dir",
+    ),
+    (
+        "dataset: empty dir",
+        lambda s: s.client.register_dataset(s.empty_dir),
+        PRECONDITION,
+        "lists no objects",
+    ),
+    (
+        "dataset: unknown option",
+        lambda s: s.client.register_dataset(s.a + "x", {"colour": "red"}),
+        INVALID,
+        "colour",
+    ),
+    (
+        "dataset: tiny chunks",
+        lambda s: s.client.register_dataset(s.a, chunk_size=100),
+        INVALID,
+        "chunk_size_bytes",
+    ),
+    (
+        "dataset: other chunk size",
+        lambda s: s.client.register_dataset(s.a, chunk_size=2**20),
+        EXISTS,
+        "unregister",
+    ),
+    (
+        "dataset: remove empty uri",
+        _rpc("UnregisterDataset", pb.UnregisterDatasetRequest(uri="")),
+        INVALID,
+        "uri",
+    ),
+    (
+        "node: remove in use",
+        _rpc("UnregisterNode", pb.UnregisterNodeRequest(node_id="n1")),
+        PRECONDITION,
+        "['j1']",
+    ),
     ("finish: unknown job", _rpc("FinishJob", pb.FinishJobRequest(job_id="j9")), NOT_FOUND, "'j9'"),
     ("usage: unknown node", _rpc("ReportUsage", pb.ReportUsageRequest(node_id="n9")), NOT_FOUND, "'n9'"),
     ("get: unknown node", _rpc("GetNode", pb.GetNodeRequest(node_id="n9")), NOT_FOUND, "'n9'"),
-    ("watch: unknown node", _stream("WatchAllocations", pb.WatchAllocationsRequest(node_id="n9")), NOT_FOUND, "'n9'"),
-    ("manifest: unknown", _stream("GetManifest", pb.GetManifestRequest(dataset_uri="s3://bkt/x")), NOT_FOUND, "s3://bkt/x"),
+    (
+        "watch: unknown node",
+        _stream("WatchAllocations", pb.WatchAllocationsRequest(node_id="n9")),
+        NOT_FOUND,
+        "'n9'",
+    ),
+    (
+        "manifest: unknown",
+        _stream("GetManifest", pb.GetManifestRequest(dataset_uri="s3://bkt/x")),
+        NOT_FOUND,
+        "s3://bkt/x",
+    ),
 ]
 
 

@@ -50,7 +50,12 @@ def test_apply_returns_an_undo_that_restores_every_index() -> None:
     assert state.jobs_on_node("n2") == frozenset()
     assert state.nodes_mounting(DATASET.uri) == {"n1"}
     state.apply(undo)
-    assert (dict(state.datasets), dict(state.jobs), dict(state.nodes), state.io_allocated_bytes_per_sec) == before
+    assert (
+        dict(state.datasets),
+        dict(state.jobs),
+        dict(state.nodes),
+        state.io_allocated_bytes_per_sec,
+    ) == before
     assert state.jobs_on_node("n2") == {"j1"}
     assert state.nodes_mounting(DATASET.uri) == {"n1", "n2"}
 

@@ -83,7 +83,13 @@ def job_show(args: argparse.Namespace, client: DataManagerClient) -> None:
     rows = [(w.node_id, w.count, format_rate(rates.get(w.node_id, 0))) for w in job.workers]
     print("\n" + render_table(("NODE", "WORKERS", "REMOTE IO SHARE"), rows))
     usage = [
-        (u.node_id, u.epoch, f"{u.epoch_progress:.0%}", format_size(u.bytes_read), format_size(u.bytes_from_remote))
+        (
+            u.node_id,
+            u.epoch,
+            f"{u.epoch_progress:.0%}",
+            format_size(u.bytes_read),
+            format_size(u.bytes_from_remote),
+        )
         for u in job.usage
     ]
     print("\n" + render_table(("NODE", "EPOCH", "PROGRESS", "READ", "FROM REMOTE"), usage))

@@ -41,7 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Cache and remote IO as scheduler resources for DL training clusters (SiloD).",
         epilog="Sizes accept 500GiB, 1.5TB, 4096; rates accept 200MB/s, 1.5GiB/s, 1Gbps.",
     )
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--log-level",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="default: INFO for the data manager, WARNING for everything else",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     datamgr = sub.add_parser("datamgr", help="run the data manager").add_subparsers(dest="action", required=True)
@@ -49,7 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve_p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help="default %(default)s")
     serve_p.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="where state is kept")
     serve_p.add_argument(
-        "--remote-io-limit", type=rate_arg, metavar="RATE", help="cluster egress cap, e.g. 1GB/s (default: none)"
+        "--remote-io-limit",
+        type=rate_arg,
+        metavar="RATE",
+        help="cluster egress cap, e.g. 1GB/s (default: none)",
     )
     serve_p.add_argument(
         "--node-timeout",
@@ -58,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds without a report before a node is marked unavailable (default %(default)s)",
     )
-    serve_p.set_defaults(run=_serve)
+    serve_p.set_defaults(run=_serve, default_log_level="INFO")
 
     alloc = sub.add_parser("alloc", help="set allocations (the paper's two calls)").add_subparsers(
         dest="action", required=True
@@ -101,9 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     job_add.add_argument("job_id", metavar="JOB_ID")
     job_add.add_argument("--dataset", required=True, metavar="URI")
     job_add.add_argument("--ideal-rate", type=rate_arg, required=True, metavar="RATE", help="f*, e.g. 114MB/s")
-    job_add.add_argument(
-        "--worker", type=worker_arg, action="append", required=True, metavar="NODE_ID[:COUNT]"
-    )
+    job_add.add_argument("--worker", type=worker_arg, action="append", required=True, metavar="NODE_ID[:COUNT]")
     _client_command(job_add, commands.job_add)
     finish_p = job.add_parser("finish", help="remove a finished job and its allocation")
     finish_p.add_argument("job_id", metavar="JOB_ID")
@@ -141,7 +146,9 @@ def _demo(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        level=args.log_level or getattr(args, "default_log_level", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
     )
     if hasattr(args, "run"):
         code: int = args.run(args)

@@ -1,0 +1,67 @@
+"""Nodes that stop reporting for the node timeout are marked unavailable, not forgotten."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from datamgr.client import DataManagerClient
+from datamgr.embedded import EmbeddedDataManager
+from datamgr.manager import DataManager
+from datamgr.server import ServerConfig
+from datamgr.store import SQLiteStore
+from silodpb.v1 import datamgr_pb2 as pb
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.expected_warnings
+def test_a_silent_node_becomes_unavailable_and_returns_when_it_reports(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = SQLiteStore(tmp_path)
+    manager = DataManager(store, node_timeout=10.0, clock=clock)
+    manager.register_node("n1", "h1:1", 100)
+    manager.register_node("n2", "h2:1", 100)
+    clock.now += 6
+    manager.report_usage("n2", [], [])
+    clock.now += 6
+    assert manager.expire_nodes() == ["n1"]
+    assert manager.expire_nodes() == []  # reported once, not on every sweep
+    assert not manager.node_info("n1").available
+    assert manager.node_info("n1").seconds_since_seen == pytest.approx(12.0)
+    assert manager.cluster_summary().node_count == 2
+    assert manager.cluster_summary().nodes_available == 1
+    manager.report_usage("n1", [], [])
+    assert manager.node_info("n1").available
+    store.close()
+
+
+def test_nodes_known_at_startup_get_a_full_timeout_of_grace(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = SQLiteStore(tmp_path)
+    DataManager(store, clock=clock).register_node("n1", "h1:1", 100)
+    clock.now += 3600
+    restarted = DataManager(store, node_timeout=10.0, clock=clock)
+    assert restarted.expire_nodes() == []
+    assert restarted.node_info("n1").available
+    store.close()
+
+
+@pytest.mark.expected_warnings
+def test_the_server_sweeps_silent_nodes_on_its_own(tmp_path: Path) -> None:
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", None, node_timeout=0.2)
+    with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address) as client:
+        client.register_node("n1", "h1:1", 100)
+        deadline = time.monotonic() + 10
+        while client.call(client.stub.GetNode, pb.GetNodeRequest(node_id="n1")).available:
+            assert time.monotonic() < deadline, "node never marked unavailable"
+            time.sleep(0.05)  # polling an observable state, bounded by the deadline
+        assert client.call(client.stub.ListNodes, pb.ListNodesRequest()).nodes[0].node_id == "n1"

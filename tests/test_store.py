@@ -1,0 +1,119 @@
+"""The state store: atomic durable commits, the resumable event log, and one owner per state dir."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from datamgr.manager import DataManager
+from datamgr.model import Dataset, Job, Node, Worker
+from datamgr.state import Change
+from datamgr.store import SQLiteStore, StateStore
+from datamgr.store.sqlite import SCHEMA_VERSION, StateDirError
+
+DATASET = Dataset("s3://bkt/train", {"region": "eu-west-1"}, 1000, 3, 4, 4 << 20, "d1", 500)
+NODE = Node("n1", "h1:7421", 10_000)
+JOB = Job("j1", DATASET.uri, 100, (Worker("n1", 2),), 50)
+
+
+def test_commits_survive_reopening_the_store(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path)
+    store.commit(1, Change(nodes_put=(NODE,), datasets_put=(DATASET,), manifest=(DATASET.uri, b"M")), [])
+    store.commit(2, Change(jobs_put=(JOB,)), [("n1", b"event-2")])
+    store.close()
+    reopened = SQLiteStore(tmp_path)
+    state = reopened.load()
+    assert (state.revision, state.datasets, state.jobs, state.nodes) == (2, (DATASET,), (JOB,), (NODE,))
+    assert reopened.manifest(DATASET.uri) == b"M"
+    assert reopened.events_since("n1", 1) == [b"event-2"]
+    reopened.close()
+
+
+def test_deleting_a_dataset_deletes_its_manifest(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path)
+    store.commit(1, Change(datasets_put=(DATASET,), manifest=(DATASET.uri, b"M")), [])
+    store.commit(2, Change(datasets_deleted=(DATASET.uri,)), [])
+    assert store.load().datasets == ()
+    with pytest.raises(KeyError):
+        store.manifest(DATASET.uri)
+    store.close()
+
+
+def test_a_failing_commit_writes_nothing(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path)
+    store.commit(1, Change(nodes_put=(NODE,)), [])
+    unstorable: Sequence[tuple[str, bytes]] = [("n1", object())]  # type: ignore[list-item]
+    with pytest.raises(sqlite3.Error):
+        store.commit(2, Change(datasets_put=(DATASET,)), unstorable)
+    state = store.load()
+    assert (state.revision, state.datasets) == (1, ())
+    store.close()
+
+
+def test_event_log_answers_only_for_revisions_it_still_holds(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path, retained_revisions=100)
+    for revision in range(1, 2049):
+        store.commit(revision, Change(), [("n1", str(revision).encode())])
+    assert store.events_since("n1", 2040) == [str(r).encode() for r in range(2041, 2049)]
+    assert store.events_since("n1", 2048) == []
+    assert store.events_since("n1", 2049) is None  # ahead of the store: the node must resync
+    assert store.events_since("n1", 10) is None  # pruned
+    assert store.events_since("n2", 2040) == []
+    store.close()
+
+
+def test_a_second_owner_of_the_state_dir_is_refused(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path)
+    with pytest.raises(StateDirError, match=r"in use by another data manager \(pid \d+\)"):
+        SQLiteStore(tmp_path)
+    store.close()
+    SQLiteStore(tmp_path).close()  # free again once closed
+
+
+def test_a_state_dir_from_a_newer_silod_is_refused(tmp_path: Path) -> None:
+    SQLiteStore(tmp_path).close()
+    db = sqlite3.connect(tmp_path / "silod.db")
+    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION + 1,))
+    db.commit()
+    db.close()
+    with pytest.raises(StateDirError, match="newer silod"):
+        SQLiteStore(tmp_path)
+
+
+def test_state_files_are_private_to_their_owner(tmp_path: Path) -> None:
+    SQLiteStore(tmp_path / "state").close()
+    assert (tmp_path / "state").stat().st_mode & 0o077 == 0
+    assert (tmp_path / "state" / "silod.db").stat().st_mode & 0o077 == 0
+
+
+class _FailingStoreFake:
+    """A store whose disk fails on commit: a fault no real SQLite file produces on demand."""
+
+    def __init__(self, inner: StateStore) -> None:
+        self._inner = inner
+        self.load = inner.load
+        self.events_since = inner.events_since
+        self.manifest = inner.manifest
+        self.close = inner.close
+
+    def commit(self, revision: int, change: Change, events: Sequence[tuple[str, bytes]]) -> None:
+        raise OSError("disk on fire")
+
+
+def test_manager_undoes_a_change_its_store_could_not_persist_with_failing_store_fake(tmp_path: Path) -> None:
+    inner = SQLiteStore(tmp_path)
+    inner.commit(1, Change(nodes_put=(NODE,), datasets_put=(DATASET,)), [])
+    inner.commit(2, Change(jobs_put=(JOB,)), [])
+    manager = DataManager(_FailingStoreFake(inner), remote_io_limit=1000)
+    with pytest.raises(OSError, match="disk on fire"):
+        manager.allocate_remote_io("j1", 70)
+    with pytest.raises(OSError, match="disk on fire"):
+        manager.allocate_cache_size(DATASET.uri, 900)
+    assert manager.state.revision == 2
+    assert manager.state.jobs["j1"].io_bytes_per_sec == 50
+    assert manager.state.io_allocated_bytes_per_sec == 50
+    assert manager.state.datasets[DATASET.uri].cache_quota_bytes == 500
+    inner.close()

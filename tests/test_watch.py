@@ -1,0 +1,134 @@
+"""The allocation watch stream: a snapshot, then one event per revision for exactly what the node enforces;
+a node that reconnects with its last revision gets what it missed, once, in order."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+import pytest
+
+from datamgr.client import DataManagerClient
+from datamgr.watch import WatchHub, WatchOverflow
+from silodpb.v1 import datamgr_pb2 as pb
+from tests.datamgr_fixtures import RunningDataManager, make_local_dataset
+
+STREAM_DEADLINE = 30.0
+
+
+class NodeWatch:
+    """A node's watch stream as a test drives it: `next()` waits, up to the stream's deadline, for an event."""
+
+    def __init__(self, call: grpc.CallIterator[pb.WatchEvent]) -> None:
+        self._call = call
+        self._events = iter(call)
+
+    def next(self) -> pb.WatchEvent:
+        return next(self._events)
+
+    def cancel(self) -> None:
+        self._call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves cancel() untyped
+
+
+def watch(client: DataManagerClient, node_id: str, since: int = 0) -> NodeWatch:
+    request = pb.WatchAllocationsRequest(node_id=node_id, since_revision=since)
+    return NodeWatch(client.stub.WatchAllocations(request, timeout=STREAM_DEADLINE))
+
+
+def kinds(event: pb.WatchEvent) -> list[tuple[str, str]]:
+    """(change kind, key) per change, e.g. ("job_set", "j1")."""
+    result = []
+    for change in event.changes:
+        kind = change.WhichOneof("change")
+        value = getattr(change, str(kind))
+        key = value if isinstance(value, str) else getattr(value, "job_id", "") or value.uri
+        result.append((str(kind), key))
+    return result
+
+
+@pytest.fixture
+def cluster(datamgr: RunningDataManager, tmp_path: Path) -> tuple[DataManagerClient, str, str]:
+    client = datamgr.client
+    client.register_node("n1", "h1:1", 1_000_000)
+    client.register_node("n2", "h2:1", 1_000_000)
+    a = make_local_dataset(tmp_path / "a")
+    b = make_local_dataset(tmp_path / "b")
+    client.register_dataset(a)
+    client.register_dataset(b)
+    client.register_job("j1", a, 10_000_000, [("n1", 1)])
+    return client, a, b
+
+
+def test_watch_sends_a_snapshot_then_each_change_for_the_node_in_order(
+    cluster: tuple[DataManagerClient, str, str],
+) -> None:
+    client, a, b = cluster
+    stream = watch(client, "n1")
+    snapshot = stream.next()
+    assert snapshot.HasField("snapshot")
+    assert [j.job_id for j in snapshot.snapshot.jobs] == ["j1"]
+    assert [d.uri for d in snapshot.snapshot.datasets] == [a]
+
+    r_cache = client.allocate_cache_size(a, 4000).revision
+    r_io = client.allocate_remote_io("j1", 5_000_000).revision
+    client.register_job("elsewhere", b, 1, [("n2", 1)])  # not n1's business: no event
+    r_job = client.register_job("j2", b, 1_000, [("n1", 1), ("n2", 1)]).revision
+    r_io2 = client.allocate_remote_io("j2", 3001).revision
+    r_finish = client.call(client.stub.FinishJob, pb.FinishJobRequest(job_id="j2")).revision
+
+    events = [stream.next() for _ in range(5)]
+    assert [e.revision for e in events] == [r_cache, r_io, r_job, r_io2, r_finish]
+    assert events[0].changes[0].dataset_set.cache_quota_bytes == 4000
+    assert events[1].changes[0].job_set.io_bytes_per_sec == 5_000_000
+    assert kinds(events[2]) == [("dataset_set", b), ("job_set", "j2")]
+    assert events[3].changes[0].job_set.io_bytes_per_sec == 1501  # half of 3001, remainder to the first node
+    assert kinds(events[4]) == [("job_removed", "j2"), ("dataset_removed", b)]
+    assert not any(e.HasField("snapshot") for e in events)
+
+
+def test_reconnecting_with_the_last_revision_resumes_without_loss_or_duplication(
+    cluster: tuple[DataManagerClient, str, str],
+) -> None:
+    client, a, _ = cluster
+    stream = watch(client, "n1")
+    last = stream.next().revision
+    client.allocate_remote_io("j1", 1)
+    last = stream.next().revision
+    stream.cancel()
+
+    missed = [client.allocate_remote_io("j1", rate).revision for rate in (2, 3, 4)]
+    missed.append(client.allocate_cache_size(a, 10).revision)
+    resumed = watch(client, "n1", since=last)
+    replayed = [resumed.next() for _ in missed]
+    assert [e.revision for e in replayed] == missed
+    assert [e.changes[0].job_set.io_bytes_per_sec for e in replayed[:3]] == [2, 3, 4]
+    assert not any(e.HasField("snapshot") for e in replayed)
+
+    live = client.allocate_remote_io("j1", 5).revision
+    assert resumed.next().revision == live
+
+
+@pytest.mark.parametrize("since", [10_000, -1 % 2**64], ids=["ahead-of-server", "huge"])
+def test_a_revision_the_server_never_had_gets_a_fresh_snapshot(
+    cluster: tuple[DataManagerClient, str, str], since: int
+) -> None:
+    client, _, _ = cluster
+    first = watch(client, "n1", since=since).next()
+    assert first.HasField("snapshot")
+    assert [j.job_id for j in first.snapshot.jobs] == ["j1"]
+
+
+def test_a_subscriber_that_falls_behind_is_told_to_resume_instead_of_buffering_forever() -> None:
+    async def scenario() -> None:
+        hub = WatchHub(backlog=2)
+        with hub.subscribe("n1") as subscription:
+            for revision in (1, 2, 3):
+                hub.publish("n1", pb.WatchEvent(revision=revision))
+            assert (await subscription.next()).revision == 1
+            assert (await subscription.next()).revision == 2
+            with pytest.raises(WatchOverflow):
+                await subscription.next()
+        assert hub.watcher_count("n1") == 0
+
+    asyncio.run(scenario())
