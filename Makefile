@@ -44,7 +44,7 @@ unit: setup
 test: lint unit
 
 bench: setup
-	$(PY) bench/control_plane.py
+	PYTHONPATH=$(CURDIR) $(PY) bench/control_plane.py
 
 # Regenerate the gRPC stubs (committed, so installs need no protoc).
 proto: setup

@@ -348,12 +348,13 @@ class DataManager:
 
     def _commit(self, change: Change, affected_nodes: Collection[str], description: str) -> int:
         """Apply, persist and publish `change` as the next revision; on a store failure, undo it."""
-        before = {node_id: self.state.node_view(node_id) for node_id in affected_nodes}
+        touched_jobs = {job.job_id for job in change.jobs_put}.union(change.jobs_deleted)
+        before = {node_id: self.state.node_view(node_id, touched_jobs) for node_id in affected_nodes}
         undo = self.state.apply(change)
         revision = self.state.revision + 1
         events = {}
         for node_id, old_view in before.items():
-            changes = diff_views(old_view, self.state.node_view(node_id))
+            changes = diff_views(old_view, self.state.node_view(node_id, touched_jobs))
             if changes:
                 events[node_id] = convert.watch_event(revision, changes)
         try:

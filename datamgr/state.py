@@ -7,7 +7,7 @@ keeps the returned undo `Change` in case the store refuses to persist it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -81,13 +81,17 @@ class ClusterState:
         uris = self.datasets_on_node(node_id) | set(datasets)
         return sum(self.datasets[uri].cache_quota_bytes for uri in uris)
 
-    def node_view(self, node_id: str) -> NodeView:
+    def node_view(self, node_id: str, only_jobs: Collection[str] | None = None) -> NodeView:
+        """What `node_id` enforces. `only_jobs` narrows the job part to those ids (a change's diff needs
+        no other jobs); the dataset part is always whole, since a dataset stays while any job reads it."""
+        on_node = self._jobs_by_node.get(node_id, set())
+        selected = on_node if only_jobs is None else on_node.intersection(only_jobs)
         jobs: dict[str, NodeJobView] = {}
-        for job_id in sorted(self.jobs_on_node(node_id)):
+        for job_id in sorted(selected):
             job = self.jobs[job_id]
             workers = sum(w.count for w in job.workers if w.node_id == node_id)
             jobs[job_id] = NodeJobView(job, workers, job.node_rates()[node_id])
-        datasets = {uri: self.datasets[uri] for uri in sorted({j.job.dataset_uri for j in jobs.values()})}
+        datasets = {uri: self.datasets[uri] for uri in sorted({self.jobs[j].dataset_uri for j in on_node})}
         return NodeView(datasets, jobs)
 
     # ---- mutation ----

@@ -20,8 +20,6 @@ def _no_unexpected_warnings(caplog: pytest.LogCaptureFixture, request: pytest.Fi
     if request.node.get_closest_marker("expected_warnings"):
         return
     loud = [
-        r
-        for r in caplog.get_records("call")
-        if r.levelno >= logging.WARNING and r.name.split(".")[0] in OUR_LOGGERS
+        r for r in caplog.get_records("call") if r.levelno >= logging.WARNING and r.name.split(".")[0] in OUR_LOGGERS
     ]
     assert not loud, "unexpected warnings: " + "; ".join(f"{r.name}: {r.getMessage()}" for r in loud)

@@ -120,45 +120,44 @@ class SQLiteStore:
 
 
 def _write_change(db: sqlite3.Connection, change: Change) -> None:
-    db.executemany("DELETE FROM jobs WHERE job_id = ?", ((j,) for j in change.jobs_deleted))
-    db.executemany("DELETE FROM datasets WHERE uri = ?", ((u,) for u in change.datasets_deleted))
-    db.executemany("DELETE FROM manifests WHERE uri = ?", ((u,) for u in change.datasets_deleted))
-    db.executemany("DELETE FROM nodes WHERE node_id = ?", ((n,) for n in change.nodes_deleted))
-    db.executemany(
-        "INSERT OR REPLACE INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    statements: list[tuple[str, Sequence[tuple[object, ...]]]] = [
+        ("DELETE FROM jobs WHERE job_id = ?", [(j,) for j in change.jobs_deleted]),
+        ("DELETE FROM datasets WHERE uri = ?", [(u,) for u in change.datasets_deleted]),
+        ("DELETE FROM manifests WHERE uri = ?", [(u,) for u in change.datasets_deleted]),
+        ("DELETE FROM nodes WHERE node_id = ?", [(n,) for n in change.nodes_deleted]),
         (
-            (
-                d.uri,
-                json.dumps(dict(d.options), sort_keys=True),
-                d.size_bytes,
-                d.file_count,
-                d.item_count,
-                d.chunk_size_bytes,
-                d.manifest_digest,
-                d.cache_quota_bytes,
-            )
-            for d in change.datasets_put
+            "INSERT OR REPLACE INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [_dataset_row(d) for d in change.datasets_put],
         ),
-    )
-    if change.manifest is not None:
-        db.execute("INSERT OR REPLACE INTO manifests VALUES (?, ?)", change.manifest)
-    db.executemany(
-        "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?)",
+        ("INSERT OR REPLACE INTO manifests VALUES (?, ?)", [change.manifest] if change.manifest else []),
+        ("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?)", [_job_row(j) for j in change.jobs_put]),
         (
-            (
-                j.job_id,
-                j.dataset_uri,
-                j.ideal_bytes_per_sec,
-                json.dumps([[w.node_id, w.count] for w in j.workers]),
-                j.io_bytes_per_sec,
-            )
-            for j in change.jobs_put
+            "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?)",
+            [(n.node_id, n.address, n.cache_capacity_bytes) for n in change.nodes_put],
         ),
+    ]
+    for sql, rows in statements:
+        if rows:
+            db.executemany(sql, rows)
+
+
+def _dataset_row(d: Dataset) -> tuple[object, ...]:
+    options = json.dumps(dict(d.options), sort_keys=True)
+    return (
+        d.uri,
+        options,
+        d.size_bytes,
+        d.file_count,
+        d.item_count,
+        d.chunk_size_bytes,
+        d.manifest_digest,
+        d.cache_quota_bytes,
     )
-    db.executemany(
-        "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?)",
-        ((n.node_id, n.address, n.cache_capacity_bytes) for n in change.nodes_put),
-    )
+
+
+def _job_row(j: Job) -> tuple[object, ...]:
+    workers = json.dumps([[w.node_id, w.count] for w in j.workers])
+    return (j.job_id, j.dataset_uri, j.ideal_bytes_per_sec, workers, j.io_bytes_per_sec)
 
 
 def _lock_state_dir(state_dir: Path) -> int:

@@ -1,0 +1,161 @@
+"""Azure Blob Storage (and Azurite) through azure-storage-blob."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
+from azure.core.exceptions import (
+    ClientAuthenticationError,
+    HttpResponseError,
+    IncompleteReadError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.identity import DefaultAzureCredential
+from azure.storage.blob import BlobProperties, BlobServiceClient, LinearRetry
+
+from fuseclient.backends.base import (
+    AccessDenied,
+    Backend,
+    BackendError,
+    BackendUnavailable,
+    InvalidBackendOption,
+    NoSuchObject,
+    ObjectInfo,
+    datetime_to_ns,
+    join_key,
+    parse_url_option,
+    relative_key,
+    unquote_etag,
+)
+from fuseclient.backends.uri import DatasetURI
+
+_CREDENTIAL_OPTIONS = ("connection_string", "account_key", "sas_token")
+
+
+class AzureBackend(Backend):
+    """`az://account/container/prefix`. Options: `account_url` (default
+    `https://{account}.blob.core.windows.net`; Azurite's is `http://host:port/{account}`) and at most
+    one of `connection_string` (which also gives the endpoint), `account_key`, `sas_token`; with none of
+    them, `DefaultAzureCredential` (environment, managed identity, Azure CLI, ...).
+
+    Explicit folders are blobs whose name ends in '/' and, on hierarchical-namespace accounts, blobs
+    with metadata `hdi_isfolder=true`.
+    """
+
+    scheme: ClassVar[str] = "az"
+    option_names: ClassVar[frozenset[str]] = frozenset({"account_url", *_CREDENTIAL_OPTIONS})
+    secret_options: ClassVar[frozenset[str]] = frozenset(_CREDENTIAL_OPTIONS)
+    list_page_size: ClassVar[int] = 5000
+    """Blobs per List Blobs request; 5000 is the service maximum."""
+
+    def __init__(self, uri: DatasetURI, options: Mapping[str, str]) -> None:
+        super().__init__(uri, options)
+        self._credential: DefaultAzureCredential | None = None
+        self._service = self._make_service_client(options)
+        self._container = self._service.get_container_client(uri.location[1])
+
+    def list(self) -> Iterator[ObjectInfo]:
+        prefix = self.uri.prefix
+        with self._translated_errors(str(self.uri)):
+            blobs = self._container.list_blobs(
+                name_starts_with=f"{prefix}/" if prefix else None,
+                include=["metadata"],
+                results_per_page=self.list_page_size,
+            )
+            for blob in blobs:
+                split = relative_key(prefix, blob.name)
+                if split is not None:
+                    yield _object_info(split[0], blob, is_dir=split[1])
+
+    def stat(self, key: str) -> ObjectInfo:
+        self._check_key(key)
+        blob = self._container.get_blob_client(join_key(self.uri.prefix, key))
+        with self._translated_errors(self.object_uri(key)):
+            return _object_info(key, blob.get_blob_properties(), is_dir=False)
+
+    def read(self, key: str, offset: int, length: int) -> bytes:
+        if not self._wants_bytes(key, offset, length):
+            return b""
+        with self._translated_errors(self.object_uri(key)):
+            try:
+                return self._container.download_blob(join_key(self.uri.prefix, key), offset, length).readall()
+            except HttpResponseError as exc:
+                if exc.status_code == 416:  # the range starts at or after the end of the blob
+                    return b""
+                raise
+
+    def close(self) -> None:
+        self._service.close()
+        if self._credential is not None:
+            self._credential.close()
+
+    def _translate(self, exc: Exception, what: str) -> BackendError:
+        cause = self._describe(exc)
+        status = exc.status_code if isinstance(exc, HttpResponseError) else None
+        if isinstance(exc, ClientAuthenticationError) or status == 403:
+            return AccessDenied(f"{what}: access denied ({cause})")
+        if isinstance(exc, IncompleteReadError):
+            return BackendUnavailable(f"{what}: connection lost during download ({cause})")
+        if getattr(exc, "error_code", None) == "ContainerNotFound":
+            account, container = self.uri.location
+            return NoSuchObject(f"{what}: container az://{account}/{container} does not exist ({cause})")
+        if status == 404:
+            return NoSuchObject(f"{what}: no such blob ({cause})")
+        if status is not None and (status >= 500 or status in (408, 429)):
+            return BackendUnavailable(f"{what}: storage unavailable or throttling ({cause})")
+        if isinstance(exc, ServiceRequestError | ServiceResponseError):
+            return BackendUnavailable(f"{what}: endpoint unreachable or connection lost ({cause})")
+        if status is not None:
+            return BackendError(f"{what}: request failed ({cause})")
+        return super()._translate(exc, what)
+
+    def _make_service_client(self, options: Mapping[str, str]) -> BlobServiceClient:
+        """A thread-safe client for the validated options; no request is made yet."""
+        uri = self.uri
+        given = [name for name in _CREDENTIAL_OPTIONS if name in options]
+        if len(given) > 1:
+            raise InvalidBackendOption(f"{uri}: options {' and '.join(map(repr, given))} exclude each other")
+        # An unreachable endpoint must fail in seconds; the caller's retry wrapper decides about retrying.
+        settings: dict[str, Any] = {
+            "retry_policy": LinearRetry(backoff=1, retry_total=1, random_jitter_range=1),
+            "connection_timeout": 3,
+            "read_timeout": 30,
+        }
+        if "connection_string" in options:
+            if "account_url" in options:
+                raise InvalidBackendOption(f"{uri}: option 'account_url' excludes 'connection_string'")
+            try:
+                return BlobServiceClient.from_connection_string(options["connection_string"], **settings)
+            except ValueError:
+                raise InvalidBackendOption(f"{uri}: option 'connection_string' is malformed") from None
+        account = uri.location[0]
+        account_url = parse_url_option(
+            uri, "account_url", options.get("account_url", f"https://{account}.blob.core.windows.net")
+        )
+        credential: AzureNamedKeyCredential | AzureSasCredential | DefaultAzureCredential
+        if "account_key" in options:
+            try:
+                base64.b64decode(options["account_key"], validate=True)
+            except binascii.Error:
+                raise InvalidBackendOption(f"{uri}: option 'account_key' must be base64") from None
+            credential = AzureNamedKeyCredential(account, options["account_key"])
+        elif "sas_token" in options:
+            credential = AzureSasCredential(options["sas_token"].lstrip("?"))
+        elif account_url.startswith("https://"):
+            credential = self._credential = DefaultAzureCredential()
+        else:
+            raise InvalidBackendOption(
+                f"{uri}: option 'account_url' must be https:// for Azure AD credentials; "
+                "plain http needs 'account_key', 'sas_token' or 'connection_string'"
+            )
+        return BlobServiceClient(account_url, credential=credential, **settings)
+
+
+def _object_info(key: str, blob: BlobProperties, is_dir: bool) -> ObjectInfo:
+    is_dir = is_dir or (blob.metadata or {}).get("hdi_isfolder", "").lower() == "true"
+    return ObjectInfo(key, blob.size, unquote_etag(blob.etag), datetime_to_ns(blob.last_modified), is_dir)

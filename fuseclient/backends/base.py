@@ -1,0 +1,235 @@
+"""The storage backend interface: list a dataset, stat and read byte ranges of its objects.
+
+Callers never see SDK exceptions: every backend turns them into `NoSuchObject`, `AccessDenied`,
+`BackendUnavailable` (worth retrying) or plain `BackendError`, with a message that names the object's
+full URI and the cause and never contains a credential. Retrying is the caller's job (one shared retry
+wrapper keyed on `is_transient`), so SDK-level retries are kept short and bounded.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import logging
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import ClassVar
+from urllib.parse import urlsplit
+
+from fuseclient.backends.uri import DatasetURI
+
+log = logging.getLogger(__name__)
+
+REDACTED = "<redacted>"
+
+# Secret-bearing fragments SDKs may echo in URLs or connection strings, whatever option supplied them.
+_SECRET_PATTERNS = re.compile(r"(?i)(sig=|accountkey=|x-amz-security-token=|x-amz-signature=)[^&;\s'\"]*")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """One object (or explicit folder, `is_dir=True`) of a dataset.
+
+    `key` is relative to the dataset prefix, '/'-separated, without leading or trailing '/'. `version`
+    changes whenever the content does (ETag for S3/Azure, size and mtime for local files), which is how
+    a changed object is detected instead of being served as a mix of old and new bytes.
+    """
+
+    key: str
+    size: int
+    version: str
+    mtime_ns: int
+    is_dir: bool = False
+
+
+class BackendError(Exception):
+    """A storage operation failed; the message names the object or dataset URI and the cause."""
+
+
+class NoSuchObject(BackendError):
+    """The object, or the bucket, container or directory holding the dataset, does not exist."""
+
+
+class AccessDenied(BackendError):
+    """The credentials are missing, wrong, or lack permission for the object."""
+
+
+class BackendUnavailable(BackendError):
+    """A transient failure (unreachable endpoint, timeout, throttling, 5xx); retrying may succeed."""
+
+
+class InvalidBackendOption(BackendError, ValueError):
+    """A backend option is unknown or has an invalid value; the message names the option, never its value."""
+
+
+class Backend(abc.ABC):
+    """A read-only view of one dataset: the objects under a URI's prefix.
+
+    Methods block (callers run them in worker threads) and must be safe to call from several threads
+    at once. Subclasses declare their `scheme`, the `option_names` they accept and which of those are
+    `secret_options`; the constructor rejects anything else before a subclass sees the options.
+    """
+
+    scheme: ClassVar[str]
+    option_names: ClassVar[frozenset[str]] = frozenset()
+    secret_options: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, uri: DatasetURI, options: Mapping[str, str]) -> None:
+        if uri.scheme != self.scheme:
+            raise ValueError(f"{uri}: {type(self).__name__} serves {self.scheme}:// URIs only")
+        for name in sorted(options):
+            if name not in self.option_names:
+                accepted = ", ".join(sorted(self.option_names)) or "none"
+                raise InvalidBackendOption(
+                    f"{uri}: unknown option {name!r} for {self.scheme}:// (accepted: {accepted})"
+                )
+            if not options[name].strip():
+                raise InvalidBackendOption(f"{uri}: option {name!r} must not be empty")
+        self.uri = uri
+        self._secrets = tuple(options[name] for name in self.secret_options if name in options)
+
+    @abc.abstractmethod
+    def list(self) -> Iterator[ObjectInfo]:
+        """Yield every object and explicit folder under the dataset prefix, recursively, in any order.
+
+        Raises `NoSuchObject` if the bucket, container or directory does not exist; a prefix with
+        nothing under it lists nothing (object stores cannot tell it from an absent one).
+        """
+
+    @abc.abstractmethod
+    def stat(self, key: str) -> ObjectInfo:
+        """Describe the object `key`, or raise `NoSuchObject`.
+
+        Folders are known from `list` only: a folder's key raises `NoSuchObject`, except on Azure
+        hierarchical-namespace accounts, whose folders are blobs and are reported with `is_dir=True`.
+        """
+
+    @abc.abstractmethod
+    def read(self, key: str, offset: int, length: int) -> bytes:
+        """Return up to `length` bytes of `key` from `offset`: short at the end, b"" at or after it.
+
+        A zero `length` returns b"" without contacting storage.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections and credentials; the backend must not be used afterwards."""
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether retrying the failed operation may succeed: only `BackendUnavailable` failures.
+
+        Accepts raw SDK exceptions too, classified exactly as this backend would translate them.
+        """
+        if not isinstance(exc, BackendError) and isinstance(exc, Exception):
+            exc = self._translate(exc, str(self.uri))
+        return isinstance(exc, BackendUnavailable)
+
+    def object_uri(self, key: str) -> str:
+        """The full URI of `key`, as used in messages."""
+        return f"{self.uri}/{key}"
+
+    def _translate(self, exc: Exception, what: str) -> BackendError:
+        """Map an SDK or OS exception raised while accessing `what` (a URI) to one of ours.
+
+        Backends override this, the single place where their SDK's errors are classified; build
+        messages with `self._describe(exc)` so no credential leaks into them.
+        """
+        return BackendError(f"{what}: {self._describe(exc)}")
+
+    @contextlib.contextmanager
+    def _translated_errors(self, what: str) -> Iterator[None]:
+        """Re-raise any non-BackendError exception from the block as `self._translate(exc, what)`.
+
+        The original is not chained: SDK exception texts can carry signed URLs, and a chained cause
+        would print them in tracebacks. Its type and (scrubbed) first line are in our message instead.
+        """
+        try:
+            yield
+        except BackendError:
+            raise
+        except Exception as exc:
+            raise self._translate(exc, what) from None
+
+    def _describe(self, exc: BaseException) -> str:
+        """The exception's type and first line of text, with anything secret replaced by `REDACTED`."""
+        text = str(exc)
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        text = _SECRET_PATTERNS.sub(lambda m: m.group(1) + REDACTED, text)
+        first_line = (text.strip().splitlines() or [""])[0][:300]
+        return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
+
+    def _check_key(self, key: str) -> None:
+        """Raise `NoSuchObject` unless `key` could be a listed key (see `is_valid_key`)."""
+        if not is_valid_key(key):
+            raise NoSuchObject(
+                f"{self.object_uri(key)}: not a valid key (a relative '/'-separated path without "
+                "empty, '.' or '..' components)"
+            )
+
+    def _wants_bytes(self, key: str, offset: int, length: int) -> bool:
+        """Validate `read` arguments; False when the answer is b"" without asking storage (length 0)."""
+        self._check_key(key)
+        if offset < 0 or length < 0:
+            raise ValueError(f"{self.object_uri(key)}: read offset and length must be >= 0")
+        return length > 0
+
+
+def is_valid_key(key: str) -> bool:
+    """Whether `key` can be a path below a mount point: no empty, '.' or '..' components, no NUL."""
+    return bool(key) and "\0" not in key and all(part not in ("", ".", "..") for part in key.split("/"))
+
+
+def join_key(prefix: str, key: str) -> str:
+    """The object store name of `key` in a dataset whose prefix is `prefix` ("" for a whole bucket)."""
+    return f"{prefix}/{key}" if prefix else key
+
+
+def relative_key(prefix: str, name: str) -> tuple[str, bool] | None:
+    """Split an object store name under `prefix` into (key, is_dir), or None if it must be skipped.
+
+    A name ending in '/' is a folder marker. The marker of the prefix itself is skipped silently; names
+    that cannot be paths below a mount point ('a//b', '../x') are skipped with a warning, since a
+    dataset's keys must mean the same thing on every node.
+    """
+    key = name[len(prefix) + 1 :] if prefix else name
+    is_dir = key.endswith("/")
+    if is_dir:
+        key = key[:-1]
+    if not key:
+        return None
+    if not is_valid_key(key):
+        log.warning("skipping object %r under %r: its name is not a valid relative path", name, prefix)
+        return None
+    return key, is_dir
+
+
+def unquote_etag(etag: str) -> str:
+    """An ETag without its surrounding double quotes (servers differ in whether they send them)."""
+    return etag.strip('"')
+
+
+def datetime_to_ns(value: datetime) -> int:
+    """Nanoseconds since the Unix epoch of an aware datetime, exactly (no float rounding)."""
+    return (value - _EPOCH) // timedelta(microseconds=1) * 1000
+
+
+def parse_bool_option(uri: DatasetURI, name: str, value: str) -> bool:
+    """'true' or 'false' (any case), else `InvalidBackendOption` naming the option."""
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise InvalidBackendOption(f"{uri}: option {name!r} must be 'true' or 'false'")
+    return lowered == "true"
+
+
+def parse_url_option(uri: DatasetURI, name: str, value: str) -> str:
+    """An http(s) URL with a host and no query or fragment, without a trailing '/'."""
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise InvalidBackendOption(
+            f"{uri}: option {name!r} must be an http:// or https:// URL with a host and no query string"
+        )
+    return value.strip().rstrip("/")

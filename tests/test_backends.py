@@ -1,0 +1,444 @@
+"""Conformance suite for storage backends: the same promises checked on file://, S3 (moto) and Azurite."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import errno
+import logging
+import os
+import random
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError, ServiceRequestError
+from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+
+from fuseclient.backends import (
+    REDACTED,
+    AccessDenied,
+    AzureBackend,
+    Backend,
+    BackendError,
+    BackendUnavailable,
+    DatasetURI,
+    InvalidBackendOption,
+    InvalidDatasetURI,
+    NoSuchObject,
+    ObjectInfo,
+    open_backend,
+    parse_dataset_uri,
+    redact_options,
+)
+from tests.datasets import generate_dataset, upload_dataset
+from tests.storage_servers import AzuriteServer, DatasetTarget, DatasetTargetFactory, free_port
+
+# A secret that must never show up in an exception message or a log line.
+SECRET_KEY = base64.b64encode(b"silod-never-print-this-secret-" + os.urandom(16)).decode()
+
+
+@contextlib.contextmanager
+def opened(target: DatasetTarget, **overrides: str) -> Iterator[Backend]:
+    backend = open_backend(target.uri, {**target.options, **overrides})
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+@pytest.fixture
+def backend(dataset_target: DatasetTarget) -> Iterator[Backend]:
+    with opened(dataset_target) as opened_backend:
+        yield opened_backend
+
+
+def listing(backend: Backend) -> dict[str, ObjectInfo]:
+    return {info.key: info for info in backend.list()}
+
+
+# --- listing -----------------------------------------------------------------------------------------
+
+
+def test_list_and_read_round_trip_a_generated_dataset(dataset_target: DatasetTarget, backend: Backend) -> None:
+    dataset = generate_dataset(seed=1, large_files=1)
+    upload_dataset(dataset_target, dataset)
+
+    first = listing(backend)
+
+    files = {key: info.size for key, info in first.items() if not info.is_dir}
+    assert files == {key: len(data) for key, data in dataset.files.items()}
+    assert sorted(key for key, info in first.items() if info.is_dir) == sorted(dataset.empty_dirs)
+    for key, info in first.items():
+        assert info.key == key
+        assert not key.startswith("/") and not key.endswith("/")
+        assert info.version
+        assert datetime(2020, 1, 1, tzinfo=UTC).timestamp() * 1e9 < info.mtime_ns < time.time_ns() + 86_400e9
+    assert {key: info.version for key, info in listing(backend).items()} == {
+        key: info.version for key, info in first.items()
+    }
+    for key, data in dataset.files.items():
+        assert backend.read(key, 0, len(data) + 1) == data, key
+
+
+@pytest.mark.parametrize("backend_name", ["s3", "az"])
+def test_list_follows_pagination(
+    dataset_target_factory: DatasetTargetFactory, backend_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # S3 servers page at 1,000 keys; Azure at 5,000, so make Azurite page as well.
+    monkeypatch.setattr(AzureBackend, "list_page_size", 400)
+    target = dataset_target_factory(backend_name)
+    keys = [f"shard_{i % 7}/item_{i:04d}" for i in range(1_100)]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        for future in [pool.submit(target.put, key, key.encode()) for key in keys]:
+            future.result()
+
+    with opened(target) as backend:
+        found = listing(backend)
+
+    assert {key: info.size for key, info in found.items()} == {key: len(key.encode()) for key in keys}
+
+
+@pytest.mark.expected_warnings
+@pytest.mark.parametrize("backend_name", ["s3", "az"])
+def test_list_skips_names_that_are_not_paths(
+    dataset_target_factory: DatasetTargetFactory, backend_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = dataset_target_factory(backend_name)
+    target.put("good.bin", b"1")
+    target.put("bad//name.bin", b"2")
+
+    with opened(target) as backend:
+        assert list(listing(backend)) == ["good.bin"]
+    assert "bad//name.bin" in caplog.text
+
+
+# --- reading -----------------------------------------------------------------------------------------
+
+
+def test_read_byte_ranges(dataset_target: DatasetTarget, backend: Backend) -> None:
+    data = random.Random(3).randbytes(10_007)
+    dataset_target.put("dir/blob.bin", data)
+    dataset_target.put("empty.bin", b"")
+
+    def read(offset: int, length: int) -> bytes:
+        return backend.read("dir/blob.bin", offset, length)
+
+    assert read(0, len(data)) == data
+    for offset, length in [(0, 1), (1, 4095), (4097, 3001), (10_000, 7), (123, 0)]:
+        assert read(offset, length) == data[offset : offset + length], (offset, length)
+    assert read(9_990, 100) == data[9_990:]
+    assert read(len(data), 10) == b""
+    assert read(len(data) + 5, 10) == b""
+    assert backend.read("empty.bin", 0, 10) == b""
+    with pytest.raises(ValueError, match="offset and length"):
+        read(-1, 10)
+
+
+def test_stat_agrees_with_list(dataset_target: DatasetTarget, backend: Backend) -> None:
+    dataset_target.put("a/one.bin", b"1" * 100)
+    dataset_target.put("a/b/two words ü.bin", b"")
+    dataset_target.make_dir("a/folder")
+
+    for key, listed in listing(backend).items():
+        if listed.is_dir:
+            with pytest.raises(NoSuchObject, match=re.escape(key)):
+                backend.stat(key)
+            continue
+        stat = backend.stat(key)
+        assert (stat.key, stat.size, stat.version, stat.is_dir) == (key, listed.size, listed.version, False)
+        # Listings and HEAD report modification times at different precisions.
+        assert abs(stat.mtime_ns - listed.mtime_ns) < 1_000_000_000
+
+
+def test_missing_object_is_named(dataset_target: DatasetTarget, backend: Backend) -> None:
+    dataset_target.put("present.bin", b"x")
+    for operation in (lambda: backend.stat("no/such key.bin"), lambda: backend.read("no/such key.bin", 0, 1)):
+        with pytest.raises(NoSuchObject, match=re.escape(f"{dataset_target.uri}/no/such key.bin")):
+            operation()
+
+
+@pytest.mark.parametrize("key", ["", "/abs", "../escape", "a//b", "a/./b", "a/../b", "dir/"])
+def test_keys_outside_the_dataset_are_refused(dataset_target: DatasetTarget, backend: Backend, key: str) -> None:
+    with pytest.raises(NoSuchObject, match="not a valid key"):
+        backend.stat(key)
+    with pytest.raises(NoSuchObject, match="not a valid key"):
+        backend.read(key, 0, 1)
+
+
+def test_local_backend_ignores_symlinks(dataset_target_factory: DatasetTargetFactory, tmp_path: Path) -> None:
+    target = dataset_target_factory("file")
+    outside = tmp_path / "outside"
+    (outside / "dir").mkdir(parents=True)
+    (outside / "secret.txt").write_bytes(b"outside")
+    (outside / "dir" / "f.bin").write_bytes(b"outside")
+    target.put("real.bin", b"inside")
+    root = Path(parse_dataset_uri(target.uri).prefix)
+    (root / "file-link").symlink_to(outside / "secret.txt")
+    (root / "dir-link").symlink_to(outside / "dir")
+    (root / "inner-link").symlink_to(root / "real.bin")
+
+    with opened(target) as backend:
+        assert list(listing(backend)) == ["real.bin"]
+        for key in ("file-link", "dir-link/f.bin", "inner-link"):
+            with pytest.raises(NoSuchObject, match=re.escape(key)):
+                backend.read(key, 0, 10)
+            with pytest.raises(NoSuchObject, match=re.escape(key)):
+                backend.stat(key)
+
+
+# --- configuration and failures ----------------------------------------------------------------------
+
+
+def test_unknown_option_is_rejected(dataset_target: DatasetTarget) -> None:
+    with pytest.raises(InvalidBackendOption, match=r"'bogus_option'.*accepted") as raised:
+        open_backend(dataset_target.uri, {**dataset_target.options, "bogus_option": "1"})
+    for name in dataset_target.options:
+        assert name in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("uri", "options", "fragment"),
+    [
+        ("s3://bucket", {"path_style": "maybe"}, "'path_style' must be 'true' or 'false'"),
+        ("s3://bucket", {"endpoint_url": "ftp://host"}, "'endpoint_url' must be an http"),
+        ("s3://bucket", {"region": " "}, "'region' must not be empty"),
+        ("s3://bucket", {"secret_access_key": SECRET_KEY}, "go together"),
+        ("s3://bucket", {"profile": "silod-no-such-profile"}, "'profile'"),
+        ("az://account/container", {"account_url": "not a url"}, "'account_url' must be an http"),
+        ("az://account/container", {"account_url": "http://127.0.0.1:1/account"}, "'account_url' must be https://"),
+        (
+            "az://account/container",
+            {"account_key": "not base64! " + SECRET_KEY},
+            "'account_key' must be base64",
+        ),
+        (
+            "az://account/container",
+            {"account_key": SECRET_KEY, "sas_token": SECRET_KEY},
+            "exclude each other",
+        ),
+        ("az://account/container", {"connection_string": "junk;" + SECRET_KEY}, "'connection_string'"),
+        ("file:///tmp", {"path_style": "true"}, "accepted: none"),
+    ],
+)
+def test_bad_option_values_are_rejected(uri: str, options: dict[str, str], fragment: str) -> None:
+    with pytest.raises(InvalidBackendOption, match=re.escape(fragment)) as raised:
+        open_backend(uri, options)
+    assert SECRET_KEY not in str(raised.value)
+
+
+def test_missing_bucket_container_or_directory_is_named(dataset_target: DatasetTarget) -> None:
+    missing_uri = re.sub(r"silod-([0-9a-f]+)", r"missing-\1", dataset_target.uri)
+    missing_location = re.search(r"missing-[0-9a-f]+", missing_uri)
+    assert missing_location is not None
+    with (
+        pytest.raises(NoSuchObject, match=missing_location[0]),
+        contextlib.closing(open_backend(missing_uri, dataset_target.options)) as backend,
+    ):
+        list(backend.list())
+
+
+def test_wrong_azure_key_is_access_denied(
+    dataset_target_factory: DatasetTargetFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Only Azurite checks credentials; moto accepts any S3 keys, so S3 has no counterpart here.
+    caplog.set_level(logging.DEBUG)
+    target = dataset_target_factory("az")
+    target.put("x.bin", b"x")
+    with opened(target, account_key=SECRET_KEY) as backend, pytest.raises(AccessDenied) as raised:
+        list(backend.list())
+    assert target.uri in str(raised.value)
+    assert SECRET_KEY not in str(raised.value)
+    assert SECRET_KEY not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("uri", "options"),
+    [
+        (
+            "s3://bucket/data",
+            {"access_key_id": "id", "secret_access_key": SECRET_KEY, "session_token": "T" * 40},
+        ),
+        ("az://account/container/data", {"account_key": SECRET_KEY}),
+        ("az://account/container/data", {"sas_token": f"sv=2024-05-04&sr=c&sp=rl&sig={SECRET_KEY}"}),
+    ],
+    ids=["s3", "az-key", "az-sas"],
+)
+def test_unreachable_endpoint_is_transient_and_fails_fast(
+    uri: str, options: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    endpoint_option = {"endpoint_url": endpoint} if uri.startswith("s3") else {"account_url": f"{endpoint}/account"}
+    with contextlib.closing(open_backend(uri, {**options, **endpoint_option})) as backend:
+        for operation in (lambda: list(backend.list()), lambda: backend.read("x.bin", 0, 10)):
+            started = time.monotonic()
+            with pytest.raises(BackendUnavailable, match=re.escape(uri)) as raised:
+                operation()
+            assert time.monotonic() - started < 10
+            assert backend.is_transient(raised.value)
+            assert SECRET_KEY not in str(raised.value)
+    assert SECRET_KEY not in caplog.text
+
+
+def test_azure_connection_string_and_sas_token_reach_azurite(
+    dataset_target_factory: DatasetTargetFactory, azurite: AzuriteServer
+) -> None:
+    target = dataset_target_factory("az")
+    target.put("x.bin", b"hello")
+    container = parse_dataset_uri(target.uri).location[1]
+    sas = generate_container_sas(
+        azurite.account_name,
+        container,
+        account_key=azurite.account_key,
+        permission=ContainerSasPermissions(read=True, list=True),
+        expiry=datetime.now(UTC) + timedelta(hours=1),
+    )
+    for options in (
+        {"connection_string": azurite.connection_string},
+        {"account_url": azurite.account_url, "sas_token": sas},
+    ):
+        with contextlib.closing(open_backend(target.uri, options)) as backend:
+            assert list(listing(backend)) == ["x.bin"]
+            assert backend.read("x.bin", 1, 3) == b"ell"
+
+
+def test_is_transient_classifies_raw_sdk_errors(tmp_path: Path) -> None:
+    s3 = open_backend("s3://bucket", {"access_key_id": "id", "secret_access_key": SECRET_KEY})
+    az = open_backend("az://account/container", {"account_key": SECRET_KEY})
+    local = open_backend(f"file://{tmp_path}")
+
+    def client_error(code: str, status: int) -> ClientError:
+        response: Any = {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
+        return ClientError(response, "GetObject")
+
+    def azure_error(status: int) -> HttpResponseError:
+        error = HttpResponseError("failed")
+        error.status_code = status
+        return error
+
+    cases: list[tuple[Backend, BaseException, bool]] = [
+        (s3, client_error("SlowDown", 503), True),
+        (s3, client_error("InternalError", 500), True),
+        (s3, client_error("NoSuchKey", 404), False),
+        (s3, client_error("AccessDenied", 403), False),
+        (s3, EndpointConnectionError(endpoint_url="http://127.0.0.1:1"), True),
+        (s3, ReadTimeoutError(endpoint_url="http://127.0.0.1:1"), True),
+        (az, ServiceRequestError("connection reset"), True),
+        (az, azure_error(503), True),
+        (az, azure_error(429), True),
+        (az, ResourceNotFoundError("gone"), False),
+        (local, OSError(errno.ESTALE, "stale file handle"), True),
+        (local, FileNotFoundError(errno.ENOENT, "gone"), False),
+        (local, BackendUnavailable("ours"), True),
+        (local, BackendError("ours"), False),
+    ]
+    for backend, exc, transient in cases:
+        assert backend.is_transient(exc) is transient, (backend.scheme, exc)
+    for backend in (s3, az, local):
+        backend.close()
+
+
+def test_local_backend_requires_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(NoSuchObject, match=re.escape(f"file://{tmp_path}/file: not a directory")):
+        open_backend(f"file://{tmp_path}/file")
+    with pytest.raises(NoSuchObject, match=re.escape(f"file://{tmp_path}/nowhere")):
+        open_backend(f"file://{tmp_path}/nowhere")
+
+
+# --- URIs and options --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "canonical"),
+    [
+        ("s3://bucket", DatasetURI("s3", ("bucket",), ""), "s3://bucket"),
+        ("s3://bucket/", DatasetURI("s3", ("bucket",), ""), "s3://bucket"),
+        (
+            "s3://my.bucket-1/data/train/",
+            DatasetURI("s3", ("my.bucket-1",), "data/train"),
+            "s3://my.bucket-1/data/train",
+        ),
+        (
+            "s3://bkt/with space/ünï ✓",
+            DatasetURI("s3", ("bkt",), "with space/ünï ✓"),
+            "s3://bkt/with space/ünï ✓",
+        ),
+        ("az://acct1/cont-1", DatasetURI("az", ("acct1", "cont-1"), ""), "az://acct1/cont-1"),
+        ("az://acct1/cont-1/a/b/", DatasetURI("az", ("acct1", "cont-1"), "a/b"), "az://acct1/cont-1/a/b"),
+        ("file:///data/imagenet/", DatasetURI("file", (), "/data/imagenet"), "file:///data/imagenet"),
+        ("file:///d", DatasetURI("file", (), "/d"), "file:///d"),
+    ],
+)
+def test_parse_dataset_uri_canonicalises(text: str, expected: DatasetURI, canonical: str) -> None:
+    parsed = parse_dataset_uri(text)
+    assert parsed == expected
+    assert str(parsed) == canonical
+    assert parse_dataset_uri(canonical) == parsed
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        (
+            "gs://bucket/x",
+            "supported forms are s3://bucket[/prefix], az://account/container[/prefix], file:///",
+        ),
+        ("bucket/x", "supported forms"),
+        ("S3://bucket", "supported forms"),
+        ("s3://", "missing bucket name"),
+        ("s3:///x", "missing bucket name"),
+        ("az://", "missing storage account name"),
+        ("az://acct", "missing container"),
+        ("file:///", "missing directory path"),
+        ("s3://bucket/a//b", "empty path component"),
+        ("s3://bucket/a/./b", "'.' and '..'"),
+        ("az://acct/cont/../b", "'.' and '..'"),
+        ("file:///a/b/..", "'.' and '..'"),
+        ("s3://bucket/a/ /b", "whitespace-only"),
+        ("s3://bucket/x?versionId=1", "query strings and fragments"),
+        ("az://acct/cont/x#frag", "query strings and fragments"),
+        ("s3://bucket/x\n", "control characters"),
+        ("file://host/data", "no host"),
+        ("file://data/relative", "no host"),
+        ("file:relative", "supported forms"),
+        ("s3://Bad_Bucket/x", "s3://Bad_Bucket/x: bucket name must be 3-63 characters of a-z, 0-9, '.', '-'"),
+        ("s3://ab/x", "bucket name must be 3-63"),
+        ("s3://" + "b" * 64, "bucket name must be 3-63"),
+        ("az://Acct/cont", "storage account name must be 3-24 characters of a-z, 0-9"),
+        ("az://acct-1/cont", "storage account name must be 3-24"),
+        ("az://" + "a" * 25 + "/cont", "storage account name must be 3-24"),
+        ("az://acct/con.t", "container name must be 3-63 characters of a-z, 0-9, '-'"),
+        ("az://acct/co", "container name must be 3-63"),
+    ],
+)
+def test_parse_dataset_uri_rejects(text: str, fragment: str) -> None:
+    with pytest.raises(InvalidDatasetURI, match=re.escape(fragment)):
+        parse_dataset_uri(text)
+
+
+def test_redact_options_hides_exactly_the_secrets() -> None:
+    s3_options = {
+        "endpoint_url": "http://minio:9000",
+        "secret_access_key": SECRET_KEY,
+        "session_token": "tok",
+    }
+    assert redact_options("s3", s3_options) == {
+        "endpoint_url": "http://minio:9000",
+        "secret_access_key": REDACTED,
+        "session_token": REDACTED,
+    }
+    assert s3_options["secret_access_key"] == SECRET_KEY
+    az_options = {"account_url": "https://a.blob.core.windows.net", "account_key": "k", "sas_token": "s"}
+    assert redact_options("az", az_options) == {**az_options, "account_key": REDACTED, "sas_token": REDACTED}
+    assert redact_options("az", {"connection_string": "c"}) == {"connection_string": REDACTED}
+    assert redact_options("file", {}) == {}
