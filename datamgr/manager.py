@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from datamgr import convert
 from datamgr.listing import freeze_manifest
@@ -27,7 +27,7 @@ from datamgr.model import (
     Worker,
 )
 from datamgr.state import Change, ClusterState, diff_views
-from datamgr.store import StateStore
+from datamgr.store import Commit, StateStore
 from datamgr.units import format_rate, format_size
 from datamgr.validation import (
     check_address,
@@ -67,6 +67,8 @@ class DataManager:
         self.state = ClusterState(stored.revision, stored.datasets, stored.jobs, stored.nodes)
         self.hub = hub or WatchHub()
         self.liveness = NodeLiveness(node_timeout, clock, self.state.nodes)
+        self._pending: list[_Pending] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     # ---- lookups that raise NOT_FOUND ----
 
@@ -90,7 +92,7 @@ class DataManager:
 
     # ---- the paper's two calls ----
 
-    def allocate_cache_size(self, dataset_uri: str, cache_size_bytes: int) -> tuple[Dataset, int]:
+    async def allocate_cache_size(self, dataset_uri: str, cache_size_bytes: int) -> tuple[Dataset, int]:
         dataset = self._dataset("dataset_uri", dataset_uri)
         size = check_bytes("cache_size_bytes", cache_size_bytes)
         if size > dataset.size_bytes:
@@ -108,14 +110,14 @@ class DataManager:
                     f"{format_size(others)} allocated to its other datasets)"
                 )
         if size == dataset.cache_quota_bytes:
-            return dataset, self.state.revision
+            return dataset, await self._settled()
         updated = replace(dataset, cache_quota_bytes=size)
-        revision = self._commit(
+        revision = await self._commit(
             Change(datasets_put=(updated,)), mounting, f"cache quota of {dataset.uri} = {format_size(size)}"
         )
         return updated, revision
 
-    def allocate_remote_io(self, job_id: str, io_bytes_per_sec: int) -> tuple[Job, int]:
+    async def allocate_remote_io(self, job_id: str, io_bytes_per_sec: int) -> tuple[Job, int]:
         job = self._job(job_id)
         rate = check_rate("io_bytes_per_sec", io_bytes_per_sec)
         if self.remote_io_limit is not None:
@@ -126,9 +128,9 @@ class DataManager:
                     f"{left} bytes/s ({format_rate(left)}) are left for job {job_id!r}"
                 )
         if rate == job.io_bytes_per_sec:
-            return job, self.state.revision
+            return job, await self._settled()
         updated = replace(job, io_bytes_per_sec=rate)
-        revision = self._commit(
+        revision = await self._commit(
             Change(jobs_put=(updated,)), job.node_ids, f"remote IO of job {job_id} = {format_rate(rate)}"
         )
         return updated, revision
@@ -143,11 +145,11 @@ class DataManager:
         options = dict(options)
         existing = self._existing_dataset(canonical, options, chunk)
         if existing is not None:
-            return existing, False, self.state.revision
+            return existing, False, await self._settled()
         manifest = await asyncio.to_thread(self._freeze, canonical, options, chunk)
         existing = self._existing_dataset(canonical, options, chunk)  # registered while we listed?
         if existing is not None:
-            return existing, False, self.state.revision
+            return existing, False, await self._settled()
         dataset = Dataset(
             canonical,
             options,
@@ -159,7 +161,7 @@ class DataManager:
         )
         change = Change(datasets_put=(dataset,), manifest=(canonical, manifest.encode()))
         summary = f"{manifest.file_count} files, {manifest.item_count} items, {format_size(manifest.size_bytes)}"
-        revision = self._commit(change, (), f"registered dataset {canonical} ({summary})")
+        revision = await self._commit(change, (), f"registered dataset {canonical} ({summary})")
         return dataset, True, revision
 
     def _existing_dataset(self, uri: str, options: Mapping[str, str], chunk: int) -> Dataset | None:
@@ -170,12 +172,12 @@ class DataManager:
             )
         return dataset
 
-    def unregister_dataset(self, uri: str) -> int:
+    async def unregister_dataset(self, uri: str) -> int:
         dataset = self._dataset("uri", uri)
         users = sorted(self.state.jobs_of_dataset(dataset.uri))
         if users:
             raise FailedPrecondition(f"uri: dataset {dataset.uri} is in use by jobs {users}; finish them first")
-        return self._commit(Change(datasets_deleted=(dataset.uri,)), (), f"unregistered dataset {dataset.uri}")
+        return await self._commit(Change(datasets_deleted=(dataset.uri,)), (), f"unregistered dataset {dataset.uri}")
 
     def manifest(self, dataset_uri: str) -> tuple[bytes, str]:
         dataset = self._dataset("dataset_uri", dataset_uri)
@@ -183,7 +185,7 @@ class DataManager:
 
     # ---- jobs ----
 
-    def register_job(
+    async def register_job(
         self, job_id: str, dataset_uri: str, ideal_bytes_per_sec: int, workers: Sequence[Worker]
     ) -> tuple[Job, bool, int]:
         check_id("job_id", job_id)
@@ -194,10 +196,10 @@ class DataManager:
         if existing is not None:
             if replace(existing, io_bytes_per_sec=0) != job:
                 raise AlreadyExists(f"job_id: job {job_id!r} is registered with other parameters")
-            return existing, False, self.state.revision
+            return existing, False, await self._settled()
         for node_id in job.node_ids:
             self._check_room_for(node_id, dataset)
-        revision = self._commit(
+        revision = await self._commit(
             Change(jobs_put=(job,)),
             job.node_ids,
             f"registered job {job_id} on {dataset.uri} with workers "
@@ -230,13 +232,13 @@ class DataManager:
                 f"dataset {dataset.uri} has a cache quota of {dataset.cache_quota_bytes} bytes"
             )
 
-    def finish_job(self, job_id: str) -> int:
+    async def finish_job(self, job_id: str) -> int:
         job = self._job(job_id)
-        return self._commit(Change(jobs_deleted=(job_id,)), job.node_ids, f"finished job {job_id}")
+        return await self._commit(Change(jobs_deleted=(job_id,)), job.node_ids, f"finished job {job_id}")
 
     # ---- nodes ----
 
-    def register_node(self, node_id: str, address: str, cache_capacity_bytes: int) -> tuple[Node, bool, int]:
+    async def register_node(self, node_id: str, address: str, cache_capacity_bytes: int) -> tuple[Node, bool, int]:
         node = Node(
             check_id("node_id", node_id),
             check_address("address", address),
@@ -250,16 +252,16 @@ class DataManager:
             )
         self._note_contact(node_id)
         if existing is not None:
-            return existing, False, self.state.revision
+            return existing, False, await self._settled()
         summary = f"registered node {node_id} at {address} with {format_size(node.cache_capacity_bytes)} of cache"
-        return node, True, self._commit(Change(nodes_put=(node,)), (), summary)
+        return node, True, await self._commit(Change(nodes_put=(node,)), (), summary)
 
-    def unregister_node(self, node_id: str) -> int:
+    async def unregister_node(self, node_id: str) -> int:
         self._node("node_id", node_id)
         users = sorted(self.state.jobs_on_node(node_id))
         if users:
             raise FailedPrecondition(f"node_id: node {node_id!r} runs workers of jobs {users}; finish them first")
-        revision = self._commit(Change(nodes_deleted=(node_id,)), (), f"unregistered node {node_id}")
+        revision = await self._commit(Change(nodes_deleted=(node_id,)), (), f"unregistered node {node_id}")
         self.liveness.forget(node_id)
         return revision
 
@@ -268,10 +270,12 @@ class DataManager:
         self._node("node_id", node_id)
         self._note_contact(node_id)
         with self.hub.subscribe(node_id) as subscription:
-            # No await between subscribing and reading the log: nothing can slip in between.
+            # No await between subscribing and reading the log or state: nothing can slip in between.
             logged = self._store.events_since(node_id, since_revision) if since_revision else None
             if logged is None:
-                backlog = [convert.snapshot_event(self.state.revision, self.state.node_view(node_id))]
+                snapshot = convert.snapshot_event(self.state.revision, self.state.node_view(node_id))
+                await self._settled()  # never show a node state that is not yet on disk
+                backlog = [snapshot]
             else:
                 backlog = [pb.WatchEvent.FromString(payload) for payload in logged]
             last = since_revision
@@ -346,24 +350,77 @@ class DataManager:
 
     # ---- the one way state changes ----
 
-    def _commit(self, change: Change, affected_nodes: Collection[str], description: str) -> int:
-        """Apply, persist and publish `change` as the next revision; on a store failure, undo it."""
+    async def _commit(self, change: Change, affected_nodes: Collection[str], description: str) -> int:
+        """Apply `change` as the next revision now, and return once it is durable.
+
+        Changes are applied in memory at once, in call order, so the next call is validated against them;
+        they are written in batches (group commit), so concurrent callers share one fsync. Watch events go
+        out only after their batch is on disk.
+        """
         touched_jobs = {job.job_id for job in change.jobs_put}.union(change.jobs_deleted)
         before = {node_id: self.state.node_view(node_id, touched_jobs) for node_id in affected_nodes}
         undo = self.state.apply(change)
-        revision = self.state.revision + 1
+        self.state.revision += 1
         events = {}
         for node_id, old_view in before.items():
             changes = diff_views(old_view, self.state.node_view(node_id, touched_jobs))
             if changes:
-                events[node_id] = convert.watch_event(revision, changes)
-        try:
-            self._store.commit(revision, change, [(n, e.SerializeToString()) for n, e in events.items()])
-        except BaseException:
-            self.state.apply(undo)
-            raise
-        self.state.revision = revision
-        for node_id, event in events.items():
-            self.hub.publish(node_id, event)
-        log.info("revision %d: %s", revision, description)
+                events[node_id] = convert.watch_event(self.state.revision, changes)
+        loop = asyncio.get_running_loop()
+        pending = _Pending(self.state.revision, change, undo, events, description, loop.create_future())
+        self._pending.append(pending)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = loop.create_task(self._flush())
+        await asyncio.shield(pending.durable)  # a caller that goes away must not cancel a shared commit
+        return pending.revision
+
+    async def _settled(self) -> int:
+        """The current revision, once every change up to it is durable."""
+        revision = self.state.revision
+        if self._pending:
+            await asyncio.shield(self._pending[-1].durable)
         return revision
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch = list(self._pending)
+            commits = [
+                Commit(p.revision, p.change, [(n, e.SerializeToString()) for n, e in p.events.items()]) for p in batch
+            ]
+            try:
+                await asyncio.to_thread(self._store.commit, commits)
+            except Exception as exc:
+                self._abandon_pending(exc)
+                return
+            del self._pending[: len(batch)]
+            for p in batch:
+                for node_id, event in p.events.items():
+                    self.hub.publish(node_id, event)
+                log.info("revision %d: %s", p.revision, p.description)
+                p.durable.set_result(None)
+
+    def _abandon_pending(self, exc: Exception) -> None:
+        """A batch could not be written: undo it and everything applied after it, newest first, and fail
+        all of their callers. Revision numbers are not reused."""
+        log.error("could not persist revisions %d-%d: %s", self._pending[0].revision, self._pending[-1].revision, exc)
+        for p in reversed(self._pending):
+            self.state.apply(p.undo)
+            p.durable.set_exception(exc)
+        self._pending.clear()
+
+    async def close(self) -> None:
+        """Wait for pending changes to be written (call before closing the store)."""
+        if self._flusher is not None:
+            await asyncio.wait([self._flusher])
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A change applied in memory and waiting for its batch to be durable."""
+
+    revision: int
+    change: Change
+    undo: Change
+    events: dict[str, pb.WatchEvent]
+    description: str
+    durable: asyncio.Future[None]

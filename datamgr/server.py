@@ -74,6 +74,7 @@ async def serve(
         log.info("data manager stopping")
         sweep.cancel()
         await server.stop(STOP_GRACE_SECONDS)
+        await manager.close()
     finally:
         store.close()
     log.info("data manager stopped")

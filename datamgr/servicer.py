@@ -67,14 +67,14 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
     async def AllocateCacheSize(
         self, request: pb.AllocateCacheSizeRequest, context: Any
     ) -> pb.AllocateCacheSizeResponse:
-        dataset, revision = self._manager.allocate_cache_size(request.dataset_uri, request.cache_size_bytes)
+        dataset, revision = await self._manager.allocate_cache_size(request.dataset_uri, request.cache_size_bytes)
         return pb.AllocateCacheSizeResponse(
             dataset_uri=dataset.uri, cache_size_bytes=dataset.cache_quota_bytes, revision=revision
         )
 
     @_unary
     async def AllocateRemoteIO(self, request: pb.AllocateRemoteIORequest, context: Any) -> pb.AllocateRemoteIOResponse:
-        job, revision = self._manager.allocate_remote_io(request.job_id, request.io_bytes_per_sec)
+        job, revision = await self._manager.allocate_remote_io(request.job_id, request.io_bytes_per_sec)
         return pb.AllocateRemoteIOResponse(
             job_id=job.job_id,
             io_bytes_per_sec=job.io_bytes_per_sec,
@@ -95,7 +95,7 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
     async def UnregisterDataset(
         self, request: pb.UnregisterDatasetRequest, context: Any
     ) -> pb.UnregisterDatasetResponse:
-        return pb.UnregisterDatasetResponse(revision=self._manager.unregister_dataset(request.uri))
+        return pb.UnregisterDatasetResponse(revision=await self._manager.unregister_dataset(request.uri))
 
     async def GetManifest(
         self, request: pb.GetManifestRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -111,25 +111,25 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
     @_unary
     async def RegisterJob(self, request: pb.RegisterJobRequest, context: Any) -> pb.RegisterJobResponse:
         workers = [Worker(w.node_id, w.count) for w in request.workers]
-        job, created, revision = self._manager.register_job(
+        job, created, revision = await self._manager.register_job(
             request.job_id, request.dataset_uri, request.ideal_bytes_per_sec, workers
         )
         return pb.RegisterJobResponse(job=self._manager.job_info(job.job_id), created=created, revision=revision)
 
     @_unary
     async def FinishJob(self, request: pb.FinishJobRequest, context: Any) -> pb.FinishJobResponse:
-        return pb.FinishJobResponse(revision=self._manager.finish_job(request.job_id))
+        return pb.FinishJobResponse(revision=await self._manager.finish_job(request.job_id))
 
     @_unary
     async def RegisterNode(self, request: pb.RegisterNodeRequest, context: Any) -> pb.RegisterNodeResponse:
-        node, created, revision = self._manager.register_node(
+        node, created, revision = await self._manager.register_node(
             request.node_id, request.address, request.cache_capacity_bytes
         )
         return pb.RegisterNodeResponse(node=self._manager.node_info(node.node_id), created=created, revision=revision)
 
     @_unary
     async def UnregisterNode(self, request: pb.UnregisterNodeRequest, context: Any) -> pb.UnregisterNodeResponse:
-        return pb.UnregisterNodeResponse(revision=self._manager.unregister_node(request.node_id))
+        return pb.UnregisterNodeResponse(revision=await self._manager.unregister_node(request.node_id))
 
     async def WatchAllocations(
         self, request: pb.WatchAllocationsRequest, context: grpc.aio.ServicerContext[Any, Any]

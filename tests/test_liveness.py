@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -23,13 +24,18 @@ class FakeClock:
         return self.now
 
 
+async def _register(manager: DataManager, *node_ids: str) -> None:
+    for node_id in node_ids:
+        await manager.register_node(node_id, f"{node_id}:1", 100)
+    await manager.close()
+
+
 @pytest.mark.expected_warnings
 def test_a_silent_node_becomes_unavailable_and_returns_when_it_reports(tmp_path: Path) -> None:
     clock = FakeClock()
     store = SQLiteStore(tmp_path)
     manager = DataManager(store, node_timeout=10.0, clock=clock)
-    manager.register_node("n1", "h1:1", 100)
-    manager.register_node("n2", "h2:1", 100)
+    asyncio.run(_register(manager, "n1", "n2"))
     clock.now += 6
     manager.report_usage("n2", [], [])
     clock.now += 6
@@ -47,7 +53,7 @@ def test_a_silent_node_becomes_unavailable_and_returns_when_it_reports(tmp_path:
 def test_nodes_known_at_startup_get_a_full_timeout_of_grace(tmp_path: Path) -> None:
     clock = FakeClock()
     store = SQLiteStore(tmp_path)
-    DataManager(store, clock=clock).register_node("n1", "h1:1", 100)
+    asyncio.run(_register(DataManager(store, clock=clock), "n1"))
     clock.now += 3600
     restarted = DataManager(store, node_timeout=10.0, clock=clock)
     assert restarted.expire_nodes() == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from datamgr.manager import DataManager
 from datamgr.model import Dataset, Job, Node, Worker
 from datamgr.state import Change
-from datamgr.store import SQLiteStore, StateStore
+from datamgr.store import Commit, SQLiteStore
 from datamgr.store.sqlite import SCHEMA_VERSION, StateDirError
 
 DATASET = Dataset("s3://bkt/train", {"region": "eu-west-1"}, 1000, 3, 4, 4 << 20, "d1", 500)
@@ -21,8 +22,8 @@ JOB = Job("j1", DATASET.uri, 100, (Worker("n1", 2),), 50)
 
 def test_commits_survive_reopening_the_store(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path)
-    store.commit(1, Change(nodes_put=(NODE,), datasets_put=(DATASET,), manifest=(DATASET.uri, b"M")), [])
-    store.commit(2, Change(jobs_put=(JOB,)), [("n1", b"event-2")])
+    store.commit([Commit(1, Change(nodes_put=(NODE,), datasets_put=(DATASET,), manifest=(DATASET.uri, b"M")), [])])
+    store.commit([Commit(2, Change(jobs_put=(JOB,)), [("n1", b"event-2")])])
     store.close()
     reopened = SQLiteStore(tmp_path)
     state = reopened.load()
@@ -34,29 +35,31 @@ def test_commits_survive_reopening_the_store(tmp_path: Path) -> None:
 
 def test_deleting_a_dataset_deletes_its_manifest(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path)
-    store.commit(1, Change(datasets_put=(DATASET,), manifest=(DATASET.uri, b"M")), [])
-    store.commit(2, Change(datasets_deleted=(DATASET.uri,)), [])
+    store.commit([Commit(1, Change(datasets_put=(DATASET,), manifest=(DATASET.uri, b"M")), [])])
+    store.commit([Commit(2, Change(datasets_deleted=(DATASET.uri,)), [])])
     assert store.load().datasets == ()
     with pytest.raises(KeyError):
         store.manifest(DATASET.uri)
     store.close()
 
 
-def test_a_failing_commit_writes_nothing(tmp_path: Path) -> None:
+def test_a_failing_batch_writes_nothing(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path)
-    store.commit(1, Change(nodes_put=(NODE,)), [])
+    store.commit([Commit(1, Change(nodes_put=(NODE,)))])
     unstorable: Sequence[tuple[str, bytes]] = [("n1", object())]  # type: ignore[list-item]
+    batch = [Commit(2, Change(datasets_put=(DATASET,))), Commit(3, Change(jobs_put=(JOB,)), unstorable)]
     with pytest.raises(sqlite3.Error):
-        store.commit(2, Change(datasets_put=(DATASET,)), unstorable)
+        store.commit(batch)
     state = store.load()
-    assert (state.revision, state.datasets) == (1, ())
+    assert (state.revision, state.datasets, state.jobs) == (1, (), ())
+    assert store.events_since("n1", 1) == []
     store.close()
 
 
 def test_event_log_answers_only_for_revisions_it_still_holds(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path, retained_revisions=100)
     for revision in range(1, 2049):
-        store.commit(revision, Change(), [("n1", str(revision).encode())])
+        store.commit([Commit(revision, Change(), [("n1", str(revision).encode())])])
     assert store.events_since("n1", 2040) == [str(r).encode() for r in range(2041, 2049)]
     assert store.events_since("n1", 2048) == []
     assert store.events_since("n1", 2049) is None  # ahead of the store: the node must resync
@@ -89,31 +92,70 @@ def test_state_files_are_private_to_their_owner(tmp_path: Path) -> None:
     assert (tmp_path / "state" / "silod.db").stat().st_mode & 0o077 == 0
 
 
-class _FailingStoreFake:
-    """A store whose disk fails on commit: a fault no real SQLite file produces on demand."""
+class _CountingStore:
+    """The real SQLite store, counting its transactions."""
 
-    def __init__(self, inner: StateStore) -> None:
-        self._inner = inner
+    def __init__(self, inner: SQLiteStore) -> None:
+        self.inner = inner
+        self.batches: list[list[int]] = []
         self.load = inner.load
         self.events_since = inner.events_since
         self.manifest = inner.manifest
         self.close = inner.close
 
-    def commit(self, revision: int, change: Change, events: Sequence[tuple[str, bytes]]) -> None:
+    def commit(self, commits: Sequence[Commit]) -> None:
+        self.batches.append([c.revision for c in commits])
+        self.inner.commit(commits)
+
+
+def _seeded_store(tmp_path: Path) -> SQLiteStore:
+    store = SQLiteStore(tmp_path)
+    store.commit([Commit(1, Change(nodes_put=(NODE,), datasets_put=(DATASET,))), Commit(2, Change(jobs_put=(JOB,)))])
+    return store
+
+
+def test_concurrent_changes_share_a_transaction_and_each_returns_once_durable(tmp_path: Path) -> None:
+    counting = _CountingStore(_seeded_store(tmp_path))
+
+    async def scenario() -> list[int]:
+        manager = DataManager(counting, remote_io_limit=10**9)
+        replies = await asyncio.gather(*(manager.allocate_remote_io("j1", rate) for rate in range(100, 110)))
+        await manager.close()
+        return [revision for _, revision in replies]
+
+    revisions = asyncio.run(scenario())
+    assert revisions == list(range(3, 13))
+    assert sorted(r for batch in counting.batches for r in batch) == revisions
+    assert len(counting.batches) < len(revisions)  # group commit: fewer fsyncs than changes
+    assert counting.inner.load().jobs[0].io_bytes_per_sec == 109
+    counting.close()
+
+
+class _FailingStoreFake(_CountingStore):
+    """The real store, but its disk fails on commit: a fault no real SQLite file produces on demand."""
+
+    def commit(self, commits: Sequence[Commit]) -> None:
         raise OSError("disk on fire")
 
 
-def test_manager_undoes_a_change_its_store_could_not_persist_with_failing_store_fake(tmp_path: Path) -> None:
-    inner = SQLiteStore(tmp_path)
-    inner.commit(1, Change(nodes_put=(NODE,), datasets_put=(DATASET,)), [])
-    inner.commit(2, Change(jobs_put=(JOB,)), [])
-    manager = DataManager(_FailingStoreFake(inner), remote_io_limit=1000)
-    with pytest.raises(OSError, match="disk on fire"):
-        manager.allocate_remote_io("j1", 70)
-    with pytest.raises(OSError, match="disk on fire"):
-        manager.allocate_cache_size(DATASET.uri, 900)
-    assert manager.state.revision == 2
+@pytest.mark.expected_warnings
+def test_a_failed_commit_undoes_every_pending_change_with_failing_store_fake(tmp_path: Path) -> None:
+    failing = _FailingStoreFake(_seeded_store(tmp_path))
+
+    async def scenario() -> DataManager:
+        manager = DataManager(failing, remote_io_limit=1000)
+        results = await asyncio.gather(
+            manager.allocate_remote_io("j1", 70),
+            manager.allocate_cache_size(DATASET.uri, 900),
+            manager.allocate_remote_io("j1", 80),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, OSError) and "disk on fire" in str(r) for r in results), results
+        return manager
+
+    manager = asyncio.run(scenario())
     assert manager.state.jobs["j1"].io_bytes_per_sec == 50
     assert manager.state.io_allocated_bytes_per_sec == 50
     assert manager.state.datasets[DATASET.uri].cache_quota_bytes == 500
-    inner.close()
+    assert failing.inner.load().revision == 2
+    failing.close()

@@ -20,16 +20,26 @@ class StoredState:
     nodes: tuple[Node, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """One accepted change as `revision`, with the serialized watch event for each node it affects."""
+
+    revision: int
+    change: Change
+    events: Sequence[tuple[str, bytes]] = ()
+
+
 class StateStore(Protocol):
     """Durable allocations, manifests and the per-node change log that watch streams resume from.
 
-    `commit` is atomic and durable when it returns: a change is either fully on disk or not at all.
+    `commit` may be called from a worker thread while the other methods are called from the event loop;
+    those only ever see committed data.
     """
 
     def load(self) -> StoredState: ...
 
-    def commit(self, revision: int, change: Change, events: Sequence[tuple[str, bytes]]) -> None:
-        """Persist `change` as `revision`, with the serialized watch events for each affected node."""
+    def commit(self, commits: Sequence[Commit]) -> None:
+        """Persist `commits`, in order, atomically and durably: all are on disk when it returns, or none."""
         ...
 
     def events_since(self, node_id: str, revision: int) -> list[bytes] | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from datamgr.model import Dataset, Job, Node, Worker
 from datamgr.state import Change
-from datamgr.store.base import StoredState
+from datamgr.store.base import Commit, StoredState
 
 SCHEMA_VERSION = 1
 DEFAULT_RETAINED_REVISIONS = 100_000
@@ -51,13 +51,17 @@ class SQLiteStore:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._lock_fd = _lock_state_dir(state_dir)
         path = state_dir / "silod.db"
+        # One connection writes (from the committing thread), one reads (from the event loop): with WAL the
+        # reader sees only committed transactions, never a batch that is still being written.
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         os.chmod(path, 0o600)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
-        self._retained = retained_revisions
         self._check_schema_version(path)
+        self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._retained = retained_revisions
+        self._next_prune = _PRUNE_EVERY
 
     def _check_schema_version(self, path: Path) -> None:
         version = self._meta("schema_version", None)
@@ -68,6 +72,10 @@ class SQLiteStore:
 
     def _meta(self, key: str, default: int | None) -> Any:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return default if row is None else row[0]
+
+    def _read_meta(self, key: str, default: int) -> Any:
+        row = self._reader.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return default if row is None else row[0]
 
     def load(self) -> StoredState:
@@ -82,39 +90,46 @@ class SQLiteStore:
         nodes = tuple(Node(*row) for row in self._db.execute("SELECT * FROM nodes ORDER BY node_id"))
         return StoredState(self._meta("revision", 0), datasets, jobs, nodes)
 
-    def commit(self, revision: int, change: Change, events: Sequence[tuple[str, bytes]]) -> None:
+    def commit(self, commits: Sequence[Commit]) -> None:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            _write_change(db, change)
-            db.executemany("INSERT INTO events VALUES (?, ?, ?)", ((revision, n, p) for n, p in events))
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('revision', ?)", (revision,))
-            if revision % _PRUNE_EVERY == 0 and revision > self._retained:
-                floor = revision - self._retained
+            for commit in commits:
+                _write_change(db, commit.change)
+                db.executemany(
+                    "INSERT INTO events VALUES (?, ?, ?)", ((commit.revision, n, p) for n, p in commit.events)
+                )
+            last = commits[-1].revision
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('revision', ?)", (last,))
+            if last >= self._next_prune and last > self._retained:
+                floor = last - self._retained
                 db.execute("DELETE FROM events WHERE revision <= ?", (floor,))
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('event_floor', ?)", (floor,))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+        if last >= self._next_prune:
+            self._next_prune = last + _PRUNE_EVERY
 
     def events_since(self, node_id: str, revision: int) -> list[bytes] | None:
-        if not self._meta("event_floor", 0) <= revision <= self._meta("revision", 0):
+        if not self._read_meta("event_floor", 0) <= revision <= self._read_meta("revision", 0):
             return None
-        rows = self._db.execute(
+        rows = self._reader.execute(
             "SELECT payload FROM events WHERE node_id = ? AND revision > ? ORDER BY revision",
             (node_id, revision),
         )
         return [payload for (payload,) in rows]
 
     def manifest(self, dataset_uri: str) -> bytes:
-        row = self._db.execute("SELECT data FROM manifests WHERE uri = ?", (dataset_uri,)).fetchone()
+        row = self._reader.execute("SELECT data FROM manifests WHERE uri = ?", (dataset_uri,)).fetchone()
         if row is None:
             raise KeyError(dataset_uri)
         data: bytes = row[0]
         return data
 
     def close(self) -> None:
+        self._reader.close()
         self._db.close()
         os.close(self._lock_fd)
 
