@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,8 @@ from datamgr.model import Dataset, Job, Node, Worker
 from datamgr.state import Change
 from datamgr.store import Commit, SQLiteStore
 from datamgr.store.sqlite import SCHEMA_VERSION, StateDirError
+from fuseclient.backends.base import ObjectInfo
+from fuseclient.manifest import Manifest, build_manifest
 
 DATASET = Dataset("s3://bkt/train", {"region": "eu-west-1"}, 1000, 3, 4, 4 << 20, "d1", 500)
 NODE = Node("n1", "h1:7421", 10_000)
@@ -159,3 +163,29 @@ def test_a_failed_commit_undoes_every_pending_change_with_failing_store_fake(tmp
     assert manager.state.datasets[DATASET.uri].cache_quota_bytes == 500
     assert failing.inner.load().revision == 2
     failing.close()
+
+
+def test_an_imagenet_sized_manifest_is_stored_compactly_and_read_back(tmp_path: Path) -> None:
+    """1.28 M files with real-looking (random MD5) ETags: one compact blob, not a row per file."""
+    files = 1_281_167
+    etags = random.Random(0).randbytes(16 * files).hex()  # MD5-like: incompressible
+    objects = (
+        ObjectInfo(
+            f"train/n{i // 1300:08d}/n{i // 1300:08d}_{i}.JPEG", 110_000 + i % 5000, etags[32 * i : 32 * i + 32], i
+        )
+        for i in range(files)
+    )
+    manifest = build_manifest(objects)
+    encoded = manifest.encode()
+    store = SQLiteStore(tmp_path)
+    dataset = replace(DATASET, file_count=files, item_count=manifest.item_count, manifest_digest=manifest.digest)
+    store.commit([Commit(1, Change(datasets_put=(dataset,), manifest=(dataset.uri, encoded)))])
+    store.close()
+    reopened = SQLiteStore(tmp_path)
+    restored = Manifest.decode(reopened.manifest(dataset.uri))
+    reopened.close()
+    assert restored.digest == manifest.digest
+    assert (restored.file_count, restored.item_count) == (files, files)
+    assert restored.file(files - 1).first_item == files - 1
+    assert len(encoded) / files < 40  # bytes per file, ETag included
+    assert (tmp_path / "silod.db").stat().st_size < 2 * len(encoded)
