@@ -58,14 +58,13 @@ class DataManager:
         node_timeout: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         freeze: ManifestFreezer = freeze_manifest,
-        hub: WatchHub | None = None,
     ) -> None:
         stored = store.load()
         self._store = store
         self._freeze = freeze
         self.remote_io_limit = remote_io_limit
         self.state = ClusterState(stored.revision, stored.datasets, stored.jobs, stored.nodes)
-        self.hub = hub or WatchHub()
+        self.hub = WatchHub()
         self.liveness = NodeLiveness(node_timeout, clock, self.state.nodes)
         self._pending: list[_Pending] = []
         self._flusher: asyncio.Task[None] | None = None

@@ -84,21 +84,19 @@ def parse_rate(text: str) -> int:
     raise UnitError(f"rate {text!r} has an unknown unit{_ambiguity_hint(unit)}; {_RATE_HELP}")
 
 
+def _scaled(value: float, base: int, units: tuple[str, ...]) -> str:
+    for unit in units[:-1]:
+        if abs(value) < base:
+            return f"{value:.0f} {unit}" if unit == units[0] else f"{value:.1f} {unit}"
+        value /= base
+    return f"{value:.1f} {units[-1]}"
+
+
 def format_size(num_bytes: int | float) -> str:
     """A short binary-unit rendering for tables: 1536 -> "1.5 KiB"."""
-    value = float(num_bytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} PiB"
+    return _scaled(float(num_bytes), 1024, ("B", "KiB", "MiB", "GiB", "TiB", "PiB"))
 
 
 def format_rate(bytes_per_sec: int | float) -> str:
     """A short decimal-unit rendering for tables: 200_000_000 -> "200.0 MB/s"."""
-    value = float(bytes_per_sec)
-    for unit in ("B/s", "kB/s", "MB/s", "GB/s", "TB/s"):
-        if abs(value) < 1000:
-            return f"{value:.0f} {unit}" if unit == "B/s" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} PB/s"
+    return _scaled(float(bytes_per_sec), 1000, ("B/s", "kB/s", "MB/s", "GB/s", "TB/s", "PB/s"))
