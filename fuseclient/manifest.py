@@ -16,6 +16,7 @@ import json
 import re
 import zlib
 from array import array
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -85,6 +86,21 @@ class Manifest:
     @cached_property
     def size_bytes(self) -> int:
         return sum(self.sizes)
+
+    def file_of_item(self, item: int) -> int:
+        """Index of the file that owns `item`."""
+        if not 0 <= item < self.item_count:
+            raise IndexError(f"item {item} is outside 0..{self.item_count - 1}")
+        return bisect_right(self.first_items, item) - 1
+
+    def item_extent(self, item: int) -> tuple[int, int, int]:
+        """(file index, byte offset in the file, length in bytes) of `item`."""
+        index = self.file_of_item(item)
+        offset = (item - self.first_items[index]) * self.chunk_size
+        return index, offset, min(self.chunk_size, self.sizes[index] - offset)
+
+    def item_size(self, item: int) -> int:
+        return self.item_extent(item)[2]
 
     def file(self, index: int) -> FileEntry:
         first = self.first_items[index]

@@ -74,3 +74,12 @@ def test_encoding_is_compact_for_many_files() -> None:
 def test_decode_refuses_bytes_that_are_not_a_manifest(data: bytes) -> None:
     with pytest.raises(ManifestError):
         Manifest.decode(data)
+
+
+def test_item_extents_cover_every_byte_of_every_file_once() -> None:
+    manifest = build_manifest([_obj("a", 2 * CHUNK + 5), _obj("b", 0), _obj("c", CHUNK)], CHUNK)
+    extents = [manifest.item_extent(i) for i in range(manifest.item_count)]
+    assert extents == [(0, 0, CHUNK), (0, CHUNK, CHUNK), (0, 2 * CHUNK, 5), (1, 0, 0), (2, 0, CHUNK)]
+    assert [manifest.item_size(i) for i in range(manifest.item_count)] == [e[2] for e in extents]
+    with pytest.raises(IndexError):
+        manifest.item_extent(manifest.item_count)
