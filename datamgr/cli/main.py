@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from datamgr.cli import commands
+from datamgr.cli import mount as mount_commands
 from datamgr.cli.args import option_arg, option_env_arg, positive_seconds, rate_arg, size_arg, worker_arg
 from datamgr.client import DATAMGR_ENV, ClientError, DataManagerClient, default_address
 from datamgr.server import DEFAULT_LISTEN, ServeError, ServerConfig, serve
@@ -121,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     status_p = sub.add_parser("status", help="datasets, jobs and nodes")
     status_p.add_argument("--json", action="store_true", help="machine-readable output")
     _client_command(status_p, commands.status)
+
+    mount_commands.add_commands(sub)
 
     demo_p = sub.add_parser("demo", help="run the control-plane demo on embedded defaults")
     demo_p.set_defaults(run=_demo)

@@ -22,6 +22,7 @@ from fuseclient.backends.base import (
     ObjectInfo,
 )
 from fuseclient.backends.local import LocalBackend
+from fuseclient.backends.retry import RetryingBackend, RetryPolicy, call_with_retries
 from fuseclient.backends.s3 import S3Backend
 from fuseclient.backends.uri import DatasetURI, InvalidDatasetURI, parse_dataset_uri
 
@@ -39,7 +40,10 @@ __all__ = [
     "LocalBackend",
     "NoSuchObject",
     "ObjectInfo",
+    "RetryPolicy",
+    "RetryingBackend",
     "S3Backend",
+    "call_with_retries",
     "open_backend",
     "parse_dataset_uri",
     "redact_options",

@@ -1,0 +1,130 @@
+"""`silod mount` and `silod umount`: the standalone FUSE client, with jobs and allocations on the command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import trio
+
+from datamgr.cli.args import option_arg, option_env_arg, positive_seconds, rate_arg, size_arg
+from datamgr.model import InvalidArgument
+from datamgr.validation import check_chunk_size, check_dataset_uri, check_id
+from fuseclient import mount
+from fuseclient.manifest import DEFAULT_CHUNK_SIZE
+
+log = logging.getLogger(__name__)
+
+
+def _pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key or not value:
+        raise argparse.ArgumentTypeError(f"{text!r} must be NAME=VALUE")
+    return key, value
+
+
+def _uri_and_size(text: str) -> tuple[str, int]:
+    uri, sep, size = text.rpartition("=")
+    if not sep or not uri:
+        raise argparse.ArgumentTypeError(f"{text!r} must be DATASET_URI=SIZE")
+    return uri, size_arg(size)
+
+
+def _job_and_rate(text: str) -> tuple[str, int]:
+    job_id, rate = _pair(text)
+    return job_id, rate_arg(rate)
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    mount_p = sub.add_parser(
+        "mount",
+        help="mount datasets read-only, one directory per job, with a uniform cache and throttled remote reads",
+        description="Serve MOUNTPOINT/JOB_ID/ as each job's dataset. Allocations are fixed here; "
+        "`silod node` takes them from the data manager instead.",
+    )
+    mount_p.add_argument("mountpoint", type=Path, metavar="MOUNTPOINT")
+    mount_p.add_argument("--cache-dir", type=Path, required=True, metavar="DIR", help="local disk for the cache")
+    mount_p.add_argument("--job", type=_pair, action="append", required=True, metavar="JOB_ID=DATASET_URI")
+    mount_p.add_argument(
+        "--cache-size", type=_uri_and_size, action="append", default=[], metavar="URI=SIZE",
+        help="a dataset's cache quota on this node, e.g. s3://b/train=500GiB (default 0: cache nothing)",
+    )  # fmt: skip
+    mount_p.add_argument(
+        "--io-rate", type=_job_and_rate, action="append", default=[], metavar="JOB_ID=RATE",
+        help="a job's remote IO rate, e.g. job1=200MB/s; 0 blocks uncached reads (default: unthrottled)",
+    )  # fmt: skip
+    mount_p.add_argument("--option", type=option_arg, action="append", default=[], metavar="KEY=VALUE")
+    mount_p.add_argument("--option-env", type=option_env_arg, action="append", default=[], metavar="KEY=ENV_VAR")
+    mount_p.add_argument("--chunk-size", type=size_arg, default=DEFAULT_CHUNK_SIZE, metavar="SIZE")
+    mount_p.add_argument("--allow-other", action="store_true", help="let other users (containers) read the mount")
+    mount_p.add_argument("--foreground", action="store_true", help="stay attached instead of daemonizing")
+    mount_p.add_argument("--stats-interval", type=positive_seconds, metavar="S", help="log per-job statistics")
+    mount_p.add_argument("--log-file", type=Path, metavar="FILE", help="daemon log (default CACHE_DIR/mount.log)")
+    mount_p.set_defaults(run=run_mount, default_log_level="INFO")
+
+    umount_p = sub.add_parser("umount", help="unmount a silod mount")
+    umount_p.add_argument("mountpoint", type=Path, metavar="MOUNTPOINT")
+    umount_p.add_argument("--lazy", action="store_true", help="detach now even if files are open in it")
+    umount_p.set_defaults(run=run_umount)
+
+
+def _config(args: argparse.Namespace) -> mount.MountConfig:
+    """Cross-check the arguments; raises InvalidArgument naming the offending one."""
+    if not args.mountpoint.is_dir():
+        raise InvalidArgument(f"mountpoint {args.mountpoint} is not a directory")
+    jobs: dict[str, str] = {}
+    for job_id, uri in args.job:
+        if job_id in jobs:
+            raise InvalidArgument(f"--job {job_id} is given twice")
+        jobs[check_id("--job JOB_ID", job_id)] = check_dataset_uri("--job DATASET_URI", uri)
+    cache_sizes = {check_dataset_uri("--cache-size", uri): size for uri, size in args.cache_size}
+    unread = sorted(cache_sizes.keys() - set(jobs.values()))
+    if unread:
+        raise InvalidArgument(f"--cache-size names {unread[0]}, which no --job reads")
+    io_rates = dict(args.io_rate)
+    unknown = sorted(io_rates.keys() - jobs.keys())
+    if unknown:
+        raise InvalidArgument(f"--io-rate names job {unknown[0]!r}, which is not a --job")
+    return mount.MountConfig(
+        mountpoint=args.mountpoint.resolve(),
+        cache_dir=args.cache_dir.resolve(),
+        jobs=jobs,
+        cache_sizes=cache_sizes,
+        io_rates=io_rates,
+        backend_options=dict(args.option + args.option_env),
+        chunk_size=check_chunk_size("--chunk-size", args.chunk_size),
+        allow_other=args.allow_other,
+        stats_interval=args.stats_interval,
+    )
+
+
+def run_mount(args: argparse.Namespace) -> int:
+    try:
+        config = _config(args)
+    except InvalidArgument as exc:
+        print(f"silod mount: {exc}", file=sys.stderr)
+        return 2
+    config.cache_dir.mkdir(parents=True, exist_ok=True)
+
+    def serve(on_ready: mount.ReadyCallback) -> None:
+        trio.run(mount.serve, config, on_ready)
+
+    if args.foreground:
+        serve(lambda: None)
+        return 0
+    log_file = args.log_file or config.cache_dir / "mount.log"
+    code = mount.run_detached(serve, log_file)
+    if code:
+        print(f"silod mount: the mount did not start; see {log_file}", file=sys.stderr)
+    return code
+
+
+def run_umount(args: argparse.Namespace) -> int:
+    try:
+        mount.unmount(args.mountpoint, lazy=args.lazy)
+    except OSError as exc:
+        print(f"silod umount: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,450 @@
+"""SiloD's uniform cache: one per dataset per node, one file per cached item on local disk.
+
+Why uniform caching: a training job reads every item exactly once per epoch in a fresh random order, so
+whichever items are cached, the hit ratio is c/d (cache bytes / dataset bytes). The optimal policy is
+therefore to admit fetched items while they fit under the dataset's quota and then never evict; LRU would
+only churn the disk for the same hit ratio (and thrashes when several jobs share the dataset). Evictions
+happen only when the quota shrinks, and then uniformly at random, so that the remaining cache is still a
+uniform sample of the dataset and every job sharing it keeps the c/d hit ratio. The quota is charged once
+per dataset, however many jobs on this node read it.
+
+Promises (each pinned by tests/test_cache.py):
+- The bytes of cached items never exceed the quota. Admissions reserve their bytes under a lock before
+  writing, so concurrent admissions cannot overshoot together; a shrink takes its victims out of the
+  accounting (and out of the `cached` bitset) atomically with the quota change.
+- While under quota nothing is evicted, and a quota increase evicts nothing.
+- An item is visible (its bit set, `read` serving it) only once its file is complete under its final name.
+- A restart reuses every complete entry and never serves a partial one.
+
+On-disk layout, inside the directory the caller dedicates to this dataset:
+- `cache.json`: format tag, manifest digest and chunk size. A restart that finds another digest (the
+  dataset was re-registered with different content or numbering) drops every item instead of serving
+  bytes that belong to another numbering.
+- `items/<item // 1024>/<item>`: the item's bytes, exactly `manifest.item_size(item)` of them. The fan-out
+  keeps directories at 1024 entries or fewer (ImageNet-1k is 1.28 M items).
+- `items/<item // 1024>/<item>.tmp-<pid>-<n>`: an admission in progress; renamed to the final name when
+  complete, deleted by a restart that finds it.
+Items of size 0 have no file: their content is known from the manifest, so they count as cached from the
+start and cost nothing.
+
+Crash safety and the fsync policy: items are written to a temporary name and renamed, never fsynced. A
+crash of the process (kill -9 included) at any point leaves either a complete final file or a temporary
+one, because data already written sits in the kernel page cache and reaches the disk regardless of the
+process. After a power loss or kernel crash, a renamed file may come back truncated or empty (the rename
+can reach the disk before the data); the restart check that each file's size equals the manifest's item
+size discards those. What it cannot catch is a file of the right size whose blocks were not written (a
+filesystem that exposes unwritten extents after a crash; ext4 and XFS in their default modes do not) —
+fsyncing every item would close that gap at a large cost in write throughput, for a cache whose entries
+can always be fetched again. Only `cache.json` is fsynced, since it decides whether items are trusted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+import random
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bitarray import bitarray
+
+from fuseclient.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+FANOUT = 1024
+METADATA_NAME = "cache.json"
+ITEMS_NAME = "items"
+_FORMAT = "silod-cache/1"
+_STALE_PREFIX = "items.stale-"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """A consistent snapshot of one dataset cache's accounting, for logs, metrics and the status command."""
+
+    quota_bytes: int
+    used_bytes: int
+    cached_items: int
+    admitted: int  # items admitted since start
+    rejected_full: int  # misses not admitted because the quota was full
+    evicted: int  # items evicted by quota shrinks (including a restore above the quota)
+    write_errors: int  # admissions that failed on disk (ENOSPC, EACCES, EROFS, ...)
+
+
+class DatasetCache:
+    """The local cache of one dataset on this node, bounded by a quota the data manager may change.
+
+    Every method blocks (on small amounts of disk IO) and is thread-safe: the read path calls them from
+    worker threads concurrently. `read` and `contains` take no lock. `set_quota` never holds the lock while
+    deleting files, so a shrink does not stall reads or admissions of other items.
+    """
+
+    def __init__(self, directory: Path, manifest: Manifest, quota_bytes: int, *, seed: int | None = None) -> None:
+        """Open (creating it if needed) the cache in `directory`, which belongs to this dataset alone.
+
+        Restores what a previous run left: complete entries are reused, temporary and wrong-sized files
+        deleted, everything dropped if the manifest digest changed; if the restored bytes exceed
+        `quota_bytes`, uniformly random entries are evicted down to it. `seed` fixes the eviction choices.
+        """
+        _check_quota(quota_bytes)
+        self._directory = Path(directory)
+        self._items_dir = self._directory / ITEMS_NAME
+        self._manifest = manifest
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._quota = quota_bytes
+        self._used = 0
+        self._reserved = 0
+        self._busy: set[int] = set()  # items being written or deleted: no other admission may touch them
+        self._closed = False
+        self._admitted = 0
+        self._rejected_full = 0
+        self._evicted = 0
+        self._write_errors = 0
+        self._warned: set[tuple[str, int]] = set()
+        self._made_buckets: set[int] = set()
+        self._temp_names = itertools.count()
+
+        count = manifest.item_count
+        self._nonempty = bitarray(count)
+        self._nonempty.setall(1)
+        for index, size in enumerate(manifest.sizes):
+            if size == 0:
+                self._nonempty[manifest.first_items[index]] = 0
+        self._cached = ~self._nonempty  # empty items are cached from the start; see the module docstring
+
+        self._directory.mkdir(parents=True, exist_ok=True)
+        self._open_directory()
+        started = time.monotonic()
+        restored = self._restore()
+        log.info(
+            "cache %s: restored %d items (%d bytes) in %.2f s",
+            self._directory,
+            restored,
+            self._used,
+            time.monotonic() - started,
+        )
+        if self._used > self._quota:
+            self.set_quota(self._quota)
+
+    # --- queries ---------------------------------------------------------------------------------------
+
+    @property
+    def cached(self) -> bitarray:
+        """Bit k is set iff item k is cached: a live view, for the caller to read and never to modify."""
+        return self._cached
+
+    @property
+    def quota_bytes(self) -> int:
+        return self._quota
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of the cached items (admissions in progress are not counted until complete)."""
+        return self._used
+
+    def contains(self, item: int) -> bool:
+        self._check_item(item)
+        return bool(self._cached[item])
+
+    def statistics(self) -> CacheStats:
+        with self._lock:
+            return CacheStats(
+                quota_bytes=self._quota,
+                used_bytes=self._used,
+                cached_items=self._cached.count(),
+                admitted=self._admitted,
+                rejected_full=self._rejected_full,
+                evicted=self._evicted,
+                write_errors=self._write_errors,
+            )
+
+    # --- the read path ---------------------------------------------------------------------------------
+
+    def read(self, item: int, offset: int, length: int) -> bytes | None:
+        """Up to `length` bytes of cached `item` from `offset` (short at its end), or None if not cached.
+
+        None also when the item was evicted meanwhile or its file cannot be read: the caller then fetches
+        from the backend, which always has the right bytes. Never returns a partial entry's bytes.
+        """
+        if offset < 0 or length < 0:
+            raise ValueError(f"item {item}: read offset and length must be >= 0")
+        self._check_item(item)
+        if not self._cached[item]:
+            return None
+        size = self._manifest.item_size(item)
+        wanted = max(0, min(length, size - offset))
+        if wanted == 0:
+            return b""
+        try:
+            fd = os.open(self._item_path(item), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None  # evicted between the bit check and the open
+        except OSError as exc:
+            self._warn_once("read", exc)
+            return None
+        try:
+            chunks: list[bytes] = []
+            got = 0
+            while got < wanted and (chunk := os.pread(fd, wanted - got, offset + got)):
+                chunks.append(chunk)
+                got += len(chunk)
+        except OSError as exc:
+            self._warn_once("read", exc)
+            return None
+        finally:
+            os.close(fd)
+        return b"".join(chunks) if got == wanted else None
+
+    def admit(self, item: int, data: bytes) -> bool:
+        """Store a freshly fetched item if it fits under the quota; True if it is cached on return.
+
+        A cached item is left alone (True). False when the quota has no room for it (counted in
+        `rejected_full`; nothing is evicted to make room), when the disk refuses the write (counted in
+        `write_errors`, one WARNING per errno per cache), when another thread is admitting or evicting the
+        same item at this moment, or after `close`.
+        """
+        size = self._manifest.item_size(item)
+        if len(data) != size:
+            raise ValueError(f"item {item} is {size} bytes, got {len(data)} to admit")
+        with self._lock:
+            if self._cached[item]:
+                return True
+            if self._closed or item in self._busy:
+                return False
+            if self._used + self._reserved + size > self._quota:
+                self._rejected_full += 1
+                return False
+            self._reserved += size
+            self._busy.add(item)
+        try:
+            self._write(item, data)
+        except OSError as exc:
+            self._release(item, size, write_error=True)
+            self._warn_once("write", exc)
+            return False
+        except BaseException:
+            self._release(item, size, write_error=False)
+            raise
+        with self._lock:
+            self._reserved -= size
+            fits = self._used + size <= self._quota  # the quota may have shrunk during the write
+            if fits:
+                self._used += size
+                self._cached[item] = 1
+                self._admitted += 1
+                self._busy.discard(item)
+            else:
+                self._rejected_full += 1
+        if not fits:
+            self._unlink(item)  # still busy: no other admission can have put a file there meanwhile
+            with self._lock:
+                self._busy.discard(item)
+        return fits
+
+    # --- quota changes ---------------------------------------------------------------------------------
+
+    def set_quota(self, quota_bytes: int) -> int:
+        """Apply a new quota; if it is below the cached bytes, evict uniformly random items until under it.
+
+        Returns the number of items evicted. The victims leave the `cached` bitset and the accounting at
+        once (readers stop using them); their files are deleted afterwards without holding the lock, before
+        this call returns. A quota increase evicts nothing.
+        """
+        _check_quota(quota_bytes)
+        with self._lock:
+            self._quota = quota_bytes
+            victims = self._take_victims_locked() if self._used > quota_bytes else []
+        if not victims:
+            return 0
+        for item in victims:
+            self._unlink(item)
+        with self._lock:
+            self._busy.difference_update(victims)
+        log.info("cache %s: quota now %d bytes, evicted %d items", self._directory, quota_bytes, len(victims))
+        return len(victims)
+
+    def close(self) -> None:
+        """Refuse further admissions. No file descriptor is held between calls, so nothing else to release."""
+        with self._lock:
+            self._closed = True
+
+    # --- internals -------------------------------------------------------------------------------------
+
+    def _take_victims_locked(self) -> list[int]:
+        """Uniformly random cached items until under quota, taken out of the bitset and the accounting.
+
+        A partial Fisher-Yates shuffle of the cached (non-empty) items: every step picks uniformly among
+        those not yet picked, so the victims are a uniform random sample whatever the admission order.
+        O(cached items) to list the candidates, then O(victims).
+        """
+        candidates = list((self._cached & self._nonempty).search(1))
+        randrange, item_size = self._rng.randrange, self._manifest.item_size
+        used, remaining = self._used, len(candidates)
+        while used > self._quota and remaining:
+            pick = randrange(remaining)
+            item = candidates[pick]
+            remaining -= 1
+            candidates[pick] = candidates[remaining]
+            candidates[remaining] = item  # the victims gather at the end
+            used -= item_size(item)
+        victims = candidates[remaining:]
+        self._cached[victims] = 0
+        self._busy.update(victims)
+        self._used = used
+        self._evicted += len(victims)
+        return victims
+
+    def _check_item(self, item: int) -> None:
+        if not 0 <= item < len(self._cached):
+            raise IndexError(f"item {item} is outside 0..{len(self._cached) - 1}")
+
+    def _release(self, item: int, size: int, *, write_error: bool) -> None:
+        """Give back the reservation of an admission that wrote nothing."""
+        with self._lock:
+            self._reserved -= size
+            self._busy.discard(item)
+            self._write_errors += int(write_error)
+
+    def _write(self, item: int, data: bytes) -> None:
+        """Write `item` under a temporary name and rename it into place; no temporary file survives errors."""
+        bucket = item // FANOUT
+        directory = self._items_dir / str(bucket)
+        if bucket not in self._made_buckets:
+            directory.mkdir(exist_ok=True)
+            self._made_buckets.add(bucket)
+        temp = directory / f"{item}.tmp-{os.getpid()}-{next(self._temp_names)}"
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            os.rename(temp, directory / str(item))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+
+    def _unlink(self, item: int) -> None:
+        try:
+            os.unlink(self._item_path(item))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            self._warn_once("delete", exc)
+
+    def _discard(self, entry: os.DirEntry[str]) -> None:
+        """Delete a file or tree found at restore that is not a complete entry; a failure only warns."""
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            self._warn_once("delete", exc)
+
+    def _item_path(self, item: int) -> str:
+        return f"{self._items_dir}/{item // FANOUT}/{item}"
+
+    def _warn_once(self, action: str, exc: OSError) -> None:
+        """One WARNING per action and errno for this cache: a full disk must not log once per read."""
+        key = (action, exc.errno or 0)
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        log.warning(
+            "cache %s: cannot %s cache files (%s); further such errors are counted, not logged",
+            self._directory,
+            action,
+            os.strerror(exc.errno) if exc.errno else exc,
+        )
+
+    def _open_directory(self) -> None:
+        """Drop the items unless `cache.json` vouches for them with this manifest; then write it."""
+        metadata_path = self._directory / METADATA_NAME
+        wanted = {"format": _FORMAT, "manifest_digest": self._manifest.digest, "chunk_size": self._manifest.chunk_size}
+        try:
+            found = json.loads(metadata_path.read_text())
+        except FileNotFoundError:
+            found = None
+        except (OSError, ValueError):
+            found = {}
+        if found != wanted:
+            if found is not None or self._items_dir.exists():
+                log.info("cache %s: written for another manifest (or unreadable), dropping its items", self._directory)
+            # The items go before the new metadata is written: a crash in between must not vouch for them.
+            if self._items_dir.exists():
+                os.rename(self._items_dir, self._directory / f"{_STALE_PREFIX}{os.getpid()}-{time.time_ns()}")
+                _fsync_directory(self._directory)
+            temp = self._directory / f"{METADATA_NAME}.tmp"
+            with open(temp, "w") as file:
+                json.dump(wanted, file)
+                file.flush()
+                os.fsync(file.fileno())
+            os.rename(temp, metadata_path)
+            _fsync_directory(self._directory)
+        with os.scandir(self._directory) as entries:
+            for entry in entries:
+                if entry.name.startswith(_STALE_PREFIX):
+                    self._discard(entry)
+        self._items_dir.mkdir(exist_ok=True)
+
+    def _restore(self) -> int:
+        """Index the complete entries found on disk (one scandir per bucket, one lstat per file)."""
+        item_count = self._manifest.item_count
+        item_size = self._manifest.item_size
+        cached = self._cached
+        restored = 0
+        with os.scandir(self._items_dir) as buckets:
+            for bucket_entry in buckets:
+                name = bucket_entry.name
+                if not (_is_number(name) and bucket_entry.is_dir(follow_symlinks=False)):
+                    self._discard(bucket_entry)
+                    continue
+                bucket = int(name)
+                self._made_buckets.add(bucket)
+                with os.scandir(bucket_entry.path) as entries:
+                    for entry in entries:
+                        name = entry.name
+                        if _is_number(name) and entry.is_file(follow_symlinks=False):
+                            item = int(name)
+                            if item // FANOUT == bucket and item < item_count and not cached[item]:
+                                size = item_size(item)
+                                if entry.stat(follow_symlinks=False).st_size == size:
+                                    cached[item] = 1
+                                    self._used += size
+                                    restored += 1
+                                    continue
+                        self._discard(entry)  # temporary, truncated, foreign or out of range
+        return restored
+
+
+def _check_quota(quota_bytes: int) -> None:
+    if quota_bytes < 0:
+        raise ValueError(f"cache quota must be >= 0 bytes, got {quota_bytes}")
+
+
+def _is_number(name: str) -> bool:
+    """A canonical decimal number: what item and bucket names are (no sign, no leading zeros)."""
+    return name.isascii() and name.isdigit() and (name == "0" or not name.startswith("0"))
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,210 @@
+"""The FUSE operations: a read-only tree with one directory per job, each showing that job's dataset.
+
+Kept thin: it checks inputs, resolves inodes, and hands reads to `readpath`; our exceptions become errno
+values in one place. Inode numbers encode (job slot, tree node) so no per-file inode table is needed:
+`(slot + 1) << 40 | node`, where node 0 is the dataset's root, i.e. the job's directory.
+
+The mount is read-only (the kernel answers EROFS to every write because it is mounted `ro`) and datasets are
+immutable while mounted, so dataset entries and attributes carry a day-long timeout and a file whose item
+is already in the local cache is opened with `keep_cache`: the kernel may then serve repeat reads from its
+page cache, which can only turn local-cache hits into faster hits. Everything else is opened without
+`keep_cache`, so each miss reaches the daemon and is fetched, throttled and counted.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import stat
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
+
+import pyfuse3
+
+from fuseclient import readpath
+from fuseclient.backends import AccessDenied, BackendError
+from fuseclient.state import JobState, MountState
+
+log = logging.getLogger(__name__)
+
+SLOT_SHIFT = 40
+DATASET_TIMEOUT = 24 * 3600.0  # immutable content
+ROOT_TIMEOUT = 1.0  # the set of jobs changes as jobs come and go
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _as_fuse_errors(operation: Callable[_P, Coroutine[Any, Any, _R]]) -> Callable[_P, Coroutine[Any, Any, _R]]:
+    """Turn storage failures into errno values the reader sees (EACCES when denied, else EIO)."""
+
+    @functools.wraps(operation)
+    async def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return await operation(*args, **kwargs)
+        except AccessDenied as exc:
+            log.warning("read refused by storage: %s", exc)
+            raise pyfuse3.FUSEError(errno.EACCES) from None
+        except BackendError as exc:
+            log.warning("read failed: %s", exc)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return wrapper
+
+
+@dataclass(eq=False, slots=True)
+class _Handle:
+    job: JobState
+    file_index: int
+    chunked: bool
+    items_seen: set[int] = field(default_factory=set)  # chunks already counted for this open
+
+
+class SilodFS(pyfuse3.Operations):
+    """pyfuse3 operations over a `MountState`."""
+
+    def __init__(self, mount: MountState) -> None:
+        super().__init__()
+        self._mount = mount
+        self._handles: dict[int, _Handle] = {}
+        self._next_handle = 1
+        self._uid, self._gid = os.getuid(), os.getgid()
+
+    # ---- inodes ----
+
+    def _resolve(self, inode: int) -> tuple[JobState, int]:
+        job = self._mount.jobs_by_slot.get((inode >> SLOT_SHIFT) - 1)
+        node = inode & ((1 << SLOT_SHIFT) - 1)
+        if job is None or node >= job.dataset.tree.node_count:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return job, node
+
+    @staticmethod
+    def _inode(job: JobState, node: int) -> int:
+        return ((job.slot + 1) << SLOT_SHIFT) | node
+
+    def _attributes(self, inode: int) -> pyfuse3.EntryAttributes:
+        attrs = pyfuse3.EntryAttributes()
+        attrs.st_ino = inode
+        attrs.st_uid, attrs.st_gid = self._uid, self._gid
+        attrs.st_blksize = 128 * 1024
+        if inode == pyfuse3.ROOT_INODE:
+            attrs.st_mode = stat.S_IFDIR | 0o555
+            attrs.st_nlink = 2 + len(self._mount.jobs)
+            attrs.entry_timeout = attrs.attr_timeout = ROOT_TIMEOUT
+            return attrs
+        job, node = self._resolve(inode)
+        tree = job.dataset.tree
+        attrs.entry_timeout = attrs.attr_timeout = DATASET_TIMEOUT
+        if tree.is_dir(node):
+            attrs.st_mode = stat.S_IFDIR | 0o555
+            attrs.st_nlink = 2 + len(tree.dirs[node].subdirs)
+            return attrs
+        file_index = tree.file_index(node)
+        size = job.dataset.manifest.sizes[file_index]
+        attrs.st_mode = stat.S_IFREG | 0o444
+        attrs.st_nlink = 1
+        attrs.st_size = size
+        attrs.st_blocks = -(-size // 512)
+        attrs.st_mtime_ns = attrs.st_ctime_ns = attrs.st_atime_ns = job.dataset.manifest.mtimes_ns[file_index]
+        return attrs
+
+    # ---- metadata ----
+
+    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext | None = None) -> pyfuse3.EntryAttributes:
+        return self._attributes(inode)
+
+    async def lookup(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        text = os.fsdecode(name)
+        if parent_inode == pyfuse3.ROOT_INODE:
+            job = self._mount.jobs.get(text)
+            if job is None:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            return self._attributes(self._inode(job, 0))
+        job, node = self._resolve(parent_inode)
+        found = job.dataset.tree.lookup(node, text) if job.dataset.tree.is_dir(node) else None
+        if found is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self._attributes(self._inode(job, found))
+
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+        if inode != pyfuse3.ROOT_INODE:
+            job, node = self._resolve(inode)
+            if not job.dataset.tree.is_dir(node):
+                raise pyfuse3.FUSEError(errno.ENOTDIR)
+        return inode
+
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        """List from position `start_id`; each entry's next id is its position + 1, so offsets are exact."""
+        if fh == pyfuse3.ROOT_INODE:
+            for job in sorted(self._mount.jobs.values(), key=lambda j: j.slot):
+                if job.slot >= start_id:
+                    inode = self._inode(job, 0)
+                    if not pyfuse3.readdir_reply(token, os.fsencode(job.job_id), self._attributes(inode), job.slot + 1):
+                        return
+            return
+        job, node = self._resolve(fh)
+        tree = job.dataset.tree
+        for position, child in enumerate(tree.entries(node, start_id), start=start_id):
+            inode = self._inode(job, child)
+            if not pyfuse3.readdir_reply(token, os.fsencode(tree.name(child)), self._attributes(inode), position + 1):
+                return
+
+    async def releasedir(self, fh: int) -> None:
+        return None
+
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        data = pyfuse3.StatvfsData()
+        datasets = self._mount.datasets.values()
+        data.f_bsize = data.f_frsize = 4096
+        data.f_blocks = sum(-(-d.manifest.size_bytes // 4096) for d in datasets)
+        data.f_bfree = data.f_bavail = 0
+        data.f_files = sum(d.tree.node_count for d in datasets) + 1
+        data.f_ffree = data.f_favail = 0
+        data.f_namemax = 255
+        return data
+
+    # ---- file contents ----
+
+    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        if flags & _WRITE_FLAGS:
+            raise pyfuse3.FUSEError(errno.EROFS)
+        job, node = self._resolve(inode)
+        if job.dataset.tree.is_dir(node):
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        file_index = job.dataset.tree.file_index(node)
+        manifest = job.dataset.manifest
+        whole_file = manifest.first_items[file_index + 1] - manifest.first_items[file_index] == 1
+        keep_cache = False
+        if whole_file:
+            # Reads of this open may never reach us (page cache): opening is the access.
+            item = manifest.first_items[file_index]
+            job.record_access(item)
+            keep_cache = job.dataset.cache.contains(item)
+        handle = self._next_handle
+        self._next_handle += 1
+        self._handles[handle] = _Handle(job, file_index, chunked=not whole_file)
+        return pyfuse3.FileInfo(fh=handle, keep_cache=keep_cache)
+
+    @_as_fuse_errors
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        handle = self._handles[fh]
+        if handle.chunked:
+            self._count_chunks(handle, off, size)
+        return await readpath.read(handle.job, handle.file_index, off, size)
+
+    def _count_chunks(self, handle: _Handle, off: int, size: int) -> None:
+        manifest = handle.job.dataset.manifest
+        end = min(off + size, manifest.sizes[handle.file_index])
+        first = manifest.first_items[handle.file_index]
+        for k in range(off // manifest.chunk_size, (end - 1) // manifest.chunk_size + 1):
+            if first + k not in handle.items_seen:
+                handle.items_seen.add(first + k)
+                handle.job.record_access(first + k)
+
+    async def release(self, fh: int) -> None:
+        del self._handles[fh]

@@ -1,0 +1,188 @@
+"""Running a mount: build the state, serve FUSE requests, log statistics, and unmount cleanly on signals."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pyfuse3
+import trio
+
+from fuseclient.access import AccessTracker
+from fuseclient.backends import RetryingBackend, open_backend
+from fuseclient.cache import DatasetCache
+from fuseclient.fs import SilodFS
+from fuseclient.manifest import DEFAULT_CHUNK_SIZE, build_manifest
+from fuseclient.state import DatasetState, JobState, MountState
+from fuseclient.throttle import TokenBucket, default_burst
+from fuseclient.tree import DatasetTree
+
+log = logging.getLogger(__name__)
+
+FETCH_CONCURRENCY = 16  # backend reads in flight per dataset
+STATS_FILE = "stats.json"
+ReadyCallback = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class MountConfig:
+    """A standalone mount: jobs and allocations given up front (the node agent feeds the same state live)."""
+
+    mountpoint: Path
+    cache_dir: Path
+    jobs: Mapping[str, str]  # job id -> canonical dataset URI
+    cache_sizes: Mapping[str, int] = field(default_factory=dict)  # dataset URI -> quota bytes (default 0)
+    io_rates: Mapping[str, int] = field(default_factory=dict)  # job id -> bytes/s (default: unthrottled)
+    backend_options: Mapping[str, str] = field(default_factory=dict)
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    allow_other: bool = False
+    stats_interval: float | None = None
+
+
+def dataset_cache_dir(cache_dir: Path, uri: str) -> Path:
+    """Each dataset's cache lives in its own directory, named by a hash of its URI."""
+    return cache_dir / hashlib.sha256(uri.encode()).hexdigest()[:24]
+
+
+async def _open_dataset(config: MountConfig, uri: str) -> DatasetState:
+    backend = RetryingBackend(open_backend(uri, config.backend_options))
+    log.info("listing %s", uri)
+    manifest = await trio.to_thread.run_sync(lambda: build_manifest(backend.list(), config.chunk_size))
+    quota = config.cache_sizes.get(uri, 0)
+    cache = await trio.to_thread.run_sync(
+        lambda: DatasetCache(dataset_cache_dir(config.cache_dir, uri), manifest, quota)
+    )
+    log.info(
+        "dataset %s: %d files, %d items, %d bytes; cache quota %d bytes, %d items already cached",
+        uri,
+        manifest.file_count,
+        manifest.item_count,
+        manifest.size_bytes,
+        quota,
+        cache.statistics().cached_items,
+    )
+    return DatasetState(uri, manifest, DatasetTree(manifest), backend, cache, trio.CapacityLimiter(FETCH_CONCURRENCY))
+
+
+async def build_state(config: MountConfig) -> MountState:
+    mount = MountState()
+    for uri in sorted(set(config.jobs.values())):
+        mount.datasets[uri] = await _open_dataset(config, uri)
+    for job_id, uri in config.jobs.items():
+        dataset = mount.datasets[uri]
+        rate = config.io_rates.get(job_id)
+        bucket = None if rate is None else TokenBucket(rate, default_burst(rate, dataset.manifest.chunk_size))
+        mount.add_job(JobState(job_id, mount.next_slot(), dataset, bucket, AccessTracker(dataset.manifest.item_count)))
+    return mount
+
+
+async def serve(config: MountConfig, on_ready: ReadyCallback = lambda: None) -> None:
+    """Mount, serve until SIGTERM/SIGINT or an external unmount, then unmount and close."""
+    mount = await build_state(config)
+    options = set(pyfuse3.default_options) | {"fsname=silod", "subtype=silod", "ro"}
+    if config.allow_other:
+        options.add("allow_other")
+    pyfuse3.init(SilodFS(mount), str(config.mountpoint), options)
+    log.info("mounted %s with jobs %s", config.mountpoint, ", ".join(mount.jobs))
+    unmounted_outside = False
+    try:
+        on_ready()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_on_signal, nursery.cancel_scope)
+            if config.stats_interval:
+                stats_file = config.cache_dir / STATS_FILE
+                nursery.start_soon(_report_statistics, mount, config.stats_interval, stats_file)
+            await pyfuse3.main()
+            unmounted_outside = True  # main returns only when the kernel says the mount is gone
+            nursery.cancel_scope.cancel()
+    finally:
+        pyfuse3.close(unmount=not unmounted_outside)
+        for dataset in mount.datasets.values():
+            dataset.cache.close()
+            dataset.backend.close()
+    log.info("unmounted %s", config.mountpoint)
+
+
+async def _cancel_on_signal(scope: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("received %s: unmounting", signal.Signals(signum).name)
+            scope.cancel()
+            return
+
+
+async def _report_statistics(mount: MountState, interval: float, stats_file: Path) -> None:
+    """Every `interval` seconds: one log line per job, and all numbers as JSON in `stats_file`."""
+    while True:
+        await trio.sleep(interval)
+        now = trio.current_time()
+        snapshot = {job.job_id: job.statistics(now) for job in mount.jobs.values()}
+        for job_id, stats in snapshot.items():
+            access = stats.access
+            log.info(
+                "job %s: epoch %d (%.0f%% read), epoch hit ratio %.2f, %.1f MB/s read, %d B from remote, "
+                "effective cache %d items, remote demand %.1f MB/s",
+                job_id,
+                access.epoch,
+                100 * access.progress,
+                stats.epoch_hit_ratio,
+                access.throughput_bytes_per_sec / 1e6,
+                stats.bytes_from_remote,
+                access.effective_cache_items,
+                access.remote_demand_bytes_per_sec / 1e6,
+            )
+        caches = {uri: asdict(d.cache.statistics()) for uri, d in mount.datasets.items()}
+        document = {"jobs": {job_id: asdict(stats) for job_id, stats in snapshot.items()}, "datasets": caches}
+        temporary = stats_file.with_suffix(".tmp")
+        temporary.write_text(json.dumps(document, indent=1))
+        temporary.replace(stats_file)
+
+
+def unmount(mountpoint: Path, *, lazy: bool = False) -> None:
+    """Unmount with fusermount3 (works for root and for the user who mounted); raises OSError with its reason."""
+    command = ["fusermount3", "-u", *(["-z"] if lazy else []), str(mountpoint)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        reason = result.stderr.strip() or f"fusermount3 exited with {result.returncode}"
+        if "busy" in reason.lower():
+            reason += " (files are open in it; close them or use --lazy)"
+        raise OSError(reason)
+
+
+def run_detached(main: Callable[[ReadyCallback], None], log_file: Path) -> int:
+    """Run `main(on_ready)` in a daemon process; return 0 once it calls `on_ready`, 1 if it dies first."""
+    ready_read, ready_write = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(ready_write)
+        signalled = os.read(ready_read, 1)
+        os.close(ready_read)
+        if signalled == b"1":
+            return 0
+        os.waitpid(pid, 0)
+        return 1
+    os.close(ready_read)
+    os.setsid()
+    log_fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    null_fd = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null_fd, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+
+    def on_ready() -> None:
+        os.write(ready_write, b"1")
+        os.close(ready_write)
+
+    try:
+        main(on_ready)
+    except BaseException:
+        log.exception("mount failed")
+        os._exit(1)
+    os._exit(0)

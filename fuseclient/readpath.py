@@ -1,0 +1,93 @@
+"""Serving a read of a job's file: from the local cache, or fetched from the backend under the job's throttle.
+
+A read is split into the items it covers. A cached item is read from local disk with `pread`; a missing one
+is fetched whole (uniform caching caches whole items), once however many readers want it at the same time
+(single-flight; the fetch is charged to the job that started it), and offered to the cache, which admits it
+only while the dataset is under its quota.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from fuseclient.backends import BackendError
+from fuseclient.state import DatasetState, Flight, JobState
+
+log = logging.getLogger(__name__)
+
+
+class ChangedObject(BackendError):
+    """The object is not what the frozen manifest says (it changed after the dataset was registered)."""
+
+
+async def read(job: JobState, file_index: int, offset: int, size: int) -> bytes:
+    """Up to `size` bytes of the job's file `file_index` from `offset` (short at the end of the file)."""
+    manifest = job.dataset.manifest
+    end = min(offset + size, manifest.sizes[file_index])
+    if offset >= end:
+        return b""
+    chunk = manifest.chunk_size
+    first_item = manifest.first_items[file_index]
+    parts = []
+    for k in range(offset // chunk, (end - 1) // chunk + 1):
+        item_start = k * chunk
+        start, stop = max(offset, item_start), min(end, item_start + chunk)
+        parts.append(await _item_bytes(job, first_item + k, start - item_start, stop - start))
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    job.bytes_read += len(data)
+    job.meter.add(len(data), trio.current_time())
+    return data
+
+
+async def _item_bytes(job: JobState, item: int, offset: int, length: int) -> bytes:
+    cache = job.dataset.cache
+    if cache.contains(item):
+        data = cache.read(item, offset, length)  # local disk: a pread, not worth a thread hop
+        if data is not None:
+            job.cache_hits += 1
+            return data
+    job.cache_misses += 1
+    whole = await fetch_item(job, item)
+    return whole[offset : offset + length]
+
+
+async def fetch_item(job: JobState, item: int) -> bytes:
+    """The bytes of `item` from the backend, fetched once for all concurrent readers of it."""
+    dataset = job.dataset
+    while True:
+        flight = dataset.inflight.get(item)
+        if flight is None:
+            return await _lead_fetch(job, dataset, item)
+        await flight.done.wait()
+        if flight.data is not None:
+            return flight.data
+        if not isinstance(flight.error, trio.Cancelled):
+            raise flight.error or ChangedObject(f"fetch of item {item} failed")
+        # the reader that led the fetch went away: lead a new one
+
+
+async def _lead_fetch(job: JobState, dataset: DatasetState, item: int) -> bytes:
+    flight = dataset.inflight[item] = Flight()
+    try:
+        file_index, offset, length = dataset.manifest.item_extent(item)
+        key = dataset.manifest.paths[file_index]
+        if job.bucket is not None:
+            await job.bucket.consume(length)
+        data = await trio.to_thread.run_sync(dataset.backend.read, key, offset, length, limiter=dataset.fetch_limiter)
+        if len(data) != length:
+            raise ChangedObject(
+                f"{dataset.backend.object_uri(key)}: expected {length} bytes at offset {offset}, got {len(data)}; "
+                "the object changed after the dataset was registered"
+            )
+        job.bytes_from_remote += length
+        await trio.to_thread.run_sync(dataset.cache.admit, item, data)
+        flight.data = data
+        return data
+    except BaseException as exc:
+        flight.error = exc
+        raise
+    finally:
+        del dataset.inflight[item]
+        flight.done.set()

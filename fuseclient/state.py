@@ -1,0 +1,142 @@
+"""What one mount serves: its datasets (manifest, tree, backend, cache) and jobs (throttle, access tracking).
+
+Jobs get stable slots (never reused while mounted) because a job's slot is part of every inode number the
+kernel holds for that job's files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import trio
+
+from fuseclient.access import AccessStats, AccessTracker, RateMeter
+from fuseclient.backends import Backend
+from fuseclient.cache import DatasetCache
+from fuseclient.manifest import Manifest
+from fuseclient.throttle import TokenBucket
+from fuseclient.tree import DatasetTree
+
+
+@dataclass(slots=True)
+class Flight:
+    """One backend fetch of an item that concurrent readers of the item all wait for."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    data: bytes | None = None
+    error: BaseException | None = None
+
+
+@dataclass(eq=False)
+class DatasetState:
+    """One dataset on this node: shared by every job that reads it."""
+
+    uri: str
+    manifest: Manifest
+    tree: DatasetTree
+    backend: Backend
+    cache: DatasetCache
+    fetch_limiter: trio.CapacityLimiter
+    inflight: dict[int, Flight] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EpochRecord:
+    """Item accesses of one finished epoch, split by whether the item was in the local cache."""
+
+    epoch: int
+    accessed_bytes: int
+    hit_bytes: int
+
+    @property
+    def hit_ratio(self) -> float:
+        return self.hit_bytes / self.accessed_bytes if self.accessed_bytes else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobStats:
+    """A job's counters on this node; the same numbers feed logs, metrics and usage reports."""
+
+    job_id: str
+    bytes_read: int
+    bytes_from_remote: int
+    cache_hits: int
+    cache_misses: int
+    access: AccessStats
+    epoch_hit_ratio: float
+    finished_epochs: tuple[EpochRecord, ...]
+
+
+@dataclass(eq=False)
+class JobState:
+    """One job's view of its dataset on this node, with its remote IO throttle and access bitset."""
+
+    job_id: str
+    slot: int
+    dataset: DatasetState
+    bucket: TokenBucket | None  # None: not throttled
+    tracker: AccessTracker
+    meter: RateMeter = field(default_factory=RateMeter)
+    bytes_read: int = 0
+    bytes_from_remote: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    epoch_accessed_bytes: int = 0
+    epoch_hit_bytes: int = 0
+    finished_epochs: list[EpochRecord] = field(default_factory=list)
+
+    def record_access(self, item: int) -> None:
+        """Count an access to `item` in the job's epoch bookkeeping (a hit if the item is cached now).
+
+        An access either completes the epoch (it was the last unread item: it belongs to the old epoch) or,
+        if the item was already read, ends the epoch early and opens the next one.
+        """
+        size = self.dataset.manifest.item_size(item)
+        hit = self.dataset.cache.contains(item)
+        epoch = self.tracker.epoch
+        self.tracker.record(item)
+        ended = self.tracker.epoch != epoch
+        completed_by_this = ended and not self.tracker.read[item]
+        if ended and not completed_by_this:
+            self._close_epoch(epoch)
+        self.epoch_accessed_bytes += size
+        self.epoch_hit_bytes += size if hit else 0
+        if completed_by_this:
+            self._close_epoch(epoch)
+
+    def _close_epoch(self, epoch: int) -> None:
+        self.finished_epochs.append(EpochRecord(epoch, self.epoch_accessed_bytes, self.epoch_hit_bytes))
+        self.epoch_accessed_bytes = self.epoch_hit_bytes = 0
+
+    def statistics(self, now: float) -> JobStats:
+        throughput = self.meter.rate(now)
+        current = EpochRecord(self.tracker.epoch, self.epoch_accessed_bytes, self.epoch_hit_bytes)
+        return JobStats(
+            self.job_id,
+            self.bytes_read,
+            self.bytes_from_remote,
+            self.cache_hits,
+            self.cache_misses,
+            self.tracker.statistics(self.dataset.cache.cached, throughput),
+            current.hit_ratio,
+            tuple(self.finished_epochs),
+        )
+
+
+class MountState:
+    """Jobs by id and by slot; datasets by URI."""
+
+    def __init__(self) -> None:
+        self.datasets: dict[str, DatasetState] = {}
+        self.jobs: dict[str, JobState] = {}
+        self.jobs_by_slot: dict[int, JobState] = {}
+        self._next_slot = 0
+
+    def next_slot(self) -> int:
+        slot = self._next_slot
+        self._next_slot += 1
+        return slot
+
+    def add_job(self, job: JobState) -> None:
+        self.jobs[job.job_id] = job
+        self.jobs_by_slot[job.slot] = job

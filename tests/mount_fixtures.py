@@ -1,0 +1,107 @@
+"""A real `silod mount --foreground` process for tests, and helpers to drive it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.datamgr_fixtures import SILOD
+
+START_TIMEOUT = 60.0
+
+
+class MountProcess:
+    """`silod mount` on `mountpoint`; `start()` returns once the mount is live."""
+
+    def __init__(self, root: Path, jobs: dict[str, str], *extra: str, stats_interval: float = 0.2) -> None:
+        self.mountpoint = root / "mnt"
+        self.cache_dir = root / "cache"
+        self.log_path = root / "mount.log"
+        self.mountpoint.mkdir(exist_ok=True)
+        job_args = [a for job_id, uri in jobs.items() for a in ("--job", f"{job_id}={uri}")]
+        self.argv = [
+            *SILOD, "mount", str(self.mountpoint), "--cache-dir", str(self.cache_dir), "--foreground",
+            "--stats-interval", str(stats_interval), *job_args, *extra,
+        ]  # fmt: skip
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> MountProcess:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(self.argv, stdout=log, stderr=log)
+        deadline = time.monotonic() + START_TIMEOUT
+        while not os.path.ismount(self.mountpoint):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"mount did not come up:\n{self.log_path.read_text()}")
+            time.sleep(0.05)  # polling for the mount, bounded by the deadline
+        return self
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.mountpoint / job_id
+
+    def stats(self) -> dict[str, Any]:
+        """The daemon's latest statistics (written every stats interval)."""
+        data: dict[str, Any] = json.loads((self.cache_dir / "stats.json").read_text())
+        return data
+
+    def wait_for_stats(self, predicate: Any, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                stats = self.stats()
+                if predicate(stats):
+                    return stats
+            except (FileNotFoundError, json.JSONDecodeError):
+                pass
+            assert time.monotonic() < deadline, (
+                f"statistics never matched; last log:\n{self.log_path.read_text()[-3000:]}"
+            )
+            time.sleep(0.1)  # polling the stats file, bounded by the deadline
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+        subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], capture_output=True, check=False)
+
+    def stop(self) -> None:
+        """Unmount with `silod umount`, falling back to a lazy fusermount3, and reap the process."""
+        if self.process is None:
+            return
+        if os.path.ismount(self.mountpoint):
+            result = subprocess.run([*SILOD, "umount", str(self.mountpoint)], capture_output=True, check=False)
+            if result.returncode != 0:
+                subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], capture_output=True, check=False)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def mount_factory(tmp_path: Path) -> Iterator[Any]:
+    """`start(jobs, *extra_args, name=...)` -> a live MountProcess, stopped at teardown."""
+    started: list[MountProcess] = []
+
+    def start(jobs: dict[str, str], *extra: str, name: str = "m", stats_interval: float = 0.2) -> MountProcess:
+        root = tmp_path / name
+        root.mkdir(exist_ok=True)
+        mount = MountProcess(root, jobs, *extra, stats_interval=stats_interval)
+        started.append(mount)
+        return mount.start()
+
+    yield start
+    for mount in started:
+        mount.stop()
+
+
+def options_args(options: dict[str, str]) -> Sequence[str]:
+    return [a for key, value in options.items() for a in ("--option", f"{key}={value}")]

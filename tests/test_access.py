@@ -1,0 +1,212 @@
+"""Per-job access bitsets (epochs, progress, effective cache, remote demand) and the sliding-window rate meter."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterable
+
+import pytest
+import trio
+import trio.testing
+from bitarray import bitarray
+
+from fuseclient.access import AccessStats, AccessTracker, RateMeter
+
+
+def bits(n: int, ones: Iterable[int] = ()) -> bitarray:
+    array = bitarray(n)
+    array.setall(0)
+    for i in ones:
+        array[i] = 1
+    return array
+
+
+def test_a_full_pass_in_any_order_completes_an_epoch() -> None:
+    tracker = AccessTracker(10)
+    order = list(range(10))
+    random.Random(3).shuffle(order)
+    for item in order[:-1]:
+        tracker.record(item)
+    assert (tracker.epoch, tracker.read.count()) == (1, 9)
+    tracker.record(order[-1])
+    stats = tracker.statistics(bits(10), 0.0)
+    assert (stats.epoch, stats.completed_epochs, stats.items_read) == (2, 1, 0)
+    assert tracker.read.count() == 0
+
+
+def test_reading_an_item_again_ends_the_epoch_early_and_starts_the_next_with_it() -> None:
+    tracker = AccessTracker(10)
+    for item in [4, 7, 1]:
+        tracker.record(item)
+    tracker.record(7)
+    stats = tracker.statistics(bits(10), 0.0)
+    assert (stats.epoch, stats.completed_epochs, stats.items_read) == (2, 1, 1)
+    assert tracker.read == bits(10, [7])
+
+
+def test_epochs_keep_counting_across_passes() -> None:
+    tracker = AccessTracker(4)
+    rng = random.Random(5)
+    for _ in range(3):
+        for item in rng.sample(range(4), 4):
+            tracker.record(item)
+    tracker.record(2)
+    assert tracker.epoch == 4
+    assert tracker.statistics(bits(4), 0.0).completed_epochs == 3
+
+
+def test_progress_is_the_fraction_of_items_read_this_epoch() -> None:
+    tracker = AccessTracker(8)
+    for item in [0, 5, 6]:
+        tracker.record(item)
+    stats = tracker.statistics(bits(8), 0.0)
+    assert (stats.items_read, stats.item_count, stats.progress) == (3, 8, 3 / 8)
+
+
+def test_effective_cache_counts_cached_items_not_yet_read_this_epoch() -> None:
+    tracker = AccessTracker(10)
+    for item in [0, 1, 2, 7]:
+        tracker.record(item)
+    cached = bits(10, [1, 2, 3, 4, 9])  # 1 and 2 already read: 3 hits still to come
+    assert tracker.statistics(cached, 0.0).effective_cache_items == 3
+
+
+def test_remote_demand_is_throughput_times_the_uncached_share_of_the_rest_of_the_epoch() -> None:
+    tracker = AccessTracker(10)
+    for item in [0, 1, 2, 3]:
+        tracker.record(item)
+    cached = bits(10, [0, 1, 4, 5])  # 6 items left, 2 of them cached
+    stats = tracker.statistics(cached, 600.0)
+    assert stats.remote_demand_bytes_per_sec == pytest.approx(600.0 * 4 / 6)
+    assert stats.throughput_bytes_per_sec == 600.0
+
+
+def test_remote_demand_at_the_start_of_an_epoch_is_the_papers_f_times_one_minus_c_over_d() -> None:
+    tracker = AccessTracker(10)
+    for item in range(10):
+        tracker.record(item)
+    stats = tracker.statistics(bits(10, range(3)), 1000.0)
+    assert (stats.epoch, stats.items_read) == (2, 0)
+    assert stats.remote_demand_bytes_per_sec == pytest.approx(1000.0 * (1 - 3 / 10))
+
+
+def test_nothing_cached_means_demand_equals_throughput() -> None:
+    tracker = AccessTracker(10)
+    tracker.record(3)
+    assert tracker.statistics(bits(10), 750.0).remote_demand_bytes_per_sec == 750.0
+
+
+def test_everything_left_cached_means_zero_demand() -> None:
+    tracker = AccessTracker(10)
+    for item in range(5):
+        tracker.record(item)
+    assert tracker.statistics(bits(10, range(5, 10)), 750.0).remote_demand_bytes_per_sec == 0.0
+    assert tracker.statistics(bits(10, range(10)), 750.0).remote_demand_bytes_per_sec == 0.0
+
+
+def test_with_one_item_left_demand_is_all_or_nothing() -> None:
+    tracker = AccessTracker(3)
+    tracker.record(0)
+    tracker.record(1)
+    assert tracker.statistics(bits(3, [2]), 500.0).remote_demand_bytes_per_sec == 0.0
+    assert tracker.statistics(bits(3, [0, 1]), 500.0).remote_demand_bytes_per_sec == 500.0
+
+
+def test_statistics_reads_but_does_not_change_the_bitsets() -> None:
+    tracker = AccessTracker(6)
+    tracker.record(1)
+    cached = bits(6, [1, 2])
+    tracker.statistics(cached, 1.0)
+    assert (tracker.read, cached) == (bits(6, [1]), bits(6, [1, 2]))
+
+
+def test_statistics_at_imagenet_scale_takes_milliseconds() -> None:
+    items = 1_281_167
+    tracker = AccessTracker(items)
+    for item in range(0, items, 2):
+        tracker.record(item)
+    cached = bitarray(items)
+    cached.setall(0)
+    cached[: items // 5] = 1
+    started = time.perf_counter()
+    stats = tracker.statistics(cached, 1e9)
+    elapsed = time.perf_counter() - started
+    assert stats.items_read == (items + 1) // 2
+    assert stats.effective_cache_items == items // 5 // 2  # the odd items of the cached fifth
+    assert elapsed < 0.01
+
+
+@pytest.mark.parametrize("item", [-1, 10, 11])
+def test_an_item_outside_the_dataset_is_an_index_error(item: int) -> None:
+    tracker = AccessTracker(10)
+    with pytest.raises(IndexError, match=f"item {item} is outside 0..9"):
+        tracker.record(item)
+    assert tracker.read.count() == 0
+
+
+def test_invalid_arguments_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"^item_count must be"):
+        AccessTracker(0)
+    tracker = AccessTracker(10)
+    with pytest.raises(ValueError, match=r"^cached has 9 bits"):
+        tracker.statistics(bits(9), 1.0)
+    with pytest.raises(ValueError, match=r"^throughput_bytes_per_sec must be"):
+        tracker.statistics(bits(10), -1.0)
+    with pytest.raises(ValueError, match=r"^window_seconds must be"):
+        RateMeter(0)
+
+
+def test_statistics_is_a_frozen_snapshot() -> None:
+    stats = AccessTracker(2).statistics(bits(2), 0.0)
+    assert stats == AccessStats(1, 0, 0, 2, 0.0, 0, 0.0, 0.0)
+    with pytest.raises(AttributeError):
+        stats.epoch = 5  # type: ignore[misc]
+
+
+def test_rate_meter_measures_a_steady_stream() -> None:
+    meter = RateMeter(5.0)
+    for tick in range(1, 3001):  # 10 bytes every 10 ms for 30 s
+        meter.add(10, tick / 100)
+    assert meter.rate(30.0) == pytest.approx(1000.0, rel=0.01)
+
+
+def test_rate_meter_forgets_traffic_older_than_the_window() -> None:
+    meter = RateMeter(5.0)
+    for tick in range(1, 101):  # 10 s at 1000 B/s, then silence
+        meter.add(100, tick / 10)
+    assert meter.rate(12.5) == pytest.approx(500.0, rel=0.05)  # half the window still holds traffic
+    assert meter.rate(15.1) == 0.0
+
+
+def test_a_young_meter_divides_by_the_time_since_its_first_sample() -> None:
+    meter = RateMeter(5.0)
+    meter.add(1000, 100.0)
+    assert meter.rate(101.0) == pytest.approx(1000.0)  # not 1000 / 5
+    assert meter.rate(110.0) == 0.0
+
+
+def test_a_meter_never_divides_by_almost_zero() -> None:
+    meter = RateMeter(5.0)
+    assert meter.rate(0.0) == 0.0
+    meter.add(1000, 3.0)
+    assert meter.rate(3.0) == pytest.approx(1000 / 0.1)  # one bucket's worth of time
+
+
+def test_a_meter_keeps_bounded_memory_under_heavy_traffic() -> None:
+    meter = RateMeter(1.0)
+    for tick in range(100_000):
+        meter.add(1, tick / 1000)
+    assert len(meter._buckets) <= 51
+    assert meter.rate(100.0) == pytest.approx(1000.0, rel=0.01)
+
+
+def test_a_meter_reads_trios_clock_when_no_time_is_given() -> None:
+    async def main() -> None:
+        meter = RateMeter(5.0)
+        await trio.sleep(100)
+        meter.add(1000)
+        await trio.sleep(2)
+        assert meter.rate() == pytest.approx(500.0)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

@@ -1,0 +1,636 @@
+"""The uniform dataset cache: quota invariants, uniform eviction on shrink, restore, crash and disk faults."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import FrozenInstanceError
+from pathlib import Path
+
+import pytest
+
+from fuseclient.cache import FANOUT, CacheStats, DatasetCache
+from fuseclient.manifest import Manifest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def one_file_manifest(items: int, item_size: int, version: str = "v1") -> Manifest:
+    """One file split into `items` chunks of `item_size` bytes: cheap to build even for 200 k items."""
+    return Manifest(item_size, ["data"], [items * item_size], [0], [version])
+
+
+def varied_manifest(seed: int, files: int, max_size: int, chunk: int = 4096) -> Manifest:
+    rng = random.Random(seed)
+    sizes = [rng.randint(1, max_size) for _ in range(files)]
+    return Manifest(chunk, [f"f{i:05d}" for i in range(files)], sizes, [0] * files, [f"v{i}" for i in range(files)])
+
+
+def content(manifest: Manifest, item: int) -> bytes:
+    """Deterministic, item-specific bytes (a truncated or swapped entry would not match)."""
+    size = manifest.item_size(item)
+    pattern = item.to_bytes(4, "big") + b"silod"
+    return (pattern * (size // len(pattern) + 1))[:size]
+
+
+def item_file(directory: Path, item: int) -> Path:
+    """The documented layout: items/<item // 1024>/<item>."""
+    return directory / "items" / str(item // FANOUT) / str(item)
+
+
+def files_on_disk(directory: Path) -> dict[str, int]:
+    """Relative path -> size of every file below items/."""
+    root = directory / "items"
+    return {str(path.relative_to(root)): path.stat().st_size for path in root.rglob("*") if path.is_file()}
+
+
+def cached_items(cache: DatasetCache) -> set[int]:
+    return set(cache.cached.search(1))
+
+
+def check_consistent(cache: DatasetCache, directory: Path, manifest: Manifest) -> None:
+    """Accounting, bitset and disk agree: every non-empty cached item has a complete file, nothing else does."""
+    expected = {
+        f"{item // FANOUT}/{item}": manifest.item_size(item)
+        for item in cached_items(cache)
+        if manifest.item_size(item) > 0
+    }
+    assert files_on_disk(directory) == expected
+    assert cache.used_bytes == sum(expected.values())
+    assert cache.used_bytes <= cache.quota_bytes
+
+
+@pytest.fixture
+def make_cache(tmp_path: Path) -> Iterator[Callable[..., DatasetCache]]:
+    opened: list[DatasetCache] = []
+
+    def make(manifest: Manifest, quota: int, *, seed: int = 1, directory: Path | None = None) -> DatasetCache:
+        cache = DatasetCache(directory or tmp_path / "cache", manifest, quota, seed=seed)
+        opened.append(cache)
+        return cache
+
+    yield make
+    for cache in opened:
+        cache.close()
+
+
+# --- admission and reads ---------------------------------------------------------------------------
+
+
+def test_admitted_items_are_files_under_the_documented_layout_and_read_back(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    manifest = Manifest(100, ["a", "b", "c"], [30, 250, 0], [0, 0, 0], ["1", "2", "3"])  # items: a, b*3, c
+    cache = make_cache(manifest, 10_000)
+    for item in range(4):
+        assert cache.admit(item, content(manifest, item))
+
+    assert files_on_disk(tmp_path / "cache") == {"0/0": 30, "0/1": 100, "0/2": 100, "0/3": 50}
+    assert item_file(tmp_path / "cache", 3).read_bytes() == content(manifest, 3)
+    assert cache.read(1, 0, 100) == content(manifest, 1)
+    assert cache.read(1, 10, 20) == content(manifest, 1)[10:30]
+    assert cache.read(3, 40, 100) == content(manifest, 3)[40:]  # short at the item's end
+    assert cache.read(3, 50, 10) == b""
+    assert cache.read(2, 0, 0) == b""
+    assert cache.used_bytes == 280
+    assert [cache.contains(item) for item in range(5)] == [True] * 5
+    check_consistent(cache, tmp_path / "cache", manifest)
+
+
+def test_items_are_fanned_out_1024_per_directory(tmp_path: Path, make_cache: Callable[..., DatasetCache]) -> None:
+    manifest = one_file_manifest(3000, 1)
+    cache = make_cache(manifest, 3000)
+    for item in (0, 1023, 1024, 2999):
+        assert cache.admit(item, content(manifest, item))
+    assert sorted(files_on_disk(tmp_path / "cache")) == ["0/0", "0/1023", "1/1024", "2/2999"]
+
+
+def test_reads_of_uncached_items_return_none_and_bad_arguments_raise(make_cache: Callable[..., DatasetCache]) -> None:
+    manifest = one_file_manifest(4, 10)
+    cache = make_cache(manifest, 100)
+    assert cache.read(2, 0, 10) is None
+    assert not cache.contains(2)
+    with pytest.raises(IndexError):
+        cache.read(4, 0, 1)
+    with pytest.raises(IndexError):
+        cache.contains(-1)
+    with pytest.raises(ValueError, match="offset and length"):
+        cache.read(0, -1, 1)
+    with pytest.raises(IndexError):
+        cache.admit(4, b"x" * 10)
+
+
+def test_admitting_data_of_the_wrong_length_raises_and_stores_nothing(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    manifest = one_file_manifest(4, 10)
+    cache = make_cache(manifest, 100)
+    with pytest.raises(ValueError, match="item 1 is 10 bytes, got 9"):
+        cache.admit(1, b"x" * 9)
+    assert not cache.contains(1)
+    assert files_on_disk(tmp_path / "cache") == {}
+    assert cache.statistics().admitted == 0
+
+
+def test_admitting_a_cached_item_again_is_a_no_op(tmp_path: Path, make_cache: Callable[..., DatasetCache]) -> None:
+    manifest = one_file_manifest(4, 10)
+    cache = make_cache(manifest, 100)
+    assert cache.admit(1, content(manifest, 1))
+    assert cache.admit(1, b"y" * 10)
+    assert cache.read(1, 0, 10) == content(manifest, 1)
+    assert cache.statistics().admitted == 1
+    assert cache.used_bytes == 10
+
+
+def test_empty_items_are_cached_from_the_start_and_cost_nothing(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    manifest = Manifest(100, ["a", "empty", "z"], [10, 0, 10], [0, 0, 0], ["1", "2", "3"])
+    cache = make_cache(manifest, 0)
+    assert cache.cached.tolist() == [0, 1, 0]
+    assert cache.read(1, 0, 4096) == b""
+    assert cache.admit(1, b"")
+    assert cache.set_quota(0) == 0  # an empty item is never a victim: it frees nothing
+    assert cache.statistics() == CacheStats(0, 0, 1, 0, 0, 0, 0)
+    assert files_on_disk(tmp_path / "cache") == {}
+
+
+def test_close_refuses_further_admissions(make_cache: Callable[..., DatasetCache]) -> None:
+    manifest = one_file_manifest(4, 10)
+    cache = make_cache(manifest, 100)
+    assert cache.admit(0, content(manifest, 0))
+    cache.close()
+    assert not cache.admit(1, content(manifest, 1))
+    assert cache.read(0, 0, 10) == content(manifest, 0)
+
+
+def test_statistics_is_a_frozen_snapshot(make_cache: Callable[..., DatasetCache]) -> None:
+    manifest = one_file_manifest(10, 10)
+    cache = make_cache(manifest, 50)
+    for item in range(7):
+        cache.admit(item, content(manifest, item))
+    evicted = cache.set_quota(20)
+    stats = cache.statistics()
+    assert stats == CacheStats(
+        quota_bytes=20, used_bytes=20, cached_items=2, admitted=5, rejected_full=2, evicted=evicted, write_errors=0
+    )
+    assert evicted == 3
+    with pytest.raises(FrozenInstanceError):
+        stats.used_bytes = 0  # type: ignore[misc]
+    cache.admit(9, content(manifest, 9))
+    assert stats.rejected_full == 2  # a snapshot, not a live view
+
+
+# --- the quota: uniform caching ----------------------------------------------------------------------
+
+
+def test_beyond_the_quota_misses_are_rejected_and_nothing_is_evicted(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    manifest = one_file_manifest(20, 100)
+    cache = make_cache(manifest, 550)
+    admitted = [item for item in range(20) if cache.admit(item, content(manifest, item))]
+    assert admitted == [0, 1, 2, 3, 4]  # first come, first cached; then full
+    before = files_on_disk(tmp_path / "cache")
+    for item in range(5, 20):
+        assert not cache.admit(item, content(manifest, item))
+    assert files_on_disk(tmp_path / "cache") == before
+    assert cached_items(cache) == {0, 1, 2, 3, 4}
+    stats = cache.statistics()
+    assert (stats.used_bytes, stats.admitted, stats.rejected_full, stats.evicted) == (500, 5, 30, 0)
+
+
+def test_a_quota_increase_evicts_nothing_and_admissions_resume(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    manifest = one_file_manifest(20, 100)
+    cache = make_cache(manifest, 300)
+    for item in range(20):
+        cache.admit(item, content(manifest, item))
+    assert cache.set_quota(300) == 0
+    assert cache.set_quota(1000) == 0
+    assert cached_items(cache) == {0, 1, 2}
+    assert cache.admit(10, content(manifest, 10))
+    assert cached_items(cache) == {0, 1, 2, 10}
+    check_consistent(cache, tmp_path / "cache", manifest)
+
+
+def test_a_shrink_evicts_until_under_the_new_quota_and_deletes_the_victims(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    manifest = varied_manifest(seed=3, files=200, max_size=3000)
+    cache = make_cache(manifest, manifest.size_bytes)
+    for item in range(manifest.item_count):
+        assert cache.admit(item, content(manifest, item))
+    before = cached_items(cache)
+
+    evicted = cache.set_quota(cache.used_bytes // 3)
+
+    after = cached_items(cache)
+    assert len(before) - len(after) == evicted > 0
+    assert cache.used_bytes <= cache.quota_bytes
+    # No more victims than needed: putting back the last one (at most the largest) would exceed the quota.
+    assert cache.used_bytes + max(manifest.item_size(item) for item in before - after) > cache.quota_bytes
+    check_consistent(cache, tmp_path / "cache", manifest)
+    for item in before - after:
+        assert cache.read(item, 0, 10) is None
+    for item in after:
+        assert cache.read(item, 0, 4096) == content(manifest, item)
+    assert cache.set_quota(0) == len(after)
+    assert files_on_disk(tmp_path / "cache") == {}
+
+
+def chi_square_uniform(counts: list[int], trials: int, p: float) -> float:
+    """Pearson's statistic for per-item eviction counts, each expected Binomial(trials, p)."""
+    mean, variance = trials * p, trials * p * (1 - p)
+    return sum((count - mean) ** 2 for count in counts) / variance
+
+
+@pytest.fixture
+def memory_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory in /dev/shm when there is one: for tests that churn many small files and time nothing."""
+    if not os.access("/dev/shm", os.W_OK):
+        yield tmp_path
+        return
+    directory = Path(tempfile.mkdtemp(prefix="silod-test-cache-", dir="/dev/shm"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory)
+
+
+def test_shrink_eviction_is_uniformly_random(memory_dir: Path, make_cache: Callable[..., DatasetCache]) -> None:
+    items, trials = 1000, 40
+    manifest = one_file_manifest(items, 1)
+    cache = make_cache(manifest, items, seed=12345, directory=memory_dir / "cache")
+    counts = [0] * items
+    for item in range(items):
+        cache.admit(item, content(manifest, item))
+    for _ in range(trials):
+        assert cache.set_quota(items // 2) == items // 2
+        for item in set(range(items)) - cached_items(cache):
+            counts[item] += 1
+        cache.set_quota(items)
+        for item in range(items):
+            cache.admit(item, content(manifest, item))  # the victims come back as the most recent admissions
+        assert cache.cached.all()
+
+    # Each count is Binomial(40, 1/2): the statistic is about chi-square with 999 degrees of freedom (sd 45).
+    statistic = chi_square_uniform(counts, trials, 0.5)
+    assert 1000 - 5 * 45 < statistic < 1000 + 5 * 45, statistic
+    # The same bounds reject the biased policies this test exists to catch.
+    lowest_first = [trials] * (items // 2) + [0] * (items // 2)
+    most_recent_first = [trials // 2 + (1 if i % 2 else -1) * (trials // 2) for i in range(items)]
+    exactly_alternating = [trials // 2] * items
+    for biased in (lowest_first, most_recent_first, exactly_alternating):
+        assert not 1000 - 5 * 45 < chi_square_uniform(biased, trials, 0.5) < 1000 + 5 * 45
+
+
+def test_a_shrink_holds_no_lock_while_deleting_files(
+    monkeypatch: pytest.MonkeyPatch, make_cache: Callable[..., DatasetCache]
+) -> None:
+    manifest = one_file_manifest(10, 10)
+    cache = make_cache(manifest, 100)
+    for item in range(6):
+        cache.admit(item, content(manifest, item))
+    deleting, release = threading.Event(), threading.Event()
+    real_unlink = os.unlink
+
+    def slow_unlink(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], **kwargs: object) -> None:
+        deleting.set()
+        release.wait(10)
+        real_unlink(path)
+
+    monkeypatch.setattr(os, "unlink", slow_unlink)  # what cache.py deletes with
+    shrinker = threading.Thread(target=cache.set_quota, args=(30,))
+    shrinker.start()
+    try:
+        assert deleting.wait(10)
+        # While a deletion is stuck, the accounting is already right and every other call proceeds.
+        kept = min(cached_items(cache) - {9})
+        answers: list[object] = []
+        others = threading.Thread(
+            target=lambda: answers.extend(
+                (cache.statistics().used_bytes, cache.admit(9, content(manifest, 9)), cache.read(kept, 0, 10))
+            )
+        )
+        others.start()
+        others.join(5)
+        assert not others.is_alive(), "a reader or admission waited for a file deletion"
+        assert answers == [30, False, content(manifest, kept)]  # full: the shrink's victims are already gone
+        assert len(cached_items(cache)) == 3
+    finally:
+        release.set()
+        shrinker.join(10)
+    assert cache.statistics().evicted == 3
+
+
+def test_an_admission_that_completes_after_a_shrink_is_dropped_if_it_no_longer_fits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_cache: Callable[..., DatasetCache]
+) -> None:
+    manifest = one_file_manifest(10, 10)
+    cache = make_cache(manifest, 100)
+    for item in range(5):
+        cache.admit(item, content(manifest, item))
+    writing, release = threading.Event(), threading.Event()
+    real_rename = os.rename
+
+    def slow_rename(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+        writing.set()
+        release.wait(10)
+        real_rename(source, target)
+
+    monkeypatch.setattr(os, "rename", slow_rename)  # what cache.py renames with
+    results: list[bool] = []
+    admitter = threading.Thread(target=lambda: results.append(cache.admit(7, content(manifest, 7))))
+    admitter.start()
+    assert writing.wait(10)
+    assert cache.set_quota(50) == 0  # the quota still covers the cached items, not the one in flight
+    release.set()
+    admitter.join(10)
+    assert results == [False]
+    assert not cache.contains(7)
+    check_consistent(cache, tmp_path / "cache", manifest)
+    assert cache.statistics().rejected_full == 1
+
+
+def test_concurrent_admissions_and_quota_changes_never_exceed_the_quota(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    manifest = varied_manifest(seed=7, files=400, max_size=8192)
+    total = manifest.size_bytes
+    cache = make_cache(manifest, total // 3, seed=7)
+    violations: list[CacheStats] = []
+    done = threading.Event()
+
+    def admitter(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(150):
+            item = rng.randrange(manifest.item_count)
+            cache.admit(item, content(manifest, item))
+
+    def quota_changer() -> None:
+        rng = random.Random(99)
+        while not done.is_set():
+            cache.set_quota(rng.randrange(total // 10, total // 2))
+
+    def monitor() -> None:
+        while not done.is_set():
+            stats = cache.statistics()
+            if stats.used_bytes > stats.quota_bytes:
+                violations.append(stats)
+
+    workers = [threading.Thread(target=admitter, args=(seed,)) for seed in range(16)]
+    watchers = [threading.Thread(target=quota_changer), threading.Thread(target=monitor)]
+    for thread in workers + watchers:
+        thread.start()
+    for thread in workers:
+        thread.join(30)
+    done.set()
+    for thread in watchers:
+        thread.join(30)
+
+    assert not violations
+    stats = cache.statistics()
+    assert stats.admitted > 0 and stats.evicted > 0 and stats.rejected_full > 0
+    assert stats.admitted - stats.evicted == stats.cached_items
+    check_consistent(cache, tmp_path / "cache", manifest)
+    assert not [name for name in files_on_disk(tmp_path / "cache") if ".tmp" in name]
+
+
+# --- restore ------------------------------------------------------------------------------------------
+
+
+def test_restore_reuses_complete_entries_and_discards_partial_ones(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    directory = tmp_path / "cache"
+    manifest = one_file_manifest(2000, 100)
+    first = make_cache(manifest, 100_000)
+    for item in (*range(10), 1500):
+        first.admit(item, content(manifest, item))
+    first.close()
+    # What a crash (or a power loss, or a stranger) can leave behind.
+    (directory / "items" / "0" / "11.tmp-999-0").write_bytes(content(manifest, 11)[:40])  # write in progress
+    item_file(directory, 5).write_bytes(content(manifest, 5)[:60])  # truncated entry
+    item_file(directory, 12).write_bytes(content(manifest, 12) + b"x")  # too long
+    (directory / "items" / "0" / "junk").write_bytes(b"?")
+    (directory / "items" / "0" / "0007").write_bytes(content(manifest, 7))  # not the canonical name
+    (directory / "items" / "1" / "5").write_bytes(content(manifest, 5))  # wrong bucket
+    (directory / "items" / "0" / "2000").write_bytes(b"x" * 100)  # beyond the manifest
+    (directory / "items" / "stray").mkdir()
+
+    second = make_cache(manifest, 100_000)
+
+    assert cached_items(second) == {0, 1, 2, 3, 4, 6, 7, 8, 9, 1500}
+    assert sorted(files_on_disk(directory)) == sorted(f"{item // FANOUT}/{item}" for item in cached_items(second))
+    assert not (directory / "items" / "stray").exists()
+    for item in cached_items(second):
+        assert second.read(item, 0, 100) == content(manifest, item)
+    check_consistent(second, directory, manifest)
+    assert second.admit(5, content(manifest, 5))
+    stats = second.statistics()
+    assert (stats.admitted, stats.evicted, stats.cached_items) == (1, 0, 11)
+
+
+def test_a_restore_above_the_quota_evicts_random_entries_down_to_it(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    manifest = one_file_manifest(100, 10)
+    first = make_cache(manifest, 1000)
+    for item in range(100):
+        first.admit(item, content(manifest, item))
+    first.close()
+
+    second = make_cache(manifest, 300, seed=5)
+
+    kept = cached_items(second)
+    assert len(kept) == 30 and second.statistics().evicted == 70
+    assert kept != set(range(30)) and kept != set(range(70, 100))  # not by number (nor scandir order)
+    check_consistent(second, tmp_path / "cache", manifest)
+
+
+@pytest.mark.parametrize("fault", ["other manifest", "missing metadata", "corrupt metadata"])
+def test_items_not_vouched_for_by_this_manifest_are_wiped(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache], fault: str
+) -> None:
+    directory = tmp_path / "cache"
+    manifest = one_file_manifest(10, 10)
+    first = make_cache(manifest, 100)
+    for item in range(10):
+        first.admit(item, content(manifest, item))
+    first.close()
+    reopened_with = manifest
+    if fault == "other manifest":
+        reopened_with = one_file_manifest(10, 10, version="v2")  # same shape, another ETag: other bytes
+        assert reopened_with.digest != manifest.digest
+    elif fault == "missing metadata":
+        (directory / "cache.json").unlink()
+    else:
+        (directory / "cache.json").write_text("{not json")
+
+    second = make_cache(reopened_with, 100)
+
+    assert not second.cached.any()
+    assert files_on_disk(directory) == {}
+    assert sorted(path.name for path in directory.iterdir()) == ["cache.json", "items"]
+    second.admit(3, content(reopened_with, 3))
+    second.close()
+    third = make_cache(reopened_with, 100)  # the new metadata now vouches for the new entries
+    assert cached_items(third) == {3}
+
+
+def test_restoring_200k_entries_takes_seconds(tmp_path: Path, make_cache: Callable[..., DatasetCache]) -> None:
+    count = 200_000
+    directory = tmp_path / "cache"
+    manifest = one_file_manifest(count, 1)
+    make_cache(manifest, count).close()
+    # Hard links to one 1-byte file per bucket: 200 k directory entries in about a second, where creating
+    # 200 k files takes 5-20 s on ext4. The restore still does one lstat per entry.
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    for bucket in range(-(-count // FANOUT)):
+        source = sources / str(bucket)
+        source.write_bytes(b"x")
+        bucket_dir = directory / "items" / str(bucket)
+        bucket_dir.mkdir()
+        for item in range(bucket * FANOUT, min(count, (bucket + 1) * FANOUT)):
+            os.link(source, bucket_dir / str(item))
+
+    started = time.perf_counter()
+    cache = make_cache(manifest, count)
+    elapsed = time.perf_counter() - started
+
+    print(f"restored {count} cache entries in {elapsed:.2f} s")
+    assert cache.cached.all()
+    assert cache.used_bytes == count
+    shutil.rmtree(directory)  # do not leave 200 k entries behind in the kept base temp directories
+
+
+CRASHING_CHILD = """
+import sys
+from pathlib import Path
+from fuseclient.cache import DatasetCache
+from fuseclient.manifest import Manifest
+
+size = 256 * 1024
+manifest = Manifest(size, ["data"], [400 * size], [0], ["v1"])
+cache = DatasetCache(Path(sys.argv[1]), manifest, 400 * size)
+for item in range(400):
+    pattern = item.to_bytes(4, "big") + b"silod"
+    assert cache.admit(item, (pattern * (size // len(pattern) + 1))[:size])
+    print(item, flush=True)
+"""
+
+
+def test_a_kill_9_during_admissions_loses_no_complete_entry_and_serves_no_partial_one(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    directory = tmp_path / "cache"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_CHILD, str(directory)], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    try:
+        admitted = [int(line) for line, _ in zip(child.stdout, range(40), strict=False)]
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+        child.stdout.close()
+    assert admitted == list(range(40)), "the child died before admitting 40 items"
+
+    manifest = one_file_manifest(400, 256 * 1024)
+    cache = make_cache(manifest, 400 * 256 * 1024)
+
+    restored = cached_items(cache)
+    assert set(admitted) <= restored  # every admission that returned survived the crash
+    for item in restored:
+        assert cache.read(item, 0, 256 * 1024) == content(manifest, item)
+    check_consistent(cache, directory, manifest)
+
+
+# --- disk faults (real ones, on a small tmpfs) ---------------------------------------------------------
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs: a real filesystem that fills up (ENOSPC) and can be remounted read-only (EROFS)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mountpoint = tmp_path / "small"
+    mountpoint.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs", str(mountpoint)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mountpoint
+    finally:
+        if subprocess.run(["umount", str(mountpoint)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mountpoint)], check=True)
+
+
+def warnings_from_cache(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "fuseclient.cache" and r.levelno >= logging.WARNING]
+
+
+@pytest.mark.expected_warnings
+def test_a_full_disk_fails_admissions_cleanly_and_warns_once(
+    small_tmpfs: Path, make_cache: Callable[..., DatasetCache], caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = small_tmpfs / "cache"
+    manifest = one_file_manifest(40, 32 * 1024)
+    cache = make_cache(manifest, 10 * 1024 * 1024, directory=directory)  # the quota is not what stops us
+
+    results = {item: cache.admit(item, content(manifest, item)) for item in range(40)}
+
+    admitted = {item for item, ok in results.items() if ok}
+    assert 0 < len(admitted) < 40
+    assert cached_items(cache) == admitted
+    stats = cache.statistics()
+    assert stats.write_errors == 40 - len(admitted) and stats.rejected_full == 0
+    check_consistent(cache, directory, manifest)  # no temporary file left, reservations given back
+    assert len(warnings_from_cache(caplog)) == 1
+    assert os.strerror(errno.ENOSPC) in warnings_from_cache(caplog)[0]
+    for item in admitted:
+        assert cache.read(item, 0, 32 * 1024) == content(manifest, item)
+
+    cache.set_quota(cache.used_bytes // 2)  # frees disk space
+    cache.set_quota(10 * 1024 * 1024)
+    failed = min(set(range(40)) - admitted)
+    assert cache.admit(failed, content(manifest, failed))
+    assert len(warnings_from_cache(caplog)) == 1
+
+
+@pytest.mark.expected_warnings
+def test_a_read_only_filesystem_fails_admissions_and_evictions_without_breaking_reads(
+    small_tmpfs: Path, make_cache: Callable[..., DatasetCache], caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = small_tmpfs / "cache"
+    manifest = one_file_manifest(10, 1024)
+    cache = make_cache(manifest, 100 * 1024, directory=directory)
+    assert cache.admit(0, content(manifest, 0))
+    assert cache.admit(1, content(manifest, 1))
+    subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+
+    assert not cache.admit(2, content(manifest, 2))
+    assert not cache.admit(3, content(manifest, 3))
+    assert cache.read(0, 0, 1024) == content(manifest, 0)
+    assert cache.set_quota(1024) == 1  # the accounting shrinks even though the file cannot be deleted
+
+    stats = cache.statistics()
+    assert (stats.write_errors, stats.cached_items, stats.used_bytes) == (2, 1, 1024)
+    messages = warnings_from_cache(caplog)
+    assert len(messages) == 2, messages  # one for writes, one for deletions
+    assert all(os.strerror(errno.EROFS) in message for message in messages)

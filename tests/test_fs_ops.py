@@ -1,0 +1,128 @@
+"""The FUSE operations and read path driven directly (no kernel), over a real local backend and cache:
+epoch accounting, hit ratios under a quota, and one backend fetch per concurrent miss."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import cast
+
+import pyfuse3
+import pytest
+import trio
+
+from fuseclient import readpath
+from fuseclient.backends import Backend
+from fuseclient.fs import SilodFS
+from fuseclient.mount import MountConfig, build_state
+from fuseclient.state import JobState, MountState
+
+CTX = cast(pyfuse3.RequestContext, None)  # the operations never look at the request context
+FILES, SIZE = 100, 5000
+
+
+def _dataset(root: Path) -> str:
+    rng = random.Random(5)
+    for i in range(FILES):
+        path = root / f"c{i % 7}" / f"f{i:03d}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(rng.randbytes(SIZE))
+    return f"file://{root}"
+
+
+def _run(tmp_path: Path, quota: int, scenario: Callable[[MountState, SilodFS], Awaitable[None]]) -> None:
+    uri = _dataset(tmp_path / "ds")
+    config = MountConfig(tmp_path / "mnt", tmp_path / "cache", {"job": uri}, cache_sizes={uri: quota})
+
+    async def main() -> None:
+        mount = await build_state(config)
+        await scenario(mount, SilodFS(mount))
+        for dataset in mount.datasets.values():
+            dataset.cache.close()
+
+    trio.run(main)
+
+
+async def _read_epoch(fs: SilodFS, job: JobState, rng: random.Random) -> None:
+    """Open and read every file once, in a fresh random order, as a DL data loader does."""
+    job_dir = await fs.lookup(pyfuse3.ROOT_INODE, job.job_id.encode(), CTX)
+    inodes = []
+    tree = job.dataset.tree
+    for node in range(len(tree.dirs), tree.node_count):
+        inodes.append(job_dir.st_ino + node)  # the job directory is node 0
+    rng.shuffle(inodes)
+    for inode in inodes:
+        info = await fs.open(inode, 0, CTX)
+        data = await fs.read(info.fh, 0, SIZE + 100)
+        assert len(data) == SIZE
+        await fs.release(info.fh)
+
+
+@pytest.mark.parametrize("cached_fraction", [0.0, 0.3, 0.5, 1.0])
+def test_epochs_and_hit_ratios_follow_the_quota(tmp_path: Path, cached_fraction: float) -> None:
+    async def scenario(mount: MountState, fs: SilodFS) -> None:
+        job = mount.jobs["job"]
+        rng = random.Random(1)
+        for _ in range(3):
+            await _read_epoch(fs, job, rng)
+        epochs = job.finished_epochs
+        assert [e.epoch for e in epochs] == [1, 2, 3]
+        assert job.tracker.epoch == 4
+        assert epochs[0].hit_bytes == 0  # nothing was cached before the first pass
+        expected = int(cached_fraction * FILES) * SIZE / (FILES * SIZE)
+        assert epochs[1].hit_ratio == pytest.approx(expected)
+        assert epochs[2].hit_ratio == pytest.approx(expected)
+        assert job.bytes_from_remote == FILES * SIZE + 2 * (FILES * SIZE - int(cached_fraction * FILES) * SIZE)
+        assert job.dataset.cache.used_bytes <= job.dataset.cache.quota_bytes
+
+    _run(tmp_path, int(cached_fraction * FILES * SIZE), scenario)
+
+
+def test_reading_a_file_again_mid_epoch_ends_the_epoch(tmp_path: Path) -> None:
+    async def scenario(mount: MountState, fs: SilodFS) -> None:
+        job = mount.jobs["job"]
+        job_dir = await fs.lookup(pyfuse3.ROOT_INODE, b"job", CTX)
+        first_file = job_dir.st_ino + len(job.dataset.tree.dirs)
+        for _ in range(2):
+            info = await fs.open(first_file, 0, CTX)
+            await fs.release(info.fh)
+        assert job.tracker.epoch == 2
+        assert [e.accessed_bytes for e in job.finished_epochs] == [SIZE]
+
+    _run(tmp_path, 0, scenario)
+
+
+class _CountingBackend:
+    """The real backend, counting its reads per key."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.reads: list[str] = []
+
+    def read(self, key: str, offset: int, length: int) -> bytes:
+        self.reads.append(key)
+        return self.inner.read(key, offset, length)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("quota", [0, FILES * SIZE])
+def test_concurrent_misses_on_one_item_fetch_it_once(tmp_path: Path, quota: int) -> None:
+    async def scenario(mount: MountState, fs: SilodFS) -> None:
+        job = mount.jobs["job"]
+        counting = _CountingBackend(job.dataset.backend)
+        job.dataset.backend = cast(Backend, counting)
+        results: list[bytes] = []
+
+        async def reader() -> None:
+            results.append(await readpath.read(job, 3, 0, SIZE))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(8):
+                nursery.start_soon(reader)
+        assert len(set(results)) == 1 and len(results[0]) == SIZE
+        assert counting.reads == [job.dataset.manifest.paths[3]]
+
+    _run(tmp_path, quota, scenario)

@@ -1,0 +1,252 @@
+"""Real FUSE mounts of real storage: bytes, POSIX tools, read-only semantics, large directories, the quota,
+crash safety, throttling and unmounting."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import random
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.datasets import generate_dataset, upload_dataset
+from tests.mount_fixtures import MountProcess, options_args
+from tests.storage_servers import DatasetTarget
+
+MountFactory = Callable[..., MountProcess]
+CHUNK = 1024 * 1024
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_bytes_through_the_mount_equal_the_backends(mount_factory: MountFactory, dataset_target: DatasetTarget) -> None:
+    dataset = generate_dataset(seed=11, small_files=40, large_files=2, large_size=3 * CHUNK + 4321)
+    upload_dataset(dataset_target, dataset)
+    half = f"{dataset_target.uri}={dataset.total_bytes // 2}"
+    mount = mount_factory(
+        {"job1": dataset_target.uri},
+        "--chunk-size",
+        "1MiB",
+        "--cache-size",
+        half,
+        *options_args(dataset_target.options),
+    )
+    root = mount.job_dir("job1")
+    for path, data in dataset.files.items():
+        assert _sha((root / path).read_bytes()) == _sha(data), path
+    for path in dataset.empty_dirs:
+        assert (root / path).is_dir() and not list((root / path).iterdir())
+
+    big_path, big = max(dataset.files.items(), key=lambda item: len(item[1]))
+    fd = os.open(root / big_path, os.O_RDONLY)
+    try:
+        for offset, length in [(CHUNK - 3, 10), (2 * CHUNK - 1, CHUNK + 2), (12345, 99), (len(big) - 5, 100)]:
+            assert os.pread(fd, length, offset) == big[offset : offset + length], (offset, length)
+        assert os.pread(fd, 10, len(big) + 7) == b""
+    finally:
+        os.close(fd)
+
+    listed = subprocess.run(["find", ".", "-type", "f"], cwd=root, capture_output=True, text=True, check=True)
+    assert sorted(line[2:] for line in listed.stdout.splitlines()) == sorted(dataset.files)
+    du = subprocess.run(["du", "-sb", "--apparent-size", "."], cwd=root, capture_output=True, text=True, check=True)
+    assert int(du.stdout.split()[0]) >= dataset.total_bytes  # plus the directories' own sizes
+    assert subprocess.run(["cat", str(root / big_path)], capture_output=True, check=True).stdout == big
+    local = mount.cache_dir.parent / "copy.bin"
+    local.write_bytes(big)
+    assert subprocess.run(["cmp", str(local), str(root / big_path)], check=False).returncode == 0
+    stat = (root / big_path).stat()
+    assert stat.st_size == len(big) and stat.st_mtime > 0
+
+
+def _local_dataset(root: Path, files: int, size: int, seed: int = 0) -> dict[str, bytes]:
+    rng = random.Random(seed)
+    contents = {f"part{i % 4}/file{i:05d}.bin": rng.randbytes(size) for i in range(files)}
+    for path, data in contents.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
+    return contents
+
+
+@pytest.fixture
+def local_uri(tmp_path: Path) -> tuple[str, dict[str, bytes]]:
+    root = tmp_path / "dataset"
+    return f"file://{root}", _local_dataset(root, files=64, size=8000)
+
+
+def test_writes_are_refused_with_erofs(mount_factory: MountFactory, local_uri: tuple[str, dict[str, bytes]]) -> None:
+    uri, files = local_uri
+    root = mount_factory({"job1": uri}).job_dir("job1")
+    existing = root / next(iter(files))
+    attempts: list[Callable[[], Any]] = [
+        lambda: open(existing, "r+b"),  # noqa: SIM115
+        lambda: open(root / "new.txt", "wb"),  # noqa: SIM115
+        lambda: os.mkdir(root / "newdir"),
+        lambda: os.unlink(existing),
+        lambda: os.rename(existing, root / "renamed"),
+        lambda: os.chmod(existing, 0o777),
+        lambda: os.truncate(existing, 0),
+        lambda: os.symlink("x", root / "link"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(OSError) as info:
+            attempt()
+        assert info.value.errno == errno.EROFS
+    assert existing.read_bytes() == files[existing.relative_to(root).as_posix()]
+
+
+def test_a_directory_of_100k_entries_lists_completely(mount_factory: MountFactory, tmp_path: Path) -> None:
+    big_dir = tmp_path / "wide" / "train"
+    big_dir.mkdir(parents=True)
+    names = {f"img{i:06d}.jpg" for i in range(100_000)}
+    for name in names:
+        (big_dir / name).touch()
+    root = mount_factory({"wide": f"file://{tmp_path / 'wide'}"}).job_dir("wide")
+    listed = os.listdir(root / "train")
+    assert len(listed) == len(names) and set(listed) == names
+    with os.scandir(root / "train") as entries:
+        assert sum(1 for entry in entries if entry.is_file()) == len(names)
+
+
+def test_the_root_shows_one_directory_per_job(mount_factory: MountFactory, tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    files_a, files_b = _local_dataset(a, 5, 100, seed=1), _local_dataset(b, 6, 100, seed=2)
+    mount = mount_factory({"job-a": f"file://{a}", "job-b": f"file://{b}", "job-c": f"file://{a}"})
+    assert sorted(os.listdir(mount.mountpoint)) == ["job-a", "job-b", "job-c"]
+    for job, files in (("job-a", files_a), ("job-b", files_b), ("job-c", files_a)):
+        for path, data in files.items():
+            assert (mount.job_dir(job) / path).read_bytes() == data
+
+
+def _cache_items(mount: MountProcess) -> dict[str, int]:
+    """Item files in the cache (name -> size), excluding temporaries."""
+    return {
+        p.name: p.stat().st_size
+        for p in mount.cache_dir.rglob("*")
+        if p.is_file() and p.parent.name.isdigit() and not p.name.startswith(".")
+    }
+
+
+def test_the_quota_is_never_exceeded_and_nothing_is_evicted_under_it(
+    mount_factory: MountFactory, local_uri: tuple[str, dict[str, bytes]]
+) -> None:
+    uri, files = local_uri
+    quota = 20 * 8000 + 500
+    mount = mount_factory({"job1": uri}, "--cache-size", f"{uri}={quota}")
+    root = mount.job_dir("job1")
+    order = list(files)
+    for epoch in range(2):
+        random.Random(epoch).shuffle(order)
+        for path in order:
+            assert (root / path).read_bytes() == files[path]
+        cached = _cache_items(mount)
+        assert sum(cached.values()) <= quota
+        assert len(cached) == 20  # full: 20 whole items fit, the 21st does not
+        if epoch == 0:
+            after_first = cached
+    assert cached == after_first  # uniform caching: once full, nothing replaced
+
+
+@pytest.mark.expected_warnings
+def test_kill_9_during_fetches_then_remount_serves_no_partial_entry(
+    mount_factory: MountFactory, tmp_path: Path
+) -> None:
+    root = tmp_path / "dataset"
+    files = _local_dataset(root, files=40, size=200_000)
+    uri = f"file://{root}"
+    args = ("--cache-size", f"{uri}=100MB", "--io-rate", "job1=2MB/s")
+    first = mount_factory({"job1": uri}, *args, name="first")
+    stop = threading.Event()
+
+    def reader(paths: list[str]) -> None:
+        for path in paths:
+            if stop.is_set():
+                return
+            try:
+                (first.job_dir("job1") / path).read_bytes()
+            except OSError:
+                return  # the daemon died under us
+
+    names = sorted(files)
+    with ThreadPoolExecutor(4) as pool:
+        for i in range(4):
+            pool.submit(reader, names[i::4])
+        first.wait_for_stats(lambda s: s["datasets"][uri]["cached_items"] >= 5)
+        first.kill()
+        stop.set()
+    complete_before = _cache_items(first)
+    assert 5 <= len(complete_before) < len(files)
+
+    second = MountProcess(tmp_path / "first", {"job1": uri}, "--cache-size", f"{uri}=100MB")
+    second.start()
+    try:
+        stats = second.wait_for_stats(lambda s: "datasets" in s)
+        assert stats["datasets"][uri]["cached_items"] >= len(complete_before)
+        for path, data in files.items():
+            assert (second.job_dir("job1") / path).read_bytes() == data, path
+    finally:
+        second.stop()
+
+
+def test_remote_reads_are_held_to_the_job_rate(mount_factory: MountFactory, tmp_path: Path) -> None:
+    root = tmp_path / "dataset"
+    files = _local_dataset(root, files=400, size=100_000)
+    uri, rate = f"file://{root}", 2_000_000
+    mount = mount_factory({"job1": uri}, "--io-rate", f"job1={rate}B/s", "--chunk-size", "64KiB")
+    job_root = mount.job_dir("job1")
+    read_bytes = 0
+    lock = threading.Lock()
+    deadline = time.monotonic() + 6.0
+
+    def reader(paths: list[str]) -> None:
+        nonlocal read_bytes
+        for path in paths:
+            if time.monotonic() >= deadline:
+                return
+            size = len((job_root / path).read_bytes())
+            with lock:
+                read_bytes += size
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(4) as pool:
+        for i in range(4):
+            pool.submit(reader, sorted(files)[i::4])
+    elapsed = time.monotonic() - started
+    burst = max(64 * 1024, rate // 10)
+    assert read_bytes <= rate * elapsed + burst + 100_000  # + one file in flight when the window closed
+    assert read_bytes >= 0.95 * rate * (elapsed - 0.5) - 100_000  # demand exceeds the rate throughout
+
+
+def test_unmount_does_not_hang_on_reads_blocked_by_a_zero_rate(
+    mount_factory: MountFactory, local_uri: tuple[str, dict[str, bytes]]
+) -> None:
+    uri, files = local_uri
+    mount = mount_factory({"job1": uri}, "--io-rate", "job1=0")
+    outcome: list[BaseException | bytes] = []
+
+    def blocked_read() -> None:
+        try:
+            outcome.append((mount.job_dir("job1") / next(iter(files))).read_bytes())
+        except OSError as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=blocked_read, daemon=True)
+    reader.start()
+    reader.join(timeout=1.0)
+    assert reader.is_alive(), "a read with rate 0 must wait for a rate"
+    assert mount.process is not None
+    mount.process.terminate()
+    assert mount.process.wait(timeout=20) == 0
+    reader.join(timeout=20)
+    assert not reader.is_alive()
+    assert isinstance(outcome[0], OSError)
+    assert not os.path.ismount(mount.mountpoint)
