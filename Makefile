@@ -45,6 +45,8 @@ test: lint unit
 
 bench: setup
 	PYTHONPATH=$(CURDIR) $(PY) bench/control_plane.py
+	PYTHONPATH=$(CURDIR) $(PY) bench/epoch_read.py
+	PYTHONPATH=$(CURDIR) $(PY) bench/manifest_memory.py
 
 # Regenerate the gRPC stubs (committed, so installs need no protoc).
 proto: setup

@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -139,7 +140,11 @@ async def _report_statistics(mount: MountState, interval: float, stats_file: Pat
                 access.remote_demand_bytes_per_sec / 1e6,
             )
         caches = {uri: asdict(d.cache.statistics()) for uri, d in mount.datasets.items()}
-        document = {"jobs": {job_id: asdict(stats) for job_id, stats in snapshot.items()}, "datasets": caches}
+        document = {
+            "written_at": time.time(),
+            "jobs": {job_id: asdict(stats) for job_id, stats in snapshot.items()},
+            "datasets": caches,
+        }
         temporary = stats_file.with_suffix(".tmp")
         temporary.write_text(json.dumps(document, indent=1))
         temporary.replace(stats_file)

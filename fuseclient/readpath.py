@@ -71,18 +71,11 @@ async def fetch_item(job: JobState, item: int) -> bytes:
 async def _lead_fetch(job: JobState, dataset: DatasetState, item: int) -> bytes:
     flight = dataset.inflight[item] = Flight()
     try:
-        file_index, offset, length = dataset.manifest.item_extent(item)
-        key = dataset.manifest.paths[file_index]
+        length = dataset.manifest.item_size(item)
         if job.bucket is not None:
             await job.bucket.consume(length)
-        data = await trio.to_thread.run_sync(dataset.backend.read, key, offset, length, limiter=dataset.fetch_limiter)
-        if len(data) != length:
-            raise ChangedObject(
-                f"{dataset.backend.object_uri(key)}: expected {length} bytes at offset {offset}, got {len(data)}; "
-                "the object changed after the dataset was registered"
-            )
+        data = await trio.to_thread.run_sync(_fetch_and_offer, dataset, item, limiter=dataset.fetch_limiter)
         job.bytes_from_remote += length
-        await trio.to_thread.run_sync(dataset.cache.admit, item, data)
         flight.data = data
         return data
     except BaseException as exc:
@@ -91,3 +84,17 @@ async def _lead_fetch(job: JobState, dataset: DatasetState, item: int) -> bytes:
     finally:
         del dataset.inflight[item]
         flight.done.set()
+
+
+def _fetch_and_offer(dataset: DatasetState, item: int) -> bytes:
+    """In a worker thread: read the item from the backend and offer it to the cache (one thread hop for both)."""
+    file_index, offset, length = dataset.manifest.item_extent(item)
+    key = dataset.manifest.paths[file_index]
+    data = dataset.backend.read(key, offset, length)
+    if len(data) != length:
+        raise ChangedObject(
+            f"{dataset.backend.object_uri(key)}: expected {length} bytes at offset {offset}, got {len(data)}; "
+            "the object changed after the dataset was registered"
+        )
+    dataset.cache.admit(item, data)
+    return data

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol, TypeVar
 
 import boto3
 import pytest
@@ -150,12 +150,19 @@ def azure_client(server: AzuriteServer) -> BlobServiceClient:
     return BlobServiceClient.from_connection_string(server.connection_string, retry_total=0)
 
 
-@pytest.fixture(scope="session")
-def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]:
+_Server = TypeVar("_Server", AzuriteServer, S3Server)
+
+
+class ServerNotReady(RuntimeError):
+    """A storage server exited or did not answer in time; the message carries its output."""
+
+
+@contextlib.contextmanager
+def running_azurite(workdir: Path) -> Iterator[AzuriteServer]:
+    """Azurite's blob service on a free loopback port with its data in `workdir`, until the block exits."""
     script = REPO_ROOT / "node_modules" / ".bin" / "azurite-blob"
     if not script.exists() or shutil.which("node") is None:
-        _missing_dependency("Azurite is not installed (needs node and `npm ci`; `make setup` does both)")
-    workdir = tmp_path_factory.mktemp("azurite")
+        raise FileNotFoundError("Azurite is not installed (needs node and `npm ci`; `make setup` does both)")
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
     server = AzuriteServer(
@@ -174,12 +181,12 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]
         yield server
 
 
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+@contextlib.contextmanager
+def running_s3_server(workdir: Path) -> Iterator[S3Server]:
+    """`moto_server` on a free loopback port, logging each request to workdir/server.log, until the block exits."""
     executable = Path(sys.executable).parent / "moto_server"
     if not executable.exists():
-        _missing_dependency(f"moto_server is not installed next to {sys.executable} (pip install 'moto[server]')")
-    workdir = tmp_path_factory.mktemp("moto")
+        raise FileNotFoundError(f"moto_server is not installed next to {sys.executable} (pip install 'moto[server]')")
     port = free_port()
     # moto accepts any credentials; a unique secret lets tests check it never leaks into messages.
     server = S3Server(
@@ -191,6 +198,30 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     argv = [str(executable), "-H", "127.0.0.1", "-p", str(port)]
     with _running("moto_server", argv, workdir, ready=lambda: s3_client(server).list_buckets()):
         yield server
+
+
+def _session_server(
+    starter: Callable[[Path], contextlib.AbstractContextManager[_Server]], workdir: Path
+) -> Iterator[_Server]:
+    """A server for the whole test session: a missing one fails in CI and skips elsewhere."""
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(starter(workdir))
+        except FileNotFoundError as exc:
+            _missing_dependency(str(exc))
+        except ServerNotReady as exc:
+            pytest.fail(str(exc), pytrace=False)
+        yield server
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]:
+    yield from _session_server(running_azurite, tmp_path_factory.mktemp("azurite"))
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    yield from _session_server(running_s3_server, tmp_path_factory.mktemp("moto"))
 
 
 @pytest.fixture
@@ -242,7 +273,7 @@ def _missing_dependency(reason: str) -> NoReturn:
 @contextlib.contextmanager
 def _running(name: str, argv: list[str], workdir: Path, ready: Callable[[], object]) -> Iterator[None]:
     """Run `argv` in `workdir` (output in workdir/server.log) until the block exits; wait until `ready()`
-    stops raising, failing the test with the server's output if it exits or takes too long."""
+    stops raising, raising `ServerNotReady` with the server's output if it exits or takes too long."""
     log_path = workdir / "server.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
@@ -270,7 +301,9 @@ def _wait_ready(name: str, process: subprocess.Popen[bytes], log_path: Path, rea
     while True:
         if process.poll() is not None:
             output = log_path.read_text(errors="replace")
-            pytest.fail(f"{name} exited with status {process.returncode} before it was ready; output:\n{output}")
+            raise ServerNotReady(
+                f"{name} exited with status {process.returncode} before it was ready; output:\n{output}"
+            )
         try:
             ready()
             return
@@ -278,7 +311,7 @@ def _wait_ready(name: str, process: subprocess.Popen[bytes], log_path: Path, rea
             last_error = exc
         if time.monotonic() > deadline:
             output = log_path.read_text(errors="replace")
-            pytest.fail(f"{name} not ready after {READY_TIMEOUT_S:.0f} s ({last_error!r}); output:\n{output}")
+            raise ServerNotReady(f"{name} not ready after {READY_TIMEOUT_S:.0f} s ({last_error!r}); output:\n{output}")
         time.sleep(0.1)  # the bounded readiness poll: the one sleep allowed in tests
 
 

@@ -1,0 +1,239 @@
+"""Data-plane benchmark: a DL-style reader through the mount, against local disk and the S3 SDK.
+
+N threads (default 4) read every file once per epoch in a fresh shuffled order, for 3 epochs, for
+(a) 3,000 files of 110 KB and (b) 4 files of 64 MiB, stored in an S3 server (moto, on loopback). Side by
+side in the same run:
+- local disk: the same files from a local directory (the ceiling of any mount);
+- direct SDK: boto3 GetObject at the same concurrency, one pass (the backend's ceiling);
+- the mount: cache at 100 % (epoch 1 cold, epochs 2-3 warm) and 50 % of the dataset, unthrottled and
+  throttled, each on a fresh cache.
+For each mount epoch it prints files/s, MB/s, bytes from remote, the epoch's hit ratio, and the GET, HEAD
+and LIST requests the S3 server logged, then the ratios the targets are stated in.
+
+    PYTHONPATH=. .venv/bin/python bench/epoch_read.py [--threads N] [--only small|large]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.mount_fixtures import MountProcess, options_args
+from tests.storage_servers import S3Server, running_s3_server, s3_client
+
+EPOCHS = 3
+BLOCK = 1024 * 1024
+_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*(GET|HEAD) /([^ ?]+)/?(\?[^ ]*)? HTTP')  # moto colours some lines
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    files: int
+    size: int
+
+
+@dataclass(frozen=True)
+class EpochResult:
+    seconds: float
+    files: int
+    nbytes: int
+    remote_bytes: int = 0
+    hit_ratio: float = 0.0
+    gets: int = 0
+    heads: int = 0
+    lists: int = 0
+
+    @property
+    def files_per_sec(self) -> float:
+        return self.files / self.seconds
+
+    @property
+    def mb_per_sec(self) -> float:
+        return self.nbytes / self.seconds / 1e6
+
+
+def read_epoch(paths: list[Path], threads: int, rng: random.Random) -> tuple[float, int]:
+    """Read every path once in a fresh shuffled order with `threads` readers; (seconds, bytes)."""
+    order = list(paths)
+    rng.shuffle(order)
+
+    def read(path: Path) -> int:
+        total = 0
+        with path.open("rb", buffering=0) as f:
+            while chunk := f.read(BLOCK):
+                total += len(chunk)
+        return total
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        nbytes = sum(pool.map(read, order))
+    return time.monotonic() - started, nbytes
+
+
+def sdk_epoch(server: S3Server, bucket: str, keys: list[str], threads: int) -> EpochResult:
+    client = s3_client(server)
+
+    def get(key: str) -> int:
+        return len(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        nbytes = sum(pool.map(get, keys))
+    return EpochResult(time.monotonic() - started, len(keys), nbytes)
+
+
+class RequestLog:
+    """Counts the S3 server's logged requests for one bucket since the last `take()`."""
+
+    def __init__(self, log_path: Path, bucket: str) -> None:
+        self._path, self._bucket, self._offset = log_path, bucket, log_path.stat().st_size
+
+    def take(self) -> tuple[int, int, int]:
+        with self._path.open() as f:
+            f.seek(self._offset)
+            text = f.read()
+            self._offset = f.tell()
+        gets = heads = lists = 0
+        for method, path, query in _REQUEST.findall(text):
+            if not path.startswith(self._bucket):
+                continue
+            if "list-type" in query:
+                lists += 1
+            elif method == "HEAD":
+                heads += 1
+            else:
+                gets += 1
+        return gets, heads, lists
+
+
+def mount_epochs(mount: MountProcess, dataset: Dataset, threads: int, requests: RequestLog) -> list[EpochResult]:
+    root = mount.job_dir("job")
+    paths = sorted(p for p in root.rglob("*") if p.is_file())
+    requests.take()  # the listing at mount time is not part of any epoch
+    results, remote_before = [], 0
+    rng = random.Random(1)
+    for epoch in range(1, EPOCHS + 1):
+        seconds, nbytes = read_epoch(paths, threads, rng)
+        settled = time.time() + 0.05
+        stats = mount.wait_for_stats(lambda s, after=settled: s["written_at"] > after)["jobs"]["job"]
+        finished = {e["epoch"]: e for e in stats["finished_epochs"]}
+        record = finished.get(epoch)
+        hit = record["hit_bytes"] / record["accessed_bytes"] if record and record["accessed_bytes"] else 0.0
+        remote = stats["bytes_from_remote"] - remote_before
+        remote_before = stats["bytes_from_remote"]
+        results.append(EpochResult(seconds, len(paths), nbytes, remote, hit, *requests.take()))
+    return results
+
+
+def show(label: str, results: list[EpochResult]) -> None:
+    for epoch, r in enumerate(results, start=1):
+        print(
+            f"  {label:<34} epoch {epoch}: {r.files_per_sec:8.0f} files/s {r.mb_per_sec:8.1f} MB/s  "
+            f"remote {r.remote_bytes / 1e6:7.1f} MB  hit {r.hit_ratio:4.2f}  "
+            f"GET {r.gets:5d} HEAD {r.heads} LIST {r.lists}",
+            flush=True,
+        )
+
+
+def run_dataset(
+    dataset: Dataset, server: S3Server, workdir: Path, threads: int, rate: int, mount: Callable[..., MountProcess]
+) -> None:
+    print(f"\n== {dataset.name}: {dataset.files} files of {dataset.size / 1e6:.1f} MB, {threads} readers", flush=True)
+    rng = random.Random(0)
+    bucket = f"bench-{dataset.name}"
+    client = s3_client(server)
+    client.create_bucket(Bucket=bucket)
+    local = workdir / f"local-{dataset.name}"
+    keys = [f"train/class{i % 10:02d}/file{i:05d}.bin" for i in range(dataset.files)]
+
+    def put(key: str) -> None:
+        body = random.Random(key).randbytes(dataset.size)
+        client.put_object(Bucket=bucket, Key=key, Body=body)
+        (local / key).parent.mkdir(parents=True, exist_ok=True)
+        (local / key).write_bytes(body)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(put, keys))
+    total = dataset.files * dataset.size
+    local_paths = sorted(p for p in local.rglob("*") if p.is_file())
+    local_results = []
+    for _ in range(EPOCHS):
+        seconds, nbytes = read_epoch(local_paths, threads, rng)
+        local_results.append(EpochResult(seconds, dataset.files, nbytes))
+    show("local disk", local_results)
+    sdk = sdk_epoch(server, bucket, keys, threads)
+    print(f"  {'direct SDK (GetObject)':<34} one pass: {sdk.files_per_sec:8.0f} files/s {sdk.mb_per_sec:8.1f} MB/s")
+
+    uri = f"s3://{bucket}/train"
+    requests = RequestLog(workdir / "moto" / "server.log", bucket)
+    runs = {}
+    for label, fraction, job_rate in (
+        ("mount, cache 100%, unthrottled", 1.0, None),
+        ("mount, cache 50%, unthrottled", 0.5, None),
+        (f"mount, cache 50%, {rate / 1e6:.0f} MB/s", 0.5, rate),
+    ):
+        extra = ["--cache-size", f"{uri}={int(fraction * total)}", *options_args(server.backend_options())]
+        if job_rate is not None:
+            extra += ["--io-rate", f"job={job_rate}B/s"]
+        process = mount({"job": uri}, *extra, name=f"{dataset.name}-{fraction}-{job_rate}")
+        try:
+            runs[label] = mount_epochs(process, dataset, threads, requests)
+        finally:
+            process.stop()
+        show(label, runs[label])
+
+    full, half, throttled = runs.values()
+    warm = sum(r.files_per_sec for r in full[1:]) / len(full[1:])
+    local_warm = sum(r.files_per_sec for r in local_results[1:]) / len(local_results[1:])
+    print(f"  -> warm epochs vs local disk: {warm / local_warm:.2f} x files/s")
+    print(f"  -> cold epoch vs direct SDK: {full[0].mb_per_sec / sdk.mb_per_sec:.2f} x MB/s; "
+          f"GETs {full[0].gets} for {dataset.files * -(-dataset.size // (4 * 1024 * 1024))} items, "
+          f"HEAD {sum(r.heads for r in full)}, LIST {sum(r.lists for r in full)} over {EPOCHS} epochs")  # fmt: skip
+    print(f"  -> cache 50%: hit share of bytes in epochs 2, 3: {half[1].hit_ratio:.3f}, {half[2].hit_ratio:.3f}; "
+          f"remote share {half[1].remote_bytes / total:.3f}, {half[2].remote_bytes / total:.3f}")  # fmt: skip
+    predicted = rate / (1 - 0.5) / 1e6
+    measured = sum(r.mb_per_sec for r in throttled[1:]) / len(throttled[1:])
+    print(f"  -> throttled at {rate / 1e6:.0f} MB/s with half cached: epochs 2-3 read {measured:.1f} MB/s; "
+          f"SiloDPerf b/(1-c/d) predicts {predicted:.1f} MB/s")  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--rate", type=int, default=20_000_000, help="bytes/s for the throttled run")
+    parser.add_argument("--only", choices=["small", "large"])
+    args = parser.parse_args()
+    datasets = [Dataset("small", 3000, 110_000), Dataset("large", 4, 64 * 1024 * 1024)]
+    with tempfile.TemporaryDirectory(prefix="silod-bench-") as tmp:
+        workdir = Path(tmp)
+        (workdir / "moto").mkdir()
+        with running_s3_server(workdir / "moto") as server:
+            started: list[MountProcess] = []
+
+            def mount(jobs: dict[str, str], *extra: str, name: str) -> MountProcess:
+                (workdir / name).mkdir()
+                process = MountProcess(workdir / name, jobs, *extra, stats_interval=0.1)
+                started.append(process)
+                return process.start()
+
+            try:
+                for dataset in datasets:
+                    if args.only in (None, dataset.name):
+                        run_dataset(dataset, server, workdir, args.threads, args.rate, mount)
+            finally:
+                for process in started:
+                    process.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
