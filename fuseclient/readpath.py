@@ -8,21 +8,32 @@ only while the dataset is under its quota.
 
 from __future__ import annotations
 
-import logging
+from dataclasses import dataclass
 
 import trio
 
 from fuseclient.backends import BackendError
 from fuseclient.state import DatasetState, Flight, JobState
 
-log = logging.getLogger(__name__)
-
 
 class ChangedObject(BackendError):
     """The object is not what the frozen manifest says (it changed after the dataset was registered)."""
 
 
-async def read(job: JobState, file_index: int, offset: int, size: int) -> bytes:
+@dataclass(slots=True)
+class LastItem:
+    """The last item one open file fetched from the backend.
+
+    An item the cache did not admit (its quota is full) would otherwise be fetched again by each of the
+    many kernel reads (128 KiB each) that cover one 4 MiB chunk; keeping it per open file makes one missed
+    item cost exactly one backend GET.
+    """
+
+    item: int = -1
+    data: bytes = b""
+
+
+async def read(job: JobState, file_index: int, offset: int, size: int, last: LastItem | None = None) -> bytes:
     """Up to `size` bytes of the job's file `file_index` from `offset` (short at the end of the file)."""
     manifest = job.dataset.manifest
     end = min(offset + size, manifest.sizes[file_index])
@@ -34,22 +45,26 @@ async def read(job: JobState, file_index: int, offset: int, size: int) -> bytes:
     for k in range(offset // chunk, (end - 1) // chunk + 1):
         item_start = k * chunk
         start, stop = max(offset, item_start), min(end, item_start + chunk)
-        parts.append(await _item_bytes(job, first_item + k, start - item_start, stop - start))
+        parts.append(await _item_bytes(job, first_item + k, start - item_start, stop - start, last))
     data = parts[0] if len(parts) == 1 else b"".join(parts)
     job.bytes_read += len(data)
     job.meter.add(len(data), trio.current_time())
     return data
 
 
-async def _item_bytes(job: JobState, item: int, offset: int, length: int) -> bytes:
+async def _item_bytes(job: JobState, item: int, offset: int, length: int, last: LastItem | None) -> bytes:
     cache = job.dataset.cache
     if cache.contains(item):
         data = cache.read(item, offset, length)  # local disk: a pread, not worth a thread hop
         if data is not None:
             job.cache_hits += 1
             return data
+    if last is not None and last.item == item:
+        return last.data[offset : offset + length]
     job.cache_misses += 1
     whole = await fetch_item(job, item)
+    if last is not None:
+        last.item, last.data = item, whole
     return whole[offset : offset + length]
 
 

@@ -126,3 +126,31 @@ def test_concurrent_misses_on_one_item_fetch_it_once(tmp_path: Path, quota: int)
         assert counting.reads == [job.dataset.manifest.paths[3]]
 
     _run(tmp_path, quota, scenario)
+
+
+@pytest.mark.parametrize("quota", [0, 1 << 20])
+def test_a_missed_chunk_costs_one_backend_read_however_many_reads_cover_it(tmp_path: Path, quota: int) -> None:
+    chunk, size = 64 * 1024, 4 * 64 * 1024 + 1000
+    (tmp_path / "ds").mkdir()
+    content = random.Random(3).randbytes(size)
+    (tmp_path / "ds" / "big.bin").write_bytes(content)
+    uri = f"file://{tmp_path / 'ds'}"
+    config = MountConfig(tmp_path / "mnt", tmp_path / "cache", {"job": uri}, {uri: quota}, chunk_size=chunk)
+
+    async def main() -> None:
+        mount = await build_state(config)
+        fs = SilodFS(mount)
+        job = mount.jobs["job"]
+        counting = _CountingBackend(job.dataset.backend)
+        job.dataset.backend = cast(Backend, counting)
+        job_dir = await fs.lookup(pyfuse3.ROOT_INODE, b"job", CTX)
+        big = await fs.lookup(job_dir.st_ino, b"big.bin", CTX)
+        info = await fs.open(big.st_ino, 0, CTX)
+        data = b"".join([await fs.read(info.fh, offset, 16 * 1024) for offset in range(0, size, 16 * 1024)])
+        await fs.release(info.fh)
+        assert data == content
+        assert len(counting.reads) == 5  # one per chunk: four full ones and the 1000-byte tail
+        assert job.bytes_from_remote == size
+        job.dataset.cache.close()
+
+    trio.run(main)

@@ -1,0 +1,92 @@
+"""`silod mount` / `silod umount` as an operator uses them: argument checks, daemon mode, failures."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.datamgr_fixtures import silod_cli
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> str:
+    root = tmp_path / "data"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "one.bin").write_bytes(b"1" * 1000)
+    (root / "two.bin").write_bytes(b"2" * 10)
+    return f"file://{root}"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("--job", "j=DATA"), "not a directory"),  # mountpoint missing (see the test body)
+        (("--job", "a/b=DATA"), "--job JOB_ID 'a/b' must match"),
+        (("--job", "j=gs://bucket/x"), "--job DATASET_URI"),
+        (("--job", "j=DATA", "--job", "j=DATA"), "--job j is given twice"),
+        (("--job", "j=DATA", "--cache-size", "file:///elsewhere=1GiB"), "which no --job reads"),
+        (("--job", "j=DATA", "--io-rate", "k=1MB/s"), "'k', which is not a --job"),
+        (("--job", "j=DATA", "--cache-size", "DATA=1G"), "ambiguous"),
+        (("--job", "j=DATA", "--io-rate", "j=200MB"), "did you mean 200MB/s?"),
+        (("--job", "j"), "must be NAME=VALUE"),
+        (("--job", "j=DATA", "--chunk-size", "1KiB"), "--chunk-size"),
+    ],
+)
+def test_bad_mount_arguments_exit_2_naming_the_problem(
+    tmp_path: Path, dataset: str, args: tuple[str, ...], fragment: str
+) -> None:
+    mountpoint = tmp_path / ("missing" if fragment == "not a directory" else "mnt")
+    if fragment != "not a directory":
+        mountpoint.mkdir()
+    argv = [a.replace("DATA", dataset) for a in args]
+    result = silod_cli("mount", str(mountpoint), "--cache-dir", str(tmp_path / "cache"), "--foreground", *argv)
+    assert result.returncode == 2, result.stderr
+    assert fragment in result.stderr
+    assert not os.path.ismount(mountpoint)
+
+
+def _daemons(mountpoint: Path) -> list[str]:
+    found = subprocess.run(["pgrep", "-f", f"mount {mountpoint} "], capture_output=True, text=True, check=False)
+    return found.stdout.split()
+
+
+def test_the_mount_daemonizes_once_live_and_umount_stops_it(tmp_path: Path, dataset: str) -> None:
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    result = silod_cli("mount", str(mountpoint), "--cache-dir", str(tmp_path / "cache"), "--job", f"j={dataset}")
+    try:
+        assert result.returncode == 0, result.stderr
+        assert os.path.ismount(mountpoint)  # live when the command returns
+        assert (mountpoint / "j" / "a" / "one.bin").read_bytes() == b"1" * 1000
+        assert _daemons(mountpoint)
+        assert "mounted" in (tmp_path / "cache" / "mount.log").read_text()
+    finally:
+        unmount = silod_cli("umount", str(mountpoint))
+    assert unmount.returncode == 0, unmount.stderr
+    assert not os.path.ismount(mountpoint)
+    deadline = time.monotonic() + 20
+    while _daemons(mountpoint):
+        assert time.monotonic() < deadline, "the daemon did not exit after umount"
+        time.sleep(0.1)  # polling for the daemon's exit, bounded by the deadline
+
+
+def test_a_daemon_that_cannot_start_fails_the_command_and_says_where_to_look(tmp_path: Path) -> None:
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    args = ["--cache-dir", str(tmp_path / "cache"), "--job", "j=file:///no/such/dataset"]
+    result = silod_cli("mount", str(mountpoint), *args)
+    assert result.returncode == 1
+    log = tmp_path / "cache" / "mount.log"
+    assert str(log) in result.stderr
+    assert "/no/such/dataset" in log.read_text()
+    assert not os.path.ismount(mountpoint)
+
+
+def test_umount_of_something_not_mounted_says_so(tmp_path: Path) -> None:
+    result = silod_cli("umount", str(tmp_path))
+    assert result.returncode == 1
+    assert str(tmp_path) in result.stderr
