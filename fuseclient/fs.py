@@ -62,7 +62,7 @@ class _Handle:
     file_index: int
     chunked: bool
     items_seen: set[int] = field(default_factory=set)  # chunks already counted for this open
-    last: readpath.LastItem = field(default_factory=readpath.LastItem)
+    fetched: readpath.FetchedItems = field(default_factory=readpath.FetchedItems)
 
 
 class SilodFS(pyfuse3.Operations):
@@ -196,7 +196,7 @@ class SilodFS(pyfuse3.Operations):
         handle = self._handles[fh]
         if handle.chunked:
             self._count_chunks(handle, off, size)
-        return await readpath.read(handle.job, handle.file_index, off, size, handle.last)
+        return await readpath.read(handle.job, handle.file_index, off, size, handle.fetched)
 
     def _count_chunks(self, handle: _Handle, off: int, size: int) -> None:
         manifest = handle.job.dataset.manifest

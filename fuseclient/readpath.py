@@ -8,7 +8,8 @@ only while the dataset is under its quota.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from dataclasses import dataclass, field
 
 import trio
 
@@ -21,51 +22,70 @@ class ChangedObject(BackendError):
 
 
 @dataclass(slots=True)
-class LastItem:
-    """The last item one open file fetched from the backend.
+class FetchedItems:
+    """Items one open file fetched from the backend and may still read: the current one and the next.
 
     An item the cache did not admit (its quota is full) would otherwise be fetched again by each of the
     many kernel reads (128 KiB each) that cover one 4 MiB chunk; keeping it per open file makes one missed
-    item cost exactly one backend GET.
+    item cost exactly one backend GET. The next chunk of a file read sequentially is fetched alongside the
+    current one and waits here, so a reader of a large file has two requests in flight, not one.
     """
 
-    item: int = -1
-    data: bytes = b""
+    items: dict[int, bytes] = field(default_factory=dict)
+
+    def keep(self, item: int, data: bytes) -> None:
+        self.items = {k: v for k, v in self.items.items() if k > item}
+        self.items[item] = data
 
 
-async def read(job: JobState, file_index: int, offset: int, size: int, last: LastItem | None = None) -> bytes:
+async def read(job: JobState, file_index: int, offset: int, size: int, fetched: FetchedItems | None = None) -> bytes:
     """Up to `size` bytes of the job's file `file_index` from `offset` (short at the end of the file)."""
     manifest = job.dataset.manifest
     end = min(offset + size, manifest.sizes[file_index])
     if offset >= end:
         return b""
     chunk = manifest.chunk_size
-    first_item = manifest.first_items[file_index]
+    first_item, last_item = manifest.first_items[file_index], manifest.first_items[file_index + 1] - 1
     parts = []
     for k in range(offset // chunk, (end - 1) // chunk + 1):
         item_start = k * chunk
         start, stop = max(offset, item_start), min(end, item_start + chunk)
-        parts.append(await _item_bytes(job, first_item + k, start - item_start, stop - start, last))
+        parts.append(await _item_bytes(job, first_item + k, last_item, start - item_start, stop - start, fetched))
     data = parts[0] if len(parts) == 1 else b"".join(parts)
     job.bytes_read += len(data)
     job.meter.add(len(data), trio.current_time())
     return data
 
 
-async def _item_bytes(job: JobState, item: int, offset: int, length: int, last: LastItem | None) -> bytes:
+async def _item_bytes(
+    job: JobState, item: int, last_item: int, offset: int, length: int, fetched: FetchedItems | None
+) -> bytes:
     cache = job.dataset.cache
     if cache.contains(item):
         data = cache.read(item, offset, length)  # local disk: a pread, not worth a thread hop
         if data is not None:
             job.cache_hits += 1
             return data
-    if last is not None and last.item == item:
-        return last.data[offset : offset + length]
+    if fetched is not None and item in fetched.items:
+        return fetched.items[item][offset : offset + length]
     job.cache_misses += 1
-    whole = await fetch_item(job, item)
-    if last is not None:
-        last.item, last.data = item, whole
+    if fetched is None:
+        return (await fetch_item(job, item))[offset : offset + length]
+    ahead = item + 1
+    if offset == 0 and ahead <= last_item and not cache.contains(ahead) and ahead not in fetched.items:
+        async with trio.open_nursery() as nursery:  # a sequential reader starting on a chunk: fetch the next too
+            nursery.start_soon(_read_ahead, job, ahead, fetched)
+            whole = await fetch_item(job, item)
+    else:
+        whole = await fetch_item(job, item)
+    fetched.keep(item, whole)
     return whole[offset : offset + length]
+
+
+async def _read_ahead(job: JobState, item: int, fetched: FetchedItems) -> None:
+    # On failure the reader fetches the item itself if it gets there, and sees the error then.
+    with contextlib.suppress(BackendError):
+        fetched.items[item] = await fetch_item(job, item)
 
 
 async def fetch_item(job: JobState, item: int) -> bytes:

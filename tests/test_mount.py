@@ -250,3 +250,22 @@ def test_unmount_does_not_hang_on_reads_blocked_by_a_zero_rate(
     assert not reader.is_alive()
     assert isinstance(outcome[0], OSError)
     assert not os.path.ismount(mount.mountpoint)
+
+
+def test_two_shuffled_epochs_through_the_mount_hit_the_cached_fraction(
+    mount_factory: MountFactory, local_uri: tuple[str, dict[str, bytes]]
+) -> None:
+    uri, files = local_uri
+    quota = len(files) * 8000 // 4  # a quarter of the dataset
+    mount = mount_factory({"job1": uri}, "--cache-size", f"{uri}={quota}")
+    order = sorted(files)
+    for epoch in range(2):
+        random.Random(epoch).shuffle(order)
+        for path in order:
+            (mount.job_dir("job1") / path).read_bytes()
+    stats = mount.wait_for_stats(lambda s: len(s["jobs"]["job1"]["finished_epochs"]) == 2)
+    first, second = stats["jobs"]["job1"]["finished_epochs"]
+    assert (first["epoch"], second["epoch"]) == (1, 2)
+    assert first["hit_bytes"] == 0 and first["accessed_bytes"] == len(files) * 8000
+    assert second["hit_bytes"] / second["accessed_bytes"] == pytest.approx(0.25)
+    assert stats["jobs"]["job1"]["access"]["epoch"] == 3
