@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
@@ -14,8 +13,6 @@ from datamgr.model import InvalidArgument
 from datamgr.validation import check_chunk_size, check_dataset_uri, check_id
 from fuseclient import mount
 from fuseclient.manifest import DEFAULT_CHUNK_SIZE
-
-log = logging.getLogger(__name__)
 
 
 def _pair(text: str) -> tuple[str, str]:
