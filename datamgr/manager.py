@@ -277,6 +277,9 @@ class DataManager:
                 backlog = [snapshot]
             else:
                 backlog = [pb.WatchEvent.FromString(payload) for payload in logged]
+                if not backlog:  # nothing missed: say so, so the node knows it is connected and current
+                    # At the durable revision: changes still being written arrive through the subscription.
+                    backlog = [pb.WatchEvent(revision=self._durable_revision())]
             last = since_revision
             for event in backlog:
                 last = event.revision
@@ -372,6 +375,9 @@ class DataManager:
             self._flusher = loop.create_task(self._flush())
         await asyncio.shield(pending.durable)  # a caller that goes away must not cancel a shared commit
         return pending.revision
+
+    def _durable_revision(self) -> int:
+        return self._pending[0].revision - 1 if self._pending else self.state.revision
 
     async def _settled(self) -> int:
         """The current revision, once every change up to it is durable."""

@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -17,10 +17,10 @@ import pyfuse3
 import trio
 
 from fuseclient.access import AccessTracker
-from fuseclient.backends import RetryingBackend, open_backend
+from fuseclient.backends import Backend, RetryingBackend, open_backend
 from fuseclient.cache import DatasetCache
 from fuseclient.fs import SilodFS
-from fuseclient.manifest import DEFAULT_CHUNK_SIZE, build_manifest
+from fuseclient.manifest import DEFAULT_CHUNK_SIZE, Manifest, build_manifest
 from fuseclient.state import DatasetState, JobState, MountState
 from fuseclient.throttle import TokenBucket, default_burst
 from fuseclient.tree import DatasetTree
@@ -52,14 +52,10 @@ def dataset_cache_dir(cache_dir: Path, uri: str) -> Path:
     return cache_dir / hashlib.sha256(uri.encode()).hexdigest()[:24]
 
 
-async def _open_dataset(config: MountConfig, uri: str) -> DatasetState:
-    backend = RetryingBackend(open_backend(uri, config.backend_options))
-    log.info("listing %s", uri)
-    manifest = await trio.to_thread.run_sync(lambda: build_manifest(backend.list(), config.chunk_size))
-    quota = config.cache_sizes.get(uri, 0)
-    cache = await trio.to_thread.run_sync(
-        lambda: DatasetCache(dataset_cache_dir(config.cache_dir, uri), manifest, quota)
-    )
+async def open_dataset(cache_root: Path, uri: str, backend: Backend, manifest: Manifest, quota: int) -> DatasetState:
+    """A dataset ready to serve: its cache opened (restoring complete entries from an earlier run)."""
+    directory = dataset_cache_dir(cache_root, uri)
+    cache = await trio.to_thread.run_sync(lambda: DatasetCache(directory, manifest, quota))
     log.info(
         "dataset %s: %d files, %d items, %d bytes; cache quota %d bytes, %d items already cached",
         uri,
@@ -72,34 +68,70 @@ async def _open_dataset(config: MountConfig, uri: str) -> DatasetState:
     return DatasetState(uri, manifest, DatasetTree(manifest), backend, cache, trio.CapacityLimiter(FETCH_CONCURRENCY))
 
 
+def add_job(mount: MountState, job_id: str, dataset: DatasetState, rate: int | None) -> JobState:
+    """Add a job reading `dataset`, throttled at `rate` bytes/s (None: unthrottled)."""
+    bucket = None if rate is None else TokenBucket(rate, default_burst(rate, dataset.manifest.chunk_size))
+    job = JobState(job_id, mount.next_slot(), dataset, bucket, AccessTracker(dataset.manifest.item_count))
+    mount.add_job(job)
+    return job
+
+
 async def build_state(config: MountConfig) -> MountState:
+    """The standalone mount's state: each dataset listed once, jobs with their fixed allocations."""
     mount = MountState()
     for uri in sorted(set(config.jobs.values())):
-        mount.datasets[uri] = await _open_dataset(config, uri)
+        backend = RetryingBackend(open_backend(uri, config.backend_options))
+        log.info("listing %s", uri)
+        manifest = await trio.to_thread.run_sync(_list_manifest, backend, config.chunk_size)
+        quota = config.cache_sizes.get(uri, 0)
+        mount.datasets[uri] = await open_dataset(config.cache_dir, uri, backend, manifest, quota)
     for job_id, uri in config.jobs.items():
-        dataset = mount.datasets[uri]
-        rate = config.io_rates.get(job_id)
-        bucket = None if rate is None else TokenBucket(rate, default_burst(rate, dataset.manifest.chunk_size))
-        mount.add_job(JobState(job_id, mount.next_slot(), dataset, bucket, AccessTracker(dataset.manifest.item_count)))
+        add_job(mount, job_id, mount.datasets[uri], config.io_rates.get(job_id))
     return mount
 
 
+def _list_manifest(backend: Backend, chunk_size: int) -> Manifest:
+    return build_manifest(backend.list(), chunk_size)
+
+
 async def serve(config: MountConfig, on_ready: ReadyCallback = lambda: None) -> None:
-    """Mount, serve until SIGTERM/SIGINT or an external unmount, then unmount and close."""
+    """Mount standalone, serve until SIGTERM/SIGINT or an external unmount, then unmount and close."""
     mount = await build_state(config)
+    stats = (config.stats_interval, config.cache_dir / STATS_FILE) if config.stats_interval else None
+    await run_filesystem(config.mountpoint, mount, allow_other=config.allow_other, stats=stats, on_ready=on_ready)
+
+
+Task = Callable[[], Awaitable[None]]
+
+
+async def run_filesystem(
+    mountpoint: Path,
+    mount: MountState,
+    *,
+    allow_other: bool = False,
+    stats: tuple[float, Path] | None = None,
+    tasks: Sequence[Task] = (),
+    on_ready: ReadyCallback = lambda: None,
+) -> None:
+    """Serve `mount` at `mountpoint` with `tasks` running alongside, until a signal or an external unmount.
+
+    `stats` is (interval, file) for periodic statistics. The mount state may change while served (the node
+    agent adds and removes jobs); every dataset still open at the end is closed.
+    """
     options = set(pyfuse3.default_options) | {"fsname=silod", "subtype=silod", "ro"}
-    if config.allow_other:
+    if allow_other:
         options.add("allow_other")
-    pyfuse3.init(SilodFS(mount), str(config.mountpoint), options)
-    log.info("mounted %s with jobs %s", config.mountpoint, ", ".join(mount.jobs))
+    pyfuse3.init(SilodFS(mount), str(mountpoint), options)
+    log.info("mounted %s with jobs %s", mountpoint, ", ".join(mount.jobs) or "(none yet)")
     unmounted_outside = False
     try:
         on_ready()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_signal, nursery.cancel_scope)
-            if config.stats_interval:
-                stats_file = config.cache_dir / STATS_FILE
-                nursery.start_soon(_report_statistics, mount, config.stats_interval, stats_file)
+            if stats is not None:
+                nursery.start_soon(_report_statistics, mount, *stats)
+            for task in tasks:
+                nursery.start_soon(task)
             await pyfuse3.main()
             unmounted_outside = True  # main returns only when the kernel says the mount is gone
             nursery.cancel_scope.cancel()
@@ -108,7 +140,7 @@ async def serve(config: MountConfig, on_ready: ReadyCallback = lambda: None) -> 
         for dataset in mount.datasets.values():
             dataset.cache.close()
             dataset.backend.close()
-    log.info("unmounted %s", config.mountpoint)
+    log.info("unmounted %s", mountpoint)
 
 
 async def _cancel_on_signal(scope: trio.CancelScope) -> None:

@@ -58,6 +58,7 @@ class JobStats:
     """A job's counters on this node; the same numbers feed logs, metrics and usage reports."""
 
     job_id: str
+    io_bytes_per_sec: float | None  # the throttle's rate; None: unthrottled
     bytes_read: int
     bytes_from_remote: int
     cache_hits: int
@@ -113,6 +114,7 @@ class JobState:
         current = EpochRecord(self.tracker.epoch, self.epoch_accessed_bytes, self.epoch_hit_bytes)
         return JobStats(
             self.job_id,
+            None if self.bucket is None else self.bucket.rate,
             self.bytes_read,
             self.bytes_from_remote,
             self.cache_hits,
@@ -140,3 +142,9 @@ class MountState:
     def add_job(self, job: JobState) -> None:
         self.jobs[job.job_id] = job
         self.jobs_by_slot[job.slot] = job
+
+    def remove_job(self, job_id: str) -> JobState:
+        """Forget a job; files it has open keep working (their handles hold the job)."""
+        job = self.jobs.pop(job_id)
+        del self.jobs_by_slot[job.slot]
+        return job

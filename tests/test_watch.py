@@ -132,3 +132,17 @@ def test_a_subscriber_that_falls_behind_is_told_to_resume_instead_of_buffering_f
         assert hub.watcher_count("n1") == 0
 
     asyncio.run(scenario())
+
+
+def test_resuming_with_nothing_missed_starts_with_an_empty_event_at_the_current_revision(
+    cluster: tuple[DataManagerClient, str, str],
+) -> None:
+    client, _, _ = cluster
+    stream = watch(client, "n1")
+    current = stream.next().revision
+    stream.cancel()
+    resumed = watch(client, "n1", since=current)
+    marker = resumed.next()
+    assert (marker.revision, len(marker.changes), marker.HasField("snapshot")) == (current, 0, False)
+    live = client.allocate_remote_io("j1", 7).revision
+    assert resumed.next().revision == live

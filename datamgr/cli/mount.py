@@ -1,17 +1,19 @@
-"""`silod mount` and `silod umount`: the standalone FUSE client, with jobs and allocations on the command line."""
+"""`silod mount`, `silod node` and `silod umount`: the FUSE client, standalone or following the data manager."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import trio
 
 from datamgr.cli.args import option_arg, option_env_arg, positive_seconds, rate_arg, size_arg
+from datamgr.client import DATAMGR_ENV, default_address
 from datamgr.model import InvalidArgument
 from datamgr.validation import check_chunk_size, check_dataset_uri, check_id
-from fuseclient import mount
+from fuseclient import agent, mount
 from fuseclient.manifest import DEFAULT_CHUNK_SIZE
 
 
@@ -61,6 +63,31 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     mount_p.add_argument("--log-file", type=Path, metavar="FILE", help="daemon log (default CACHE_DIR/mount.log)")
     mount_p.set_defaults(run=run_mount, default_log_level="INFO")
 
+    node_p = sub.add_parser(
+        "node",
+        help="run the node agent: a mount kept in step with the data manager's allocations",
+        description="Register this node, mount MOUNTPOINT and keep one directory per job with workers here, "
+        "with the cache quotas and remote IO rates the data manager allocates.",
+    )
+    node_p.add_argument(
+        "--datamgr", default=default_address(), metavar="ADDR", help=f"data manager HOST:PORT (env {DATAMGR_ENV})"
+    )
+    node_p.add_argument("--node-id", required=True, metavar="ID")
+    node_p.add_argument("--mountpoint", type=Path, required=True, metavar="M")
+    node_p.add_argument("--cache-dir", type=Path, required=True, metavar="C")
+    node_p.add_argument(
+        "--cache-capacity", type=size_arg, metavar="SIZE", help="cache space to offer (default: the free space of C)"
+    )
+    node_p.add_argument("--address", default="", metavar="HOST:PORT", help="shown in status (default: hostname)")
+    node_p.add_argument(
+        "--report-interval", type=positive_seconds, default=5.0, metavar="S", help="usage reports (default 5)"
+    )
+    node_p.add_argument("--allow-other", action="store_true", help="let other users (containers) read the mount")
+    node_p.add_argument("--foreground", action="store_true", help="stay attached instead of daemonizing")
+    node_p.add_argument("--stats-interval", type=positive_seconds, metavar="S", help="log per-job statistics")
+    node_p.add_argument("--log-file", type=Path, metavar="FILE", help="daemon log (default C/node.log)")
+    node_p.set_defaults(run=run_node, default_log_level="INFO")
+
     umount_p = sub.add_parser("umount", help="unmount a silod mount")
     umount_p.add_argument("mountpoint", type=Path, metavar="MOUNTPOINT")
     umount_p.add_argument("--lazy", action="store_true", help="detach now even if files are open in it")
@@ -104,17 +131,50 @@ def run_mount(args: argparse.Namespace) -> int:
         print(f"silod mount: {exc}", file=sys.stderr)
         return 2
     config.cache_dir.mkdir(parents=True, exist_ok=True)
+    return _run_daemon(
+        args, "mount", config.cache_dir / "mount.log", lambda ready: trio.run(mount.serve, config, ready)
+    )
 
-    def serve(on_ready: mount.ReadyCallback) -> None:
-        trio.run(mount.serve, config, on_ready)
 
+def run_node(args: argparse.Namespace) -> int:
+    try:
+        if not args.mountpoint.is_dir():
+            raise InvalidArgument(f"--mountpoint {args.mountpoint} is not a directory")
+        config = agent.AgentConfig(
+            datamgr=args.datamgr,
+            node_id=check_id("--node-id", args.node_id),
+            mountpoint=args.mountpoint.resolve(),
+            cache_dir=args.cache_dir.resolve(),
+            cache_capacity=args.cache_capacity,
+            address=args.address,
+            report_interval=args.report_interval,
+            allow_other=args.allow_other,
+            stats_interval=args.stats_interval,
+        )
+    except InvalidArgument as exc:
+        print(f"silod node: {exc}", file=sys.stderr)
+        return 2
+    config.cache_dir.mkdir(parents=True, exist_ok=True)
+    return _run_daemon(
+        args, "node", config.cache_dir / "node.log", lambda ready: trio.run(agent.run_agent, config, ready)
+    )
+
+
+def _run_daemon(
+    args: argparse.Namespace, command: str, default_log: Path, serve: Callable[[mount.ReadyCallback], None]
+) -> int:
+    """Serve in the foreground, or detach once the mount is live (exit 1, naming the log, if it is not)."""
     if args.foreground:
-        serve(lambda: None)
+        try:
+            serve(lambda: None)
+        except agent.AgentError as exc:
+            print(f"silod {command}: {exc}", file=sys.stderr)
+            return 1
         return 0
-    log_file = args.log_file or config.cache_dir / "mount.log"
+    log_file = args.log_file or default_log
     code = mount.run_detached(serve, log_file)
     if code:
-        print(f"silod mount: the mount did not start; see {log_file}", file=sys.stderr)
+        print(f"silod {command}: the mount did not start; see {log_file}", file=sys.stderr)
     return code
 
 

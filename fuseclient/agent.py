@@ -1,0 +1,297 @@
+"""The node agent: keeps this node's mount in step with the data manager's allocations.
+
+It registers the node, follows its allocation watch stream and applies each revision to the live mount: a
+job with workers here appears as `MOUNTPOINT/JOB_ID/`, a finished job's directory disappears (files it has
+open keep working), quota and rate changes apply as they arrive. When the data manager is unreachable the
+mount keeps enforcing the last allocations it received, and the agent reconnects with backoff, resuming from
+the last revision it applied. Usage is reported every few seconds.
+
+The gRPC client is the blocking one, in a worker thread: the mount runs on trio, which cannot share an event
+loop with grpc's asyncio API. The thread fetches manifests and hands each revision to the trio loop, which
+alone mutates the mount state.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import random
+import shutil
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pyfuse3
+import trio
+
+from fuseclient.backends import BackendError, RetryingBackend, open_backend
+from fuseclient.manifest import Manifest
+from fuseclient.mount import STATS_FILE, ReadyCallback, add_job, open_dataset, run_filesystem
+from fuseclient.state import MountState
+from fuseclient.throttle import default_burst
+from silodpb.v1 import datamgr_pb2 as pb
+from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+CALL_TIMEOUT = 10.0
+RECONNECT_MIN, RECONNECT_MAX = 0.2, 10.0
+CHANNEL_OPTIONS = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeout_ms", 10_000)]
+
+
+class AgentError(RuntimeError):
+    """The agent cannot run as configured (e.g. the node is registered with other parameters)."""
+
+
+class ManifestMismatch(Exception):
+    """A fetched manifest does not hash to the digest the allocation names; fetched again on reconnect."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    datamgr: str
+    node_id: str
+    mountpoint: Path
+    cache_dir: Path
+    cache_capacity: int | None = None  # None: the free space of the cache dir at first registration
+    address: str = ""  # informational; default: this host's name
+    report_interval: float = 5.0
+    allow_other: bool = False
+    stats_interval: float | None = None
+
+
+class NodeAgent:
+    """Follows the allocation stream into a `MountState`, and reports the mount's usage back."""
+
+    def __init__(self, config: AgentConfig, mount: MountState, stub: pb_grpc.DataManagerStub) -> None:
+        self._config = config
+        self._mount = mount
+        self._stub = stub
+        self._manifests: dict[str, Manifest] = {}  # by digest; written by the watch thread only
+        self._stop = threading.Event()
+        self._call: grpc.CallIterator[pb.WatchEvent] | None = None
+        self.revision = 0
+
+    # ---- trio side ----
+
+    async def follow_allocations(self) -> None:
+        token = trio.lowlevel.current_trio_token()
+        try:
+            await trio.to_thread.run_sync(self._watch_forever, token, abandon_on_cancel=True)
+        finally:
+            self._stop.set()
+            if self._call is not None:
+                self._call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves cancel() untyped
+
+    async def report_usage(self) -> None:
+        while True:
+            await trio.sleep(self._config.report_interval)
+            request = self._usage(trio.current_time())
+            try:
+                await trio.to_thread.run_sync(functools.partial(self._stub.ReportUsage, request, timeout=CALL_TIMEOUT))
+            except grpc.RpcError as exc:
+                log.debug("usage report not delivered: %s", exc.code())  # the watch loop reports outages
+
+    def _usage(self, now: float) -> pb.ReportUsageRequest:
+        datasets = []
+        for uri, dataset in self._mount.datasets.items():
+            cache = dataset.cache.statistics()
+            datasets.append(
+                pb.DatasetUsage(dataset_uri=uri, cached_bytes=cache.used_bytes, cached_items=cache.cached_items)
+            )
+        jobs = []
+        for job in self._mount.jobs.values():
+            stats = job.statistics(now)
+            manifest = job.dataset.manifest
+            jobs.append(
+                pb.JobUsage(
+                    job_id=job.job_id,
+                    bytes_read=stats.bytes_read,
+                    bytes_from_remote=stats.bytes_from_remote,
+                    cache_hits=stats.cache_hits,
+                    cache_misses=stats.cache_misses,
+                    epoch=stats.access.epoch,
+                    epoch_progress=stats.access.progress,
+                    throughput_bytes_per_sec=stats.access.throughput_bytes_per_sec,
+                    effective_cache_bytes=stats.access.effective_cache_items
+                    * manifest.size_bytes
+                    // manifest.item_count,
+                    remote_demand_bytes_per_sec=stats.access.remote_demand_bytes_per_sec,
+                )
+            )
+        return pb.ReportUsageRequest(node_id=self._config.node_id, datasets=datasets, jobs=jobs)
+
+    async def _apply(self, event: pb.WatchEvent) -> None:
+        """Apply one revision: a snapshot replaces everything, changes apply in order."""
+        if event.HasField("snapshot"):
+            await self._apply_snapshot(event.snapshot)
+        for change in event.changes:
+            kind = change.WhichOneof("change")
+            if kind == "dataset_set":
+                await self._set_dataset(change.dataset_set)
+            elif kind == "job_set":
+                self._set_job(change.job_set)
+            elif kind == "job_removed":
+                self._remove_job(change.job_removed)
+            elif kind == "dataset_removed":
+                await self._remove_dataset(change.dataset_removed)
+        self.revision = event.revision
+
+    async def _apply_snapshot(self, snapshot: pb.AllocationSnapshot) -> None:
+        for job_id in set(self._mount.jobs) - {j.job_id for j in snapshot.jobs}:
+            self._remove_job(job_id)
+        for uri in set(self._mount.datasets) - {d.uri for d in snapshot.datasets}:
+            await self._remove_dataset(uri)
+        for dataset in snapshot.datasets:
+            await self._set_dataset(dataset)
+        for job in snapshot.jobs:
+            self._set_job(job)
+
+    async def _set_dataset(self, wanted: pb.NodeDataset) -> None:
+        current = self._mount.datasets.get(wanted.uri)
+        if current is not None and current.manifest.digest == wanted.manifest_digest:
+            if current.cache.quota_bytes != wanted.cache_quota_bytes:
+                evicted = await trio.to_thread.run_sync(current.cache.set_quota, wanted.cache_quota_bytes)
+                log.info(
+                    "cache quota of %s = %d bytes (%d items evicted)", wanted.uri, wanted.cache_quota_bytes, evicted
+                )
+            return
+        if current is not None:
+            await self._remove_dataset(wanted.uri)
+        try:
+            backend = RetryingBackend(open_backend(wanted.uri, wanted.options))
+        except (BackendError, ValueError) as exc:
+            log.error("cannot serve dataset %s: %s", wanted.uri, exc)
+            return
+        manifest = self._manifests[wanted.manifest_digest]
+        try:
+            self._mount.datasets[wanted.uri] = await open_dataset(
+                self._config.cache_dir, wanted.uri, backend, manifest, wanted.cache_quota_bytes
+            )
+        except OSError as exc:
+            log.error("cannot open the cache of dataset %s: %s", wanted.uri, exc)
+
+    def _set_job(self, wanted: pb.NodeJob) -> None:
+        job = self._mount.jobs.get(wanted.job_id)
+        rate = wanted.io_bytes_per_sec
+        if job is None:
+            dataset = self._mount.datasets.get(wanted.dataset_uri)
+            if dataset is None:
+                log.error("job %s reads %s, which this node cannot serve", wanted.job_id, wanted.dataset_uri)
+                return
+            add_job(self._mount, wanted.job_id, dataset, rate)
+            log.info("job %s: %s at %d bytes/s", wanted.job_id, wanted.dataset_uri, rate)
+        elif job.bucket is not None and job.bucket.rate != rate:
+            job.bucket.set_rate(rate, default_burst(rate, job.dataset.manifest.chunk_size))
+            log.info("remote IO of job %s = %d bytes/s", wanted.job_id, rate)
+
+    def _remove_job(self, job_id: str) -> None:
+        if job_id in self._mount.jobs:
+            self._mount.remove_job(job_id)
+            pyfuse3.invalidate_entry_async(pyfuse3.ROOT_INODE, os.fsencode(job_id), ignore_enoent=True)
+            log.info("job %s finished here; its directory is gone", job_id)
+
+    async def _remove_dataset(self, uri: str) -> None:
+        """Free the disk a dataset no job here reads any more. Files still open keep reading through its
+        backend, which is released with the last of them."""
+        dataset = self._mount.datasets.pop(uri, None)
+        if dataset is not None:
+            await trio.to_thread.run_sync(dataset.cache.set_quota, 0)
+            dataset.cache.close()
+
+    # ---- watch thread ----
+
+    def _watch_forever(self, token: trio.lowlevel.TrioToken) -> None:
+        delay, outage = RECONNECT_MIN, False
+        self._register()
+        while not self._stop.is_set():
+            try:
+                request = pb.WatchAllocationsRequest(node_id=self._config.node_id, since_revision=self.revision)
+                self._call = self._stub.WatchAllocations(request)
+                for event in self._call:
+                    self._fetch_manifests(event)
+                    trio.from_thread.run(self._apply, event, trio_token=token)
+                    if outage:
+                        log.info("data manager %s is back; at revision %d", self._config.datamgr, self.revision)
+                        outage = False
+                    delay = RECONNECT_MIN
+            except (grpc.RpcError, ManifestMismatch) as exc:
+                if self._stop.is_set():
+                    return
+                code = exc.code() if isinstance(exc, grpc.RpcError) else None
+                if code == grpc.StatusCode.NOT_FOUND:  # the data manager lost this node: start over
+                    self.revision = 0
+                    self._register()
+                elif not outage:
+                    log.warning(
+                        "lost the data manager %s (%s); enforcing the allocations of revision %d until it is back",
+                        self._config.datamgr,
+                        code.name if code else exc,
+                        self.revision,
+                    )
+                    outage = True
+            except (trio.RunFinishedError, trio.Cancelled):
+                return
+            self._stop.wait(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, RECONNECT_MAX)
+
+    def _register(self) -> None:
+        """Register this node, waiting (with backoff) for the data manager to be reachable."""
+        config = self._config
+        capacity = config.cache_capacity
+        if capacity is None:
+            capacity = shutil.disk_usage(config.cache_dir).free
+        request = pb.RegisterNodeRequest(
+            node_id=config.node_id, address=config.address or socket.gethostname(), cache_capacity_bytes=capacity
+        )
+        delay, waiting = RECONNECT_MIN, False
+        while not self._stop.is_set():
+            try:
+                self._stub.RegisterNode(request, timeout=CALL_TIMEOUT)
+                log.info("registered node %s with %d bytes of cache at %s", config.node_id, capacity, config.datamgr)
+                return
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.ALREADY_EXISTS and config.cache_capacity is None:
+                    log.info("node %s is already registered; using its registration", config.node_id)
+                    return
+                if exc.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INVALID_ARGUMENT):
+                    raise AgentError(f"cannot register node {config.node_id}: {exc.details()}") from None
+                if not waiting:
+                    log.warning("waiting for the data manager %s (%s)", config.datamgr, exc.code().name)
+                    waiting = True
+            self._stop.wait(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, RECONNECT_MAX)
+
+    def _fetch_manifests(self, event: pb.WatchEvent) -> None:
+        datasets = list(event.snapshot.datasets) + [c.dataset_set for c in event.changes if c.HasField("dataset_set")]
+        for dataset in datasets:
+            if dataset.manifest_digest not in self._manifests:
+                self._manifests[dataset.manifest_digest] = self._fetch_manifest(dataset.uri, dataset.manifest_digest)
+
+    def _fetch_manifest(self, uri: str, digest: str) -> Manifest:
+        request = pb.GetManifestRequest(dataset_uri=uri)
+        data = b"".join(chunk.data for chunk in self._stub.GetManifest(request, timeout=10 * CALL_TIMEOUT))
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise ManifestMismatch(f"the manifest received for {uri} does not match digest {digest}")
+        return Manifest.decode(data)
+
+
+async def run_agent(config: AgentConfig, on_ready: ReadyCallback = lambda: None) -> None:
+    """Mount, follow the data manager, report usage; until a signal or an external unmount."""
+    config.cache_dir.mkdir(parents=True, exist_ok=True)
+    mount = MountState()
+    with grpc.insecure_channel(config.datamgr, options=CHANNEL_OPTIONS) as channel:
+        agent = NodeAgent(config, mount, pb_grpc.DataManagerStub(channel))
+        stats = (config.stats_interval, config.cache_dir / STATS_FILE) if config.stats_interval else None
+        await run_filesystem(
+            config.mountpoint,
+            mount,
+            allow_other=config.allow_other,
+            stats=stats,
+            tasks=[agent.follow_allocations, agent.report_usage],
+            on_ready=on_ready,
+        )
