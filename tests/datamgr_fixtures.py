@@ -64,7 +64,8 @@ def full_state(client: DataManagerClient) -> tuple[bytes, ...]:
 class DataManagerProcess:
     """`silod datamgr serve` as a child process, for restart, signal and CLI tests."""
 
-    def __init__(self, state_dir: Path, log_path: Path, *extra: str) -> None:
+    def __init__(self, state_dir: Path, log_path: Path, *extra: str, listen: str = "127.0.0.1:0") -> None:
+        self.listen = listen
         self.state_dir = state_dir
         self.log_path = log_path
         self.extra = extra
@@ -75,7 +76,7 @@ class DataManagerProcess:
     def launch(self) -> subprocess.Popen[bytes]:
         """Start the process without waiting for it to listen."""
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        args = [*SILOD, "datamgr", "serve", "--listen", "127.0.0.1:0", "--state-dir", str(self.state_dir)]
+        args = [*SILOD, "datamgr", "serve", "--listen", self.listen, "--state-dir", str(self.state_dir)]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen([*args, *self.extra], stdout=log, stderr=log)
         return self.process

@@ -19,19 +19,31 @@ START_TIMEOUT = 60.0
 
 
 class MountProcess:
-    """`silod mount` on `mountpoint`; `start()` returns once the mount is live."""
+    """`silod mount` (or, with `node()`, `silod node`) in the foreground under `root`; `start()` returns once
+    the mount is live."""
 
     def __init__(self, root: Path, jobs: dict[str, str], *extra: str, stats_interval: float = 0.2) -> None:
         self.mountpoint = root / "mnt"
         self.cache_dir = root / "cache"
         self.log_path = root / "mount.log"
-        self.mountpoint.mkdir(exist_ok=True)
+        self.mountpoint.mkdir(parents=True, exist_ok=True)
         job_args = [a for job_id, uri in jobs.items() for a in ("--job", f"{job_id}={uri}")]
         self.argv = [
             *SILOD, "mount", str(self.mountpoint), "--cache-dir", str(self.cache_dir), "--foreground",
             "--stats-interval", str(stats_interval), *job_args, *extra,
         ]  # fmt: skip
         self.process: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def node(cls, root: Path, datamgr: str, node_id: str, *extra: str) -> MountProcess:
+        """A node agent following the data manager at `datamgr`, reporting every half second."""
+        agent = cls(root, {})
+        agent.argv = [
+            *SILOD, "node", "--datamgr", datamgr, "--node-id", node_id, "--mountpoint", str(agent.mountpoint),
+            "--cache-dir", str(agent.cache_dir), "--foreground", "--report-interval", "0.5",
+            "--stats-interval", "0.1", *extra,
+        ]  # fmt: skip
+        return agent
 
     def start(self) -> MountProcess:
         with self.log_path.open("ab") as log:

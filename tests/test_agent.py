@@ -1,0 +1,194 @@
+"""The whole system in separate processes: a data manager, node agents with real mounts, and real storage.
+Allocations made with `silod alloc` are enforced on the nodes within a second, and the system survives
+either daemon being killed."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from datamgr.client import DataManagerClient
+from silodpb.v1 import datamgr_pb2 as pb
+from tests.datamgr_fixtures import DataManagerProcess, silod_cli
+from tests.mount_fixtures import MountProcess
+from tests.storage_servers import free_port
+
+FILES, SIZE = 40, 50_000
+ENFORCEMENT_DEADLINE = 1.0  # seconds from an accepted allocation to the node enforcing it
+
+
+def eventually(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+    """Poll `check` until it returns something truthy (or stops raising); the value, or a failure."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except (OSError, KeyError, ValueError):
+            pass
+        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
+        time.sleep(0.02)  # polling observable state, bounded by the deadline
+
+
+class System:
+    """A data manager on a fixed port, a dataset directory, and node agents started on demand."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.datamgr = DataManagerProcess(
+            root / "state", root / "datamgr.log", "--node-timeout", "5", listen=f"127.0.0.1:{free_port()}"
+        )
+        self.datamgr.start()
+        self.client = DataManagerClient(self.datamgr.address, timeout=10)
+        self.nodes: list[MountProcess] = []
+        rng = random.Random(4)
+        self.files = {f"c{i % 4}/f{i:03d}.bin": rng.randbytes(SIZE) for i in range(FILES)}
+        for path, data in self.files.items():
+            (root / "dataset" / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / "dataset" / path).write_bytes(data)
+        self.uri = f"file://{root / 'dataset'}"
+
+    def start_node(self, node_id: str) -> MountProcess:
+        node = MountProcess.node(self.root / node_id, self.datamgr.address, node_id, "--cache-capacity", "1GiB")
+        self.nodes.append(node)
+        node.start()
+        eventually(lambda: self.client.call(self.client.stub.GetNode, pb.GetNodeRequest(node_id=node_id)), what="node")
+        return node
+
+    def node_stats(self, node: MountProcess, job_id: str) -> dict[str, Any]:
+        stats: dict[str, Any] = node.stats()["jobs"][job_id]
+        return stats
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        self.client.close()
+        self.datamgr.stop()
+
+
+@pytest.fixture
+def system(tmp_path: Path) -> Iterator[System]:
+    running = System(tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _cached_bytes(node: MountProcess) -> int:
+    return sum(p.stat().st_size for p in node.cache_dir.rglob("*") if p.is_file() and p.parent.name.isdigit())
+
+
+def test_jobs_registered_with_the_cli_appear_on_their_node_and_go_when_finished(system: System) -> None:
+    node = system.start_node("n1")
+    address = system.datamgr.address
+    assert silod_cli("dataset", "add", system.uri, datamgr=address).returncode == 0
+    added = silod_cli(
+        "job", "add", "j1", "--dataset", system.uri, "--ideal-rate", "100MB/s", "--worker", "n1", datamgr=address
+    )
+    assert added.returncode == 0, added.stderr
+    assert silod_cli("alloc", "io", "j1", "50MB/s", datamgr=address).returncode == 0
+    job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job directory")
+    for path, data in system.files.items():
+        assert (job_dir / path).read_bytes() == data
+
+    open_file = (job_dir / "c0/f000.bin").open("rb")
+    assert silod_cli("job", "finish", "j1", datamgr=address).returncode == 0
+    eventually(lambda: not node.job_dir("j1").exists(), what="job directory removed")
+    assert os.listdir(node.mountpoint) == []
+    assert open_file.read() == system.files["c0/f000.bin"]  # open files keep working until closed
+    open_file.close()
+
+    usage = system.client.call(system.client.stub.GetNode, pb.GetNodeRequest(node_id="n1"))
+    assert usage.available
+
+
+def test_allocations_are_enforced_on_the_node_within_a_second(system: System) -> None:
+    node = system.start_node("n1")
+    system.client.register_dataset(system.uri)
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
+    system.client.allocate_cache_size(system.uri, FILES * SIZE)
+    system.client.allocate_remote_io("j1", 40_000_000)
+    job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job directory")
+    for path in system.files:
+        (job_dir / path).read_bytes()
+    eventually(lambda: _cached_bytes(node) == FILES * SIZE, what="cache filled")
+
+    system.client.allocate_remote_io("j1", 7_000_000)
+    eventually(
+        lambda: system.node_stats(node, "j1")["io_bytes_per_sec"] == 7_000_000,
+        timeout=ENFORCEMENT_DEADLINE,
+        what="rate change on the node",
+    )
+    quota = FILES * SIZE // 4
+    system.client.allocate_cache_size(system.uri, quota)
+    eventually(lambda: _cached_bytes(node) <= quota, timeout=ENFORCEMENT_DEADLINE, what="quota shrink evicting")
+    assert _cached_bytes(node) > quota - SIZE  # evicted down to the quota, not emptied
+
+    usage = eventually(
+        lambda: system.client.call(system.client.stub.GetJob, pb.GetJobRequest(job_id="j1")).usage, what="usage"
+    )
+    assert usage[0].node_id == "n1" and usage[0].bytes_read >= FILES * SIZE
+
+
+@pytest.mark.expected_warnings
+def test_the_node_keeps_its_allocations_while_the_data_manager_is_down_and_resyncs(system: System) -> None:
+    node = system.start_node("n1")
+    system.client.register_dataset(system.uri)
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
+    system.client.allocate_remote_io("j1", 30_000_000)
+    job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job directory")
+    eventually(lambda: system.node_stats(node, "j1")["io_bytes_per_sec"] == 30_000_000, what="rate")
+
+    system.datamgr.kill()
+    for path, data in system.files.items():  # uncached reads, still under the last rate
+        assert (job_dir / path).read_bytes() == data
+    assert system.node_stats(node, "j1")["io_bytes_per_sec"] == 30_000_000
+
+    system.datamgr.start()
+    client = DataManagerClient(system.datamgr.address, timeout=10)
+    assert client.call(client.stub.GetJob, pb.GetJobRequest(job_id="j1")).io_bytes_per_sec == 30_000_000
+    client.allocate_remote_io("j1", 9_000_000)
+    eventually(lambda: system.node_stats(node, "j1")["io_bytes_per_sec"] == 9_000_000, what="rate after restart")
+    client.close()
+
+
+@pytest.mark.expected_warnings
+def test_a_restarted_node_agent_restores_job_directories_and_reuses_its_cache(system: System) -> None:
+    node = system.start_node("n1")
+    system.client.register_dataset(system.uri)
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
+    system.client.allocate_cache_size(system.uri, FILES * SIZE)
+    system.client.allocate_remote_io("j1", 50_000_000)
+    job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job directory")
+    for path in system.files:
+        (job_dir / path).read_bytes()
+    eventually(lambda: _cached_bytes(node) == FILES * SIZE, what="cache filled")
+
+    node.kill()
+    restarted = MountProcess.node(node.cache_dir.parent, system.datamgr.address, "n1", "--cache-capacity", "1GiB")
+    system.nodes.append(restarted)
+    started = time.time()
+    restarted.start()
+    job_dir = eventually(lambda: restarted.job_dir("j1").is_dir() and restarted.job_dir("j1"), what="restored job")
+    fresh = restarted.wait_for_stats(lambda s: s["written_at"] > started and system.uri in s["datasets"])
+    assert fresh["datasets"][system.uri]["cached_items"] == FILES
+    for path, data in system.files.items():
+        assert (job_dir / path).read_bytes() == data
+    assert system.node_stats(restarted, "j1")["bytes_from_remote"] == 0  # every read a reused cache entry
+
+
+def test_a_job_on_two_nodes_gets_half_its_rate_on_each(system: System) -> None:
+    nodes = [system.start_node("n1"), system.start_node("n2")]
+    system.client.register_dataset(system.uri)
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 2), ("n2", 2)])
+    system.client.allocate_remote_io("j1", 10_000_000)
+    for node in nodes:
+        eventually(lambda: system.node_stats(node, "j1")["io_bytes_per_sec"] == 5_000_000, what="half rate")  # noqa: B023
