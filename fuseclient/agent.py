@@ -186,7 +186,7 @@ class NodeAgent:
             add_job(self._mount, wanted.job_id, dataset, rate)
             log.info("job %s: %s at %d bytes/s", wanted.job_id, wanted.dataset_uri, rate)
         elif job.bucket is not None and job.bucket.rate != rate:
-            job.bucket.set_rate(rate, default_burst(rate, job.dataset.manifest.chunk_size))
+            job.bucket.set_rate(rate, default_burst(rate, job.dataset.manifest.largest_item))
             log.info("remote IO of job %s = %d bytes/s", wanted.job_id, rate)
 
     def _remove_job(self, job_id: str) -> None:

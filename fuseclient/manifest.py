@@ -137,6 +137,11 @@ class Manifest:
     def size_bytes(self) -> int:
         return sum(self.sizes)
 
+    @cached_property
+    def largest_item(self) -> int:
+        """The size of the biggest item: what one fetch can cost, hence the smallest sensible burst."""
+        return min(self.chunk_size, max(self.sizes, default=0))
+
     def file_of_item(self, item: int) -> int:
         """Index of the file that owns `item`."""
         if not 0 <= item < self.item_count:

@@ -70,7 +70,7 @@ async def open_dataset(cache_root: Path, uri: str, backend: Backend, manifest: M
 
 def add_job(mount: MountState, job_id: str, dataset: DatasetState, rate: int | None) -> JobState:
     """Add a job reading `dataset`, throttled at `rate` bytes/s (None: unthrottled)."""
-    bucket = None if rate is None else TokenBucket(rate, default_burst(rate, dataset.manifest.chunk_size))
+    bucket = None if rate is None else TokenBucket(rate, default_burst(rate, dataset.manifest.largest_item))
     job = JobState(job_id, mount.next_slot(), dataset, bucket, AccessTracker(dataset.manifest.item_count))
     mount.add_job(job)
     return job

@@ -83,3 +83,8 @@ def test_item_extents_cover_every_byte_of_every_file_once() -> None:
     assert [manifest.item_size(i) for i in range(manifest.item_count)] == [e[2] for e in extents]
     with pytest.raises(IndexError):
         manifest.item_extent(manifest.item_count)
+
+
+def test_the_largest_item_is_the_biggest_file_or_the_chunk_size() -> None:
+    assert build_manifest([_obj("a", 10), _obj("b", 300)], CHUNK).largest_item == 300
+    assert build_manifest([_obj("a", 10), _obj("b", 3 * CHUNK)], CHUNK).largest_item == CHUNK

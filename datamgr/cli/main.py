@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -125,7 +126,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     mount_commands.add_commands(sub)
 
-    demo_p = sub.add_parser("demo", help="run the control-plane demo on embedded defaults")
+    demo_p = sub.add_parser(
+        "demo", help="the whole system on embedded defaults: storage, data manager, node agent, two jobs"
+    )
+    demo_p.add_argument(
+        "--backend",
+        choices=["azurite", "s3", "file"],
+        default=os.environ.get("DEMO_BACKEND") or "azurite",
+        help="where the demo datasets live (env DEMO_BACKEND; default %(default)s)",
+    )
+    demo_p.add_argument(
+        "--short",
+        action="store_true",
+        default=bool(os.environ.get("DEMO_SHORT")),
+        help="smaller datasets (env DEMO_SHORT)",
+    )
     demo_p.set_defaults(run=_demo)
     return parser
 
@@ -143,7 +158,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from datamgr.demo import run_demo
 
-    return run_demo()
+    return run_demo(args.backend, args.short)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,1 @@
+"""Scheduling policies that turn jobs and cluster resources into cache and remote IO allocations."""

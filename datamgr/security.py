@@ -1,0 +1,226 @@
+"""Securing the data manager's gRPC: TLS and mutual TLS on the server, a bearer token for every call that
+changes state or hands out dataset options, and the security flags of the `silod` commands at both ends.
+
+Read-only queries need no token: they show nothing secret (they redact credential options), and `silod
+status` should work for anyone who can reach the port. The watch and manifest streams do need it: the watch
+stream carries datasets' backend options unredacted, because nodes need them to read the data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import grpc
+
+from fuseclient.grpc_channel import (
+    TLS_CA_ENV,
+    TLS_CERT_ENV,
+    TLS_KEY_ENV,
+    TOKEN_FILE_ENV,
+    TOKEN_HEADER,
+    SecurityConfigError,
+    read_certificates,
+    read_key_pair,
+    read_token,
+)
+from silodpb.v1 import datamgr_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+SERVICE = pb.DESCRIPTOR.services_by_name["DataManager"]
+# Deny by default: a method added to the service later needs the token until it is listed here.
+TOKEN_FREE_METHODS = frozenset(
+    f"/{SERVICE.full_name}/{name}"
+    for name in (
+        "GetClusterSummary",
+        "GetDataset",
+        "GetJob",
+        "GetNode",
+        "ListDatasets",
+        "ListJobs",
+        "ListNodes",
+    )
+)
+
+_Handler = grpc.RpcMethodHandler[Any, Any]
+_HANDLER_OF_KIND: dict[tuple[bool, bool], Callable[..., _Handler]] = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+@dataclass(frozen=True, repr=False)
+class ServerSecurity:
+    """The server's side: TLS credentials (None: plaintext), whether client certificates are required, and
+    the token."""
+
+    credentials: grpc.ServerCredentials | None = None
+    mutual_tls: bool = False
+    token: str | None = None
+
+    @classmethod
+    def load(
+        cls,
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+        tls_ca: Path | None = None,
+        token_file: Path | None = None,
+    ) -> ServerSecurity:
+        """Raises SecurityConfigError naming the flags or the file."""
+        if (tls_cert is None) != (tls_key is None):
+            raise SecurityConfigError("--tls-cert and --tls-key must be given together")
+        if tls_ca is not None and tls_cert is None:
+            raise SecurityConfigError("--tls-ca (require client certificates) needs --tls-cert and --tls-key")
+        credentials = None
+        if tls_cert is not None and tls_key is not None:
+            key, chain = read_key_pair(tls_cert, tls_key)
+            client_ca = read_certificates(tls_ca, "--tls-ca") if tls_ca is not None else None
+            credentials = grpc.ssl_server_credentials(
+                [(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None
+            )
+        token = read_token(token_file) if token_file is not None else None
+        return cls(credentials, tls_ca is not None, token)
+
+    def describe(self) -> str:
+        tls = "mutual TLS" if self.mutual_tls else "TLS" if self.credentials else "plaintext"
+        return f"{tls}, {'token required for changes and streams' if self.token else 'no token'}"
+
+    def interceptors(self) -> list[grpc.aio.ServerInterceptor[Any, Any]]:
+        return [TokenCheck(self.token)] if self.token is not None else []
+
+    def exposure_warnings(self, listen: str) -> list[str]:
+        """Why listening on a non-loopback `listen` address is unsafe with this configuration, if it is."""
+        warnings = []
+        if self.credentials is None:
+            warnings.append(
+                f"listening on {listen} without TLS: calls, including dataset credentials and tokens, cross the "
+                "network in plaintext (set --tls-cert and --tls-key)"
+            )
+        if self.token is None and not self.mutual_tls:
+            warnings.append(
+                f"listening on {listen} without --auth-token-file: anyone who can reach it can change allocations "
+                "and read dataset credentials from the watch stream"
+            )
+        return warnings
+
+
+class TokenCheck(grpc.aio.ServerInterceptor[Any, Any]):
+    """Refuses, with UNAUTHENTICATED, every call outside TOKEN_FREE_METHODS that does not carry
+    `authorization: Bearer TOKEN`. One interceptor for the whole service rather than a check per method, so
+    no method can be forgotten. A refused call never reaches the servicer, nor is its request parsed."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+    def __repr__(self) -> str:
+        return "TokenCheck(<redacted>)"
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> _Handler:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method in TOKEN_FREE_METHODS:
+            return handler
+        problem = self._problem(handler_call_details.invocation_metadata)
+        return handler if problem is None else _refusal(handler, method, problem)
+
+    def _problem(self, metadata: Any) -> str | None:
+        """Why the call's metadata does not authorize it (never quoting what it presented), or None."""
+        presented = [value for key, value in metadata or () if key == TOKEN_HEADER and isinstance(value, str)]
+        if not presented:
+            return "no token"
+        for value in presented:
+            scheme, _, token = value.partition(" ")
+            if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self._token):
+                return None
+        return "wrong token"
+
+
+def _refusal(handler: _Handler, method: str, problem: str) -> _Handler:
+    """A handler of the same kind as `handler` that logs the refusal once and fails the call."""
+    name = method.rsplit("/", 1)[-1]
+
+    async def refuse(request: object, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        log.warning("refused %s from %s: %s", method, context.peer(), problem)
+        await context.abort(
+            grpc.StatusCode.UNAUTHENTICATED,
+            f"{name} requires a token: send 'authorization: Bearer <token>' with the token of the data "
+            "manager's --auth-token-file",
+        )
+
+    make = _HANDLER_OF_KIND[(handler.request_streaming, handler.response_streaming)]
+    return make(refuse, response_serializer=handler.response_serializer)
+
+
+# ---- command-line flags ----
+
+
+def add_server_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("security (see docs/datamgr.md)")
+    group.add_argument("--tls-cert", type=Path, metavar="FILE", help="serve TLS with this PEM certificate chain")
+    group.add_argument("--tls-key", type=Path, metavar="FILE", help="the unencrypted PEM private key of --tls-cert")
+    group.add_argument(
+        "--tls-ca", type=Path, metavar="FILE", help="require client certificates signed by this CA (mutual TLS)"
+    )
+    group.add_argument(
+        "--auth-token-file",
+        type=Path,
+        metavar="FILE",
+        help="require the token in FILE for changes and for the watch and manifest streams",
+    )
+
+
+def server_security(args: argparse.Namespace) -> ServerSecurity:
+    return ServerSecurity.load(args.tls_cert, args.tls_key, args.tls_ca, args.auth_token_file)
+
+
+def add_client_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of every command that talks to the data manager. No defaults here: the environment is read
+    after parsing, so a flag wins over its variable and `--help` shows no paths."""
+    group = parser.add_argument_group("security (see docs/datamgr.md)")
+    group.add_argument(
+        "--tls-ca", type=Path, metavar="FILE", help=f"use TLS; verify the data manager with this CA (env {TLS_CA_ENV})"
+    )
+    group.add_argument(
+        "--tls-cert", type=Path, metavar="FILE", help=f"client certificate for mutual TLS (env {TLS_CERT_ENV})"
+    )
+    group.add_argument("--tls-key", type=Path, metavar="FILE", help=f"its private key (env {TLS_KEY_ENV})")
+    group.add_argument(
+        "--auth-token-file", type=Path, metavar="FILE", help=f"send the token in FILE (env {TOKEN_FILE_ENV})"
+    )
+
+
+class ClientFlags(NamedTuple):
+    """The client's security settings after flags and environment are combined, the token read."""
+
+    tls_ca: Path | None
+    tls_cert: Path | None
+    tls_key: Path | None
+    token: str | None
+
+
+def client_flags(args: argparse.Namespace) -> ClientFlags:
+    """Each flag, else its environment variable (an empty one counts as unset). Raises SecurityConfigError."""
+
+    def flag_or_env(value: Path | None, variable: str) -> Path | None:
+        return value if value is not None else Path(os.environ[variable]) if os.environ.get(variable) else None
+
+    token_file = flag_or_env(args.auth_token_file, TOKEN_FILE_ENV)
+    return ClientFlags(
+        flag_or_env(args.tls_ca, TLS_CA_ENV),
+        flag_or_env(args.tls_cert, TLS_CERT_ENV),
+        flag_or_env(args.tls_key, TLS_KEY_ENV),
+        read_token(token_file) if token_file is not None else None,
+    )
