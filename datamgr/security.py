@@ -15,7 +15,7 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 import grpc
 
@@ -49,7 +49,7 @@ TOKEN_FREE_METHODS = frozenset(
     )
 )
 
-_Handler = grpc.RpcMethodHandler[Any, Any]
+_Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # generic in the stubs only
 _HANDLER_OF_KIND: dict[tuple[bool, bool], Callable[..., _Handler]] = {
     (False, False): grpc.unary_unary_rpc_method_handler,
     (False, True): grpc.unary_stream_rpc_method_handler,
@@ -113,7 +113,7 @@ class ServerSecurity:
         return warnings
 
 
-class TokenCheck(grpc.aio.ServerInterceptor[Any, Any]):
+class TokenCheck(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]  # generic in the stubs only
     """Refuses, with UNAUTHENTICATED, every call outside TOKEN_FREE_METHODS that does not carry
     `authorization: Bearer TOKEN`. One interceptor for the whole service rather than a check per method, so
     no method can be forgotten. A refused call never reaches the servicer, nor is its request parsed."""
@@ -180,10 +180,6 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="require the token in FILE for changes and for the watch and manifest streams",
     )
-
-
-def server_security(args: argparse.Namespace) -> ServerSecurity:
-    return ServerSecurity.load(args.tls_cert, args.tls_key, args.tls_ca, args.auth_token_file)
 
 
 def add_client_flags(parser: argparse.ArgumentParser) -> None:

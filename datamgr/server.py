@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 
 from datamgr.manager import DataManager
+from datamgr.security import ServerSecurity
 from datamgr.servicer import DataManagerServicer
 from datamgr.store import SQLiteStore
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
@@ -41,6 +42,10 @@ class ServerConfig:
     state_dir: Path = Path("silod-state")
     remote_io_limit: int | None = None
     node_timeout: float = 30.0
+    tls_cert: Path | None = None  # with tls_key: serve TLS
+    tls_key: Path | None = None
+    tls_ca: Path | None = None  # require client certificates signed by this CA
+    auth_token_file: Path | None = None  # require this token for changes and streams (datamgr.security)
 
 
 async def serve(
@@ -49,20 +54,24 @@ async def serve(
     stop: asyncio.Event | None = None,
     on_ready: Callable[[int], None] | None = None,
 ) -> None:
-    """Serve until `stop` is set or SIGTERM/SIGINT arrives. `on_ready` gets the bound port."""
+    """Serve until `stop` is set or SIGTERM/SIGINT arrives. `on_ready` gets the bound port.
+
+    Raises SecurityConfigError for bad security settings, before the state dir is touched."""
     stop = stop or asyncio.Event()
+    security = ServerSecurity.load(config.tls_cert, config.tls_key, config.tls_ca, config.auth_token_file)
     store = SQLiteStore(config.state_dir)
     try:
         manager = DataManager(store, remote_io_limit=config.remote_io_limit, node_timeout=config.node_timeout)
-        server = grpc.aio.server(options=GRPC_OPTIONS)
+        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=security.interceptors())
         pb_grpc.add_DataManagerServicer_to_server(DataManagerServicer(manager), server)
-        port = _bind(server, config.listen)
+        port = _bind(server, config.listen, security)
         await server.start()
         host = config.listen.rsplit(":", 1)[0]
         log.info(
-            "data manager listening on %s:%d (state dir %s, revision %d)",
+            "data manager listening on %s:%d (%s; state dir %s, revision %d)",
             host,
             port,
+            security.describe(),
             config.state_dir,
             manager.state.revision,
         )
@@ -80,17 +89,18 @@ async def serve(
     log.info("data manager stopped")
 
 
-def _bind(server: grpc.aio.Server, listen: str) -> int:
+def _bind(server: grpc.aio.Server, listen: str, security: ServerSecurity) -> int:
     host, sep, port_text = listen.rpartition(":")
     if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
         raise ServeError(f"--listen {listen!r} must be HOST:PORT, e.g. 127.0.0.1:7420")
     if not _is_loopback(host):
-        log.warning(
-            "listening on %s without TLS or authentication: anyone who can reach it can change allocations",
-            listen,
-        )
+        for warning in security.exposure_warnings(listen):
+            log.warning("%s", warning)
     try:
-        port = server.add_insecure_port(listen)
+        if security.credentials is None:
+            port = server.add_insecure_port(listen)
+        else:
+            port = server.add_secure_port(listen, security.credentials)
     except RuntimeError as exc:
         raise ServeError(f"cannot listen on {listen}: {exc}") from None
     if port == 0:
