@@ -110,7 +110,8 @@ def test_jobs_registered_with_the_cli_appear_on_their_node_and_go_when_finished(
     assert usage.available
 
 
-def test_allocations_are_enforced_on_the_node_within_a_second(system: System) -> None:
+def _job_read_once_into_a_full_cache(system: System) -> MountProcess:
+    """Node n1 running job j1, whose whole dataset has been read once and is now cached."""
     node = system.start_node("n1")
     system.client.register_dataset(system.uri)
     system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
@@ -120,6 +121,11 @@ def test_allocations_are_enforced_on_the_node_within_a_second(system: System) ->
     for path in system.files:
         (job_dir / path).read_bytes()
     eventually(lambda: _cached_bytes(node) == FILES * SIZE, what="cache filled")
+    return node
+
+
+def test_allocations_are_enforced_on_the_node_within_a_second(system: System) -> None:
+    node = _job_read_once_into_a_full_cache(system)
 
     system.client.allocate_remote_io("j1", 7_000_000)
     eventually(
@@ -162,15 +168,7 @@ def test_the_node_keeps_its_allocations_while_the_data_manager_is_down_and_resyn
 
 @pytest.mark.expected_warnings
 def test_a_restarted_node_agent_restores_job_directories_and_reuses_its_cache(system: System) -> None:
-    node = system.start_node("n1")
-    system.client.register_dataset(system.uri)
-    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
-    system.client.allocate_cache_size(system.uri, FILES * SIZE)
-    system.client.allocate_remote_io("j1", 50_000_000)
-    job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job directory")
-    for path in system.files:
-        (job_dir / path).read_bytes()
-    eventually(lambda: _cached_bytes(node) == FILES * SIZE, what="cache filled")
+    node = _job_read_once_into_a_full_cache(system)
 
     node.kill()
     restarted = MountProcess.node(node.cache_dir.parent, system.datamgr.address, "n1", "--cache-capacity", "1GiB")
