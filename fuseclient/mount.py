@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -121,6 +122,7 @@ async def run_filesystem(
     options = set(pyfuse3.default_options) | {"fsname=silod", "subtype=silod", "ro"}
     if allow_other:
         options.add("allow_other")
+    prepare_mountpoint(mountpoint)
     pyfuse3.init(SilodFS(mount), str(mountpoint), options)
     log.info("mounted %s with jobs %s", mountpoint, ", ".join(mount.jobs) or "(none yet)")
     unmounted_outside = False
@@ -141,6 +143,23 @@ async def run_filesystem(
             dataset.cache.close()
             dataset.backend.close()
     log.info("unmounted %s", mountpoint)
+
+
+def prepare_mountpoint(mountpoint: Path) -> None:
+    """Make sure `mountpoint` is a directory to mount on; raise OSError (e.g. NotADirectoryError) if not.
+
+    A daemon killed with SIGKILL leaves its mount behind, dead ("transport endpoint is not connected"); it is
+    detached here, so that a restarted daemon can mount there again.
+    """
+    try:
+        os.listdir(mountpoint)  # not stat: the kernel may answer that from cached attributes
+    except OSError as exc:
+        if exc.errno != errno.ENOTCONN:
+            raise
+        log.info("%s is a dead mount left by a previous run; detaching it", mountpoint)
+        unmount(mountpoint, lazy=True)
+        if not mountpoint.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(mountpoint)) from None
 
 
 async def _cancel_on_signal(scope: trio.CancelScope) -> None:

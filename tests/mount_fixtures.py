@@ -49,7 +49,7 @@ class MountProcess:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(self.argv, stdout=log, stderr=log)
         deadline = time.monotonic() + START_TIMEOUT
-        while not os.path.ismount(self.mountpoint):
+        while not is_live_mount(self.mountpoint):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"mount did not come up:\n{self.log_path.read_text()}")
             time.sleep(0.05)  # polling for the mount, bounded by the deadline
@@ -78,16 +78,18 @@ class MountProcess:
             time.sleep(0.1)  # polling the stats file, bounded by the deadline
 
     def kill(self) -> None:
+        """SIGKILL, leaving the mount dead as a crash would: the next daemon must cope with it."""
         assert self.process is not None
         self.process.send_signal(signal.SIGKILL)
         self.process.wait()
-        subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], capture_output=True, check=False)
 
     def stop(self) -> None:
         """Unmount with `silod umount`, falling back to a lazy fusermount3, and reap the process."""
         if self.process is None:
             return
-        if os.path.ismount(self.mountpoint):
+        if self.process.poll() is not None:  # killed: a dead mount may be left behind
+            subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], capture_output=True, check=False)
+        elif os.path.ismount(self.mountpoint):
             result = subprocess.run([*SILOD, "umount", str(self.mountpoint)], capture_output=True, check=False)
             if result.returncode != 0:
                 subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], capture_output=True, check=False)
@@ -96,6 +98,14 @@ class MountProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+def is_live_mount(path: Path) -> bool:
+    """Mounted and answering: a dead FUSE mount (its daemon killed) still looks mounted to `ismount`."""
+    try:
+        return os.path.ismount(path) and os.listdir(path) is not None
+    except OSError:
+        return False
 
 
 @pytest.fixture

@@ -138,3 +138,9 @@ def test_serve_refuses_bad_flags(tmp_path: Path, args: tuple[str, ...], fragment
     result = silod_cli("datamgr", "serve", "--state-dir", str(tmp_path / "s"), *args)
     assert result.returncode == 2
     assert fragment in result.stderr
+
+
+def test_status_of_an_empty_cluster_shows_empty_tables(datamgr: RunningDataManager) -> None:
+    result = silod_cli("status", datamgr=datamgr.address)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("(none)") == 3

@@ -11,7 +11,7 @@ from silodpb.v1 import datamgr_pb2 as pb
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """Left-aligned columns separated by two spaces; `(none)` under the header when there are no rows."""
     cells = [[str(c) for c in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     if not cells:
