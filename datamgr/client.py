@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 
+from fuseclient.grpc_channel import ChannelSecurity, explain_refusal, open_channel
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 
@@ -32,12 +34,27 @@ def default_address() -> str:
 
 
 class DataManagerClient:
-    """One channel to the data manager; every call raises `ClientError` instead of `grpc.RpcError`."""
+    """One channel to the data manager; every call raises `ClientError` instead of `grpc.RpcError`.
 
-    def __init__(self, address: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    With `tls_ca` (or a client certificate) the channel is TLS; `tls_cert` and `tls_key` are the client
+    certificate a mutual-TLS data manager requires; `token` goes with every call. A bad file raises
+    `SecurityConfigError` here, naming it.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        tls_ca: Path | None = None,
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+        token: str | None = None,
+    ) -> None:
         self.address = address
         self._timeout = timeout
-        self._channel = grpc.insecure_channel(address)
+        self._security = ChannelSecurity.load(tls_ca, tls_cert, tls_key, token)
+        self._channel = open_channel(address, self._security)
         self.stub = pb_grpc.DataManagerStub(self._channel)
 
     def __enter__(self) -> DataManagerClient:
@@ -53,7 +70,7 @@ class DataManagerClient:
         try:
             return method(request, timeout=self._timeout)
         except grpc.RpcError as exc:
-            raise _client_error(exc, self.address) from None
+            raise _client_error(exc, self.address, self._security) from None
 
     def allocate_cache_size(self, dataset_uri: str, size: int) -> pb.AllocateCacheSizeResponse:
         request = pb.AllocateCacheSizeRequest(dataset_uri=dataset_uri, cache_size_bytes=size)
@@ -85,9 +102,12 @@ class DataManagerClient:
         return self.call(self.stub.RegisterNode, request)
 
 
-def _client_error(exc: grpc.RpcError, address: str) -> ClientError:
+def _client_error(exc: grpc.RpcError, address: str, security: ChannelSecurity) -> ClientError:
     code: grpc.StatusCode = exc.code()
     details: str = exc.details() or ""
+    refusal = explain_refusal(exc, address, security)
+    if refusal is not None:  # a refused token is a rejection (exit 1); a failed handshake, unreachable (exit 3)
+        return ClientError(refusal, code, unreachable=code == grpc.StatusCode.UNAVAILABLE)
     if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower():
         return ClientError(
             f"cannot reach the data manager at {address} (set --datamgr or {DATAMGR_ENV})",

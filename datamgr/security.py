@@ -2,8 +2,9 @@
 changes state or hands out dataset options, and the security flags of the `silod` commands at both ends.
 
 Read-only queries need no token: they show nothing secret (they redact credential options), and `silod
-status` should work for anyone who can reach the port. The watch and manifest streams do need it: the watch
-stream carries datasets' backend options unredacted, because nodes need them to read the data.
+status` should work for anyone who can reach the port. The streams meant for nodes do need it: the watch
+stream carries datasets' backend options unredacted, because nodes need them to read the data, and a manifest
+names every file of a dataset.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import random
 import shutil
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -29,6 +29,7 @@ import pyfuse3
 import trio
 
 from fuseclient.backends import BackendError, RetryingBackend, open_backend
+from fuseclient.grpc_channel import ChannelSecurity, explain_refusal, open_channel
 from fuseclient.manifest import Manifest
 from fuseclient.mount import STATS_FILE, ReadyCallback, add_job, open_dataset, run_filesystem
 from fuseclient.state import MountState
@@ -62,6 +63,7 @@ class AgentConfig:
     report_interval: float = 5.0
     allow_other: bool = False
     stats_interval: float | None = None
+    security: ChannelSecurity = field(default_factory=ChannelSecurity)  # TLS and token; plaintext by default
 
 
 class NodeAgent:
@@ -222,15 +224,14 @@ class NodeAgent:
             except (grpc.RpcError, ManifestMismatch) as exc:
                 if self._stop.is_set():
                     return
-                code = exc.code() if isinstance(exc, grpc.RpcError) else None
-                if code == grpc.StatusCode.NOT_FOUND:  # the data manager lost this node: start over
-                    self.revision = 0
+                if isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.NOT_FOUND:
+                    self.revision = 0  # the data manager lost this node: start over
                     self._register()
                 elif not outage:
                     log.warning(
                         "lost the data manager %s (%s); enforcing the allocations of revision %d until it is back",
                         self._config.datamgr,
-                        code.name if code else exc,
+                        self._why(exc) if isinstance(exc, grpc.RpcError) else exc,
                         self.revision,
                     )
                     outage = True
@@ -260,11 +261,18 @@ class NodeAgent:
                     return
                 if exc.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INVALID_ARGUMENT):
                     raise AgentError(f"cannot register node {config.node_id}: {exc.details()}") from None
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:  # waiting would not bring a token
+                    raise AgentError(f"cannot register node {config.node_id}: {self._why(exc)}") from None
                 if not waiting:
-                    log.warning("waiting for the data manager %s (%s)", config.datamgr, exc.code().name)
+                    log.warning("waiting for the data manager %s (%s)", config.datamgr, self._why(exc))
                     waiting = True
             self._stop.wait(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, RECONNECT_MAX)
+
+    def _why(self, exc: grpc.RpcError) -> str:
+        """A failed call's status, or what to do about it when it failed for a TLS or token reason."""
+        code: grpc.StatusCode = exc.code()
+        return explain_refusal(exc, self._config.datamgr, self._config.security) or code.name
 
     def _fetch_manifests(self, event: pb.WatchEvent) -> None:
         datasets = list(event.snapshot.datasets) + [c.dataset_set for c in event.changes if c.HasField("dataset_set")]
@@ -284,7 +292,7 @@ async def run_agent(config: AgentConfig, on_ready: ReadyCallback = lambda: None)
     """Mount, follow the data manager, report usage; until a signal or an external unmount."""
     config.cache_dir.mkdir(parents=True, exist_ok=True)
     mount = MountState()
-    with grpc.insecure_channel(config.datamgr, options=CHANNEL_OPTIONS) as channel:
+    with open_channel(config.datamgr, config.security, CHANNEL_OPTIONS) as channel:
         agent = NodeAgent(config, mount, pb_grpc.DataManagerStub(channel))
         stats = (config.stats_interval, config.cache_dir / STATS_FILE) if config.stats_interval else None
         await run_filesystem(

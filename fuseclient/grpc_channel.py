@@ -32,13 +32,14 @@ class SecurityConfigError(ValueError):
     names the flag and the file."""
 
 
-def read_token(path: Path, flag: str = "--auth-token-file") -> str:
-    """The bearer token in `path`, without surrounding whitespace (so a trailing newline does not count)."""
-    token = _read(path, flag).decode("ascii", errors="replace").strip()
+def read_token(path: Path) -> str:
+    """The bearer token in `path` (--auth-token-file), without surrounding whitespace (so a trailing newline
+    does not count)."""
+    token = _read(path, "--auth-token-file").decode("ascii", errors="replace").strip()
     if not token:
-        raise SecurityConfigError(f"{flag} {path} is empty")
+        raise SecurityConfigError(f"--auth-token-file {path} is empty")
     if not all("!" <= char <= "~" for char in token):  # what an HTTP/2 header value can carry unescaped
-        raise SecurityConfigError(f"{flag} {path}: the token must be printable ASCII without spaces")
+        raise SecurityConfigError(f"--auth-token-file {path}: the token must be printable ASCII without spaces")
     return token
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from datamgr.client import DataManagerClient
+from datamgr.client import ClientError, DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.datamgr_fixtures import DataManagerProcess, silod_cli
 from tests.mount_fixtures import MountProcess
@@ -31,8 +31,8 @@ def eventually(check: Callable[[], Any], timeout: float = 20.0, what: str = "con
             value = check()
             if value:
                 return value
-        except (OSError, KeyError, ValueError):
-            pass
+        except (OSError, KeyError, ValueError, ClientError):
+            pass  # not there yet
         assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
         time.sleep(0.02)  # polling observable state, bounded by the deadline
 

@@ -17,8 +17,10 @@ from datamgr.cli import commands
 from datamgr.cli import mount as mount_commands
 from datamgr.cli.args import option_arg, option_env_arg, positive_seconds, rate_arg, size_arg, worker_arg
 from datamgr.client import DATAMGR_ENV, ClientError, DataManagerClient, default_address
+from datamgr.security import add_client_flags, add_server_flags, client_flags
 from datamgr.server import DEFAULT_LISTEN, ServeError, ServerConfig, serve
 from datamgr.store.sqlite import StateDirError
+from fuseclient.grpc_channel import SecurityConfigError
 
 EXIT_REJECTED = 1
 EXIT_USAGE = 2
@@ -34,6 +36,7 @@ def _client_command(parser: argparse.ArgumentParser, command: ClientCommand) -> 
         metavar="ADDR",
         help=f"data manager HOST:PORT (env {DATAMGR_ENV}; default %(default)s)",
     )
+    add_client_flags(parser)
     parser.set_defaults(client_command=command)
 
 
@@ -67,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds without a report before a node is marked unavailable (default %(default)s)",
     )
+    add_server_flags(serve_p)
     serve_p.set_defaults(run=_serve, default_log_level="INFO")
 
     alloc = sub.add_parser("alloc", help="set allocations (the paper's two calls)").add_subparsers(
@@ -146,10 +150,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    config = ServerConfig(args.listen, args.state_dir, args.remote_io_limit, args.node_timeout)
+    config = ServerConfig(
+        args.listen,
+        args.state_dir,
+        args.remote_io_limit,
+        args.node_timeout,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_ca=args.tls_ca,
+        auth_token_file=args.auth_token_file,
+    )
     try:
         asyncio.run(serve(config))
-    except (ServeError, StateDirError) as exc:
+    except (ServeError, StateDirError, SecurityConfigError) as exc:
         print(f"silod: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return 0
@@ -171,7 +184,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if hasattr(args, "run"):
         code: int = args.run(args)
         return code
-    with DataManagerClient(args.datamgr) as client:
+    try:
+        flags = client_flags(args)
+        client = DataManagerClient(
+            args.datamgr, tls_ca=flags.tls_ca, tls_cert=flags.tls_cert, tls_key=flags.tls_key, token=flags.token
+        )
+    except SecurityConfigError as exc:
+        print(f"silod: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    with client:
         try:
             args.client_command(args, client)
         except ClientError as exc:

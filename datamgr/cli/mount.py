@@ -12,8 +12,10 @@ import trio
 from datamgr.cli.args import option_arg, option_env_arg, positive_seconds, rate_arg, size_arg
 from datamgr.client import DATAMGR_ENV, default_address
 from datamgr.model import InvalidArgument
+from datamgr.security import add_client_flags, client_flags
 from datamgr.validation import check_chunk_size, check_dataset_uri, check_id
 from fuseclient import agent, mount
+from fuseclient.grpc_channel import ChannelSecurity, SecurityConfigError
 from fuseclient.manifest import DEFAULT_CHUNK_SIZE
 
 
@@ -86,6 +88,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     node_p.add_argument("--foreground", action="store_true", help="stay attached instead of daemonizing")
     node_p.add_argument("--stats-interval", type=positive_seconds, metavar="S", help="log per-job statistics")
     node_p.add_argument("--log-file", type=Path, metavar="FILE", help="daemon log (default C/node.log)")
+    add_client_flags(node_p)
     node_p.set_defaults(run=run_node, default_log_level="INFO")
 
     umount_p = sub.add_parser("umount", help="unmount a silod mount")
@@ -94,10 +97,17 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     umount_p.set_defaults(run=run_umount)
 
 
+def _check_mountpoint(field: str, path: Path) -> None:
+    try:
+        mount.prepare_mountpoint(path)
+    except OSError as exc:
+        reason = "is not a directory" if isinstance(exc, (FileNotFoundError, NotADirectoryError)) else exc.strerror
+        raise InvalidArgument(f"{field} {path} {reason}") from None
+
+
 def _config(args: argparse.Namespace) -> mount.MountConfig:
     """Cross-check the arguments; raises InvalidArgument naming the offending one."""
-    if not args.mountpoint.is_dir():
-        raise InvalidArgument(f"mountpoint {args.mountpoint} is not a directory")
+    _check_mountpoint("mountpoint", args.mountpoint)
     jobs: dict[str, str] = {}
     for job_id, uri in args.job:
         if job_id in jobs:
@@ -138,8 +148,8 @@ def run_mount(args: argparse.Namespace) -> int:
 
 def run_node(args: argparse.Namespace) -> int:
     try:
-        if not args.mountpoint.is_dir():
-            raise InvalidArgument(f"--mountpoint {args.mountpoint} is not a directory")
+        _check_mountpoint("--mountpoint", args.mountpoint)
+        security = ChannelSecurity.load(*client_flags(args))  # read before detaching: errors reach the terminal
         config = agent.AgentConfig(
             datamgr=args.datamgr,
             node_id=check_id("--node-id", args.node_id),
@@ -150,8 +160,9 @@ def run_node(args: argparse.Namespace) -> int:
             report_interval=args.report_interval,
             allow_other=args.allow_other,
             stats_interval=args.stats_interval,
+            security=security,
         )
-    except InvalidArgument as exc:
+    except (InvalidArgument, SecurityConfigError) as exc:
         print(f"silod node: {exc}", file=sys.stderr)
         return 2
     config.cache_dir.mkdir(parents=True, exist_ok=True)
