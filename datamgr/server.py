@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 
 from datamgr.manager import DataManager
+from datamgr.metrics import DataManagerMetrics
 from datamgr.security import ServerSecurity
 from datamgr.servicer import DataManagerServicer
 from datamgr.store import SQLiteStore
@@ -46,6 +47,7 @@ class ServerConfig:
     tls_key: Path | None = None
     tls_ca: Path | None = None  # require client certificates signed by this CA
     auth_token_file: Path | None = None  # require this token for changes and streams (datamgr.security)
+    metrics_port: int | None = None  # serve Prometheus /metrics on the --listen host at this port (0: any)
 
 
 async def serve(
@@ -62,7 +64,9 @@ async def serve(
     store = SQLiteStore(config.state_dir)
     try:
         manager = DataManager(store, remote_io_limit=config.remote_io_limit, node_timeout=config.node_timeout)
-        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=security.interceptors())
+        metrics = None if config.metrics_port is None else DataManagerMetrics(manager)
+        interceptors = [metrics.interceptor] if metrics else []  # first: refused calls are counted too
+        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors + security.interceptors())
         pb_grpc.add_DataManagerServicer_to_server(DataManagerServicer(manager), server)
         port = _bind(server, config.listen, security)
         await server.start()
@@ -75,6 +79,9 @@ async def serve(
             config.state_dir,
             manager.state.revision,
         )
+        if metrics is not None:
+            metrics_port = metrics.serve(host, config.metrics_port or 0)
+            log.info("metrics at http://%s:%d/metrics", host, metrics_port)
         if on_ready is not None:
             on_ready(port)
         sweep = asyncio.create_task(_expire_nodes(manager, config.node_timeout))
@@ -84,6 +91,8 @@ async def serve(
         sweep.cancel()
         await server.stop(STOP_GRACE_SECONDS)
         await manager.close()
+        if metrics is not None:
+            metrics.close()
     finally:
         store.close()
     log.info("data manager stopped")

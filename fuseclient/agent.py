@@ -63,6 +63,7 @@ class AgentConfig:
     report_interval: float = 5.0
     allow_other: bool = False
     stats_interval: float | None = None
+    metrics_port: int | None = None
     security: ChannelSecurity = field(default_factory=ChannelSecurity)  # TLS and token; plaintext by default
 
 
@@ -77,6 +78,7 @@ class NodeAgent:
         self._stop = threading.Event()
         self._call: grpc.CallIterator[pb.WatchEvent] | None = None
         self.revision = 0
+        self.reconnects = 0  # times the watch stream came back after an outage
 
     # ---- trio side ----
 
@@ -220,6 +222,7 @@ class NodeAgent:
                     if outage:
                         log.info("data manager %s is back; at revision %d", self._config.datamgr, self.revision)
                         outage = False
+                        self.reconnects += 1
                     delay = RECONNECT_MIN
             except (grpc.RpcError, ManifestMismatch) as exc:
                 if self._stop.is_set():
@@ -302,4 +305,6 @@ async def run_agent(config: AgentConfig, on_ready: ReadyCallback = lambda: None)
             stats=stats,
             tasks=[agent.follow_allocations, agent.report_usage],
             on_ready=on_ready,
+            metrics_port=config.metrics_port,
+            reconnects=lambda: agent.reconnects,
         )

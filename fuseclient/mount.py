@@ -22,6 +22,7 @@ from fuseclient.backends import Backend, RetryingBackend, open_backend
 from fuseclient.cache import DatasetCache
 from fuseclient.fs import SilodFS
 from fuseclient.manifest import DEFAULT_CHUNK_SIZE, Manifest, build_manifest
+from fuseclient.metrics import MountMetrics
 from fuseclient.state import DatasetState, JobState, MountState
 from fuseclient.throttle import TokenBucket, default_burst
 from fuseclient.tree import DatasetTree
@@ -46,6 +47,7 @@ class MountConfig:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     allow_other: bool = False
     stats_interval: float | None = None
+    metrics_port: int | None = None
 
 
 def dataset_cache_dir(cache_dir: Path, uri: str) -> Path:
@@ -99,7 +101,14 @@ async def serve(config: MountConfig, on_ready: ReadyCallback = lambda: None) -> 
     """Mount standalone, serve until SIGTERM/SIGINT or an external unmount, then unmount and close."""
     mount = await build_state(config)
     stats = (config.stats_interval, config.cache_dir / STATS_FILE) if config.stats_interval else None
-    await run_filesystem(config.mountpoint, mount, allow_other=config.allow_other, stats=stats, on_ready=on_ready)
+    await run_filesystem(
+        config.mountpoint,
+        mount,
+        allow_other=config.allow_other,
+        stats=stats,
+        on_ready=on_ready,
+        metrics_port=config.metrics_port,
+    )
 
 
 Task = Callable[[], Awaitable[None]]
@@ -113,16 +122,24 @@ async def run_filesystem(
     stats: tuple[float, Path] | None = None,
     tasks: Sequence[Task] = (),
     on_ready: ReadyCallback = lambda: None,
+    metrics_port: int | None = None,
+    reconnects: Callable[[], int] | None = None,
 ) -> None:
     """Serve `mount` at `mountpoint` with `tasks` running alongside, until a signal or an external unmount.
 
-    `stats` is (interval, file) for periodic statistics. The mount state may change while served (the node
-    agent adds and removes jobs); every dataset still open at the end is closed.
+    `stats` is (interval, file) for periodic statistics; `metrics_port` serves Prometheus /metrics on all
+    interfaces (node metrics hold no secrets, and Prometheus scrapes nodes from elsewhere), with `reconnects`
+    counting the node agent's watch reconnects. The mount state may change while served (the node agent adds
+    and removes jobs); every dataset still open at the end is closed.
     """
     options = set(pyfuse3.default_options) | {"fsname=silod", "subtype=silod", "ro"}
     if allow_other:
         options.add("allow_other")
     prepare_mountpoint(mountpoint)
+    metrics = None
+    if metrics_port is not None:
+        metrics = MountMetrics(mount, trio.lowlevel.current_trio_token(), reconnects)
+        log.info("metrics at http://0.0.0.0:%d/metrics", metrics.serve("0.0.0.0", metrics_port))
     pyfuse3.init(SilodFS(mount), str(mountpoint), options)
     log.info("mounted %s with jobs %s", mountpoint, ", ".join(mount.jobs) or "(none yet)")
     unmounted_outside = False
@@ -139,6 +156,8 @@ async def run_filesystem(
             nursery.cancel_scope.cancel()
     finally:
         pyfuse3.close(unmount=not unmounted_outside)
+        if metrics is not None:
+            metrics.close()
         for dataset in mount.datasets.values():
             dataset.cache.close()
             dataset.backend.close()

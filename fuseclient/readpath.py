@@ -9,6 +9,7 @@ only while the dataset is under its quota.
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass, field
 
 import trio
@@ -109,8 +110,11 @@ async def _lead_fetch(job: JobState, dataset: DatasetState, item: int) -> bytes:
         length = dataset.manifest.item_size(item)
         if job.bucket is not None:
             await job.bucket.consume(length)
-        data = await trio.to_thread.run_sync(_fetch_and_offer, dataset, item, limiter=dataset.fetch_limiter)
+        data, seconds = await trio.to_thread.run_sync(_fetch_and_offer, dataset, item, limiter=dataset.fetch_limiter)
         job.bytes_from_remote += length
+        dataset.fetches += 1
+        dataset.fetch_bytes += length
+        dataset.fetch_seconds += seconds
         flight.data = data
         return data
     except BaseException as exc:
@@ -121,15 +125,18 @@ async def _lead_fetch(job: JobState, dataset: DatasetState, item: int) -> bytes:
         flight.done.set()
 
 
-def _fetch_and_offer(dataset: DatasetState, item: int) -> bytes:
-    """In a worker thread: read the item from the backend and offer it to the cache (one thread hop for both)."""
+def _fetch_and_offer(dataset: DatasetState, item: int) -> tuple[bytes, float]:
+    """In a worker thread: read the item from the backend and offer it to the cache (one thread hop for both).
+    Returns the bytes and the seconds the backend read took."""
     file_index, offset, length = dataset.manifest.item_extent(item)
     key = dataset.manifest.paths[file_index]
+    started = time.monotonic()
     data = dataset.backend.read(key, offset, length)
+    seconds = time.monotonic() - started
     if len(data) != length:
         raise ChangedObject(
             f"{dataset.backend.object_uri(key)}: expected {length} bytes at offset {offset}, got {len(data)}; "
             "the object changed after the dataset was registered"
         )
     dataset.cache.admit(item, data)
-    return data
+    return data, seconds

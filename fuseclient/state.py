@@ -38,6 +38,9 @@ class DatasetState:
     cache: DatasetCache
     fetch_limiter: trio.CapacityLimiter
     inflight: dict[int, Flight] = field(default_factory=dict)
+    fetches: int = 0  # backend reads, their bytes and the seconds they took (for metrics)
+    fetch_bytes: int = 0
+    fetch_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,9 +52,25 @@ def token(tmp_path: Path) -> tuple[str, Path]:
 
 
 @contextmanager
-def serving(tmp_path: Path, **security: Path) -> Iterator[str]:
+def serving(
+    tmp_path: Path,
+    *,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    tls_ca: Path | None = None,
+    auth_token_file: Path | None = None,
+) -> Iterator[str]:
     """An embedded data manager on loopback with the given security settings; yields its address."""
-    config = ServerConfig("127.0.0.1:0", tmp_path / "state", None, 30.0, **security)
+    config = ServerConfig(
+        "127.0.0.1:0",
+        tmp_path / "state",
+        None,
+        30.0,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,
+        auth_token_file=auth_token_file,
+    )
     with EmbeddedDataManager(config) as dm:
         yield dm.address
 

@@ -1,0 +1,152 @@
+"""Prometheus metrics of the data manager: RPCs by method and status code, and the cluster state.
+
+Each server has its own registry (several can run in one process, as in tests). State is read when scraped,
+so nothing is bookkept on the request path beyond the RPC counters; the scrape runs on the HTTP server's
+thread and only reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from datamgr.manager import DataManager
+
+_Handler = Any  # grpc.RpcMethodHandler, generic in the stubs only
+
+
+class DataManagerMetrics:
+    """The registry of one data manager, its RPC interceptor, and its HTTP endpoint."""
+
+    def __init__(self, manager: DataManager) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "silod_rpc_requests", "RPCs handled, by method and status code", ["method", "code"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "silod_rpc_duration_seconds",
+            "Time to answer a unary RPC, by method",
+            ["method"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0),
+            registry=self.registry,
+        )
+        self.registry.register(_StateCollector(manager))
+        self.interceptor = _RpcMetrics(self)
+        self._http: Any = None
+
+    def serve(self, host: str, port: int) -> int:
+        """Expose /metrics on host:port (0: any free port); returns the port."""
+        self._http, _ = start_http_server(port, addr=host, registry=self.registry)
+        return int(self._http.server_port)
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+
+
+def _code_name(context: grpc.aio.ServicerContext[Any, Any], failed: bool) -> str:
+    code = context.code()
+    if isinstance(code, grpc.StatusCode):
+        return code.name
+    return "UNKNOWN" if failed else "OK"
+
+
+class _RpcMetrics(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]  # generic in the stubs only
+    """Counts every call by method and final status code; times unary calls (streams live for hours)."""
+
+    def __init__(self, metrics: DataManagerMetrics) -> None:
+        self._metrics = metrics
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> _Handler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = handler_call_details.method.rsplit("/", 1)[-1]
+        requests, latency = self._metrics.requests, self._metrics.latency
+        if handler.unary_unary is not None:
+            behavior = handler.unary_unary
+
+            async def unary(request: object, context: grpc.aio.ServicerContext[Any, Any]) -> object:
+                started, failed = time.perf_counter(), True
+                try:
+                    response = await behavior(request, context)
+                    failed = False
+                    return response
+                finally:
+                    latency.labels(method).observe(time.perf_counter() - started)
+                    requests.labels(method, _code_name(context, failed)).inc()
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            stream_behavior = handler.unary_stream
+
+            async def stream(request: object, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[object]:
+                failed = True
+                try:
+                    async for message in stream_behavior(request, context):
+                        yield message
+                    failed = False
+                finally:
+                    requests.labels(method, _code_name(context, failed)).inc()
+
+            return grpc.unary_stream_rpc_method_handler(
+                stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+
+class _StateCollector(Collector):
+    """The allocation state as gauges, read at scrape time."""
+
+    def __init__(self, manager: DataManager) -> None:
+        self._manager = manager
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        manager, state = self._manager, self._manager.state
+        nodes = list(state.nodes)
+        datasets = list(state.datasets.values())
+        jobs = list(state.jobs.values())
+        yield GaugeMetricFamily("silod_revision", "Revision of the allocation state", value=state.revision)
+        yield GaugeMetricFamily("silod_nodes", "Registered nodes", value=len(nodes))
+        available = sum(manager.liveness.available(n) for n in nodes)
+        yield GaugeMetricFamily("silod_nodes_available", "Nodes reporting within --node-timeout", value=available)
+        yield GaugeMetricFamily(
+            "silod_watch_streams",
+            "Open allocation watch streams",
+            value=sum(manager.hub.watcher_count(n) for n in nodes),
+        )
+        yield GaugeMetricFamily(
+            "silod_remote_io_limit_bytes_per_second", "--remote-io-limit (0: none)", value=manager.remote_io_limit or 0
+        )
+        yield GaugeMetricFamily(
+            "silod_remote_io_allocated_bytes_per_second",
+            "Sum of the jobs' remote IO allocations",
+            value=state.io_allocated_bytes_per_sec,
+        )
+        quota = GaugeMetricFamily(
+            "silod_dataset_cache_quota_bytes", "A dataset's cache quota per node", labels=["dataset"]
+        )
+        size = GaugeMetricFamily("silod_dataset_size_bytes", "A dataset's size", labels=["dataset"])
+        for dataset in datasets:
+            quota.add_metric([dataset.uri], dataset.cache_quota_bytes)
+            size.add_metric([dataset.uri], dataset.size_bytes)
+        rate = GaugeMetricFamily("silod_job_remote_io_bytes_per_second", "A job's remote IO allocation", labels=["job"])
+        for job in jobs:
+            rate.add_metric([job.job_id], job.io_bytes_per_sec)
+        yield from (quota, size, rate)

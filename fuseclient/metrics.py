@@ -1,0 +1,112 @@
+"""Prometheus metrics of a node: cache, backend, throttle and per-job progress, read from the live mount.
+
+A collector reads the mount state when scraped, on the mount's own trio loop, so the read path keeps plain
+counters and pays nothing for metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import trio
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+from prometheus_client.registry import Collector
+
+from fuseclient.state import MountState
+
+Metric = CounterMetricFamily | GaugeMetricFamily | SummaryMetricFamily
+
+
+class MountMetrics(Collector):
+    """Per dataset: cache bytes, items, quota, admissions, rejections, evictions, write errors, backend reads and
+    their latency. Per job: bytes read and from remote, hits, misses, throttle wait, rate, epoch, throughput.
+    `reconnects` (if given) counts the node agent's watch-stream reconnects."""
+
+    def __init__(
+        self, mount: MountState, token: trio.lowlevel.TrioToken, reconnects: Callable[[], int] | None = None
+    ) -> None:
+        self._mount = mount
+        self._token = token  # the mount's trio loop, whose clock the throughput meters use
+        self._reconnects = reconnects
+        self.registry = CollectorRegistry()
+        self.registry.register(self)
+        self._http: Any = None
+
+    def serve(self, host: str, port: int) -> int:
+        """Expose /metrics on host:port (0: any free port); returns the port."""
+        self._http, _ = start_http_server(port, addr=host, registry=self.registry)
+        return int(self._http.server_port)
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+
+    def collect(self) -> Iterator[Metric]:
+        """Called on the scrape thread: the numbers are gathered on the mount's trio loop, in one consistent
+        pass, since the state (and the throttle's clock) belong to it."""
+        yield from trio.from_thread.run(self._families, trio_token=self._token)
+
+    async def _families(self) -> list[Metric]:
+        return [*self._datasets(), *self._jobs(), *self._agent()]
+
+    def _agent(self) -> Iterator[Metric]:
+        if self._reconnects is not None:
+            yield CounterMetricFamily(
+                "silod_watch_reconnects",
+                "Times the allocation watch stream was re-established",
+                value=self._reconnects(),
+            )
+
+    def _datasets(self) -> Iterator[Metric]:
+        def family(kind: type[Metric], name: str, documentation: str) -> Any:
+            return kind(name, documentation, labels=["dataset"])
+
+        cached = family(GaugeMetricFamily, "silod_cache_bytes", "Bytes in the dataset's cache on this node")
+        items = family(GaugeMetricFamily, "silod_cache_items", "Items in the dataset's cache on this node")
+        quota = family(GaugeMetricFamily, "silod_cache_quota_bytes", "The dataset's cache quota on this node")
+        admitted = family(CounterMetricFamily, "silod_cache_admitted_items", "Fetched items admitted to the cache")
+        rejected = family(CounterMetricFamily, "silod_cache_rejected_items", "Fetched items not admitted: quota full")
+        evicted = family(CounterMetricFamily, "silod_cache_evicted_items", "Items evicted by quota shrinks")
+        errors = family(CounterMetricFamily, "silod_cache_write_errors", "Admissions that failed on disk")
+        fetched = family(CounterMetricFamily, "silod_backend_bytes", "Bytes read from the storage backend")
+        latency = family(SummaryMetricFamily, "silod_backend_read_seconds", "Backend reads and the time they took")
+        for uri, dataset in self._mount.datasets.items():
+            stats = dataset.cache.statistics()
+            cached.add_metric([uri], stats.used_bytes)
+            items.add_metric([uri], stats.cached_items)
+            quota.add_metric([uri], stats.quota_bytes)
+            admitted.add_metric([uri], stats.admitted)
+            rejected.add_metric([uri], stats.rejected_full)
+            evicted.add_metric([uri], stats.evicted)
+            errors.add_metric([uri], stats.write_errors)
+            fetched.add_metric([uri], dataset.fetch_bytes)
+            latency.add_metric([uri], count_value=dataset.fetches, sum_value=dataset.fetch_seconds)
+        yield from (cached, items, quota, admitted, rejected, evicted, errors, fetched, latency)
+
+    def _jobs(self) -> Iterator[Metric]:
+        def family(kind: type[Metric], name: str, documentation: str) -> Any:
+            return kind(name, documentation, labels=["job"])
+
+        read = family(CounterMetricFamily, "silod_job_read_bytes", "Bytes the job read through the mount")
+        remote = family(CounterMetricFamily, "silod_job_remote_bytes", "Bytes fetched from the backend for the job")
+        hits = family(CounterMetricFamily, "silod_job_cache_hits", "Reads served from the local cache")
+        misses = family(CounterMetricFamily, "silod_job_cache_misses", "Reads that needed the backend")
+        waited = family(CounterMetricFamily, "silod_job_throttle_wait_seconds", "Time reads waited for the throttle")
+        rate = family(GaugeMetricFamily, "silod_job_remote_io_bytes_per_second", "The job's rate on this node")
+        epoch = family(GaugeMetricFamily, "silod_job_epoch", "The job's current epoch (1 = first pass)")
+        throughput = family(GaugeMetricFamily, "silod_job_throughput_bytes_per_second", "Recent read throughput")
+        now = trio.current_time()
+        for job_id, job in self._mount.jobs.items():
+            read.add_metric([job_id], job.bytes_read)
+            remote.add_metric([job_id], job.bytes_from_remote)
+            hits.add_metric([job_id], job.cache_hits)
+            misses.add_metric([job_id], job.cache_misses)
+            epoch.add_metric([job_id], job.tracker.epoch)
+            throughput.add_metric([job_id], job.meter.rate(now))
+            if job.bucket is not None:
+                bucket = job.bucket.statistics()
+                waited.add_metric([job_id], bucket.waited_seconds)
+                rate.add_metric([job_id], bucket.rate_bytes_per_sec)
+        yield from (read, remote, hits, misses, waited, rate, epoch, throughput)

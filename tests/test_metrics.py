@@ -1,0 +1,85 @@
+"""Prometheus metrics: the data manager's /metrics over real HTTP, and a node's collector over a live mount."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import urllib.request
+from pathlib import Path
+
+import trio
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from datamgr.client import ClientError, DataManagerClient
+from datamgr.devservers import free_port
+from datamgr.embedded import EmbeddedDataManager
+from datamgr.server import ServerConfig
+from fuseclient import readpath
+from fuseclient.metrics import MountMetrics
+from fuseclient.mount import MountConfig, build_state
+from tests.datamgr_fixtures import make_local_dataset
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """(sample name, sorted labels) -> value, from the Prometheus text format."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_the_data_manager_counts_rpcs_by_method_and_status_and_shows_its_state(tmp_path: Path) -> None:
+    port = free_port()
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", 10**9, 30.0, metrics_port=port)
+    with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address) as client:
+        uri = make_local_dataset(tmp_path / "ds")
+        client.register_node("n1", "h:1", 10**9)
+        client.register_dataset(uri)
+        client.register_job("j1", uri, 10**8, [("n1", 1)])
+        client.allocate_remote_io("j1", 5_000_000)
+        with contextlib.suppress(ClientError):  # a NOT_FOUND to be counted
+            client.allocate_remote_io("nojob", 1)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    values = samples(text)
+    assert values[("silod_rpc_requests_total", (("code", "OK"), ("method", "AllocateRemoteIO")))] == 1
+    assert values[("silod_rpc_requests_total", (("code", "NOT_FOUND"), ("method", "AllocateRemoteIO")))] == 1
+    assert values[("silod_rpc_duration_seconds_count", (("method", "RegisterJob"),))] == 1
+    assert values[("silod_nodes", ())] == 1
+    assert values[("silod_revision", ())] == 4
+    assert values[("silod_remote_io_allocated_bytes_per_second", ())] == 5_000_000
+    assert values[("silod_job_remote_io_bytes_per_second", (("job", "j1"),))] == 5_000_000
+
+
+def test_a_node_exposes_cache_backend_throttle_and_job_progress(tmp_path: Path) -> None:
+    root = tmp_path / "ds"
+    rng = random.Random(2)
+    for i in range(10):
+        (root / f"f{i}.bin").parent.mkdir(parents=True, exist_ok=True)
+        (root / f"f{i}.bin").write_bytes(rng.randbytes(1000))
+    uri = f"file://{root}"
+    config = MountConfig(tmp_path / "mnt", tmp_path / "cache", {"job": uri}, {uri: 5000}, {"job": 1_000_000})
+
+    async def main() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        mount = await build_state(config)
+        job = mount.jobs["job"]
+        for index in range(10):
+            await readpath.read(job, index, 0, 1000)
+        metrics = MountMetrics(mount, trio.lowlevel.current_trio_token(), reconnects=lambda: 3)
+        text = await trio.to_thread.run_sync(generate_latest, metrics.registry)  # scrapes come from a thread
+        job.dataset.cache.close()
+        return samples(text.decode())
+
+    values = trio.run(main)
+    dataset, job = (("dataset", uri),), (("job", "job"),)
+    assert values[("silod_cache_bytes", dataset)] == 5000
+    assert values[("silod_cache_items", dataset)] == 5
+    assert values[("silod_cache_rejected_items_total", dataset)] == 5
+    assert values[("silod_backend_bytes_total", dataset)] == 10_000
+    assert values[("silod_backend_read_seconds_count", dataset)] == 10
+    assert values[("silod_job_read_bytes_total", job)] == 10_000
+    assert values[("silod_job_cache_misses_total", job)] == 10
+    assert values[("silod_job_remote_io_bytes_per_second", job)] == 1_000_000
+    assert values[("silod_job_throughput_bytes_per_second", job)] > 0
+    assert values[("silod_watch_reconnects_total", ())] == 3
