@@ -6,6 +6,7 @@ import contextlib
 import random
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import trio
 from prometheus_client import generate_latest
@@ -83,3 +84,14 @@ def test_a_node_exposes_cache_backend_throttle_and_job_progress(tmp_path: Path) 
     assert values[("silod_job_remote_io_bytes_per_second", job)] == 1_000_000
     assert values[("silod_job_throughput_bytes_per_second", job)] > 0
     assert values[("silod_watch_reconnects_total", ())] == 3
+
+
+def test_silod_mount_serves_its_metrics_over_http(mount_factory: Any, tmp_path: Path) -> None:
+    uri = make_local_dataset(tmp_path / "ds", files=4, size=3000)
+    port = free_port()
+    mount = mount_factory({"job1": uri}, "--metrics-port", str(port), "--cache-size", f"{uri}=1MB")
+    for path in (tmp_path / "ds").rglob("*.bin"):
+        (mount.job_dir("job1") / path.relative_to(tmp_path / "ds")).read_bytes()
+    values = samples(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode())
+    assert values[("silod_job_read_bytes_total", (("job", "job1"),))] == 4 * 3000
+    assert values[("silod_cache_items", (("dataset", uri),))] == 4

@@ -58,3 +58,10 @@ def option_env_arg(text: str) -> tuple[str, str]:
     if variable not in os.environ:
         raise argparse.ArgumentTypeError(f"option {key}: environment variable {variable} is not set")
     return key, os.environ[variable]
+
+
+def port_arg(text: str) -> int:
+    """A TCP port, 0 to 65535 (0: any free port)."""
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535)")
+    return int(text)

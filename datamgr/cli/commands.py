@@ -4,16 +4,23 @@ what an operator needs to see. They raise `ClientError` on rejection; `main` tur
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-from typing import Any
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
 
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from datamgr.cli.tables import datasets_table, jobs_table, nodes_table, render_table, summary_line
-from datamgr.client import DataManagerClient
+from datamgr.client import ClientError, DataManagerClient
 from datamgr.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb
+
+CLEAR_SCREEN = "\033[H\033[2J"
 
 
 def _as_dict(message: Message) -> dict[str, Any]:
@@ -95,22 +102,78 @@ def job_show(args: argparse.Namespace, client: DataManagerClient) -> None:
     print("\n" + render_table(("NODE", "EPOCH", "PROGRESS", "READ", "FROM REMOTE"), usage))
 
 
-def status(args: argparse.Namespace, client: DataManagerClient) -> None:
-    summary = client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest())
-    datasets = client.call(client.stub.ListDatasets, pb.ListDatasetsRequest()).datasets
-    jobs = client.call(client.stub.ListJobs, pb.ListJobsRequest()).jobs
-    nodes = client.call(client.stub.ListNodes, pb.ListNodesRequest()).nodes
-    if args.json:
-        _print_json(
-            {
-                "summary": _as_dict(summary),
-                "datasets": [_as_dict(d) for d in datasets],
-                "jobs": [_as_dict(j) for j in jobs],
-                "nodes": [_as_dict(n) for n in nodes],
-            }
+class _Status(NamedTuple):
+    summary: pb.ClusterSummary
+    datasets: Sequence[pb.Dataset]
+    jobs: Sequence[pb.Job]
+    nodes: Sequence[pb.Node]
+
+
+def _fetch_status(client: DataManagerClient) -> _Status:
+    return _Status(
+        client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()),
+        client.call(client.stub.ListDatasets, pb.ListDatasetsRequest()).datasets,
+        client.call(client.stub.ListJobs, pb.ListJobsRequest()).jobs,
+        client.call(client.stub.ListNodes, pb.ListNodesRequest()).nodes,
+    )
+
+
+def _status_json(status: _Status, indent: int | None) -> str:
+    document = {
+        "summary": _as_dict(status.summary),
+        "datasets": [_as_dict(d) for d in status.datasets],
+        "jobs": [_as_dict(j) for j in status.jobs],
+        "nodes": [_as_dict(n) for n in status.nodes],
+    }
+    return json.dumps(document, indent=indent, sort_keys=True)
+
+
+def _status_tables(address: str, status: _Status) -> str:
+    return "\n\n".join(
+        (
+            f"data manager {address}: {summary_line(status.summary)}",
+            datasets_table(status.datasets),
+            jobs_table(status.jobs),
+            nodes_table(status.nodes),
         )
+    )
+
+
+def status(args: argparse.Namespace, client: DataManagerClient) -> None:
+    if args.watch is None:
+        current = _fetch_status(client)
+        print(_status_json(current, indent=2) if args.json else _status_tables(client.address, current))
         return
-    print(f"data manager {client.address}: {summary_line(summary)}\n")
-    print(datasets_table(datasets) + "\n")
-    print(jobs_table(jobs) + "\n")
-    print(nodes_table(nodes))
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a watch ends
+        _watch_status(client, args.json, args.watch)
+
+
+def _watch_status(client: DataManagerClient, as_json: bool, interval: float) -> None:
+    """Until Ctrl-C: a frame every `interval` seconds, redrawn in place on a terminal. While the data manager
+    cannot be reached, each frame is the error, and the first frame after says since when it was down."""
+    redraw = sys.stdout.isatty()
+    down_since: str | None = None
+    first = True
+    while True:
+        now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        try:
+            current = _fetch_status(client)
+        except ClientError as exc:
+            if not exc.unreachable:
+                raise
+            down_since = down_since or now
+            frame = json.dumps({"time": now, "error": str(exc)}) if as_json else f"silod: {exc}"
+        else:
+            if as_json:
+                frame = _status_json(current, indent=None)
+            else:
+                frame = _status_tables(client.address, current)
+                if down_since is not None:
+                    frame = f"reachable again (unreachable since {down_since})\n\n{frame}"
+            down_since = None
+        if not as_json:
+            separator = CLEAR_SCREEN if redraw else "" if first else "\n"
+            frame = f"{separator}Every {interval:g}s: silod status    {now}\n\n{frame}"
+        print(frame, flush=True)
+        first = False
+        time.sleep(interval)

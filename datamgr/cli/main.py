@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from datamgr.cli import commands
+from datamgr.cli import commands, config
 from datamgr.cli import mount as mount_commands
-from datamgr.cli.args import option_arg, option_env_arg, positive_seconds, rate_arg, size_arg, worker_arg
-from datamgr.client import DATAMGR_ENV, ClientError, DataManagerClient, default_address
+from datamgr.cli.args import option_arg, option_env_arg, port_arg, positive_seconds, rate_arg, size_arg, worker_arg
+from datamgr.cli.config import ConfigError, ConfigurableParser
+from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR, ClientError, DataManagerClient
+from datamgr.logs import setup_logging
 from datamgr.security import add_client_flags, add_server_flags, client_flags
 from datamgr.server import DEFAULT_LISTEN, ServeError, ServerConfig, serve
 from datamgr.store.sqlite import StateDirError
@@ -29,48 +30,60 @@ EXIT_UNREACHABLE = 3
 ClientCommand = Callable[[argparse.Namespace, DataManagerClient], None]
 
 
-def _client_command(parser: argparse.ArgumentParser, command: ClientCommand) -> None:
-    parser.add_argument(
-        "--datamgr",
-        default=default_address(),
-        metavar="ADDR",
-        help=f"data manager HOST:PORT (env {DATAMGR_ENV}; default %(default)s)",
-    )
-    add_client_flags(parser)
+def _client_command(parser: ConfigurableParser, command: ClientCommand) -> None:
+    with config.settings(parser, "client"):
+        parser.add_argument(
+            "--datamgr",
+            default=DEFAULT_DATAMGR,
+            metavar="ADDR",
+            help=f"data manager HOST:PORT (env {DATAMGR_ENV}; default %(default)s)",
+        )
+        add_client_flags(parser)
     parser.set_defaults(client_command=command)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> ConfigurableParser:
+    """The whole command line; `config.apply` then sets its defaults from the environment and config file."""
+    parser = ConfigurableParser(
         prog="silod",
         description="Cache and remote IO as scheduler resources for DL training clusters (SiloD).",
-        epilog="Sizes accept 500GiB, 1.5TB, 4096; rates accept 200MB/s, 1.5GiB/s, 1Gbps.",
+        epilog="Sizes accept 500GiB, 1.5TB, 4096; rates accept 200MB/s, 1.5GiB/s, 1Gbps. "
+        "Settings also come from SILOD_* variables and the config file: see docs/cli.md.",
     )
     parser.add_argument(
-        "--log-level",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="default: INFO for the data manager, WARNING for everything else",
+        config.CONFIG_FLAG, type=Path, metavar="FILE", help=f"TOML settings file (env {config.CONFIG_ENV})"
     )
+    with config.settings(parser):
+        parser.add_argument(
+            "--log-level",
+            choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+            help="default: INFO for the data manager, node and mount, WARNING for everything else",
+        )
+        parser.add_argument("--log-json", action="store_true", help="log one JSON object per line")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     datamgr = sub.add_parser("datamgr", help="run the data manager").add_subparsers(dest="action", required=True)
     serve_p = datamgr.add_parser("serve", help="serve the gRPC data manager until SIGTERM/SIGINT")
-    serve_p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help="default %(default)s")
-    serve_p.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="where state is kept")
-    serve_p.add_argument(
-        "--remote-io-limit",
-        type=rate_arg,
-        metavar="RATE",
-        help="cluster egress cap, e.g. 1GB/s (default: none)",
-    )
-    serve_p.add_argument(
-        "--node-timeout",
-        type=positive_seconds,
-        default=30.0,
-        metavar="S",
-        help="seconds without a report before a node is marked unavailable (default %(default)s)",
-    )
-    add_server_flags(serve_p)
+    with config.settings(serve_p, "datamgr", with_globals=True):
+        serve_p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help="default %(default)s")
+        serve_p.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="where state is kept")
+        serve_p.add_argument(
+            "--remote-io-limit",
+            type=rate_arg,
+            metavar="RATE",
+            help="cluster egress cap, e.g. 1GB/s (default: none)",
+        )
+        serve_p.add_argument(
+            "--node-timeout",
+            type=positive_seconds,
+            default=30.0,
+            metavar="S",
+            help="seconds without a report before a node is marked unavailable (default %(default)s)",
+        )
+        serve_p.add_argument(
+            "--metrics-port", type=port_arg, metavar="PORT", help="serve Prometheus /metrics on the --listen host"
+        )
+        add_server_flags(serve_p)
     serve_p.set_defaults(run=_serve, default_log_level="INFO")
 
     alloc = sub.add_parser("alloc", help="set allocations (the paper's two calls)").add_subparsers(
@@ -126,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     status_p = sub.add_parser("status", help="datasets, jobs and nodes")
     status_p.add_argument("--json", action="store_true", help="machine-readable output")
+    status_p.add_argument(
+        "--watch",
+        nargs="?",
+        const=2.0,
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="redraw every SECONDS (default 2) until Ctrl-C",
+    )
     _client_command(status_p, commands.status)
 
     mount_commands.add_commands(sub)
@@ -159,6 +180,7 @@ def _serve(args: argparse.Namespace) -> int:
         tls_key=args.tls_key,
         tls_ca=args.tls_ca,
         auth_token_file=args.auth_token_file,
+        metrics_port=args.metrics_port,
     )
     try:
         asyncio.run(serve(config))
@@ -174,12 +196,25 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(args.backend, args.short)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level or getattr(args, "default_log_level", "WARNING"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> argparse.Namespace:
+    """The command line over the environment over the config file. Raises ConfigError; exits 2 on a bad
+    command line."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    config.apply(parser, argv, environ)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    try:
+        args = parse_args(argv, environ)
+    except ConfigError as exc:
+        print(f"silod: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    prefix = config.COMMAND_DEFAULT_PREFIX
+    setup_logging(
+        args.log_level or getattr(args, f"{prefix}log_level", "WARNING"),
+        json_lines=args.log_json or getattr(args, f"{prefix}log_json", False),
     )
     if hasattr(args, "run"):
         code: int = args.run(args)

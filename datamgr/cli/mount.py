@@ -9,8 +9,10 @@ from pathlib import Path
 
 import trio
 
-from datamgr.cli.args import option_arg, option_env_arg, positive_seconds, rate_arg, size_arg
-from datamgr.client import DATAMGR_ENV, default_address
+from datamgr.cli import config
+from datamgr.cli.args import option_arg, option_env_arg, port_arg, positive_seconds, rate_arg, size_arg
+from datamgr.cli.config import ConfigurableParser
+from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR
 from datamgr.model import InvalidArgument
 from datamgr.security import add_client_flags, client_flags
 from datamgr.validation import check_chunk_size, check_dataset_uri, check_id
@@ -38,7 +40,7 @@ def _job_and_rate(text: str) -> tuple[str, int]:
     return job_id, rate_arg(rate)
 
 
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_commands(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
     mount_p = sub.add_parser(
         "mount",
         help="mount datasets read-only, one directory per job, with a uniform cache and throttled remote reads",
@@ -62,6 +64,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     mount_p.add_argument("--allow-other", action="store_true", help="let other users (containers) read the mount")
     mount_p.add_argument("--foreground", action="store_true", help="stay attached instead of daemonizing")
     mount_p.add_argument("--stats-interval", type=positive_seconds, metavar="S", help="log per-job statistics")
+    mount_p.add_argument("--metrics-port", type=port_arg, metavar="PORT", help="serve Prometheus /metrics (all hosts)")
     mount_p.add_argument("--log-file", type=Path, metavar="FILE", help="daemon log (default CACHE_DIR/mount.log)")
     mount_p.set_defaults(run=run_mount, default_log_level="INFO")
 
@@ -71,24 +74,34 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         description="Register this node, mount MOUNTPOINT and keep one directory per job with workers here, "
         "with the cache quotas and remote IO rates the data manager allocates.",
     )
-    node_p.add_argument(
-        "--datamgr", default=default_address(), metavar="ADDR", help=f"data manager HOST:PORT (env {DATAMGR_ENV})"
-    )
-    node_p.add_argument("--node-id", required=True, metavar="ID")
-    node_p.add_argument("--mountpoint", type=Path, required=True, metavar="M")
-    node_p.add_argument("--cache-dir", type=Path, required=True, metavar="C")
-    node_p.add_argument(
-        "--cache-capacity", type=size_arg, metavar="SIZE", help="cache space to offer (default: the free space of C)"
-    )
-    node_p.add_argument("--address", default="", metavar="HOST:PORT", help="shown in status (default: hostname)")
-    node_p.add_argument(
-        "--report-interval", type=positive_seconds, default=5.0, metavar="S", help="usage reports (default 5)"
-    )
-    node_p.add_argument("--allow-other", action="store_true", help="let other users (containers) read the mount")
+    with config.settings(node_p, "node", with_globals=True):
+        node_p.add_argument(
+            "--datamgr",
+            default=DEFAULT_DATAMGR,
+            metavar="ADDR",
+            help=f"data manager HOST:PORT (env {DATAMGR_ENV}; default %(default)s)",
+        )
+        node_p.add_argument("--node-id", required=True, metavar="ID")
+        node_p.add_argument("--mountpoint", type=Path, required=True, metavar="M")
+        node_p.add_argument("--cache-dir", type=Path, required=True, metavar="C")
+        node_p.add_argument(
+            "--cache-capacity",
+            type=size_arg,
+            metavar="SIZE",
+            help="cache space to offer (default: the free space of C)",
+        )
+        node_p.add_argument("--address", default="", metavar="HOST:PORT", help="shown in status (default: hostname)")
+        node_p.add_argument(
+            "--report-interval", type=positive_seconds, default=5.0, metavar="S", help="usage reports (default 5)"
+        )
+        node_p.add_argument("--allow-other", action="store_true", help="let other users (containers) read the mount")
+        node_p.add_argument("--stats-interval", type=positive_seconds, metavar="S", help="log per-job statistics")
+        node_p.add_argument(
+            "--metrics-port", type=port_arg, metavar="PORT", help="serve Prometheus /metrics (all hosts)"
+        )
+        add_client_flags(node_p)
     node_p.add_argument("--foreground", action="store_true", help="stay attached instead of daemonizing")
-    node_p.add_argument("--stats-interval", type=positive_seconds, metavar="S", help="log per-job statistics")
     node_p.add_argument("--log-file", type=Path, metavar="FILE", help="daemon log (default C/node.log)")
-    add_client_flags(node_p)
     node_p.set_defaults(run=run_node, default_log_level="INFO")
 
     umount_p = sub.add_parser("umount", help="unmount a silod mount")
@@ -131,6 +144,7 @@ def _config(args: argparse.Namespace) -> mount.MountConfig:
         chunk_size=check_chunk_size("--chunk-size", args.chunk_size),
         allow_other=args.allow_other,
         stats_interval=args.stats_interval,
+        metrics_port=args.metrics_port,
     )
 
 
@@ -160,6 +174,7 @@ def run_node(args: argparse.Namespace) -> int:
             report_interval=args.report_interval,
             allow_other=args.allow_other,
             stats_interval=args.stats_interval,
+            metrics_port=args.metrics_port,
             security=security,
         )
     except (InvalidArgument, SecurityConfigError) as exc:

@@ -1,0 +1,103 @@
+"""`--log-json`: one JSON object per line with ts, level, logger, msg, the `extra=` fields and `exc`; and the
+chatty HTTP libraries kept at WARNING unless DEBUG."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from datamgr.logs import NOISY_LOGGERS, JsonFormatter, setup_logging
+from tests.datamgr_fixtures import SILOD
+
+
+def read_lines(stream: IO[bytes], until: str, timeout: float = 15.0) -> list[str]:
+    """Lines from a child's pipe up to and including the first containing `until`, within `timeout`."""
+    lines: list[str] = []
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while not lines or until not in lines[-1]:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0 and selector.select(remaining), f"no {until!r} within {timeout}s: {lines}"
+            line = stream.readline()
+            assert line, f"the stream ended before {until!r}: {lines}"
+            lines.append(line.decode())
+    return lines
+
+
+def test_the_data_manager_logs_json_lines(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [*SILOD, "--log-json", "datamgr", "serve", "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "s")],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        lines = read_lines(process.stderr, "listening on")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    entries = [json.loads(line) for line in lines]
+    for entry in entries:
+        assert {"ts", "level", "logger", "msg"} <= entry.keys()
+        assert datetime.fromisoformat(entry["ts"]).utcoffset() is not None
+    assert entries[-1]["level"] == "INFO" and "data manager listening on 127.0.0.1:" in entries[-1]["msg"]
+
+
+def format_one(log: logging.Logger, emit: str) -> dict[str, object]:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    log.addHandler(handler)
+    try:
+        if emit == "extra":
+            log.warning("job %s slow", "j1", extra={"job_id": "j1", "dataset": "s3://b/p", "node_id": "n1"})
+        else:
+            try:
+                raise RuntimeError("boom")
+            except RuntimeError:
+                log.exception("failed")
+    finally:
+        log.removeHandler(handler)
+    (line,) = stream.getvalue().splitlines()
+    entry: dict[str, object] = json.loads(line)
+    return entry
+
+
+@pytest.mark.expected_warnings
+def test_extra_fields_and_exceptions_are_fields() -> None:
+    log = logging.getLogger("silod.test.logs")
+    entry = format_one(log, "extra")
+    assert entry["msg"] == "job j1 slow" and entry["level"] == "WARNING" and entry["logger"] == "silod.test.logs"
+    assert (entry["job_id"], entry["dataset"], entry["node_id"]) == ("j1", "s3://b/p", "n1")
+    assert "exc" not in entry and str(entry["ts"]).endswith("Z")
+    failure = format_one(log, "exception")
+    assert failure["msg"] == "failed" and "RuntimeError: boom" in str(failure["exc"])
+
+
+@pytest.fixture
+def noisy_levels() -> Iterator[None]:
+    saved = {name: logging.getLogger(name).level for name in NOISY_LOGGERS}
+    yield
+    for name, level in saved.items():
+        logging.getLogger(name).setLevel(level)
+
+
+@pytest.mark.usefixtures("noisy_levels")
+def test_http_libraries_stay_at_warning_unless_debug() -> None:
+    setup_logging("INFO")
+    for name in NOISY_LOGGERS:
+        assert logging.getLogger(name).getEffectiveLevel() == logging.WARNING
+    assert not logging.getLogger("azure.core.pipeline.policies.http_logging_policy").isEnabledFor(logging.INFO)
+    setup_logging("DEBUG")
+    assert logging.getLogger("azure").level == logging.NOTSET
