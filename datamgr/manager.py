@@ -293,17 +293,17 @@ class DataManager:
     def report_usage(self, node_id: str, datasets: Sequence[pb.DatasetUsage], jobs: Sequence[pb.JobUsage]) -> None:
         self._node("node_id", node_id)
         if self.liveness.report(node_id, datasets, jobs):
-            log.info("node %s is available again", node_id)
+            log.info("node %s is available again", node_id, extra={"node_id": node_id})
 
     def _note_contact(self, node_id: str) -> None:
         if self.liveness.seen(node_id):
-            log.info("node %s is available again", node_id)
+            log.info("node %s is available again", node_id, extra={"node_id": node_id})
 
     def expire_nodes(self) -> list[str]:
         """Mark nodes that stopped reporting unavailable (they stay registered)."""
         expired = self.liveness.expire()
         for node_id in expired:
-            log.warning("node %s stopped reporting; marked unavailable", node_id)
+            log.warning("node %s stopped reporting; marked unavailable", node_id, extra={"node_id": node_id})
         return expired
 
     # ---- queries ----
@@ -401,7 +401,7 @@ class DataManager:
             for p in batch:
                 for node_id, event in p.events.items():
                     self.hub.publish(node_id, event)
-                log.info("revision %d: %s", p.revision, p.description)
+                log.info("revision %d: %s", p.revision, p.description, extra=_log_fields(p.revision, p.change))
                 p.durable.set_result(None)
 
     def _abandon_pending(self, exc: Exception) -> None:
@@ -417,6 +417,19 @@ class DataManager:
         """Wait for pending changes to be written (call before closing the store)."""
         if self._flusher is not None:
             await asyncio.wait([self._flusher])
+
+
+def _log_fields(revision: int, change: Change) -> dict[str, object]:
+    """The ids a change touches, as structured log fields (comma-joined when it touches several)."""
+    fields: dict[str, object] = {"revision": revision}
+    for name, keys in (
+        ("dataset", [d.uri for d in change.datasets_put] + list(change.datasets_deleted)),
+        ("job_id", [j.job_id for j in change.jobs_put] + list(change.jobs_deleted)),
+        ("node_id", [n.node_id for n in change.nodes_put] + list(change.nodes_deleted)),
+    ):
+        if keys:
+            fields[name] = ",".join(keys)
+    return fields
 
 
 @dataclass(slots=True)

@@ -161,7 +161,11 @@ class NodeAgent:
             if current.cache.quota_bytes != wanted.cache_quota_bytes:
                 evicted = await trio.to_thread.run_sync(current.cache.set_quota, wanted.cache_quota_bytes)
                 log.info(
-                    "cache quota of %s = %d bytes (%d items evicted)", wanted.uri, wanted.cache_quota_bytes, evicted
+                    "cache quota of %s = %d bytes (%d items evicted)",
+                    wanted.uri,
+                    wanted.cache_quota_bytes,
+                    evicted,
+                    extra={"dataset": wanted.uri},
                 )
             return
         if current is not None:
@@ -188,16 +192,22 @@ class NodeAgent:
                 log.error("job %s reads %s, which this node cannot serve", wanted.job_id, wanted.dataset_uri)
                 return
             add_job(self._mount, wanted.job_id, dataset, rate)
-            log.info("job %s: %s at %d bytes/s", wanted.job_id, wanted.dataset_uri, rate)
+            log.info(
+                "job %s: %s at %d bytes/s",
+                wanted.job_id,
+                wanted.dataset_uri,
+                rate,
+                extra={"job_id": wanted.job_id, "dataset": wanted.dataset_uri},
+            )
         elif job.bucket is not None and job.bucket.rate != rate:
             job.bucket.set_rate(rate, default_burst(rate, job.dataset.manifest.largest_item))
-            log.info("remote IO of job %s = %d bytes/s", wanted.job_id, rate)
+            log.info("remote IO of job %s = %d bytes/s", wanted.job_id, rate, extra={"job_id": wanted.job_id})
 
     def _remove_job(self, job_id: str) -> None:
         if job_id in self._mount.jobs:
             self._mount.remove_job(job_id)
             pyfuse3.invalidate_entry_async(pyfuse3.ROOT_INODE, os.fsencode(job_id), ignore_enoent=True)
-            log.info("job %s finished here; its directory is gone", job_id)
+            log.info("job %s finished here; its directory is gone", job_id, extra={"job_id": job_id})
 
     async def _remove_dataset(self, uri: str) -> None:
         """Free the disk a dataset no job here reads any more. Files still open keep reading through its

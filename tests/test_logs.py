@@ -17,6 +17,7 @@ from typing import IO
 
 import pytest
 
+from datamgr.client import DataManagerClient
 from datamgr.logs import NOISY_LOGGERS, JsonFormatter, setup_logging
 from tests.datamgr_fixtures import SILOD
 
@@ -101,3 +102,22 @@ def test_http_libraries_stay_at_warning_unless_debug() -> None:
     assert not logging.getLogger("azure.core.pipeline.policies.http_logging_policy").isEnabledFor(logging.INFO)
     setup_logging("DEBUG")
     assert logging.getLogger("azure").level == logging.NOTSET
+
+
+def test_state_changes_are_logged_with_their_ids_as_fields(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [*SILOD, "--log-json", "datamgr", "serve", "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "s")],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        listening = json.loads(read_lines(process.stderr, "listening on")[-1])
+        address = listening["msg"].split("listening on ")[1].split(" ")[0]
+        with DataManagerClient(address) as client:
+            client.register_node("n1", "h:1", 1000)
+        lines = read_lines(process.stderr, "registered node n1")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    entry = json.loads(lines[-1])
+    assert entry["node_id"] == "n1" and entry["revision"] == 1
