@@ -1,6 +1,6 @@
 """Prometheus metrics of the data manager: RPCs by method and status code, and the cluster state.
 
-Each server has its own registry (several can run in one process, as in tests). State is read when scraped,
+State is read when scraped,
 so nothing is bookkept on the request path beyond the RPC counters; the scrape runs on the HTTP server's
 thread and only reads.
 """
@@ -12,20 +12,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from datamgr.manager import DataManager
+from fuseclient.metrics import MetricsEndpoint
 
 _Handler = Any  # grpc.RpcMethodHandler, generic in the stubs only
 
 
-class DataManagerMetrics:
+class DataManagerMetrics(MetricsEndpoint):
     """The registry of one data manager, its RPC interceptor, and its HTTP endpoint."""
 
     def __init__(self, manager: DataManager) -> None:
-        self.registry = CollectorRegistry()
+        super().__init__()
         self.requests = Counter(
             "silod_rpc_requests", "RPCs handled, by method and status code", ["method", "code"], registry=self.registry
         )
@@ -38,16 +39,6 @@ class DataManagerMetrics:
         )
         self.registry.register(_StateCollector(manager))
         self.interceptor = _RpcMetrics(self)
-        self._http: Any = None
-
-    def serve(self, host: str, port: int) -> int:
-        """Expose /metrics on host:port (0: any free port); returns the port."""
-        self._http, _ = start_http_server(port, addr=host, registry=self.registry)
-        return int(self._http.server_port)
-
-    def close(self) -> None:
-        if self._http is not None:
-            self._http.shutdown()
 
 
 def _code_name(context: grpc.aio.ServicerContext[Any, Any], failed: bool) -> str:

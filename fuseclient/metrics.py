@@ -19,19 +19,12 @@ from fuseclient.state import MountState
 Metric = CounterMetricFamily | GaugeMetricFamily | SummaryMetricFamily
 
 
-class MountMetrics(Collector):
-    """Per dataset: cache bytes, items, quota, admissions, rejections, evictions, write errors, backend reads and
-    their latency. Per job: bytes read and from remote, hits, misses, throttle wait, rate, epoch, throughput.
-    `reconnects` (if given) counts the node agent's watch-stream reconnects."""
+class MetricsEndpoint:
+    """A registry of its own (several daemons may share a process, as in tests) and the HTTP server that
+    exposes it."""
 
-    def __init__(
-        self, mount: MountState, token: trio.lowlevel.TrioToken, reconnects: Callable[[], int] | None = None
-    ) -> None:
-        self._mount = mount
-        self._token = token  # the mount's trio loop, whose clock the throughput meters use
-        self._reconnects = reconnects
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(self)
         self._http: Any = None
 
     def serve(self, host: str, port: int) -> int:
@@ -42,6 +35,21 @@ class MountMetrics(Collector):
     def close(self) -> None:
         if self._http is not None:
             self._http.shutdown()
+
+
+class MountMetrics(MetricsEndpoint, Collector):
+    """Per dataset: cache bytes, items, quota, admissions, rejections, evictions, write errors, backend reads and
+    their latency. Per job: bytes read and from remote, hits, misses, throttle wait, rate, epoch, throughput.
+    `reconnects` (if given) counts the node agent's watch-stream reconnects."""
+
+    def __init__(
+        self, mount: MountState, token: trio.lowlevel.TrioToken, reconnects: Callable[[], int] | None = None
+    ) -> None:
+        super().__init__()
+        self._mount = mount
+        self._token = token  # the mount's trio loop, whose clock the throughput meters use
+        self._reconnects = reconnects
+        self.registry.register(self)
 
     def collect(self) -> Iterator[Metric]:
         """Called on the scrape thread: the numbers are gathered on the mount's trio loop, in one consistent
