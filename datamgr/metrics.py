@@ -1,8 +1,7 @@
 """Prometheus metrics of the data manager: RPCs by method and status code, and the cluster state.
 
-State is read when scraped,
-so nothing is bookkept on the request path beyond the RPC counters; the scrape runs on the HTTP server's
-thread and only reads.
+State is read when scraped, so nothing is bookkept on the request path beyond the RPC counters; the scrape
+runs on the HTTP server's thread and only reads.
 """
 
 from __future__ import annotations
