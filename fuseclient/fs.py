@@ -199,13 +199,10 @@ class SilodFS(pyfuse3.Operations):
         return await readpath.read(handle.job, handle.file_index, off, size, handle.fetched)
 
     def _count_chunks(self, handle: _Handle, off: int, size: int) -> None:
-        manifest = handle.job.dataset.manifest
-        end = min(off + size, manifest.sizes[handle.file_index])
-        first = manifest.first_items[handle.file_index]
-        for k in range(off // manifest.chunk_size, (end - 1) // manifest.chunk_size + 1):
-            if first + k not in handle.items_seen:
-                handle.items_seen.add(first + k)
-                handle.job.record_access(first + k)
+        for item in handle.job.dataset.manifest.items_covering(handle.file_index, off, size):
+            if item not in handle.items_seen:
+                handle.items_seen.add(item)
+                handle.job.record_access(item)
 
     async def release(self, fh: int) -> None:
         del self._handles[fh]

@@ -154,6 +154,14 @@ class Manifest:
         offset = (item - self.first_items[index]) * self.chunk_size
         return index, offset, min(self.chunk_size, self.sizes[index] - offset)
 
+    def items_covering(self, file_index: int, offset: int, size: int) -> range:
+        """The items holding bytes [offset, offset + size) of a file, clipped at its end (empty past it)."""
+        end = min(offset + size, self.sizes[file_index])
+        if offset >= end:
+            return range(0)
+        first = self.first_items[file_index]
+        return range(first + offset // self.chunk_size, first + (end - 1) // self.chunk_size + 1)
+
     def item_size(self, item: int) -> int:
         return self.item_extent(item)[2]
 

@@ -42,16 +42,17 @@ class FetchedItems:
 async def read(job: JobState, file_index: int, offset: int, size: int, fetched: FetchedItems | None = None) -> bytes:
     """Up to `size` bytes of the job's file `file_index` from `offset` (short at the end of the file)."""
     manifest = job.dataset.manifest
-    end = min(offset + size, manifest.sizes[file_index])
-    if offset >= end:
+    items = manifest.items_covering(file_index, offset, size)
+    if not items:
         return b""
+    end = min(offset + size, manifest.sizes[file_index])
     chunk = manifest.chunk_size
     first_item, last_item = manifest.first_items[file_index], manifest.first_items[file_index + 1] - 1
     parts = []
-    for k in range(offset // chunk, (end - 1) // chunk + 1):
-        item_start = k * chunk
+    for item in items:
+        item_start = (item - first_item) * chunk
         start, stop = max(offset, item_start), min(end, item_start + chunk)
-        parts.append(await _item_bytes(job, first_item + k, last_item, start - item_start, stop - start, fetched))
+        parts.append(await _item_bytes(job, item, last_item, start - item_start, stop - start, fetched))
     data = parts[0] if len(parts) == 1 else b"".join(parts)
     job.bytes_read += len(data)
     job.meter.add(len(data), trio.current_time())

@@ -88,3 +88,11 @@ def test_item_extents_cover_every_byte_of_every_file_once() -> None:
 def test_the_largest_item_is_the_biggest_file_or_the_chunk_size() -> None:
     assert build_manifest([_obj("a", 10), _obj("b", 300)], CHUNK).largest_item == 300
     assert build_manifest([_obj("a", 10), _obj("b", 3 * CHUNK)], CHUNK).largest_item == CHUNK
+
+
+def test_items_covering_a_read_are_clipped_at_the_end_of_the_file() -> None:
+    manifest = build_manifest([_obj("a", 10), _obj("b", 2 * CHUNK + 5)], CHUNK)  # b owns items 1, 2, 3
+    assert manifest.items_covering(1, 0, 1) == range(1, 2)
+    assert manifest.items_covering(1, CHUNK - 1, 2) == range(1, 3)
+    assert manifest.items_covering(1, CHUNK, 10 * CHUNK) == range(2, 4)
+    assert not manifest.items_covering(1, 2 * CHUNK + 5, 100)  # at the end: nothing
