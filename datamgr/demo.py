@@ -31,7 +31,7 @@ from typing import Any
 from datamgr.client import DataManagerClient
 from datamgr.devservers import azure_client, running_azurite, running_s3_server, s3_client
 from datamgr.embedded import EmbeddedDataManager
-from datamgr.scheduler.greedy import JobDemand, greedy
+from datamgr.scheduler.greedy import Allocation, JobDemand, greedy
 from datamgr.server import ServerConfig
 from datamgr.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb
@@ -227,8 +227,9 @@ class Trainer(threading.Thread):
 # ---- allocation ----
 
 
-def allocate(client: DataManagerClient, jobs: list[DemoJob], uris: dict[str, str], scale: Scale) -> dict[str, int]:
-    """Run the greedy policy over the running jobs and apply it: decreases first, so limits always hold."""
+def allocate(client: DataManagerClient, jobs: list[DemoJob], uris: dict[str, str], scale: Scale) -> Allocation:
+    """Run the greedy policy over the running jobs and apply it: decreases first, so limits always hold.
+    Returns the allocation applied."""
     demands = [JobDemand(j.job_id, uris[j.dataset], j.ideal_rate) for j in jobs]
     plan = greedy(demands, {uris[j.dataset]: j.size for j in jobs}, scale.node_cache, scale.remote_io_limit)
     current = {
@@ -250,7 +251,7 @@ def allocate(client: DataManagerClient, jobs: list[DemoJob], uris: dict[str, str
             f"  {job.job_id:<9} cache {format_size(plan.cache_bytes[uri]):>9} of {format_size(job.size):>9} "
             f"(c/d {plan.cache_bytes[uri] / job.size:4.2f}), remote IO {format_rate(plan.io_bytes_per_sec[job.job_id])}"
         )
-    return {uri: plan.cache_bytes[uri] for uri in plan.cache_bytes}
+    return plan
 
 
 # ---- the run ----
@@ -314,8 +315,7 @@ def _run(stack: contextlib.ExitStack, backend: str, scale: Scale) -> int:
         say(f"registered {job.job_id}: {job.files} files, {format_size(job.size)}, f* {format_rate(job.ideal_rate)}")
     say("== greedy allocation (most cache-efficient dataset first)")
     running = list(scale.jobs)
-    quotas = allocate(client, running, uris, scale)
-    rates = {j.job_id: j.io_bytes_per_sec for j in client.call(client.stub.ListJobs, pb.ListJobsRequest()).jobs}
+    plan = allocate(client, running, uris, scale)
 
     stop = threading.Event()
     stack.callback(stop.set)
@@ -329,7 +329,8 @@ def _run(stack: contextlib.ExitStack, backend: str, scale: Scale) -> int:
     say(f"== {len(trainers)} trainers reading {EPOCHS} epochs each")
 
     finished: dict[str, list[dict[str, Any]]] = {}
-    allocations = {job.job_id: (quotas[uris[job.dataset]], rates[job.job_id]) for job in scale.jobs}
+    # (cache bytes, remote IO) each job last ran with, for the final table
+    allocations = {j.job_id: (plan.cache_bytes[uris[j.dataset]], plan.io_bytes_per_sec[j.job_id]) for j in scale.jobs}
     last: dict[str, tuple[int, int]] = {}
     while running:
         time.sleep(1.0)
@@ -343,10 +344,12 @@ def _run(stack: contextlib.ExitStack, backend: str, scale: Scale) -> int:
             running.remove(job)
             say(f"== {job.job_id} finished; the policy reallocates")
             if running:
-                quotas = allocate(client, running, uris, scale)
+                plan = allocate(client, running, uris, scale)
                 for other in running:
-                    allocations[other.job_id] = (quotas[uris[other.dataset]], client.call(
-                        client.stub.GetJob, pb.GetJobRequest(job_id=other.job_id)).io_bytes_per_sec)  # fmt: skip
+                    allocations[other.job_id] = (
+                        plan.cache_bytes[uris[other.dataset]],
+                        plan.io_bytes_per_sec[other.job_id],
+                    )
 
     _final_table(scale, trainers, finished, allocations)
     say(f"== done in {time.monotonic() - started:.0f} s; tearing down")
