@@ -31,7 +31,7 @@ import trio
 from fuseclient.backends import BackendError, RetryingBackend, open_backend
 from fuseclient.grpc_channel import ChannelSecurity, explain_refusal, open_channel
 from fuseclient.manifest import Manifest
-from fuseclient.mount import STATS_FILE, ReadyCallback, add_job, open_dataset, run_filesystem
+from fuseclient.mount import ReadyCallback, add_job, open_dataset, run_filesystem, stats_reporting
 from fuseclient.state import MountState
 from fuseclient.throttle import default_burst
 from silodpb.v1 import datamgr_pb2 as pb
@@ -307,12 +307,11 @@ async def run_agent(config: AgentConfig, on_ready: ReadyCallback = lambda: None)
     mount = MountState()
     with open_channel(config.datamgr, config.security, CHANNEL_OPTIONS) as channel:
         agent = NodeAgent(config, mount, pb_grpc.DataManagerStub(channel))
-        stats = (config.stats_interval, config.cache_dir / STATS_FILE) if config.stats_interval else None
         await run_filesystem(
             config.mountpoint,
             mount,
             allow_other=config.allow_other,
-            stats=stats,
+            stats=stats_reporting(config.stats_interval, config.cache_dir),
             tasks=[agent.follow_allocations, agent.report_usage],
             on_ready=on_ready,
             metrics_port=config.metrics_port,

@@ -19,6 +19,11 @@ from fuseclient.state import MountState
 Metric = CounterMetricFamily | GaugeMetricFamily | SummaryMetricFamily
 
 
+def _family(kind: type[Metric], name: str, documentation: str, label: str) -> Any:
+    """A metric family keyed by one label: "dataset" or "job"."""
+    return kind(name, documentation, labels=[label])
+
+
 class MetricsEndpoint:
     """A registry of its own (several daemons may share a process, as in tests) and the HTTP server that
     exposes it."""
@@ -68,18 +73,23 @@ class MountMetrics(MetricsEndpoint, Collector):
             )
 
     def _datasets(self) -> Iterator[Metric]:
-        def family(kind: type[Metric], name: str, documentation: str) -> Any:
-            return kind(name, documentation, labels=["dataset"])
-
-        cached = family(GaugeMetricFamily, "silod_cache_bytes", "Bytes in the dataset's cache on this node")
-        items = family(GaugeMetricFamily, "silod_cache_items", "Items in the dataset's cache on this node")
-        quota = family(GaugeMetricFamily, "silod_cache_quota_bytes", "The dataset's cache quota on this node")
-        admitted = family(CounterMetricFamily, "silod_cache_admitted_items", "Fetched items admitted to the cache")
-        rejected = family(CounterMetricFamily, "silod_cache_rejected_items", "Fetched items not admitted: quota full")
-        evicted = family(CounterMetricFamily, "silod_cache_evicted_items", "Items evicted by quota shrinks")
-        errors = family(CounterMetricFamily, "silod_cache_write_errors", "Admissions that failed on disk")
-        fetched = family(CounterMetricFamily, "silod_backend_bytes", "Bytes read from the storage backend")
-        latency = family(SummaryMetricFamily, "silod_backend_read_seconds", "Backend reads and the time they took")
+        cached = _family(GaugeMetricFamily, "silod_cache_bytes", "Bytes in the dataset's cache on this node", "dataset")
+        items = _family(GaugeMetricFamily, "silod_cache_items", "Items in the dataset's cache on this node", "dataset")
+        quota = _family(
+            GaugeMetricFamily, "silod_cache_quota_bytes", "The dataset's cache quota on this node", "dataset"
+        )
+        admitted = _family(
+            CounterMetricFamily, "silod_cache_admitted_items", "Fetched items admitted to the cache", "dataset"
+        )
+        rejected = _family(
+            CounterMetricFamily, "silod_cache_rejected_items", "Fetched items not admitted: quota full", "dataset"
+        )
+        evicted = _family(CounterMetricFamily, "silod_cache_evicted_items", "Items evicted by quota shrinks", "dataset")
+        errors = _family(CounterMetricFamily, "silod_cache_write_errors", "Admissions that failed on disk", "dataset")
+        fetched = _family(CounterMetricFamily, "silod_backend_bytes", "Bytes read from the storage backend", "dataset")
+        latency = _family(
+            SummaryMetricFamily, "silod_backend_read_seconds", "Backend reads and the time they took", "dataset"
+        )
         for uri, dataset in self._mount.datasets.items():
             stats = dataset.cache.statistics()
             cached.add_metric([uri], stats.used_bytes)
@@ -94,17 +104,20 @@ class MountMetrics(MetricsEndpoint, Collector):
         yield from (cached, items, quota, admitted, rejected, evicted, errors, fetched, latency)
 
     def _jobs(self) -> Iterator[Metric]:
-        def family(kind: type[Metric], name: str, documentation: str) -> Any:
-            return kind(name, documentation, labels=["job"])
-
-        read = family(CounterMetricFamily, "silod_job_read_bytes", "Bytes the job read through the mount")
-        remote = family(CounterMetricFamily, "silod_job_remote_bytes", "Bytes fetched from the backend for the job")
-        hits = family(CounterMetricFamily, "silod_job_cache_hits", "Reads served from the local cache")
-        misses = family(CounterMetricFamily, "silod_job_cache_misses", "Reads that needed the backend")
-        waited = family(CounterMetricFamily, "silod_job_throttle_wait_seconds", "Time reads waited for the throttle")
-        rate = family(GaugeMetricFamily, "silod_job_remote_io_bytes_per_second", "The job's rate on this node")
-        epoch = family(GaugeMetricFamily, "silod_job_epoch", "The job's current epoch (1 = first pass)")
-        throughput = family(GaugeMetricFamily, "silod_job_throughput_bytes_per_second", "Recent read throughput")
+        read = _family(CounterMetricFamily, "silod_job_read_bytes", "Bytes the job read through the mount", "job")
+        remote = _family(
+            CounterMetricFamily, "silod_job_remote_bytes", "Bytes fetched from the backend for the job", "job"
+        )
+        hits = _family(CounterMetricFamily, "silod_job_cache_hits", "Reads served from the local cache", "job")
+        misses = _family(CounterMetricFamily, "silod_job_cache_misses", "Reads that needed the backend", "job")
+        waited = _family(
+            CounterMetricFamily, "silod_job_throttle_wait_seconds", "Time reads waited for the throttle", "job"
+        )
+        rate = _family(GaugeMetricFamily, "silod_job_remote_io_bytes_per_second", "The job's rate on this node", "job")
+        epoch = _family(GaugeMetricFamily, "silod_job_epoch", "The job's current epoch (1 = first pass)", "job")
+        throughput = _family(
+            GaugeMetricFamily, "silod_job_throughput_bytes_per_second", "Recent read throughput", "job"
+        )
         now = trio.current_time()
         for job_id, job in self._mount.jobs.items():
             read.add_metric([job_id], job.bytes_read)

@@ -93,6 +93,11 @@ async def build_state(config: MountConfig) -> MountState:
     return mount
 
 
+def stats_reporting(interval: float | None, cache_dir: Path) -> tuple[float, Path] | None:
+    """Statistics every `interval` seconds into CACHE_DIR/stats.json, or none without an interval."""
+    return (interval, cache_dir / STATS_FILE) if interval else None
+
+
 def _list_manifest(backend: Backend, chunk_size: int) -> Manifest:
     return build_manifest(backend.list(), chunk_size)
 
@@ -100,12 +105,11 @@ def _list_manifest(backend: Backend, chunk_size: int) -> Manifest:
 async def serve(config: MountConfig, on_ready: ReadyCallback = lambda: None) -> None:
     """Mount standalone, serve until SIGTERM/SIGINT or an external unmount, then unmount and close."""
     mount = await build_state(config)
-    stats = (config.stats_interval, config.cache_dir / STATS_FILE) if config.stats_interval else None
     await run_filesystem(
         config.mountpoint,
         mount,
         allow_other=config.allow_other,
-        stats=stats,
+        stats=stats_reporting(config.stats_interval, config.cache_dir),
         on_ready=on_ready,
         metrics_port=config.metrics_port,
     )
