@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests import polling
 from tests.datamgr_fixtures import SILOD
 
 START_TIMEOUT = 60.0
@@ -64,18 +65,20 @@ class MountProcess:
         return data
 
     def wait_for_stats(self, predicate: Any, timeout: float = 30.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                stats = self.stats()
-                if predicate(stats):
-                    return stats
-            except (FileNotFoundError, json.JSONDecodeError):
-                pass
-            assert time.monotonic() < deadline, (
-                f"statistics never matched; last log:\n{self.log_path.read_text()[-3000:]}"
-            )
-            time.sleep(0.1)  # polling the stats file, bounded by the deadline
+        """The first statistics `predicate` accepts (a stats file not written yet, or half written, is "not yet")."""
+
+        def matching() -> dict[str, Any] | None:
+            stats = self.stats()
+            return stats if predicate(stats) else None
+
+        result: dict[str, Any] = polling.eventually(
+            matching,
+            what=lambda: f"statistics matching; last log:\n{self.log_path.read_text()[-3000:]}",
+            timeout=timeout,
+            interval=0.1,
+            ignore=lambda exc: isinstance(exc, (FileNotFoundError, json.JSONDecodeError)),
+        )
+        return result
 
     def kill(self) -> None:
         """SIGKILL, leaving the mount dead as a crash would: the next daemon must cope with it."""

@@ -15,6 +15,7 @@ import pytest
 
 from datamgr.client import ClientError, DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
+from tests import polling
 from tests.datamgr_fixtures import DataManagerProcess, silod_cli
 from tests.mount_fixtures import MountProcess
 from tests.storage_servers import free_port
@@ -24,17 +25,14 @@ ENFORCEMENT_DEADLINE = 1.0  # seconds from an accepted allocation to the node en
 
 
 def eventually(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    """Poll `check` until it returns something truthy (or stops raising); the value, or a failure."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = check()
-            if value:
-                return value
-        except (OSError, KeyError, ValueError, ClientError):
-            pass  # not there yet
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
-        time.sleep(0.02)  # polling observable state, bounded by the deadline
+    """Poll `check` until it returns something truthy; a missing file, key or registration is "not yet"."""
+    return polling.eventually(
+        check,
+        what=what,
+        timeout=timeout,
+        interval=0.02,
+        ignore=lambda exc: isinstance(exc, (OSError, KeyError, ValueError, ClientError)),
+    )
 
 
 class System:

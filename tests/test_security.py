@@ -24,6 +24,7 @@ from datamgr.server import ServerConfig
 from fuseclient.grpc_channel import ChannelSecurity, SecurityConfigError, open_channel
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
+from tests import polling
 from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, silod_cli
 from tests.mount_fixtures import MountProcess
 from tests.tls import TlsFiles, make_tls_files
@@ -445,14 +446,9 @@ def test_a_node_agent_without_the_token_stops_and_says_why(
 
 def _eventually(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
     """Poll `check` until it returns something truthy, tolerating a data manager that does not know it yet."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = check()
-            if value:
-                return value
-        except ClientError as exc:
-            if exc.code != grpc.StatusCode.NOT_FOUND:
-                raise
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
-        time.sleep(0.05)  # polling observable state, bounded by the deadline
+    return polling.eventually(
+        check,
+        what=what,
+        timeout=timeout,
+        ignore=lambda exc: isinstance(exc, ClientError) and exc.code == grpc.StatusCode.NOT_FOUND,
+    )
