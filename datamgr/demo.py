@@ -31,7 +31,7 @@ from typing import Any
 from datamgr.client import DataManagerClient
 from datamgr.devservers import azure_client, running_azurite, running_s3_server, s3_client
 from datamgr.embedded import EmbeddedDataManager
-from datamgr.scheduler.greedy import Allocation, JobDemand, greedy
+from datamgr.scheduler.policies.greedy import Allocation, JobDemand, greedy
 from datamgr.server import ServerConfig
 from datamgr.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb

@@ -3,7 +3,7 @@ job's steady demand first and is then shared without giving any job more than it
 
 from __future__ import annotations
 
-from datamgr.scheduler.greedy import JobDemand, cache_efficiency, greedy
+from datamgr.scheduler.policies.greedy import JobDemand, cache_efficiency, greedy
 
 MB = 10**6
 

@@ -1,0 +1,88 @@
+"""Performance estimators: how fast a job trains given GPUs, cache and remote IO.
+
+SiloD's estimator (the paper's Eq. 4) is `SiloDPerf = min(f*, b / (1 - c/d))`: under uniform caching a job
+hits its dataset's cache with probability c/d whichever items are cached, so remote IO b only has to carry
+the uncached fraction of the data the job consumes. The vanilla estimator is what cache-oblivious schedulers
+assume: every job runs at its compute-bound rate f*. Both are pure functions of their arguments.
+
+Rates are in bytes/s of training data consumed, sizes in bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Protocol
+
+from datamgr.scheduler.snapshot import JobState
+
+
+def ideal_rate(job: JobState, gpus: int) -> float:
+    """f*(job, gpus): the job's compute-bound data rate on `gpus` GPUs, linear in its share of its demand."""
+    if gpus <= 0 or job.gpus <= 0:
+        return 0.0
+    return job.ideal_bytes_per_sec * min(gpus, job.gpus) / job.gpus
+
+
+def hit_ratio(cache_bytes: float, dataset_bytes: float) -> float:
+    """c/d, clamped to [0, 1]: the share of reads a uniformly cached dataset serves locally."""
+    if dataset_bytes <= 0:
+        return 1.0
+    return min(1.0, max(0.0, cache_bytes / dataset_bytes))
+
+
+def io_bound_rate(cache_bytes: float, dataset_bytes: float, io_bytes_per_sec: float) -> float:
+    """IOPerf (Eq. 3), b / (1 - c/d): the rate remote IO sustains; unbounded once the dataset is cached."""
+    miss = 1.0 - hit_ratio(cache_bytes, dataset_bytes)
+    if miss <= 0.0:
+        return math.inf
+    return max(0.0, io_bytes_per_sec) / miss
+
+
+def silod_perf(ideal_bytes_per_sec: float, cache_bytes: float, dataset_bytes: float, io_bytes_per_sec: float) -> float:
+    """SiloDPerf (Eq. 4): the slower of compute and data loading, which run as a pipeline."""
+    return min(ideal_bytes_per_sec, io_bound_rate(cache_bytes, dataset_bytes, io_bytes_per_sec))
+
+
+def remote_demand(rate_bytes_per_sec: float, cache_bytes: float, dataset_bytes: float) -> float:
+    """b = f (1 - c/d) (Eq. 2): the remote IO a job needs to train at `rate` with `cache_bytes` cached."""
+    return rate_bytes_per_sec * (1.0 - hit_ratio(cache_bytes, dataset_bytes))
+
+
+def cache_efficiency(ideal_rates: Iterable[float], dataset_bytes: float) -> float:
+    """Sum of f*/d (Eq. 5) over the jobs sharing a dataset: the remote IO one cached byte saves.
+
+    The cache is charged once per dataset but helps every job reading it, so efficiencies add up.
+    """
+    if dataset_bytes <= 0:
+        return math.inf
+    return sum(ideal_rates) / dataset_bytes
+
+
+class Estimator(Protocol):
+    """What a policy asks to predict a job's training rate (bytes/s) under a candidate allocation."""
+
+    name: str
+    storage_aware: bool  # False: cache and remote IO do not change the estimate (cache-oblivious)
+
+    def throughput(self, job: JobState, gpus: int, cache_bytes: float, io_bytes_per_sec: float) -> float: ...
+
+
+class SiloDPerf:
+    """The storage-aware estimator: min(f*(job, gpus), b / (1 - c/d))."""
+
+    name = "silod"
+    storage_aware = True
+
+    def throughput(self, job: JobState, gpus: int, cache_bytes: float, io_bytes_per_sec: float) -> float:
+        return silod_perf(ideal_rate(job, gpus), cache_bytes, job.dataset_bytes, io_bytes_per_sec)
+
+
+class VanillaPerf:
+    """The cache-oblivious estimator of the original schedulers: f*(job, gpus), storage ignored."""
+
+    name = "vanilla"
+    storage_aware = False
+
+    def throughput(self, job: JobState, gpus: int, cache_bytes: float, io_bytes_per_sec: float) -> float:
+        return ideal_rate(job, gpus)

@@ -1,0 +1,29 @@
+"""First-in, first-out compute: jobs start in submission order, gang-placed, and are never preempted.
+
+The head of the queue blocks the jobs behind it (no backfilling), as in the paper's FIFO baseline. FIFO is
+not performance-aware, so it decides compute only; SiloD pairs it with the greedy storage policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from datamgr.scheduler.perf import Estimator
+from datamgr.scheduler.placement import place_gang, take
+from datamgr.scheduler.policy import Decision, current_placements
+from datamgr.scheduler.snapshot import Snapshot
+
+
+class FifoPolicy:
+    name = "fifo"
+
+    def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
+        placements: dict[str, Mapping[str, int]] = current_placements(snapshot)
+        free = snapshot.free_gpus(placements)
+        for job in snapshot.queued_jobs():
+            placement = place_gang(free, job.gpus)
+            if placement is None:
+                break
+            take(free, placement)
+            placements[job.job_id] = placement
+        return Decision(placements=placements)

@@ -1,0 +1,78 @@
+"""SiloD's greedy storage allocation (the paper's Algorithm 2).
+
+Cache: datasets in descending cache efficiency (the sum of f*/d over the jobs that read them), each given up
+to its size while capacity lasts; under uniform caching a dataset's hit ratio is c/d, so a byte of cache is
+worth most where f*/d is highest. Remote IO: each job first gets its steady-state demand f* (1 - c/d), most
+cache-efficient first; what is left is shared out so that no job gets more than it can use (f*), which is
+what carries jobs through their first, uncached epoch ("delayed effectiveness").
+
+Pure: no I/O, deterministic. `greedy` is the function over plain demands (the demo calls it directly);
+`GreedyStorage` is the same allocation as a storage-only policy over a snapshot's running jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from datamgr.scheduler import perf
+from datamgr.scheduler.perf import Estimator
+from datamgr.scheduler.policy import Decision
+from datamgr.scheduler.sharing import water_fill
+from datamgr.scheduler.snapshot import Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class JobDemand:
+    job_id: str
+    dataset_uri: str
+    ideal_bytes_per_sec: float  # f*: the rate the job consumes data at when IO is not the bottleneck
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    cache_bytes: Mapping[str, int]  # per dataset
+    io_bytes_per_sec: Mapping[str, int]  # per job
+
+
+def cache_efficiency(jobs: Sequence[JobDemand], dataset_sizes: Mapping[str, int]) -> dict[str, float]:
+    """Sum of f*/d over each dataset's jobs: the throughput one byte of its cache buys."""
+    return {
+        uri: perf.cache_efficiency((j.ideal_bytes_per_sec for j in jobs if j.dataset_uri == uri), size)
+        for uri, size in dataset_sizes.items()
+    }
+
+
+def greedy(
+    jobs: Sequence[JobDemand], dataset_sizes: Mapping[str, int], cache_capacity: int, io_limit: float
+) -> Allocation:
+    efficiency = cache_efficiency(jobs, dataset_sizes)
+    cache: dict[str, int] = {}
+    left = cache_capacity
+    for uri in sorted(dataset_sizes, key=lambda uri: (-efficiency[uri], uri)):
+        cache[uri] = min(dataset_sizes[uri], left)
+        left -= cache[uri]
+
+    steady: dict[str, int] = {}
+    budget = int(io_limit)
+    for job in sorted(jobs, key=lambda j: (-efficiency[j.dataset_uri], j.job_id)):
+        demand = perf.remote_demand(job.ideal_bytes_per_sec, cache[job.dataset_uri], dataset_sizes[job.dataset_uri])
+        steady[job.job_id] = min(round(demand), budget)
+        budget -= steady[job.job_id]
+    caps = {job.job_id: job.ideal_bytes_per_sec for job in jobs}
+    return Allocation(cache, water_fill(caps, io_limit, floor=steady))
+
+
+class GreedyStorage:
+    """Algorithm 2 as a storage-only policy: compute is left to the cluster scheduler (FIFO in the paper)."""
+
+    name = "greedy"
+
+    def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
+        running = snapshot.running_jobs()
+        demands = [JobDemand(j.job_id, j.dataset_uri, perf.ideal_rate(j, j.allocated_gpus)) for j in running]
+        sizes = {j.dataset_uri: j.dataset_bytes for j in running}
+        plan = greedy(demands, sizes, snapshot.cache_capacity_bytes, snapshot.remote_io_bytes_per_sec)
+        efficiency = cache_efficiency(demands, sizes)
+        notes = {uri: f"cache efficiency {efficiency[uri]:.3g}/s" for uri in sorted(sizes)}
+        return Decision(cache_bytes=plan.cache_bytes, io_bytes_per_sec=plan.io_bytes_per_sec, notes=notes)

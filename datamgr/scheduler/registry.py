@@ -1,0 +1,131 @@
+"""Finding policies and cache systems by name, and pairing them into a scheduler.
+
+Built-in policies are listed here; a site adds its own by installing a package that declares an entry point
+in the `silod.policies` group whose object is a zero-argument callable returning a `Policy` (a class with
+a no-argument constructor is one). A cache system is the storage side of the paper's comparisons: `silod`
+lets the policy allocate cache and remote IO with SiloDPerf (falling back to SiloD's greedy storage when
+the policy decides compute only); the baselines run the policy cache-oblivious (vanilla estimator) and
+allocate storage their own way.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from importlib.metadata import entry_points
+from types import MappingProxyType
+
+from datamgr.scheduler.perf import Estimator, SiloDPerf, VanillaPerf
+from datamgr.scheduler.policy import Decision, Policy, current_placements
+from datamgr.scheduler.snapshot import Snapshot
+
+ENTRY_POINT_GROUP = "silod.policies"
+
+PolicyFactory = Callable[[], Policy]
+
+# name -> "module:attribute" of a zero-argument factory; imported on first use.
+BUILTIN_POLICIES: dict[str, str] = {
+    "fifo": "datamgr.scheduler.policies.fifo:FifoPolicy",
+    "greedy": "datamgr.scheduler.policies.greedy:GreedyStorage",
+    "sjf": "datamgr.scheduler.policies.sjf:MultiResourceSJF",
+    "gavel": "datamgr.scheduler.policies.gavel:GavelMaxMin",
+}
+
+# cache system -> the storage policy its baseline allocates with ("silod": the policy's own, SiloDPerf).
+CACHE_SYSTEMS: dict[str, str | None] = {
+    "silod": None,
+    "alluxio": "datamgr.scheduler.baselines:AlluxioStorage",
+    "coordl": "datamgr.scheduler.baselines:CoorDLStorage",
+    "quiver": "datamgr.scheduler.baselines:QuiverStorage",
+}
+
+
+class UnknownPolicy(ValueError):
+    """A policy or cache-system name that nothing registers; the message lists the known ones."""
+
+
+def _import(target: str) -> PolicyFactory:
+    module_name, _, attribute = target.partition(":")
+    factory: PolicyFactory = getattr(importlib.import_module(module_name), attribute)
+    return factory
+
+
+def _entry_point_factories() -> dict[str, Callable[[], PolicyFactory]]:
+    return {ep.name: ep.load for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def available_policies() -> list[str]:
+    """Every policy name `load_policy` accepts: the built-ins and the installed entry points."""
+    return sorted(set(BUILTIN_POLICIES) | set(_entry_point_factories()))
+
+
+def load_policy(name: str) -> Policy:
+    """A fresh policy object by name; a built-in wins over an entry point of the same name."""
+    if name in BUILTIN_POLICIES:
+        return _import(BUILTIN_POLICIES[name])()
+    plugins = _entry_point_factories()
+    if name in plugins:
+        return plugins[name]()()
+    raise UnknownPolicy(f"unknown policy {name!r}; known policies: {', '.join(available_policies())}")
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """A policy bound to the estimator and storage side of one cache system: what the simulator and the
+    live controller run each round."""
+
+    policy: Policy
+    estimator: Estimator
+    cache_system: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.policy.name}/{self.cache_system}"
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        return self.policy.schedule(snapshot, self.estimator)
+
+
+def build_scheduler(policy_name: str, cache_system: str = "silod") -> Scheduler:
+    """Pair a policy with a cache system, as the paper evaluates every scheduler x cache-system pair.
+
+    A policy that decides storage only (such as `greedy`) gets FIFO compute, so it can drive a simulation.
+    """
+    if cache_system not in CACHE_SYSTEMS:
+        raise UnknownPolicy(f"unknown cache system {cache_system!r}; known: {', '.join(CACHE_SYSTEMS)}")
+    policy = load_policy(policy_name)
+    compute = load_policy("fifo")
+    baseline = CACHE_SYSTEMS[cache_system]
+    if baseline is None:
+        return Scheduler(FilledIn(policy, compute, load_policy("greedy"), False), SiloDPerf(), cache_system)
+    return Scheduler(FilledIn(policy, compute, _import(baseline)(), True), VanillaPerf(), cache_system)
+
+
+@dataclass(frozen=True)
+class FilledIn:
+    """A policy's decision with the parts it leaves open decided by others.
+
+    Compute comes from `compute` when the policy leaves it undecided. Storage comes from `storage` when the
+    policy leaves it undecided, or always when `storage_overrides` (a cache-system baseline allocates
+    storage its own way whatever the scheduler would have chosen).
+    """
+
+    policy: Policy
+    compute: Policy
+    storage: Policy
+    storage_overrides: bool
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
+        decision = self.policy.schedule(snapshot, estimator)
+        placements = decision.placements
+        if placements is None:
+            placements = self.compute.schedule(snapshot, estimator).placements or current_placements(snapshot)
+        if decision.decides_storage and not self.storage_overrides:
+            return replace(decision, placements=placements)
+        storage = self.storage.schedule(snapshot.with_placements(placements), estimator)
+        return replace(storage, placements=placements, notes=MappingProxyType({**decision.notes, **storage.notes}))

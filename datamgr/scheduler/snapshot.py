@@ -1,0 +1,142 @@
+"""What a policy sees: an immutable picture of the cluster at one instant.
+
+The same snapshot is built by the simulator (from its model) and by the live controller (from the data
+manager's state), so a policy cannot tell which one drives it. Sizes are bytes, rates bytes/s, times
+seconds on the driver's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A machine: its GPUs and the local cache space it contributes."""
+
+    node_id: str
+    gpus: int
+    cache_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """A submitted, unfinished job and what it holds now.
+
+    `ideal_bytes_per_sec` is f* on the job's full GPU demand (`gpus`); `total_bytes` is the training data
+    the job consumes over its life (epochs x dataset size, or steps x step size) and `done_bytes` how much
+    of it is consumed, so `remaining_bytes / rate` is its remaining time. `irregular` marks jobs whose
+    access is not uniform (curriculum learning and the like), for which SiloDPerf does not hold.
+    """
+
+    job_id: str
+    submit_time: float
+    gpus: int
+    dataset_uri: str
+    dataset_bytes: int
+    ideal_bytes_per_sec: float
+    total_bytes: float
+    done_bytes: float = 0.0
+    attained_gpu_seconds: float = 0.0
+    irregular: bool = False
+    placement: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # node -> GPUs; {} if queued
+    io_bytes_per_sec: float = 0.0  # current remote IO allocation
+
+    @property
+    def running(self) -> bool:
+        return bool(self.placement)
+
+    @property
+    def allocated_gpus(self) -> int:
+        return sum(self.placement.values())
+
+    @property
+    def remaining_bytes(self) -> float:
+        return max(0.0, self.total_bytes - self.done_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetState:
+    """A dataset some job reads: its size and the cache it holds now (quota and bytes actually cached)."""
+
+    uri: str
+    size_bytes: int
+    cache_quota_bytes: int = 0
+    cached_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The cluster as one policy round sees it; `seed` makes randomized policies reproducible."""
+
+    time: float
+    nodes: Mapping[str, NodeState]
+    remote_io_bytes_per_sec: float
+    datasets: Mapping[str, DatasetState]
+    jobs: Mapping[str, JobState]
+    seed: int = 0
+    cache_capacity_bytes: int = field(default=-1)  # -1: the sum of the nodes' cache
+
+    def __post_init__(self) -> None:
+        if self.cache_capacity_bytes < 0:
+            object.__setattr__(self, "cache_capacity_bytes", sum(n.cache_bytes for n in self.nodes.values()))
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes.values())
+
+    def running_jobs(self) -> list[JobState]:
+        """Jobs holding GPUs, in submission order (ties by id), the order every policy iterates in."""
+        return sorted((j for j in self.jobs.values() if j.running), key=_submission_order)
+
+    def queued_jobs(self) -> list[JobState]:
+        return sorted((j for j in self.jobs.values() if not j.running), key=_submission_order)
+
+    def jobs_by_submission(self) -> list[JobState]:
+        return sorted(self.jobs.values(), key=_submission_order)
+
+    def jobs_of(self, dataset_uri: str, jobs: Iterable[JobState] | None = None) -> list[JobState]:
+        """The jobs (by default all of them) that read `dataset_uri`."""
+        pool = self.jobs_by_submission() if jobs is None else jobs
+        return [j for j in pool if j.dataset_uri == dataset_uri]
+
+    def free_gpus(self, placements: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, int]:
+        """GPUs left per node once `placements` (by default the current ones) are taken."""
+        if placements is None:
+            placements = {j.job_id: j.placement for j in self.jobs.values()}
+        free = {node_id: node.gpus for node_id, node in self.nodes.items()}
+        for placement in placements.values():
+            for node_id, gpus in placement.items():
+                free[node_id] -= gpus
+        return free
+
+    def with_placements(self, placements: Mapping[str, Mapping[str, int]]) -> Snapshot:
+        """This snapshot with job placements replaced (jobs missing from `placements` become queued)."""
+        jobs = {
+            job_id: replace(job, placement=MappingProxyType(dict(placements.get(job_id, {}))))
+            for job_id, job in self.jobs.items()
+        }
+        return replace(self, jobs=jobs)
+
+    def restricted(self, job_ids: Iterable[str], cache_capacity_bytes: int, remote_io_bytes_per_sec: float) -> Snapshot:
+        """A partition of the cluster: only `job_ids`, their datasets, and the given storage capacities.
+
+        Nodes (GPUs) are kept whole; partitions split storage, not compute.
+        """
+        wanted = set(job_ids)
+        jobs = {job_id: job for job_id, job in self.jobs.items() if job_id in wanted}
+        uris = {job.dataset_uri for job in jobs.values()}
+        datasets = {uri: ds for uri, ds in self.datasets.items() if uri in uris}
+        return replace(
+            self,
+            jobs=jobs,
+            datasets=datasets,
+            cache_capacity_bytes=cache_capacity_bytes,
+            remote_io_bytes_per_sec=remote_io_bytes_per_sec,
+        )
+
+
+def _submission_order(job: JobState) -> tuple[float, str]:
+    return (job.submit_time, job.job_id)
