@@ -1,0 +1,1 @@
+"""The trace-driven simulator: the same policy objects as the live controller, on a modelled cluster."""
