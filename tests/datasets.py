@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tests.storage_servers import DatasetTarget
 
-EDGE_CASE_FILES = ("train/zero-byte.bin", "train/class a/ünïcode ✓.bin", "val/with space/sample 1.txt")
+EDGE_CASE_FILES = (
+    "train/zero-byte.bin",
+    "train/class a/ünïcode ✓.bin",
+    "val/with space/sample 1.txt",
+    "val/reserved chars/a+b=c&d%20~e;f,g@h$i!j'k(l).bin",
+)
 EMPTY_DIR = "val/empty folder"
 
 
