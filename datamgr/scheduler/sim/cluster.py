@@ -1,0 +1,47 @@
+"""Cluster files: the simulated cluster as a four-key TOML file.
+
+```toml
+nodes = 2                 # identical machines
+gpus_per_node = 4
+cache_per_node = "1TB"    # local cache each node contributes (a size: "1TB", "500GiB", bytes)
+remote_io = "200MB/s"     # the egress limit all jobs share (a rate: "200MB/s", "1Gbps", bytes/s)
+```
+
+Every key is required and no other key is accepted, so a typo cannot silently leave a default in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from datamgr.scheduler.sim import fields
+from datamgr.scheduler.sim.fields import check_keys, read_field
+from datamgr.scheduler.sim.model import ClusterSpec
+
+KEYS = ("nodes", "gpus_per_node", "cache_per_node", "remote_io")
+
+
+def cluster_from_table(table: Mapping[str, object], where: str) -> ClusterSpec:
+    """The cluster a TOML table describes; `where` (the file, or the file and section) prefixes errors."""
+    check_keys(table, KEYS, KEYS, where)
+    return ClusterSpec(
+        nodes=read_field(fields.positive_int, table["nodes"], f"{where}: nodes"),
+        gpus_per_node=read_field(fields.positive_int, table["gpus_per_node"], f"{where}: gpus_per_node"),
+        cache_bytes_per_node=read_field(fields.size, table["cache_per_node"], f"{where}: cache_per_node"),
+        remote_io_bytes_per_sec=read_field(fields.positive(fields.rate), table["remote_io"], f"{where}: remote_io"),
+    )
+
+
+def load_cluster(path: Path) -> ClusterSpec:
+    """The cluster file at `path`; raises `SimInputError` naming the file, the key and the rule."""
+    return cluster_from_table(fields.load_toml(path), str(path))
+
+
+def with_remote_io_scale(cluster: ClusterSpec, scale: float) -> ClusterSpec:
+    """The same cluster with its remote IO limit multiplied by `scale`: the what-if knob for faster or slower
+    egress (cloud storage bandwidth grows far slower than GPU speed)."""
+    if not scale > 0:
+        raise ValueError(f"remote IO scale must be positive, not {scale!r}")
+    return replace(cluster, remote_io_bytes_per_sec=cluster.remote_io_bytes_per_sec * scale)

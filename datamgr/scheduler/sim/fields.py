@@ -1,0 +1,164 @@
+"""Reading simulator input files (trace rows, cluster tables, scenario recipes) strictly, field by field.
+
+Each reader takes the raw value as the file format gives it (a CSV cell is always a string, JSON and TOML
+also give numbers) and returns it typed, or raises `ValueError` with the rule it broke; the file readers add
+the file, the line and the field name and re-raise it as `SimInputError`. Sizes and rates use the same units
+as the rest of silod (`datamgr.units`); durations accept s, m, h, d and w.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Callable, Collection
+from pathlib import Path
+from typing import Any, TypeVar
+
+from datamgr.units import UnitError, parse_rate, parse_size
+
+T = TypeVar("T")
+Reader = Callable[[object], T]  # raw value -> typed value, or ValueError stating the rule
+
+DURATION_UNITS: dict[str, float] = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-z]*)\s*$")
+
+
+class SimInputError(ValueError):
+    """A simulator input that cannot be used as given; the message names the file, the line or key, the field
+    and the rule it breaks. Nothing is returned from a file with an error in it."""
+
+
+def _as_number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"expected a number, not {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a number") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not finite")
+    return number
+
+
+def positive_int(value: object) -> int:
+    """A whole number above zero: 4, "4" (not 4.5, not true)."""
+    number = whole_number(value)
+    if number < 1:
+        raise ValueError(f"{value!r} must be at least 1")
+    return number
+
+
+def whole_number(value: object) -> int:
+    """A whole number, zero or more: 0, "7"."""
+    number = _as_number(value)
+    if number != int(number) or number < 0:
+        raise ValueError(f"{value!r} is not a whole number, zero or more")
+    return int(number)
+
+
+def positive_number(value: object) -> float:
+    number = _as_number(value)
+    if not number > 0:
+        raise ValueError(f"{value!r} must be positive")
+    return number
+
+
+def fraction(value: object) -> float:
+    """A share between 0 and 1 inclusive."""
+    number = _as_number(value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(f"{value!r} must be between 0 and 1")
+    return number
+
+
+def text(value: object) -> str:
+    """A non-empty string without surrounding blanks."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a non-empty string, not {value!r}")
+    return value.strip()
+
+
+def parse_duration(raw: str) -> float:
+    """Seconds in `raw`: a plain number of seconds or a number with s, m, h, d or w ("90m", "2h", "4w")."""
+    if raw.strip().startswith("-"):
+        raise ValueError(f"duration {raw!r} must not be negative")
+    match = _DURATION.match(raw)
+    if not match or match.group(2) not in ("", *DURATION_UNITS):
+        raise ValueError(f"duration {raw!r} is not a number of seconds or a number with s, m, h, d or w")
+    return float(match.group(1)) * DURATION_UNITS.get(match.group(2), 1.0)
+
+
+def duration(value: object) -> float:
+    """Seconds, zero or more: a number, or a string for `parse_duration`."""
+    seconds = parse_duration(value) if isinstance(value, str) else _as_number(value)
+    if seconds < 0:
+        raise ValueError(f"{value!r} must not be negative")
+    return seconds
+
+
+def _with_units(parse: Callable[[str], int]) -> Callable[[object], int]:
+    def read(value: object) -> int:
+        if isinstance(value, str):
+            try:
+                return parse(value)
+            except UnitError as exc:
+                raise ValueError(str(exc)) from None
+        number = _as_number(value)
+        if number < 0:
+            raise ValueError(f"{value!r} must not be negative")
+        return round(number)
+
+    return read
+
+
+size = _with_units(parse_size)  # bytes: 1300000000000, "1.3TB", "500GiB"
+rate = _with_units(parse_rate)  # bytes/s: 114000000, "114MB/s", "1Gbps"
+
+
+def positive(read: Callable[[object], int]) -> Callable[[object], int]:
+    """`read` that also refuses zero."""
+
+    def read_positive(value: object) -> int:
+        number = read(value)
+        if number <= 0:
+            raise ValueError(f"{value!r} must be positive")
+        return number
+
+    return read_positive
+
+
+def check_keys(
+    table: Collection[str], accepted: Collection[str], required: Collection[str], where: str, noun: str = "key"
+) -> None:
+    """Refuse, by name, a key of `table` that is not `accepted` or a `required` key it lacks.
+
+    `where` prefixes the message (a file, a file and a section, a file and a line); `noun` is what the file
+    format calls a key ("column", "field").
+    """
+    unknown = [key for key in table if key not in accepted]
+    if unknown:
+        raise SimInputError(f"{where}: unknown {noun} {unknown[0]!r}; accepted {noun}s: {', '.join(accepted)}")
+    missing = [key for key in required if key not in table]
+    if missing:
+        raise SimInputError(f"{where}: missing required {noun} {missing[0]!r}")
+
+
+def read_field(read: Reader[T], raw: object, where: str) -> T:
+    """`read(raw)`, its complaint turned into a `SimInputError` that starts with `where`."""
+    try:
+        return read(raw)
+    except ValueError as exc:
+        raise SimInputError(f"{where}: {exc}") from None
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """The TOML document at `path`; an unreadable file or bad TOML is a `SimInputError` naming the file (and
+    the line, which tomllib's message ends with)."""
+    try:
+        with path.open("rb") as file:
+            return tomllib.load(file)
+    except OSError as exc:
+        raise SimInputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SimInputError(f"{path}: not valid TOML: {exc}") from None

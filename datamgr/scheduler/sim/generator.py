@@ -1,0 +1,162 @@
+"""Synthetic traces shaped like a production DL cluster's: Philly-like durations and GPU demands, Poisson
+arrivals, and the models and datasets the SiloD paper measures.
+
+- Arrivals: a Poisson process of `arrivals_per_hour`, for `jobs` jobs or until `duration_seconds`.
+- GPUs per job: 1, 2, 4, 8 with probabilities 0.70, 0.10, 0.15, 0.05 (the Philly mix Gavel's generator uses).
+- Duration, compute-bound on V100s: heavy-tailed, log-uniform in minutes within three bands: 60% 10^U(0.5, 2)
+  (3 minutes to 1.7 hours), 30% 10^U(2, 3) (1.7 to 16.7 hours), 10% 10^U(3, 4) (16.7 hours to 6.9 days).
+  Median 56 minutes, mean 8.7 hours: most jobs are short, a few long ones hold most GPU time, as in Microsoft's
+  Philly trace (Jeon et al., ATC '19). A job's work is `epochs = duration x f* / dataset size`, so it takes
+  that long only when IO keeps up.
+- Model and dataset: `WORKLOADS`, with per-V100 f* from the paper (ResNet-50 114 MB/s, ResNet-152 43 MB/s,
+  EfficientNetB1 69 MB/s, VLAD 10 MB/s, BERT 2 MB/s) and dataset sizes from it (ImageNet-1k 143 GB,
+  ImageNet-22k 1.3 TB, web search 20.9 TB; the 500 GB landmarks set is our assumption). A job's f* is the
+  per-GPU rate x its GPUs (data-parallel scaling) x `gpu_speed_scale`.
+
+Knobs: `sharing` is the probability that a job reads the shared copy of its dataset (named after it, e.g.
+"imagenet-1k") rather than a private copy ("imagenet-1k/job-0042", same size, never shared): 0 gives every
+job its own dataset, 1 makes all jobs of a dataset share one cache. `gpu_speed_scale` multiplies every f*
+while keeping each job's epochs (faster GPUs finish the same work sooner and read faster). `irregular` is the
+share of jobs flagged irregular. Every job draws the same random numbers in the same order whatever the knobs,
+so changing a knob changes only what it names: the same seed gives the same arrivals, GPUs, models and
+durations at every sharing fraction and speed. Randomness comes only from `random.Random(seed).random()`,
+whose sequence Python keeps stable across versions.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from datamgr.scheduler.sim.model import TraceJob
+
+T = TypeVar("T")
+
+MB = 10**6
+GB = 10**9
+TB = 10**12
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A model trained on a dataset: one kind of job the generator draws, with its probability `weight`."""
+
+    model: str
+    bytes_per_sec_per_gpu: int  # f* on one V100
+    dataset: str
+    dataset_bytes: int
+    weight: float
+
+
+WORKLOADS: tuple[Workload, ...] = (
+    Workload("resnet50", 114 * MB, "imagenet-1k", 143 * GB, 0.15),
+    Workload("resnet50", 114 * MB, "imagenet-22k", 1300 * GB, 0.15),
+    Workload("resnet152", 43 * MB, "imagenet-1k", 143 * GB, 0.075),
+    Workload("resnet152", 43 * MB, "imagenet-22k", 1300 * GB, 0.075),
+    Workload("efficientnetb1", 69 * MB, "imagenet-1k", 143 * GB, 0.125),
+    Workload("efficientnetb1", 69 * MB, "imagenet-22k", 1300 * GB, 0.125),
+    Workload("vlad", 10 * MB, "landmarks", 500 * GB, 0.10),
+    Workload("bert", 2 * MB, "websearch", 20_971 * GB, 0.20),
+)
+GPU_DEMAND: tuple[tuple[int, float], ...] = ((1, 0.70), (2, 0.10), (4, 0.15), (8, 0.05))
+# (probability, low, high) of log10(duration in minutes)
+DURATION_BANDS: tuple[tuple[float, float, float], ...] = ((0.60, 0.5, 2.0), (0.30, 2.0, 3.0), (0.10, 3.0, 4.0))
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratorConfig:
+    """What to generate: `jobs` jobs, or every arrival within `duration_seconds` (exactly one of the two)."""
+
+    jobs: int | None = None
+    duration_seconds: float | None = None
+    arrivals_per_hour: float = 4.0
+    sharing: float = 0.5
+    gpu_speed_scale: float = 1.0
+    irregular: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.jobs is None) == (self.duration_seconds is None):
+            raise ValueError("give either a number of jobs or a duration, not both or neither")
+        if self.jobs is not None and self.jobs < 1:
+            raise ValueError(f"jobs must be at least 1, not {self.jobs}")
+        if self.duration_seconds is not None and not self.duration_seconds > 0:
+            raise ValueError(f"duration must be positive, not {self.duration_seconds}")
+        for name in ("arrivals_per_hour", "gpu_speed_scale"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
+        for name in ("sharing", "irregular"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be between 0 and 1, not {getattr(self, name)}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Draw:
+    """One job's random choices, before it has an id."""
+
+    arrival: float
+    gpus: int
+    workload: Workload
+    duration_seconds: float
+    shared: bool
+    irregular: bool
+
+
+def generate(config: GeneratorConfig) -> list[TraceJob]:
+    """The trace `config` describes, in arrival order; the same config always gives the same trace."""
+    rng = random.Random(config.seed)
+    mean_gap = 3600.0 / config.arrivals_per_hour
+    draws: list[_Draw] = []
+    clock = 0.0
+    while config.jobs is None or len(draws) < config.jobs:
+        clock += -mean_gap * math.log(1.0 - rng.random())
+        if config.duration_seconds is not None and clock > config.duration_seconds:
+            break
+        draws.append(_draw(rng, float(round(clock)), config))
+    width = max(4, len(str(len(draws) - 1)))
+    return [_job(f"job-{i:0{width}d}", draw, config.gpu_speed_scale) for i, draw in enumerate(draws)]
+
+
+def _draw(rng: random.Random, arrival: float, config: GeneratorConfig) -> _Draw:
+    gpus = _pick(rng.random(), [(gpus, p) for gpus, p in GPU_DEMAND])
+    workload = _pick(rng.random(), [(w, w.weight) for w in WORKLOADS])
+    _, low, high = _pick(rng.random(), [(band, band[0]) for band in DURATION_BANDS])
+    minutes = 10 ** (low + (high - low) * rng.random())
+    return _Draw(
+        arrival=arrival,
+        gpus=gpus,
+        workload=workload,
+        duration_seconds=60.0 * minutes,
+        shared=rng.random() < config.sharing,
+        irregular=rng.random() < config.irregular,
+    )
+
+
+def _pick(u: float, weighted: Sequence[tuple[T, float]]) -> T:
+    """The choice a uniform draw `u` in [0, 1) lands on when the weights (summing to 1) tile the interval."""
+    bound = 0.0
+    for choice, weight in weighted:
+        bound += weight
+        if u < bound:
+            return choice
+    return weighted[-1][0]  # u beyond the rounded sum of the weights
+
+
+def _job(job_id: str, draw: _Draw, gpu_speed_scale: float) -> TraceJob:
+    workload = draw.workload
+    v100_rate = workload.bytes_per_sec_per_gpu * draw.gpus
+    epochs = float(f"{draw.duration_seconds * v100_rate / workload.dataset_bytes:.6g}")
+    return TraceJob(
+        job_id=job_id,
+        arrival=draw.arrival,
+        gpus=draw.gpus,
+        model=workload.model,
+        ideal_bytes_per_sec=float(round(v100_rate * gpu_speed_scale)),
+        dataset=workload.dataset if draw.shared else f"{workload.dataset}/{job_id}",
+        dataset_bytes=workload.dataset_bytes,
+        epochs=epochs,
+        irregular=draw.irregular,
+    )

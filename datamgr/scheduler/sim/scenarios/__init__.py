@@ -1,0 +1,94 @@
+"""Shipped scenarios: a cluster and a trace under one name (`silod sim --scenario NAME`).
+
+Each scenario is a `NAME.toml` in this package: a `description`, a `[cluster]` table (the keys of a cluster
+file) and either `trace = "FILE"` (a trace file next to it) or a `[generate]` table, a generator recipe whose
+keys are `GeneratorConfig`'s fields (`duration` takes "4w"-style durations) and whose seed makes it
+reproducible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from datamgr.scheduler.sim import fields
+from datamgr.scheduler.sim.cluster import cluster_from_table
+from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
+from datamgr.scheduler.sim.generator import GeneratorConfig, generate
+from datamgr.scheduler.sim.model import ClusterSpec, TraceJob
+from datamgr.scheduler.sim.trace import load_trace
+
+_KEYS = ("description", "cluster", "trace", "generate")
+_RECIPE_REQUIRED = ("arrivals_per_hour", "sharing", "gpu_speed_scale", "irregular", "seed")
+_GENERATE_KEYS = ("jobs", "duration", *_RECIPE_REQUIRED)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    cluster: ClusterSpec
+    trace: list[TraceJob]
+
+
+def available_scenarios() -> list[str]:
+    """The names `load_scenario` accepts."""
+    names = (entry.name for entry in resources.files(__name__).iterdir())
+    return sorted(name.removesuffix(".toml") for name in names if name.endswith(".toml"))
+
+
+def load_scenario(name: str) -> Scenario:
+    """The shipped scenario `name`, its trace read or generated. Raises `SimInputError` for an unknown name."""
+    if name not in available_scenarios():
+        raise SimInputError(f"unknown scenario {name!r}; known scenarios: {', '.join(available_scenarios())}")
+    with resources.as_file(resources.files(__name__)) as directory:
+        return _load(name, directory / f"{name}.toml")
+
+
+def _load(name: str, path: Path) -> Scenario:
+    document = fields.load_toml(path)
+    where = str(path)
+    check_keys(document, _KEYS, ("description", "cluster"), where)
+    if ("trace" in document) == ("generate" in document):
+        raise SimInputError(f"{where}: give either trace or [generate], not both or neither")
+    cluster = document["cluster"]
+    if not isinstance(cluster, dict):
+        raise SimInputError(f"{where}: cluster: expected a [cluster] table")
+    if "trace" in document:
+        trace = load_trace(path.parent / read_field(fields.text, document["trace"], f"{where}: trace"))
+    else:
+        trace = generate(_recipe(document["generate"], f"{where}: [generate]"))
+    return Scenario(
+        name=name,
+        description=read_field(fields.text, document["description"], f"{where}: description"),
+        cluster=cluster_from_table(cluster, f"{where}: [cluster]"),
+        trace=trace,
+    )
+
+
+def _recipe(table: object, where: str) -> GeneratorConfig:
+    """Every knob is spelled out (only one of jobs and duration), so a change of the generator's defaults
+    cannot silently change a shipped scenario."""
+    if not isinstance(table, dict):
+        raise SimInputError(f"{where}: expected a table")
+    check_keys(table, _GENERATE_KEYS, _RECIPE_REQUIRED, where)
+
+    def need(key: str, read: fields.Reader[fields.T]) -> fields.T:
+        return read_field(read, table[key], f"{where}: {key}")
+
+    def get(key: str, read: fields.Reader[fields.T]) -> fields.T | None:
+        return need(key, read) if key in table else None
+
+    try:
+        return GeneratorConfig(
+            jobs=get("jobs", fields.positive_int),
+            duration_seconds=get("duration", fields.duration),
+            arrivals_per_hour=need("arrivals_per_hour", fields.positive_number),
+            sharing=need("sharing", fields.fraction),
+            gpu_speed_scale=need("gpu_speed_scale", fields.positive_number),
+            irregular=need("irregular", fields.fraction),
+            seed=need("seed", fields.whole_number),
+        )
+    except ValueError as exc:
+        raise SimInputError(f"{where}: {exc}") from None

@@ -1,0 +1,210 @@
+"""Trace files: the jobs a simulation replays, one per CSV row or JSONL line (chosen by the file's extension).
+
+Fields (CSV header names, JSON keys):
+
+| field | required | meaning |
+| --- | --- | --- |
+| `job_id` | yes | unique within the trace |
+| `arrival` | yes | submission time from the trace start: seconds, or a duration such as "90m", "2h", "1.5d" |
+| `gpus` | yes | GPUs the job gangs on, a whole number >= 1 |
+| `model` | yes | a label for reports ("resnet50") |
+| `ideal_rate` | yes | f* on all its GPUs: the rate it consumes data at when IO keeps up ("114MB/s", bytes/s) |
+| `dataset` | yes | dataset name; jobs naming the same dataset share its cache, and must agree on its size |
+| `dataset_size` | yes | "1.3TB", "143GB", bytes |
+| `epochs` | either | passes over the dataset, fractional allowed (0.07) |
+| `steps`, `step_bytes` | or both | training steps and the data one step reads ("256MB") |
+| `flags` | no | names separated by spaces or ";", or a JSON list: `irregular` (not uniform access) |
+
+An empty CSV cell or a JSON null is an absent field. Any error names the file, the line, the field and the
+rule, and nothing of a file with an error is returned.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from datamgr.scheduler.sim import fields
+from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
+from datamgr.scheduler.sim.model import TraceJob
+from datamgr.units import SIZE_UNITS, parse_rate, parse_size
+
+REQUIRED = ("job_id", "arrival", "gpus", "model", "ideal_rate", "dataset", "dataset_size")
+COLUMNS = (*REQUIRED, "epochs", "steps", "step_bytes", "flags")
+FLAGS = ("irregular",)
+FORMATS = (".csv", ".jsonl")
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    line: int
+    values: Mapping[str, object]  # absent fields left out
+
+
+def load_trace(path: Path) -> list[TraceJob]:
+    """The jobs of the trace at `path`, in file order. Raises `SimInputError` naming the file, line, field
+    and rule of the first problem."""
+    rows = _jsonl_rows(path) if _format(path) == ".jsonl" else _csv_rows(path)
+    jobs: list[TraceJob] = []
+    lines: dict[str, int] = {}
+    sizes: dict[str, tuple[int, int]] = {}  # dataset -> (size, line that set it)
+    try:
+        for row in rows:
+            where = f"{path}:{row.line}"
+            job = _job(row.values, where)
+            if job.job_id in lines:
+                raise SimInputError(f"{where}: job_id: {job.job_id!r} is already used on line {lines[job.job_id]}")
+            size, first = sizes.setdefault(job.dataset, (job.dataset_bytes, row.line))
+            if size != job.dataset_bytes:
+                raise SimInputError(
+                    f"{where}: dataset_size: dataset {job.dataset!r} is {job.dataset_bytes} bytes here "
+                    f"but {size} bytes on line {first}"
+                )
+            lines[job.job_id] = row.line
+            jobs.append(job)
+    except OSError as exc:
+        raise SimInputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise SimInputError(f"{path}: not UTF-8 text") from None
+    if not jobs:
+        raise SimInputError(f"{path}: the trace has no jobs")
+    return jobs
+
+
+def _format(path: Path) -> str:
+    if path.suffix not in FORMATS:
+        raise SimInputError(f"{path}: a trace file must end in {' or '.join(FORMATS)}")
+    return path.suffix
+
+
+def _csv_rows(path: Path) -> Iterator[_Row]:
+    with path.open(newline="", encoding="utf-8") as file:
+        reader = csv.reader(file)
+        header = next(reader, None)
+        if header is None:
+            raise SimInputError(f"{path}: the trace has no header line")
+        header = [name.strip() for name in header]
+        duplicates = [name for i, name in enumerate(header) if name in header[:i]]
+        if duplicates:
+            raise SimInputError(f"{path}:1: column {duplicates[0]!r} appears twice")
+        check_keys(header, COLUMNS, REQUIRED, f"{path}:1", "column")
+        for cells in reader:
+            if not cells:
+                continue
+            if len(cells) != len(header):
+                raise SimInputError(
+                    f"{path}:{reader.line_num}: {len(cells)} cells, but the header has {len(header)} columns"
+                )
+            values = {name: cell for name, cell in zip(header, cells, strict=True) if cell.strip()}
+            yield _Row(reader.line_num, values)
+
+
+def _jsonl_rows(path: Path) -> Iterator[_Row]:
+    with path.open(encoding="utf-8") as file:
+        for number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SimInputError(f"{path}:{number}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+            if not isinstance(record, dict):
+                raise SimInputError(f"{path}:{number}: expected a JSON object, not {type(record).__name__}")
+            yield _Row(number, {key: value for key, value in record.items() if value is not None})
+
+
+def _job(values: Mapping[str, object], where: str) -> TraceJob:
+    check_keys(values, COLUMNS, REQUIRED, where, "field")
+
+    def read(field: str, reader: fields.Reader[fields.T]) -> fields.T:
+        return read_field(reader, values[field], f"{where}: {field}")
+
+    dataset_bytes = read("dataset_size", fields.positive(fields.size))
+    return TraceJob(
+        job_id=read("job_id", fields.text),
+        arrival=read("arrival", fields.duration),
+        gpus=read("gpus", fields.positive_int),
+        model=read("model", fields.text),
+        ideal_bytes_per_sec=read("ideal_rate", fields.positive(fields.rate)),
+        dataset=read("dataset", fields.text),
+        dataset_bytes=dataset_bytes,
+        epochs=_epochs(values, dataset_bytes, where),
+        irregular="irregular" in read_field(_flags, values.get("flags", ""), f"{where}: flags"),
+    )
+
+
+def _epochs(values: Mapping[str, object], dataset_bytes: int, where: str) -> float:
+    """The job's work in passes over its dataset, from `epochs` or from `steps` x `step_bytes`."""
+    by_steps = "steps" in values or "step_bytes" in values
+    if "epochs" in values:
+        if by_steps:
+            raise SimInputError(f"{where}: epochs: give either epochs or steps and step_bytes, not both")
+        return read_field(fields.positive_number, values["epochs"], f"{where}: epochs")
+    if not by_steps:
+        raise SimInputError(f"{where}: epochs: missing; give epochs, or steps and step_bytes")
+    for field in ("steps", "step_bytes"):
+        if field not in values:
+            raise SimInputError(f"{where}: {field}: missing; steps and step_bytes go together")
+    steps = read_field(fields.positive_int, values["steps"], f"{where}: steps")
+    step_bytes = read_field(fields.positive(fields.size), values["step_bytes"], f"{where}: step_bytes")
+    return steps * step_bytes / dataset_bytes
+
+
+def _flags(value: object) -> set[str]:
+    if isinstance(value, str):
+        names = value.replace(";", " ").split()
+    elif isinstance(value, list) and all(isinstance(name, str) for name in value):
+        names = list(value)
+    else:
+        raise ValueError(f"expected names separated by spaces or ';', or a list of names, not {value!r}")
+    unknown = [name for name in names if name not in FLAGS]
+    if unknown:
+        raise ValueError(f"unknown flag {unknown[0]!r}; known flags: {', '.join(FLAGS)}")
+    return set(names)
+
+
+def write_trace(path: Path, jobs: Sequence[TraceJob]) -> None:
+    """Write `jobs` as a trace file (CSV or JSONL by `path`'s extension) that `load_trace` reads back equal:
+    sizes and rates in the largest decimal unit that keeps them exact ("1.3TB", "114MB/s")."""
+    records = [_record(job) for job in jobs]
+    if _format(path) == ".jsonl":
+        path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+        return
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=[*REQUIRED, "epochs", "flags"])
+        writer.writeheader()
+        writer.writerows(records)
+
+
+def _record(job: TraceJob) -> dict[str, str]:
+    return {
+        "job_id": job.job_id,
+        "arrival": _number(job.arrival),
+        "gpus": str(job.gpus),
+        "model": job.model,
+        "ideal_rate": _exact(round(job.ideal_bytes_per_sec), "/s", parse_rate),
+        "dataset": job.dataset,
+        "dataset_size": _exact(job.dataset_bytes, "", parse_size),
+        "epochs": _number(job.epochs),
+        "flags": "irregular" if job.irregular else "",
+    }
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+_DECIMAL_UNITS = sorted(((u, f) for u, f in SIZE_UNITS.items() if "i" not in u and f > 1), key=lambda uf: -uf[1])
+
+
+def _exact(value: int, suffix: str, parse: Callable[[str], int]) -> str:
+    """`value` in the largest decimal unit that reads back as exactly `value`, else as a plain number."""
+    for unit, factor in _DECIMAL_UNITS:
+        if value >= factor:
+            rendered = f"{value / factor:.12g}{unit}{suffix}"
+            if parse(rendered) == value:
+                return rendered
+    return str(value)

@@ -1,0 +1,352 @@
+"""The simulator's inputs: trace files, cluster files, the synthetic trace generator and the shipped scenarios.
+
+Bad input must fail whole, with a message naming the file, the line (or key), the field and the rule.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale
+from datamgr.scheduler.sim.fields import SimInputError, parse_duration
+from datamgr.scheduler.sim.generator import WORKLOADS, GeneratorConfig, generate
+from datamgr.scheduler.sim.model import ClusterSpec, TraceJob
+from datamgr.scheduler.sim.scenarios import available_scenarios, load_scenario
+from datamgr.scheduler.sim.trace import load_trace, write_trace
+
+HEADER = "job_id,arrival,gpus,model,ideal_rate,dataset,dataset_size,epochs"
+GOOD_ROW = "a,0,1,resnet50,114MB/s,imagenet-1k,143GB,2"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def job(job_id: str = "a", **changes: object) -> TraceJob:
+    base = TraceJob(job_id, 0.0, 1, "resnet50", 114e6, "imagenet-1k", 143 * 10**9, 2.0)
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+# --- trace files -----------------------------------------------------------------------------------------------
+
+
+def test_a_csv_trace_reads_units_durations_steps_and_flags(tmp_path: Path) -> None:
+    trace = write(
+        tmp_path / "t.csv",
+        "job_id,arrival,gpus,model,ideal_rate,dataset,dataset_size,epochs,steps,step_bytes,flags\n"
+        "r50,90,1,resnet50,114MB/s,imagenet-1k,143GB,13,,,\n"
+        "bert,2h,4,bert,8MB/s,websearch,20.9TB,,1000,20.9GB,irregular\n",
+    )
+    r50, bert = load_trace(trace)
+    assert r50 == TraceJob("r50", 90.0, 1, "resnet50", 114_000_000, "imagenet-1k", 143 * 10**9, 13.0)
+    assert bert.arrival == 7200.0
+    assert bert.ideal_bytes_per_sec == 8_000_000
+    assert bert.dataset_bytes == 20_900 * 10**9
+    assert bert.epochs == pytest.approx(1000 * 20.9e9 / 20.9e12)  # steps x step_bytes / dataset
+    assert bert.irregular and not r50.irregular
+
+
+def test_a_jsonl_trace_takes_numbers_lists_and_nulls(tmp_path: Path) -> None:
+    trace = write(
+        tmp_path / "t.jsonl",
+        '{"job_id": "a", "arrival": 1.5, "gpus": 2, "model": "m", "ideal_rate": 1000, "dataset": "d",'
+        ' "dataset_size": "1kB", "epochs": 0.5, "flags": ["irregular"], "steps": null}\n'
+        "\n"
+        '{"job_id": "b", "arrival": "1d", "gpus": "1", "model": "m", "ideal_rate": "8Mbps", "dataset": "d",'
+        ' "dataset_size": 1000, "epochs": 3}\n',
+    )
+    a, b = load_trace(trace)
+    assert (a.arrival, a.gpus, a.ideal_bytes_per_sec, a.dataset_bytes, a.epochs, a.irregular) == (
+        1.5, 2, 1000, 1000, 0.5, True,
+    )  # fmt: skip
+    assert (b.arrival, b.gpus, b.ideal_bytes_per_sec, b.irregular) == (86400.0, 1, 1_000_000, False)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_write_trace_reads_back_equal_in_readable_units(tmp_path: Path, suffix: str) -> None:
+    jobs = [
+        job("a", arrival=12.0, ideal_bytes_per_sec=89_700_000.0, dataset_bytes=1300 * 10**9, epochs=0.0840222),
+        job(
+            "b", arrival=7.25, gpus=8, ideal_bytes_per_sec=123_456_789.0, dataset="d", dataset_bytes=999, irregular=True
+        ),
+    ]
+    path = tmp_path / f"t{suffix}"
+    write_trace(path, jobs)
+    assert load_trace(path) == jobs
+    text = path.read_text()
+    assert "89.7MB/s" in text and "1.3TB" in text and "123.456789MB/s" in text
+
+
+ERRORS = [
+    pytest.param(HEADER + ",owner\n" + GOOD_ROW + ",me\n", "t.csv:1: unknown column 'owner'", id="unknown-column"),
+    pytest.param(HEADER.replace(",model", "") + "\n", "t.csv:1: missing required column 'model'", id="missing-column"),
+    pytest.param(HEADER + ",gpus\n", "t.csv:1: column 'gpus' appears twice", id="duplicate-column"),
+    pytest.param(
+        HEADER + "\n" + GOOD_ROW + "\nb,0,1,resnet50,,d,1TB,1\n",
+        "t.csv:3: missing required field 'ideal_rate'",
+        id="empty-required-cell",
+    ),
+    pytest.param(
+        HEADER + "\na,-5,1,m,1MB/s,d,1TB,1\n", "t.csv:2: arrival: duration '-5' must not be negative", id="negative"
+    ),
+    pytest.param(HEADER + "\na,0,0,m,1MB/s,d,1TB,1\n", "t.csv:2: gpus: '0' must be at least 1", id="zero-gpus"),
+    pytest.param(HEADER + "\na,0,1.5,m,1MB/s,d,1TB,1\n", "t.csv:2: gpus: '1.5' is not a whole number", id="half-gpu"),
+    pytest.param(HEADER + "\na,0,1,m,1MB,d,1TB,1\n", "t.csv:2: ideal_rate: rate '1MB' has no time unit", id="rate"),
+    pytest.param(
+        HEADER + "\na,0,1,m,1MB/s,d,1G,1\n", "t.csv:2: dataset_size: size '1G' has an unknown unit", id="size-unit"
+    ),
+    pytest.param(HEADER + "\na,0,1,m,0MB/s,d,1TB,1\n", "t.csv:2: ideal_rate: '0MB/s' must be positive", id="zero"),
+    pytest.param(HEADER + "\na,0,1,m,1MB/s,d,1TB,-1\n", "t.csv:2: epochs: '-1' must be positive", id="neg-epochs"),
+    pytest.param(
+        HEADER + "\na,soon,1,m,1MB/s,d,1TB,1\n", "t.csv:2: arrival: duration 'soon' is not a number", id="duration"
+    ),
+    pytest.param(
+        HEADER + ",steps,step_bytes\na,0,1,m,1MB/s,d,1TB,1,10,1MB\n",
+        "t.csv:2: epochs: give either epochs or steps and step_bytes, not both",
+        id="epochs-and-steps",
+    ),
+    pytest.param(
+        HEADER + ",steps\na,0,1,m,1MB/s,d,1TB,,10\n",
+        "t.csv:2: step_bytes: missing; steps and step_bytes go together",
+        id="steps-alone",
+    ),
+    pytest.param(
+        HEADER + "\na,0,1,m,1MB/s,d,1TB,\n",
+        "t.csv:2: epochs: missing; give epochs, or steps and step_bytes",
+        id="no-work",
+    ),
+    pytest.param(
+        HEADER + ",flags\na,0,1,m,1MB/s,d,1TB,1,curriculum\n",
+        "t.csv:2: flags: unknown flag 'curriculum'",
+        id="unknown-flag",
+    ),
+    pytest.param(
+        HEADER + "\n" + GOOD_ROW + "\n" + GOOD_ROW + "\n",
+        "t.csv:3: job_id: 'a' is already used on line 2",
+        id="duplicate-job",
+    ),
+    pytest.param(
+        HEADER + "\na,0,1,m,1MB/s,d,1TB,1\nb,0,1,m,1MB/s,d,2TB,1\n",
+        "t.csv:3: dataset_size: dataset 'd' is 2000000000000 bytes here but 1000000000000 bytes on line 2",
+        id="dataset-size-disagrees",
+    ),
+    pytest.param(HEADER + "\na,0,1,m,1MB/s,d,1TB\n", "t.csv:2: 7 cells, but the header has 8 columns", id="cells"),
+    pytest.param(HEADER + "\n", "t.csv: the trace has no jobs", id="empty"),
+    pytest.param("", "t.csv: the trace has no header line", id="no-header"),
+]
+
+
+@pytest.mark.parametrize(("content", "message"), ERRORS)
+def test_a_bad_csv_trace_is_refused_naming_line_field_and_rule(tmp_path: Path, content: str, message: str) -> None:
+    path = write(tmp_path / "t.csv", content)
+    with pytest.raises(SimInputError) as caught:
+        load_trace(path)
+    assert str(caught.value).startswith(str(tmp_path)), caught.value
+    assert message in str(caught.value)
+
+
+JSON_ROW = '"job_id": "a", "arrival": 0, "gpus": 1, "model": "m", "ideal_rate": "1MB/s", "dataset": "d"'
+JSON_ERRORS = [
+    pytest.param(
+        "{" + JSON_ROW + ', "dataset_size": "1TB", "epochs": 1, "user": "x"}\n',
+        "t.jsonl:1: unknown field 'user'",
+        id="unknown-field",
+    ),
+    pytest.param("{" + JSON_ROW + ', "epochs": 1}\n', "t.jsonl:1: missing required field 'dataset_size'", id="miss"),
+    pytest.param(
+        "\n{" + JSON_ROW + ', "dataset_size": "1TB", "epochs": 1,}\n', "t.jsonl:2: not valid JSON", id="bad-json"
+    ),
+    pytest.param("[1, 2]\n", "t.jsonl:1: expected a JSON object, not list", id="not-object"),
+    pytest.param(
+        "{" + JSON_ROW.replace('"gpus": 1', '"gpus": true') + ', "dataset_size": 1, "epochs": 1}\n',
+        "t.jsonl:1: gpus: expected a number, not True",
+        id="bool-gpus",
+    ),
+    pytest.param(
+        "{" + JSON_ROW + ', "dataset_size": "1TB", "epochs": 1, "flags": {"irregular": true}}\n',
+        "t.jsonl:1: flags: expected names",
+        id="flags-object",
+    ),
+]
+
+
+@pytest.mark.parametrize(("content", "message"), JSON_ERRORS)
+def test_a_bad_jsonl_trace_is_refused_naming_line_field_and_rule(tmp_path: Path, content: str, message: str) -> None:
+    with pytest.raises(SimInputError, match="^" + str(tmp_path)) as caught:
+        load_trace(write(tmp_path / "t.jsonl", content))
+    assert message in str(caught.value)
+
+
+def test_a_trace_needs_a_known_extension_and_an_existing_file(tmp_path: Path) -> None:
+    with pytest.raises(SimInputError, match=r"t\.txt: a trace file must end in \.csv or \.jsonl"):
+        load_trace(write(tmp_path / "t.txt", HEADER + "\n" + GOOD_ROW + "\n"))
+    with pytest.raises(SimInputError, match=r"cannot read .*missing\.csv: No such file"):
+        load_trace(tmp_path / "missing.csv")
+
+
+def test_durations_take_seconds_and_units() -> None:
+    assert [parse_duration(t) for t in ("90", "1.5m", "2h", "1d", "4w")] == [90, 90, 7200, 86400, 4 * 7 * 86400]
+    with pytest.raises(ValueError, match="'2 hours' is not a number of seconds or a number with s, m, h, d or w"):
+        parse_duration("2 hours")
+
+
+# --- cluster files ---------------------------------------------------------------------------------------------
+
+CLUSTER = 'nodes = 2\ngpus_per_node = 4\ncache_per_node = "1TB"\nremote_io = "200MB/s"\n'
+
+
+def test_a_cluster_file_is_read_with_units(tmp_path: Path) -> None:
+    cluster = load_cluster(write(tmp_path / "c.toml", CLUSTER))
+    assert cluster == ClusterSpec(2, 4, 10**12, 200_000_000)
+    assert cluster.total_gpus == 8
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (CLUSTER + "gpu = 'v100'\n", "c.toml: unknown key 'gpu'; accepted keys: nodes, gpus_per_node"),
+        (CLUSTER.replace('remote_io = "200MB/s"\n', ""), "c.toml: missing required key 'remote_io'"),
+        (CLUSTER.replace("nodes = 2", "nodes = 0"), "c.toml: nodes: 0 must be at least 1"),
+        (CLUSTER.replace('"1TB"', "-1"), "c.toml: cache_per_node: -1 must not be negative"),
+        (CLUSTER.replace('"200MB/s"', '"0MB/s"'), "c.toml: remote_io: '0MB/s' must be positive"),
+        (CLUSTER.replace('"200MB/s"', '"200MB"'), "c.toml: remote_io: rate '200MB' has no time unit"),
+        (CLUSTER + "nodes = 3\n", "c.toml: not valid TOML: Cannot overwrite a value (at line 5"),
+    ],
+)
+def test_a_bad_cluster_file_is_refused_naming_the_key_and_rule(tmp_path: Path, content: str, message: str) -> None:
+    with pytest.raises(SimInputError) as caught:
+        load_cluster(write(tmp_path / "c.toml", content))
+    assert message in str(caught.value)
+
+
+def test_the_remote_io_scale_multiplies_only_the_limit() -> None:
+    cluster = ClusterSpec(2, 4, 10**12, 200_000_000)
+    assert with_remote_io_scale(cluster, 2.5) == ClusterSpec(2, 4, 10**12, 500_000_000)
+    with pytest.raises(ValueError, match="must be positive"):
+        with_remote_io_scale(cluster, 0)
+
+
+# --- the generator ---------------------------------------------------------------------------------------------
+
+
+def compute_seconds(j: TraceJob) -> float:
+    return j.epochs * j.dataset_bytes / j.ideal_bytes_per_sec
+
+
+def is_shared(j: TraceJob) -> bool:
+    return "/" not in j.dataset
+
+
+def test_the_same_seed_gives_the_same_trace_and_another_seed_another() -> None:
+    config = GeneratorConfig(jobs=200, seed=7)
+    assert generate(config) == generate(GeneratorConfig(jobs=200, seed=7))
+    assert generate(config) != generate(replace(config, seed=8))
+
+
+def test_jobs_or_duration_bounds_the_trace() -> None:
+    assert len(generate(GeneratorConfig(jobs=50, seed=1))) == 50
+    trace = generate(GeneratorConfig(duration_seconds=7 * 86400, arrivals_per_hour=10, seed=1))
+    assert all(0 < j.arrival <= 7 * 86400 for j in trace)
+    assert [j.arrival for j in trace] == sorted(j.arrival for j in trace)
+    assert len(trace) == pytest.approx(7 * 24 * 10, rel=0.1)  # Poisson: mean rate x duration
+    with pytest.raises(ValueError, match="either a number of jobs or a duration"):
+        GeneratorConfig(jobs=5, duration_seconds=60)
+    with pytest.raises(ValueError, match="sharing must be between 0 and 1"):
+        GeneratorConfig(jobs=5, sharing=1.5)
+
+
+def test_durations_are_heavy_tailed_and_gpu_demand_follows_the_mix() -> None:
+    trace = generate(GeneratorConfig(jobs=20_000, seed=3))
+    hours = sorted(compute_seconds(j) / 3600 for j in trace)
+    assert 0.75 < statistics.median(hours) < 1.25  # most jobs: minutes to an hour
+    assert hours[0] > 2.5 / 60 and hours[-1] < 7 * 24  # 3 minutes to 6.9 days
+    assert 0.09 < sum(h > 16.7 for h in hours) / len(hours) < 0.11  # the tail of days
+    assert statistics.mean(hours) > 8 * statistics.median(hours)
+    gpus = Counter(j.gpus for j in trace)
+    for demand, share in ((1, 0.70), (2, 0.10), (4, 0.15), (8, 0.05)):
+        assert gpus[demand] / len(trace) == pytest.approx(share, abs=0.01)
+
+
+def test_jobs_carry_the_papers_per_gpu_rates_and_dataset_sizes() -> None:
+    rates = {(w.model, w.dataset): (w.bytes_per_sec_per_gpu, w.dataset_bytes) for w in WORKLOADS}
+    assert rates[("resnet50", "imagenet-1k")] == (114_000_000, 143_000_000_000)
+    assert rates[("efficientnetb1", "imagenet-22k")] == (69_000_000, 1_300_000_000_000)
+    assert rates[("bert", "websearch")] == (2_000_000, 20_971_000_000_000)
+    for j in generate(GeneratorConfig(jobs=500, seed=4)):
+        per_gpu, size = rates[(j.model, j.dataset.split("/")[0])]
+        assert j.ideal_bytes_per_sec == per_gpu * j.gpus
+        assert j.dataset_bytes == size
+
+
+def test_the_sharing_fraction_is_the_share_of_jobs_on_shared_datasets() -> None:
+    private = generate(GeneratorConfig(jobs=3000, sharing=0.0, seed=5))
+    assert len({j.dataset for j in private}) == len(private)
+    everyone = generate(GeneratorConfig(jobs=3000, sharing=1.0, seed=5))
+    assert {j.dataset for j in everyone} == {w.dataset for w in WORKLOADS}
+    some = generate(GeneratorConfig(jobs=3000, sharing=0.3, seed=5))
+    assert sum(map(is_shared, some)) / len(some) == pytest.approx(0.3, abs=0.03)
+
+
+def test_a_knob_changes_only_what_it_names() -> None:
+    base = generate(GeneratorConfig(jobs=300, sharing=0.2, seed=6))
+    more_sharing = generate(GeneratorConfig(jobs=300, sharing=0.6, seed=6))
+    faster = generate(GeneratorConfig(jobs=300, sharing=0.2, gpu_speed_scale=2.0, seed=6))
+
+    def without_dataset(j: TraceJob) -> TraceJob:
+        return replace(j, dataset="")
+
+    assert list(map(without_dataset, base)) == list(map(without_dataset, more_sharing))
+    shared_before = {j.job_id for j in base if is_shared(j)}
+    assert shared_before < {j.job_id for j in more_sharing if is_shared(j)}  # sharing only adds shared jobs
+    assert [j.ideal_bytes_per_sec for j in faster] == [2 * j.ideal_bytes_per_sec for j in base]
+    assert [replace(j, ideal_bytes_per_sec=0.0) for j in faster] == [replace(j, ideal_bytes_per_sec=0.0) for j in base]
+
+
+def test_the_irregular_fraction_flags_that_share_of_jobs() -> None:
+    assert not any(j.irregular for j in generate(GeneratorConfig(jobs=1000, seed=2)))
+    flagged = generate(GeneratorConfig(jobs=4000, irregular=0.25, seed=2))
+    assert sum(j.irregular for j in flagged) / len(flagged) == pytest.approx(0.25, abs=0.03)
+
+
+# --- shipped scenarios -----------------------------------------------------------------------------------------
+
+
+def test_the_shipped_scenarios_are_listed() -> None:
+    assert available_scenarios() == ["cluster400", "cluster96", "micro"]
+    with pytest.raises(SimInputError, match="unknown scenario 'nano'; known scenarios: cluster400, cluster96, micro"):
+        load_scenario("nano")
+
+
+def test_micro_is_the_papers_8_v100_micro_benchmark() -> None:
+    micro = load_scenario("micro")
+    assert micro.cluster == ClusterSpec(nodes=2, gpus_per_node=4, cache_bytes_per_node=10**12,
+                                        remote_io_bytes_per_sec=200 * 10**6)  # fmt: skip
+    by_model = Counter(j.model for j in micro.trace)
+    assert by_model == {"resnet50": 2, "efficientnetb1": 2, "bert": 1}
+    for j in micro.trace:
+        expected = {
+            "resnet50": (1, 114e6, 1.3e12, 13.0),
+            "efficientnetb1": (1, 69e6, 1.3e12, 10.0),
+            "bert": (4, 8e6, 20.9e12, 0.07),
+        }[j.model]
+        assert (j.gpus, j.ideal_bytes_per_sec, j.dataset_bytes, j.epochs) == expected
+        assert j.arrival == 0 and not j.irregular
+    image_jobs = [j for j in micro.trace if j.model != "bert"]
+    assert len({j.dataset for j in image_jobs}) == 4  # four different 1.3 TB datasets
+    assert sum(j.gpus for j in micro.trace) == micro.cluster.total_gpus
+
+
+def test_the_generated_scenarios_have_their_clusters_and_are_reproducible() -> None:
+    cluster96 = load_scenario("cluster96")
+    assert (cluster96.cluster.total_gpus, cluster96.cluster.remote_io_bytes_per_sec) == (96, 10**9)
+    assert cluster96.trace == load_scenario("cluster96").trace
+    cluster400 = load_scenario("cluster400")
+    assert (cluster400.cluster.total_gpus, cluster400.cluster.remote_io_bytes_per_sec) == (400, 4 * 10**9)
+    four_weeks = 28 * 86400
+    assert 0.95 * four_weeks < max(j.arrival for j in cluster400.trace) <= four_weeks
