@@ -89,6 +89,14 @@ def parse_duration(raw: str) -> float:
     return float(match.group(1)) * DURATION_UNITS.get(match.group(2), 1.0)
 
 
+def format_duration(seconds: float) -> str:
+    """A short rendering for reports, in the largest unit up to days: "42s", "12.5m", "3.2h", "4.1d"."""
+    for unit in ("d", "h", "m"):
+        if abs(seconds) >= DURATION_UNITS[unit]:
+            return f"{seconds / DURATION_UNITS[unit]:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
 def duration(value: object) -> float:
     """Seconds, zero or more: a number, or a string for `parse_duration`."""
     seconds = parse_duration(value) if isinstance(value, str) else _as_number(value)

@@ -169,14 +169,13 @@ def _flags(value: object) -> set[str]:
 def write_trace(path: Path, jobs: Sequence[TraceJob]) -> None:
     """Write `jobs` as a trace file (CSV or JSONL by `path`'s extension) that `load_trace` reads back equal:
     sizes and rates in the largest decimal unit that keeps them exact ("1.3TB", "114MB/s")."""
-    records = [_record(job) for job in jobs]
     if _format(path) == ".jsonl":
-        path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+        path.write_text("".join(json.dumps(_json_record(job)) + "\n" for job in jobs), encoding="utf-8")
         return
     with path.open("w", newline="", encoding="utf-8") as file:
         writer = csv.DictWriter(file, fieldnames=[*REQUIRED, "epochs", "flags"])
         writer.writeheader()
-        writer.writerows(records)
+        writer.writerows(_record(job) for job in jobs)
 
 
 def _record(job: TraceJob) -> dict[str, str]:
@@ -191,6 +190,15 @@ def _record(job: TraceJob) -> dict[str, str]:
         "epochs": _number(job.epochs),
         "flags": "irregular" if job.irregular else "",
     }
+
+
+def _json_record(job: TraceJob) -> dict[str, object]:
+    """The CSV record with JSON numbers and a flag list (left out when empty)."""
+    record: dict[str, object] = {**_record(job), "arrival": job.arrival, "gpus": job.gpus, "epochs": job.epochs}
+    flags = record.pop("flags")
+    if flags:
+        record["flags"] = [flags]
+    return record
 
 
 def _number(value: float) -> str:
