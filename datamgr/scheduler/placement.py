@@ -6,7 +6,9 @@ over the nodes with the most free GPUs. Pure and deterministic: ties break by no
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+
+from datamgr.scheduler.snapshot import JobState
 
 
 def place_gang(free_gpus: Mapping[str, int], gpus: int) -> dict[str, int] | None:
@@ -33,3 +35,29 @@ def take(free_gpus: dict[str, int], placement: Mapping[str, int]) -> None:
     """Subtract a placement from the free GPUs in place."""
     for node, gpus in placement.items():
         free_gpus[node] -= gpus
+
+
+def place_in_order(free_gpus: Mapping[str, int], jobs: Iterable[JobState]) -> dict[str, dict[str, int]]:
+    """Gang placements for `jobs`, highest priority first, on `free_gpus`: what a preemptive policy runs.
+
+    A job that holds GPUs keeps them where they are still free (a preemptive policy re-ranks every round,
+    but moving a job that keeps running would only cost a restart). A job that does not fit is skipped, so
+    later, smaller jobs can use the GPUs it leaves idle. Jobs left out are queued (or preempted).
+    """
+    free = dict(free_gpus)
+    placements: dict[str, dict[str, int]] = {}
+    for job in jobs:
+        placement = dict(job.placement) if _still_free(free, job) else place_gang(free, job.gpus)
+        if placement is not None:
+            take(free, placement)
+            placements[job.job_id] = placement
+    return placements
+
+
+def _still_free(free_gpus: Mapping[str, int], job: JobState) -> bool:
+    held = job.placement
+    return (
+        job.running
+        and sum(held.values()) == job.gpus
+        and all(free_gpus.get(node, 0) >= gpus for node, gpus in held.items())
+    )

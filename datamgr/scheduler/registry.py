@@ -4,8 +4,9 @@ Built-in policies are listed here; a site adds its own by installing a package t
 in the `silod.policies` group whose object is a zero-argument callable returning a `Policy` (a class with
 a no-argument constructor is one). A cache system is the storage side of the paper's comparisons: `silod`
 lets the policy allocate cache and remote IO with SiloDPerf (falling back to SiloD's greedy storage when
-the policy decides compute only); the baselines run the policy cache-oblivious (vanilla estimator) and
-allocate storage their own way.
+the policy decides compute only), keeping irregular jobs in a storage partition of their own
+(`partition.py`); the baselines run the policy cache-oblivious (vanilla estimator) and allocate storage
+their own way.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 from types import MappingProxyType
 
+from datamgr.scheduler.partition import IrregularPartition
 from datamgr.scheduler.perf import Estimator, SiloDPerf, VanillaPerf
 from datamgr.scheduler.policy import Decision, Policy, current_placements
 from datamgr.scheduler.snapshot import Snapshot
@@ -91,6 +93,8 @@ def build_scheduler(policy_name: str, cache_system: str = "silod") -> Scheduler:
     """Pair a policy with a cache system, as the paper evaluates every scheduler x cache-system pair.
 
     A policy that decides storage only (such as `greedy`) gets FIFO compute, so it can drive a simulation.
+    Under `silod`, irregular jobs, when there are any, get a storage partition of their own
+    (`partition.IrregularPartition`).
     """
     if cache_system not in CACHE_SYSTEMS:
         raise UnknownPolicy(f"unknown cache system {cache_system!r}; known: {', '.join(CACHE_SYSTEMS)}")
@@ -98,7 +102,8 @@ def build_scheduler(policy_name: str, cache_system: str = "silod") -> Scheduler:
     compute = load_policy("fifo")
     baseline = CACHE_SYSTEMS[cache_system]
     if baseline is None:
-        return Scheduler(FilledIn(policy, compute, load_policy("greedy"), False), SiloDPerf(), cache_system)
+        filled_in = FilledIn(policy, compute, load_policy("greedy"), False)
+        return Scheduler(IrregularPartition(filled_in), SiloDPerf(), cache_system)
     return Scheduler(FilledIn(policy, compute, _import(baseline)(), True), VanillaPerf(), cache_system)
 
 

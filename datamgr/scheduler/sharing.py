@@ -1,13 +1,18 @@
-"""Sharing a divisible resource (remote IO) among jobs without giving any more than it can use.
+"""Sharing a divisible resource (remote IO, cache) among claimants without giving any more than they can use.
 
 Max-min fair water-filling: every job gets an equal share; what a job cannot use (its cap) is shared again
 among the others. This is the "fair-shared remote IO" of every baseline and the last step of SiloD's greedy
-policy. Pure; results are whole bytes/s that never exceed the budget.
+policy. Strict priority (`fill_in_order`) is the other way: each claimant in turn takes all it can. Cache
+a policy leaves idle goes by priority to the most cache-efficient datasets (`fill_idle_cache`). Pure;
+results are whole units that never exceed the budget.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+
+from datamgr.scheduler import perf
+from datamgr.scheduler.snapshot import JobState
 
 
 def water_fill(caps: Mapping[str, float], budget: float, floor: Mapping[str, int] | None = None) -> dict[str, int]:
@@ -27,3 +32,32 @@ def water_fill(caps: Mapping[str, float], budget: float, floor: Mapping[str, int
             if left == 0:
                 break
     return shares
+
+
+def fill_in_order(caps: Mapping[str, float], budget: float, floor: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Shares of `budget` by strict priority in the order of `caps`: each key takes all it can, up to its cap,
+    before the next gets any. `floor` is already granted (to these keys or others) and counted inside the
+    budget."""
+    shares = {key: int((floor or {}).get(key, 0)) for key in caps}
+    left = int(budget) - sum((floor or {}).values())
+    for key, cap in caps.items():
+        extra = max(0, min(int(cap) - shares[key], left))
+        shares[key] += extra
+        left -= extra
+    return shares
+
+
+def fill_idle_cache(cache: Mapping[str, int], running: Iterable[JobState], capacity: int) -> dict[str, int]:
+    """`cache` with the capacity it leaves idle given to the datasets of `running` jobs (jobs that will run,
+    on their whole gang), most cache-efficient first (Algorithm 2's order: f*/d summed over the dataset's
+    readers), each up to its size.
+
+    Idle cache saves no remote IO; cached, it lowers what the jobs need and frees IO for the others."""
+    readers: dict[str, list[float]] = {}
+    sizes: dict[str, int] = {}
+    for job in running:
+        readers.setdefault(job.dataset_uri, []).append(perf.ideal_rate(job, job.gpus))
+        sizes[job.dataset_uri] = job.dataset_bytes
+    efficiency = {uri: perf.cache_efficiency(rates, sizes[uri]) for uri, rates in readers.items()}
+    by_efficiency = {uri: sizes[uri] for uri in sorted(sizes, key=lambda uri: (-efficiency[uri], uri))}
+    return dict(cache) | fill_in_order(by_efficiency, capacity, floor=cache)

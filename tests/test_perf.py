@@ -1,0 +1,79 @@
+"""The performance estimators at their edges: a fully cached dataset, no cache, no remote IO, more cache than
+data, shared datasets, fewer GPUs than a job asks for, and the cache-oblivious estimator."""
+
+from __future__ import annotations
+
+import math
+
+from datamgr.scheduler import perf
+from datamgr.scheduler.perf import SiloDPerf, VanillaPerf
+from datamgr.scheduler.snapshot import JobState
+
+MB = 10**6
+GB = 10**9
+
+
+def resnet50(gpus: int = 8, dataset_bytes: int = 143 * GB) -> JobState:
+    return JobState("r50", 0.0, gpus, "imagenet-1k", dataset_bytes, 114 * MB * gpus, 90 * dataset_bytes)
+
+
+def test_a_fully_cached_dataset_needs_no_remote_io_and_trains_at_its_ideal_rate() -> None:
+    job = resnet50()
+    assert perf.io_bound_rate(job.dataset_bytes, job.dataset_bytes, 0.0) == math.inf
+    assert SiloDPerf().throughput(job, job.gpus, job.dataset_bytes, 0.0) == job.ideal_bytes_per_sec
+    assert perf.remote_demand(job.ideal_bytes_per_sec, job.dataset_bytes, job.dataset_bytes) == 0.0
+
+
+def test_without_cache_the_job_trains_at_its_remote_io() -> None:
+    job = resnet50()
+    assert SiloDPerf().throughput(job, job.gpus, 0.0, 50 * MB) == 50 * MB
+    assert SiloDPerf().throughput(job, job.gpus, 0.0, 10 * job.ideal_bytes_per_sec) == job.ideal_bytes_per_sec
+
+
+def test_without_remote_io_a_partly_cached_dataset_cannot_be_read() -> None:
+    job = resnet50()
+    assert SiloDPerf().throughput(job, job.gpus, job.dataset_bytes - 1, 0.0) == 0.0
+
+
+def test_the_io_bound_rate_grows_as_the_misses_shrink() -> None:
+    # Three quarters cached: 25 MB/s of remote IO carries the quarter that misses, 100 MB/s in all.
+    assert perf.io_bound_rate(75 * GB, 100 * GB, 25 * MB) == 100 * MB
+
+
+def test_more_cache_than_data_counts_as_the_whole_dataset() -> None:
+    assert perf.hit_ratio(200 * GB, 100 * GB) == 1.0
+    assert perf.io_bound_rate(200 * GB, 100 * GB, 0.0) == math.inf
+    assert perf.remote_demand(100 * MB, 200 * GB, 100 * GB) == 0.0
+
+
+def test_negative_cache_and_io_count_as_none() -> None:
+    assert perf.hit_ratio(-1.0, 100 * GB) == 0.0
+    assert perf.io_bound_rate(0.0, 100 * GB, -5.0) == 0.0
+
+
+def test_an_empty_dataset_is_always_fully_cached() -> None:
+    assert perf.hit_ratio(0, 0) == 1.0
+    assert perf.cache_efficiency([100 * MB], 0) == math.inf
+
+
+def test_jobs_sharing_a_dataset_add_up_their_cache_efficiency() -> None:
+    alone = perf.cache_efficiency([114 * MB], 143 * GB)
+    shared = perf.cache_efficiency([114 * MB, 114 * MB, 43 * MB], 143 * GB)
+    assert shared == (114 + 114 + 43) * MB / (143 * GB)
+    assert shared > 2 * alone
+
+
+def test_the_ideal_rate_scales_with_the_gpus_a_job_gets_up_to_its_demand() -> None:
+    job = resnet50(gpus=8)
+    assert perf.ideal_rate(job, 2) == job.ideal_bytes_per_sec / 4
+    assert perf.ideal_rate(job, 16) == job.ideal_bytes_per_sec
+    assert perf.ideal_rate(job, 0) == 0.0
+    assert SiloDPerf().throughput(job, 2, job.dataset_bytes, 0.0) == job.ideal_bytes_per_sec / 4
+
+
+def test_the_vanilla_estimator_ignores_cache_and_remote_io() -> None:
+    job = resnet50()
+    assert VanillaPerf().throughput(job, job.gpus, 0.0, 0.0) == job.ideal_bytes_per_sec
+    assert VanillaPerf().throughput(job, 4, 0.0, 0.0) == job.ideal_bytes_per_sec / 2
+    assert not VanillaPerf.storage_aware
+    assert SiloDPerf.storage_aware

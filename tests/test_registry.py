@@ -1,0 +1,102 @@
+"""Finding policies by name: unknown names are refused with the known ones listed, and a policy a site
+installs under the `silod.policies` entry-point group is found and run like a built-in."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from datamgr.scheduler.registry import (
+    BUILTIN_POLICIES,
+    CACHE_SYSTEMS,
+    ENTRY_POINT_GROUP,
+    UnknownPolicy,
+    available_policies,
+    build_scheduler,
+    load_policy,
+)
+from datamgr.scheduler.snapshot import JobState, NodeState, Snapshot
+
+GB = 10**9
+MB = 10**6
+
+SITE_MODULE = "silod_site_lifo_policy"
+SITE_POLICY = textwrap.dedent(
+    """
+    from datamgr.scheduler.placement import place_in_order
+    from datamgr.scheduler.policy import Decision
+
+
+    class LastInFirstOut:
+        name = "site-lifo"
+
+        def schedule(self, snapshot, estimator):
+            newest_first = sorted(snapshot.jobs.values(), key=lambda job: -job.submit_time)
+            return Decision(placements=place_in_order(snapshot.free_gpus({}), newest_first))
+    """
+)
+
+
+def install_site_policy(site: Path, entry_points: str) -> None:
+    """What `pip install` of a site's package leaves on sys.path: its module and its dist-info."""
+    (site / f"{SITE_MODULE}.py").write_text(SITE_POLICY)
+    dist_info = site / "silod_site_policies-1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: silod-site-policies\nVersion: 1.0\n")
+    (dist_info / "entry_points.txt").write_text(entry_points)
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, SITE_MODULE, raising=False)
+    yield tmp_path
+    sys.modules.pop(SITE_MODULE, None)
+
+
+def two_jobs_one_gpu() -> Snapshot:
+    jobs = {
+        job_id: JobState(job_id, submitted, 1, f"s3://data/{job_id}", 10 * GB, 100 * MB, 100 * GB)
+        for job_id, submitted in (("older", 0.0), ("newer", 60.0))
+    }
+    return Snapshot(120.0, {"node-0": NodeState("node-0", 1, 5 * GB)}, 50 * MB, MappingProxyType({}), jobs)
+
+
+def test_an_unknown_policy_is_refused_with_the_known_ones_listed() -> None:
+    with pytest.raises(UnknownPolicy) as refused:
+        load_policy("shortest-remaining")
+    message = str(refused.value)
+    assert "'shortest-remaining'" in message
+    assert all(name in message for name in available_policies())
+
+
+def test_an_unknown_cache_system_is_refused_with_the_known_ones_listed() -> None:
+    with pytest.raises(UnknownPolicy) as refused:
+        build_scheduler("fifo", "lru")
+    assert "'lru'" in str(refused.value)
+    assert all(name in str(refused.value) for name in CACHE_SYSTEMS)
+
+
+def test_every_builtin_policy_is_available_and_loads_under_its_name() -> None:
+    assert set(BUILTIN_POLICIES) <= set(available_policies())
+    assert all(load_policy(name).name == name for name in BUILTIN_POLICIES)
+
+
+def test_a_policy_installed_under_the_entry_point_group_is_discovered_and_run(site: Path) -> None:
+    install_site_policy(site, f"[{ENTRY_POINT_GROUP}]\nsite-lifo = {SITE_MODULE}:LastInFirstOut\n")
+    assert "site-lifo" in available_policies()
+    scheduler = build_scheduler("site-lifo", "silod")
+    assert scheduler.name == "site-lifo/silod"
+    decision = scheduler.decide(two_jobs_one_gpu())
+    assert decision.placements == {"newer": {"node-0": 1}}  # FIFO, the fallback for compute, would run "older"
+    assert decision.decides_storage  # the policy decides compute only; SiloD's greedy storage fills in
+
+
+def test_an_entry_point_cannot_shadow_a_builtin_policy(site: Path) -> None:
+    install_site_policy(site, f"[{ENTRY_POINT_GROUP}]\nfifo = {SITE_MODULE}:LastInFirstOut\n")
+    assert load_policy("fifo").name == "fifo"
