@@ -1,40 +1,62 @@
 """The deployment files stay in step with the code.
 
 Every `silod` command line in deploy/ (compose services, Kubernetes containers, hooks, probes, and the `silod`
-calls inside their `sh -c` scripts) is parsed by the real CLI parser, so a renamed or removed flag fails here.
-The rest pins what the deployment depends on: one port, one image, the privileges and mount propagation the
-node agent needs, volumes where the state and cache live, and a Dockerfile that builds what they run.
-No network, no docker, no cluster: only the files.
+calls inside their `sh -c` scripts) is parsed by the real CLI parser with the container's environment applied
+as the real command applies it, so a renamed or removed flag or `SILOD_*` variable fails here. The Kubernetes
+kustomizations (the base, the secure overlay, the example job and its secure overlay) are rendered by a small
+kustomize of the features they use, checked against `kubectl kustomize` where kubectl is installed. The rest
+pins what the deployment depends on: the gRPC and metrics ports, one image, the privileges and mount
+propagation the node agent needs, volumes where the state and cache live, the Secrets behind the TLS and token
+files (and that docs/deploy.md creates them, with certificates the data manager accepts), and a Dockerfile
+that builds what they run. No docker engine and no cluster: only the files, openssl, and a loopback data
+manager for the certificate recipe.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import itertools
 import json
 import posixpath
 import re
 import shlex
+import shutil
+import subprocess
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 
-from datamgr.cli.main import build_parser
-from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR
-from datamgr.server import DEFAULT_LISTEN
+from datamgr.cli.config import ConfigError
+from datamgr.cli.main import parse_args
+from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR, DataManagerClient
+from datamgr.embedded import EmbeddedDataManager
+from datamgr.server import DEFAULT_LISTEN, ServerConfig
+from fuseclient.grpc_channel import read_token
+from silodpb.v1 import datamgr_pb2 as pb
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 K8S = DEPLOY / "k8s"
+K8S_BASE = K8S / "base"
+EXAMPLES = K8S / "examples"
+SECURE = K8S / "overlays" / "secure"
+SECURE_JOB = K8S / "overlays" / "secure-training-job"
+KUSTOMIZATIONS = (K8S_BASE, SECURE, EXAMPLES, SECURE_JOB)
+OVERLAID = {SECURE: K8S_BASE, SECURE_JOB: EXAMPLES}  # overlay -> the kustomization it patches
 COMPOSE_FILE = DEPLOY / "docker-compose.yml"
 DOCKERFILE = DEPLOY / "Dockerfile"
-TRAINING_JOB = K8S / "examples" / "training-job.yaml"
+TRAINING_JOB = EXAMPLES / "training-job.yaml"
+DEPLOY_DOC = REPO / "docs" / "deploy.md"
 
 PORT = 7420
+METRICS_PORTS = {"datamgr serve": 7421, "node": 7422}  # each daemon's --metrics-port
 SERVICE_DNS = "silod-datamgr.silod.svc"
 NAMESPACE = "silod"
 # Third-party images the compose file may use; everything else must be the silod image.
@@ -133,6 +155,7 @@ class Container:
     extra: list[list[str]]  # exec-form hooks, probes and health checks
     env: Mapping[str, str]  # literal values, or placeholders for values Kubernetes fills in
     spec: Mapping[str, Any]  # the raw service or container definition
+    pod: Mapping[str, Any] = field(default_factory=dict)  # Kubernetes: the pod spec it runs in
 
     @property
     def is_silod(self) -> bool:
@@ -151,10 +174,13 @@ class SilodCall:
         return " ".join(words[:2]) if words[:1] in (["datamgr"], ["dataset"], ["job"], ["alloc"]) else words[0]
 
     def parse(self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> argparse.Namespace:
+        """The arguments as `silod` sees them in the container: its SILOD_* variables applied under the flags."""
         for name, value in self.env.items():
             monkeypatch.setenv(name, value)  # --option-env reads the container's environment
         try:
-            return build_parser().parse_args(self.argv)
+            return parse_args(self.argv, self.env)
+        except ConfigError as exc:
+            pytest.fail(f"{self.origin}: the environment of `silod {shlex.join(self.argv)}` is refused: {exc}")
         except SystemExit:
             pytest.fail(f"{self.origin}: `silod {shlex.join(self.argv)}` does not parse: {capsys.readouterr().err}")
 
@@ -259,28 +285,133 @@ def k8s_resources(*paths: Path) -> list[dict[str, Any]]:
     return [doc for path in paths if path.is_file() for doc in load_yaml_documents(path)]
 
 
-def kustomization() -> dict[str, Any]:
-    (document,) = load_yaml_documents(K8S / "kustomization.yaml")
+# ---- kustomize, for the features deploy/k8s uses ----
+
+KUSTOMIZATION_KEYS = {"apiVersion", "kind", "namespace", "resources", "patches"}
+# Strategic merge: a list under one of these keys merges its items by the named field; other lists replace.
+MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+}
+UNORDERED = {"volumes", "volumeMounts", "env"}  # env only while no variable refers to another: $(VAR) is ordered
+
+
+def kustomization(directory: Path) -> dict[str, Any]:
+    (document,) = load_yaml_documents(directory / "kustomization.yaml")
     assert isinstance(document, dict)
+    unknown = document.keys() - KUSTOMIZATION_KEYS
+    assert not unknown, f"{directory}: this test renders only {sorted(KUSTOMIZATION_KEYS)}, not {sorted(unknown)}"
     return document
 
 
+def kustomize_build(directory: Path) -> list[dict[str, Any]]:
+    """What `kustomize build DIRECTORY` gives for the features used here: resources (files, and directories
+    holding a kustomization), patches aimed at one resource by kind and name (a JSON patch, RFC 6902, with
+    `add` and `test`; or a strategic merge patch), and the namespace. Fails naming whatever does not resolve."""
+    spec = kustomization(directory)
+    resources: list[dict[str, Any]] = []
+    for entry in spec.get("resources", []):
+        path = directory / entry
+        assert path.exists(), f"{directory}: resource {entry} does not exist"
+        resources += kustomize_build(path) if path.is_dir() else load_yaml_documents(path)
+    for patch in spec.get("patches", []):
+        assert patch.keys() == {"path", "target"} and patch["target"].keys() == {"kind", "name"}, patch
+        kind, name = patch["target"]["kind"], patch["target"]["name"]
+        targets = [i for i, r in enumerate(resources) if (r["kind"], r["metadata"]["name"]) == (kind, name)]
+        assert len(targets) == 1, f"{directory}: patch {patch['path']} targets {kind}/{name}, which is not one resource"
+        (document,) = load_yaml_documents(directory / patch["path"])
+        target = resources[targets[0]]
+        if isinstance(document, list):
+            resources[targets[0]] = json_patch(target, document, f"{directory / patch['path']}")
+        else:
+            assert (document["kind"], document["metadata"]["name"]) == (kind, name), f"{patch['path']}: not its target"
+            resources[targets[0]] = strategic_merge(target, document, f"{directory / patch['path']}")
+    if "namespace" in spec:
+        for resource in resources:
+            if resource["kind"] != "Namespace":
+                resource["metadata"]["namespace"] = spec["namespace"]
+    return resources
+
+
+def json_patch(document: dict[str, Any], operations: list[dict[str, Any]], origin: str) -> dict[str, Any]:
+    patched = copy.deepcopy(document)
+    for operation in operations:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in operation["path"].split("/")[1:]]
+        node: Any = patched
+        try:
+            for part in parents:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+        except (KeyError, IndexError, ValueError):
+            pytest.fail(f"{origin}: {operation['path']} does not resolve")
+        if operation["op"] == "test":
+            found = node[int(last)] if isinstance(node, list) else node.get(last)
+            assert found == operation["value"], f"{origin}: {operation['path']} is {found!r}"
+        elif operation["op"] == "add":
+            value = copy.deepcopy(operation["value"])
+            if isinstance(node, list):
+                node.insert(len(node) if last == "-" else int(last), value)
+            else:
+                node[last] = value
+        else:
+            pytest.fail(f"{origin}: this test renders only the add and test operations, not {operation['op']}")
+    return patched
+
+
+def strategic_merge(base: Mapping[str, Any], patch: Mapping[str, Any], origin: str) -> dict[str, Any]:
+    merged = copy.deepcopy(dict(base))
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = strategic_merge(merged[key], value, origin)
+        elif isinstance(value, list) and any(isinstance(item, dict) for item in value):
+            assert key in MERGE_KEYS, f"{origin}: this test knows no merge key for the list {key}"
+            items = merged.setdefault(key, [])
+            for item in value:
+                same = [i for i, old in enumerate(items) if old[MERGE_KEYS[key]] == item[MERGE_KEYS[key]]]
+                if same:
+                    items[same[0]] = strategic_merge(items[same[0]], item, origin)
+                else:
+                    items.append(copy.deepcopy(item))
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def unordered(value: Any) -> Any:
+    """`value` with its UNORDERED lists sorted, to compare renderings: kustomize puts merged items first or last."""
+    if isinstance(value, list):
+        return [unordered(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    return {
+        key: sorted(map(unordered, item), key=lambda v: json.dumps(v, sort_keys=True))
+        if key in UNORDERED
+        else unordered(item)
+        for key, item in value.items()
+    }
+
+
 def kustomize_resources() -> list[dict[str, Any]]:
-    return k8s_resources(*(K8S / name for name in kustomization()["resources"]))
+    return kustomize_build(K8S_BASE)
 
 
 def all_k8s_resources() -> list[dict[str, Any]]:
-    return [*kustomize_resources(), *k8s_resources(TRAINING_JOB)]
+    return [resource for directory in KUSTOMIZATIONS for resource in kustomize_build(directory)]
 
 
-def k8s_containers(resources: list[dict[str, Any]] | None = None) -> list[Container]:
+def k8s_containers(resources: list[dict[str, Any]] | None = None, source: str = "") -> list[Container]:
+    if resources is None:
+        return [c for d in KUSTOMIZATIONS for c in k8s_containers(kustomize_build(d), str(d.relative_to(K8S)))]
     containers = []
-    for resource in resources if resources is not None else all_k8s_resources():
+    for resource in resources:
         spec = pod_spec(resource)
         if spec is None:
             continue
         for container in [*spec.get("initContainers", []), *spec["containers"]]:
             origin = f"{resource['kind']}/{resource['metadata']['name']} container {container['name']}"
+            origin = f"{source}: {origin}" if source else origin
             env = k8s_env(container)
             command = container.get("command") or image_entrypoint()
             main = [k8s_expand(str(word), env) for word in [*command, *container.get("args", [])]]
@@ -291,7 +422,7 @@ def k8s_containers(resources: list[dict[str, Any]] | None = None) -> list[Contai
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                 if "exec" in container.get(probe, {}):
                     extra.append([str(w) for w in container[probe]["exec"]["command"]])
-            containers.append(Container(origin, container["image"], main, extra, env, container))
+            containers.append(Container(origin, container["image"], main, extra, env, container, spec))
     return containers
 
 
@@ -357,6 +488,25 @@ def host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def named_ports(container: Mapping[str, Any]) -> dict[str, int]:
+    return {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+
+
+def resolve_port(container: Mapping[str, Any], port: int | str) -> int:
+    """A port given by number or by the name of one of the container's ports."""
+    return named_ports(container)[port] if isinstance(port, str) else port
+
+
+def published_ports(service: Mapping[str, Any]) -> dict[int, str]:
+    """A compose service's published container ports, each with the host address it is published on."""
+    published = {}
+    for entry in service.get("ports", []):
+        host_ip, on_host, in_container = str(entry).split(":")
+        assert on_host == in_container, f"{entry}: publish each port as the same port on the host"
+        published[int(in_container)] = host_ip
+    return published
+
+
 def under(path: str, directory: str) -> bool:
     return posixpath.normpath(path) == posixpath.normpath(directory) or path.startswith(directory.rstrip("/") + "/")
 
@@ -364,22 +514,52 @@ def under(path: str, directory: str) -> bool:
 # ---- every file parses, every command line parses ----
 
 
-def test_every_yaml_file_parses_and_the_kustomization_lists_existing_files() -> None:
+def test_every_yaml_file_parses_and_every_kustomization_uses_all_its_files() -> None:
     files = sorted([*DEPLOY.rglob("*.yaml"), *DEPLOY.rglob("*.yml")])
     assert COMPOSE_FILE in files and TRAINING_JOB in files
+    used: set[Path] = set()
+    for directory in KUSTOMIZATIONS:
+        spec = kustomization(directory)
+        used.add(directory / "kustomization.yaml")
+        used |= {(directory / entry).resolve() for entry in spec.get("resources", [])}
+        used |= {(directory / patch["path"]).resolve() for patch in spec.get("patches", [])}
+    assert {p.parent for p in K8S.rglob("kustomization.yaml")} == set(KUSTOMIZATIONS)
     for path in files:
-        for document in load_yaml_documents(path):
+        documents = load_yaml_documents(path)
+        if path.is_relative_to(K8S):
+            assert path in used, f"{path} is in no kustomization"
+        if path.parent.is_relative_to(K8S / "overlays") and path.name != "kustomization.yaml":
+            continue  # patches: their targets and operations are checked by rendering
+        for document in documents:
             assert isinstance(document, dict), f"{path}: every document is a mapping"
-            if path.parent.is_relative_to(K8S) and path.name != "kustomization.yaml":
+            if path.is_relative_to(K8S) and path.name != "kustomization.yaml":
                 assert {"apiVersion", "kind", "metadata"} <= document.keys(), path
+    assert kustomization(K8S_BASE)["namespace"] == NAMESPACE
+    assert "namespace" not in kustomization(EXAMPLES), "the example job goes to the namespace it is applied in"
 
-    listed = kustomization()["resources"]
-    assert kustomization()["namespace"] == NAMESPACE
-    for name in listed:
-        assert (K8S / name).is_file(), f"kustomization lists {name}, which does not exist"
-    manifests = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
-    assert set(listed) == manifests, "every manifest in deploy/k8s/ is in the kustomization, and nothing else"
-    assert not any(name.startswith("examples") for name in listed)
+
+@pytest.mark.parametrize("overlay", OVERLAID, ids=lambda d: str(d.relative_to(K8S)))
+def test_overlays_patch_their_base_and_add_nothing(overlay: Path) -> None:
+    def names(resources: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        return [(r["kind"], r["metadata"]["name"]) for r in resources]
+
+    base, patched = kustomize_build(OVERLAID[overlay]), kustomize_build(overlay)
+    assert names(patched) == names(base)
+    assert patched != base, "every patch changes something"
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda d: str(d.relative_to(K8S)))
+def test_kubectl_kustomize_renders_what_these_tests_check(directory: Path) -> None:
+    """The tests here read `kustomize_build`; this pins it to the real kustomize (offline: no cluster needed)."""
+    result = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rendered = [doc for doc in yaml.safe_load_all(result.stdout) if doc is not None]
+
+    def by_name(resources: list[dict[str, Any]]) -> dict[tuple[str, str], Any]:
+        return {(r["kind"], r["metadata"]["name"]): unordered(r) for r in resources}
+
+    assert by_name(rendered) == by_name(kustomize_build(directory))
 
 
 def test_the_silod_commands_found_cover_every_subcommand_the_deployment_uses() -> None:
@@ -425,27 +605,23 @@ def test_the_data_manager_port_is_the_same_everywhere(
     datamgr_service = compose_serve[0].origin.removeprefix("compose service ")
     (serve_args,) = parsed(calls_of(compose_serve, "datamgr serve"), monkeypatch, capsys)
     assert host_port(serve_args.listen) == ("0.0.0.0", PORT)
-    published = [str(p).rsplit(":", 1)[-1] for p in compose_serve[0].spec.get("ports", [])]
-    assert published == [str(PORT)]
+    assert published_ports(compose_serve[0].spec)[PORT] == "127.0.0.1", "plaintext: on the host's loopback only"
 
     k8s = k8s_containers(kustomize_resources())
     (serve_call,) = calls_of(k8s, "datamgr serve")
     assert host_port(serve_call.parse(monkeypatch, capsys).listen)[1] == PORT
     (statefulset,) = [r for r in kustomize_resources() if r["kind"] == "StatefulSet"]
     datamgr = the_container(statefulset)
-    named_ports = {p["name"]: p["containerPort"] for p in datamgr["ports"]}
-    assert list(named_ports.values()) == [PORT]
-
-    def resolve(port: int | str) -> int:
-        return named_ports[port] if isinstance(port, str) else port
-
+    assert named_ports(datamgr)["grpc"] == PORT
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert resolve(datamgr[probe]["tcpSocket"]["port"]) == PORT, probe
+        assert resolve_port(datamgr, datamgr[probe]["tcpSocket"]["port"]) == PORT, probe
     (service,) = [r for r in kustomize_resources() if r["kind"] == "Service"]
     assert f"{service['metadata']['name']}.{NAMESPACE}.svc" == SERVICE_DNS
-    assert [(p["port"], resolve(p["targetPort"])) for p in service["spec"]["ports"]] == [(PORT, PORT)]
+    service_ports = {p["name"]: (p["port"], resolve_port(datamgr, p["targetPort"])) for p in service["spec"]["ports"]}
+    assert service_ports["grpc"] == (PORT, PORT)
     (policy,) = [r for r in kustomize_resources() if r["kind"] == "NetworkPolicy"]
-    assert [resolve(p["port"]) for rule in policy["spec"]["ingress"] for p in rule["ports"]] == [PORT]
+    (grpc_rule,) = [rule for rule in policy["spec"]["ingress"] if rule["ports"][0]["port"] == "grpc"]
+    assert [resolve_port(datamgr, p["port"]) for p in grpc_rule["ports"]] == [PORT]
 
     # Every client: --datamgr flags and SILOD_DATAMGR, in compose and Kubernetes.
     loopback = {"127.0.0.1", "localhost", "[::1]"}
@@ -458,6 +634,209 @@ def test_the_data_manager_port_is_the_same_everywhere(
         for address in addresses:
             host, port = host_port(address)
             assert port == PORT and host in reachable, f"clients must use {reachable} port {PORT}, not {address}"
+
+
+# ---- metrics ----
+
+
+def test_both_daemons_serve_metrics_where_prometheus_finds_them(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each daemon's --metrics-port is a named container port that its pod's scrape annotations announce; the
+    data manager's is on a non-loopback host (it follows --listen), a Service port, and open in its
+    NetworkPolicy. Compose publishes both on the host's loopback."""
+    for directory in (K8S_BASE, SECURE):
+        resources = kustomize_build(directory)
+        for subcommand, port in METRICS_PORTS.items():
+            (workload,) = [r for r in resources if calls_of(k8s_containers([r]), subcommand)]
+            (container,) = [c for c in k8s_containers([workload]) if calls_of([c], subcommand)]
+            (call,) = calls_of([container], subcommand)
+            args = call.parse(monkeypatch, capsys)
+            assert args.metrics_port == port and named_ports(container.spec)["metrics"] == port, call.origin
+            annotations = workload["spec"]["template"]["metadata"]["annotations"]
+            assert annotations == {
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(port),
+                "prometheus.io/path": "/metrics",
+            }, call.origin
+            if subcommand == "datamgr serve":
+                assert host_port(args.listen)[0] not in ("127.0.0.1", "localhost", "::1"), "reachable from the pod IP"
+                (service,) = [r for r in resources if r["kind"] == "Service"]
+                service_ports = {p["name"]: p for p in service["spec"]["ports"]}
+                assert resolve_port(container.spec, service_ports["metrics"]["targetPort"]) == port
+                (policy,) = [r for r in resources if r["kind"] == "NetworkPolicy"]
+                (rule,) = [rule for rule in policy["spec"]["ingress"] if rule["ports"][0]["port"] == "metrics"]
+                assert [resolve_port(container.spec, p["port"]) for p in rule["ports"]] == [port]
+                assert rule["from"] == [{"namespaceSelector": {}}], "Prometheus may run in any namespace"
+
+    for subcommand, port in METRICS_PORTS.items():
+        (daemon,) = [c for c in compose_containers() if calls_of([c], subcommand)]
+        (call,) = calls_of([daemon], subcommand)
+        assert call.parse(monkeypatch, capsys).metrics_port == port
+        assert published_ports(daemon.spec)[port] == "127.0.0.1", call.origin
+
+
+# ---- the secure overlays: TLS, mutual TLS and a token ----
+
+SECURITY_SETTINGS = ("tls_cert", "tls_key", "tls_ca", "auth_token_file")  # the flags' dests, and ServerConfig's
+
+
+def secret_file(container: Container, path: Path) -> tuple[str, str]:
+    """The (Secret, key) that provides `path` in `container`: a read-only Secret volume mounted at its directory,
+    its keys as the file names."""
+    mounts = [m for m in container.spec.get("volumeMounts", []) if m["mountPath"] == posixpath.dirname(str(path))]
+    assert len(mounts) == 1, f"{container.origin}: no volume is mounted where {path} is"
+    (mount,) = mounts
+    (volume,) = [v for v in container.pod["volumes"] if v["name"] == mount["name"]]
+    assert "secret" in volume, f"{container.origin}: {path} is on volume {volume['name']}, which is not a Secret"
+    assert mount.get("readOnly") is True and "items" not in volume["secret"], container.origin
+    return volume["secret"]["secretName"], posixpath.basename(str(path))
+
+
+def security_files(
+    container: Container, call: SilodCall, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> dict[str, tuple[str, str]]:
+    """The TLS and token settings of `call` (flags, or SILOD_* variables of the container), each as the
+    (Secret, key) that provides the file; fails on a setting left unset."""
+    args = call.parse(monkeypatch, capsys)
+    unset = [name for name in SECURITY_SETTINGS if getattr(args, name) is None]
+    assert not unset, f"{call.origin}: `silod {call.subcommand}` runs without {unset}"
+    return {name: secret_file(container, getattr(args, name)) for name in SECURITY_SETTINGS}
+
+
+def secure_server(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[SilodCall, dict[str, tuple[str, str]]]:
+    (datamgr,) = [c for c in k8s_containers(kustomize_build(SECURE)) if calls_of([c], "datamgr serve")]
+    (serve,) = calls_of([datamgr], "datamgr serve")
+    return serve, security_files(datamgr, serve, monkeypatch, capsys)
+
+
+def secure_clients(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> dict[str, dict[str, tuple[str, str]]]:
+    """Every call that talks to the data manager in the secure overlays, by origin and subcommand."""
+    clients = {}
+    for directory in (SECURE, SECURE_JOB):
+        for container in k8s_containers(kustomize_build(directory), str(directory.relative_to(K8S))):
+            for call in silod_calls(container):
+                if call.subcommand not in ("datamgr serve", "umount"):
+                    files = security_files(container, call, monkeypatch, capsys)
+                    clients[f"{call.origin}: silod {call.subcommand}"] = files
+    return clients
+
+
+def test_the_secure_data_manager_serves_mutual_tls_and_requires_a_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    serve, files = secure_server(monkeypatch, capsys)
+    tls_secret = files["tls_cert"][0]
+    assert files == {
+        "tls_cert": (tls_secret, "tls.crt"),
+        "tls_key": (tls_secret, "tls.key"),
+        "tls_ca": (tls_secret, "ca.crt"),  # given: client certificates are required
+        "auth_token_file": (files["auth_token_file"][0], "token"),
+    }
+    assert files["auth_token_file"][0] != tls_secret, "the token is its own Secret, shared with the clients"
+    base_serve = calls_of(k8s_containers(kustomize_resources()), "datamgr serve")[0].argv
+    assert serve.argv[: len(base_serve)] == base_serve, "the overlay only adds flags"
+
+
+def test_every_secure_client_presents_a_certificate_and_the_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, server = secure_server(monkeypatch, capsys)
+    clients = secure_clients(monkeypatch, capsys)
+    subcommands = {origin.rsplit("silod ", 1)[1] for origin in clients}
+    assert subcommands == {"node", "job add", "alloc io", "job finish"}, "the node agent and the example job"
+    for origin, files in clients.items():
+        client_secret = files["tls_cert"][0]
+        assert files["tls_cert"] == (client_secret, "tls.crt") and files["tls_key"] == (client_secret, "tls.key")
+        assert files["tls_ca"] == (client_secret, "ca.crt"), f"{origin}: verifies the data manager with a CA"
+        assert client_secret != server["tls_cert"][0], f"{origin}: a client certificate, not the data manager's"
+        assert files["auth_token_file"] == server["auth_token_file"], f"{origin}: the data manager's token"
+
+
+def documented_secrets() -> dict[tuple[str, str], dict[str, str]]:
+    """(namespace, Secret) -> {key: file} from the `kubectl create secret generic` commands in docs/deploy.md."""
+    secrets: dict[tuple[str, str], dict[str, str]] = {}
+    for block in re.findall(r"```sh\n(.*?)```", DEPLOY_DOC.read_text(), re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:1] != ["kubectl"] or "secret" not in words:
+                continue
+            namespace, name, files = "default", "", {}
+            for flag, value in itertools.pairwise(words):
+                if flag in ("-n", "--namespace"):
+                    namespace = value
+                elif flag == "generic":
+                    name = value
+            for word in words:
+                if word.startswith("--from-file="):
+                    key, _, file = word.removeprefix("--from-file=").partition("=")
+                    files[key] = file
+            assert words[words.index("secret") - 1 : words.index("secret") + 2] == ["create", "secret", "generic"]
+            secrets[(namespace, name)] = files
+    return secrets
+
+
+def test_the_deploy_doc_creates_the_secrets_the_overlays_mount(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secrets = documented_secrets()
+    _, server = secure_server(monkeypatch, capsys)
+    used = {(NAMESPACE, secret, key) for secret, key in server.values()}
+    for origin, files in secure_clients(monkeypatch, capsys).items():
+        in_silod = origin.startswith(f"{SECURE.relative_to(K8S)}: ")
+        (job_namespace,) = {ns for ns, _ in secrets if ns != NAMESPACE}
+        used |= {(NAMESPACE if in_silod else job_namespace, secret, key) for secret, key in files.values()}
+    created = {(ns, name, key) for (ns, name), files in secrets.items() for key in files}
+    assert used == created, "docs/deploy.md creates exactly the Secrets and keys the overlays mount"
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+def test_the_deploy_docs_certificates_and_token_work_with_the_overlays_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The openssl recipe of docs/deploy.md, its files put in the Secrets its kubectl commands create, and those
+    mounted where the secure overlay says: a data manager with the overlay's settings accepts a node agent's
+    mutating call, and its certificate names the Service the agents dial."""
+    (recipe,) = [b for b in re.findall(r"```sh\n(.*?)```", DEPLOY_DOC.read_text(), re.S) if "openssl req" in b]
+    made = subprocess.run(["bash", "-c", recipe], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    secrets = {name: files for (_, name), files in documented_secrets().items()}
+
+    def mounted(secret_and_key: tuple[str, str]) -> Path:
+        secret, key = secret_and_key
+        return tmp_path / secrets[secret][key]
+
+    _, server = secure_server(monkeypatch, capsys)
+    certificate = x509.load_pem_x509_certificate(mounted(server["tls_cert"]).read_bytes())
+    names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {SERVICE_DNS, "localhost"} <= set(names.get_values_for_type(x509.DNSName))
+
+    (node,) = [files for origin, files in secure_clients(monkeypatch, capsys).items() if origin.endswith("silod node")]
+    config = ServerConfig(  # the overlay's settings, on any free port
+        "127.0.0.1:0",
+        tmp_path / "state",
+        tls_cert=mounted(server["tls_cert"]),
+        tls_key=mounted(server["tls_key"]),
+        tls_ca=mounted(server["tls_ca"]),
+        auth_token_file=mounted(server["auth_token_file"]),
+    )
+    with EmbeddedDataManager(config) as datamgr:
+        port = host_port(datamgr.address)[1]
+        client = DataManagerClient(
+            f"localhost:{port}",
+            tls_ca=mounted(node["tls_ca"]),
+            tls_cert=mounted(node["tls_cert"]),
+            tls_key=mounted(node["tls_key"]),
+            token=read_token(mounted(node["auth_token_file"])),
+        )
+        with client:
+            client.register_node("node-a", "node-a", 2**30)
+            nodes = client.call(client.stub.ListNodes, pb.ListNodesRequest()).nodes
+            assert [n.node_id for n in nodes] == ["node-a"]
 
 
 # ---- where state and cache live ----
