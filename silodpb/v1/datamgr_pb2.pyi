@@ -150,6 +150,7 @@ class Job(_message.Message):
     IO_BYTES_PER_SEC_FIELD_NUMBER: _builtins.int
     NODE_RATES_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
+    ESTIMATE_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     dataset_uri: _builtins.str
     ideal_bytes_per_sec: _builtins.int
@@ -162,6 +163,12 @@ class Job(_message.Message):
 
     @_builtins.property
     def usage(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobUsage]: ...
+    @_builtins.property
+    def estimate(self) -> Global___JobEstimate:
+        """What the policy of `silod datamgr serve --policy` expected of the job in its last round; absent with
+        `--policy external` and until the job has been through a round.
+        """
+
     def __init__(
         self,
         *,
@@ -172,14 +179,57 @@ class Job(_message.Message):
         io_bytes_per_sec: _builtins.int = ...,
         node_rates: _abc.Iterable[Global___NodeRate] | None = ...,
         usage: _abc.Iterable[Global___JobUsage] | None = ...,
+        estimate: Global___JobEstimate | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["estimate", b"estimate"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "io_bytes_per_sec", b"io_bytes_per_sec", "job_id", b"job_id", "node_rates", b"node_rates", "usage", b"usage", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "estimate", b"estimate", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "io_bytes_per_sec", b"io_bytes_per_sec", "job_id", b"job_id", "node_rates", b"node_rates", "usage", b"usage", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class JobEstimate(_message.Message):
+    """A policy's expectation for one job: the estimator inputs it chose and the throughput they predict."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IDEAL_BYTES_PER_SEC_FIELD_NUMBER: _builtins.int
+    CACHE_BYTES_FIELD_NUMBER: _builtins.int
+    DATASET_BYTES_FIELD_NUMBER: _builtins.int
+    IO_BYTES_PER_SEC_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_BYTES_PER_SEC_FIELD_NUMBER: _builtins.int
+    ROUND_FIELD_NUMBER: _builtins.int
+    ideal_bytes_per_sec: _builtins.float
+    """f*: the job's compute-bound rate on its workers"""
+    cache_bytes: _builtins.int
+    """c: the cache quota chosen for the job's dataset (per node)"""
+    dataset_bytes: _builtins.int
+    """d"""
+    io_bytes_per_sec: _builtins.int
+    """b: the remote IO rate chosen for the job"""
+    throughput_bytes_per_sec: _builtins.float
+    """the estimator's prediction, min(f*, b / (1 - c/d)) for SiloDPerf"""
+    round: _builtins.int
+    """the controller round that chose it"""
+    def __init__(
+        self,
+        *,
+        ideal_bytes_per_sec: _builtins.float = ...,
+        cache_bytes: _builtins.int = ...,
+        dataset_bytes: _builtins.int = ...,
+        io_bytes_per_sec: _builtins.int = ...,
+        throughput_bytes_per_sec: _builtins.float = ...,
+        round: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_bytes", b"cache_bytes", "dataset_bytes", b"dataset_bytes", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "io_bytes_per_sec", b"io_bytes_per_sec", "round", b"round", "throughput_bytes_per_sec", b"throughput_bytes_per_sec"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobEstimate: _TypeAlias = JobEstimate  # noqa: Y015
 
 @_typing.final
 class Node(_message.Message):
@@ -1020,6 +1070,7 @@ class ClusterSummary(_message.Message):
     REMOTE_IO_ALLOCATED_BYTES_PER_SEC_FIELD_NUMBER: _builtins.int
     CACHE_CAPACITY_BYTES_FIELD_NUMBER: _builtins.int
     CACHE_ALLOCATED_BYTES_FIELD_NUMBER: _builtins.int
+    CONTROLLER_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     dataset_count: _builtins.int
     job_count: _builtins.int
@@ -1030,6 +1081,10 @@ class ClusterSummary(_message.Message):
     remote_io_allocated_bytes_per_sec: _builtins.int
     cache_capacity_bytes: _builtins.int
     cache_allocated_bytes: _builtins.int
+    @_builtins.property
+    def controller(self) -> Global___ControllerStatus:
+        """absent from data managers older than the controller"""
+
     def __init__(
         self,
         *,
@@ -1042,14 +1097,70 @@ class ClusterSummary(_message.Message):
         remote_io_allocated_bytes_per_sec: _builtins.int = ...,
         cache_capacity_bytes: _builtins.int = ...,
         cache_allocated_bytes: _builtins.int = ...,
+        controller: Global___ControllerStatus | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["controller", b"controller"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_allocated_bytes", b"cache_allocated_bytes", "cache_capacity_bytes", b"cache_capacity_bytes", "dataset_count", b"dataset_count", "job_count", b"job_count", "node_count", b"node_count", "nodes_available", b"nodes_available", "remote_io_allocated_bytes_per_sec", b"remote_io_allocated_bytes_per_sec", "remote_io_limit_bytes_per_sec", b"remote_io_limit_bytes_per_sec", "revision", b"revision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_allocated_bytes", b"cache_allocated_bytes", "cache_capacity_bytes", b"cache_capacity_bytes", "controller", b"controller", "dataset_count", b"dataset_count", "job_count", b"job_count", "node_count", b"node_count", "nodes_available", b"nodes_available", "remote_io_allocated_bytes_per_sec", b"remote_io_allocated_bytes_per_sec", "remote_io_limit_bytes_per_sec", b"remote_io_limit_bytes_per_sec", "revision", b"revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ClusterSummary: _TypeAlias = ClusterSummary  # noqa: Y015
+
+@_typing.final
+class ControllerStatus(_message.Message):
+    """Who allocates cache and remote IO: outside callers, or a policy the data manager runs every round."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POLICY_FIELD_NUMBER: _builtins.int
+    ROUND_SECONDS_FIELD_NUMBER: _builtins.int
+    ROUNDS_FIELD_NUMBER: _builtins.int
+    LAST_ROUND_TRIGGER_FIELD_NUMBER: _builtins.int
+    SECONDS_SINCE_LAST_ROUND_FIELD_NUMBER: _builtins.int
+    LAST_ROUND_CHANGES_FIELD_NUMBER: _builtins.int
+    LAST_ROUND_REFUSALS_FIELD_NUMBER: _builtins.int
+    LAST_ROUND_ERROR_FIELD_NUMBER: _builtins.int
+    CACHE_BUDGET_BYTES_FIELD_NUMBER: _builtins.int
+    policy: _builtins.str
+    """"external": outside callers (AllocateCacheSize, AllocateRemoteIO); else the policy's name"""
+    round_seconds: _builtins.float
+    """the longest time between two rounds"""
+    rounds: _builtins.int
+    """rounds run since the data manager started; the fields below describe the last one"""
+    last_round_trigger: _builtins.str
+    """why it ran: "start", "timer", "registered job j1, finished job j0", ..."""
+    seconds_since_last_round: _builtins.float
+    last_round_changes: _builtins.int
+    """allocations it changed"""
+    last_round_error: _builtins.str
+    """why the round as a whole failed (the policy raised, a commit failed); "" if it did not"""
+    cache_budget_bytes: _builtins.int
+    """the cache the policy shared out: the smallest cache of the nodes running jobs"""
+    @_builtins.property
+    def last_round_refusals(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """changes the data manager refused, with the reason; retried next round"""
+
+    def __init__(
+        self,
+        *,
+        policy: _builtins.str = ...,
+        round_seconds: _builtins.float = ...,
+        rounds: _builtins.int = ...,
+        last_round_trigger: _builtins.str = ...,
+        seconds_since_last_round: _builtins.float = ...,
+        last_round_changes: _builtins.int = ...,
+        last_round_refusals: _abc.Iterable[_builtins.str] | None = ...,
+        last_round_error: _builtins.str = ...,
+        cache_budget_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_budget_bytes", b"cache_budget_bytes", "last_round_changes", b"last_round_changes", "last_round_error", b"last_round_error", "last_round_refusals", b"last_round_refusals", "last_round_trigger", b"last_round_trigger", "policy", b"policy", "round_seconds", b"round_seconds", "rounds", b"rounds", "seconds_since_last_round", b"seconds_since_last_round"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ControllerStatus: _TypeAlias = ControllerStatus  # noqa: Y015
 
 @_typing.final
 class GetDatasetRequest(_message.Message):
