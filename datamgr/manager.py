@@ -48,7 +48,12 @@ ManifestFreezer = Callable[[str, Mapping[str, str], int], Manifest]
 
 
 class DataManager:
-    """The single source of truth for datasets, jobs, nodes and their allocations."""
+    """The single source of truth for datasets, jobs, nodes and their allocations.
+
+    With `policy` set, allocations belong to that policy (the live controller runs it): the allocation calls
+    refuse any other caller. `on_jobs_changed` hears, once each is durable, of every job registered or
+    finished, with a short description; the controller runs a round on it.
+    """
 
     def __init__(
         self,
@@ -58,11 +63,15 @@ class DataManager:
         node_timeout: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         freeze: ManifestFreezer = freeze_manifest,
+        policy: str | None = None,
+        on_jobs_changed: Callable[[str], None] = lambda description: None,
     ) -> None:
         stored = store.load()
         self._store = store
         self._freeze = freeze
+        self._on_jobs_changed = on_jobs_changed
         self.remote_io_limit = remote_io_limit
+        self.policy = policy
         self.state = ClusterState(stored.revision, stored.datasets, stored.jobs, stored.nodes)
         self.hub = WatchHub()
         self.liveness = NodeLiveness(node_timeout, clock, self.state.nodes)
@@ -91,7 +100,21 @@ class DataManager:
 
     # ---- the paper's two calls ----
 
-    async def allocate_cache_size(self, dataset_uri: str, cache_size_bytes: int) -> tuple[Dataset, int]:
+    def _check_allocator(self, call: str, policy: str | None) -> None:
+        """Only the policy that owns allocations may make them (anyone, when none does)."""
+        if self.policy is not None and policy != self.policy:
+            raise FailedPrecondition(
+                f"{call}: the {self.policy} policy allocates cache and remote IO on this data manager "
+                f"(--policy {self.policy}) and would undo a manual change at its next round; "
+                "restart it with --policy external to allocate by hand"
+            )
+
+    async def allocate_cache_size(
+        self, dataset_uri: str, cache_size_bytes: int, *, policy: str | None = None
+    ) -> tuple[Dataset, int]:
+        """Set a dataset's cache quota on every node that mounts it. `policy` names the caller when it is the
+        live controller's policy."""
+        self._check_allocator("AllocateCacheSize", policy)
         dataset = self._dataset("dataset_uri", dataset_uri)
         size = check_bytes("cache_size_bytes", cache_size_bytes)
         if size > dataset.size_bytes:
@@ -116,7 +139,11 @@ class DataManager:
         )
         return updated, revision
 
-    async def allocate_remote_io(self, job_id: str, io_bytes_per_sec: int) -> tuple[Job, int]:
+    async def allocate_remote_io(
+        self, job_id: str, io_bytes_per_sec: int, *, policy: str | None = None
+    ) -> tuple[Job, int]:
+        """Set a job's remote IO rate, split among its workers. `policy` as for `allocate_cache_size`."""
+        self._check_allocator("AllocateRemoteIO", policy)
         job = self._job(job_id)
         rate = check_rate("io_bytes_per_sec", io_bytes_per_sec)
         if self.remote_io_limit is not None:
@@ -204,6 +231,7 @@ class DataManager:
             f"registered job {job_id} on {dataset.uri} with workers "
             + ", ".join(f"{w.node_id}:{w.count}" for w in job.workers),
         )
+        self._on_jobs_changed(f"registered job {job_id}")
         return job, True, revision
 
     def _checked_workers(self, workers: Sequence[Worker]) -> tuple[Worker, ...]:
@@ -233,7 +261,9 @@ class DataManager:
 
     async def finish_job(self, job_id: str) -> int:
         job = self._job(job_id)
-        return await self._commit(Change(jobs_deleted=(job_id,)), job.node_ids, f"finished job {job_id}")
+        revision = await self._commit(Change(jobs_deleted=(job_id,)), job.node_ids, f"finished job {job_id}")
+        self._on_jobs_changed(f"finished job {job_id}")
+        return revision
 
     # ---- nodes ----
 
