@@ -1,4 +1,5 @@
-"""Running the data manager: the gRPC server, the node-liveness sweep, and a graceful stop on signals."""
+"""Running the data manager: the gRPC server, the node-liveness sweep, the live controller when a policy is
+configured, and a graceful stop on signals."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from pathlib import Path
 
 import grpc
 
+from datamgr.controller import DEFAULT_ROUND_SECONDS, EXTERNAL_POLICY, Controller, RoundRequests
 from datamgr.manager import DataManager
 from datamgr.metrics import DataManagerMetrics
+from datamgr.scheduler.registry import Scheduler, available_policies, build_scheduler
 from datamgr.security import ServerSecurity
 from datamgr.servicer import DataManagerServicer
 from datamgr.store import SQLiteStore
@@ -48,6 +51,8 @@ class ServerConfig:
     tls_ca: Path | None = None  # require client certificates signed by this CA
     auth_token_file: Path | None = None  # require this token for changes and streams (datamgr.security)
     metrics_port: int | None = None  # serve Prometheus /metrics on the --listen host at this port (0: any)
+    policy: str = EXTERNAL_POLICY  # the policy the data manager runs (datamgr.controller); external: none
+    round_seconds: float = DEFAULT_ROUND_SECONDS  # the longest time between two of the policy's rounds
 
 
 async def serve(
@@ -58,16 +63,18 @@ async def serve(
 ) -> None:
     """Serve until `stop` is set or SIGTERM/SIGINT arrives. `on_ready` gets the bound port.
 
-    Raises SecurityConfigError for bad security settings, before the state dir is touched."""
+    Raises SecurityConfigError for bad security settings and ServeError for a policy that cannot run, before
+    the state dir is touched."""
     stop = stop or asyncio.Event()
     security = ServerSecurity.load(config.tls_cert, config.tls_key, config.tls_ca, config.auth_token_file)
+    scheduler = _scheduler(config)
     store = SQLiteStore(config.state_dir)
     try:
-        manager = DataManager(store, remote_io_limit=config.remote_io_limit, node_timeout=config.node_timeout)
+        manager, controller = _manager_and_controller(config, store, scheduler)
         metrics = None if config.metrics_port is None else DataManagerMetrics(manager)
         interceptors = [metrics.interceptor] if metrics else []  # first: refused calls are counted too
         server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors + security.interceptors())
-        pb_grpc.add_DataManagerServicer_to_server(DataManagerServicer(manager), server)
+        pb_grpc.add_DataManagerServicer_to_server(DataManagerServicer(manager, controller), server)
         port = _bind(server, config.listen, security)
         await server.start()
         host = config.listen.rsplit(":", 1)[0]
@@ -84,11 +91,20 @@ async def serve(
             log.info("metrics at http://%s:%d/metrics", host, metrics_port)
         if on_ready is not None:
             on_ready(port)
-        sweep = asyncio.create_task(_expire_nodes(manager, config.node_timeout))
+        tasks = [asyncio.create_task(_expire_nodes(manager, config.node_timeout))]
+        if controller is not None:
+            log.info(
+                "running the %s policy: a round per burst of job changes, and at least every %g s",
+                config.policy,
+                config.round_seconds,
+            )
+            tasks.append(asyncio.create_task(controller.run()))
         with _stop_on_signals(stop):
             await stop.wait()
         log.info("data manager stopping")
-        sweep.cancel()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await server.stop(STOP_GRACE_SECONDS)
         await manager.close()
         if metrics is not None:
@@ -96,6 +112,44 @@ async def serve(
     finally:
         store.close()
     log.info("data manager stopped")
+
+
+def _scheduler(config: ServerConfig) -> Scheduler | None:
+    """The scheduler `--policy` names, or None for external; raises ServeError naming what is wrong."""
+    if config.policy == EXTERNAL_POLICY:
+        return None
+    known = available_policies()
+    if config.policy not in known:
+        raise ServeError(
+            f"--policy {config.policy!r} is unknown; known policies: {', '.join([EXTERNAL_POLICY, *known])}"
+        )
+    if config.remote_io_limit is None:
+        raise ServeError(
+            f"--policy {config.policy} shares out the cluster's remote IO, so it needs --remote-io-limit "
+            "(or use --policy external)"
+        )
+    try:
+        return build_scheduler(config.policy, "silod")
+    except Exception as exc:  # a plugin's import or constructor: whatever it raises, the server cannot run it
+        raise ServeError(f"--policy {config.policy}: cannot load the policy: {type(exc).__name__}: {exc}") from exc
+
+
+def _manager_and_controller(
+    config: ServerConfig, store: SQLiteStore, scheduler: Scheduler | None
+) -> tuple[DataManager, Controller | None]:
+    """The data manager, and with a scheduler the controller that owns its allocations and hears of every job
+    registered or finished."""
+    if scheduler is None:
+        return DataManager(store, remote_io_limit=config.remote_io_limit, node_timeout=config.node_timeout), None
+    requests = RoundRequests()
+    manager = DataManager(
+        store,
+        remote_io_limit=config.remote_io_limit,
+        node_timeout=config.node_timeout,
+        policy=config.policy,
+        on_jobs_changed=requests.request,
+    )
+    return manager, Controller(manager, scheduler, requests, round_seconds=config.round_seconds)
 
 
 def _bind(server: grpc.aio.Server, listen: str, security: ServerSecurity) -> int:

@@ -9,6 +9,7 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 
 from datamgr import convert
+from datamgr.controller import EXTERNAL_POLICY, Controller
 from datamgr.manager import DataManager
 from datamgr.model import (
     AlreadyExists,
@@ -58,10 +59,18 @@ def _unary(handler: _Handler[_Request, _Response]) -> _Handler[_Request, _Respon
 
 
 class DataManagerServicer(pb_grpc.DataManagerServicer):
-    """Service `silod.v1.DataManager` over a `DataManager`."""
+    """Service `silod.v1.DataManager` over a `DataManager`, and the `Controller` that runs its policy, if any."""
 
-    def __init__(self, manager: DataManager) -> None:
+    def __init__(self, manager: DataManager, controller: Controller | None = None) -> None:
         self._manager = manager
+        self._controller = controller
+
+    def _with_estimate(self, job: pb.Job) -> pb.Job:
+        """`job` with what the policy expected of it in its last round, when a policy runs."""
+        estimate = self._controller.estimate(job.job_id) if self._controller else None
+        if estimate is not None:
+            job.estimate.CopyFrom(estimate)
+        return job
 
     @_unary
     async def AllocateCacheSize(
@@ -114,7 +123,9 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
         job, created, revision = await self._manager.register_job(
             request.job_id, request.dataset_uri, request.ideal_bytes_per_sec, workers
         )
-        return pb.RegisterJobResponse(job=self._manager.job_info(job.job_id), created=created, revision=revision)
+        return pb.RegisterJobResponse(
+            job=self._with_estimate(self._manager.job_info(job.job_id)), created=created, revision=revision
+        )
 
     @_unary
     async def FinishJob(self, request: pb.FinishJobRequest, context: Any) -> pb.FinishJobResponse:
@@ -151,7 +162,12 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
 
     @_unary
     async def GetClusterSummary(self, request: pb.GetClusterSummaryRequest, context: Any) -> pb.ClusterSummary:
-        return self._manager.cluster_summary()
+        summary = self._manager.cluster_summary()
+        if self._controller is None:
+            summary.controller.policy = EXTERNAL_POLICY
+        else:
+            summary.controller.CopyFrom(self._controller.status())
+        return summary
 
     @_unary
     async def GetDataset(self, request: pb.GetDatasetRequest, context: Any) -> pb.Dataset:
@@ -159,7 +175,7 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
 
     @_unary
     async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.Job:
-        return self._manager.job_info(request.job_id)
+        return self._with_estimate(self._manager.job_info(request.job_id))
 
     @_unary
     async def GetNode(self, request: pb.GetNodeRequest, context: Any) -> pb.Node:
@@ -171,7 +187,7 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
 
     @_unary
     async def ListJobs(self, request: pb.ListJobsRequest, context: Any) -> pb.ListJobsResponse:
-        return pb.ListJobsResponse(jobs=self._manager.list_jobs())
+        return pb.ListJobsResponse(jobs=[self._with_estimate(job) for job in self._manager.list_jobs()])
 
     @_unary
     async def ListNodes(self, request: pb.ListNodesRequest, context: Any) -> pb.ListNodesResponse:

@@ -17,6 +17,7 @@ from datamgr.cli import mount as mount_commands
 from datamgr.cli.args import option_arg, option_env_arg, port_arg, positive_seconds, rate_arg, size_arg, worker_arg
 from datamgr.cli.config import ConfigError, ConfigurableParser
 from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR, ClientError, DataManagerClient
+from datamgr.controller import DEFAULT_ROUND_SECONDS, EXTERNAL_POLICY
 from datamgr.logs import setup_logging
 from datamgr.security import add_client_flags, add_server_flags, client_flags
 from datamgr.server import DEFAULT_LISTEN, ServeError, ServerConfig, serve
@@ -82,6 +83,23 @@ def build_parser() -> ConfigurableParser:
         )
         serve_p.add_argument(
             "--metrics-port", type=port_arg, metavar="PORT", help="serve Prometheus /metrics on the --listen host"
+        )
+        serve_p.add_argument(
+            "--policy",
+            default=EXTERNAL_POLICY,
+            metavar="NAME",
+            help="run this scheduler policy (e.g. greedy; needs --remote-io-limit) and apply its cache and remote "
+            "IO decisions, refusing manual allocations; external (the default) leaves allocation to outside "
+            "callers such as silod alloc. An unknown name lists the known ones",
+        )
+        serve_p.add_argument(
+            "--round",
+            dest="round_seconds",
+            type=positive_seconds,
+            default=DEFAULT_ROUND_SECONDS,
+            metavar="SECONDS",
+            help="with --policy: the longest time between two rounds; job changes start one at once "
+            "(default %(default)g)",
         )
         add_server_flags(serve_p)
     serve_p.set_defaults(run=_serve, default_log_level="INFO")
@@ -181,6 +199,8 @@ def _serve(args: argparse.Namespace) -> int:
         tls_ca=args.tls_ca,
         auth_token_file=args.auth_token_file,
         metrics_port=args.metrics_port,
+        policy=args.policy,
+        round_seconds=args.round_seconds,
     )
     try:
         asyncio.run(serve(config))

@@ -1,0 +1,387 @@
+"""The live controller: the data manager runs a scheduler policy and applies its storage decisions.
+
+`silod datamgr serve --policy NAME` runs `registry.build_scheduler(NAME, "silod")` when a job is registered
+or finished, and at least every `--round` seconds, over a snapshot of the registered jobs and nodes. Only
+the storage part of a decision is applied (a cache quota per dataset, a remote IO rate per job): where jobs
+run is the cluster scheduler's business, so a job's placement is always the workers it registered with.
+
+Changes go through the manager's own allocation calls, so they get the same validation, persistence and
+watch push as AllocateCacheSize and AllocateRemoteIO; decreases go first, so every intermediate state keeps
+within the node capacities and the remote IO limit. A refused change is logged and tried again by the next
+round; nothing a round does stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from types import MappingProxyType
+from typing import Literal
+
+from datamgr.manager import DataManager
+from datamgr.model import DataManagerError
+from datamgr.scheduler import perf
+from datamgr.scheduler.perf import Estimator
+from datamgr.scheduler.policy import Decision
+from datamgr.scheduler.registry import Scheduler
+from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot
+from datamgr.state import ClusterState
+from datamgr.units import format_rate, format_size
+from silodpb.v1 import datamgr_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+EXTERNAL_POLICY = "external"  # --policy value that leaves allocation to outside callers
+DEFAULT_ROUND_SECONDS = 30.0
+SETTLE_SECONDS = 0.1  # after a job change, how long to gather the rest of a burst before the round
+TRIGGERS_SHOWN = 3  # a burst's trigger names this many changes, then counts the rest
+
+
+class RoundRequests:
+    """Why the next round should run, gathered until the controller takes them: a burst is one round."""
+
+    def __init__(self) -> None:
+        self._reasons: dict[str, None] = {}  # insertion-ordered, without repeats
+        self._pending = asyncio.Event()
+
+    def request(self, reason: str) -> None:
+        self._reasons[reason] = None
+        self._pending.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """Whether a request is pending, waiting up to `timeout` seconds for one."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._pending.wait()
+        return self._pending.is_set()
+
+    def take(self) -> str:
+        """The pending requests as one trigger description; none is pending afterwards."""
+        reasons = list(self._reasons)
+        self._reasons.clear()
+        self._pending.clear()
+        shown = ", ".join(reasons[:TRIGGERS_SHOWN])
+        hidden = len(reasons) - TRIGGERS_SHOWN
+        return f"{shown} and {hidden} more" if hidden > 0 else shown
+
+
+def snapshot_of(
+    manager: DataManager, remote_io_bytes_per_sec: int, submit_times: Mapping[str, float], now: float
+) -> Snapshot:
+    """The data manager's jobs, datasets and nodes as a policy sees them, sharing `remote_io_bytes_per_sec`.
+
+    - A job's placement is its workers, counted as GPUs, and `gpus` is their total, so its f* applies in
+      full. `done_bytes` is what its nodes last reported reading. The data manager does not know how long a
+      job trains, so `total_bytes` is infinite. `submit_time` comes from `submit_times` (`now` if missing),
+      and as placements never change, the job has held its GPUs since then (`attained_gpu_seconds`).
+    - A node's GPUs are the workers placed on it: the controller places nothing, so none are free.
+    - A dataset's `cached_bytes` is the least that a node mounting it reported: like its quota, per node.
+    - The cache capacity is the smallest cache of the nodes running jobs. A quota is per dataset per node
+      and a node holds the quotas of the datasets its jobs read, so quotas that add up to at most that
+      smallest cache fit on every node, wherever the jobs run. (The paper's cache is one pool for the
+      cluster; a single number that is always safe for per-node caches is this one.)
+    - The seed is the state's revision, so a randomized policy decides the same on the same state.
+    """
+    state = manager.state
+    jobs = {job_id: _job_state(manager, job_id, submit_times.get(job_id, now), now) for job_id in state.jobs}
+    datasets = {
+        uri: DatasetState(uri, d.size_bytes, d.cache_quota_bytes, _cached_bytes(manager, uri))
+        for uri, d in state.datasets.items()
+    }
+    nodes = {
+        node_id: NodeState(node_id, _workers_on(state, node_id), node.cache_capacity_bytes)
+        for node_id, node in state.nodes.items()
+    }
+    hosting = [nodes[node_id].cache_bytes for node_id in state.nodes if state.jobs_on_node(node_id)]
+    return Snapshot(
+        time=now,
+        nodes=nodes,
+        remote_io_bytes_per_sec=remote_io_bytes_per_sec,
+        datasets=datasets,
+        jobs=jobs,
+        seed=state.revision,
+        cache_capacity_bytes=min(hosting, default=0),
+    )
+
+
+def _job_state(manager: DataManager, job_id: str, submit_time: float, now: float) -> JobState:
+    job = manager.state.jobs[job_id]
+    placement = {w.node_id: w.count for w in job.workers}
+    gpus = sum(placement.values())
+    return JobState(
+        job_id=job_id,
+        submit_time=submit_time,
+        gpus=gpus,
+        dataset_uri=job.dataset_uri,
+        dataset_bytes=manager.state.datasets[job.dataset_uri].size_bytes,
+        ideal_bytes_per_sec=job.ideal_bytes_per_sec,
+        total_bytes=math.inf,
+        done_bytes=sum(u.bytes_read for u in manager.liveness.job_usage(job_id)),
+        attained_gpu_seconds=gpus * (now - submit_time),
+        placement=MappingProxyType(placement),
+        io_bytes_per_sec=job.io_bytes_per_sec,
+    )
+
+
+def _cached_bytes(manager: DataManager, uri: str) -> int:
+    reported = {u.node_id: u.cached_bytes for u in manager.liveness.dataset_usage(uri)}
+    return min((reported.get(node_id, 0) for node_id in manager.state.nodes_mounting(uri)), default=0)
+
+
+def _workers_on(state: ClusterState, node_id: str) -> int:
+    return sum(
+        w.count for job_id in state.jobs_on_node(node_id) for w in state.jobs[job_id].workers if w.node_id == node_id
+    )
+
+
+Resource = Literal["cache", "io"]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One allocation a round changes: a dataset's cache quota or a job's remote IO rate."""
+
+    resource: Resource
+    target: str  # dataset URI or job id
+    current: int
+    wanted: int
+
+    @property
+    def decreases(self) -> bool:
+        return self.wanted < self.current
+
+    def __str__(self) -> str:
+        unit = format_size if self.resource == "cache" else format_rate
+        return f"{self.resource} of {self.target} {unit(self.current)} -> {unit(self.wanted)}"
+
+
+def plan(state: ClusterState, snapshot: Snapshot, decision: Decision) -> list[Step]:
+    """The changes that turn `state` into the decision's storage allocation, decreases first.
+
+    Every dataset and job the snapshot showed is covered, and one the decision leaves out gets nothing: a
+    dataset no job reads keeps no quota that could block a later job registration. Datasets and jobs that
+    appeared or went since the snapshot are left to the next round. Applying all decreases before any
+    increase keeps every intermediate state within limits that both the current state and the decision
+    respect, since each value then stays at most the larger of its current and wanted one.
+    """
+    cache, io = _storage(decision)
+    steps = [
+        Step("cache", uri, state.datasets[uri].cache_quota_bytes, cache.get(uri, 0))
+        for uri in sorted(snapshot.datasets)
+        if uri in state.datasets
+    ]
+    steps += [
+        Step("io", job_id, state.jobs[job_id].io_bytes_per_sec, io.get(job_id, 0))
+        for job_id in sorted(snapshot.jobs)
+        if job_id in state.jobs
+    ]
+    return sorted((s for s in steps if s.wanted != s.current), key=lambda s: not s.decreases)
+
+
+def _storage(decision: Decision) -> tuple[Mapping[str, int], Mapping[str, int]]:
+    """The decision's cache quotas and remote IO rates; a decision without them would free everything."""
+    if decision.cache_bytes is None or decision.io_bytes_per_sec is None:
+        raise ValueError("the policy left storage undecided (a scheduler from registry.build_scheduler never does)")
+    return decision.cache_bytes, decision.io_bytes_per_sec
+
+
+@dataclass(frozen=True, slots=True)
+class JobEstimate:
+    """What the policy expected of one job: the estimator's inputs it chose and the throughput they give."""
+
+    ideal_bytes_per_sec: float  # f* on the job's workers
+    cache_bytes: int  # c, the dataset's quota per node
+    dataset_bytes: int  # d
+    io_bytes_per_sec: int  # b
+    throughput_bytes_per_sec: float
+
+    @property
+    def hit_ratio(self) -> float:
+        return perf.hit_ratio(self.cache_bytes, self.dataset_bytes)
+
+
+def estimates(snapshot: Snapshot, decision: Decision, estimator: Estimator) -> dict[str, JobEstimate]:
+    """Per running job of `snapshot`, the throughput `estimator` predicts under the decision's storage."""
+    cache, io = _storage(decision)
+    result: dict[str, JobEstimate] = {}
+    for job in snapshot.running_jobs():
+        c, b = cache.get(job.dataset_uri, 0), io.get(job.job_id, 0)
+        rate = estimator.throughput(job, job.allocated_gpus, c, b)
+        result[job.job_id] = JobEstimate(perf.ideal_rate(job, job.allocated_gpus), c, job.dataset_bytes, b, rate)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class RoundReport:
+    """One round: why it ran, what the policy expected, and what reached the data manager."""
+
+    number: int
+    trigger: str
+    finished_at: float  # on the controller's clock
+    revision: int  # of the state the policy saw
+    cache_budget_bytes: int
+    estimates: Mapping[str, JobEstimate]
+    applied: tuple[Step, ...]
+    refused: tuple[tuple[Step, str], ...]  # with the data manager's reason
+    notes: Mapping[str, str]
+    error: str  # why the round stopped early ("" if it did not)
+
+
+class Controller:
+    """Runs a data manager's policy (`manager.policy`) round after round; never two rounds at once."""
+
+    def __init__(
+        self,
+        manager: DataManager,
+        scheduler: Scheduler,
+        requests: RoundRequests,
+        *,
+        round_seconds: float = DEFAULT_ROUND_SECONDS,
+        settle_seconds: float = SETTLE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if manager.policy is None or manager.remote_io_limit is None:
+            raise ValueError("a controller needs a data manager created with its policy and a remote IO limit")
+        self.policy = manager.policy
+        self._remote_io_limit = manager.remote_io_limit
+        self.round_seconds = round_seconds
+        self._manager = manager
+        self._scheduler = scheduler
+        self._requests = requests
+        self._settle_seconds = settle_seconds
+        self._clock = clock
+        self._submit_times: dict[str, float] = {}
+        self._last: RoundReport | None = None
+        self._one_round = asyncio.Lock()
+
+    async def run(self) -> None:
+        """Rounds until cancelled: one at once, then one per burst of requests, or after `round_seconds`
+        without any. A round cut short by cancellation leaves valid allocations that the next start redoes."""
+        trigger = "start"
+        while True:
+            await self.run_round(trigger)
+            if await self._requests.wait(self.round_seconds):
+                await asyncio.sleep(self._settle_seconds)  # let the rest of a burst arrive
+                trigger = self._requests.take()
+            else:
+                trigger = "timer"
+
+    async def run_round(self, trigger: str) -> RoundReport:
+        """Decide on the current state and apply the storage part; log and keep the report."""
+        async with self._one_round:
+            number = (self._last.number if self._last else 0) + 1
+            report, failure = await self._round(number, trigger)
+            self._last = report
+            _log_round(self.policy, report, failure)
+            return report
+
+    async def _round(self, number: int, trigger: str) -> tuple[RoundReport, Exception | None]:
+        snapshot = self._snapshot()
+        expected: dict[str, JobEstimate] = {}
+        notes: dict[str, str] = {}
+        applied: list[Step] = []
+        refused: list[tuple[Step, str]] = []
+        failure: Exception | None = None
+        try:
+            # Policies are pure functions of the immutable snapshot: a thread keeps the server answering.
+            decision = await asyncio.to_thread(self._scheduler.decide, snapshot)
+            steps = plan(self._manager.state, snapshot, decision)
+            expected, notes = estimates(snapshot, decision, self._scheduler.estimator), dict(decision.notes)
+            for step in steps:
+                try:
+                    await self._apply(step)
+                except DataManagerError as exc:
+                    refused.append((step, str(exc)))
+                else:
+                    applied.append(step)
+        except Exception as exc:  # a plugin policy's bug or a failed commit must not stop the server
+            failure = exc
+        report = RoundReport(
+            number=number,
+            trigger=trigger,
+            finished_at=self._clock(),
+            revision=snapshot.seed,
+            cache_budget_bytes=snapshot.cache_capacity_bytes,
+            estimates=expected,
+            applied=tuple(applied),
+            refused=tuple(refused),
+            notes=notes,
+            error="" if failure is None else f"{type(failure).__name__}: {failure}",
+        )
+        return report, failure
+
+    def _snapshot(self) -> Snapshot:
+        now = self._clock()
+        jobs = self._manager.state.jobs
+        self._submit_times = {job_id: self._submit_times.get(job_id, now) for job_id in jobs}
+        return snapshot_of(self._manager, self._remote_io_limit, self._submit_times, now)
+
+    async def _apply(self, step: Step) -> None:
+        if step.resource == "cache":
+            await self._manager.allocate_cache_size(step.target, step.wanted, policy=self.policy)
+        else:
+            await self._manager.allocate_remote_io(step.target, step.wanted, policy=self.policy)
+
+    # ---- what `silod status` shows ----
+
+    def status(self) -> pb.ControllerStatus:
+        status = pb.ControllerStatus(policy=self.policy, round_seconds=self.round_seconds)
+        last = self._last
+        if last is not None:
+            status.rounds = last.number
+            status.last_round_trigger = last.trigger
+            status.seconds_since_last_round = self._clock() - last.finished_at
+            status.last_round_changes = len(last.applied)
+            status.last_round_refusals.extend(f"{step}: {reason}" for step, reason in last.refused)
+            status.last_round_error = last.error
+            status.cache_budget_bytes = last.cache_budget_bytes
+        return status
+
+    def estimate(self, job_id: str) -> pb.JobEstimate | None:
+        """What the last round expected of the job; None if it has not been through a round."""
+        if self._last is None or job_id not in self._last.estimates:
+            return None
+        e = self._last.estimates[job_id]
+        return pb.JobEstimate(
+            ideal_bytes_per_sec=e.ideal_bytes_per_sec,
+            cache_bytes=e.cache_bytes,
+            dataset_bytes=e.dataset_bytes,
+            io_bytes_per_sec=e.io_bytes_per_sec,
+            throughput_bytes_per_sec=e.throughput_bytes_per_sec,
+            round=self._last.number,
+        )
+
+
+def _log_round(policy: str, report: RoundReport, failure: Exception | None) -> None:
+    """One line per round: INFO when everything applied, WARNING when something was refused, ERROR (with the
+    traceback) when the round failed."""
+    jobs = "; ".join(
+        f"{job_id} f*={format_rate(e.ideal_bytes_per_sec)} c/d={e.hit_ratio:.2f} b={format_rate(e.io_bytes_per_sec)}"
+        f" -> {format_rate(e.throughput_bytes_per_sec)}"
+        for job_id, e in sorted(report.estimates.items())
+    )
+    changes = ", ".join(map(str, report.applied)) or "none"
+    message = f"round {report.number} ({report.trigger}) by {policy}: {jobs or 'no jobs'} | changes: {changes}"
+    if report.refused:
+        message += " | refused, retried next round: " + "; ".join(f"{s}: {reason}" for s, reason in report.refused)
+    if report.error:
+        message += f" | failed, retried next round: {report.error}"
+    fields = {
+        "policy": policy,
+        "round": report.number,
+        "trigger": report.trigger,
+        "revision": report.revision,
+        "cache_budget_bytes": report.cache_budget_bytes,
+        "jobs": {job_id: {**asdict(e), "hit_ratio": e.hit_ratio} for job_id, e in sorted(report.estimates.items())},
+        "applied": [str(step) for step in report.applied],
+        "refused": [{"change": str(step), "reason": reason} for step, reason in report.refused],
+        "notes": dict(report.notes),
+        "error": report.error,
+    }
+    level = logging.ERROR if failure else logging.WARNING if report.refused else logging.INFO
+    log.log(level, "%s", message, extra=fields, exc_info=failure)
