@@ -15,7 +15,15 @@ from typing import Any, NamedTuple
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
-from datamgr.cli.tables import datasets_table, jobs_table, nodes_table, render_table, summary_line
+from datamgr.cli.tables import (
+    controller_line,
+    datasets_table,
+    estimate_line,
+    jobs_table,
+    nodes_table,
+    render_table,
+    summary_line,
+)
 from datamgr.client import ClientError, DataManagerClient
 from datamgr.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb
@@ -86,6 +94,8 @@ def job_show(args: argparse.Namespace, client: DataManagerClient) -> None:
         _print_json(_as_dict(job))
         return
     print(jobs_table([job]))
+    if job.HasField("estimate"):
+        print(estimate_line(job))
     rates = {r.node_id: r.io_bytes_per_sec for r in job.node_rates}
     rows = [(w.node_id, w.count, format_rate(rates.get(w.node_id, 0))) for w in job.workers]
     print("\n" + render_table(("NODE", "WORKERS", "REMOTE IO SHARE"), rows))
@@ -131,7 +141,7 @@ def _status_json(status: _Status, indent: int | None) -> str:
 def _status_tables(address: str, status: _Status) -> str:
     return "\n\n".join(
         (
-            f"data manager {address}: {summary_line(status.summary)}",
+            f"data manager {address}: {summary_line(status.summary)}\n{controller_line(status.summary.controller)}",
             datasets_table(status.datasets),
             jobs_table(status.jobs),
             nodes_table(status.nodes),

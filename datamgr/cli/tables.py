@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from datamgr.controller import EXTERNAL_POLICY
+from datamgr.scheduler.perf import hit_ratio
 from datamgr.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb
 
@@ -27,6 +29,35 @@ def summary_line(summary: pb.ClusterSummary) -> str:
         f"revision {summary.revision} | {summary.dataset_count} datasets, {summary.job_count} jobs, "
         f"{summary.node_count} nodes ({summary.nodes_available} available) | remote IO {io_of} | "
         f"cache quota {format_size(summary.cache_allocated_bytes)} of {format_size(summary.cache_capacity_bytes)}"
+    )
+
+
+def controller_line(controller: pb.ControllerStatus) -> str:
+    """Who allocates, and what the policy's last round did."""
+    if controller.policy in ("", EXTERNAL_POLICY):  # "": a data manager older than the controller
+        return "allocations: external (AllocateCacheSize / AllocateRemoteIO callers such as silod alloc)"
+    line = f"allocations: policy {controller.policy}, a round at least every {controller.round_seconds:g}s"
+    if not controller.rounds:
+        return line + " | no round yet"
+    line += (
+        f" | round {controller.rounds} {controller.seconds_since_last_round:.0f}s ago "
+        f"({controller.last_round_trigger}): {controller.last_round_changes} changes, "
+        f"cache budget {format_size(controller.cache_budget_bytes)}/node"
+    )
+    for refusal in controller.last_round_refusals:
+        line += f"\n  refused, retried next round: {refusal}"
+    if controller.last_round_error:
+        line += f"\n  round failed, retried next round: {controller.last_round_error}"
+    return line
+
+
+def estimate_line(job: pb.Job) -> str:
+    """The estimator inputs the policy chose for a job and the throughput it expected."""
+    e = job.estimate
+    return (
+        f"expected by round {e.round}: f* {format_rate(e.ideal_bytes_per_sec)}, cache {format_size(e.cache_bytes)} "
+        f"of {format_size(e.dataset_bytes)} (c/d {hit_ratio(e.cache_bytes, e.dataset_bytes):.2f}), "
+        f"remote IO {format_rate(e.io_bytes_per_sec)} -> {format_rate(e.throughput_bytes_per_sec)}"
     )
 
 
@@ -55,10 +86,11 @@ def jobs_table(jobs: Sequence[pb.Job]) -> str:
             format_rate(j.io_bytes_per_sec),
             ",".join(f"{w.node_id}:{w.count}" for w in j.workers),
             format_size(sum(u.bytes_read for u in j.usage)),
+            format_rate(j.estimate.throughput_bytes_per_sec) if j.HasField("estimate") else "-",
         )
         for j in jobs
     ]
-    return render_table(("JOB", "DATASET", "IDEAL", "REMOTE IO", "WORKERS", "READ"), rows)
+    return render_table(("JOB", "DATASET", "IDEAL", "REMOTE IO", "WORKERS", "READ", "EXPECTED"), rows)
 
 
 def nodes_table(nodes: Sequence[pb.Node]) -> str:
