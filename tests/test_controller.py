@@ -1,0 +1,520 @@
+"""The live controller (`silod datamgr serve --policy NAME`): the snapshot a policy sees of the data manager's
+state, storage decisions applied through the manager's own allocation calls (decreases first, refusals
+retried, failures survived), manual allocations refused while a policy owns them, and end to end: the greedy
+policy's allocations reaching a real node agent as jobs are registered and finished with the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+
+from datamgr.cli.main import parse_args
+from datamgr.controller import Controller, RoundRequests, Step, plan, snapshot_of
+from datamgr.manager import DataManager
+from datamgr.model import Dataset, FailedPrecondition, Job, Node, Worker
+from datamgr.scheduler.perf import Estimator, SiloDPerf
+from datamgr.scheduler.policies.fifo import FifoPolicy
+from datamgr.scheduler.policies.greedy import GreedyStorage
+from datamgr.scheduler.policy import Decision
+from datamgr.scheduler.registry import Scheduler, available_policies, build_scheduler
+from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot
+from datamgr.state import ClusterState
+from datamgr.store import SQLiteStore
+from silodpb.v1 import datamgr_pb2 as pb
+from tests import polling
+from tests.datamgr_fixtures import DataManagerProcess, make_local_dataset, silod_cli
+from tests.mount_fixtures import MountProcess
+
+# ---- an in-process data manager owned by a policy ----
+
+
+@contextlib.asynccontextmanager
+async def owned_manager(
+    tmp_path: Path, policy: str, remote_io_limit: int = 1000
+) -> AsyncIterator[tuple[DataManager, RoundRequests]]:
+    """A data manager on a fresh state dir whose allocations belong to `policy`, and its round requests."""
+    store = SQLiteStore(tmp_path / "state")
+    requests = RoundRequests()
+    manager = DataManager(store, remote_io_limit=remote_io_limit, policy=policy, on_jobs_changed=requests.request)
+    try:
+        yield manager, requests
+    finally:
+        await manager.close()
+        store.close()
+
+
+async def add_dataset(manager: DataManager, root: Path, files: int, size: int) -> str:
+    """A registered dataset of `files` x `size` bytes; returns its URI."""
+    dataset, _, _ = await manager.register_dataset(make_local_dataset(root, files, size), {}, 0)
+    return dataset.uri
+
+
+@dataclass
+class FixedPolicy:
+    """A site's plugin policy that always decides the same storage allocation."""
+
+    cache: Mapping[str, int]
+    io: Mapping[str, int]
+    name: str = "fixed"
+
+    def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
+        return Decision(cache_bytes=self.cache, io_bytes_per_sec=self.io)
+
+
+@dataclass
+class FailsOncePolicy:
+    """A plugin policy whose first call raises (a bug, a model not loaded yet), then decides like `then`."""
+
+    then: FixedPolicy
+    calls: int = 0
+    name: str = "fixed"
+
+    def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("profile table not loaded yet")
+        return self.then.schedule(snapshot, estimator)
+
+
+def scheduler_of(policy: FixedPolicy | FailsOncePolicy) -> Scheduler:
+    return Scheduler(policy, SiloDPerf(), "silod")
+
+
+# ---- the snapshot ----
+
+
+def test_the_snapshot_places_jobs_on_their_workers_and_budgets_the_smallest_cache_of_nodes_running_jobs(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "greedy", remote_io_limit=7000) as (manager, _):
+            await manager.register_node("n1", "h1:1", 5000)
+            await manager.register_node("n2", "h2:1", 3000)
+            await manager.register_node("idle", "h3:1", 100)  # runs no job: its small cache does not count
+            a = await add_dataset(manager, tmp_path / "a", files=8, size=1000)
+            b = await add_dataset(manager, tmp_path / "b", files=4, size=500)
+            await manager.register_job("ja", a, 1000, [Worker("n1", 2), Worker("n2", 1)])
+            await manager.register_job("jb", b, 500, [Worker("n2", 1)])
+            manager.report_usage(
+                "n1", [pb.DatasetUsage(dataset_uri=a, cached_bytes=700)], [pb.JobUsage(job_id="ja", bytes_read=300)]
+            )
+            manager.report_usage(
+                "n2",
+                [pb.DatasetUsage(dataset_uri=a, cached_bytes=400), pb.DatasetUsage(dataset_uri=b, cached_bytes=100)],
+                [pb.JobUsage(job_id="ja", bytes_read=200)],
+            )
+
+            snapshot = snapshot_of(manager, 7000, {"ja": 1.0}, now=11.0)
+
+            assert snapshot.cache_capacity_bytes == 3000
+            assert snapshot.remote_io_bytes_per_sec == 7000
+            assert snapshot.seed == manager.state.revision
+            assert {n.node_id: n.gpus for n in snapshot.nodes.values()} == {"n1": 2, "n2": 2, "idle": 0}
+            ja, jb = snapshot.jobs["ja"], snapshot.jobs["jb"]
+            assert (dict(ja.placement), ja.gpus, ja.ideal_bytes_per_sec) == ({"n1": 2, "n2": 1}, 3, 1000)
+            assert (ja.dataset_uri, ja.dataset_bytes, ja.done_bytes) == (a, 8000, 500)
+            assert ja.total_bytes == math.inf  # the data manager does not know how long a job trains
+            assert (ja.submit_time, ja.attained_gpu_seconds) == (1.0, 30.0)
+            assert (jb.submit_time, jb.attained_gpu_seconds, jb.done_bytes) == (11.0, 0.0, 0)  # seen now
+            assert snapshot.datasets[a] == DatasetState(a, 8000, 0, 400)  # the least cached on a node mounting it
+            assert snapshot.datasets[b] == DatasetState(b, 2000, 0, 100)
+
+    asyncio.run(scenario())
+
+
+# ---- applying decisions ----
+
+
+def test_a_greedy_round_applies_what_greedy_decides_for_the_snapshot(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "greedy", remote_io_limit=3000) as (manager, requests):
+            await manager.register_node("n1", "h1:1", 3000)
+            fast = await add_dataset(manager, tmp_path / "fast", files=4, size=500)
+            slow = await add_dataset(manager, tmp_path / "slow", files=4, size=500)
+            await manager.register_job("ja", fast, 10_000, [Worker("n1", 1)])
+            await manager.register_job("jb", slow, 1000, [Worker("n1", 1)])
+            controller = Controller(manager, build_scheduler("greedy"), requests)
+            expected = GreedyStorage().schedule(snapshot_of(manager, 3000, {}, now=0.0), SiloDPerf())
+
+            report = await controller.run_round("test")
+
+            assert report.error == "" and report.refused == ()
+            assert {uri: d.cache_quota_bytes for uri, d in manager.state.datasets.items()} == expected.cache_bytes
+            assert {j.job_id: j.io_bytes_per_sec for j in manager.state.jobs.values()} == expected.io_bytes_per_sec
+            assert expected.cache_bytes == {fast: 2000, slow: 1000}  # the scenario exercises both resources
+            jb = report.estimates["jb"]
+            assert (jb.ideal_bytes_per_sec, jb.cache_bytes, jb.dataset_bytes) == (1000, 1000, 2000)
+            assert jb.throughput_bytes_per_sec == SiloDPerf().throughput(
+                snapshot_of(manager, 3000, {}, now=0.0).jobs["jb"], 1, 1000, jb.io_bytes_per_sec
+            )
+            again = await controller.run_round("test")
+            assert again.applied == () and again.number == 2  # an unchanged state changes nothing
+
+    asyncio.run(scenario())
+
+
+def test_decreases_go_first_so_every_step_of_a_swap_is_within_the_limits(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "fixed", remote_io_limit=1000) as (manager, requests):
+            await manager.register_node("n1", "h1:1", 1000)
+            a = await add_dataset(manager, tmp_path / "a", files=2, size=500)
+            b = await add_dataset(manager, tmp_path / "b", files=2, size=500)
+            await manager.register_job("ja", a, 5000, [Worker("n1", 1)])
+            await manager.register_job("jb", b, 5000, [Worker("n1", 1)])
+            for allocate in (
+                manager.allocate_cache_size(a, 800, policy="fixed"),
+                manager.allocate_cache_size(b, 200, policy="fixed"),
+                manager.allocate_remote_io("ja", 900, policy="fixed"),
+                manager.allocate_remote_io("jb", 100, policy="fixed"),
+            ):
+                await allocate
+            with pytest.raises(FailedPrecondition):  # an increase first would break the node's capacity
+                await manager.allocate_cache_size(b, 800, policy="fixed")
+            policy = FixedPolicy(cache={a: 200, b: 800}, io={"ja": 100, "jb": 900})
+
+            report = await Controller(manager, scheduler_of(policy), requests).run_round("test")
+
+            assert report.refused == ()
+            assert [str(step) for step in report.applied] == [
+                f"cache of {a} 800 B -> 200 B",
+                "io of ja 900 B/s -> 100 B/s",
+                f"cache of {b} 200 B -> 800 B",
+                "io of jb 100 B/s -> 900 B/s",
+            ]
+            assert (manager.state.datasets[b].cache_quota_bytes, manager.state.jobs["jb"].io_bytes_per_sec) == (
+                800,
+                900,
+            )
+
+    asyncio.run(scenario())
+
+
+def test_a_plan_releases_what_the_decision_leaves_out_and_leaves_later_changes_to_the_next_round() -> None:
+    def dataset(uri: str, quota: int) -> Dataset:
+        return Dataset(uri, {}, 100, 1, 1, 4096, "digest", cache_quota_bytes=quota)
+
+    def job_state(job_id: str) -> JobState:
+        return JobState(job_id, 0.0, 1, "file:///a", 100, 50.0, math.inf, placement=MappingProxyType({"n1": 1}))
+
+    snapshot = Snapshot(
+        time=0.0,
+        nodes={"n1": NodeState("n1", 2, 1000)},
+        remote_io_bytes_per_sec=100.0,
+        datasets={uri: DatasetState(uri, 100) for uri in ("file:///a", "file:///idle")},
+        jobs={"ja": job_state("ja"), "gone": job_state("gone")},
+    )
+    state = ClusterState(  # since the snapshot: job "gone" finished, dataset "new" was registered
+        datasets=[dataset("file:///a", 30), dataset("file:///idle", 70), dataset("file:///new", 5)],
+        jobs=[Job("ja", "file:///a", 50, (Worker("n1", 1),), io_bytes_per_sec=40)],
+        nodes=[Node("n1", "h1:1", 1000)],
+    )
+
+    steps = plan(state, snapshot, Decision(cache_bytes={"file:///a": 30}, io_bytes_per_sec={"ja": 60}))
+
+    assert steps == [Step("cache", "file:///idle", 70, 0), Step("io", "ja", 40, 60)]
+
+
+@pytest.mark.expected_warnings
+def test_a_refused_change_is_logged_with_the_reason_and_retried_next_round_while_the_rest_applies(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "fixed") as (manager, requests):
+            await manager.register_node("n1", "h1:1", 10_000)
+            a = await add_dataset(manager, tmp_path / "a", files=2, size=500)
+            await manager.register_job("ja", a, 5000, [Worker("n1", 1)])
+            policy = FixedPolicy(cache={a: 5000}, io={"ja": 300})  # more cache than the dataset has
+            controller = Controller(manager, scheduler_of(policy), requests)
+
+            first = await controller.run_round("test")
+            second = await controller.run_round("test")
+
+            assert [str(step) for step in first.applied] == ["io of ja 0 B/s -> 300 B/s"]
+            [(step, reason)] = first.refused
+            assert step == Step("cache", a, 0, 5000)
+            assert "larger than dataset" in reason
+            assert second.refused == first.refused and second.applied == ()  # tried again
+            status = controller.status()
+            assert (status.rounds, status.last_round_changes) == (2, 0)
+            assert list(status.last_round_refusals) == [f"{step}: {reason}"]
+
+    asyncio.run(scenario())
+    [line, _] = [r for r in caplog.records if r.name == "datamgr.controller"]
+    assert line.levelno == logging.WARNING
+    assert "larger than dataset" in line.getMessage()
+    assert vars(line)["refused"][0]["reason"].startswith("cache_size_bytes 5000 is larger than dataset")
+
+
+@pytest.mark.expected_warnings
+def test_a_round_whose_policy_raises_is_logged_and_the_next_round_applies(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "fixed") as (manager, requests):
+            await manager.register_node("n1", "h1:1", 10_000)
+            a = await add_dataset(manager, tmp_path / "a", files=2, size=500)
+            await manager.register_job("ja", a, 5000, [Worker("n1", 1)])
+            controller = Controller(
+                manager, scheduler_of(FailsOncePolicy(FixedPolicy({a: 1000}, {"ja": 300}))), requests
+            )
+
+            failed = await controller.run_round("test")
+            assert failed.error == "RuntimeError: profile table not loaded yet"
+            assert controller.status().last_round_error == failed.error
+            assert manager.state.jobs["ja"].io_bytes_per_sec == 0
+
+            retried = await controller.run_round("timer")
+            assert retried.error == "" and len(retried.applied) == 2
+            assert manager.state.jobs["ja"].io_bytes_per_sec == 300
+
+    asyncio.run(scenario())
+    failure = next(r for r in caplog.records if r.name == "datamgr.controller")
+    assert failure.levelno == logging.ERROR and failure.exc_info is not None  # with the policy's traceback
+
+
+@pytest.mark.expected_warnings
+def test_a_policy_that_leaves_storage_undecided_fails_its_round_instead_of_freeing_everything(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "fifo") as (manager, requests):
+            await manager.register_node("n1", "h1:1", 10_000)
+            a = await add_dataset(manager, tmp_path / "a", files=2, size=500)
+            await manager.register_job("ja", a, 5000, [Worker("n1", 1)])
+            await manager.allocate_remote_io("ja", 300, policy="fifo")
+            compute_only = Scheduler(FifoPolicy(), SiloDPerf(), "silod")  # not filled in by build_scheduler
+
+            report = await Controller(manager, compute_only, requests).run_round("test")
+
+            assert "left storage undecided" in report.error and report.applied == ()
+            assert manager.state.jobs["ja"].io_bytes_per_sec == 300
+
+    asyncio.run(scenario())
+
+
+def test_manual_allocations_are_refused_naming_the_policy_that_owns_them(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "greedy") as (manager, _):
+            await manager.register_node("n1", "h1:1", 10_000)
+            a = await add_dataset(manager, tmp_path / "a", files=2, size=500)
+            await manager.register_job("ja", a, 5000, [Worker("n1", 1)])
+            with pytest.raises(FailedPrecondition, match=r"AllocateRemoteIO: the greedy policy allocates .*external"):
+                await manager.allocate_remote_io("ja", 100)
+            with pytest.raises(FailedPrecondition, match=r"AllocateCacheSize: the greedy policy"):
+                await manager.allocate_cache_size(a, 100)
+            assert manager.state.jobs["ja"].io_bytes_per_sec == 0
+            assert manager.state.datasets[a].cache_quota_bytes == 0
+
+    asyncio.run(scenario())
+
+
+# ---- triggers ----
+
+
+async def wait_until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    """Poll `check` on the event loop (which the controller shares) until it holds, bounded by `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s")
+        await asyncio.sleep(0.01)  # polling observable state, bounded by the deadline
+
+
+def test_a_burst_of_job_registrations_is_served_by_one_round(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "greedy") as (manager, requests):
+            await manager.register_node("n1", "h1:1", 10_000)
+            a = await add_dataset(manager, tmp_path / "a", files=2, size=500)
+            controller = Controller(manager, build_scheduler("greedy"), requests, round_seconds=3600)
+            for i in range(5):  # before the controller runs: all of them wait for the same round
+                await manager.register_job(f"j{i}", a, 1000, [Worker("n1", 1)])
+            running = asyncio.create_task(controller.run())
+            try:
+                await wait_until(lambda: controller.status().rounds == 2, "the round after the start round")
+            finally:
+                running.cancel()
+                await asyncio.gather(running, return_exceptions=True)
+            status = controller.status()
+            assert status.last_round_trigger == "registered job j0, registered job j1, registered job j2 and 2 more"
+            assert sum(j.io_bytes_per_sec for j in manager.state.jobs.values()) == 1000  # the limit, shared out
+
+    asyncio.run(scenario())
+
+
+def test_round_requests_coalesce_and_name_what_changed() -> None:
+    async def scenario() -> None:
+        requests = RoundRequests()
+        assert not await requests.wait(0)
+        for reason in ("registered job a", "registered job a", "finished job b"):
+            requests.request(reason)
+        assert await requests.wait(3600)
+        assert requests.take() == "registered job a, finished job b"
+        assert not await requests.wait(0)
+
+    asyncio.run(scenario())
+
+
+# ---- configuration ----
+
+
+def test_policy_and_round_follow_flag_over_environment_over_file_over_default(tmp_path: Path) -> None:
+    config = tmp_path / "silod.toml"
+    config.write_text('[datamgr]\nstate-dir = "s"\npolicy = "greedy"\nround = 5\n')
+    serve = ["--config", str(config), "datamgr", "serve"]
+    default = parse_args(["datamgr", "serve", "--state-dir", "s"], {})
+    assert (default.policy, default.round_seconds) == ("external", 30.0)
+    assert (parse_args(serve, {}).policy, parse_args(serve, {}).round_seconds) == ("greedy", 5.0)
+    from_env = parse_args(serve, {"SILOD_POLICY": "fifo", "SILOD_ROUND": "7"})
+    assert (from_env.policy, from_env.round_seconds) == ("fifo", 7.0)
+    from_flags = parse_args([*serve, "--policy", "external", "--round", "9"], {"SILOD_POLICY": "fifo"})
+    assert (from_flags.policy, from_flags.round_seconds) == ("external", 9.0)
+
+
+def test_an_unknown_policy_exits_2_listing_the_known_ones_before_touching_the_state_dir(tmp_path: Path) -> None:
+    result = silod_cli(
+        "datamgr", "serve", "--state-dir", str(tmp_path / "state"), "--remote-io-limit", "1GB/s", "--policy", "nosuch"
+    )
+    assert result.returncode == 2
+    assert f"--policy 'nosuch' is unknown; known policies: external, {', '.join(available_policies())}" in result.stderr
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_policy_without_a_remote_io_limit_exits_2_saying_so(tmp_path: Path) -> None:
+    result = silod_cli("datamgr", "serve", "--state-dir", str(tmp_path / "state"), "--policy", "greedy")
+    assert result.returncode == 2
+    assert "--policy greedy shares out the cluster's remote IO, so it needs --remote-io-limit" in result.stderr
+
+
+# ---- end to end: silod datamgr serve --policy greedy, a node agent, the CLI ----
+
+FILES, SIZE = 40, 50_000  # 2 MB per dataset
+NODE_CACHE = 1_500_000  # three quarters of one dataset
+REMOTE_IO = 3_000_000
+FAST_RATE, SLOW_RATE = 10_000_000, 1_000_000  # f*: the fast job's dataset is 10x as cache-efficient
+
+
+@dataclass
+class GreedyCluster:
+    """`silod datamgr serve --policy greedy` with one node agent and two datasets on local directories."""
+
+    datamgr: DataManagerProcess
+    node: MountProcess
+    uris: dict[str, str]
+
+    def cli(self, *args: str) -> str:
+        result = silod_cli(*args, datamgr=self.datamgr.address)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def status(self) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads(self.cli("status", "--json"))
+        return document
+
+
+@pytest.fixture
+def greedy_cluster(tmp_path: Path) -> Iterator[GreedyCluster]:
+    datamgr = DataManagerProcess(
+        tmp_path / "state",
+        tmp_path / "datamgr.log",
+        *("--policy", "greedy", "--remote-io-limit", str(REMOTE_IO), "--round", "3600"),  # rounds on job changes
+    )
+    try:
+        datamgr.start()
+        node = MountProcess.node(tmp_path / "n1", datamgr.address, "n1", "--cache-capacity", str(NODE_CACHE))
+        try:
+            node.start()
+            uris = {name: make_local_dataset(tmp_path / name, files=FILES, size=SIZE) for name in ("fast", "slow")}
+            yield GreedyCluster(datamgr, node, uris)
+        finally:
+            node.stop()
+    finally:
+        datamgr.stop()
+
+
+def expected_greedy(jobs: Mapping[str, tuple[str, int]]) -> Decision:
+    """What SiloD's greedy policy decides for these jobs (id -> dataset URI, f*) on the one node."""
+    snapshot = Snapshot(
+        time=0.0,
+        nodes={"n1": NodeState("n1", len(jobs), NODE_CACHE)},
+        remote_io_bytes_per_sec=REMOTE_IO,
+        datasets={uri: DatasetState(uri, FILES * SIZE) for uri, _ in jobs.values()},
+        jobs={
+            job_id: JobState(job_id, 0.0, 1, uri, FILES * SIZE, rate, math.inf, placement=MappingProxyType({"n1": 1}))
+            for job_id, (uri, rate) in jobs.items()
+        },
+    )
+    return GreedyStorage().schedule(snapshot, SiloDPerf())
+
+
+def node_enforces(node: MountProcess, decision: Decision) -> bool:
+    """Whether the node agent's live mount applies exactly the decision's quotas and rates."""
+    assert decision.cache_bytes is not None and decision.io_bytes_per_sec is not None
+    stats = node.stats()
+    quotas = {uri: d["quota_bytes"] for uri, d in stats["datasets"].items()}
+    rates = {job_id: j["io_bytes_per_sec"] for job_id, j in stats["jobs"].items()}
+    return quotas == dict(decision.cache_bytes) and rates == dict(decision.io_bytes_per_sec)
+
+
+def wait_for_node(node: MountProcess, decision: Decision, what: str) -> None:
+    polling.eventually(
+        lambda: node_enforces(node, decision),
+        what=lambda: f"{what}; node stats: {node.stats()}",
+        ignore=lambda exc: isinstance(exc, (FileNotFoundError, json.JSONDecodeError, KeyError)),
+    )
+
+
+def test_the_greedy_policy_allocates_what_reaches_the_node_and_reallocates_when_a_job_finishes(
+    greedy_cluster: GreedyCluster,
+) -> None:
+    cluster, node = greedy_cluster, greedy_cluster.node
+    fast, slow = cluster.uris["fast"], cluster.uris["slow"]
+    for uri in (fast, slow):
+        cluster.cli("dataset", "add", uri)
+    cluster.cli("job", "add", "resnet", "--dataset", fast, "--ideal-rate", str(FAST_RATE), "--worker", "n1")
+    cluster.cli("job", "add", "bert", "--dataset", slow, "--ideal-rate", str(SLOW_RATE), "--worker", "n1")
+
+    both = expected_greedy({"resnet": (fast, FAST_RATE), "bert": (slow, SLOW_RATE)})
+    assert both.cache_bytes == {fast: 1_500_000, slow: 0}  # all the cache to the cache-efficient dataset
+    assert both.io_bytes_per_sec == {"resnet": 2_500_000, "bert": 500_000}  # resnet's steady demand first
+    wait_for_node(node, both, "greedy's allocation for both jobs on the node")
+
+    status = cluster.status()
+    assert status["summary"]["controller"]["policy"] == "greedy"
+    assert status["summary"]["controller"]["last_round_trigger"] == "registered job bert"
+    estimates = {j["job_id"]: j["estimate"] for j in status["jobs"]}
+    assert {job_id: e["io_bytes_per_sec"] for job_id, e in estimates.items()} == {
+        "resnet": "2500000",
+        "bert": "500000",
+    }
+    # min(f*, b / (1 - c/d)): resnet at f* (2.5 MB/s over a 25% miss ratio), bert bound by its remote IO.
+    assert {job_id: e["throughput_bytes_per_sec"] for job_id, e in estimates.items()} == {
+        "resnet": FAST_RATE,
+        "bert": 500_000,
+    }
+    tables = cluster.cli("status")
+    assert "allocations: policy greedy, a round at least every 3600s" in tables
+    assert "(registered job bert)" in tables
+    header, bert_row = (next(line for line in tables.splitlines() if line.startswith(w)) for w in ("JOB", "bert"))
+    assert header.split()[-1] == "EXPECTED" and bert_row.endswith("500.0 kB/s")
+
+    manual = silod_cli("alloc", "io", "bert", "2MB/s", datamgr=cluster.datamgr.address)
+    assert manual.returncode == 1
+    assert "FAILED_PRECONDITION" in manual.stderr and "the greedy policy allocates" in manual.stderr
+
+    cluster.cli("job", "finish", "resnet")
+    alone = expected_greedy({"bert": (slow, SLOW_RATE)})
+    assert alone.cache_bytes == {slow: 1_500_000} and alone.io_bytes_per_sec == {"bert": 1_000_000}
+    wait_for_node(node, alone, "greedy's allocation once resnet finished")
+    after = cluster.status()
+    assert after["summary"]["controller"]["last_round_trigger"] == "finished job resnet"
+    quotas = {d["uri"]: d["cache_quota_bytes"] for d in after["datasets"]}
+    assert quotas == {fast: "0", slow: "1500000"}  # the finished job's dataset keeps no quota
