@@ -216,6 +216,15 @@ def estimates(snapshot: Snapshot, decision: Decision, estimator: Estimator) -> d
     return result
 
 
+def unapplied_placements(snapshot: Snapshot, decision: Decision) -> tuple[str, ...]:
+    """The jobs a compute-deciding policy would move or preempt. Placement is the cluster scheduler's, so
+    these jobs stay where they are, and the storage the policy chose for them assumed otherwise."""
+    if decision.placements is None:
+        return ()
+    placements = decision.placements
+    return tuple(j for j in sorted(snapshot.jobs) if dict(placements.get(j, {})) != dict(snapshot.jobs[j].placement))
+
+
 @dataclass(frozen=True, slots=True)
 class RoundReport:
     """One round: why it ran, what the policy expected, and what reached the data manager."""
@@ -228,6 +237,7 @@ class RoundReport:
     estimates: Mapping[str, JobEstimate]
     applied: tuple[Step, ...]
     refused: tuple[tuple[Step, str], ...]  # with the data manager's reason
+    unapplied_placements: tuple[str, ...]
     notes: Mapping[str, str]
     error: str  # why the round stopped early ("" if it did not)
 
@@ -284,6 +294,7 @@ class Controller:
         snapshot = self._snapshot()
         expected: dict[str, JobEstimate] = {}
         notes: dict[str, str] = {}
+        unplaced: tuple[str, ...] = ()
         applied: list[Step] = []
         refused: list[tuple[Step, str]] = []
         failure: Exception | None = None
@@ -292,6 +303,7 @@ class Controller:
             decision = await asyncio.to_thread(self._scheduler.decide, snapshot)
             steps = plan(self._manager.state, snapshot, decision)
             expected, notes = estimates(snapshot, decision, self._scheduler.estimator), dict(decision.notes)
+            unplaced = unapplied_placements(snapshot, decision)
             for step in steps:
                 try:
                     await self._apply(step)
@@ -310,6 +322,7 @@ class Controller:
             estimates=expected,
             applied=tuple(applied),
             refused=tuple(refused),
+            unapplied_placements=unplaced,
             notes=notes,
             error="" if failure is None else f"{type(failure).__name__}: {failure}",
         )
@@ -367,6 +380,8 @@ def _log_round(policy: str, report: RoundReport, failure: Exception | None) -> N
     )
     changes = ", ".join(map(str, report.applied)) or "none"
     message = f"round {report.number} ({report.trigger}) by {policy}: {jobs or 'no jobs'} | changes: {changes}"
+    if report.unapplied_placements:
+        message += " | placements not applied (the cluster scheduler's): " + ", ".join(report.unapplied_placements)
     if report.refused:
         message += " | refused, retried next round: " + "; ".join(f"{s}: {reason}" for s, reason in report.refused)
     if report.error:
@@ -380,6 +395,7 @@ def _log_round(policy: str, report: RoundReport, failure: Exception | None) -> N
         "jobs": {job_id: {**asdict(e), "hit_ratio": e.hit_ratio} for job_id, e in sorted(report.estimates.items())},
         "applied": [str(step) for step in report.applied],
         "refused": [{"change": str(step), "reason": reason} for step, reason in report.refused],
+        "unapplied_placements": list(report.unapplied_placements),
         "notes": dict(report.notes),
         "error": report.error,
     }

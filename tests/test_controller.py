@@ -62,14 +62,15 @@ async def add_dataset(manager: DataManager, root: Path, files: int, size: int) -
 
 @dataclass
 class FixedPolicy:
-    """A site's plugin policy that always decides the same storage allocation."""
+    """A site's plugin policy that always decides the same storage allocation (and placements, if given)."""
 
     cache: Mapping[str, int]
     io: Mapping[str, int]
+    placements: Mapping[str, Mapping[str, int]] | None = None
     name: str = "fixed"
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
-        return Decision(cache_bytes=self.cache, io_bytes_per_sec=self.io)
+        return Decision(placements=self.placements, cache_bytes=self.cache, io_bytes_per_sec=self.io)
 
 
 @dataclass
@@ -281,6 +282,33 @@ def test_a_round_whose_policy_raises_is_logged_and_the_next_round_applies(
     asyncio.run(scenario())
     failure = next(r for r in caplog.records if r.name == "datamgr.controller")
     assert failure.levelno == logging.ERROR and failure.exc_info is not None  # with the policy's traceback
+
+
+def test_placements_a_policy_would_change_are_reported_and_left_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "fixed") as (manager, requests):
+            await manager.register_node("n1", "h1:1", 10_000)
+            await manager.register_node("n2", "h2:1", 10_000)
+            a = await add_dataset(manager, tmp_path / "a", files=2, size=500)
+            for job_id in ("stays", "moved", "preempted"):
+                await manager.register_job(job_id, a, 5000, [Worker("n1", 1)])
+            placements = {"stays": {"n1": 1}, "moved": {"n2": 1}}
+            controller = Controller(manager, scheduler_of(FixedPolicy({a: 1000}, {}, placements)), requests)
+
+            report = await controller.run_round("test")
+
+            assert report.unapplied_placements == ("moved", "preempted")
+            assert {job_id: job.node_ids for job_id, job in manager.state.jobs.items()} == {
+                "stays": ("n1",),
+                "moved": ("n1",),
+                "preempted": ("n1",),
+            }
+
+    asyncio.run(scenario())
+    line = next(r for r in caplog.records if r.name == "datamgr.controller")
+    assert "placements not applied (the cluster scheduler's): moved, preempted" in line.getMessage()
 
 
 @pytest.mark.expected_warnings
