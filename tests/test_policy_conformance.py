@@ -138,9 +138,7 @@ def test_cache_stays_within_capacity_and_no_dataset_gets_more_than_its_size(
     assert set(decision.cache_bytes) <= set(sizes)
     assert all(0 <= quota <= sizes[uri] for uri, quota in decision.cache_bytes.items())
     assert set(decision.job_cache_bytes) <= set(snapshot.jobs)
-    assert all(
-        0 <= quota <= snapshot.jobs[job_id].dataset_bytes for job_id, quota in decision.job_cache_bytes.items()
-    )
+    assert all(0 <= quota <= snapshot.jobs[job_id].dataset_bytes for job_id, quota in decision.job_cache_bytes.items())
     in_use = sum(decision.cache_bytes.values()) + sum(decision.job_cache_bytes.values())
     assert in_use <= snapshot.cache_capacity_bytes
 
