@@ -15,6 +15,7 @@ from fuseclient.backends import (
     NoSuchObject,
     open_backend,
 )
+from fuseclient.logfields import log_ids
 from fuseclient.manifest import Manifest, ManifestError, build_manifest
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ def freeze_manifest(uri: str, options: Mapping[str, str], chunk_size: int) -> Ma
         manifest.item_count,
         manifest.size_bytes,
         time.monotonic() - started,
+        extra=log_ids(dataset_uri=uri),
     )
     return manifest
 

@@ -1,4 +1,8 @@
-"""Logging for the `silod` commands: the human format, or one JSON object per line (`--log-json`)."""
+"""Logging for the `silod` commands: the human format, or one JSON object per line (`--log-json`).
+
+An event about a job, dataset or node carries its ids as fields (`extra=fuseclient.logfields.log_ids(...)`:
+`job_id`, `dataset_uri`, `node_id`), which the JSON format shows next to the message.
+"""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ import trio
 
 from fuseclient.backends import BackendError, RetryingBackend, open_backend
 from fuseclient.grpc_channel import ChannelSecurity, explain_refusal, open_channel
+from fuseclient.logfields import log_ids
 from fuseclient.manifest import Manifest
 from fuseclient.mount import ReadyCallback, add_job, open_dataset, run_filesystem, stats_reporting
 from fuseclient.state import MountState
@@ -98,7 +99,8 @@ class NodeAgent:
             try:
                 await trio.to_thread.run_sync(functools.partial(self._stub.ReportUsage, request, timeout=CALL_TIMEOUT))
             except grpc.RpcError as exc:
-                log.debug("usage report not delivered: %s", exc.code())  # the watch loop reports outages
+                # The watch loop reports outages.
+                log.debug("usage report not delivered: %s", exc.code(), extra=self._ids())
 
     def _usage(self, now: float) -> pb.ReportUsageRequest:
         datasets = []
@@ -165,7 +167,7 @@ class NodeAgent:
                     wanted.uri,
                     wanted.cache_quota_bytes,
                     evicted,
-                    extra={"dataset": wanted.uri},
+                    extra=self._ids(dataset_uri=wanted.uri),
                 )
             return
         if current is not None:
@@ -173,7 +175,7 @@ class NodeAgent:
         try:
             backend = RetryingBackend(open_backend(wanted.uri, wanted.options))
         except (BackendError, ValueError) as exc:
-            log.error("cannot serve dataset %s: %s", wanted.uri, exc)
+            log.error("cannot serve dataset %s: %s", wanted.uri, exc, extra=self._ids(dataset_uri=wanted.uri))
             return
         manifest = self._manifests[wanted.manifest_digest]
         try:
@@ -181,41 +183,49 @@ class NodeAgent:
                 self._config.cache_dir, wanted.uri, backend, manifest, wanted.cache_quota_bytes
             )
         except OSError as exc:
-            log.error("cannot open the cache of dataset %s: %s", wanted.uri, exc)
+            log.error(
+                "cannot open the cache of dataset %s: %s", wanted.uri, exc, extra=self._ids(dataset_uri=wanted.uri)
+            )
 
     def _set_job(self, wanted: pb.NodeJob) -> None:
         job = self._mount.jobs.get(wanted.job_id)
         rate = wanted.io_bytes_per_sec
         if job is None:
             dataset = self._mount.datasets.get(wanted.dataset_uri)
+            ids = self._ids(job_id=wanted.job_id, dataset_uri=wanted.dataset_uri)
             if dataset is None:
-                log.error("job %s reads %s, which this node cannot serve", wanted.job_id, wanted.dataset_uri)
+                log.error("job %s reads %s, which this node cannot serve", wanted.job_id, wanted.dataset_uri, extra=ids)
                 return
             add_job(self._mount, wanted.job_id, dataset, rate)
-            log.info(
-                "job %s: %s at %d bytes/s",
-                wanted.job_id,
-                wanted.dataset_uri,
-                rate,
-                extra={"job_id": wanted.job_id, "dataset": wanted.dataset_uri},
-            )
+            log.info("job %s: %s at %d bytes/s", wanted.job_id, wanted.dataset_uri, rate, extra=ids)
         elif job.bucket is not None and job.bucket.rate != rate:
             job.bucket.set_rate(rate, default_burst(rate, job.dataset.manifest.largest_item))
-            log.info("remote IO of job %s = %d bytes/s", wanted.job_id, rate, extra={"job_id": wanted.job_id})
+            log.info(
+                "remote IO of job %s = %d bytes/s",
+                wanted.job_id,
+                rate,
+                extra=self._ids(job_id=wanted.job_id, dataset_uri=job.dataset.uri),
+            )
 
     def _remove_job(self, job_id: str) -> None:
         if job_id in self._mount.jobs:
             self._mount.remove_job(job_id)
             pyfuse3.invalidate_entry_async(pyfuse3.ROOT_INODE, os.fsencode(job_id), ignore_enoent=True)
-            log.info("job %s finished here; its directory is gone", job_id, extra={"job_id": job_id})
+            log.info("job %s finished here; its directory is gone", job_id, extra=self._ids(job_id=job_id))
 
     async def _remove_dataset(self, uri: str) -> None:
         """Free the disk a dataset no job here reads any more. Files still open keep reading through its
         backend, which is released with the last of them."""
         dataset = self._mount.datasets.pop(uri, None)
         if dataset is not None:
-            await trio.to_thread.run_sync(dataset.cache.set_quota, 0)
+            evicted = await trio.to_thread.run_sync(dataset.cache.set_quota, 0)
             dataset.cache.close()
+            log.info(
+                "dataset %s is no longer served here (%d cached items deleted)",
+                uri,
+                evicted,
+                extra=self._ids(dataset_uri=uri),
+            )
 
     # ---- watch thread ----
 
@@ -230,7 +240,12 @@ class NodeAgent:
                     self._fetch_manifests(event)
                     trio.from_thread.run(self._apply, event, trio_token=token)
                     if outage:
-                        log.info("data manager %s is back; at revision %d", self._config.datamgr, self.revision)
+                        log.info(
+                            "data manager %s is back; at revision %d",
+                            self._config.datamgr,
+                            self.revision,
+                            extra=self._ids(),
+                        )
                         outage = False
                         self.reconnects += 1
                     delay = RECONNECT_MIN
@@ -246,6 +261,7 @@ class NodeAgent:
                         self._config.datamgr,
                         self._why(exc) if isinstance(exc, grpc.RpcError) else exc,
                         self.revision,
+                        extra=self._ids(),
                     )
                     outage = True
             except (trio.RunFinishedError, trio.Cancelled):
@@ -266,21 +282,33 @@ class NodeAgent:
         while not self._stop.is_set():
             try:
                 self._stub.RegisterNode(request, timeout=CALL_TIMEOUT)
-                log.info("registered node %s with %d bytes of cache at %s", config.node_id, capacity, config.datamgr)
+                log.info(
+                    "registered node %s with %d bytes of cache at %s",
+                    config.node_id,
+                    capacity,
+                    config.datamgr,
+                    extra=self._ids(),
+                )
                 return
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.ALREADY_EXISTS and config.cache_capacity is None:
-                    log.info("node %s is already registered; using its registration", config.node_id)
+                    log.info("node %s is already registered; using its registration", config.node_id, extra=self._ids())
                     return
                 if exc.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INVALID_ARGUMENT):
                     raise AgentError(f"cannot register node {config.node_id}: {exc.details()}") from None
                 if exc.code() == grpc.StatusCode.UNAUTHENTICATED:  # waiting would not bring a token
                     raise AgentError(f"cannot register node {config.node_id}: {self._why(exc)}") from None
                 if not waiting:
-                    log.warning("waiting for the data manager %s (%s)", config.datamgr, self._why(exc))
+                    log.warning(
+                        "waiting for the data manager %s (%s)", config.datamgr, self._why(exc), extra=self._ids()
+                    )
                     waiting = True
             self._stop.wait(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, RECONNECT_MAX)
+
+    def _ids(self, *, job_id: str | None = None, dataset_uri: str | None = None) -> dict[str, str]:
+        """Log fields for an event on this node, about the job or dataset given."""
+        return log_ids(job_id=job_id, dataset_uri=dataset_uri, node_id=self._config.node_id)
 
     def _why(self, exc: grpc.RpcError) -> str:
         """A failed call's status, or what to do about it when it failed for a TLS or token reason."""
@@ -316,4 +344,5 @@ async def run_agent(config: AgentConfig, on_ready: ReadyCallback = lambda: None)
             on_ready=on_ready,
             metrics_port=config.metrics_port,
             reconnects=lambda: agent.reconnects,
+            node_id=config.node_id,
         )

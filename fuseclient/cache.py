@@ -54,6 +54,7 @@ from pathlib import Path
 
 from bitarray import bitarray
 
+from fuseclient.logfields import log_ids
 from fuseclient.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -86,15 +87,26 @@ class DatasetCache:
     deleting files, so a shrink does not stall reads or admissions of other items.
     """
 
-    def __init__(self, directory: Path, manifest: Manifest, quota_bytes: int, *, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        manifest: Manifest,
+        quota_bytes: int,
+        *,
+        seed: int | None = None,
+        dataset_uri: str | None = None,
+    ) -> None:
         """Open (creating it if needed) the cache in `directory`, which belongs to this dataset alone.
 
         Restores what a previous run left: complete entries are reused, temporary and wrong-sized files
         deleted, everything dropped if the manifest digest changed; if the restored bytes exceed
         `quota_bytes`, uniformly random entries are evicted down to it. `seed` fixes the eviction choices.
+        `dataset_uri` names the dataset in log lines (message and field); without it they name `directory`.
         """
         _check_quota(quota_bytes)
         self._directory = Path(directory)
+        self._name = dataset_uri or str(self._directory)
+        self._log_ids = log_ids(dataset_uri=dataset_uri)
         self._items_dir = self._directory / ITEMS_NAME
         self._manifest = manifest
         self._rng = random.Random(seed)
@@ -125,11 +137,13 @@ class DatasetCache:
         started = time.monotonic()
         restored = self._restore()
         log.info(
-            "cache %s: restored %d items (%d bytes) in %.2f s",
-            self._directory,
+            "cache of %s: restored %d items (%d bytes) from %s in %.2f s",
+            self._name,
             restored,
             self._used,
+            self._directory,
             time.monotonic() - started,
+            extra=self._log_ids,
         )
         if self._used > self._quota:
             self.set_quota(self._quota)
@@ -268,7 +282,13 @@ class DatasetCache:
             self._unlink(item)
         with self._lock:
             self._busy.difference_update(victims)
-        log.info("cache %s: quota now %d bytes, evicted %d items", self._directory, quota_bytes, len(victims))
+        log.info(
+            "cache of %s: quota now %d bytes, evicted %d items",
+            self._name,
+            quota_bytes,
+            len(victims),
+            extra=self._log_ids,
+        )
         return len(victims)
 
     def close(self) -> None:
@@ -366,10 +386,12 @@ class DatasetCache:
                 return
             self._warned.add(key)
         log.warning(
-            "cache %s: cannot %s cache files (%s); further such errors are counted, not logged",
-            self._directory,
+            "cache of %s: cannot %s cache files in %s (%s); further such errors are counted, not logged",
+            self._name,
             action,
+            self._directory,
             os.strerror(exc.errno) if exc.errno else exc,
+            extra=self._log_ids,
         )
 
     def _open_directory(self) -> None:
@@ -384,7 +406,12 @@ class DatasetCache:
             found = {}
         if found != wanted:
             if found is not None or self._items_dir.exists():
-                log.info("cache %s: written for another manifest (or unreadable), dropping its items", self._directory)
+                log.info(
+                    "cache of %s: %s was written for another manifest (or is unreadable), dropping its items",
+                    self._name,
+                    self._directory,
+                    extra=self._log_ids,
+                )
             # The items go before the new metadata is written: a crash in between must not vouch for them.
             if self._items_dir.exists():
                 os.rename(self._items_dir, self._directory / f"{_STALE_PREFIX}{os.getpid()}-{time.time_ns()}")

@@ -14,18 +14,16 @@ page cache, which can only turn local-cache hits into faster hits. Everything el
 from __future__ import annotations
 
 import errno
-import functools
 import logging
 import os
 import stat
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
 
 import pyfuse3
 
 from fuseclient import readpath
 from fuseclient.backends import AccessDenied, BackendError
+from fuseclient.logfields import log_ids
 from fuseclient.state import JobState, MountState
 
 log = logging.getLogger(__name__)
@@ -35,25 +33,19 @@ DATASET_TIMEOUT = 24 * 3600.0  # immutable content
 ROOT_TIMEOUT = 1.0  # the set of jobs changes as jobs come and go
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 
-
-def _as_fuse_errors(operation: Callable[_P, Coroutine[Any, Any, _R]]) -> Callable[_P, Coroutine[Any, Any, _R]]:
-    """Turn storage failures into errno values the reader sees (EACCES when denied, else EIO)."""
-
-    @functools.wraps(operation)
-    async def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return await operation(*args, **kwargs)
-        except AccessDenied as exc:
-            log.warning("read refused by storage: %s", exc)
-            raise pyfuse3.FUSEError(errno.EACCES) from None
-        except BackendError as exc:
-            log.warning("read failed: %s", exc)
-            raise pyfuse3.FUSEError(errno.EIO) from None
-
-    return wrapper
+def _fuse_error(exc: BackendError, job: JobState) -> pyfuse3.FUSEError:
+    """The errno the reader sees for a storage failure (EACCES when denied, else EIO), logged with the job
+    and dataset it struck."""
+    denied = isinstance(exc, AccessDenied)
+    log.warning(
+        "job %s: read %s: %s",
+        job.job_id,
+        "refused by storage" if denied else "failed",
+        exc,
+        extra=log_ids(job_id=job.job_id, dataset_uri=job.dataset.uri),
+    )
+    return pyfuse3.FUSEError(errno.EACCES if denied else errno.EIO)
 
 
 @dataclass(eq=False, slots=True)
@@ -191,12 +183,14 @@ class SilodFS(pyfuse3.Operations):
         self._handles[handle] = _Handle(job, file_index, chunked=not whole_file)
         return pyfuse3.FileInfo(fh=handle, keep_cache=keep_cache)
 
-    @_as_fuse_errors
     async def read(self, fh: int, off: int, size: int) -> bytes:
         handle = self._handles[fh]
         if handle.chunked:
             self._count_chunks(handle, off, size)
-        return await readpath.read(handle.job, handle.file_index, off, size, handle.fetched)
+        try:
+            return await readpath.read(handle.job, handle.file_index, off, size, handle.fetched)
+        except BackendError as exc:
+            raise _fuse_error(exc, handle.job) from None
 
     def _count_chunks(self, handle: _Handle, off: int, size: int) -> None:
         for item in handle.job.dataset.manifest.items_covering(handle.file_index, off, size):

@@ -21,6 +21,7 @@ from fuseclient.access import AccessTracker
 from fuseclient.backends import Backend, RetryingBackend, open_backend
 from fuseclient.cache import DatasetCache
 from fuseclient.fs import SilodFS
+from fuseclient.logfields import log_ids
 from fuseclient.manifest import DEFAULT_CHUNK_SIZE, Manifest, build_manifest
 from fuseclient.metrics import MountMetrics
 from fuseclient.state import DatasetState, JobState, MountState
@@ -58,7 +59,7 @@ def dataset_cache_dir(cache_dir: Path, uri: str) -> Path:
 async def open_dataset(cache_root: Path, uri: str, backend: Backend, manifest: Manifest, quota: int) -> DatasetState:
     """A dataset ready to serve: its cache opened (restoring complete entries from an earlier run)."""
     directory = dataset_cache_dir(cache_root, uri)
-    cache = await trio.to_thread.run_sync(lambda: DatasetCache(directory, manifest, quota))
+    cache = await trio.to_thread.run_sync(lambda: DatasetCache(directory, manifest, quota, dataset_uri=uri))
     log.info(
         "dataset %s: %d files, %d items, %d bytes; cache quota %d bytes, %d items already cached",
         uri,
@@ -67,6 +68,7 @@ async def open_dataset(cache_root: Path, uri: str, backend: Backend, manifest: M
         manifest.size_bytes,
         quota,
         cache.statistics().cached_items,
+        extra=log_ids(dataset_uri=uri),
     )
     return DatasetState(uri, manifest, DatasetTree(manifest), backend, cache, trio.CapacityLimiter(FETCH_CONCURRENCY))
 
@@ -84,7 +86,7 @@ async def build_state(config: MountConfig) -> MountState:
     mount = MountState()
     for uri in sorted(set(config.jobs.values())):
         backend = RetryingBackend(open_backend(uri, config.backend_options))
-        log.info("listing %s", uri)
+        log.info("listing %s", uri, extra=log_ids(dataset_uri=uri))
         manifest = await trio.to_thread.run_sync(_list_manifest, backend, config.chunk_size)
         quota = config.cache_sizes.get(uri, 0)
         mount.datasets[uri] = await open_dataset(config.cache_dir, uri, backend, manifest, quota)
@@ -128,14 +130,17 @@ async def run_filesystem(
     on_ready: ReadyCallback = lambda: None,
     metrics_port: int | None = None,
     reconnects: Callable[[], int] | None = None,
+    node_id: str | None = None,
 ) -> None:
     """Serve `mount` at `mountpoint` with `tasks` running alongside, until a signal or an external unmount.
 
     `stats` is (interval, file) for periodic statistics; `metrics_port` serves Prometheus /metrics on all
     interfaces (node metrics hold no secrets, and Prometheus scrapes nodes from elsewhere), with `reconnects`
-    counting the node agent's watch reconnects. The mount state may change while served (the node agent adds
-    and removes jobs); every dataset still open at the end is closed.
+    counting the node agent's watch reconnects. `node_id` is the node a managed mount serves, a field of its
+    log lines. The mount state may change while served (the node agent adds and removes jobs); every dataset
+    still open at the end is closed.
     """
+    ids = log_ids(node_id=node_id)
     options = set(pyfuse3.default_options) | {"fsname=silod", "subtype=silod", "ro"}
     if allow_other:
         options.add("allow_other")
@@ -143,16 +148,16 @@ async def run_filesystem(
     metrics = None
     if metrics_port is not None:
         metrics = MountMetrics(mount, trio.lowlevel.current_trio_token(), reconnects)
-        log.info("metrics at http://0.0.0.0:%d/metrics", metrics.serve("0.0.0.0", metrics_port))
+        log.info("metrics at http://0.0.0.0:%d/metrics", metrics.serve("0.0.0.0", metrics_port), extra=ids)
     pyfuse3.init(SilodFS(mount), str(mountpoint), options)
-    log.info("mounted %s with jobs %s", mountpoint, ", ".join(mount.jobs) or "(none yet)")
+    log.info("mounted %s with jobs %s", mountpoint, ", ".join(mount.jobs) or "(none yet)", extra=ids)
     unmounted_outside = False
     try:
         on_ready()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_cancel_on_signal, nursery.cancel_scope)
+            nursery.start_soon(_cancel_on_signal, nursery.cancel_scope, ids)
             if stats is not None:
-                nursery.start_soon(_report_statistics, mount, *stats)
+                nursery.start_soon(_report_statistics, mount, *stats, node_id)
             for task in tasks:
                 nursery.start_soon(task)
             await pyfuse3.main()
@@ -165,7 +170,7 @@ async def run_filesystem(
         for dataset in mount.datasets.values():
             dataset.cache.close()
             dataset.backend.close()
-    log.info("unmounted %s", mountpoint)
+    log.info("unmounted %s", mountpoint, extra=ids)
 
 
 def prepare_mountpoint(mountpoint: Path) -> None:
@@ -185,26 +190,28 @@ def prepare_mountpoint(mountpoint: Path) -> None:
             raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(mountpoint)) from None
 
 
-async def _cancel_on_signal(scope: trio.CancelScope) -> None:
+async def _cancel_on_signal(scope: trio.CancelScope, ids: Mapping[str, str]) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
-            log.info("received %s: unmounting", signal.Signals(signum).name)
+            log.info("received %s: unmounting", signal.Signals(signum).name, extra=ids)
             scope.cancel()
             return
 
 
-async def _report_statistics(mount: MountState, interval: float, stats_file: Path) -> None:
+async def _report_statistics(mount: MountState, interval: float, stats_file: Path, node_id: str | None) -> None:
     """Every `interval` seconds: one log line per job, and all numbers as JSON in `stats_file`."""
     while True:
         await trio.sleep(interval)
         now = trio.current_time()
-        snapshot = {job.job_id: job.statistics(now) for job in mount.jobs.values()}
-        for job_id, stats in snapshot.items():
+        jobs = list(mount.jobs.values())
+        snapshot = {job.job_id: job.statistics(now) for job in jobs}
+        for job in jobs:
+            stats = snapshot[job.job_id]
             access = stats.access
             log.info(
                 "job %s: epoch %d (%.0f%% read), epoch hit ratio %.2f, %.1f MB/s read, %d B from remote, "
                 "effective cache %d items, remote demand %.1f MB/s",
-                job_id,
+                job.job_id,
                 access.epoch,
                 100 * access.progress,
                 stats.epoch_hit_ratio,
@@ -212,6 +219,7 @@ async def _report_statistics(mount: MountState, interval: float, stats_file: Pat
                 stats.bytes_from_remote,
                 access.effective_cache_items,
                 access.remote_demand_bytes_per_sec / 1e6,
+                extra=log_ids(job_id=job.job_id, dataset_uri=job.dataset.uri, node_id=node_id),
             )
         caches = {uri: asdict(d.cache.statistics()) for uri, d in mount.datasets.items()}
         document = {

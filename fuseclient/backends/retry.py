@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from fuseclient.backends.base import Backend, BackendError, ObjectInfo
+from fuseclient.logfields import log_ids
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +57,13 @@ def call_with_retries(
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
     describe: str = "",
+    log_fields: Mapping[str, str] | None = None,
 ) -> T:
     """Return `operation()`, retrying it after a jittered delay while it fails transiently.
 
     An exception for which `is_transient` is False is re-raised at once; after `policy.attempts` tries the
-    last exception is re-raised. Each retry logs one INFO line with the attempt number and the delay.
+    last exception is re-raised. Each retry logs one INFO line with the attempt number and the delay, and
+    `log_fields` (fuseclient.logfields) as its fields.
     Only `BaseException`s that are not `Exception`s (KeyboardInterrupt, cancellation) are never retried.
     """
     failed = 0
@@ -71,7 +74,7 @@ def call_with_retries(
             failed += 1
             if failed >= policy.attempts or not is_transient(exc):
                 raise
-            _wait_before_retry(exc, failed, policy, sleep, rng, describe)
+            _wait_before_retry(exc, failed, policy, sleep, rng, describe, log_fields)
 
 
 def _wait_before_retry(
@@ -81,6 +84,7 @@ def _wait_before_retry(
     sleep: Callable[[float], None],
     rng: random.Random | None,
     describe: str,
+    log_fields: Mapping[str, str] | None,
 ) -> None:
     delay = (rng or _DEFAULT_RNG).uniform(0.0, policy.delay_cap(failed))
     log.info(
@@ -90,6 +94,7 @@ def _wait_before_retry(
         policy.attempts,
         delay,
         _safe_text(exc),
+        extra=log_fields,
     )
     sleep(delay)
 
@@ -141,6 +146,7 @@ class RetryingBackend(Backend):
     ) -> None:
         self.inner = inner
         self.uri = inner.uri
+        self._log_fields = log_ids(dataset_uri=str(inner.uri))
         self._secrets = ()
         self.policy = policy
         self._sleep = sleep
@@ -173,7 +179,9 @@ class RetryingBackend(Backend):
             failed = 1 if progressed else failed + 1
             if failed >= self.policy.attempts or not self.is_transient(failure):
                 raise failure
-            _wait_before_retry(failure, failed, self.policy, self._sleep, self._rng, f"listing {self.uri}")
+            _wait_before_retry(
+                failure, failed, self.policy, self._sleep, self._rng, f"listing {self.uri}", self._log_fields
+            )
 
     def stat(self, key: str) -> ObjectInfo:
         return self._retried(lambda: self.inner.stat(key), f"stat {self.object_uri(key)}")
@@ -200,4 +208,5 @@ class RetryingBackend(Backend):
             sleep=self._sleep,
             rng=self._rng,
             describe=describe,
+            log_fields=self._log_fields,
         )

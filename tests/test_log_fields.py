@@ -1,0 +1,127 @@
+"""Structured logs: an event about a job, a dataset or a node carries `job_id`, `dataset_uri` and `node_id` as
+JSON fields (`--log-json`), while its message still names them for the human format.
+
+Captured from real event paths: a quota shrink in a cache, and a data manager with a node agent (both with
+`SILOD_LOG_JSON=1`) going through registration, a rate change, a quota shrink, a failed backend read, a finished
+job and an unmount.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from datamgr.logs import JsonFormatter
+from fuseclient.cache import DatasetCache
+from fuseclient.manifest import Manifest
+from silodpb.v1 import datamgr_pb2 as pb
+from tests.test_agent import FILES, SIZE, System, eventually
+
+Event = dict[str, Any]
+ID_FIELDS = ("job_id", "dataset_uri", "node_id")
+
+
+@pytest.fixture
+def json_log() -> Iterator[io.StringIO]:
+    """What the `fuseclient` loggers write at INFO and above, one JSON object per line."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("fuseclient")
+    logger.addHandler(handler)
+    try:
+        yield stream
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_a_quota_shrink_logs_its_evictions_with_the_dataset_uri(tmp_path: Path, json_log: io.StringIO) -> None:
+    uri = "s3://bucket/train"
+    manifest = Manifest(100, ["data"], [10 * 100], [0], ["v1"])  # one file of ten 100-byte items
+    cache = DatasetCache(tmp_path / "cache", manifest, 1000, seed=3, dataset_uri=uri)
+    for item in range(10):
+        assert cache.admit(item, bytes([item]) * 100)
+    admitted = len(json_log.getvalue())
+
+    assert cache.set_quota(450) == 6
+    (event,) = [json.loads(line) for line in json_log.getvalue()[admitted:].splitlines()]
+    assert event["dataset_uri"] == uri and event["level"] == "INFO" and event["logger"] == "fuseclient.cache"
+    assert event["msg"] == f"cache of {uri}: quota now 450 bytes, evicted 6 items"
+
+
+def json_events(path: Path) -> list[Event]:
+    """The JSON log lines in `path` (gRPC's own C-core lines, in its format, are skipped)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+
+
+def logged(path: Path, matches: Callable[[Event], bool], what: str) -> Event:
+    """The first event in `path` that `matches`, once it has been logged."""
+    found: Event = eventually(lambda: next((e for e in json_events(path) if matches(e)), None), what=what)
+    return found
+
+
+@pytest.fixture
+def system(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[System]:
+    """The data manager and the node agents it starts, logging JSON lines."""
+    monkeypatch.setenv("SILOD_LOG_JSON", "1")
+    running = System(tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_the_node_agent_and_the_data_manager_log_events_with_their_ids(system: System, tmp_path: Path) -> None:
+    node = system.start_node("n1")
+    uri, unread = system.uri, sorted(system.files)[-1]
+    system.client.register_dataset(uri)
+    system.client.register_job("j1", uri, 100_000_000, [("n1", 1)])
+    system.client.allocate_cache_size(uri, FILES * SIZE)
+    system.client.allocate_remote_io("j1", 40_000_000)
+    job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job directory")
+    for path in sorted(system.files)[:-1]:
+        (job_dir / path).read_bytes()
+    (tmp_path / "dataset" / unread).unlink()  # the backend loses an object the manifest names
+    with pytest.raises(OSError):
+        (job_dir / unread).read_bytes()
+    system.client.allocate_remote_io("j1", 7_000_000)
+    system.client.allocate_cache_size(uri, FILES * SIZE // 4)
+    logged(node.log_path, lambda e: e["msg"].startswith(f"cache of {uri}: quota now"), "eviction")
+    system.client.call(system.client.stub.FinishJob, pb.FinishJobRequest(job_id="j1"))
+    logged(node.log_path, lambda e: "finished here" in e["msg"], "job finished")
+    node.stop()
+
+    events = json_events(node.log_path)
+
+    def the_event(starts: str) -> Event:
+        matching = [e for e in events if e["msg"].startswith(starts)]
+        assert matching, f"no event starting {starts!r} in {[e['msg'] for e in events]}"
+        return matching[0]
+
+    job, dataset, on_node = {"job_id": "j1"}, {"dataset_uri": uri}, {"node_id": "n1"}
+    expected = {
+        "registered node n1 ": on_node,
+        f"mounted {node.mountpoint} ": on_node,
+        f"dataset {uri}: ": dataset,
+        f"job j1: {uri} at 0 bytes/s": job | dataset | on_node,  # registered before its rate
+        "job j1: epoch ": job | dataset | on_node,
+        "job j1: read failed: ": job | dataset,
+        "remote IO of job j1 = 7000000 bytes/s": job | dataset | on_node,
+        f"cache quota of {uri} = {FILES * SIZE // 4} bytes": dataset | on_node,
+        f"cache of {uri}: quota now {FILES * SIZE // 4} bytes": dataset,
+        "job j1 finished here": job | on_node,
+        f"unmounted {node.mountpoint}": on_node,
+    }
+    for starts, fields in expected.items():
+        event = the_event(starts)
+        assert {name: event[name] for name in ID_FIELDS if name in event} == fields, event
+    assert the_event("job j1: read failed: ")["level"] == "WARNING"
+
+    listed = logged(system.datamgr.log_path, lambda e: e["msg"].startswith(f"listed {uri}: "), "listing")
+    assert listed["dataset_uri"] == uri
