@@ -1,16 +1,22 @@
-"""`silod status --watch`: frames until Ctrl-C (exit 0), each one showing what changed since the last, and the
-data manager being unreachable shown rather than ending the watch."""
+"""`silod status --watch`: frames until Ctrl-C (exit 0), each one showing what changed since the last, redrawn in
+place on a terminal and appended to a pipe, and the data manager being unreachable shown rather than ending the
+watch."""
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
+import pty
+import select
 import signal
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO
 
+from datamgr.cli.commands import CLEAR_SCREEN
 from tests.datamgr_fixtures import SILOD, RunningDataManager
 from tests.test_logs import read_lines
 
@@ -68,3 +74,55 @@ def test_an_unreachable_data_manager_does_not_end_the_watch() -> None:
         interrupt(process)
     for error in errors:
         assert "cannot reach the data manager at 127.0.0.1:1" in error["error"] and error["time"]
+
+
+class Terminal:
+    """A pseudo-terminal: a child writes to `slave`, which is a TTY to it; the test reads what it shows."""
+
+    def __init__(self) -> None:
+        self.master, self.slave = pty.openpty()
+        self.output = ""
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+
+    def close(self) -> None:
+        os.close(self.master)
+        os.close(self.slave)
+
+    def frames(self) -> list[str]:
+        """The complete frames shown so far: what each clear-screen is followed by, up to the next one."""
+        return self.output.split(CLEAR_SCREEN)[1:-1]
+
+    def wait_for(self, done: Callable[[list[str]], bool], timeout: float = 15.0) -> list[str]:
+        """Read the terminal until `done(frames)`, within `timeout`."""
+        deadline = time.monotonic() + timeout
+        while not done(self.frames()):
+            remaining = deadline - time.monotonic()
+            ready = remaining > 0 and select.select([self.master], [], [], remaining)[0]
+            assert ready, f"not shown within {timeout} s: {self.output!r}"
+            self.output += self._decoder.decode(os.read(self.master, 65536))
+        return self.frames()
+
+
+def test_on_a_terminal_each_frame_clears_the_screen_and_shows_the_current_tables(datamgr: RunningDataManager) -> None:
+    terminal = Terminal()
+    env = {**os.environ, "SILOD_DATAMGR": datamgr.address}
+    try:
+        process = subprocess.Popen(
+            [*SILOD, "status", "--watch", "0.5"],
+            stdin=subprocess.DEVNULL,
+            stdout=terminal.slave,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        try:
+            (before,) = terminal.wait_for(lambda frames: len(frames) >= 1)
+            datamgr.client.register_node("n-watched", "h:1", 2**30)
+            frames = terminal.wait_for(lambda frames: "n-watched" in frames[-1] if frames else False)
+        finally:
+            interrupt(process)
+    finally:
+        terminal.close()
+    assert terminal.output.startswith(CLEAR_SCREEN + HEADER), "the first frame clears the screen too"
+    assert "0 nodes" in before and "n-watched" not in before
+    assert "1 nodes (1 available)" in frames[-1] and frames[-1].startswith(HEADER)
+    assert all(frame.startswith(HEADER) for frame in frames), "every frame is drawn from the top of a clear screen"
