@@ -1,0 +1,104 @@
+"""A remote IO rate changed mid-run is honoured by a live mount (issue 3): readers keep demanding more than
+either rate from a node agent's mount while `silod alloc io` lowers or raises the job's rate, and the bytes
+the node fetches from the backend for the job stay within rate x time + burst under each rate and reach 90 %
+of rate x time. Bytes and times are the node's own counters (its statistics file), not the duration of any
+read.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from datamgr.units import parse_rate
+from fuseclient.throttle import default_burst
+from tests.datamgr_fixtures import silod_cli
+from tests.mount_fixtures import MountProcess
+from tests.test_agent import SIZE, System, eventually
+
+READERS = 4
+WINDOW = 2.5  # seconds of reading measured under each rate
+# Bytes are counted when a fetch completes, after its tokens were granted: a fetch granted before a window
+# opens may be counted in it. Each reader has at most one fetch in flight (the files are single items).
+IN_FLIGHT = READERS * SIZE
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One statistics snapshot of the job on the node."""
+
+    at: float  # the node's clock (seconds since the epoch)
+    rate: float  # the job's token bucket rate, bytes/s
+    fetched: int  # bytes fetched from the backend for the job so far
+
+
+def sample(node: MountProcess) -> Sample:
+    stats = node.stats()
+    job = stats["jobs"]["j1"]
+    return Sample(stats["written_at"], job["io_bytes_per_sec"], job["bytes_from_remote"])
+
+
+def window_under(node: MountProcess, rate: int) -> tuple[Sample, Sample]:
+    """Two samples at least WINDOW seconds apart, the node enforcing `rate` at both."""
+    start: Sample = eventually(lambda: (s := sample(node)).rate == rate and s, what=f"rate {rate} on the node")
+    end: Sample = eventually(lambda: (s := sample(node)).at >= start.at + WINDOW and s, what="the window's end")
+    assert end.rate == rate, "the rate changed within the window"
+    return start, end
+
+
+def assert_held_to(rate: int, start: Sample, end: Sample) -> None:
+    elapsed, fetched = end.at - start.at, end.fetched - start.fetched
+    bound = rate * elapsed + default_burst(rate, SIZE)  # the agent's burst for this dataset
+    assert fetched <= bound + IN_FLIGHT, f"{fetched} B fetched in {elapsed:.2f} s at {rate} B/s (bound {bound:.0f})"
+    assert fetched >= 0.9 * rate * elapsed, f"only {fetched} B in {elapsed:.2f} s at {rate} B/s: demand exceeds it"
+
+
+@pytest.fixture
+def system(tmp_path: Path) -> Iterator[System]:
+    running = System(tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.mark.parametrize(("first", "second"), [("4MB/s", "1MB/s"), ("1MB/s", "4MB/s")], ids=["lowered", "raised"])
+def test_a_rate_changed_mid_run_holds_the_fetched_bytes_to_the_new_rate(
+    system: System, first: str, second: str
+) -> None:
+    node = system.start_node("n1")
+    system.client.register_dataset(system.uri)  # cache quota 0: every read is fetched
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
+    assert silod_cli("alloc", "io", "j1", first, datamgr=system.datamgr.address).returncode == 0
+    job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job directory")
+
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def read_forever(paths: list[str]) -> None:
+        try:
+            while not stop.is_set():
+                for path in paths:
+                    assert (job_dir / path).read_bytes() == system.files[path]
+        except BaseException as exc:
+            failures.append(exc)
+
+    readers = [threading.Thread(target=read_forever, args=(sorted(system.files)[i::READERS],)) for i in range(READERS)]
+    for reader in readers:
+        reader.start()
+    try:
+        before = window_under(node, parse_rate(first))
+        changed = silod_cli("alloc", "io", "j1", second, datamgr=system.datamgr.address)
+        assert changed.returncode == 0, changed.stderr
+        after = window_under(node, parse_rate(second))
+    finally:
+        stop.set()
+        for reader in readers:
+            reader.join(timeout=30)
+    assert not failures, failures
+    assert_held_to(parse_rate(first), *before)
+    assert_held_to(parse_rate(second), *after)
