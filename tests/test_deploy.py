@@ -597,7 +597,8 @@ def test_the_data_manager_port_is_the_same_everywhere(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert host_port(DEFAULT_LISTEN)[1] == PORT and host_port(DEFAULT_DATAMGR)[1] == PORT
-    assert str(PORT) in dockerfile_stages()[-1].values("EXPOSE")
+    exposed = [int(port) for ports in dockerfile_stages()[-1].values("EXPOSE") for port in ports.split()]
+    assert exposed == [PORT, *METRICS_PORTS.values()], "the gRPC port, then each daemon's metrics port"
 
     compose = compose_containers()
     compose_serve = [c for c in compose if calls_of([c], "datamgr serve")]
