@@ -5,16 +5,18 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
+import http.server
 import logging
 import os
 import random
 import re
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError, ServiceRequestError
@@ -442,3 +444,71 @@ def test_redact_options_hides_exactly_the_secrets() -> None:
     assert redact_options("az", az_options) == {**az_options, "account_key": REDACTED, "sas_token": REDACTED}
     assert redact_options("az", {"connection_string": "c"}) == {"connection_string": REDACTED}
     assert redact_options("file", {}) == {}
+
+
+def test_s3_without_any_credentials_opens_and_reads_fail_as_access_denied(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.setenv(name, str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    with (
+        contextlib.closing(open_backend("s3://bucket/x", {"endpoint_url": endpoint, "region": "us-east-1"})) as backend,
+        pytest.raises(AccessDenied, match=r"s3://bucket/x/a\.bin: no usable credentials"),
+    ):
+        backend.read("a.bin", 0, 10)
+
+
+class _FakeS3ErrorHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with the status and body the test put in `answers` (one per request, in order)."""
+
+    answers: ClassVar[list[tuple[int, bytes]]] = []
+
+    def do_GET(self) -> None:
+        status, body = self.answers.pop(0)
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_fake_s3_endpoint_error_answers_are_classified_by_status_and_code() -> None:
+    # A real S3 server does not throttle or fail on demand; this fake answers with S3's error documents.
+    def error(code: str) -> bytes:
+        return f"<Error><Code>{code}</Code><Message>{code} happened</Message></Error>".encode()
+
+    cases: list[tuple[int, bytes, type[BackendError], str]] = [
+        (503, error("SlowDown"), BackendUnavailable, "SlowDown"),
+        (500, b"not xml", BackendUnavailable, "HTTP error"),
+        (403, error("AccessDenied"), AccessDenied, "AccessDenied"),
+        (404, error("NoSuchKey"), NoSuchObject, "NoSuchKey"),
+        (400, error("InvalidRequest"), BackendError, "InvalidRequest"),
+    ]
+    _FakeS3ErrorHandler.answers = [(status, body) for status, body, _, _ in cases]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeS3ErrorHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    options = {
+        "endpoint_url": f"http://127.0.0.1:{server.server_port}",
+        "region": "us-east-1",
+        "path_style": "true",
+        "access_key_id": "id",
+        "secret_access_key": SECRET_KEY,
+    }
+    try:
+        with contextlib.closing(open_backend("s3://bucket/x", options)) as backend:
+            for status, _, expected, code in cases:
+                with pytest.raises(BackendError, match=rf"s3://bucket/x/a\.bin: .*{code}.*\({status}\)") as raised:
+                    backend.read("a.bin", 0, 10)
+                assert type(raised.value) is expected
+                assert backend.is_transient(raised.value) == (status >= 500)
+                assert SECRET_KEY not in str(raised.value)
+    finally:
+        server.shutdown()
+        thread.join()

@@ -7,7 +7,9 @@ implements, and only read permissions are needed.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, cast
 from urllib.parse import quote
 from xml.etree import ElementTree
@@ -175,28 +177,18 @@ class _RangedGet:
     _PLACEHOLDER = "k"
 
     def __init__(self, session: botocore.session.Session, client: S3Client, bucket: str) -> None:
-        presigned = client.generate_presigned_url(
-            "get_object", Params={"Bucket": bucket, "Key": self._PLACEHOLDER}, ExpiresIn=60
-        )
-        self._base_url = presigned.split("?", 1)[0].removesuffix(self._PLACEHOLDER)
-        credentials = session.get_credentials()
-        self._signer = None if credentials is None else S3SigV4Auth(credentials, "s3", client.meta.region_name)
-        ca_bundle = session.get_config_variable("ca_bundle") or os.environ.get("REQUESTS_CA_BUNDLE")
-        # botocore's stubs narrow these two; the session takes a CA bundle path and (connect, read) timeouts.
-        self._http = URLLib3Session(
-            verify=cast(bool, ca_bundle or True),
-            proxies=get_environ_proxies(self._base_url),
-            timeout=cast(int, (_CONNECT_TIMEOUT, _READ_TIMEOUT)),
-            max_pool_connections=_MAX_CONNECTIONS,
-        )
+        self._session = session
+        self._client = client
+        self._bucket = bucket
+        self._lock = threading.Lock()
+        self._route: _Route | None = None
 
     def __call__(self, key: str, first: int, last: int) -> bytes:
         """Bytes `first`..`last` (inclusive) of `key`; b"" when `first` is at or past the end of the object."""
-        if self._signer is None:
-            raise NoCredentialsError()
-        request = AWSRequest("GET", self._base_url + quote(key, safe="/~"), headers={"Range": f"bytes={first}-{last}"})
-        self._signer.add_auth(request)
-        response = self._http.send(request.prepare())
+        route = self._route or self._resolve()
+        request = AWSRequest("GET", route.base_url + quote(key, safe="/~"), headers={"Range": f"bytes={first}-{last}"})
+        route.signer.add_auth(request)
+        response = route.http.send(request.prepare())
         if response.status_code in (200, 206):
             return response.content
         if response.status_code == 416:  # the range starts at or after the end of the object
@@ -204,7 +196,41 @@ class _RangedGet:
         raise _ErrorResponse(response.status_code, response.content)
 
     def close(self) -> None:
-        self._http.close()
+        if self._route is not None:
+            self._route.http.close()
+
+    def _resolve(self) -> _Route:
+        """Credentials, base URL and HTTP session, on first use: finding credentials may take lookups (instance
+        metadata) that opening a backend must not wait for, and presigning needs credentials."""
+        with self._lock:
+            if self._route is None:
+                credentials = self._session.get_credentials()
+                if credentials is None:
+                    raise NoCredentialsError()
+                presigned = self._client.generate_presigned_url(
+                    "get_object", Params={"Bucket": self._bucket, "Key": self._PLACEHOLDER}, ExpiresIn=60
+                )
+                base_url = presigned.split("?", 1)[0].removesuffix(self._PLACEHOLDER)
+                ca_bundle = self._session.get_config_variable("ca_bundle") or os.environ.get("REQUESTS_CA_BUNDLE")
+                # botocore's stubs narrow these two; the session takes a CA bundle path and (connect, read) timeouts.
+                http = URLLib3Session(
+                    verify=cast(bool, ca_bundle or True),
+                    proxies=get_environ_proxies(base_url),
+                    timeout=cast(int, (_CONNECT_TIMEOUT, _READ_TIMEOUT)),
+                    max_pool_connections=_MAX_CONNECTIONS,
+                )
+                signer = S3SigV4Auth(credentials, "s3", self._client.meta.region_name)
+                self._route = _Route(base_url, signer, http)
+            return self._route
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """Where and how `_RangedGet` sends: the bucket's base URL, the request signer, the connection pool."""
+
+    base_url: str
+    signer: S3SigV4Auth
+    http: URLLib3Session
 
 
 # An unreachable endpoint must fail in seconds; the caller's retry wrapper decides about retrying.
