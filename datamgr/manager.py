@@ -453,7 +453,7 @@ def _log_fields(revision: int, change: Change) -> dict[str, object]:
     """The ids a change touches, as structured log fields (comma-joined when it touches several)."""
     fields: dict[str, object] = {"revision": revision}
     for name, keys in (
-        ("dataset", [d.uri for d in change.datasets_put] + list(change.datasets_deleted)),
+        ("dataset_uri", [d.uri for d in change.datasets_put] + list(change.datasets_deleted)),
         ("job_id", [j.job_id for j in change.jobs_put] + list(change.jobs_deleted)),
         ("node_id", [n.node_id for n in change.nodes_put] + list(change.nodes_deleted)),
     ):

@@ -62,7 +62,7 @@ def format_one(log: logging.Logger, emit: str) -> dict[str, object]:
     log.addHandler(handler)
     try:
         if emit == "extra":
-            log.warning("job %s slow", "j1", extra={"job_id": "j1", "dataset": "s3://b/p", "node_id": "n1"})
+            log.warning("job %s slow", "j1", extra={"job_id": "j1", "dataset_uri": "s3://b/p", "node_id": "n1"})
         else:
             try:
                 raise RuntimeError("boom")
@@ -80,7 +80,7 @@ def test_extra_fields_and_exceptions_are_fields() -> None:
     log = logging.getLogger("silod.test.logs")
     entry = format_one(log, "extra")
     assert entry["msg"] == "job j1 slow" and entry["level"] == "WARNING" and entry["logger"] == "silod.test.logs"
-    assert (entry["job_id"], entry["dataset"], entry["node_id"]) == ("j1", "s3://b/p", "n1")
+    assert (entry["job_id"], entry["dataset_uri"], entry["node_id"]) == ("j1", "s3://b/p", "n1")
     assert "exc" not in entry and str(entry["ts"]).endswith("Z")
     failure = format_one(log, "exception")
     assert failure["msg"] == "failed" and "RuntimeError: boom" in str(failure["exc"])
