@@ -6,7 +6,8 @@ Definitions (the numbers `silod sim` prints):
 - fairness: Gavel's ratio, a job's rate over its rate under an equal share of the cluster; each timeline
   sample holds the minimum over running jobs, and the summary is its mean over the samples with jobs running
   (samples are evenly spaced, so that is the time average) and its worst;
-- remote IO: the mean and the peak over the samples, against the cluster's limit;
+- remote IO: the mean from the first arrival to the end of the run, and the peak, against the cluster's
+  limit, from the engine's ledger of every change of the cluster's remote rate;
 - hit ratio: cached bytes read / bytes read, over all finished jobs;
 - effective cache: the share of cached bytes that the jobs reading them can still hit this epoch (cache is
   only effective from the epoch after it is filled), weighted by cached bytes over the samples.
@@ -27,10 +28,14 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from datamgr.scheduler.sim.fields import format_duration
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimResult
 from datamgr.units import format_rate
+
+_LINE_STYLES = ("-", "--", ":", "-.")
+_PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 50, not 5 x 10^1, on log axes
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +69,6 @@ def makespan(jobs: Sequence[JobOutcome]) -> float:
 def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
     jobs = result.jobs
     busy = [s for s in result.samples if s.running_jobs > 0]
-    io = [s.remote_io_bytes_per_sec for s in result.samples]
     read = sum(j.bytes_read for j in jobs)
     cached = sum(s.cached_bytes for s in result.samples)
     return Summary(
@@ -76,12 +80,22 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
         makespan=makespan(jobs),
         fairness_mean=statistics.fmean(s.fairness_min for s in busy) if busy else math.nan,
         fairness_worst=min((s.fairness_min for s in busy), default=math.nan),
-        remote_io_mean=statistics.fmean(io) if io else math.nan,
-        remote_io_peak=max(io, default=math.nan),
+        remote_io_mean=mean_remote_io(result),
+        remote_io_peak=result.remote_io.peak() if jobs else math.nan,
         remote_io_limit=cluster.remote_io_bytes_per_sec,
         hit_ratio=sum(j.hit_bytes for j in jobs) / read if read else math.nan,
         effective_cache=sum(s.effective_cached_bytes for s in result.samples) / cached if cached else math.nan,
     )
+
+
+def mean_remote_io(result: SimResult) -> float:
+    """Remote bytes fetched from the first arrival to the end of the run, over that time (from the engine's
+    ledger of every rate change, so short bursts between samples count)."""
+    arrivals = [j.arrival for j in result.jobs]
+    if not arrivals:
+        return math.nan
+    start, end = min(arrivals), result.remote_io.end
+    return result.remote_io.bytes_between(start, end) / (end - start) if end > start else 0.0
 
 
 def _time(seconds: float) -> str:
@@ -184,14 +198,27 @@ def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[object
 
 
 def plot_jct_cdf(path: Path, runs: Mapping[str, SimResult]) -> None:
-    """The cumulative distribution of job completion times, one line per run (log time axis: JCTs span
-    minutes to weeks)."""
+    """The cumulative distribution of job completion times, one line per run: a colour per cache system and a
+    line style per policy, so a policy x cache system matrix stays readable (log time axis: JCTs span minutes
+    to weeks)."""
+    cache_systems = list(dict.fromkeys(r.cache_system for r in runs.values()))
+    policies = list(dict.fromkeys(r.policy for r in runs.values()))
 
     def draw(ax: Axes) -> None:
         for label, result in runs.items():
             jcts = sorted(j.jct / 3600 for j in result.jobs)
-            ax.step(jcts, [(i + 1) / len(jcts) for i in range(len(jcts))], where="post", label=label)
+            shares = [i / len(jcts) for i in range(len(jcts) + 1)]
+            ax.step(
+                jcts[:1] + jcts,
+                shares,
+                where="post",
+                label=label,
+                color=f"C{cache_systems.index(result.cache_system) % 10}",
+                linestyle=_LINE_STYLES[policies.index(result.policy) % len(_LINE_STYLES)],
+            )
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(_PLAIN)
+        ax.xaxis.set_minor_formatter(_PLAIN)
         ax.set_xlabel("job completion time (hours)")
         ax.set_ylabel("fraction of jobs")
         ax.set_ylim(0, 1)
@@ -213,7 +240,11 @@ def plot_timeline(path: Path, result: SimResult, cluster: ClusterSpec) -> None:
         ax.grid(True, alpha=0.3)
 
     def remote_io(ax: Axes) -> None:
-        ax.plot(hours, [s.remote_io_bytes_per_sec / 1e9 for s in result.samples], label="remote IO")
+        spans = result.remote_io.spans()
+        if spans:
+            starts = [start / 3600 for start, _, _ in spans]
+            rates = [rate / 1e9 for _, _, rate in spans]
+            ax.step([*starts, spans[-1][1] / 3600], [*rates, rates[-1]], where="post", label="remote IO")
         ax.axhline(cluster.remote_io_bytes_per_sec / 1e9, color="red", linestyle="--", label="remote IO limit")
         ax.set_ylabel("GB/s")
         ax.set_xlabel("time (hours)")

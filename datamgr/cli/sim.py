@@ -1,0 +1,318 @@
+"""`silod sim`: run a trace through a policy and a cache system, compare the matrix, or generate a trace.
+
+    silod sim (--trace FILE --cluster FILE | --scenario NAME) [--policy P] [--cache-system C] [--out DIR] ...
+    silod sim compare (--trace FILE --cluster FILE | --scenario NAME) [--policies P,..] [--cache-systems C,..]
+    silod sim generate --out FILE (--jobs N | --duration D) [--sharing F] [--seed N] ...
+
+Bad input (a file, a name, a missing option, a job the cluster cannot run) exits 2 with a message naming
+it, before anything runs; a run the engine has to stop (a stalled trace, a policy breaking a resource limit)
+exits 1. The plotting code loads only when a simulation runs: matplotlib alone takes a third of a second to
+import, which no other `silod` command should pay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from datamgr.cli.args import positive_seconds
+from datamgr.cli.config import ConfigurableParser
+from datamgr.cli.tables import render_table
+from datamgr.scheduler.registry import CACHE_SYSTEMS, Scheduler, UnknownPolicy, build_scheduler
+from datamgr.scheduler.sim import fields
+from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale
+from datamgr.scheduler.sim.decisions import InvalidDecision
+from datamgr.scheduler.sim.engine import SimulationStalled, check_inputs, simulate
+from datamgr.scheduler.sim.fields import SimInputError, format_duration
+from datamgr.scheduler.sim.generator import GeneratorConfig, generate
+from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimResult, TraceJob
+from datamgr.scheduler.sim.scenarios import available_scenarios, load_scenario
+from datamgr.scheduler.sim.trace import load_trace, write_trace
+
+EXIT_FAILED = 1  # main's exit codes: the run was refused midway, or
+EXIT_USAGE = 2  # a bad command line or bad input
+DEFAULT_POLICIES = ("fifo", "sjf", "gavel")
+
+
+def _argument(read: fields.Reader[fields.T], name: str) -> Callable[[str], fields.T]:
+    """An argparse type from a field reader, keeping the reader's message."""
+
+    def convert(text: str) -> fields.T:
+        try:
+            return read(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = name
+    return convert
+
+
+def _names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r} names nothing; give comma-separated names")
+    return names
+
+
+def add_sim_parser(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
+    """Add `silod sim` and its actions to the `silod` command line; each sets `run` as main dispatches."""
+    sim_p = sub.add_parser(
+        "sim",
+        help="simulate scheduling policies and cache systems on a trace",
+        description="Run a trace through a policy and a cache system on a modelled cluster and report JCT, "
+        "makespan, fairness and remote IO, with CSV files and plots in --out. `compare` runs a policy x cache "
+        "system matrix; `generate` writes a synthetic trace. See docs/simulator.md.",
+    )
+    _add_inputs(sim_p)
+    sim_p.add_argument("--policy", default="fifo", metavar="NAME", help="scheduling policy (default %(default)s)")
+    sim_p.add_argument(
+        "--cache-system", default="silod", choices=list(CACHE_SYSTEMS), help="storage side (default %(default)s)"
+    )
+    sim_p.add_argument("--out", type=Path, metavar="DIR", help="output directory (default ./sim-NAME-POLICY-CACHE)")
+    _add_run_options(sim_p)
+    sim_p.set_defaults(run=run_sim)
+
+    actions = sim_p.add_subparsers(dest="sim_action", metavar="ACTION")
+    _add_compare_parser(actions)
+    _add_generate_parser(actions)
+
+
+def _add_compare_parser(actions: argparse._SubParsersAction[ConfigurableParser]) -> None:
+    compare_p = actions.add_parser(
+        "compare",
+        help="run every policy x cache system pair and print one table",
+        description="Run every pair of --policies and --cache-systems on the same inputs; print a table of "
+        "average JCT, makespan, fairness and remote IO with each run's JCT speedup over --baseline, and write "
+        "the table as CSV, an overlaid JCT CDF, and each run's outputs in a subdirectory of --out.",
+    )
+    _add_inputs(compare_p)
+    compare_p.add_argument(
+        "--policies", type=_names, default=list(DEFAULT_POLICIES), metavar="P,..", help="default fifo,sjf,gavel"
+    )
+    compare_p.add_argument(
+        "--cache-systems", type=_names, default=list(CACHE_SYSTEMS), metavar="C,..", help="default all four"
+    )
+    compare_p.add_argument(
+        "--baseline", metavar="CACHE", help="speedups are over this cache system (default the first listed)"
+    )
+    compare_p.add_argument("--out", type=Path, metavar="DIR", help="output directory (default ./sim-NAME-compare)")
+    _add_run_options(compare_p)
+    compare_p.set_defaults(run=run_compare)
+
+
+def _add_generate_parser(actions: argparse._SubParsersAction[ConfigurableParser]) -> None:
+    generate_p = actions.add_parser(
+        "generate",
+        help="write a synthetic trace (Philly-like durations, Poisson arrivals, the paper's models)",
+        description="Write a synthetic trace; the same options and seed always give the same file.",
+    )
+    generate_p.add_argument("--out", type=Path, required=True, metavar="FILE", help="trace file, .csv or .jsonl")
+    size = generate_p.add_mutually_exclusive_group(required=True)
+    size.add_argument("--jobs", type=_argument(fields.positive_int, "count"), metavar="N", help="this many jobs")
+    size.add_argument(
+        "--duration", type=_argument(fields.duration, "duration"), metavar="D", help="arrivals within D, e.g. 4w"
+    )
+    defaults = GeneratorConfig(jobs=1)
+    generate_p.add_argument(
+        "--arrivals-per-hour", type=_argument(fields.positive_number, "rate"), default=defaults.arrivals_per_hour,
+        metavar="R", help="Poisson arrival rate (default %(default)g)",
+    )  # fmt: skip
+    generate_p.add_argument(
+        "--sharing", type=_argument(fields.fraction, "fraction"), default=defaults.sharing, metavar="F",
+        help="share of jobs reading the shared copy of their dataset (default %(default)g)",
+    )  # fmt: skip
+    generate_p.add_argument(
+        "--gpu-speed-scale", type=_argument(fields.positive_number, "scale"), default=defaults.gpu_speed_scale,
+        metavar="X", help="multiply every job's f* (faster GPUs, same epochs; default %(default)g)",
+    )  # fmt: skip
+    generate_p.add_argument(
+        "--irregular", type=_argument(fields.fraction, "fraction"), default=defaults.irregular, metavar="F",
+        help="share of jobs flagged irregular (default %(default)g)",
+    )  # fmt: skip
+    generate_p.add_argument(
+        "--seed", type=_argument(fields.whole_number, "seed"), default=defaults.seed, help="default %(default)s"
+    )
+    generate_p.set_defaults(run=run_generate)
+
+
+def _add_inputs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace", type=Path, metavar="FILE", help="trace file (.csv or .jsonl)")
+    parser.add_argument("--cluster", type=Path, metavar="FILE", help="cluster file (TOML)")
+    parser.add_argument(
+        "--scenario", choices=available_scenarios(), help="a shipped cluster and trace instead of the two files"
+    )
+    parser.add_argument(
+        "--remote-io-scale", type=_argument(fields.positive_number, "scale"), default=1.0, metavar="X",
+        help="multiply the cluster's remote IO limit (default %(default)g)",
+    )  # fmt: skip
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--seed", type=_argument(fields.whole_number, "seed"), default=SimConfig().seed,
+        help="seed of the policies' randomness (default %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--round", dest="round_seconds", type=positive_seconds, default=SimConfig().round_seconds, metavar="SECONDS",
+        help="longest time between policy rounds; arrivals and finishes start one at once (default %(default)g)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--time-limit", type=_argument(fields.duration, "duration"), metavar="D",
+        help="stop the run at this simulated time, e.g. 2w; unfinished jobs are counted (default: run to the end)",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    name: str  # the scenario, or the trace file's stem: names the default output directory
+    cluster: ClusterSpec
+    trace: list[TraceJob]
+
+
+def _inputs(args: argparse.Namespace) -> _Inputs:
+    """The cluster and trace the arguments name; raises SimInputError."""
+    if args.scenario is not None:
+        if args.trace is not None or args.cluster is not None:
+            raise SimInputError("--scenario replaces --trace and --cluster; give one or the other")
+        scenario = load_scenario(args.scenario)
+        inputs = _Inputs(scenario.name, scenario.cluster, scenario.trace)
+    elif args.trace is None or args.cluster is None:
+        raise SimInputError("give --trace FILE and --cluster FILE, or --scenario NAME")
+    else:
+        inputs = _Inputs(args.trace.stem, load_cluster(args.cluster), load_trace(args.trace))
+    cluster = with_remote_io_scale(inputs.cluster, args.remote_io_scale)
+    try:
+        check_inputs(inputs.trace, cluster)
+    except ValueError as exc:
+        raise SimInputError(str(exc)) from None
+    return _Inputs(inputs.name, cluster, inputs.trace)
+
+
+def _config(args: argparse.Namespace) -> SimConfig:
+    return SimConfig(round_seconds=args.round_seconds, seed=args.seed, time_limit=args.time_limit)
+
+
+def _fail(command: str, exc: Exception, code: int = EXIT_USAGE) -> int:
+    print(f"silod {command}: {exc}", file=sys.stderr)
+    return code
+
+
+def run_sim(args: argparse.Namespace) -> int:
+    try:
+        inputs = _inputs(args)
+        scheduler = build_scheduler(args.policy, args.cache_system)
+    except (SimInputError, UnknownPolicy) as exc:
+        return _fail("sim", exc)
+    from datamgr.scheduler.sim import report
+
+    out = args.out or Path(f"sim-{inputs.name}-{args.policy}-{args.cache_system}")
+    try:
+        result = _simulate(inputs, scheduler, _config(args), out)
+    except (SimulationStalled, InvalidDecision) as exc:
+        return _fail("sim", exc, EXIT_FAILED)
+    print(report.summary_text(report.summarize(result, inputs.cluster)))
+    print(f"wrote {out}/: jobs.csv, timeline.csv, decisions.jsonl, jct_cdf.png, timeline.png, fairness.png")
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    baseline = args.baseline or args.cache_systems[0]
+    try:
+        if baseline not in args.cache_systems:
+            raise SimInputError(f"--baseline {baseline} is not one of --cache-systems {','.join(args.cache_systems)}")
+        inputs = _inputs(args)
+        schedulers = [build_scheduler(p, c) for p in args.policies for c in args.cache_systems]
+    except (SimInputError, UnknownPolicy) as exc:
+        return _fail("sim compare", exc)
+    from datamgr.scheduler.sim import report
+
+    out = args.out or Path(f"sim-{inputs.name}-compare")
+    runs = []
+    for scheduler in schedulers:
+        try:
+            result = _simulate(inputs, scheduler, _config(args), out / scheduler.name.replace("/", "-"))
+        except (SimulationStalled, InvalidDecision) as exc:
+            return _fail("sim compare", exc, EXIT_FAILED)
+        runs.append((result, report.summarize(result, inputs.cluster)))
+    print(render_table(report.COMPARISON_HEADERS, report.comparison_rows(runs, baseline)))
+    print(f"SPEEDUP: average JCT of the same policy on {baseline} / this run's")
+    report.write_comparison_csv(out / "compare.csv", runs, baseline)
+    report.plot_jct_cdf(out / "jct_cdf.png", {summary.label: result for result, summary in runs})
+    print(f"wrote {out}/: compare.csv, jct_cdf.png, and one directory per run")
+    return 0
+
+
+def _simulate(inputs: _Inputs, scheduler: Scheduler, config: SimConfig, out: Path) -> SimResult:
+    """One run, its decision log, per-job and timeline CSVs and plots written into `out`."""
+    from datamgr.scheduler.sim import report
+
+    out.mkdir(parents=True, exist_ok=True)
+    progress = ProgressLine(scheduler.name)
+    with (out / "decisions.jsonl").open("w", encoding="utf-8") as log:
+        result = simulate(inputs.trace, inputs.cluster, scheduler, config, decision_log=log, progress=progress)
+    progress.close()
+    report.write_jobs_csv(out / "jobs.csv", result)
+    report.write_timeline_csv(out / "timeline.csv", result)
+    report.plot_jct_cdf(out / "jct_cdf.png", {scheduler.name: result})
+    report.plot_timeline(out / "timeline.png", result, inputs.cluster)
+    report.plot_fairness(out / "fairness.png", result)
+    return result
+
+
+class ProgressLine:
+    """A progress line on stderr for long runs: nothing until the run has taken `delay` seconds, then redrawn
+    at most every `delay` seconds (in place on a terminal, one line each otherwise)."""
+
+    def __init__(
+        self,
+        label: str,
+        stream: TextIO = sys.stderr,
+        clock: Callable[[], float] = time.monotonic,
+        delay: float = 1.0,
+    ) -> None:
+        self._label = label
+        self._stream = stream
+        self._clock = clock
+        self._delay = delay
+        self._last = clock()
+        self._shown = False
+
+    def __call__(self, sim_time: float, finished: int, total: int) -> None:
+        now = self._clock()
+        if now - self._last < self._delay:
+            return
+        self._last = now
+        self._shown = True
+        end = "\r" if self._stream.isatty() else "\n"
+        self._stream.write(f"{self._label}: {format_duration(sim_time)} simulated, {finished}/{total} jobs done{end}")
+        self._stream.flush()
+
+    def close(self) -> None:
+        if self._shown and self._stream.isatty():
+            self._stream.write("\n")
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    config = GeneratorConfig(
+        jobs=args.jobs,
+        duration_seconds=args.duration,
+        arrivals_per_hour=args.arrivals_per_hour,
+        sharing=args.sharing,
+        gpu_speed_scale=args.gpu_speed_scale,
+        irregular=args.irregular,
+        seed=args.seed,
+    )
+    trace = generate(config)
+    try:
+        if not trace:
+            raise SimInputError(f"no job arrives within {format_duration(args.duration)} at this arrival rate")
+        write_trace(args.out, trace)
+    except (SimInputError, OSError) as exc:
+        return _fail("sim generate", exc)
+    print(f"wrote {len(trace)} jobs arriving over {format_duration(trace[-1].arrival)} to {args.out}")
+    return 0

@@ -1,0 +1,248 @@
+"""`silod sim` and its reports: the summary math on hand-made results, the CSV and PNG files, the progress
+line, and the command end to end (generate, one run on the micro scenario, a compare on a tiny trace).
+
+The command-line tests go through `datamgr.cli.main.main`, so they need `silod sim` wired into main.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+from matplotlib.image import imread
+
+from datamgr.cli.main import main
+from datamgr.cli.sim import ProgressLine
+from datamgr.scheduler.sim import report
+from datamgr.scheduler.sim.fields import format_duration
+from datamgr.scheduler.sim.generator import GeneratorConfig, generate
+from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, RemoteIoLedger, Sample, SimResult
+from datamgr.scheduler.sim.trace import load_trace
+
+CLUSTER = ClusterSpec(nodes=2, gpus_per_node=4, cache_bytes_per_node=10**12, remote_io_bytes_per_sec=250e6)
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def outcome(job_id: str, arrival: float, finish: float, hit: float = 0.0, remote: float = 100.0) -> JobOutcome:
+    return JobOutcome(job_id, arrival, arrival, finish, 1, "d", hit + remote, hit, remote)
+
+
+def sample(time: float, io: float, running: int, fairness: float, cached: int = 0, effective: int = 0) -> Sample:
+    return Sample(time, 2 * io, io, running, running, 0, cached, effective, fairness, fairness)
+
+
+def result(policy: str = "fifo", cache_system: str = "silod", *jobs: JobOutcome) -> SimResult:
+    outcomes = list(jobs) or [outcome("a", 0, 100, hit=30, remote=70), outcome("b", 10, 50), outcome("c", 20, 220)]
+    samples = [
+        sample(0, 100e6, 2, 0.5, cached=100, effective=50),
+        sample(60, 200e6, 3, 1.0, cached=300, effective=300),
+        sample(120, 0.0, 0, 0.0),  # an idle cluster: no fairness to measure
+    ]
+    ledger = RemoteIoLedger()
+    for time, rate in ((0, 100e6), (30, 250e6), (31, 100e6), (60, 200e6), (120, 0.0)):
+        ledger.record(time, rate)  # a one-second burst at 30 s, between samples
+    ledger.end = 220
+    return SimResult(policy, cache_system, outcomes, samples, unfinished=["z"], remote_io=ledger)
+
+
+def is_png(path: Path) -> bool:
+    return path.read_bytes().startswith(PNG_MAGIC) and imread(path).shape[2] == 4
+
+
+# --- report math -----------------------------------------------------------------------------------------------
+
+
+def test_average_jct_and_makespan_follow_their_definitions() -> None:
+    jobs = [outcome("a", 0, 100), outcome("b", 10, 50), outcome("c", 20, 220)]
+    assert report.average_jct(jobs) == pytest.approx((100 + 40 + 200) / 3)
+    assert report.makespan(jobs) == 220  # first arrival 0 to last finish 220
+    assert report.makespan([outcome("late", 1000, 1500)]) == 500
+    assert math.isnan(report.average_jct([])) and math.isnan(report.makespan([]))
+
+
+def test_the_summary_averages_fairness_over_busy_samples_and_remote_io_over_the_run() -> None:
+    summary = report.summarize(result(), CLUSTER)
+    assert (summary.jobs, summary.finished) == (4, 3)  # the unfinished job counts as a job, not a JCT
+    assert summary.median_jct == 100
+    assert summary.fairness_mean == pytest.approx(0.75) and summary.fairness_worst == 0.5
+    fetched = 100e6 * 59 + 250e6 * 1 + 200e6 * 60  # bytes from the first arrival (0) to the end (220)
+    assert summary.remote_io_mean == pytest.approx(fetched / 220)
+    assert summary.remote_io_peak == 250e6  # the burst no sample saw
+    assert summary.remote_io_limit == 250e6
+    assert summary.hit_ratio == pytest.approx(30 / 300)
+    assert summary.effective_cache == pytest.approx(350 / 400)
+
+
+def test_the_summary_text_shows_the_numbers_in_human_units() -> None:
+    text = report.summary_text(report.summarize(result(), CLUSTER))
+    assert "fifo/silod: 3 of 4 jobs finished (1 still running when the run stopped)" in text
+    assert "average JCT   1.9m (median 1.7m)" in text
+    assert "makespan      3.7m" in text
+    assert "fairness      0.75 mean, 0.50 worst" in text
+    assert "remote IO     82.5 MB/s mean (33%), 250.0 MB/s peak (100%) of 250.0 MB/s" in text
+    assert "0.10 hit ratio, 88% of cached bytes effective" in text
+
+
+def test_speedups_are_over_the_same_policy_on_the_baseline_cache_system() -> None:
+    runs = [
+        result("fifo", "alluxio", outcome("a", 0, 200)),
+        result("fifo", "silod", outcome("a", 0, 50)),
+        result("sjf", "silod", outcome("a", 0, 80)),  # no sjf/alluxio run: no speedup
+    ]
+    summarized = [(r, report.summarize(r, CLUSTER)) for r in runs]
+    assert report.jct_speedups(summarized, "alluxio")[:2] == [1.0, 4.0]
+    rows = report.comparison_rows(summarized, "alluxio")
+    assert [row[7] for row in rows] == ["1.00x", "4.00x", "-"]
+    assert rows[1][:6] == ("fifo", "silod", "1/2", "50s", "50s", "0.75")
+
+
+def test_the_csv_files_hold_one_row_per_job_sample_and_run(tmp_path: Path) -> None:
+    run = result()
+    report.write_jobs_csv(tmp_path / "jobs.csv", run)
+    jobs = list(csv.DictReader((tmp_path / "jobs.csv").open()))
+    assert [row["job_id"] for row in jobs] == ["a", "b", "c"]
+    assert [float(row["jct"]) for row in jobs] == [100, 40, 200]
+    report.write_timeline_csv(tmp_path / "timeline.csv", run)
+    timeline = list(csv.DictReader((tmp_path / "timeline.csv").open()))
+    assert [float(row["remote_io_bytes_per_sec"]) for row in timeline] == [100e6, 200e6, 0]
+    summarized = [(run, report.summarize(run, CLUSTER))]
+    report.write_comparison_csv(tmp_path / "compare.csv", summarized, "silod")
+    (row,) = csv.DictReader((tmp_path / "compare.csv").open())
+    assert row["policy"] == "fifo" and float(row["average_jct"]) == pytest.approx(340 / 3)
+    assert float(row["jct_speedup_vs_silod"]) == 1.0
+
+
+def test_the_plots_are_valid_png_files(tmp_path: Path) -> None:
+    run = result()
+    report.plot_jct_cdf(tmp_path / "cdf.png", {"fifo/silod": run, "fifo/alluxio": result("fifo", "alluxio")})
+    report.plot_timeline(tmp_path / "timeline.png", run, CLUSTER)
+    report.plot_fairness(tmp_path / "fairness.png", run)
+    for name in ("cdf.png", "timeline.png", "fairness.png"):
+        assert is_png(tmp_path / name), name
+
+
+# --- the progress line -----------------------------------------------------------------------------------------
+
+
+def test_the_progress_line_stays_quiet_for_short_runs_and_rate_limits_long_ones() -> None:
+    now = [0.0]
+    stream = io.StringIO()
+    progress = ProgressLine("fifo/silod", stream=stream, clock=lambda: now[0], delay=1.0)
+    progress(60.0, 1, 10)
+    now[0] = 0.5
+    progress(120.0, 2, 10)
+    assert stream.getvalue() == ""
+    now[0] = 1.5
+    progress(7200.0, 3, 10)
+    now[0] = 2.0
+    progress(9000.0, 4, 10)  # within a second of the last line
+    assert stream.getvalue() == "fifo/silod: 2.0h simulated, 3/10 jobs done\n"
+
+
+# --- the command -----------------------------------------------------------------------------------------------
+
+
+def test_generate_writes_the_trace_the_generator_makes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "trace.jsonl"
+    code = main(["sim", "generate", "--out", str(out), "--jobs", "40", "--sharing", "0.2", "--seed", "9"])
+    assert code == 0
+    assert load_trace(out) == generate(GeneratorConfig(jobs=40, sharing=0.2, seed=9))
+    assert "wrote 40 jobs arriving over" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["sim"], "give --trace FILE and --cluster FILE, or --scenario NAME"),
+        (["sim", "--scenario", "micro", "--trace", "t.csv"], "--scenario replaces --trace and --cluster"),
+        (["sim", "--scenario", "micro", "--policy", "lottery"], "unknown policy 'lottery'; known policies: "),
+        (["sim", "--trace", "missing.csv", "--cluster", "c.toml"], "cannot read c.toml"),
+        (
+            ["sim", "compare", "--scenario", "micro", "--cache-systems", "silod", "--baseline", "quiver"],
+            "--baseline quiver is not one of --cache-systems silod",
+        ),
+        (["sim", "generate", "--out", "t.txt", "--jobs", "3"], "t.txt: a trace file must end in .csv or .jsonl"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_problem(
+    argv: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing ran, nothing written
+
+
+def test_sim_runs_the_micro_scenario_and_writes_its_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "micro"
+    assert main(["sim", "--scenario", "micro", "--policy", "fifo", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    jobs = list(csv.DictReader((out / "jobs.csv").open()))
+    assert sorted(row["job_id"] for row in jobs) == [
+        "bert",
+        "efficientnetb1-0",
+        "efficientnetb1-1",
+        "resnet50-0",
+        "resnet50-1",
+    ]
+    average = sum(float(row["jct"]) for row in jobs) / len(jobs)
+    assert "fifo/silod: 5 of 5 jobs finished" in printed
+    assert f"average JCT   {format_duration(average)}" in printed
+    assert "of 200.0 MB/s" in printed
+    decisions = (out / "decisions.jsonl").read_text().splitlines()
+    assert decisions and all(isinstance(json.loads(line), dict) for line in decisions)
+    for name in ("jct_cdf.png", "timeline.png", "fairness.png"):
+        assert is_png(out / name), name
+
+
+def test_compare_prints_one_row_per_pair_with_speedups(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "tiny.csv"
+    trace.write_text(
+        "job_id,arrival,gpus,model,ideal_rate,dataset,dataset_size,epochs\n"
+        "a,0,1,resnet50,100MB/s,small,100GB,3\n"
+        "b,60,2,resnet50,200MB/s,large,1TB,1\n"
+        "c,120,1,bert,2MB/s,huge,20TB,0.001\n"
+    )
+    cluster = tmp_path / "c.toml"
+    cluster.write_text('nodes = 1\ngpus_per_node = 4\ncache_per_node = "500GB"\nremote_io = "100MB/s"\n')
+    out = tmp_path / "cmp"
+    argv = [
+        "sim",
+        "compare",
+        "--trace",
+        str(trace),
+        "--cluster",
+        str(cluster),
+        "--policies",
+        "fifo",
+        "--cache-systems",
+        "alluxio,silod",
+        "--out",
+        str(out),
+    ]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == [
+        "POLICY",
+        "CACHE",
+        "FINISHED",
+        "AVG",
+        "JCT",
+        "MAKESPAN",
+        "FAIRNESS",
+        "REMOTE",
+        "IO",
+        "SPEEDUP",
+    ]
+    alluxio, silod = lines[1].split(), lines[2].split()
+    assert alluxio[:3] == ["fifo", "alluxio", "3/3"] and alluxio[-1] == "1.00x"
+    assert silod[:3] == ["fifo", "silod", "3/3"]
+    rows = {row["cache_system"]: row for row in csv.DictReader((out / "compare.csv").open())}
+    speedup = float(rows["alluxio"]["average_jct"]) / float(rows["silod"]["average_jct"])
+    assert silod[-1] == f"{speedup:.2f}x"
+    assert is_png(out / "jct_cdf.png")
+    assert (out / "fifo-silod" / "jobs.csv").exists() and (out / "fifo-alluxio" / "decisions.jsonl").exists()
