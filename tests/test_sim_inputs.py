@@ -16,7 +16,7 @@ from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale
 from datamgr.scheduler.sim.fields import SimInputError, parse_duration
 from datamgr.scheduler.sim.generator import WORKLOADS, GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, TraceJob
-from datamgr.scheduler.sim.scenarios import available_scenarios, load_scenario
+from datamgr.scheduler.sim.scenarios import _load, available_scenarios, load_scenario
 from datamgr.scheduler.sim.trace import load_trace, write_trace
 
 HEADER = "job_id,arrival,gpus,model,ideal_rate,dataset,dataset_size,epochs"
@@ -350,3 +350,27 @@ def test_the_generated_scenarios_have_their_clusters_and_are_reproducible() -> N
     assert (cluster400.cluster.total_gpus, cluster400.cluster.remote_io_bytes_per_sec) == (400, 4 * 10**9)
     four_weeks = 28 * 86400
     assert 0.95 * four_weeks < max(j.arrival for j in cluster400.trace) <= four_weeks
+
+
+@pytest.mark.parametrize(
+    ("recipe", "message"),
+    [
+        ('trace = "t.csv"\n[generate]\njobs = 3\n', "give either trace or [generate], not both or neither"),
+        ("[generate]\njobs = 3\nsharing = 0.5\n", "[generate]: missing required key 'arrivals_per_hour'"),
+        ("[generate]\njobs = 3\nload = 0.9\n", "[generate]: unknown key 'load'"),
+        (
+            "[generate]\njobs = 3\nduration = '1w'\narrivals_per_hour = 1\nsharing = 0\ngpu_speed_scale = 1\n"
+            "irregular = 0\nseed = 1\n",
+            "[generate]: give either a number of jobs or a duration, not both or neither",
+        ),
+        (
+            "[generate]\njobs = 3\narrivals_per_hour = 1\nsharing = 2\ngpu_speed_scale = 1\nirregular = 0\nseed = 1\n",
+            "[generate]: sharing: 2 must be between 0 and 1",
+        ),
+    ],
+)
+def test_a_bad_scenario_recipe_is_refused_naming_the_key(tmp_path: Path, recipe: str, message: str) -> None:
+    path = write(tmp_path / "s.toml", f'description = "d"\n{recipe}\n[cluster]\n{CLUSTER}')
+    with pytest.raises(SimInputError) as caught:
+        _load("s", path)
+    assert str(caught.value).startswith(str(path)) and message in str(caught.value)

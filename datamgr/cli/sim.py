@@ -265,18 +265,19 @@ def _simulate(inputs: _Inputs, scheduler: Scheduler, config: SimConfig, out: Pat
 
 
 class ProgressLine:
-    """A progress line on stderr for long runs: nothing until the run has taken `delay` seconds, then redrawn
-    at most every `delay` seconds (in place on a terminal, one line each otherwise)."""
+    """A progress line (on stderr by default) for long runs: nothing until the run has taken `delay` seconds,
+    then redrawn at most every `delay` seconds (in place on a terminal, one line each otherwise). Called by the
+    engine as `progress(sim_time, finished_jobs, total_jobs)`."""
 
     def __init__(
         self,
         label: str,
-        stream: TextIO = sys.stderr,
+        stream: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
         delay: float = 1.0,
     ) -> None:
         self._label = label
-        self._stream = stream
+        self._stream = stream or sys.stderr  # looked up now: a test may have replaced it
         self._clock = clock
         self._delay = delay
         self._last = clock()
