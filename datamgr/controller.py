@@ -18,7 +18,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Literal
@@ -111,6 +111,7 @@ def snapshot_of(
 
 def _job_state(manager: DataManager, job_id: str, submit_time: float, now: float) -> JobState:
     job = manager.state.jobs[job_id]
+    dataset_bytes = manager.state.datasets[job.dataset_uri].size_bytes
     placement = {w.node_id: w.count for w in job.workers}
     gpus = sum(placement.values())
     return JobState(
@@ -118,14 +119,27 @@ def _job_state(manager: DataManager, job_id: str, submit_time: float, now: float
         submit_time=submit_time,
         gpus=gpus,
         dataset_uri=job.dataset_uri,
-        dataset_bytes=manager.state.datasets[job.dataset_uri].size_bytes,
+        dataset_bytes=dataset_bytes,
         ideal_bytes_per_sec=job.ideal_bytes_per_sec,
         total_bytes=math.inf,
         done_bytes=sum(u.bytes_read for u in manager.liveness.job_usage(job_id)),
         attained_gpu_seconds=gpus * (now - submit_time),
         placement=MappingProxyType(placement),
         io_bytes_per_sec=job.io_bytes_per_sec,
+        epoch_hit_ratio=_epoch_hit_ratio(manager.liveness.job_usage(job_id), dataset_bytes),
     )
+
+
+def _epoch_hit_ratio(usage: Sequence[pb.JobUsage], dataset_bytes: int) -> float | None:
+    """The share of the rest of its epoch the job's cache serves, from its nodes' access bitsets: cached items
+    not read yet this epoch over all items not read yet; the least over its nodes (each caches on its own).
+    None when no node has reported or an epoch has just ended (then the dataset's cached bytes stand in)."""
+    ratios = [
+        min(1.0, u.effective_cache_bytes / ((1.0 - u.epoch_progress) * dataset_bytes))
+        for u in usage
+        if u.epoch_progress < 1.0 and dataset_bytes > 0
+    ]
+    return min(ratios, default=None)
 
 
 def _cached_bytes(manager: DataManager, uri: str) -> int:

@@ -108,12 +108,14 @@ def test_the_snapshot_places_jobs_on_their_workers_and_budgets_the_smallest_cach
             await manager.register_job("ja", a, 1000, [Worker("n1", 2), Worker("n2", 1)])
             await manager.register_job("jb", b, 500, [Worker("n2", 1)])
             manager.report_usage(
-                "n1", [pb.DatasetUsage(dataset_uri=a, cached_bytes=700)], [pb.JobUsage(job_id="ja", bytes_read=300)]
+                "n1",
+                [pb.DatasetUsage(dataset_uri=a, cached_bytes=700)],
+                [pb.JobUsage(job_id="ja", bytes_read=300, effective_cache_bytes=2000, epoch_progress=0.5)],
             )
             manager.report_usage(
                 "n2",
                 [pb.DatasetUsage(dataset_uri=a, cached_bytes=400), pb.DatasetUsage(dataset_uri=b, cached_bytes=100)],
-                [pb.JobUsage(job_id="ja", bytes_read=200)],
+                [pb.JobUsage(job_id="ja", bytes_read=200, effective_cache_bytes=600, epoch_progress=0.75)],
             )
 
             snapshot = snapshot_of(manager, 7000, {"ja": 1.0}, now=11.0)
@@ -128,6 +130,9 @@ def test_the_snapshot_places_jobs_on_their_workers_and_budgets_the_smallest_cach
             assert ja.total_bytes == math.inf  # the data manager does not know how long a job trains
             assert (ja.submit_time, ja.attained_gpu_seconds) == (1.0, 30.0)
             assert (jb.submit_time, jb.attained_gpu_seconds, jb.done_bytes) == (11.0, 0.0, 0)  # seen now
+            # Hits still to come over reads still to come, the least over ja's nodes: n1 2000 of the 4000 bytes
+            # it has left this epoch, n2 600 of 2000. Nothing reported for jb: its dataset's cache stands in.
+            assert (ja.epoch_hit_ratio, jb.epoch_hit_ratio) == (pytest.approx(0.3), None)
             assert snapshot.datasets[a] == DatasetState(a, 8000, 0, 400)  # the least cached on a node mounting it
             assert snapshot.datasets[b] == DatasetState(b, 2000, 0, 100)
 

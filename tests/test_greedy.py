@@ -1,12 +1,15 @@
-"""The minimal greedy policy: cache goes to the most cache-efficient datasets first, remote IO covers each
-job's steady demand first and is then shared without giving any job more than it can use. The same order
+"""The greedy policy: cache goes to the most cache-efficient datasets first, remote IO covers what each job
+needs with the cache it can hit now and is then shared without giving any job more than it can use. The same order
 places the cache other policies leave idle."""
 
 from __future__ import annotations
 
-from datamgr.scheduler.policies.greedy import JobDemand, cache_efficiency, greedy
+from types import MappingProxyType
+
+from datamgr.scheduler.perf import SiloDPerf
+from datamgr.scheduler.policies.greedy import GreedyStorage, JobDemand, cache_efficiency, greedy
 from datamgr.scheduler.sharing import fill_idle_cache, fill_in_order
-from datamgr.scheduler.snapshot import JobState
+from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot
 
 MB = 10**6
 GB = 10**9
@@ -54,3 +57,49 @@ def test_idle_cache_goes_to_the_most_cache_efficient_datasets_on_top_of_what_is_
     # "Z" holds cache for a job that sits this round out: it is kept and counts against the capacity.
     cache = fill_idle_cache({"A": 20 * GB, "Z": 30 * GB}, running, 150 * GB)
     assert cache == {"A": 100 * GB, "B": 20 * GB, "Z": 30 * GB}
+
+
+def _running(job_id: str, dataset: str, dataset_bytes: int, rate: float, hit_ratio: float | None = None) -> JobState:
+    return JobState(
+        job_id=job_id,
+        submit_time=0.0,
+        gpus=1,
+        dataset_uri=dataset,
+        dataset_bytes=dataset_bytes,
+        ideal_bytes_per_sec=rate,
+        total_bytes=10.0 * dataset_bytes,
+        placement=MappingProxyType({"n": 1}),
+        epoch_hit_ratio=hit_ratio,
+    )
+
+
+def _snapshot(jobs: list[JobState], cached: dict[str, int | None], cache: int, io: float) -> Snapshot:
+    return Snapshot(
+        time=0.0,
+        nodes={"n": NodeState("n", 8, cache)},
+        remote_io_bytes_per_sec=io,
+        datasets={uri: DatasetState(uri, 100 * MB, cached_bytes=c) for uri, c in cached.items()},
+        jobs={j.job_id: j for j in jobs},
+    )
+
+
+def test_a_job_whose_quota_is_not_filled_yet_is_not_starved_of_remote_io() -> None:
+    # The paper's delayed effectiveness: A gets all of its dataset as quota, but nothing is cached yet, so
+    # for now A needs its full rate from remote storage, like B.
+    jobs = [_running("a", "A", 100 * MB, 20 * MB), _running("b", "B", 100 * MB, 10 * MB)]
+    cold = GreedyStorage().schedule(_snapshot(jobs, {"A": 0, "B": 0}, 100 * MB, 20 * MB), SiloDPerf())
+    assert cold.cache_bytes == {"A": 100 * MB, "B": 0}
+    assert cold.io_bytes_per_sec == {"a": 10 * MB, "b": 10 * MB}  # max-min fair, both capped by need
+    warm = GreedyStorage().schedule(_snapshot(jobs, {"A": 100 * MB, "B": 0}, 100 * MB, 20 * MB), SiloDPerf())
+    assert warm.io_bytes_per_sec is not None and warm.io_bytes_per_sec["b"] == 10 * MB  # A needs nothing now
+    unknown = GreedyStorage().schedule(_snapshot(jobs, {"A": None, "B": None}, 100 * MB, 20 * MB), SiloDPerf())
+    assert unknown.io_bytes_per_sec == warm.io_bytes_per_sec  # unknown cache: the quota is taken as filled
+
+
+def test_usable_cache_prefers_the_jobs_epoch_hit_ratio_and_never_exceeds_the_quota() -> None:
+    fresh = _running("a", "A", 100 * MB, 20 * MB, hit_ratio=0.1)  # cached while it read them this epoch
+    snap = _snapshot([fresh], {"A": 80 * MB}, 100 * MB, 20 * MB)
+    assert snap.usable_cache_bytes(fresh, 60 * MB) == 10 * MB
+    known = _running("b", "A", 100 * MB, 20 * MB)
+    assert snap.usable_cache_bytes(known, 60 * MB) == 60 * MB  # the dataset's 80 MB, capped at the quota
+    assert snap.usable_cache_bytes(known, 90 * MB) == 80 * MB

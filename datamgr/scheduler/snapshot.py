@@ -43,6 +43,7 @@ class JobState:
     irregular: bool = False
     placement: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # node -> GPUs; {} if queued
     io_bytes_per_sec: float = 0.0  # current remote IO allocation
+    epoch_hit_ratio: float | None = None  # share of the rest of this epoch's reads the cache serves; None: unknown
 
     @property
     def running(self) -> bool:
@@ -64,7 +65,7 @@ class DatasetState:
     uri: str
     size_bytes: int
     cache_quota_bytes: int = 0
-    cached_bytes: int = 0
+    cached_bytes: int | None = None  # None: not known (the quota is taken as filled, the steady state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,21 @@ class Snapshot:
 
     def jobs_by_submission(self) -> list[JobState]:
         return sorted(self.jobs.values(), key=_submission_order)
+
+    def usable_cache_bytes(self, job: JobState, quota_bytes: float) -> float:
+        """The cache a job can hit now under a dataset quota of `quota_bytes`.
+
+        A quota is only a limit: the cache fills as the job's misses are fetched, and an item cached during
+        an epoch helps only from the next one. So the remote IO a job needs right now follows from the
+        cache it can actually hit (its effective cache, else the bytes its dataset has cached), not from the
+        quota; allocating IO from quotas alone would starve a job while its cache is still filling.
+        """
+        if job.epoch_hit_ratio is not None:
+            return min(quota_bytes, job.epoch_hit_ratio * job.dataset_bytes)
+        dataset = self.datasets.get(job.dataset_uri)
+        if dataset is None or dataset.cached_bytes is None:
+            return quota_bytes
+        return min(quota_bytes, dataset.cached_bytes)
 
     def jobs_of(self, dataset_uri: str, jobs: Iterable[JobState] | None = None) -> list[JobState]:
         """The jobs (by default all of them) that read `dataset_uri`."""

@@ -212,12 +212,17 @@ def _remote_io(
     equal: Mapping[str, float],
     cache: Mapping[str, int],
 ) -> dict[str, int]:
-    """What the max-min level needs for each running job first, then the rest water-filled up to f*."""
+    """What the max-min level needs for each running job first, with the cache it can hit now
+    (`Snapshot.usable_cache_bytes`), then the rest water-filled up to f*."""
     caps = {job.job_id: perf.ideal_rate(job, job.gpus) for job in running}
     needs = {
         job.job_id: min(
             caps[job.job_id],
-            perf.remote_demand(solution.level * equal[job.job_id], cache[job.dataset_uri], job.dataset_bytes),
+            perf.remote_demand(
+                solution.level * equal[job.job_id],
+                snapshot.usable_cache_bytes(job, cache[job.dataset_uri]),
+                job.dataset_bytes,
+            ),
         )
         for job in running
         if job.job_id in solution.storage_bound

@@ -2,9 +2,9 @@
 
 Cache: datasets in descending cache efficiency (the sum of f*/d over the jobs that read them), each given up
 to its size while capacity lasts; under uniform caching a dataset's hit ratio is c/d, so a byte of cache is
-worth most where f*/d is highest. Remote IO: each job first gets its steady-state demand f* (1 - c/d), most
-cache-efficient first; what is left is shared out so that no job gets more than it can use (f*), which is
-what carries jobs through their first, uncached epoch ("delayed effectiveness").
+worth most where f*/d is highest. Remote IO: shared max-min fairly up to what each job needs, f* (1 - c/d)
+with c the cache it can hit now (a quota not yet filled, or filled this epoch, does not help yet: "delayed
+effectiveness"); what is left is shared out so that no job gets more than it can use (f*).
 
 Pure: no I/O, deterministic. `greedy` is the function over plain demands (the demo calls it directly);
 `GreedyStorage` is the same allocation as a storage-only policy over a snapshot's running jobs.
@@ -12,7 +12,7 @@ Pure: no I/O, deterministic. `greedy` is the function over plain demands (the de
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from datamgr.scheduler import perf
@@ -44,8 +44,15 @@ def cache_efficiency(jobs: Sequence[JobDemand], dataset_sizes: Mapping[str, int]
 
 
 def greedy(
-    jobs: Sequence[JobDemand], dataset_sizes: Mapping[str, int], cache_capacity: int, io_limit: float
+    jobs: Sequence[JobDemand],
+    dataset_sizes: Mapping[str, int],
+    cache_capacity: int,
+    io_limit: float,
+    usable_cache: Callable[[JobDemand, int], float] | None = None,
 ) -> Allocation:
+    """Cache by Algorithm 2; remote IO first max-min fair up to what each job needs with the cache it can hit
+    now (`usable_cache(job, quota)`, by default the whole quota: the steady state), then the rest shared up to
+    f*, which is harmless (a job only pulls what it misses) and covers a cache that is not yet effective."""
     efficiency = cache_efficiency(jobs, dataset_sizes)
     cache: dict[str, int] = {}
     left = cache_capacity
@@ -53,14 +60,16 @@ def greedy(
         cache[uri] = min(dataset_sizes[uri], left)
         left -= cache[uri]
 
-    steady: dict[str, int] = {}
-    budget = int(io_limit)
-    for job in sorted(jobs, key=lambda j: (-efficiency[j.dataset_uri], j.job_id)):
-        demand = perf.remote_demand(job.ideal_bytes_per_sec, cache[job.dataset_uri], dataset_sizes[job.dataset_uri])
-        steady[job.job_id] = min(round(demand), budget)
-        budget -= steady[job.job_id]
+    needs = {
+        job.job_id: perf.remote_demand(
+            job.ideal_bytes_per_sec,
+            cache[job.dataset_uri] if usable_cache is None else usable_cache(job, cache[job.dataset_uri]),
+            dataset_sizes[job.dataset_uri],
+        )
+        for job in jobs
+    }
     caps = {job.job_id: job.ideal_bytes_per_sec for job in jobs}
-    return Allocation(cache, water_fill(caps, io_limit, floor=steady))
+    return Allocation(cache, water_fill(caps, io_limit, floor=water_fill(needs, io_limit)))
 
 
 class GreedyStorage:
@@ -72,7 +81,14 @@ class GreedyStorage:
         running = snapshot.running_jobs()
         demands = [JobDemand(j.job_id, j.dataset_uri, perf.ideal_rate(j, j.allocated_gpus)) for j in running]
         sizes = {j.dataset_uri: j.dataset_bytes for j in running}
-        plan = greedy(demands, sizes, snapshot.cache_capacity_bytes, snapshot.remote_io_bytes_per_sec)
+        by_id = {j.job_id: j for j in running}
+        plan = greedy(
+            demands,
+            sizes,
+            snapshot.cache_capacity_bytes,
+            snapshot.remote_io_bytes_per_sec,
+            lambda demand, quota: snapshot.usable_cache_bytes(by_id[demand.job_id], quota),
+        )
         efficiency = cache_efficiency(demands, sizes)
         notes = {uri: f"cache efficiency {efficiency[uri]:.3g}/s" for uri in sorted(sizes)}
         return Decision(cache_bytes=plan.cache_bytes, io_bytes_per_sec=plan.io_bytes_per_sec, notes=notes)

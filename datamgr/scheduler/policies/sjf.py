@@ -127,7 +127,8 @@ def _grant_storage(
 
     A dataset gets the most cache any of its running readers chose, at the rank of its best-ranked reader;
     cache nobody chose is then filled by cache efficiency, since idle it saves nothing. Each job then gets
-    the remote IO its dataset's cache leaves it needing, f* (1 - c/d), and leftover IO is water-filled.
+    the remote IO its dataset's cache leaves it needing, f* (1 - c/d) with c the cache it can hit now
+    (`Snapshot.usable_cache_bytes`), and leftover IO is water-filled.
     """
     wanted: dict[str, float] = {}
     for job in running:
@@ -136,7 +137,11 @@ def _grant_storage(
     chosen = fill_in_order(wanted, capacity)
     cache = {job.dataset_uri: 0 for job in snapshot.jobs_by_submission()} | fill_idle_cache(chosen, running, capacity)
     demands = {
-        job.job_id: perf.remote_demand(perf.ideal_rate(job, job.gpus), cache[job.dataset_uri], job.dataset_bytes)
+        job.job_id: perf.remote_demand(
+            perf.ideal_rate(job, job.gpus),
+            snapshot.usable_cache_bytes(job, cache[job.dataset_uri]),
+            job.dataset_bytes,
+        )
         for job in running
     }
     budget = snapshot.remote_io_bytes_per_sec
