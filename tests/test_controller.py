@@ -474,12 +474,13 @@ def greedy_cluster(tmp_path: Path) -> Iterator[GreedyCluster]:
 
 
 def expected_greedy(jobs: Mapping[str, tuple[str, int]]) -> Decision:
-    """What SiloD's greedy policy decides for these jobs (id -> dataset URI, f*) on the one node."""
+    """What SiloD's greedy policy decides for these jobs (id -> dataset URI, f*) on the one node, whose caches
+    are still empty (nothing reads through the mount in these tests)."""
     snapshot = Snapshot(
         time=0.0,
         nodes={"n1": NodeState("n1", len(jobs), NODE_CACHE)},
         remote_io_bytes_per_sec=REMOTE_IO,
-        datasets={uri: DatasetState(uri, FILES * SIZE) for uri, _ in jobs.values()},
+        datasets={uri: DatasetState(uri, FILES * SIZE, cached_bytes=0) for uri, _ in jobs.values()},
         jobs={
             job_id: JobState(job_id, 0.0, 1, uri, FILES * SIZE, rate, math.inf, placement=MappingProxyType({"n1": 1}))
             for job_id, (uri, rate) in jobs.items()
@@ -517,7 +518,8 @@ def test_the_greedy_policy_allocates_what_reaches_the_node_and_reallocates_when_
 
     both = expected_greedy({"resnet": (fast, FAST_RATE), "bert": (slow, SLOW_RATE)})
     assert both.cache_bytes == {fast: 1_500_000, slow: 0}  # all the cache to the cache-efficient dataset
-    assert both.io_bytes_per_sec == {"resnet": 2_500_000, "bert": 500_000}  # resnet's steady demand first
+    # Nothing is cached yet, so both need their full f* from remote: max-min fair, bert capped at its f*.
+    assert both.io_bytes_per_sec == {"resnet": 2_000_000, "bert": 1_000_000}
     wait_for_node(node, both, "greedy's allocation for both jobs on the node")
 
     status = cluster.status()
@@ -525,19 +527,19 @@ def test_the_greedy_policy_allocates_what_reaches_the_node_and_reallocates_when_
     assert status["summary"]["controller"]["last_round_trigger"] == "registered job bert"
     estimates = {j["job_id"]: j["estimate"] for j in status["jobs"]}
     assert {job_id: e["io_bytes_per_sec"] for job_id, e in estimates.items()} == {
-        "resnet": "2500000",
-        "bert": "500000",
+        "resnet": "2000000",
+        "bert": "1000000",
     }
-    # min(f*, b / (1 - c/d)): resnet at f* (2.5 MB/s over a 25% miss ratio), bert bound by its remote IO.
+    # min(f*, b / (1 - c/d)) once the quota is filled: resnet 2 MB/s over a 25% miss ratio, bert at its f*.
     assert {job_id: e["throughput_bytes_per_sec"] for job_id, e in estimates.items()} == {
-        "resnet": FAST_RATE,
-        "bert": 500_000,
+        "resnet": 8_000_000,
+        "bert": SLOW_RATE,
     }
     tables = cluster.cli("status")
     assert "allocations: policy greedy, a round at least every 3600s" in tables
     assert "(registered job bert)" in tables
     header, bert_row = (next(line for line in tables.splitlines() if line.startswith(w)) for w in ("JOB", "bert"))
-    assert header.split()[-1] == "EXPECTED" and bert_row.endswith("500.0 kB/s")
+    assert header.split()[-1] == "EXPECTED" and bert_row.endswith("1.0 MB/s")
 
     manual = silod_cli("alloc", "io", "bert", "2MB/s", datamgr=cluster.datamgr.address)
     assert manual.returncode == 1
