@@ -6,6 +6,7 @@ values here are what they exchange. Sizes are bytes, rates bytes/s, times second
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 from datamgr.scheduler.snapshot import NodeState
@@ -59,12 +60,26 @@ class ClusterSpec:
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     """How to simulate: a policy round every `round_seconds` (and on arrivals and finishes), a timeline
-    sample every `sample_seconds`, caches modelled in `chunk_bytes` units where items matter (LRU)."""
+    sample every `sample_seconds`, caches modelled in `chunk_bytes` units where items matter (LRU), with at
+    most `max_chunks_per_dataset` chunks per dataset (bigger datasets get bigger chunks, so the LRU model's
+    cost is bounded). `time_limit` (seconds from the trace start) cuts the run short; None runs every job to
+    its finish."""
 
     round_seconds: float = 300.0
     sample_seconds: float = 60.0
     chunk_bytes: int = 64 * 2**20
     seed: int = 0
+    max_chunks_per_dataset: int = 128
+    time_limit: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("round_seconds", "sample_seconds", "chunk_bytes"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, not {getattr(self, name)!r}")
+        if self.max_chunks_per_dataset < 4:
+            raise ValueError(f"max_chunks_per_dataset must be at least 4, not {self.max_chunks_per_dataset}")
+        if self.time_limit is not None and not self.time_limit >= 0:
+            raise ValueError(f"time_limit must be a time of at least 0 seconds, not {self.time_limit!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +118,52 @@ class Sample:
     fairness_mean: float
 
 
+class RemoteIoLedger:
+    """The cluster's total remote IO rate over time, exactly as the simulation ran it: piecewise constant,
+    `rates[i]` bytes/s from `times[i]` until `times[i + 1]` (the last until `end`).
+
+    Every change of any job's remote rate is recorded, so the ledger accounts for every remote byte (its
+    total equals the jobs' `remote_bytes` summed) and answers for any interval, not only at samples.
+    """
+
+    __slots__ = ("_rates", "_times", "end")
+
+    def __init__(self) -> None:
+        self._times = array("d")
+        self._rates = array("d")
+        self.end = 0.0
+
+    def record(self, time: float, rate: float) -> None:
+        """The total rate from `time` on (replacing one recorded at the same time)."""
+        if self._times and self._times[-1] == time:
+            self._rates[-1] = rate
+            if len(self._rates) > 1 and self._rates[-2] == rate:
+                self._times.pop()
+                self._rates.pop()
+        elif not self._rates or self._rates[-1] != rate:
+            self._times.append(time)
+            self._rates.append(rate)
+        self.end = max(self.end, time)
+
+    def spans(self) -> list[tuple[float, float, float]]:
+        """(start, end, bytes/s) of each constant-rate stretch."""
+        ends = [*self._times[1:], self.end]
+        return [(start, end, rate) for start, end, rate in zip(self._times, ends, self._rates, strict=True)]
+
+    def bytes_between(self, start: float, end: float) -> float:
+        """Remote bytes fetched cluster-wide in [start, end]."""
+        return sum(rate * max(0.0, min(end, hi) - max(start, lo)) for lo, hi, rate in self.spans())
+
+    def peak(self) -> float:
+        """The highest total rate at any time."""
+        return max(self._rates, default=0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class SimResult:
     policy: str
     cache_system: str
-    jobs: list[JobOutcome]
+    jobs: list[JobOutcome]  # finished jobs, in finishing order
     samples: list[Sample] = field(default_factory=list)
-    unfinished: list[str] = field(default_factory=list)  # job ids still running when the run was cut off
+    unfinished: list[str] = field(default_factory=list)  # trace jobs not finished when the run was cut off
+    remote_io: RemoteIoLedger = field(default_factory=RemoteIoLedger)

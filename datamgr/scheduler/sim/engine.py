@@ -1,0 +1,347 @@
+"""The trace-driven simulator: a scheduler's policy run on a modelled cluster, event by event.
+
+`simulate` replays a trace on a cluster with a `Scheduler` (`registry.build_scheduler`), the same policy
+objects the live controller runs; policies see only snapshots, never the simulator.
+
+Events (`events.EventQueue`, keyed (time, priority, seq)): arrivals; policy rounds, every
+`config.round_seconds` and at every instant a job arrives or finishes; job boundaries, where a running job
+ends a segment of its reads (an epoch or a curriculum pass under uniform caching, a window under LRU) or
+finishes; and timeline samples every `config.sample_seconds`. A running job left out of a round's placements
+is preempted: it stops, keeps its progress (and its place in its epoch), and counts a preemption; a
+placement that changes but stays non-empty is not a preemption.
+
+Between events every rate is constant, so progress integrates exactly. A running job's rate is
+`min(f*(job, gpus), io / (1 - hit))` with `hit` its segment's hit ratio from the cache model (`caches`), not
+from its allocation; hits + remote bytes = bytes read, and a job's remote rate, `rate x (1 - hit)`, never
+exceeds its IO allocation, whose sum the decision check holds to the cluster limit. The next event is the
+earliest of arrivals, rounds, samples and each running job's segment end or finish; a job's boundary is
+rescheduled only when its rate or segment changes, and jobs are brought up to date lazily, so a boundary
+costs work for that job and its cache space only.
+
+Results: one `JobOutcome` per finished job, the samples, the jobs a `config.time_limit` left unfinished, and
+the remote IO ledger (the cluster's total remote rate at every change). The same inputs and seed give the
+same result: randomness comes only from the seed (the LRU model's read orders) and ties break by event
+sequence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+from datamgr.scheduler.registry import Scheduler
+from datamgr.scheduler.sim.caches import cache_model_for
+from datamgr.scheduler.sim.decisions import check_decision, decision_record
+from datamgr.scheduler.sim.events import EventKind, EventQueue
+from datamgr.scheduler.sim.jobs import JobRun
+from datamgr.scheduler.sim.measures import EqualShare, Fairness, fairness
+from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, RemoteIoLedger, Sample, SimConfig, SimResult, TraceJob
+from datamgr.scheduler.snapshot import DatasetState, JobState, Snapshot
+
+Progress = Callable[[float, int, int], None]
+
+
+class SimulationStalled(RuntimeError):
+    """Jobs are left, none can make progress and nothing is due to arrive: the run would never end."""
+
+
+def simulate(
+    trace: Sequence[TraceJob],
+    cluster: ClusterSpec,
+    scheduler: Scheduler,
+    config: SimConfig = SimConfig(),  # noqa: B008 - immutable
+    *,
+    decision_log: TextIO | None = None,
+    progress: Progress | None = None,
+) -> SimResult:
+    """Run `trace` on `cluster` under `scheduler` and report what happened.
+
+    `decision_log` receives one JSON line per policy round (see `decisions.decision_record`); `progress` is
+    called as `progress(sim_time, finished_jobs, total_jobs)` at each job finish and at the end. Raises
+    ValueError for a trace or cluster the run cannot use, `decisions.InvalidDecision` if the policy breaks
+    a resource limit, and `SimulationStalled` if jobs are left that can never progress (no time limit set).
+    """
+    check_inputs(trace, cluster)
+    return _Run(trace, cluster, scheduler, config, decision_log, progress).run()
+
+
+def check_inputs(trace: Sequence[TraceJob], cluster: ClusterSpec) -> None:
+    """Raise ValueError naming the job and the rule for a trace the cluster cannot run."""
+    if cluster.nodes < 1 or cluster.gpus_per_node < 1:
+        raise ValueError(f"the cluster needs at least one node with a GPU, not {cluster}")
+    if cluster.cache_bytes_per_node < 0 or not cluster.remote_io_bytes_per_sec > 0:
+        raise ValueError(f"the cluster needs a cache of at least 0 bytes and a positive remote IO limit: {cluster}")
+    sizes: dict[str, int] = {}
+    seen: set[str] = set()
+    for job in trace:
+        where = f"trace job {job.job_id!r}"
+        if job.job_id in seen:
+            raise ValueError(f"{where}: the id is used twice")
+        seen.add(job.job_id)
+        if not 1 <= job.gpus <= cluster.total_gpus:
+            raise ValueError(f"{where}: needs {job.gpus} GPUs; the cluster has {cluster.total_gpus}")
+        if not job.arrival >= 0:
+            raise ValueError(f"{where}: arrival {job.arrival!r} is before the trace start")
+        for name in ("ideal_bytes_per_sec", "dataset_bytes", "epochs"):
+            if not getattr(job, name) > 0:
+                raise ValueError(f"{where}: {name} must be positive, not {getattr(job, name)!r}")
+        known = sizes.setdefault(job.dataset, job.dataset_bytes)
+        if known != job.dataset_bytes:
+            raise ValueError(
+                f"{where}: dataset {job.dataset!r} is {job.dataset_bytes} bytes, an earlier job says {known}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class _Arrival:
+    job: JobRun
+
+
+@dataclass(frozen=True, slots=True)
+class _Boundary:
+    job: JobRun
+    version: int  # stale once the job's version moves on
+
+
+@dataclass(frozen=True, slots=True)
+class _Round:
+    periodic: bool
+
+
+class _Run:
+    """One simulation's state; `run` drives it to the end."""
+
+    def __init__(
+        self,
+        trace: Sequence[TraceJob],
+        cluster: ClusterSpec,
+        scheduler: Scheduler,
+        config: SimConfig,
+        decision_log: TextIO | None,
+        progress: Progress | None,
+    ) -> None:
+        self.cluster = cluster
+        self.scheduler = scheduler
+        self.config = config
+        self.decision_log = decision_log
+        self.progress = progress
+        self.queue = EventQueue()
+        self.cache = cache_model_for(scheduler.cache_system, cluster, config)
+        self.nodes = cluster.node_states()
+        self.jobs = [JobRun(job) for job in trace]
+        self.present: dict[str, JobRun] = {}  # arrived, not finished
+        self.running: dict[str, JobRun] = {}
+        self.arrivals_left = len(self.jobs)
+        self.finished: list[JobOutcome] = []
+        self.samples: list[Sample] = []
+        self.ledger = RemoteIoLedger()
+        self.throughput = 0.0  # bytes/s read by all running jobs
+        self.remote = 0.0  # bytes/s fetched by all running jobs
+        self.busy_gpus = 0
+        self.rates_changed = True  # since the last sample's fairness
+        self.last_fairness = fairness([], jobs_waiting=False)
+        self.last_round = -math.inf
+        self.round_requested_at = -math.inf
+
+    @property
+    def now(self) -> float:
+        return self.queue.now
+
+    def run(self) -> SimResult:
+        for job in sorted(self.jobs, key=lambda j: j.trace.arrival):
+            self.queue.schedule(job.trace.arrival, EventKind.ARRIVAL, _Arrival(job))
+        self.queue.schedule(0.0, EventKind.ROUND, _Round(periodic=True))
+        self.queue.schedule(0.0, EventKind.SAMPLE)
+        self.ledger.record(0.0, 0.0)
+        limit = self.config.time_limit
+        while len(self.finished) < len(self.jobs):
+            upcoming = self.queue.peek_time()
+            if upcoming is None or (limit is not None and upcoming > limit):
+                break
+            event = self.queue.pop()
+            match event.payload:
+                case _Boundary(job, version) if version == job.version:
+                    self._boundary(job)
+                case _Arrival(job):
+                    self._arrive(job)
+                case _Round(periodic):
+                    self._round(periodic)
+                case None:
+                    self._sample()
+        end = self.now if limit is None or len(self.finished) == len(self.jobs) else limit
+        for job in self.running.values():
+            job.advance(end)
+        self.ledger.end = end
+        if self.progress is not None:
+            self.progress(end, len(self.finished), len(self.jobs))
+        return SimResult(
+            policy=self.scheduler.policy.name,
+            cache_system=self.scheduler.cache_system,
+            jobs=self.finished,
+            samples=self.samples,
+            unfinished=[job.job_id for job in self.jobs if job.finished_at is None],
+            remote_io=self.ledger,
+        )
+
+    def _arrive(self, job: JobRun) -> None:
+        self.arrivals_left -= 1
+        self.present[job.job_id] = job
+        self.rates_changed = True
+        self._request_round()
+
+    def _boundary(self, job: JobRun) -> None:
+        now = self.now
+        job.advance(now)
+        if job.finish_pending:
+            self._finish(job)
+            return
+        assert job.segment is not None  # a job with a scheduled boundary is reading a segment
+        job.segment.bytes_left = 0.0  # reached, up to float rounding
+        self.cache.begin_segment(job, now)
+        self._update_rates(job, segment_changed=True)
+        self.ledger.record(now, self.remote)
+
+    def _finish(self, job: JobRun) -> None:
+        now = self.now
+        self.throughput -= job.rate
+        self.remote -= job.remote_rate
+        self.busy_gpus -= job.gpus
+        self.rates_changed = True
+        job.finish(now)
+        del self.running[job.job_id]
+        del self.present[job.job_id]
+        self.cache.release(job, now)
+        self.finished.append(job.outcome())
+        self.ledger.record(now, self.remote)
+        if self.progress is not None:
+            self.progress(now, len(self.finished), len(self.jobs))
+        self._request_round()
+
+    def _request_round(self) -> None:
+        if self.round_requested_at != self.now:
+            self.round_requested_at = self.now
+            self.queue.schedule(self.now, EventKind.ROUND, _Round(periodic=False))
+
+    def _round(self, periodic: bool) -> None:
+        now = self.now
+        if periodic:
+            self.queue.schedule(now + self.config.round_seconds, EventKind.ROUND, _Round(periodic=True))
+        if now == self.last_round:  # a periodic and a triggered round at one instant decide once
+            return
+        self.last_round = now
+        for job in self.running.values():
+            job.advance(now)
+        snapshot = self._snapshot()
+        decision = self.scheduler.decide(snapshot)
+        check_decision(decision, snapshot, self.scheduler.name)
+        placements = decision.placements
+        if placements is None:
+            placements = {job_id: job.placement for job_id, job in self.running.items()}
+        io = decision.io_bytes_per_sec or {}
+        stopped = [job for job_id, job in self.running.items() if not placements.get(job_id)]
+        for job in stopped:
+            job.place({}, 0.0, now)
+            del self.running[job.job_id]
+        for job_id, placement in placements.items():
+            if placement:
+                job = self.present[job_id]
+                job.place(placement, float(io.get(job_id, 0)), now)
+                self.running[job_id] = job
+        self.cache.allocate(now, decision.cache_bytes or {}, decision.job_cache_bytes, self.running.values())
+        for job in self.running.values():
+            starting = job.segment is None
+            if starting:
+                self.cache.begin_segment(job, now)
+            self._update_rates(job, segment_changed=starting)
+        for job in stopped:
+            self._update_rates(job, segment_changed=False)
+        self.throughput = math.fsum(job.rate for job in self.running.values())  # shed incremental float drift
+        self.remote = math.fsum(job.remote_rate for job in self.running.values())
+        self.busy_gpus = sum(job.gpus for job in self.running.values())
+        self.ledger.record(now, self.remote)
+        if self.decision_log is not None:
+            io_used = {job_id: job.io for job_id, job in self.running.items()}
+            line = decision_record(now, decision, placements, self.cache.cached_bytes(now), io_used)
+            self.decision_log.write(line + "\n")
+        if periodic and self._stalled():
+            raise SimulationStalled(
+                f"scheduler {self.scheduler.name} at t={now:g}s: {len(self.present)} jobs are left, none is making "
+                "progress and none is due to arrive; set a time limit to cut such a run short"
+            )
+
+    def _stalled(self) -> bool:
+        idle = self.throughput <= 0.0 and not self.arrivals_left
+        return idle and bool(self.present) and self.config.time_limit is None
+
+    def _update_rates(self, job: JobRun, segment_changed: bool) -> None:
+        """Recompute a job's rates after its allocation or segment changed (it must be up to date)."""
+        rate, remote = job.current_rates()
+        self.throughput += rate - job.rate
+        self.remote += remote - job.remote_rate
+        rate_changed = rate != job.rate
+        fetch_changed = remote != job.remote_rate
+        job.rate, job.remote_rate = rate, remote
+        self.rates_changed = self.rates_changed or rate_changed
+        if job.segment is not None and (fetch_changed or segment_changed):
+            self.cache.fetching(job, self.now)
+        if rate_changed or segment_changed:
+            job.version += 1
+            seconds, finishing = job.time_to_boundary()
+            job.finish_pending = finishing
+            if seconds < math.inf:
+                self.queue.schedule(self.now + seconds, EventKind.JOB, _Boundary(job, job.version))
+
+    def _snapshot(self) -> Snapshot:
+        jobs: dict[str, JobState] = {job_id: job.state() for job_id, job in self.present.items()}
+        cached = self.cache.cached_bytes(self.now)
+        quotas = self.cache.quota_bytes()
+        datasets: dict[str, DatasetState] = {}
+        for job in self.present.values():
+            dataset = job.trace.dataset
+            if dataset not in datasets:
+                datasets[dataset] = DatasetState(
+                    dataset, job.trace.dataset_bytes, quotas.get(dataset, 0), int(cached.get(dataset, 0.0))
+                )
+        return Snapshot(
+            time=self.now,
+            nodes=self.nodes,
+            remote_io_bytes_per_sec=self.cluster.remote_io_bytes_per_sec,
+            datasets=datasets,
+            jobs=jobs,
+            seed=self.config.seed,
+        )
+
+    def _sample(self) -> None:
+        now = self.now
+        self.queue.schedule(now + self.config.sample_seconds, EventKind.SAMPLE)
+        fair = self._fairness()
+        self.samples.append(
+            Sample(
+                time=now,
+                throughput_bytes_per_sec=self.throughput,
+                remote_io_bytes_per_sec=self.remote,
+                busy_gpus=self.busy_gpus,
+                running_jobs=len(self.running),
+                queued_jobs=len(self.present) - len(self.running),
+                cached_bytes=round(sum(self.cache.cached_bytes(now).values())),
+                effective_cached_bytes=round(self.cache.effective_bytes(now)),
+                fairness_min=fair.minimum,
+                fairness_mean=fair.mean,
+            )
+        )
+
+    def _fairness(self) -> Fairness:
+        """The running jobs' fairness ratios (`measures`), recomputed only when a rate or the job count changed."""
+        if self.rates_changed:
+            ratios: list[float] = []
+            if self.present:
+                share = EqualShare.of(self.cluster, len(self.present))
+                ratios = [
+                    job.rate / share.rate(job.trace.ideal_bytes_per_sec, job.trace.gpus, job.trace.dataset_bytes)
+                    for job in self.running.values()
+                ]
+            self.last_fairness = fairness(ratios, jobs_waiting=bool(self.present))
+            self.rates_changed = False
+        return self.last_fairness

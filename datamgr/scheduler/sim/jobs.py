@@ -1,0 +1,200 @@
+"""One simulated job: what it holds, how fast it reads, and everything it has read so far.
+
+A running job reads its data in segments (an epoch, a curriculum stage's pass, an LRU window) during which
+its hit ratio is constant; the cache model says what a segment's hit ratio and length are. Its rate is
+SiloD's estimator evaluated at that actual hit ratio, `min(f*(gpus), io / (1 - hit))`: the pipeline runs at
+the slower of compute and data loading, and remote IO only carries the misses, so the remote bytes it
+pulls per second (`rate x (1 - hit)`) never exceed its IO allocation. Hits and misses are integrated
+separately, so `hit_bytes + remote_bytes == done` holds up to float rounding, and always by construction
+of the model (every byte read is either served by the cache or fetched).
+
+Rates are constant between events, so progress is integrated exactly and lazily: a job is brought up to
+date (`advance`) only when something about it changes or is observed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from datamgr.scheduler import perf
+from datamgr.scheduler.sim.model import JobOutcome, TraceJob
+from datamgr.scheduler.snapshot import JobState
+
+_NOWHERE: Mapping[str, int] = MappingProxyType({})
+
+
+@dataclass(slots=True, eq=False)
+class Segment:
+    """A stretch of a job's reads at one hit ratio: `bytes_left` more bytes, a share `hit_ratio` from cache."""
+
+    hit_ratio: float
+    bytes_left: float
+
+
+class JobRun:
+    """A trace job's state in the simulation, from arrival to finish."""
+
+    __slots__ = (
+        "_queued_state",
+        "base",
+        "done",
+        "finish_pending",
+        "finished_at",
+        "gpu_seconds",
+        "gpus",
+        "hit_bytes",
+        "io",
+        "placement",
+        "preemptions",
+        "rate",
+        "remote_bytes",
+        "remote_rate",
+        "segment",
+        "started_at",
+        "trace",
+        "updated_at",
+        "version",
+    )
+
+    def __init__(self, trace: TraceJob) -> None:
+        self.trace = trace
+        self.base = JobState(
+            job_id=trace.job_id,
+            submit_time=trace.arrival,
+            gpus=trace.gpus,
+            dataset_uri=trace.dataset,
+            dataset_bytes=trace.dataset_bytes,
+            ideal_bytes_per_sec=trace.ideal_bytes_per_sec,
+            total_bytes=trace.total_bytes,
+            irregular=trace.irregular,
+        )
+        self.placement: Mapping[str, int] = _NOWHERE
+        self.gpus = 0
+        self.io = 0.0
+        self.done = 0.0
+        self.hit_bytes = 0.0
+        self.remote_bytes = 0.0
+        self.gpu_seconds = 0.0
+        self.segment: Segment | None = None  # None until the job first runs
+        self.rate = 0.0
+        self.remote_rate = 0.0
+        self.updated_at = trace.arrival
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+        self.preemptions = 0
+        self.version = 0  # bumped whenever its scheduled boundary event is superseded
+        self.finish_pending = False  # its scheduled boundary event is its finish
+        self._queued_state: JobState | None = None
+
+    @property
+    def job_id(self) -> str:
+        return self.trace.job_id
+
+    @property
+    def running(self) -> bool:
+        return self.gpus > 0
+
+    @property
+    def remaining_bytes(self) -> float:
+        return max(0.0, self.trace.total_bytes - self.done)
+
+    def advance(self, now: float) -> None:
+        """Integrate the current rates up to `now`."""
+        elapsed = now - self.updated_at
+        if elapsed > 0.0 and self.rate > 0.0 and self.segment is not None:
+            consumed = self.rate * elapsed
+            self.done += consumed
+            self.remote_bytes += self.remote_rate * elapsed
+            self.hit_bytes += (self.rate - self.remote_rate) * elapsed
+            self.segment.bytes_left -= consumed
+        if elapsed > 0.0:
+            self.gpu_seconds += self.gpus * elapsed
+        self.updated_at = now
+
+    def place(self, placement: Mapping[str, int], io: float, now: float) -> bool:
+        """Take a placement ({} to stop) and an IO allocation; True if the job was running and is stopped."""
+        if placement == self.placement and (io == self.io or not placement):
+            return False
+        preempted = self.running and not placement
+        self.placement = MappingProxyType(dict(placement)) if placement else _NOWHERE
+        self.gpus = sum(placement.values())
+        self.io = io if self.gpus else 0.0
+        if self.gpus and self.started_at is None:
+            self.started_at = now
+        if preempted:
+            self.preemptions += 1
+        self._queued_state = None
+        return preempted
+
+    def finish(self, now: float) -> None:
+        """Stop for good (after `advance`): the job releases everything and reads no more."""
+        self.finished_at = now
+        self.placement = _NOWHERE
+        self.gpus = 0
+        self.io = 0.0
+        self.rate = 0.0
+        self.remote_rate = 0.0
+        self.version += 1
+
+    def current_rates(self) -> tuple[float, float]:
+        """(training rate, remote IO rate) in bytes/s under the current allocation and segment."""
+        if not self.running or self.segment is None:
+            return 0.0, 0.0
+        hit = self.segment.hit_ratio
+        rate = perf.silod_perf(perf.ideal_rate(self.base, self.gpus), hit, 1.0, self.io)
+        return rate, rate * (1.0 - hit)
+
+    def time_to_boundary(self) -> tuple[float, bool]:
+        """Seconds until the current segment ends or the job finishes, and whether it is the finish."""
+        if self.rate <= 0.0 or self.segment is None:
+            return math.inf, False
+        remaining = self.remaining_bytes
+        if remaining <= self.segment.bytes_left:
+            return remaining / self.rate, True
+        return self.segment.bytes_left / self.rate, False
+
+    def state(self) -> JobState:
+        """What a policy sees of the job now (after `advance`)."""
+        if self.running:
+            return self._state()
+        if self._queued_state is None:  # a queued job's state changes only when it runs again
+            self._queued_state = self._state()
+        return self._queued_state
+
+    def _state(self) -> JobState:
+        base = self.base
+        return JobState(
+            job_id=base.job_id,
+            submit_time=base.submit_time,
+            gpus=base.gpus,
+            dataset_uri=base.dataset_uri,
+            dataset_bytes=base.dataset_bytes,
+            ideal_bytes_per_sec=base.ideal_bytes_per_sec,
+            total_bytes=base.total_bytes,
+            done_bytes=self.done,
+            attained_gpu_seconds=self.gpu_seconds,
+            irregular=base.irregular,
+            placement=self.placement,
+            io_bytes_per_sec=self.io,
+            epoch_hit_ratio=None if self.segment is None else self.segment.hit_ratio,
+        )
+
+    def outcome(self) -> JobOutcome:
+        """The finished job's record."""
+        if self.started_at is None or self.finished_at is None:
+            raise ValueError(f"job {self.job_id!r} has not finished")
+        return JobOutcome(
+            job_id=self.job_id,
+            arrival=self.trace.arrival,
+            start=self.started_at,
+            finish=self.finished_at,
+            gpus=self.trace.gpus,
+            dataset=self.trace.dataset,
+            bytes_read=self.done,
+            hit_bytes=self.hit_bytes,
+            remote_bytes=self.remote_bytes,
+            preemptions=self.preemptions,
+        )

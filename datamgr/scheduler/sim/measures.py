@@ -1,0 +1,54 @@
+"""Per-sample measures of the cluster: Gavel's fairness ratio.
+
+A job's fairness ratio is its current training rate over the rate SiloDPerf predicts for it under an equal
+share of the cluster among the N jobs present (arrived and unfinished, running or queued):
+    equal = SiloDPerf(f*(job) x min(1, (G / N) / job GPUs),  c = C / N,  d,  b = B / N)
+with G the cluster's GPUs, C its cache bytes and B its remote IO limit; the GPU share is fractional and
+capped at the job's demand, the cache share is worth at most the whole dataset (c/d is clamped at 1). A ratio
+of 1 means the job does as well as it would on its equal share, as in Gavel's max-min objective (the
+paper's Eq. 9). Only running jobs are measured (a queued job's ratio would be 0 whatever the cluster does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from datamgr.scheduler import perf
+from datamgr.scheduler.sim.model import ClusterSpec
+
+
+@dataclass(frozen=True, slots=True)
+class EqualShare:
+    """One job's share of the cluster when `jobs` jobs split it equally."""
+
+    gpus: float
+    cache_bytes: float
+    io_bytes_per_sec: float
+
+    @classmethod
+    def of(cls, cluster: ClusterSpec, jobs: int) -> EqualShare:
+        if jobs < 1:
+            raise ValueError(f"an equal share needs at least one job, not {jobs}")
+        return cls(cluster.total_gpus / jobs, cluster.total_cache_bytes / jobs, cluster.remote_io_bytes_per_sec / jobs)
+
+    def rate(self, ideal_bytes_per_sec: float, gpus: int, dataset_bytes: float) -> float:
+        """SiloDPerf of a job (f* on all its `gpus`) on this share."""
+        ideal = ideal_bytes_per_sec * min(1.0, self.gpus / gpus)
+        return perf.silod_perf(ideal, self.cache_bytes, dataset_bytes, self.io_bytes_per_sec)
+
+
+@dataclass(frozen=True, slots=True)
+class Fairness:
+    minimum: float
+    mean: float
+
+
+def fairness(ratios: Iterable[float], jobs_waiting: bool) -> Fairness:
+    """Min and mean of the running jobs' ratios. With none running: 0 if jobs wait (none gets anything),
+    1 if the cluster is empty (no one is treated unfairly)."""
+    values = list(ratios)
+    if not values:
+        empty = 0.0 if jobs_waiting else 1.0
+        return Fairness(empty, empty)
+    return Fairness(min(values), sum(values) / len(values))

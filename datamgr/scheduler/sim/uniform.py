@@ -1,0 +1,247 @@
+"""Uniform caching with quotas (SiloD, Quiver) and with private per-job copies (CoorDL), in expected values.
+
+A cache space is a quota and the bytes cached in it: a dataset's shared cache, read by every job of the
+dataset that has no private copy, or one job's private copy. The space follows the paper's uniform caching:
+- Admission: every byte a reader fetches is admitted while the space is under quota; once full, nothing
+  is evicted and further misses are not cached. A quota increase evicts nothing.
+- Shrink: a quota below the cached bytes evicts at once, uniformly at random, down to the quota; every
+  reader's hit ratio shrinks by the same factor (its effective items are evicted at the space's rate).
+- Items: a space tracks its cached bytes per difficulty bin (`access.STAGES`), so curriculum readers see
+  the bytes of their stage; fills of regular readers spread over the bins in proportion to each bin's
+  uncached bytes (they fetch uniformly random uncached items), a curriculum reader's fills land in its bin.
+
+Delayed effectiveness, per reader and per segment (a regular job's epoch, a curriculum job's pass):
+- At the start of a segment every byte cached in the reader's region is effective: its hit ratio for the
+  whole segment is `cached bytes of the region / region bytes` (the c/d of the paper, taken now).
+- Bytes cached during the segment help the reader only from its next segment, whoever caches them: the
+  reader's own fills are items it has just read (they cannot recur this epoch), and items another job
+  sharing the space caches mid-segment are counted for this reader from its next segment too. This keeps
+  each reader's rate constant between events; the price is that two jobs in overlapping first epochs of a
+  shared dataset each fetch items the other has just cached, and the model admits both fetches as distinct
+  items, so during such an overlap the shared cache fills up to twice as fast as it really would and each
+  job's hit ratio is lower than it really is, until its next epoch.
+- A job that moves to another space mid-segment (a private copy granted or withdrawn) finds that space's
+  items randomly placed in its read order: hit ratio `cached bytes of the region / region bytes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from datamgr.scheduler.sim.access import STAGES, Region, region_of
+from datamgr.scheduler.sim.jobs import JobRun, Segment
+
+
+class _Space:
+    """One uniformly cached set of a dataset's items under a quota, filled by its readers' fetches.
+
+    Between changes of its readers' fetch rates it fills linearly until the quota, so its contents at any
+    time follow from the last settled state without stepping through time.
+    """
+
+    __slots__ = (
+        "bin_bytes",
+        "bin_fetch",
+        "cached",
+        "dataset",
+        "held",
+        "quota",
+        "readers",
+        "settled_at",
+        "total_fetch",
+        "whole_fetch",
+    )
+
+    def __init__(self, dataset: str, dataset_bytes: int, now: float) -> None:
+        self.dataset = dataset
+        self.bin_bytes = dataset_bytes / STAGES
+        self.quota = 0.0
+        self.cached = [0.0] * STAGES
+        self.held = 0.0  # sum(cached)
+        self.settled_at = now
+        self.whole_fetch = 0.0  # bytes/s fetched by readers of the whole dataset
+        self.bin_fetch = [0.0] * STAGES  # bytes/s fetched by curriculum readers, per bin
+        self.total_fetch = 0.0
+        self.readers: dict[str, _Reader] = {}
+
+    def filling(self, now: float) -> bool:
+        """Whether the space has gained bytes since it was last settled."""
+        return now > self.settled_at and self.total_fetch > 0.0 and self.held < self.quota
+
+    def cached_at(self, now: float) -> list[float]:
+        """Cached bytes per bin at `now` (no earlier than the last settle), without changing the space."""
+        if not self.filling(now):
+            return self.cached
+        elapsed = now - self.settled_at
+        uncached = [max(0.0, self.bin_bytes - c) for c in self.cached]
+        free = sum(uncached)
+        if free <= 0.0:
+            return self.cached
+        inflow = [
+            min(u, (self.whole_fetch * u / free + f) * elapsed) for u, f in zip(uncached, self.bin_fetch, strict=True)
+        ]
+        total = sum(inflow)
+        scale = min(1.0, (self.quota - self.held) / total) if total > 0.0 else 0.0
+        return [c + i * scale for c, i in zip(self.cached, inflow, strict=True)]
+
+    def held_at(self, now: float) -> float:
+        """Cached bytes at `now`, without changing the space."""
+        return sum(self.cached_at(now)) if self.filling(now) else self.held
+
+    def settle(self, now: float) -> None:
+        if self.filling(now):
+            self._hold(self.cached_at(now))
+        self.settled_at = max(self.settled_at, now)
+
+    def set_quota(self, quota: float, now: float) -> None:
+        """A new quota (after `settle`); a shrink evicts uniformly at random at once."""
+        self.quota = float(quota)
+        if self.held > self.quota:
+            factor = self.quota / self.held
+            self._hold([c * factor for c in self.cached])
+            for reader in self.readers.values():
+                if reader.job.segment is not None:
+                    reader.job.segment.hit_ratio *= factor
+
+    def region_bytes(self, region: Region) -> float:
+        return self.bin_bytes * region.bins
+
+    def region_cached(self, region: Region) -> float:
+        return sum(self.cached[region.first_bin : region.first_bin + region.bins])
+
+    def add_fetch(self, region: Region, rate: float) -> None:
+        if region.bins == STAGES:
+            self.whole_fetch = max(0.0, self.whole_fetch + rate)
+        else:
+            self.bin_fetch[region.first_bin] = max(0.0, self.bin_fetch[region.first_bin] + rate)
+        self.total_fetch = self.whole_fetch + sum(self.bin_fetch)
+
+    def _hold(self, cached: list[float]) -> None:
+        self.cached = cached
+        self.held = sum(cached)
+
+
+class _Reader:
+    """A job bound to the space it reads through, with the region and fetch rate it last reported."""
+
+    __slots__ = ("fetch", "job", "region", "space")
+
+    def __init__(self, job: JobRun, space: _Space) -> None:
+        self.job = job
+        self.space = space
+        self.region = region_of(job)
+        self.fetch = 0.0
+
+
+class UniformCache:
+    """Uniform caching over shared per-dataset quotas and private per-job copies (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._shared: dict[str, _Space] = {}  # dataset -> its shared cache
+        self._private: dict[str, _Space] = {}  # job -> its own copy
+        self._readers: dict[str, _Reader] = {}  # job -> where it reads; kept while it is preempted
+
+    def allocate(
+        self, now: float, cache_bytes: Mapping[str, int], job_cache_bytes: Mapping[str, int], running: Iterable[JobRun]
+    ) -> None:
+        """Bind each running job to its space (a private copy if the decision lists it in `job_cache_bytes`),
+        then apply the quotas; a dataset or job the decision leaves out gets quota 0."""
+        for space in self._spaces():
+            space.settle(now)
+        for job in running:
+            self._bind(job, job_cache_bytes, now)
+        for spaces, quotas in ((self._shared, cache_bytes), (self._private, job_cache_bytes)):
+            for key, space in list(spaces.items()):
+                space.set_quota(quotas.get(key, 0), now)
+                if not space.readers and space.quota == 0:  # nothing held, no one to hold it for
+                    del spaces[key]
+        self._recount_fetches()
+
+    def begin_segment(self, job: JobRun, now: float) -> None:
+        """A new pass over the job's region: everything cached there now is effective for the whole pass."""
+        reader = self._readers[job.job_id]
+        space = reader.space
+        space.settle(now)
+        self._withdraw(reader)
+        reader.region = region_of(job)
+        region_bytes = space.region_bytes(reader.region)
+        hit = min(1.0, space.region_cached(reader.region) / region_bytes)
+        job.segment = Segment(hit, min(region_bytes, reader.region.bytes_to_stage_end))
+
+    def fetching(self, job: JobRun, now: float) -> None:
+        reader = self._readers[job.job_id]
+        reader.space.settle(now)
+        self._withdraw(reader)
+        reader.fetch = job.remote_rate
+        reader.space.add_fetch(reader.region, reader.fetch)
+
+    def release(self, job: JobRun, now: float) -> None:
+        reader = self._readers.pop(job.job_id, None)
+        if reader is None:
+            return
+        reader.space.settle(now)
+        self._withdraw(reader)
+        del reader.space.readers[job.job_id]
+        self._private.pop(job.job_id, None)
+
+    def cached_bytes(self, now: float) -> dict[str, float]:
+        cached: dict[str, float] = {}
+        for space in self._spaces():
+            cached[space.dataset] = cached.get(space.dataset, 0.0) + space.held_at(now)
+        return cached
+
+    def quota_bytes(self) -> Mapping[str, int]:
+        return {dataset: int(space.quota) for dataset, space in self._shared.items()}
+
+    def effective_bytes(self, now: float) -> float:
+        total = 0.0
+        for space in self._spaces():
+            best = 0.0
+            for reader in space.readers.values():
+                job = reader.job
+                if job.running and job.segment is not None:
+                    best = max(best, job.segment.hit_ratio * space.region_bytes(reader.region))
+            if best > 0.0:
+                total += min(best, space.held_at(now))
+        return total
+
+    def _spaces(self) -> list[_Space]:
+        return [*self._shared.values(), *self._private.values()]
+
+    def _bind(self, job: JobRun, job_cache_bytes: Mapping[str, int], now: float) -> None:
+        if job.job_id in job_cache_bytes:
+            space = self._private.get(job.job_id)
+            if space is None:
+                space = self._private[job.job_id] = _Space(job.trace.dataset, job.trace.dataset_bytes, now)
+        else:
+            space = self._shared.get(job.trace.dataset)
+            if space is None:
+                space = self._shared[job.trace.dataset] = _Space(job.trace.dataset, job.trace.dataset_bytes, now)
+        reader = self._readers.get(job.job_id)
+        if reader is not None and reader.space is space:
+            return
+        if reader is None:
+            reader = self._readers[job.job_id] = _Reader(job, space)
+        else:
+            fetch = reader.fetch
+            self._withdraw(reader)
+            del reader.space.readers[job.job_id]
+            reader.space = space
+            reader.fetch = fetch
+            space.add_fetch(reader.region, fetch)
+            if job.segment is not None:  # the new space's items lie at random in its remaining reads
+                region_bytes = space.region_bytes(reader.region)
+                job.segment.hit_ratio = min(1.0, space.region_cached(reader.region) / region_bytes)
+        space.readers[job.job_id] = reader
+
+    def _withdraw(self, reader: _Reader) -> None:
+        reader.space.add_fetch(reader.region, -reader.fetch)
+        reader.fetch = 0.0
+
+    def _recount_fetches(self) -> None:
+        """Recompute every space's fetch rates from its readers, so incremental updates cannot drift."""
+        for space in self._spaces():
+            space.whole_fetch = space.total_fetch = 0.0
+            space.bin_fetch = [0.0] * STAGES
+            for reader in space.readers.values():
+                space.add_fetch(reader.region, reader.fetch)
