@@ -5,11 +5,15 @@
 - An irregular job (curriculum learning) trains on its dataset's difficulty stages in turn, easiest first:
   the dataset's items fall into `STAGES` equal bins, the job spends an equal share of its training bytes on
   each, and within a stage it makes passes over that bin only, each in a fresh random order. Its reads are
-  therefore not uniform over the dataset: under uniform caching, a quota smaller than the dataset fills with
-  the early stages' items and then holds them (no eviction below quota), so the later stages find nothing
-  cached and the job's hit ratio over its life falls below c/d; bytes cached by regular jobs sharing the
-  dataset are spread over all bins and help it at their density. SiloDPerf's c/d is thus wrong for it,
-  which is why SiloD schedules irregular jobs in their own partition.
+  therefore not uniform over the dataset, and its hit ratio departs from c/d stage by stage: under uniform
+  caching a quota smaller than the dataset fills with the early stages' items and then holds them (no
+  eviction below quota), so the stages the quota covers hit (almost) always and the later stages find
+  nothing cached. Over a lone job's life the hits add up to what a regular job would get (each cached byte
+  serves every later pass over its bin), but they come early: SiloDPerf mispredicts its rate and its remote
+  IO demand in every stage, and when IO is the bottleneck in the uncached stages it trains slower than a
+  regular job with the same cache and IO (the pipeline cannot bank the early stages' spare IO). Bytes cached
+  by regular jobs sharing the dataset are spread over all bins and help it at their density. This is why
+  SiloD schedules irregular jobs' storage in a partition of their own.
 """
 
 from __future__ import annotations

@@ -118,6 +118,7 @@ class JobRun:
         """Take a placement ({} to stop) and an IO allocation; True if the job was running and is stopped."""
         if placement == self.placement and (io == self.io or not placement):
             return False
+        self.advance(now)
         preempted = self.running and not placement
         self.placement = MappingProxyType(dict(placement)) if placement else _NOWHERE
         self.gpus = sum(placement.values())

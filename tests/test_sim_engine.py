@@ -1,0 +1,283 @@
+"""The simulator engine: conservation of bytes and remote IO, the cache models (uniform with delayed
+effectiveness, private copies, LRU), scheduling order, preemption, determinism and job times.
+
+Most cases are small enough to check by hand: a 10 GB dataset, f* = 100 MB/s, so an epoch takes 100 s at
+f* and 200 s at 50 MB/s of remote IO with nothing cached.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from datamgr.scheduler.perf import Estimator, SiloDPerf
+from datamgr.scheduler.policy import Decision
+from datamgr.scheduler.registry import FilledIn, Scheduler, build_scheduler, load_policy
+from datamgr.scheduler.sim.decisions import InvalidDecision
+from datamgr.scheduler.sim.engine import simulate
+from datamgr.scheduler.sim.generator import GeneratorConfig, generate
+from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimConfig, SimResult, TraceJob
+from datamgr.scheduler.sim.report import makespan
+from datamgr.scheduler.snapshot import Snapshot
+
+MB = 10**6
+GB = 10**9
+CACHE_SYSTEMS = ("silod", "alluxio", "coordl", "quiver")
+
+
+def job(
+    job_id: str,
+    arrival: float = 0.0,
+    gpus: int = 1,
+    rate: float = 100 * MB,
+    dataset: str = "ds",
+    size: int = 10 * GB,
+    epochs: float = 1.0,
+    irregular: bool = False,
+) -> TraceJob:
+    return TraceJob(job_id, arrival, gpus, "model", rate, dataset, size, epochs, irregular)
+
+
+def cluster(nodes: int = 1, gpus: int = 1, cache: int = 0, io: float = 100 * MB) -> ClusterSpec:
+    return ClusterSpec(nodes, gpus, cache, io)
+
+
+def run(
+    trace: list[TraceJob], spec: ClusterSpec, cache_system: str = "silod", policy: str = "fifo", **config: float
+) -> SimResult:
+    return simulate(trace, spec, build_scheduler(policy, cache_system), SimConfig(**config))  # type: ignore[arg-type]
+
+
+def outcome(result: SimResult, job_id: str) -> JobOutcome:
+    return next(j for j in result.jobs if j.job_id == job_id)
+
+
+def hit_ratio(sample: Sample) -> float:
+    return 1.0 - sample.remote_io_bytes_per_sec / sample.throughput_bytes_per_sec
+
+
+def samples_within(result: SimResult, start: float, end: float) -> list[Sample]:
+    return [s for s in result.samples if start < s.time < end]
+
+
+def synthetic_trace(jobs: int, seed: int) -> list[TraceJob]:
+    """A busy, IO-starved mix: the generator's Philly-like jobs, shortened so a run stays small."""
+    trace = generate(GeneratorConfig(jobs=jobs, arrivals_per_hour=30, sharing=0.6, irregular=0.2, seed=seed))
+    rng = random.Random(seed)
+    return [
+        TraceJob(
+            j.job_id, j.arrival, j.gpus, j.model, j.ideal_bytes_per_sec, j.dataset, j.dataset_bytes // 100,
+            min(j.epochs * 100, 20.0) * rng.uniform(0.2, 1.0), j.irregular,
+        )
+        for j in trace
+    ]  # fmt: skip
+
+
+SYNTHETIC_CLUSTER = ClusterSpec(
+    nodes=4, gpus_per_node=4, cache_bytes_per_node=10 * GB, remote_io_bytes_per_sec=100 * MB
+)
+
+
+@pytest.mark.parametrize("cache_system", CACHE_SYSTEMS)
+def test_conservation_every_byte_read_is_a_hit_or_remote_and_remote_io_never_exceeds_the_limit(
+    cache_system: str,
+) -> None:
+    trace = synthetic_trace(60, seed=7)
+    result = run(trace, SYNTHETIC_CLUSTER, cache_system, sample_seconds=600)
+    assert len(result.jobs) == len(trace)
+    for j in result.jobs:
+        total = next(t.total_bytes for t in trace if t.job_id == j.job_id)
+        assert j.bytes_read == pytest.approx(total, rel=1e-9)
+        assert j.hit_bytes + j.remote_bytes == pytest.approx(j.bytes_read, rel=1e-9)
+        assert j.hit_bytes >= 0 and j.remote_bytes >= 0
+    limit = SYNTHETIC_CLUSTER.remote_io_bytes_per_sec
+    ledger = result.remote_io
+    assert ledger.peak() <= limit * (1 + 1e-9)
+    rng = random.Random(1)
+    for _ in range(200):
+        start = rng.uniform(0, ledger.end)
+        end = rng.uniform(start, ledger.end)
+        assert ledger.bytes_between(start, end) <= limit * (end - start) * (1 + 1e-9) + 1e-3
+    remote_total = math.fsum(j.remote_bytes for j in result.jobs)
+    assert ledger.bytes_between(0, ledger.end) == pytest.approx(remote_total, rel=1e-6)
+    assert ledger.peak() > 0.9 * limit  # the trace really is IO-bound, so the bound was tested
+
+
+def test_a_lone_job_on_a_fully_cached_dataset_runs_at_its_ideal_rate_and_fetches_nothing() -> None:
+    # Epoch 1 fills the cache at 50 MB/s (200 s); from then on the whole dataset is cached.
+    result = run([job("a", epochs=3)], cluster(cache=10 * GB, io=50 * MB), sample_seconds=10)
+    cached_epochs = samples_within(result, 200, 400)
+    assert cached_epochs
+    for sample in cached_epochs:
+        assert sample.throughput_bytes_per_sec == pytest.approx(100 * MB)
+        assert sample.remote_io_bytes_per_sec == 0
+    assert outcome(result, "a").finish == pytest.approx(400)
+
+
+def test_half_cached_dataset_second_epoch_hits_half_and_first_epoch_hits_nothing() -> None:
+    # c = d/2 fills during epoch 1 (misses at 50 MB/s), but delayed effectiveness keeps epoch 1 at 0 hits;
+    # epoch 2 hits half its reads, so 50 MB/s of IO carries f* = 100 MB/s.
+    result = run([job("a", epochs=2)], cluster(cache=5 * GB, io=50 * MB), sample_seconds=10)
+    first, second = samples_within(result, 0, 200), samples_within(result, 200, 300)
+    assert first and second
+    assert all(hit_ratio(s) == 0 for s in first)
+    assert all(hit_ratio(s) == pytest.approx(0.5) for s in second)
+    assert outcome(result, "a").hit_bytes == pytest.approx(5 * GB)
+    assert outcome(result, "a").finish == pytest.approx(300)
+    assert max(s.cached_bytes for s in result.samples) == 5 * GB  # the quota stops admissions
+
+
+def test_delayed_effectiveness_shows_in_the_effective_cache_while_the_first_epoch_fills_it() -> None:
+    result = run([job("a", epochs=2)], cluster(cache=5 * GB, io=50 * MB), sample_seconds=10)
+    filled_in_epoch_1 = [s for s in samples_within(result, 100, 200)]
+    assert all(s.cached_bytes == 5 * GB and s.effective_cached_bytes == 0 for s in filled_in_epoch_1)
+    assert all(s.effective_cached_bytes == 5 * GB for s in samples_within(result, 200, 300))
+
+
+def test_lru_pool_of_half_the_dataset_thrashes_under_shuffled_epochs_where_uniform_caching_hits_half() -> None:
+    trace = [job("a", epochs=10)]
+    spec = cluster(cache=5 * GB, io=100 * MB)
+    lru, uniform = run(trace, spec, "alluxio"), run(trace, spec, "silod")
+    after_first_epoch = 9 * 10 * GB  # epoch 1 misses everything in both
+    assert outcome(uniform, "a").hit_bytes / after_first_epoch == pytest.approx(0.5)
+    assert outcome(lru, "a").hit_bytes / after_first_epoch < 0.3
+    assert outcome(lru, "a").hit_bytes > 0  # LRU does keep something: the chunks read last
+
+
+def test_lru_pool_holding_the_whole_dataset_hits_everything_after_the_first_epoch() -> None:
+    result = run([job("a", epochs=3)], cluster(cache=10 * GB, io=100 * MB), "alluxio")
+    assert outcome(result, "a").hit_bytes == pytest.approx(2 * 10 * GB)
+
+
+def test_coordl_copies_cost_twice_the_cache_for_two_jobs_on_one_dataset_while_silod_shares_one_copy() -> None:
+    trace = [job("a", epochs=3), job("b", epochs=3)]
+    spec = cluster(gpus=2, cache=40 * GB, io=200 * MB)
+    coordl, silod = run(trace, spec, "coordl", sample_seconds=10), run(trace, spec, "silod", sample_seconds=10)
+    assert max(s.cached_bytes for s in coordl.samples) == 20 * GB
+    assert max(s.cached_bytes for s in silod.samples) == 10 * GB
+
+
+def test_fifo_starts_jobs_in_submission_order_without_backfilling() -> None:
+    # c (1 GPU) would fit beside a (3 of 4 GPUs), but b (4 GPUs) is ahead of it in the queue.
+    trace = [job("a", 0, gpus=3, rate=300 * MB), job("b", 1, gpus=4, rate=400 * MB), job("c", 2, gpus=1)]
+    result = run(trace, cluster(gpus=4, io=1000 * MB))
+    a, b, c = (outcome(result, name) for name in "abc")
+    assert a.start == 0
+    assert b.start == pytest.approx(a.finish)
+    assert c.start == pytest.approx(b.finish)
+
+
+class NewestOnly:
+    """A preemptive policy for the test: only the most recently submitted job runs."""
+
+    name = "newest-only"
+
+    def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
+        jobs = snapshot.jobs_by_submission()
+        if not jobs:
+            return Decision(placements={})
+        newest = jobs[-1]
+        return Decision(placements={newest.job_id: {min(snapshot.nodes): newest.gpus}})
+
+
+def test_a_preempted_job_keeps_its_progress_and_counts_the_preemption() -> None:
+    # a alone would take 100 s; b arrives at 30 s and runs 10 s; a resumes at 40 s with 70 s left.
+    scheduler = Scheduler(
+        FilledIn(NewestOnly(), load_policy("fifo"), load_policy("greedy"), False), SiloDPerf(), "silod"
+    )
+    trace = [job("a"), job("b", 30, dataset="other", size=1 * GB)]
+    result = simulate(trace, cluster(io=1000 * MB), scheduler)
+    a, b = outcome(result, "a"), outcome(result, "b")
+    assert (b.start, b.finish) == pytest.approx((30, 40))
+    assert a.preemptions == 1 and b.preemptions == 0
+    assert a.finish == pytest.approx(110)
+    assert a.bytes_read == pytest.approx(10 * GB)
+
+
+def test_a_fixed_seed_gives_identical_runs_and_the_seed_drives_the_lru_read_order() -> None:
+    trace = synthetic_trace(30, seed=3)
+    first = run(trace, SYNTHETIC_CLUSTER, "alluxio", seed=5, sample_seconds=600)
+    again = run(trace, SYNTHETIC_CLUSTER, "alluxio", seed=5, sample_seconds=600)
+    other = run(trace, SYNTHETIC_CLUSTER, "alluxio", seed=6, sample_seconds=600)
+    assert first.jobs == again.jobs
+    assert first.samples == again.samples
+    assert first.remote_io.spans() == again.remote_io.spans()
+    assert [j.hit_bytes for j in first.jobs] != [j.hit_bytes for j in other.jobs]
+
+
+def test_sampling_more_often_does_not_change_the_run() -> None:
+    trace = synthetic_trace(30, seed=4)
+    coarse = run(trace, SYNTHETIC_CLUSTER, "silod", sample_seconds=3600)
+    fine = run(trace, SYNTHETIC_CLUSTER, "silod", sample_seconds=60)
+    for c, f in zip(coarse.jobs, fine.jobs, strict=True):
+        assert c.job_id == f.job_id
+        assert c.finish == pytest.approx(f.finish, rel=1e-9)
+        assert c.hit_bytes == pytest.approx(f.hit_bytes, rel=1e-6, abs=1.0)
+
+
+def test_jct_and_makespan_of_a_tiny_trace() -> None:
+    # One GPU: a runs 0-100 s, b (arrived at 10 s, 50 s of work) runs 100-150 s.
+    trace = [job("a"), job("b", 10, dataset="other", size=5 * GB)]
+    result = run(trace, cluster(io=100 * MB))
+    a, b = outcome(result, "a"), outcome(result, "b")
+    assert (a.start, a.finish, a.jct) == pytest.approx((0, 100, 100))
+    assert (b.start, b.finish, b.jct) == pytest.approx((100, 150, 140))
+    assert makespan(result.jobs) == pytest.approx(150)
+
+
+def test_a_lone_job_training_at_its_ideal_rate_has_fairness_one() -> None:
+    result = run([job("a", epochs=2)], cluster(io=100 * MB), sample_seconds=10)
+    running = [s for s in result.samples if s.running_jobs]
+    assert running
+    assert all(s.fairness_min == pytest.approx(1.0) and s.fairness_mean == pytest.approx(1.0) for s in running)
+
+
+def test_fairness_is_rate_over_silodperf_on_an_equal_share() -> None:
+    # Two jobs on two GPUs, 100 MB/s of IO, no cache: an equal share is 1 GPU and 50 MB/s, so SiloDPerf
+    # is 50 MB/s for each; Quiver's max-min fair IO gives each 50 MB/s, which they train at.
+    trace = [job("a", dataset="x"), job("b", dataset="y")]
+    result = run(trace, cluster(gpus=2, io=100 * MB), "quiver", sample_seconds=10)
+    both = [s for s in result.samples if s.running_jobs == 2]
+    assert both
+    assert all(s.fairness_min == pytest.approx(1.0) for s in both)
+
+
+def test_an_irregular_job_hits_all_or_nothing_by_stage_and_trains_slower_than_a_regular_one() -> None:
+    # 4 epochs, c = d/2: the curriculum's first two stages (a quarter of the data each) get cached in their
+    # first pass and hit fully after; the last two find the quota full and miss everything.
+    spec = cluster(cache=5 * GB, io=50 * MB)
+    irregular = run([job("a", epochs=4, irregular=True)], spec, sample_seconds=5)
+    regular = run([job("a", epochs=4)], spec, sample_seconds=5)
+    stage_hits = sorted({round(hit_ratio(s), 9) for s in irregular.samples if s.running_jobs})
+    assert stage_hits == [0.0, 1.0]
+    assert outcome(regular, "a").finish == pytest.approx(200 + 3 * 100)
+    assert outcome(irregular, "a").finish == pytest.approx(2 * (50 + 3 * 25) + 2 * 200)
+    assert outcome(irregular, "a").hit_bytes == pytest.approx(outcome(regular, "a").hit_bytes)
+
+
+def test_a_time_limit_cuts_the_run_and_lists_what_did_not_finish() -> None:
+    trace = [job("a"), job("b", 10, dataset="other", size=5 * GB), job("c", 500)]
+    result = run(trace, cluster(io=100 * MB), time_limit=120)
+    assert [j.job_id for j in result.jobs] == ["a"]
+    assert result.unfinished == ["b", "c"]
+    assert result.remote_io.end == 120
+
+
+def test_a_decision_beyond_the_remote_io_limit_is_refused_naming_the_scheduler() -> None:
+    class IoHog:
+        name = "io-hog"
+
+        def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
+            io = {j.job_id: int(2 * snapshot.remote_io_bytes_per_sec) for j in snapshot.jobs_by_submission()}
+            return Decision(cache_bytes={}, io_bytes_per_sec=io)
+
+    scheduler = Scheduler(FilledIn(IoHog(), load_policy("fifo"), load_policy("greedy"), False), SiloDPerf(), "silod")
+    with pytest.raises(InvalidDecision, match=r"io-hog.*remote IO"):
+        simulate([job("a")], cluster(), scheduler)
+
+
+def test_a_job_needing_more_gpus_than_the_cluster_has_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"'big'.*8 GPUs"):
+        run([job("big", gpus=8)], cluster(gpus=4))
