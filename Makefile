@@ -47,6 +47,8 @@ bench: setup
 	PYTHONPATH=$(CURDIR) $(PY) bench/control_plane.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/epoch_read.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/manifest_memory.py
+	PYTHONPATH=$(CURDIR) $(PY) bench/scheduler_round.py
+	PYTHONPATH=$(CURDIR) $(PY) bench/sim_scenario.py
 
 # Regenerate the gRPC stubs (committed, so installs need no protoc).
 proto: setup

@@ -16,6 +16,7 @@ from datamgr.cli import commands, config
 from datamgr.cli import mount as mount_commands
 from datamgr.cli.args import option_arg, option_env_arg, port_arg, positive_seconds, rate_arg, size_arg, worker_arg
 from datamgr.cli.config import ConfigError, ConfigurableParser
+from datamgr.cli.sim import add_sim_parser
 from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR, ClientError, DataManagerClient
 from datamgr.controller import DEFAULT_ROUND_SECONDS, EXTERNAL_POLICY
 from datamgr.logs import setup_logging
@@ -168,6 +169,7 @@ def build_parser() -> ConfigurableParser:
     _client_command(status_p, commands.status)
 
     mount_commands.add_commands(sub)
+    add_sim_parser(sub)
 
     demo_p = sub.add_parser(
         "demo", help="the whole system on embedded defaults: storage, data manager, node agent, two jobs"
