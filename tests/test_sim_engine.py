@@ -7,6 +7,8 @@ f* and 200 s at 50 MB/s of remote IO with nothing cached.
 
 from __future__ import annotations
 
+import io
+import json
 import math
 import random
 
@@ -225,6 +227,31 @@ def test_jct_and_makespan_of_a_tiny_trace() -> None:
     assert (a.start, a.finish, a.jct) == pytest.approx((0, 100, 100))
     assert (b.start, b.finish, b.jct) == pytest.approx((100, 150, 140))
     assert makespan(result.jobs) == pytest.approx(150)
+
+
+def test_the_decision_log_has_one_json_line_per_round_with_placements_cache_io_and_notes() -> None:
+    # Rounds at 0 (a arrives), 10 (b arrives, waits) and 100 (a finishes, b starts); the run ends with b.
+    log = io.StringIO()
+    trace = [job("a"), job("b", 10, dataset="other", size=5 * GB)]
+    scheduler = build_scheduler("fifo", "silod")
+    simulate(trace, cluster(cache=20 * GB), scheduler, SimConfig(round_seconds=1000), decision_log=log)
+    records = [json.loads(line) for line in log.getvalue().splitlines()]
+    assert [r["time"] for r in records] == pytest.approx([0, 10, 100])
+    first, _, last = records
+    assert first["placements"] == {"a": {"node-0": 1}}
+    assert last["placements"] == {"b": {"node-0": 1}}
+    assert first["io_bytes_per_sec"] == {"a": 100 * MB}
+    assert first["cache_quota_bytes"] == {"ds": 10 * GB}
+    assert last["cached_bytes"].get("ds", 0) == 0  # a finished: its dataset lost its quota, and its cache with it
+    assert first["notes"]
+
+
+def test_progress_is_reported_at_each_finish_and_at_the_end() -> None:
+    calls: list[tuple[float, int, int]] = []
+    trace = [job("a"), job("b", 10, dataset="other", size=5 * GB)]
+    run_progress = build_scheduler("fifo", "silod")
+    simulate(trace, cluster(), run_progress, progress=lambda t, done, total: calls.append((t, done, total)))
+    assert calls == [pytest.approx((100, 1, 2)), pytest.approx((150, 2, 2)), pytest.approx((150, 2, 2))]
 
 
 def test_a_lone_job_training_at_its_ideal_rate_has_fairness_one() -> None:

@@ -46,6 +46,7 @@ class JobRun:
         "gpu_seconds",
         "gpus",
         "hit_bytes",
+        "ideal",
         "io",
         "placement",
         "preemptions",
@@ -73,6 +74,7 @@ class JobRun:
         )
         self.placement: Mapping[str, int] = _NOWHERE
         self.gpus = 0
+        self.ideal = 0.0  # f* on the GPUs it holds
         self.io = 0.0
         self.done = 0.0
         self.hit_bytes = 0.0
@@ -122,6 +124,7 @@ class JobRun:
         preempted = self.running and not placement
         self.placement = MappingProxyType(dict(placement)) if placement else _NOWHERE
         self.gpus = sum(placement.values())
+        self.ideal = perf.ideal_rate(self.base, self.gpus)
         self.io = io if self.gpus else 0.0
         if self.gpus and self.started_at is None:
             self.started_at = now
@@ -135,6 +138,7 @@ class JobRun:
         self.finished_at = now
         self.placement = _NOWHERE
         self.gpus = 0
+        self.ideal = 0.0
         self.io = 0.0
         self.rate = 0.0
         self.remote_rate = 0.0
@@ -145,7 +149,7 @@ class JobRun:
         if not self.running or self.segment is None:
             return 0.0, 0.0
         hit = self.segment.hit_ratio
-        rate = perf.silod_perf(perf.ideal_rate(self.base, self.gpus), hit, 1.0, self.io)
+        rate = perf.silod_perf(self.ideal, hit, 1.0, self.io)
         return rate, rate * (1.0 - hit)
 
     def time_to_boundary(self) -> tuple[float, bool]:

@@ -20,6 +20,7 @@ uniform caching gives.
 
 from __future__ import annotations
 
+import itertools
 import math
 import zlib
 from collections import OrderedDict
@@ -37,9 +38,10 @@ WINDOWS_PER_PASS = 4
 class _Chunking:
     """How one dataset is cut into chunks, and how many of them the pool holds."""
 
-    __slots__ = ("chunk_bytes", "dataset_bytes", "index", "per_bin", "pool_bytes", "resident")
+    __slots__ = ("chunk_bytes", "dataset", "dataset_bytes", "index", "per_bin", "pool_bytes", "readers", "resident")
 
-    def __init__(self, index: int, dataset_bytes: int, chunk_bytes: int, max_chunks: int) -> None:
+    def __init__(self, dataset: str, index: int, dataset_bytes: int, chunk_bytes: int, max_chunks: int) -> None:
+        self.dataset = dataset
         self.index = index
         self.dataset_bytes = dataset_bytes
         wanted = math.ceil(dataset_bytes / (chunk_bytes * STAGES))
@@ -47,6 +49,7 @@ class _Chunking:
         self.chunk_bytes = dataset_bytes / (STAGES * self.per_bin)  # what a job reads per chunk
         self.pool_bytes = max(1, math.floor(self.chunk_bytes))  # what a chunk takes in the pool (whole bytes)
         self.resident = 0  # chunks in the pool
+        self.readers = 0  # unfinished jobs that read it
 
     def region_chunks(self, region: Region) -> range:
         return range(region.first_bin * self.per_bin, (region.first_bin + region.bins) * self.per_bin)
@@ -94,8 +97,9 @@ class LruPool:
         self._seed = config.seed
         self._pool: OrderedDict[int, int] = OrderedDict()  # chunk key -> pool bytes, least recently used first
         self._used = 0
-        self._datasets: dict[str, _Chunking] = {}
-        self._by_index: list[_Chunking] = []
+        self._datasets: dict[str, _Chunking] = {}  # datasets with chunks in the pool or jobs reading them
+        self._by_index: dict[int, _Chunking] = {}  # the same, by the index their chunk keys carry
+        self._indices = itertools.count()
         self._readers: dict[str, _Reader] = {}
 
     def allocate(
@@ -116,7 +120,10 @@ class LruPool:
         """Nothing to track: what a window fetches was admitted when the window was looked up."""
 
     def release(self, job: JobRun, now: float) -> None:
-        self._readers.pop(job.job_id, None)
+        reader = self._readers.pop(job.job_id, None)
+        if reader is not None:
+            reader.chunking.readers -= 1
+            self._forget_if_unused(reader.chunking)
 
     def cached_bytes(self, now: float) -> dict[str, float]:
         return {dataset: float(c.resident * c.pool_bytes) for dataset, c in self._datasets.items()}
@@ -132,17 +139,23 @@ class LruPool:
                 region_bytes = reader.region.fraction * reader.chunking.dataset_bytes
                 dataset = job.trace.dataset
                 best[dataset] = max(best.get(dataset, 0.0), job.segment.hit_ratio * region_bytes)
-        cached = self.cached_bytes(now)
-        return sum(min(effective, cached[dataset]) for dataset, effective in best.items())
+        chunkings = self._datasets
+        return sum(min(effective, chunkings[d].resident * chunkings[d].pool_bytes) for d, effective in best.items())
 
     def _chunking(self, job: JobRun) -> _Chunking:
         chunking = self._datasets.get(job.trace.dataset)
         if chunking is None:
-            index = len(self._by_index)
-            chunking = _Chunking(index, job.trace.dataset_bytes, self._chunk_bytes, self._max_chunks)
-            self._datasets[job.trace.dataset] = chunking
-            self._by_index.append(chunking)
+            index = next(self._indices)
+            chunking = _Chunking(job.trace.dataset, index, job.trace.dataset_bytes, self._chunk_bytes, self._max_chunks)
+            self._datasets[job.trace.dataset] = self._by_index[index] = chunking
+        chunking.readers += 1
         return chunking
+
+    def _forget_if_unused(self, chunking: _Chunking) -> None:
+        """Drop a dataset nothing refers to any more, so per-sample work follows the live datasets only."""
+        if chunking.resident == 0 and chunking.readers == 0:
+            del self._datasets[chunking.dataset]
+            del self._by_index[chunking.index]
 
     def _touch(self, chunking: _Chunking, chunks: list[int]) -> int:
         """Look `chunks` up in order, as one job reads them; returns how many were hits."""
@@ -162,5 +175,7 @@ class LruPool:
             while self._used > self._capacity:
                 evicted, evicted_size = pool.popitem(last=False)
                 self._used -= evicted_size
-                self._by_index[evicted >> 32].resident -= 1
+                owner = self._by_index[evicted >> 32]
+                owner.resident -= 1
+                self._forget_if_unused(owner)
         return hits

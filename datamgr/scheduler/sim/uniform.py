@@ -86,7 +86,12 @@ class _Space:
 
     def held_at(self, now: float) -> float:
         """Cached bytes at `now`, without changing the space."""
-        return sum(self.cached_at(now)) if self.filling(now) else self.held
+        if not self.filling(now):
+            return self.held
+        if self.total_fetch == self.whole_fetch:  # only whole-dataset readers: their fills spread over all bins
+            free = STAGES * self.bin_bytes - self.held
+            return self.held + min(self.quota - self.held, free, self.whole_fetch * (now - self.settled_at))
+        return sum(self.cached_at(now))
 
     def settle(self, now: float) -> None:
         if self.filling(now):
