@@ -1,4 +1,5 @@
-"""The simulator's clock: a heap of future events keyed (time, priority, seq), SimPy-style.
+"""The simulator's clock: a heap of future events keyed (time, priority, seq), SimPy-style. Time is what
+the queue says it is (`EventQueue.now`): it moves only by popping the next event.
 
 Nothing outside the engine schedules events; policies never see the clock (a snapshot carries its time),
 so no `simulate=True` flag runs through policy code. Events at the same instant run in `EventKind` order,
@@ -12,7 +13,6 @@ import heapq
 import itertools
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Protocol
 
 
 class EventKind(IntEnum):
@@ -24,13 +24,6 @@ class EventKind(IntEnum):
     SAMPLE = 3  # the timeline records the cluster
 
 
-class Clock(Protocol):
-    """What the engine's collaborators may ask of time: what it is now."""
-
-    @property
-    def now(self) -> float: ...
-
-
 @dataclass(frozen=True, slots=True)
 class Event:
     time: float
@@ -39,7 +32,8 @@ class Event:
 
 
 class EventQueue:
-    """Future events, earliest first; popping one advances `now` to its time (never backwards)."""
+    """The clock and its future events, earliest first; popping one advances `now` to its time (never
+    backwards)."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, int, Event]] = []
@@ -65,6 +59,3 @@ class EventQueue:
     def peek_time(self) -> float | None:
         """When the next event happens, or None if none is scheduled."""
         return self._heap[0][0] if self._heap else None
-
-    def __len__(self) -> int:
-        return len(self._heap)
