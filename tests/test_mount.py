@@ -128,11 +128,12 @@ def test_the_root_shows_one_directory_per_job(mount_factory: MountFactory, tmp_p
 
 
 def _cache_items(mount: MountProcess) -> dict[str, int]:
-    """Item files in the cache (name -> size), excluding temporaries."""
+    """Complete item files in the cache (name -> size): named by their item number, unlike the temporaries
+    (`<item>.tmp-<pid>-<n>`) of admissions in progress."""
     return {
         p.name: p.stat().st_size
         for p in mount.cache_dir.rglob("*")
-        if p.is_file() and p.parent.name.isdigit() and not p.name.startswith(".")
+        if p.is_file() and p.parent.name.isdigit() and p.name.isdigit()
     }
 
 
