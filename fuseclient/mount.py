@@ -199,7 +199,11 @@ async def _cancel_on_signal(scope: trio.CancelScope, ids: Mapping[str, str]) -> 
 
 
 async def _report_statistics(mount: MountState, interval: float, stats_file: Path, node_id: str | None) -> None:
-    """Every `interval` seconds: one log line per job, and all numbers as JSON in `stats_file`."""
+    """Every `interval` seconds: one log line per job, and all numbers as JSON in `stats_file`.
+
+    A file left by an earlier daemon (killed, so it could not clean up) is removed first: until this daemon
+    writes its own, no numbers are better than a dead process's."""
+    stats_file.unlink(missing_ok=True)
     while True:
         await trio.sleep(interval)
         now = trio.current_time()
