@@ -79,14 +79,12 @@ class Snapshot:
     jobs: Mapping[str, JobState]
     seed: int = 0
     cache_capacity_bytes: int = field(default=-1)  # -1: the sum of the nodes' cache
+    total_gpus: int = field(default=0, init=False, compare=False)  # the nodes' GPUs, summed once
 
     def __post_init__(self) -> None:
         if self.cache_capacity_bytes < 0:
             object.__setattr__(self, "cache_capacity_bytes", sum(n.cache_bytes for n in self.nodes.values()))
-
-    @property
-    def total_gpus(self) -> int:
-        return sum(n.gpus for n in self.nodes.values())
+        object.__setattr__(self, "total_gpus", sum(n.gpus for n in self.nodes.values()))
 
     def running_jobs(self) -> list[JobState]:
         """Jobs holding GPUs, in submission order (ties by id), the order every policy iterates in."""
