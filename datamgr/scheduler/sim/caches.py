@@ -2,23 +2,36 @@
 
 The access patterns the models serve are in `access.py`.
 
-Models (`cache_model_for`): `alluxio` runs one LRU pool over the whole cluster cache (`lru.LruPool`); every
-other cache system runs uniform caching (`uniform.UniformCache`) with the decision's shape choosing the
-space a job reads through: the dataset's shared quota (`Decision.cache_bytes`, SiloD and Quiver) or, for a
-job listed in `Decision.job_cache_bytes`, a private copy of its own (CoorDL).
+Models (`engine.cache_model_for`): `alluxio` runs one LRU pool over the whole cluster cache
+(`lru.LruPool`); every other cache system runs uniform caching (`uniform.UniformCache`) with the
+decision's shape choosing the space a job reads through: the dataset's shared quota
+(`Decision.cache_bytes`, SiloD and Quiver) or, for a job listed in `Decision.job_cache_bytes`, a private
+copy of its own (CoorDL).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from datamgr.scheduler.sim.jobs import JobRun
-from datamgr.scheduler.sim.lru import LruPool
-from datamgr.scheduler.sim.model import ClusterSpec, SimConfig
-from datamgr.scheduler.sim.uniform import UniformCache
 
-LRU_CACHE_SYSTEMS = frozenset({"alluxio"})
+LRU_CACHE_SYSTEMS = frozenset({"alluxio"})  # cache systems that manage one pool by LRU rather than by quotas
+
+
+@dataclass(frozen=True, slots=True)
+class CacheTotals:
+    """The whole cache at one instant: bytes held, and bytes running jobs can hit in their current segment.
+
+    Effective bytes, per cache space (a dataset's shared cache, a private copy, a dataset's chunks in an LRU
+    pool): the largest `hit_ratio x region bytes` among its running readers, at most the bytes it holds;
+    summed over spaces. It is the cache size that would give that job its current hit ratio under c/d, so
+    the gap to `cached_bytes` is what delayed effectiveness (and LRU's evictions) cost.
+    """
+
+    cached_bytes: float
+    effective_bytes: float
 
 
 class CacheModel(Protocol):
@@ -49,19 +62,6 @@ class CacheModel(Protocol):
         """The shared cache quota per dataset ({} for a model without quotas)."""
         ...
 
-    def effective_bytes(self, now: float) -> float:
-        """Cached bytes that running jobs can hit in their current segment.
-
-        Per cache space (a dataset's shared cache, a private copy, a dataset's chunks in an LRU pool): the
-        largest `hit_ratio x region bytes` among its running readers, at most the bytes it holds; summed over
-        spaces. It is the cache size that would give that job its current hit ratio under c/d, so the gap to
-        `cached_bytes` is what delayed effectiveness (and LRU's evictions) cost.
-        """
+    def totals(self, now: float) -> CacheTotals:
+        """What the cache holds now, all told, for the timeline."""
         ...
-
-
-def cache_model_for(cache_system: str, cluster: ClusterSpec, config: SimConfig) -> CacheModel:
-    """The model of `cache_system`'s caching: LRU over the whole cluster cache, or uniform caching."""
-    if cache_system in LRU_CACHE_SYSTEMS:
-        return LruPool(cluster.total_cache_bytes, config)
-    return UniformCache()

@@ -32,12 +32,14 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from datamgr.scheduler.registry import Scheduler
-from datamgr.scheduler.sim.caches import cache_model_for
+from datamgr.scheduler.sim.caches import LRU_CACHE_SYSTEMS, CacheModel
 from datamgr.scheduler.sim.decisions import check_decision, decision_record
 from datamgr.scheduler.sim.events import EventKind, EventQueue
 from datamgr.scheduler.sim.jobs import JobRun
+from datamgr.scheduler.sim.lru import LruPool
 from datamgr.scheduler.sim.measures import EqualShare, Fairness, fairness
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, RemoteIoLedger, Sample, SimConfig, SimResult, TraceJob
+from datamgr.scheduler.sim.uniform import UniformCache
 from datamgr.scheduler.snapshot import DatasetState, JobState, Snapshot
 
 Progress = Callable[[float, int, int], None]
@@ -92,6 +94,14 @@ def check_inputs(trace: Sequence[TraceJob], cluster: ClusterSpec) -> None:
             raise ValueError(
                 f"{where}: dataset {job.dataset!r} is {job.dataset_bytes} bytes, an earlier job says {known}"
             )
+
+
+def cache_model_for(cache_system: str, cluster: ClusterSpec, config: SimConfig) -> CacheModel:
+    """The model of `cache_system`'s caching (see `caches`): LRU over the whole cluster cache, or uniform
+    caching with quotas and private copies as each decision shapes them."""
+    if cache_system in LRU_CACHE_SYSTEMS:
+        return LruPool(cluster.total_cache_bytes, config)
+    return UniformCache()
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +327,7 @@ class _Run:
         now = self.now
         self.queue.schedule(now + self.config.sample_seconds, EventKind.SAMPLE)
         fair = self._fairness()
+        cache = self.cache.totals(now)
         self.samples.append(
             Sample(
                 time=now,
@@ -325,8 +336,8 @@ class _Run:
                 busy_gpus=self.busy_gpus,
                 running_jobs=len(self.running),
                 queued_jobs=len(self.present) - len(self.running),
-                cached_bytes=round(sum(self.cache.cached_bytes(now).values())),
-                effective_cached_bytes=round(self.cache.effective_bytes(now)),
+                cached_bytes=round(cache.cached_bytes),
+                effective_cached_bytes=round(cache.effective_bytes),
                 fairness_min=fair.minimum,
                 fairness_mean=fair.mean,
             )

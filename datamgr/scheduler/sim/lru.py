@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from datamgr.scheduler.sim.access import STAGES, Region, region_of
+from datamgr.scheduler.sim.caches import CacheTotals
 from datamgr.scheduler.sim.jobs import JobRun, Segment
 from datamgr.scheduler.sim.model import SimConfig
 
@@ -131,7 +132,7 @@ class LruPool:
     def quota_bytes(self) -> Mapping[str, int]:
         return {}
 
-    def effective_bytes(self, now: float) -> float:
+    def totals(self, now: float) -> CacheTotals:
         best: dict[str, float] = {}
         for reader in self._readers.values():
             job = reader.job
@@ -140,7 +141,8 @@ class LruPool:
                 dataset = job.trace.dataset
                 best[dataset] = max(best.get(dataset, 0.0), job.segment.hit_ratio * region_bytes)
         chunkings = self._datasets
-        return sum(min(effective, chunkings[d].resident * chunkings[d].pool_bytes) for d, effective in best.items())
+        effective = sum(min(bytes_, chunkings[d].resident * chunkings[d].pool_bytes) for d, bytes_ in best.items())
+        return CacheTotals(float(self._used), effective)
 
     def _chunking(self, job: JobRun) -> _Chunking:
         chunking = self._datasets.get(job.trace.dataset)

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from datamgr.scheduler.sim.access import STAGES, Region, region_of
+from datamgr.scheduler.sim.caches import CacheTotals
 from datamgr.scheduler.sim.jobs import JobRun, Segment
 
 
@@ -198,17 +199,18 @@ class UniformCache:
     def quota_bytes(self) -> Mapping[str, int]:
         return {dataset: int(space.quota) for dataset, space in self._shared.items()}
 
-    def effective_bytes(self, now: float) -> float:
-        total = 0.0
+    def totals(self, now: float) -> CacheTotals:
+        cached = effective = 0.0
         for space in self._spaces():
+            held = space.held_at(now)
             best = 0.0
             for reader in space.readers.values():
                 job = reader.job
                 if job.running and job.segment is not None:
                     best = max(best, job.segment.hit_ratio * space.region_bytes(reader.region))
-            if best > 0.0:
-                total += min(best, space.held_at(now))
-        return total
+            cached += held
+            effective += min(best, held)
+        return CacheTotals(cached, effective)
 
     def _spaces(self) -> list[_Space]:
         return [*self._shared.values(), *self._private.values()]
