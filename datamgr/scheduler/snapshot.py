@@ -128,10 +128,7 @@ class Snapshot:
 
     def with_placements(self, placements: Mapping[str, Mapping[str, int]]) -> Snapshot:
         """This snapshot with job placements replaced (jobs missing from `placements` become queued)."""
-        jobs = {
-            job_id: replace(job, placement=MappingProxyType(dict(placements.get(job_id, {}))))
-            for job_id, job in self.jobs.items()
-        }
+        jobs = {job_id: _placed(job, placements.get(job_id, {})) for job_id, job in self.jobs.items()}
         return replace(self, jobs=jobs)
 
     def restricted(self, job_ids: Iterable[str], cache_capacity_bytes: int, remote_io_bytes_per_sec: float) -> Snapshot:
@@ -150,6 +147,13 @@ class Snapshot:
             cache_capacity_bytes=cache_capacity_bytes,
             remote_io_bytes_per_sec=remote_io_bytes_per_sec,
         )
+
+
+def _placed(job: JobState, placement: Mapping[str, int]) -> JobState:
+    """`job` on `placement`: the same object when it is already there (most jobs, most rounds)."""
+    if dict(job.placement) == dict(placement):
+        return job
+    return replace(job, placement=MappingProxyType(dict(placement)))
 
 
 def _submission_order(job: JobState) -> tuple[float, str]:
