@@ -305,3 +305,15 @@ def test_without_irregular_jobs_the_partition_changes_nothing(
 ) -> None:
     snapshot = replace(mixed_cluster(), jobs={j.job_id: j for j in mixed_cluster().jobs.values() if not j.irregular})
     assert IrregularPartition(policy).schedule(snapshot, estimator) == policy.schedule(snapshot, estimator)
+
+
+def test_gavel_reusing_its_last_solution_decides_exactly_as_a_fresh_policy() -> None:
+    jobs = [job(f"j{i}", f"D{i % 3}", (1 + i % 3) * TB, gpus=1 + i % 2, attained=float(i)) for i in range(6)]
+    first = cluster(jobs, gpus=4, cache=2 * TB, io=300 * MB)
+    other = cluster(jobs[:4], gpus=4, cache=2 * TB, io=300 * MB)
+    later = cluster(
+        [replace(j, attained_gpu_seconds=100.0 - i) for i, j in enumerate(jobs)], gpus=4, cache=2 * TB, io=300 * MB
+    )
+    reused = GavelMaxMin()
+    for snapshot in (first, other, first, later, later):  # same program, a different one, back, then reused
+        assert reused.schedule(snapshot, SiloDPerf()) == GavelMaxMin().schedule(snapshot, SiloDPerf())

@@ -39,7 +39,7 @@ they are left out of the program and run only on GPUs nobody else takes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,11 +66,18 @@ class MaxMin:
 
 
 class GavelMaxMin:
+    """Gavel's max-min fairness. The program depends only on the jobs present, their demands and the
+    capacities, so the last solution is kept and reused while those stay the same (the rounds between
+    arrivals and finishes): the same inputs give the same answer, only sooner."""
+
     name = "gavel"
+
+    def __init__(self) -> None:
+        self._last: tuple[Hashable, MaxMin] | None = None
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
         equal = equal_share_throughput(snapshot, estimator)
-        solution = solve_max_min(snapshot, estimator, equal)
+        solution = self._solution(snapshot, estimator, equal)
         # Shares equal up to the solver's tolerance count as ties.
         ranked = sorted(
             snapshot.jobs_by_submission(),
@@ -89,6 +96,21 @@ class GavelMaxMin:
         cache = {uri: 0 for uri in sizes} | fill_idle_cache(chosen, running, capacity)
         io = _remote_io(snapshot, running, solution, equal, cache)
         return Decision(placements=placements, cache_bytes=cache, io_bytes_per_sec=io, notes=notes)
+
+    def _solution(self, snapshot: Snapshot, estimator: Estimator, equal: Mapping[str, float]) -> MaxMin:
+        inputs = (
+            estimator.name,
+            snapshot.total_gpus,
+            snapshot.remote_io_bytes_per_sec,
+            snapshot.cache_capacity_bytes,
+            tuple(
+                (j.job_id, j.gpus, j.ideal_bytes_per_sec, j.dataset_uri, j.dataset_bytes, equal[j.job_id])
+                for j in snapshot.jobs_by_submission()
+            ),
+        )
+        if self._last is None or self._last[0] != inputs:
+            self._last = (inputs, solve_max_min(snapshot, estimator, equal))
+        return self._last[1]
 
 
 def equal_share_throughput(snapshot: Snapshot, estimator: Estimator) -> dict[str, float]:
