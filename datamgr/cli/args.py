@@ -5,23 +5,29 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
+from typing import TypeVar
 
-from datamgr.units import UnitError, parse_rate, parse_size
+from datamgr.units import parse_rate, parse_size
+
+T = TypeVar("T")
 
 
-def _argument_type(parse: Callable[[str], int], name: str) -> Callable[[str], int]:
-    def convert(text: str) -> int:
+def argument_type(parse: Callable[[str], T], name: str) -> Callable[[str], T]:
+    """An argparse `type` from a parser that raises ValueError: argparse then shows the parser's own message
+    (which says what is wrong and what is accepted) instead of a generic "invalid value"."""
+
+    def convert(text: str) -> T:
         try:
             return parse(text)
-        except UnitError as exc:
+        except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     convert.__name__ = name
     return convert
 
 
-size_arg = _argument_type(parse_size, "size")
-rate_arg = _argument_type(parse_rate, "rate")
+size_arg = argument_type(parse_size, "size")
+rate_arg = argument_type(parse_rate, "rate")
 
 
 def positive_seconds(text: str) -> float:

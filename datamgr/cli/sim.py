@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from datamgr.cli.args import positive_seconds
+from datamgr.cli.args import argument_type, positive_seconds
 from datamgr.cli.config import ConfigurableParser
 from datamgr.cli.tables import render_table
 from datamgr.scheduler.registry import CACHE_SYSTEMS, Scheduler, UnknownPolicy, build_scheduler
@@ -37,19 +37,6 @@ from datamgr.scheduler.sim.trace import load_trace, write_trace
 EXIT_FAILED = 1  # main's exit codes: the run was refused midway, or
 EXIT_USAGE = 2  # a bad command line or bad input
 DEFAULT_POLICIES = ("fifo", "sjf", "gavel")
-
-
-def _argument(read: fields.Reader[fields.T], name: str) -> Callable[[str], fields.T]:
-    """An argparse type from a field reader, keeping the reader's message."""
-
-    def convert(text: str) -> fields.T:
-        try:
-            return read(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    convert.__name__ = name
-    return convert
 
 
 def _names(text: str) -> list[str]:
@@ -113,29 +100,29 @@ def _add_generate_parser(actions: argparse._SubParsersAction[ConfigurableParser]
     )
     generate_p.add_argument("--out", type=Path, required=True, metavar="FILE", help="trace file, .csv or .jsonl")
     size = generate_p.add_mutually_exclusive_group(required=True)
-    size.add_argument("--jobs", type=_argument(fields.positive_int, "count"), metavar="N", help="this many jobs")
+    size.add_argument("--jobs", type=argument_type(fields.positive_int, "count"), metavar="N", help="this many jobs")
     size.add_argument(
-        "--duration", type=_argument(fields.duration, "duration"), metavar="D", help="arrivals within D, e.g. 4w"
+        "--duration", type=argument_type(fields.duration, "duration"), metavar="D", help="arrivals within D, e.g. 4w"
     )
     defaults = GeneratorConfig(jobs=1)
     generate_p.add_argument(
-        "--arrivals-per-hour", type=_argument(fields.positive_number, "rate"), default=defaults.arrivals_per_hour,
+        "--arrivals-per-hour", type=argument_type(fields.positive_number, "rate"), default=defaults.arrivals_per_hour,
         metavar="R", help="Poisson arrival rate (default %(default)g)",
     )  # fmt: skip
     generate_p.add_argument(
-        "--sharing", type=_argument(fields.fraction, "fraction"), default=defaults.sharing, metavar="F",
+        "--sharing", type=argument_type(fields.fraction, "fraction"), default=defaults.sharing, metavar="F",
         help="share of jobs reading the shared copy of their dataset (default %(default)g)",
     )  # fmt: skip
     generate_p.add_argument(
-        "--gpu-speed-scale", type=_argument(fields.positive_number, "scale"), default=defaults.gpu_speed_scale,
+        "--gpu-speed-scale", type=argument_type(fields.positive_number, "scale"), default=defaults.gpu_speed_scale,
         metavar="X", help="multiply every job's f* (faster GPUs, same epochs; default %(default)g)",
     )  # fmt: skip
     generate_p.add_argument(
-        "--irregular", type=_argument(fields.fraction, "fraction"), default=defaults.irregular, metavar="F",
+        "--irregular", type=argument_type(fields.fraction, "fraction"), default=defaults.irregular, metavar="F",
         help="share of jobs flagged irregular (default %(default)g)",
     )  # fmt: skip
     generate_p.add_argument(
-        "--seed", type=_argument(fields.whole_number, "seed"), default=defaults.seed, help="default %(default)s"
+        "--seed", type=argument_type(fields.whole_number, "seed"), default=defaults.seed, help="default %(default)s"
     )
     generate_p.set_defaults(run=run_generate)
 
@@ -147,14 +134,14 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
         "--scenario", choices=available_scenarios(), help="a shipped cluster and trace instead of the two files"
     )
     parser.add_argument(
-        "--remote-io-scale", type=_argument(fields.positive_number, "scale"), default=1.0, metavar="X",
+        "--remote-io-scale", type=argument_type(fields.positive_number, "scale"), default=1.0, metavar="X",
         help="multiply the cluster's remote IO limit (default %(default)g)",
     )  # fmt: skip
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--seed", type=_argument(fields.whole_number, "seed"), default=SimConfig().seed,
+        "--seed", type=argument_type(fields.whole_number, "seed"), default=SimConfig().seed,
         help="seed of the policies' randomness (default %(default)s)",
     )  # fmt: skip
     parser.add_argument(
@@ -162,7 +149,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="longest time between policy rounds; arrivals and finishes start one at once (default %(default)g)",
     )  # fmt: skip
     parser.add_argument(
-        "--time-limit", type=_argument(fields.duration, "duration"), metavar="D",
+        "--time-limit", type=argument_type(fields.duration, "duration"), metavar="D",
         help="stop the run at this simulated time, e.g. 2w; unfinished jobs are counted (default: run to the end)",
     )  # fmt: skip
 
