@@ -1,9 +1,10 @@
 """The policy interface: `schedule(snapshot, estimator) -> Decision`, pure and deterministic.
 
 A decision has a compute part (GPU placements) and a storage part (cache bytes per dataset, remote IO per
-job). A policy may leave either part undecided (`None`) for another policy to fill in: `Composed` pairs a
-compute policy with a storage policy, which is how every scheduler x cache-system pair of the paper is
-built (FIFO compute + SiloD's greedy storage, vanilla Gavel + an Alluxio-style cache, ...).
+job). A policy may leave either part undecided (`None`) for another policy to fill in:
+`registry.FilledIn` pairs a policy with a compute and a storage policy, which is how every scheduler x
+cache-system pair of the paper is built (FIFO compute + SiloD's greedy storage, vanilla Gavel + an
+Alluxio-style cache, ...).
 
 Policies import nothing from I/O code: the simulator and the live controller both hand them snapshots.
 """
@@ -61,33 +62,3 @@ class Policy(Protocol):
 def current_placements(snapshot: Snapshot) -> dict[str, Mapping[str, int]]:
     """The placements the snapshot already has: what a storage-only policy leaves compute at."""
     return {job.job_id: job.placement for job in snapshot.running_jobs()}
-
-
-@dataclass(frozen=True)
-class Composed:
-    """Compute from one policy, storage from another, decided in that order.
-
-    The storage policy sees the snapshot with the compute policy's placements applied, so it allocates
-    cache and remote IO to the jobs that will actually run.
-    """
-
-    compute: Policy
-    storage: Policy
-
-    @property
-    def name(self) -> str:
-        return f"{self.compute.name}+{self.storage.name}"
-
-    def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
-        placements = self.compute.schedule(snapshot, estimator).placements
-        if placements is None:
-            placements = current_placements(snapshot)
-        storage = self.storage.schedule(snapshot.with_placements(placements), estimator)
-        notes = dict(storage.notes)
-        return Decision(
-            placements=placements,
-            cache_bytes=storage.cache_bytes,
-            io_bytes_per_sec=storage.io_bytes_per_sec,
-            job_cache_bytes=storage.job_cache_bytes,
-            notes=notes,
-        )
