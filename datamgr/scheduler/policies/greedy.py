@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datamgr.scheduler import perf
 from datamgr.scheduler.perf import Estimator
 from datamgr.scheduler.policy import Decision
-from datamgr.scheduler.sharing import water_fill
+from datamgr.scheduler.sharing import fill_in_order, water_fill
 from datamgr.scheduler.snapshot import Snapshot
 
 
@@ -33,6 +33,7 @@ class JobDemand:
 class Allocation:
     cache_bytes: Mapping[str, int]  # per dataset
     io_bytes_per_sec: Mapping[str, int]  # per job
+    cache_efficiency: Mapping[str, float]  # per dataset: the order the cache was given in
 
 
 def cache_efficiency(jobs: Sequence[JobDemand], dataset_sizes: Mapping[str, int]) -> dict[str, float]:
@@ -54,11 +55,8 @@ def greedy(
     now (`usable_cache(job, quota)`, by default the whole quota: the steady state), then the rest shared up to
     f*, which is harmless (a job only pulls what it misses) and covers a cache that is not yet effective."""
     efficiency = cache_efficiency(jobs, dataset_sizes)
-    cache: dict[str, int] = {}
-    left = cache_capacity
-    for uri in sorted(dataset_sizes, key=lambda uri: (-efficiency[uri], uri)):
-        cache[uri] = min(dataset_sizes[uri], left)
-        left -= cache[uri]
+    by_efficiency = sorted(dataset_sizes, key=lambda uri: (-efficiency[uri], uri))
+    cache = fill_in_order({uri: dataset_sizes[uri] for uri in by_efficiency}, cache_capacity)
 
     needs = {
         job.job_id: perf.remote_demand(
@@ -69,7 +67,7 @@ def greedy(
         for job in jobs
     }
     caps = {job.job_id: job.ideal_bytes_per_sec for job in jobs}
-    return Allocation(cache, water_fill(caps, io_limit, floor=water_fill(needs, io_limit)))
+    return Allocation(cache, water_fill(caps, io_limit, floor=water_fill(needs, io_limit)), efficiency)
 
 
 class GreedyStorage:
@@ -89,6 +87,5 @@ class GreedyStorage:
             snapshot.remote_io_bytes_per_sec,
             lambda demand, quota: snapshot.usable_cache_bytes(by_id[demand.job_id], quota),
         )
-        efficiency = cache_efficiency(demands, sizes)
-        notes = {uri: f"cache efficiency {efficiency[uri]:.3g}/s" for uri in sorted(sizes)}
+        notes = {uri: f"cache efficiency {plan.cache_efficiency[uri]:.3g}/s" for uri in sorted(sizes)}
         return Decision(cache_bytes=plan.cache_bytes, io_bytes_per_sec=plan.io_bytes_per_sec, notes=notes)
