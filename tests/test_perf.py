@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from datamgr.scheduler import perf
 from datamgr.scheduler.perf import SiloDPerf, VanillaPerf
 from datamgr.scheduler.snapshot import JobState
@@ -77,3 +79,9 @@ def test_the_vanilla_estimator_ignores_cache_and_remote_io() -> None:
     assert VanillaPerf().throughput(job, 4, 0.0, 0.0) == job.ideal_bytes_per_sec / 2
     assert not VanillaPerf.storage_aware
     assert SiloDPerf.storage_aware
+
+
+def test_cache_efficiencies_sum_each_datasets_readers_and_give_unread_datasets_zero() -> None:
+    readers = [("A", 100 * MB), ("B", 30 * MB), ("A", 50 * MB)]
+    efficiency = perf.cache_efficiencies(readers, {"A": 10 * GB, "B": 3 * GB, "C": 1 * GB})
+    assert efficiency == {"A": pytest.approx(0.015), "B": pytest.approx(0.01), "C": 0.0}

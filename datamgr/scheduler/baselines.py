@@ -91,10 +91,9 @@ class QuiverStorage:
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
         running = snapshot.running_jobs()
         sizes = dataset_sizes(running)
-        rates: dict[str, list[float]] = {uri: [] for uri in sizes}
-        for job in running:
-            rates[job.dataset_uri].append(perf.ideal_rate(job, job.allocated_gpus))
-        benefit_per_byte = {uri: perf.cache_efficiency(rates[uri], size) for uri, size in sizes.items()}
+        benefit_per_byte = perf.cache_efficiencies(
+            ((j.dataset_uri, perf.ideal_rate(j, j.allocated_gpus)) for j in running), sizes
+        )
         cache: dict[str, int] = {}
         notes: dict[str, str] = {}
         left = snapshot.cache_capacity_bytes

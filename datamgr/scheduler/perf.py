@@ -11,7 +11,7 @@ Rates are in bytes/s of training data consumed, sizes in bytes.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from datamgr.scheduler.snapshot import JobState
@@ -57,6 +57,15 @@ def cache_efficiency(ideal_rates: Iterable[float], dataset_bytes: float) -> floa
     if dataset_bytes <= 0:
         return math.inf
     return sum(ideal_rates) / dataset_bytes
+
+
+def cache_efficiencies(readers: Iterable[tuple[str, float]], dataset_bytes: Mapping[str, int]) -> dict[str, float]:
+    """`cache_efficiency` of every dataset in `dataset_bytes`, from (dataset, f*) pairs of its readers; a
+    dataset nobody reads has efficiency 0."""
+    rates: dict[str, list[float]] = {uri: [] for uri in dataset_bytes}
+    for uri, rate in readers:
+        rates[uri].append(rate)
+    return {uri: cache_efficiency(rates[uri], size) for uri, size in dataset_bytes.items()}
 
 
 class Estimator(Protocol):

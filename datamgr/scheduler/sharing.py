@@ -53,11 +53,8 @@ def fill_idle_cache(cache: Mapping[str, int], running: Iterable[JobState], capac
     readers), each up to its size.
 
     Idle cache saves no remote IO; cached, it lowers what the jobs need and frees IO for the others."""
-    readers: dict[str, list[float]] = {}
-    sizes: dict[str, int] = {}
-    for job in running:
-        readers.setdefault(job.dataset_uri, []).append(perf.ideal_rate(job, job.gpus))
-        sizes[job.dataset_uri] = job.dataset_bytes
-    efficiency = {uri: perf.cache_efficiency(rates, sizes[uri]) for uri, rates in readers.items()}
+    running = list(running)
+    sizes = {job.dataset_uri: job.dataset_bytes for job in running}
+    efficiency = perf.cache_efficiencies(((j.dataset_uri, perf.ideal_rate(j, j.gpus)) for j in running), sizes)
     by_efficiency = {uri: sizes[uri] for uri in sorted(sizes, key=lambda uri: (-efficiency[uri], uri))}
     return dict(cache) | fill_in_order(by_efficiency, capacity, floor=cache)

@@ -38,10 +38,7 @@ class Allocation:
 
 def cache_efficiency(jobs: Sequence[JobDemand], dataset_sizes: Mapping[str, int]) -> dict[str, float]:
     """Sum of f*/d over each dataset's jobs: the throughput one byte of its cache buys."""
-    rates: dict[str, list[float]] = {uri: [] for uri in dataset_sizes}
-    for job in jobs:
-        rates[job.dataset_uri].append(job.ideal_bytes_per_sec)
-    return {uri: perf.cache_efficiency(rates[uri], size) for uri, size in dataset_sizes.items()}
+    return perf.cache_efficiencies(((j.dataset_uri, j.ideal_bytes_per_sec) for j in jobs), dataset_sizes)
 
 
 def greedy(
