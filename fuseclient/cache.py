@@ -64,6 +64,12 @@ METADATA_NAME = "cache.json"
 ITEMS_NAME = "items"
 _FORMAT = "silod-cache/1"
 _STALE_PREFIX = "items.stale-"
+# Cache files are written in pieces of this size. One large write makes the file system (ext4 and XFS on
+# Linux 6.x, with large folios) take high-order page-cache folios, which the page allocator serves far more
+# slowly than order-3 ones (kept on per-CPU lists): on the development VM a 4 MiB item costs 10-12 ms of CPU
+# written at once and 1.4-3.5 ms in 32 KiB pieces, the difference between a cold epoch of large files
+# keeping pace with the object store or not (docs/benchmarks.md).
+WRITE_PIECE = 32 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +352,7 @@ class DatasetCache:
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view) :]
+                    view = view[os.write(fd, view[:WRITE_PIECE]) :]
             finally:
                 os.close(fd)
             os.rename(temp, directory / str(item))

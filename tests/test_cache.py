@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fuseclient.cache import FANOUT, CacheStats, DatasetCache
+from fuseclient.cache import FANOUT, WRITE_PIECE, CacheStats, DatasetCache
 from fuseclient.manifest import Manifest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,6 +104,23 @@ def test_admitted_items_are_files_under_the_documented_layout_and_read_back(
     assert cache.read(2, 0, 0) == b""
     assert cache.used_bytes == 280
     assert [cache.contains(item) for item in range(5)] == [True] * 5
+    check_consistent(cache, tmp_path / "cache", manifest)
+
+
+def test_items_larger_than_one_write_piece_are_written_whole(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    """Items are written in WRITE_PIECE pieces: a multiple of the piece, one more byte and one less, all whole."""
+    chunk = 3 * WRITE_PIECE
+    sizes = [chunk, 2 * WRITE_PIECE + 1, WRITE_PIECE - 1]
+    manifest = Manifest(chunk, ["a", "b", "c"], sizes, [0, 0, 0], ["1", "2", "3"])
+    cache = make_cache(manifest, sum(sizes))
+    for item in range(3):
+        assert cache.admit(item, content(manifest, item))
+
+    for item in range(3):
+        assert item_file(tmp_path / "cache", item).read_bytes() == content(manifest, item)
+        assert cache.read(item, 0, chunk) == content(manifest, item)
     check_consistent(cache, tmp_path / "cache", manifest)
 
 
