@@ -16,6 +16,7 @@ and LIST requests the S3 server logged, then the ratios the targets are stated i
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import re
 import sys
@@ -52,6 +53,7 @@ class EpochResult:
     gets: int = 0
     heads: int = 0
     lists: int = 0
+    mount_cpu: float | None = None  # CPU seconds (user + system) the mount process spent in the epoch
 
     @property
     def files_per_sec(self) -> float:
@@ -117,14 +119,24 @@ class RequestLog:
         return gets, heads, lists
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process `pid` has used so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def mount_epochs(mount: MountProcess, dataset: Dataset, threads: int, requests: RequestLog) -> list[EpochResult]:
+    assert mount.process is not None
+    pid = mount.process.pid
     root = mount.job_dir("job")
     paths = sorted(p for p in root.rglob("*") if p.is_file())
     requests.take()  # the listing at mount time is not part of any epoch
     results, remote_before = [], 0
     rng = random.Random(1)
     for epoch in range(1, EPOCHS + 1):
+        cpu_before = cpu_seconds(pid)
         seconds, nbytes = read_epoch(paths, threads, rng)
+        cpu = cpu_seconds(pid) - cpu_before
         settled = time.time() + 0.05
         stats = mount.wait_for_stats(lambda s, after=settled: s["written_at"] > after)["jobs"]["job"]
         finished = {e["epoch"]: e for e in stats["finished_epochs"]}
@@ -132,16 +144,17 @@ def mount_epochs(mount: MountProcess, dataset: Dataset, threads: int, requests: 
         hit = record["hit_bytes"] / record["accessed_bytes"] if record and record["accessed_bytes"] else 0.0
         remote = stats["bytes_from_remote"] - remote_before
         remote_before = stats["bytes_from_remote"]
-        results.append(EpochResult(seconds, len(paths), nbytes, remote, hit, *requests.take()))
+        results.append(EpochResult(seconds, len(paths), nbytes, remote, hit, *requests.take(), mount_cpu=cpu))
     return results
 
 
 def show(label: str, results: list[EpochResult]) -> None:
     for epoch, r in enumerate(results, start=1):
+        cpu = "" if r.mount_cpu is None else f"  mount CPU {r.mount_cpu:5.2f} s"
         print(
             f"  {label:<34} epoch {epoch}: {r.files_per_sec:8.0f} files/s {r.mb_per_sec:8.1f} MB/s  "
             f"remote {r.remote_bytes / 1e6:7.1f} MB  hit {r.hit_ratio:4.2f}  "
-            f"GET {r.gets:5d} HEAD {r.heads} LIST {r.lists}",
+            f"GET {r.gets:5d} HEAD {r.heads} LIST {r.lists}{cpu}",
             flush=True,
         )
 
