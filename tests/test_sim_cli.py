@@ -177,6 +177,24 @@ def test_bad_input_exits_2_naming_the_problem(
     assert not list(tmp_path.iterdir())  # nothing ran, nothing written
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["sim", "--seed", "5", "compare", "--scenario", "micro"], "--seed given before 'compare'"),
+        (["sim", "--scenario", "micro", "generate", "--out", "t.csv", "--jobs", "3"], "--scenario given before"),
+    ],
+)
+def test_options_before_an_action_are_refused_not_dropped(
+    argv: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
 def test_sim_runs_the_micro_scenario_and_writes_its_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "micro"
     assert main(["sim", "--scenario", "micro", "--policy", "fifo", "--out", str(out)]) == 0

@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from datamgr.cli.args import argument_type, positive_seconds
 from datamgr.cli.config import ConfigurableParser
@@ -64,9 +64,40 @@ def add_sim_parser(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
     _add_run_options(sim_p)
     sim_p.set_defaults(run=run_sim)
 
-    actions = sim_p.add_subparsers(dest="sim_action", metavar="ACTION")
+    actions = sim_p.add_subparsers(dest="sim_action", metavar="ACTION", action=_ActionAfterItsOptions)
     _add_compare_parser(actions)
     _add_generate_parser(actions)
+
+
+class _ActionAfterItsOptions(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """`silod sim`'s actions, refusing options given before the action's name.
+
+    `silod sim --seed 5 compare ...` would otherwise run with compare's default seed: argparse lets the
+    action's own defaults overwrite whatever `sim` parsed before it, silently.
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, list)
+        name = values[0]
+        given = [
+            action.option_strings[-1]
+            for action in parser._actions
+            if action.option_strings
+            and action.default is not argparse.SUPPRESS  # --help
+            and getattr(namespace, action.dest) != parser.get_default(action.dest)
+        ]
+        if given:
+            parser.error(
+                f"{', '.join(given)} given before {name!r}: options before an action belong to a plain `silod sim` "
+                f"run; give them after {name!r} (see `silod sim {name} --help`)"
+            )
+        super().__call__(parser, namespace, values, option_string)
 
 
 def _add_compare_parser(actions: argparse._SubParsersAction[ConfigurableParser]) -> None:
