@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import logging
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 FETCH_CONCURRENCY = 16  # backend reads in flight per dataset
 STATS_FILE = "stats.json"
+LOCK_FILE = "silod.lock"
 ReadyCallback = Callable[[], None]
 
 
@@ -49,6 +51,29 @@ class MountConfig:
     allow_other: bool = False
     stats_interval: float | None = None
     metrics_port: int | None = None
+
+
+class CacheDirInUse(Exception):
+    """Another live silod mount or node agent holds the cache directory."""
+
+
+def lock_cache_dir(cache_dir: Path) -> int:
+    """Take `cache_dir` for this process: an exclusive lock on CACHE_DIR/silod.lock, held as long as the
+    returned descriptor is open in this process or a child it forks (the detached daemon).
+
+    Two daemons on one cache directory would each count, admit, evict and restore entries behind the other's
+    back (and one's startup would delete the other's admissions in progress as leftovers). The kernel drops
+    the lock when its holder dies, kill -9 included, so a crash never leaves the directory claimed.
+    """
+    fd = os.open(cache_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise CacheDirInUse(
+            f"--cache-dir {cache_dir} is in use by another running silod mount or node; give each its own"
+        ) from None
+    return fd
 
 
 def dataset_cache_dir(cache_dir: Path, uri: str) -> Path:

@@ -54,6 +54,13 @@ def _daemons(mountpoint: Path) -> list[str]:
     return found.stdout.split()
 
 
+def _wait_for_exit(mountpoint: Path) -> None:
+    deadline = time.monotonic() + 20
+    while _daemons(mountpoint):
+        assert time.monotonic() < deadline, "the daemon did not exit after umount"
+        time.sleep(0.1)  # polling for the daemon's exit, bounded by the deadline
+
+
 def test_the_mount_daemonizes_once_live_and_umount_stops_it(tmp_path: Path, dataset: str) -> None:
     mountpoint = tmp_path / "mnt"
     mountpoint.mkdir()
@@ -68,10 +75,7 @@ def test_the_mount_daemonizes_once_live_and_umount_stops_it(tmp_path: Path, data
         unmount = silod_cli("umount", str(mountpoint))
     assert unmount.returncode == 0, unmount.stderr
     assert not os.path.ismount(mountpoint)
-    deadline = time.monotonic() + 20
-    while _daemons(mountpoint):
-        assert time.monotonic() < deadline, "the daemon did not exit after umount"
-        time.sleep(0.1)  # polling for the daemon's exit, bounded by the deadline
+    _wait_for_exit(mountpoint)
 
 
 def test_a_daemon_that_cannot_start_fails_the_command_and_says_where_to_look(tmp_path: Path) -> None:
@@ -84,6 +88,29 @@ def test_a_daemon_that_cannot_start_fails_the_command_and_says_where_to_look(tmp
     assert str(log) in result.stderr
     assert "/no/such/dataset" in log.read_text()
     assert not os.path.ismount(mountpoint)
+
+
+def test_a_second_daemon_on_the_same_cache_dir_is_refused_until_the_first_stops(tmp_path: Path, dataset: str) -> None:
+    cache = tmp_path / "cache"
+    first, second = tmp_path / "mnt1", tmp_path / "mnt2"
+    first.mkdir()
+    second.mkdir()
+    assert silod_cli("mount", str(first), "--cache-dir", str(cache), "--job", f"j={dataset}").returncode == 0
+    try:
+        refused = silod_cli("mount", str(second), "--cache-dir", str(cache), "--job", f"j={dataset}")
+        assert refused.returncode == 2
+        assert f"--cache-dir {cache} is in use by another running silod mount or node" in refused.stderr
+        assert not os.path.ismount(second)
+        assert (first / "j" / "two.bin").read_bytes() == b"2" * 10  # the first one still serves
+    finally:
+        assert silod_cli("umount", str(first)).returncode == 0
+    _wait_for_exit(first)
+    taken_over = silod_cli("mount", str(second), "--cache-dir", str(cache), "--job", f"j={dataset}")
+    try:
+        assert taken_over.returncode == 0, taken_over.stderr
+        assert (second / "j" / "two.bin").read_bytes() == b"2" * 10
+    finally:
+        silod_cli("umount", str(second))
 
 
 def test_umount_of_something_not_mounted_says_so(tmp_path: Path) -> None:

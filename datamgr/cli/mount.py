@@ -154,10 +154,7 @@ def run_mount(args: argparse.Namespace) -> int:
     except InvalidArgument as exc:
         print(f"silod mount: {exc}", file=sys.stderr)
         return 2
-    config.cache_dir.mkdir(parents=True, exist_ok=True)
-    return _run_daemon(
-        args, "mount", config.cache_dir / "mount.log", lambda ready: trio.run(mount.serve, config, ready)
-    )
+    return _run_daemon(args, "mount", config.cache_dir, "mount.log", lambda ready: trio.run(mount.serve, config, ready))
 
 
 def run_node(args: argparse.Namespace) -> int:
@@ -180,16 +177,28 @@ def run_node(args: argparse.Namespace) -> int:
     except (InvalidArgument, SecurityConfigError) as exc:
         print(f"silod node: {exc}", file=sys.stderr)
         return 2
-    config.cache_dir.mkdir(parents=True, exist_ok=True)
     return _run_daemon(
-        args, "node", config.cache_dir / "node.log", lambda ready: trio.run(agent.run_agent, config, ready)
+        args, "node", config.cache_dir, "node.log", lambda ready: trio.run(agent.run_agent, config, ready)
     )
 
 
 def _run_daemon(
-    args: argparse.Namespace, command: str, default_log: Path, serve: Callable[[mount.ReadyCallback], None]
+    args: argparse.Namespace,
+    command: str,
+    cache_dir: Path,
+    log_name: str,
+    serve: Callable[[mount.ReadyCallback], None],
 ) -> int:
-    """Serve in the foreground, or detach once the mount is live (exit 1, naming the log, if it is not)."""
+    """Take the cache directory (exit 2 if another daemon has it), then serve in the foreground, or detach
+    once the mount is live (exit 1, naming the log, if it is not). The lock's descriptor stays open for as
+    long as this process, or the detached daemon it forks, serves."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        mount.lock_cache_dir(cache_dir)  # never closed: the lock lasts as long as the serving process
+    except mount.CacheDirInUse as exc:
+        print(f"silod {command}: {exc}", file=sys.stderr)
+        return 2
+    default_log = cache_dir / log_name
     if args.foreground:
         try:
             serve(lambda: None)
