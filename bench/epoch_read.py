@@ -7,10 +7,15 @@ side in the same run:
 - direct SDK: boto3 GetObject at the same concurrency, one pass (the backend's ceiling);
 - the mount: cache at 100 % (epoch 1 cold, epochs 2-3 warm) and 50 % of the dataset, unthrottled and
   throttled, each on a fresh cache.
-For each mount epoch it prints files/s, MB/s, bytes from remote, the epoch's hit ratio, and the GET, HEAD
-and LIST requests the S3 server logged, then the ratios the targets are stated in.
+For each mount epoch it prints files/s, MB/s, bytes from remote, the epoch's hit ratio, the GET, HEAD and
+LIST requests the S3 server logged and the mount process's CPU seconds, then the ratios the targets are
+stated in.
 
-    PYTHONPATH=. .venv/bin/python bench/epoch_read.py [--threads N] [--only small|large]
+By default the S3 server shares every CPU with the readers and the mount, so a client is also measured by
+how much CPU it leaves the server. `--server-cpu N` pins the server to CPU N and everything else to the
+other CPUs instead, as when the object store is another machine.
+
+    PYTHONPATH=. .venv/bin/python bench/epoch_read.py [--threads N] [--only small|large] [--server-cpu N]
 """
 
 from __future__ import annotations
@@ -232,12 +237,21 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--rate", type=int, default=20_000_000, help="bytes/s for the throttled run")
     parser.add_argument("--only", choices=["small", "large"])
+    parser.add_argument("--server-cpu", type=int, metavar="N", help="run the S3 server alone on CPU N")
     args = parser.parse_args()
+    server_cpus = None
+    if args.server_cpu is not None:
+        others = os.sched_getaffinity(0) - {args.server_cpu}
+        if args.server_cpu not in os.sched_getaffinity(0) or not others:
+            parser.error(f"--server-cpu {args.server_cpu}: not one of several CPUs this process may use")
+        server_cpus = {args.server_cpu}
+        os.sched_setaffinity(0, others)  # before any thread or child exists: they all inherit it
+        print(f"S3 server on CPU {args.server_cpu}; readers, SDK and mounts on CPUs {sorted(others)}", flush=True)
     datasets = [Dataset("small", 3000, 110_000), Dataset("large", 4, 64 * 1024 * 1024)]
     with tempfile.TemporaryDirectory(prefix="silod-bench-") as tmp:
         workdir = Path(tmp)
         (workdir / "moto").mkdir()
-        with running_s3_server(workdir / "moto") as server:
+        with running_s3_server(workdir / "moto", cpus=server_cpus) as server:
             started: list[MountProcess] = []
 
             def mount(jobs: dict[str, str], *extra: str, name: str) -> MountProcess:

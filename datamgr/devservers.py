@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import os
 import secrets
 import shutil
 import signal
@@ -123,8 +124,11 @@ def running_azurite(workdir: Path) -> Iterator[AzuriteServer]:
 
 
 @contextlib.contextmanager
-def running_s3_server(workdir: Path) -> Iterator[S3Server]:
-    """`moto_server` on a free loopback port, logging each request to workdir/server.log, until the block exits."""
+def running_s3_server(workdir: Path, cpus: set[int] | None = None) -> Iterator[S3Server]:
+    """`moto_server` on a free loopback port, logging each request to workdir/server.log, until the block exits.
+
+    `cpus` confines the server to those CPUs (a benchmark may give it cores of its own, as a real object store
+    is another machine); by default it runs wherever the scheduler puts it."""
     executable = Path(sys.executable).parent / "moto_server"
     if not executable.exists():
         raise FileNotFoundError(f"moto_server is not installed next to {sys.executable} (pip install 'moto[server]')")
@@ -137,14 +141,17 @@ def running_s3_server(workdir: Path) -> Iterator[S3Server]:
         secret_access_key=f"silod-secret-{secrets.token_hex(8)}",
     )
     argv = [str(executable), "-H", "127.0.0.1", "-p", str(port)]
-    with _running("moto_server", argv, workdir, ready=lambda: s3_client(server).list_buckets()):
+    with _running("moto_server", argv, workdir, ready=lambda: s3_client(server).list_buckets(), cpus=cpus):
         yield server
 
 
 @contextlib.contextmanager
-def _running(name: str, argv: list[str], workdir: Path, ready: Callable[[], object]) -> Iterator[None]:
-    """Run `argv` in `workdir` (output in workdir/server.log) until the block exits; wait until `ready()`
-    stops raising, raising `ServerNotReady` with the server's output if it exits or takes too long."""
+def _running(
+    name: str, argv: list[str], workdir: Path, ready: Callable[[], object], cpus: set[int] | None = None
+) -> Iterator[None]:
+    """Run `argv` in `workdir` (output in workdir/server.log), on `cpus` if given, until the block exits;
+    wait until `ready()` stops raising, raising `ServerNotReady` with the server's output if it exits or
+    takes too long."""
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / "server.log"
     with log_path.open("wb") as log:
@@ -154,7 +161,7 @@ def _running(name: str, argv: list[str], workdir: Path, ready: Callable[[], obje
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=functools.partial(_prepare_child, cpus) if sys.platform == "linux" else None,
         )
     try:
         _wait_ready(name, process, log_path, ready)
@@ -187,7 +194,10 @@ def _wait_ready(name: str, process: subprocess.Popen[bytes], log_path: Path, rea
         time.sleep(0.1)  # the bounded readiness poll: the one sleep allowed in tests
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM if pytest dies without running finalizers (Linux prctl)."""
+def _prepare_child(cpus: set[int] | None) -> None:
+    """In the child before exec: get SIGTERM if pytest dies without running finalizers (Linux prctl), and
+    keep to `cpus` (every thread the server starts inherits it)."""
     pr_set_pdeathsig = 1
     ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
