@@ -1,4 +1,4 @@
-"""Gavel's max-min fairness (the paper's Eq. 9), with cache and remote IO as resources, as one linear program.
+"""Gavel's max-min fairness (the paper's Eq. 9), with cache and remote IO as resources, as a linear program.
 
     maximize z  such that every job trains at t_j >= z e_j  and  Sum(R) <= totalResource
 
@@ -15,21 +15,32 @@ hit ratio u_d = c_d/d in [0, 1] of each dataset, and z. Constraints:
     z e_j <= f*_j X_j                      compute: the job holds its GPUs X_j of the time
     z e_j (1 - u_d) <= b_j                 remote IO carries the misses (Eq. 2)
 
-The IO constraint is bilinear. With y_d = z u_d it becomes  z e_j - e_j y_d <= b_j,  0 <= y_d <= z,
-Sum_d d y_d <= C z, all linear; u_d = y_d / z afterwards. Rows are divided through by e_j, G, B and C so
-the solver sees ratios near 1 rather than bytes. The IO rows are SiloDPerf's model; a job whose estimate
-does not depend on storage (every job under VanillaPerf, or one whose dataset needs no remote IO) gets
-none, so with a cache-oblivious estimator the program has X only and the policy leaves storage undecided.
+The IO constraint is bilinear; with y_d = z u_d it becomes  z e_j - e_j y_d <= b_j,  0 <= y_d <= z,
+Sum_d d y_d <= C z, all linear. The IO rows are SiloDPerf's model; a job whose estimate does not depend on
+storage (every job under VanillaPerf, or one whose dataset needs no remote IO) gets none, so with a
+cache-oblivious estimator the program has X only and the policy leaves storage undecided.
+
+The program is solved exactly, in closed form: a simulated month poses it some 16,000 times (once per
+arrival or finish), and an LP solver's fixed cost per call was most of such a run. The compute rows and the
+storage rows share only z, so the optimum z* is the smaller of the largest level each admits:
+- Compute: shares X_j in [0, 1] with X_j >= z e_j / f*_j and Sum_j X_j g_j <= G exist exactly when
+  z <= f*_j / e_j for every j and z Sum_j g_j e_j / f*_j <= G.
+- Storage: a dataset's readers need z E_d (1 - u_d) of remote IO, E_d the sum of their e_j, so the level
+  needs  z Sum_d E_d (1 - u_d) <= B  for some u with Sum_d u_d d <= C. The u leaving remote IO the least
+  is a fractional knapsack: datasets by E_d / d (the rate one cached byte takes off remote IO), highest
+  first, each cached whole while the cache lasts. The largest z is B over the rate it leaves (unbounded
+  if it leaves none).
+tests/test_policies.py checks z* against HiGHS solving the linear program itself.
 
 From the solution to one round:
 - The program fixes z but lets X_j take any value above what z needs. The policy uses the least share that
-  holds job j at the max-min level, X_j = z e_j / f*_j, so the ranking does not depend on which optimal
-  vertex the solver returns. Jobs run in descending X_j (ties: least attained GPU service, then
-  submission), gang-placed while GPUs last; a job that does not fit is skipped.
-- Cache: u_d d for every dataset in the program, including those whose jobs sit this round out: Gavel
-  time-shares GPUs across rounds, and a quota dropped for one round would have to be fetched again. When
-  the level is set by compute rather than storage the program is indifferent to cache beyond what z needs;
-  whatever it leaves idle goes to the running jobs' datasets by cache efficiency.
+  holds job j at the max-min level, X_j = z e_j / f*_j. Jobs run in descending X_j (ties: least attained
+  GPU service, then submission), gang-placed while GPUs last; a job that does not fit is skipped.
+- Cache: at z* the program fixes the rate the cache must take off remote IO, Sum_d E_d - B / z*, not which
+  u_d do it. The policy takes the least cache that does, in the knapsack's order (all of it, the knapsack
+  itself, when storage sets the level), for every dataset in the program, including those whose jobs sit
+  this round out: Gavel time-shares GPUs across rounds, and a quota dropped for one round would have to be
+  fetched again. Cache the level does not need goes to the running jobs' datasets by cache efficiency.
 - Remote IO: each running job first gets what the level needs, z e_j (1 - c_d/d); the jobs sitting out read
   nothing this round, so the rest is water-filled up to f* among the running jobs.
 Jobs with e_j = 0 (no GPU share, or storage that cannot feed them at all) have no normalized throughput;
@@ -38,13 +49,10 @@ they are left out of the program and run only on GPUs nobody else takes.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
-from scipy.optimize import linprog
-from scipy.sparse import csr_array
 
 from datamgr.scheduler import perf
 from datamgr.scheduler.perf import Estimator
@@ -66,19 +74,14 @@ class MaxMin:
 
 
 class GavelMaxMin:
-    """Gavel's max-min fairness. The program depends only on the jobs present, their demands and the
-    capacities, so the last solution is kept and reused while those stay the same (the rounds between
-    arrivals and finishes): the same inputs give the same answer, only sooner."""
+    """Gavel's max-min fairness."""
 
     name = "gavel"
 
-    def __init__(self) -> None:
-        self._last: tuple[Hashable, MaxMin] | None = None
-
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
         equal = equal_share_throughput(snapshot, estimator)
-        solution = self._solution(snapshot, estimator, equal)
-        # Shares equal up to the solver's tolerance count as ties.
+        solution = solve_max_min(snapshot, estimator, equal)
+        # Shares equal up to float rounding count as ties.
         ranked = sorted(
             snapshot.jobs_by_submission(),
             key=lambda job: (-round(solution.time_share.get(job.job_id, 0.0), 9), job.attained_gpu_seconds),
@@ -97,21 +100,6 @@ class GavelMaxMin:
         io = _remote_io(snapshot, running, solution, equal, cache)
         return Decision(placements=placements, cache_bytes=cache, io_bytes_per_sec=io, notes=notes)
 
-    def _solution(self, snapshot: Snapshot, estimator: Estimator, equal: Mapping[str, float]) -> MaxMin:
-        inputs = (
-            estimator.name,
-            snapshot.total_gpus,
-            snapshot.remote_io_bytes_per_sec,
-            snapshot.cache_capacity_bytes,
-            tuple(
-                (j.job_id, j.gpus, j.ideal_bytes_per_sec, j.dataset_uri, j.dataset_bytes, equal[j.job_id])
-                for j in snapshot.jobs_by_submission()
-            ),
-        )
-        if self._last is None or self._last[0] != inputs:
-            self._last = (inputs, solve_max_min(snapshot, estimator, equal))
-        return self._last[1]
-
 
 def equal_share_throughput(snapshot: Snapshot, estimator: Estimator) -> dict[str, float]:
     """e_j: each job's throughput under the equal share R^equal defined in the module docstring."""
@@ -127,27 +115,20 @@ def equal_share_throughput(snapshot: Snapshot, estimator: Estimator) -> dict[str
 
 
 def solve_max_min(snapshot: Snapshot, estimator: Estimator, equal: Mapping[str, float]) -> MaxMin:
-    """The linear program of the module docstring over the jobs with e_j > 0."""
+    """The program of the module docstring over the jobs with e_j > 0, solved in closed form."""
     jobs = [job for job in snapshot.jobs_by_submission() if equal[job.job_id] > 0]
     if not jobs:
         return MaxMin(level=0.0)
-    bound = [job for job in jobs if _storage_bound(job, estimator)]
-    uris = sorted({job.dataset_uri for job in bound})
-    program = _Program(snapshot, jobs, bound, uris, equal)
-    result = linprog(
-        program.objective(), A_ub=program.matrix(), b_ub=program.limits(), bounds=program.bounds(), method="highs"
-    )
-    if result.status != 0:
-        raise RuntimeError(f"gavel: the max-min program over {len(jobs)} jobs has no solution: {result.message}")
-    level = float(result.x[program.z])
     ideal = {job.job_id: perf.ideal_rate(job, job.gpus) for job in jobs}
+    bound = [job for job in jobs if _storage_bound(job, estimator)]
+    datasets = _datasets_by_worth(bound, equal)
+    io, cache = snapshot.remote_io_bytes_per_sec, snapshot.cache_capacity_bytes
+    level = min(_compute_level(jobs, ideal, equal, snapshot.total_gpus), _storage_level(datasets, cache, io))
+    saving = sum(dataset.rate for dataset in datasets) - io / level if level > 0 else 0.0
     return MaxMin(
         level=level,
         time_share={job.job_id: min(1.0, level * equal[job.job_id] / ideal[job.job_id]) for job in jobs},
-        hit_ratio={
-            uri: min(1.0, max(0.0, float(result.x[program.y(i)]) / level)) if level > 0 else 0.0
-            for i, uri in enumerate(uris)
-        },
+        hit_ratio=_least_cache(datasets, cache, saving),
         storage_bound=frozenset(job.job_id for job in bound),
     )
 
@@ -157,74 +138,58 @@ def _storage_bound(job: JobState, estimator: Estimator) -> bool:
     return estimator.throughput(job, job.gpus, 0.0, 0.0) < perf.ideal_rate(job, job.gpus)
 
 
-class _Program:
-    """The constraint matrix, built sparse: columns X_j (every job), beta_j = b_j / B (storage-bound jobs),
-    y_d (their datasets), z; rows as listed in the module docstring, each divided through to ratios."""
+@dataclass(frozen=True, slots=True)
+class _Dataset:
+    """A dataset in the storage rows: its size d and E_d, the summed e_j of its storage-bound readers."""
 
-    def __init__(
-        self,
-        snapshot: Snapshot,
-        jobs: Sequence[JobState],
-        bound: Sequence[JobState],
-        uris: Sequence[str],
-        equal: Mapping[str, float],
-    ) -> None:
-        self._snapshot = snapshot
-        self._jobs, self._bound, self._uris = jobs, bound, uris
-        self.z = len(jobs) + len(bound) + len(uris)
-        self._rows: list[int] = []
-        self._cols: list[int] = []
-        self._vals: list[float] = []
-        self._limits: list[float] = []
-        gpus, io, cache = snapshot.total_gpus, snapshot.remote_io_bytes_per_sec, snapshot.cache_capacity_bytes
-        self._row({i: job.gpus / gpus for i, job in enumerate(jobs)}, 1.0)
-        for i, job in enumerate(jobs):
-            self._row({self.z: 1.0, i: -perf.ideal_rate(job, job.gpus) / equal[job.job_id]}, 0.0)
-        dataset_column = {uri: self.y(i) for i, uri in enumerate(uris)}
-        for i, job in enumerate(bound):
-            terms = {self.z: 1.0, dataset_column[job.dataset_uri]: -1.0}
-            if io > 0:
-                terms[self._beta(i)] = -io / equal[job.job_id]
-            self._row(terms, 0.0)
-        if bound:
-            self._row({self._beta(i): 1.0 for i in range(len(bound))}, 1.0)
-        for column in dataset_column.values():
-            self._row({column: 1.0, self.z: -1.0}, 0.0)
-        if uris and cache > 0:
-            sizes = _dataset_sizes(snapshot)
-            self._row({dataset_column[uri]: sizes[uri] / cache for uri in uris} | {self.z: -1.0}, 0.0)
+    uri: str
+    size: int
+    rate: float
 
-    def y(self, dataset_index: int) -> int:
-        return len(self._jobs) + len(self._bound) + dataset_index
+    @property
+    def worth(self) -> float:
+        """E_d / d: the rate one cached byte takes off remote IO."""
+        return self.rate / self.size if self.size > 0 else math.inf
 
-    def _beta(self, bound_index: int) -> int:
-        return len(self._jobs) + bound_index
 
-    def _row(self, terms: Mapping[int, float], limit: float) -> None:
-        row = len(self._limits)
-        for column, value in terms.items():
-            self._rows.append(row)
-            self._cols.append(column)
-            self._vals.append(value)
-        self._limits.append(limit)
+def _datasets_by_worth(bound: Sequence[JobState], equal: Mapping[str, float]) -> list[_Dataset]:
+    """The storage-bound jobs' datasets, highest E_d / d first (ties by URI): the knapsack's order."""
+    rates: dict[str, float] = {}
+    sizes: dict[str, int] = {}
+    for job in bound:
+        rates[job.dataset_uri] = rates.get(job.dataset_uri, 0.0) + equal[job.job_id]
+        sizes[job.dataset_uri] = job.dataset_bytes
+    datasets = [_Dataset(uri, sizes[uri], rate) for uri, rate in rates.items()]
+    return sorted(datasets, key=lambda dataset: (-dataset.worth, dataset.uri))
 
-    def objective(self) -> np.ndarray:
-        objective = np.zeros(self.z + 1)
-        objective[self.z] = -1.0  # linprog minimizes
-        return objective
 
-    def matrix(self) -> csr_array:
-        return csr_array((self._vals, (self._rows, self._cols)), shape=(len(self._limits), self.z + 1))
+def _compute_level(
+    jobs: Sequence[JobState], ideal: Mapping[str, float], equal: Mapping[str, float], gpus: int
+) -> float:
+    """The largest z that time shares X_j in [0, 1] within the cluster's GPUs hold every job at."""
+    full_time = min(ideal[job.job_id] / equal[job.job_id] for job in jobs)
+    gpus_per_level = sum(job.gpus * equal[job.job_id] / ideal[job.job_id] for job in jobs)
+    return min(full_time, gpus / gpus_per_level)
 
-    def limits(self) -> np.ndarray:
-        return np.asarray(self._limits)
 
-    def bounds(self) -> np.ndarray:
-        cache_upper = np.inf if self._snapshot.cache_capacity_bytes > 0 else 0.0
-        upper = np.concatenate(
-            [np.ones(len(self._jobs) + len(self._bound)), np.full(len(self._uris), cache_upper), [np.inf]]
-        )
-        return np.column_stack([np.zeros(self.z + 1), upper])
+def _storage_level(datasets: Sequence[_Dataset], cache: float, io: float) -> float:
+    """The largest z the remote IO rows allow, with the cache split that leaves remote IO the least."""
+    hit = _least_cache(datasets, cache, math.inf)
+    remote = sum(dataset.rate * (1.0 - hit[dataset.uri]) for dataset in datasets)
+    return io / remote if remote > 0 else math.inf
+
+
+def _least_cache(datasets: Sequence[_Dataset], cache: float, saving: float) -> dict[str, float]:
+    """Hit ratios u_d that take `saving` of the storage-bound rate off remote IO with the least cache, at
+    most `cache`: `datasets` in order, each cached as far as the saving still needs and the cache holds."""
+    hit: dict[str, float] = {}
+    for dataset in datasets:
+        fits = cache / dataset.size if dataset.size > 0 else 1.0
+        share = max(0.0, min(1.0, fits, saving / dataset.rate))
+        hit[dataset.uri] = share
+        cache -= share * dataset.size
+        saving -= share * dataset.rate
+    return hit
 
 
 def _remote_io(
@@ -254,8 +219,8 @@ def _remote_io(
 
 
 def _floor_within(amounts: Mapping[str, float], capacity: float) -> dict[str, int]:
-    """Whole units of `amounts`, scaled down together if their sum exceeds `capacity`, as a solver's answer
-    may within its tolerance."""
+    """Whole units of `amounts`, scaled down together if their sum exceeds `capacity`, as float rounding
+    may make the program's cache, and a cache not yet filled its IO needs."""
     total = sum(amounts.values())
     scale = min(1.0, capacity / total) if total > 0 else 0.0
     return {key: int(amount * scale) for key, amount in amounts.items()}
