@@ -14,12 +14,8 @@ from dataclasses import dataclass, field
 
 import trio
 
-from fuseclient.backends import BackendError
+from fuseclient.backends import BackendError, ChangedObject
 from fuseclient.state import DatasetState, Flight, JobState
-
-
-class ChangedObject(BackendError):
-    """The object is not what the frozen manifest says (it changed after the dataset was registered)."""
 
 
 @dataclass(slots=True)
@@ -132,7 +128,7 @@ def _fetch_and_offer(dataset: DatasetState, item: int) -> tuple[bytes, float]:
     file_index, offset, length = dataset.manifest.item_extent(item)
     key = dataset.manifest.paths[file_index]
     started = time.monotonic()
-    data = dataset.backend.read(key, offset, length)
+    data = dataset.backend.read(key, offset, length, dataset.manifest.versions[file_index])
     seconds = time.monotonic() - started
     if len(data) != length:
         raise ChangedObject(

@@ -30,6 +30,7 @@ from fuseclient.backends import (
     Backend,
     BackendError,
     BackendUnavailable,
+    ChangedObject,
     DatasetURI,
     InvalidBackendOption,
     InvalidDatasetURI,
@@ -40,7 +41,7 @@ from fuseclient.backends import (
     redact_options,
 )
 from tests.datasets import generate_dataset, upload_dataset
-from tests.storage_servers import AzuriteServer, DatasetTarget, DatasetTargetFactory, free_port
+from tests.storage_servers import AzuriteServer, DatasetTarget, DatasetTargetFactory, free_port, rewrite_same_size
 
 # A secret that must never show up in an exception message or a log line.
 SECRET_KEY = base64.b64encode(b"silod-never-print-this-secret-" + os.urandom(16)).decode()
@@ -141,6 +142,24 @@ def test_read_byte_ranges(dataset_target: DatasetTarget, backend: Backend) -> No
     assert backend.read("empty.bin", 0, 10) == b""
     with pytest.raises(ValueError, match="offset and length"):
         read(-1, 10)
+
+
+def test_a_read_given_the_old_version_of_a_changed_object_fails_instead_of_returning_new_bytes(
+    dataset_target: DatasetTarget, backend: Backend
+) -> None:
+    dataset_target.put("shard.bin", b"a" * 5000)
+    registered = backend.stat("shard.bin").version
+    assert backend.read("shard.bin", 100, 10, registered) == b"a" * 10
+
+    rewrite_same_size(dataset_target, "shard.bin", b"b" * 5000)
+    current = backend.stat("shard.bin").version
+    assert current != registered
+    uri = re.escape(f"{dataset_target.uri}/shard.bin")
+    with pytest.raises(ChangedObject, match=f"{uri}: changed after the dataset was registered") as changed:
+        backend.read("shard.bin", 100, 10, registered)
+    assert not backend.is_transient(changed.value)
+    assert backend.read("shard.bin", 100, 10, current) == b"b" * 10
+    assert backend.read("shard.bin", 100, 10) == b"b" * 10  # without a version nothing is checked
 
 
 def test_stat_agrees_with_list(dataset_target: DatasetTarget, backend: Backend) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from tests.datasets import generate_dataset, upload_dataset
 from tests.mount_fixtures import MountProcess, options_args
-from tests.storage_servers import DatasetTarget
+from tests.storage_servers import DatasetTarget, rewrite_same_size
 
 MountFactory = Callable[..., MountProcess]
 CHUNK = 1024 * 1024
@@ -66,6 +66,21 @@ def test_bytes_through_the_mount_equal_the_backends(mount_factory: MountFactory,
     assert subprocess.run(["cmp", str(local), str(root / big_path)], check=False).returncode == 0
     stat = (root / big_path).stat()
     assert stat.st_size == len(big) and stat.st_mtime > 0
+
+
+def test_a_changed_object_is_reported_as_eio_never_served(
+    mount_factory: MountFactory, dataset_target: DatasetTarget
+) -> None:
+    dataset_target.put("shard.bin", b"a" * 5000)
+    mount = mount_factory({"job1": dataset_target.uri}, *options_args(dataset_target.options))  # no cache quota
+    path = mount.job_dir("job1") / "shard.bin"
+    assert path.read_bytes() == b"a" * 5000
+
+    rewrite_same_size(dataset_target, "shard.bin", b"b" * 5000)
+    with pytest.raises(OSError) as failed:
+        path.read_bytes()
+    assert failed.value.errno == errno.EIO
+    assert "shard.bin: changed after the dataset was registered" in mount.log_path.read_text()
 
 
 def _local_dataset(root: Path, files: int, size: int, seed: int = 0) -> dict[str, bytes]:

@@ -216,9 +216,9 @@ class FlakyLocalBackend(LocalBackend):
         self._maybe_fail()
         return super().stat(key)
 
-    def read(self, key: str, offset: int, length: int) -> bytes:
+    def read(self, key: str, offset: int, length: int, version: str | None = None) -> bytes:
         self._maybe_fail()
-        return super().read(key, offset, length)
+        return super().read(key, offset, length, version)
 
     def list(self) -> Iterator[ObjectInfo]:
         """Yield `fail_list_after` objects, then fail while failures remain (a listing dying mid-way)."""

@@ -7,6 +7,7 @@ import binascii
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
+from azure.core import MatchConditions
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.core.exceptions import (
     ClientAuthenticationError,
@@ -26,6 +27,7 @@ from fuseclient.backends.base import (
     InvalidBackendOption,
     NoSuchObject,
     ObjectInfo,
+    changed_object,
     datetime_to_ns,
     join_key,
     parse_url_option,
@@ -78,15 +80,25 @@ class AzureBackend(Backend):
         with self._translated_errors(self.object_uri(key)):
             return _object_info(key, blob.get_blob_properties(), is_dir=False)
 
-    def read(self, key: str, offset: int, length: int) -> bytes:
+    def read(self, key: str, offset: int, length: int, version: str | None = None) -> bytes:
+        """See `Backend.read`; the version is the ETag, checked by the service (If-Match)."""
         if not self._wants_bytes(key, offset, length):
             return b""
+        blob = join_key(self.uri.prefix, key)
         with self._translated_errors(self.object_uri(key)):
             try:
-                return self._container.download_blob(join_key(self.uri.prefix, key), offset, length).readall()
+                if version is None:  # (an `etag` without `match_condition` would reach the HTTP layer and fail)
+                    download = self._container.download_blob(blob, offset, length)
+                else:
+                    download = self._container.download_blob(
+                        blob, offset, length, etag=f'"{version}"', match_condition=MatchConditions.IfNotModified
+                    )
+                return download.readall()
             except HttpResponseError as exc:
                 if exc.status_code == 416:  # the range starts at or after the end of the blob
                     return b""
+                if exc.status_code == 412 and version is not None:
+                    raise changed_object(self.object_uri(key), version) from None
                 raise
 
     def close(self) -> None:

@@ -34,8 +34,9 @@ class ObjectInfo:
     """One object (or explicit folder, `is_dir=True`) of a dataset.
 
     `key` is relative to the dataset prefix, '/'-separated, without leading or trailing '/'. `version`
-    changes whenever the content does (ETag for S3/Azure, size and mtime for local files), which is how
-    a changed object is detected instead of being served as a mix of old and new bytes.
+    changes whenever the content does (ETag for S3/Azure, size and mtime for local files); a read given
+    the version fails with `ChangedObject` once it no longer holds, so a changed object is reported
+    instead of being served as a mix of old and new bytes.
     """
 
     key: str
@@ -59,6 +60,19 @@ class AccessDenied(BackendError):
 
 class BackendUnavailable(BackendError):
     """A transient failure (unreachable endpoint, timeout, throttling, 5xx); retrying may succeed."""
+
+
+class ChangedObject(BackendError):
+    """The object is not the version the dataset's manifest froze: it changed after registration."""
+
+
+def changed_object(uri: str, version: str, current: str | None = None) -> ChangedObject:
+    """The error for an object at `uri` that no longer has the manifest's `version` (`current` if known)."""
+    now = f", now {current}" if current else ""
+    return ChangedObject(
+        f"{uri}: changed after the dataset was registered (registered version {version}{now}); "
+        "a registered dataset must not change: register the new content as a new dataset"
+    )
 
 
 class InvalidBackendOption(BackendError, ValueError):
@@ -108,10 +122,13 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    def read(self, key: str, offset: int, length: int) -> bytes:
+    def read(self, key: str, offset: int, length: int, version: str | None = None) -> bytes:
         """Return up to `length` bytes of `key` from `offset`: short at the end, b"" at or after it.
 
-        A zero `length` returns b"" without contacting storage.
+        With `version` (an `ObjectInfo.version` from `list` or `stat`), raise `ChangedObject` unless the
+        object still has that version; the check is the storage's own where it has one (a conditional
+        request), so no byte of another version is returned. A zero `length` returns b"" without
+        contacting storage.
         """
 
     @abc.abstractmethod

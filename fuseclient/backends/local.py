@@ -16,6 +16,7 @@ from fuseclient.backends.base import (
     BackendUnavailable,
     NoSuchObject,
     ObjectInfo,
+    changed_object,
 )
 from fuseclient.backends.uri import DatasetURI
 
@@ -72,7 +73,9 @@ class LocalBackend(Backend):
             raise NoSuchObject(f"{self.object_uri(key)}: not a regular file")
         return _object_info(key, st)
 
-    def read(self, key: str, offset: int, length: int) -> bytes:
+    def read(self, key: str, offset: int, length: int, version: str | None = None) -> bytes:
+        """See `Backend.read`. The version (size and mtime) is checked on the opened file, before reading:
+        a rewrite that keeps both (same size, within one tick of the file system's clock) goes unnoticed."""
         if not self._wants_bytes(key, offset, length):
             return b""
         path = self._path(key)
@@ -80,8 +83,11 @@ class LocalBackend(Backend):
             # O_NONBLOCK: opening a FIFO planted in the tree must not hang; no effect on regular files.
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
             try:
-                if not statmod.S_ISREG(os.fstat(fd).st_mode):
+                st = os.fstat(fd)
+                if not statmod.S_ISREG(st.st_mode):
                     raise NoSuchObject(f"{self.object_uri(key)}: not a regular file")
+                if version is not None and _version(st) != version:
+                    raise changed_object(self.object_uri(key), version, _version(st))
                 chunks: list[bytes] = []
                 while length > 0 and (chunk := os.pread(fd, length, offset)):
                     chunks.append(chunk)
@@ -144,4 +150,8 @@ def _is_utf8(key: str) -> bool:
 def _object_info(key: str, st: os.stat_result) -> ObjectInfo:
     is_dir = statmod.S_ISDIR(st.st_mode)
     size = 0 if is_dir else st.st_size
-    return ObjectInfo(key, size, f"{st.st_size}-{st.st_mtime_ns}", st.st_mtime_ns, is_dir)
+    return ObjectInfo(key, size, _version(st), st.st_mtime_ns, is_dir)
+
+
+def _version(st: os.stat_result) -> str:
+    return f"{st.st_size}-{st.st_mtime_ns}"

@@ -186,9 +186,9 @@ class RetryingBackend(Backend):
     def stat(self, key: str) -> ObjectInfo:
         return self._retried(lambda: self.inner.stat(key), f"stat {self.object_uri(key)}")
 
-    def read(self, key: str, offset: int, length: int) -> bytes:
+    def read(self, key: str, offset: int, length: int, version: str | None = None) -> bytes:
         return self._retried(
-            lambda: self.inner.read(key, offset, length), f"read {self.object_uri(key)} [{offset}, +{length}]"
+            lambda: self.inner.read(key, offset, length, version), f"read {self.object_uri(key)} [{offset}, +{length}]"
         )
 
     def close(self) -> None:

@@ -42,6 +42,7 @@ from fuseclient.backends.base import (
     InvalidBackendOption,
     NoSuchObject,
     ObjectInfo,
+    changed_object,
     datetime_to_ns,
     join_key,
     parse_bool_option,
@@ -110,11 +111,17 @@ class S3Backend(Backend):
         mtime_ns = datetime_to_ns(head["LastModified"])
         return ObjectInfo(key, head["ContentLength"], unquote_etag(head["ETag"]), mtime_ns)
 
-    def read(self, key: str, offset: int, length: int) -> bytes:
+    def read(self, key: str, offset: int, length: int, version: str | None = None) -> bytes:
+        """See `Backend.read`; the version is the ETag, checked by the server (If-Match)."""
         if not self._wants_bytes(key, offset, length):
             return b""
         with self._translated_errors(self.object_uri(key)):
-            return self._ranged_get(join_key(self.uri.prefix, key), offset, offset + length - 1)
+            try:
+                return self._ranged_get(join_key(self.uri.prefix, key), offset, offset + length - 1, version)
+            except _ErrorResponse as exc:
+                if exc.status == 412 and version is not None:
+                    raise changed_object(self.object_uri(key), version) from None
+                raise
 
     def close(self) -> None:
         self._ranged_get.close()
@@ -183,10 +190,14 @@ class _RangedGet:
         self._lock = threading.Lock()
         self._route: _Route | None = None
 
-    def __call__(self, key: str, first: int, last: int) -> bytes:
-        """Bytes `first`..`last` (inclusive) of `key`; b"" when `first` is at or past the end of the object."""
+    def __call__(self, key: str, first: int, last: int, etag: str | None = None) -> bytes:
+        """Bytes `first`..`last` (inclusive) of `key`; b"" when `first` is at or past the end of the object.
+        With `etag`, only of that version of the object (else the server answers 412)."""
         route = self._route or self._resolve()
-        request = AWSRequest("GET", route.base_url + quote(key, safe="/~"), headers={"Range": f"bytes={first}-{last}"})
+        headers = {"Range": f"bytes={first}-{last}"}
+        if etag is not None:
+            headers["If-Match"] = f'"{etag}"'
+        request = AWSRequest("GET", route.base_url + quote(key, safe="/~"), headers=headers)
         route.signer.add_auth(request)
         response = route.http.send(request.prepare())
         if response.status_code in (200, 206):
