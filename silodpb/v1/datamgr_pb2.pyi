@@ -151,10 +151,16 @@ class Job(_message.Message):
     NODE_RATES_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     ESTIMATE_FIELD_NUMBER: _builtins.int
+    EPOCHS_FIELD_NUMBER: _builtins.int
+    IRREGULAR_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     dataset_uri: _builtins.str
     ideal_bytes_per_sec: _builtins.int
     io_bytes_per_sec: _builtins.int
+    epochs: _builtins.float
+    """as registered: how long the job trains, in passes over its dataset; 0: unknown"""
+    irregular: _builtins.bool
+    """as registered: its access is not uniform once per epoch (curriculum learning, ...)"""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Worker]: ...
     @_builtins.property
@@ -180,10 +186,12 @@ class Job(_message.Message):
         node_rates: _abc.Iterable[Global___NodeRate] | None = ...,
         usage: _abc.Iterable[Global___JobUsage] | None = ...,
         estimate: Global___JobEstimate | None = ...,
+        epochs: _builtins.float = ...,
+        irregular: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["estimate", b"estimate"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "estimate", b"estimate", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "io_bytes_per_sec", b"io_bytes_per_sec", "job_id", b"job_id", "node_rates", b"node_rates", "usage", b"usage", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "epochs", b"epochs", "estimate", b"estimate", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "io_bytes_per_sec", b"io_bytes_per_sec", "irregular", b"irregular", "job_id", b"job_id", "node_rates", b"node_rates", "usage", b"usage", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -616,9 +624,19 @@ class RegisterJobRequest(_message.Message):
     DATASET_URI_FIELD_NUMBER: _builtins.int
     IDEAL_BYTES_PER_SEC_FIELD_NUMBER: _builtins.int
     WORKERS_FIELD_NUMBER: _builtins.int
+    EPOCHS_FIELD_NUMBER: _builtins.int
+    IRREGULAR_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     dataset_uri: _builtins.str
     ideal_bytes_per_sec: _builtins.int
+    epochs: _builtins.float
+    """How long the job trains, in passes over its dataset (fractions allowed: 0.07 is 7 % of one pass);
+    0: unknown. A policy's remaining work is epochs x dataset size minus what the job has read.
+    """
+    irregular: _builtins.bool
+    """The job does not read its dataset uniformly once per epoch (curriculum learning, non-uniform sampling):
+    SiloDPerf does not hold for it, so the policy keeps it in a storage partition of its own.
+    """
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Worker]: ...
     def __init__(
@@ -628,10 +646,12 @@ class RegisterJobRequest(_message.Message):
         dataset_uri: _builtins.str = ...,
         ideal_bytes_per_sec: _builtins.int = ...,
         workers: _abc.Iterable[Global___Worker] | None = ...,
+        epochs: _builtins.float = ...,
+        irregular: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "job_id", b"job_id", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "epochs", b"epochs", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "irregular", b"irregular", "job_id", b"job_id", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1134,12 +1154,12 @@ class ControllerStatus(_message.Message):
     last_round_changes: _builtins.int
     """allocations it changed"""
     last_round_error: _builtins.str
-    """why the round as a whole failed (the policy raised, a commit failed); "" if it did not"""
+    """Why the round as a whole failed (the policy raised, a commit failed); "" if it did not."""
     cache_budget_bytes: _builtins.int
     """the cache the policy shared out: the smallest cache of the nodes running jobs"""
     @_builtins.property
     def last_round_refusals(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """changes the data manager refused, with the reason; retried next round"""
+        """changes the data manager refused, with its reason; retried next round"""
 
     def __init__(
         self,
