@@ -87,13 +87,24 @@ class DataManagerClient:
         return self.call(self.stub.RegisterDataset, request)
 
     def register_job(
-        self, job_id: str, dataset_uri: str, ideal_rate: int, workers: list[tuple[str, int]]
+        self,
+        job_id: str,
+        dataset_uri: str,
+        ideal_rate: int,
+        workers: list[tuple[str, int]],
+        *,
+        epochs: float = 0.0,
+        irregular: bool = False,
     ) -> pb.RegisterJobResponse:
+        """`epochs`: how long the job trains, in passes over its dataset (0: unknown); `irregular`: its access
+        is not uniform once per epoch."""
         request = pb.RegisterJobRequest(
             job_id=job_id,
             dataset_uri=dataset_uri,
             ideal_bytes_per_sec=ideal_rate,
             workers=[pb.Worker(node_id=n, count=c) for n, c in workers],
+            epochs=epochs,
+            irregular=irregular,
         )
         return self.call(self.stub.RegisterJob, request)
 

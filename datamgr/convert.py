@@ -88,6 +88,8 @@ def job_message(job: Job, usage: Iterable[pb.JobUsage]) -> pb.Job:
         io_bytes_per_sec=job.io_bytes_per_sec,
         node_rates=node_rates(job),
         usage=usage,
+        epochs=job.epochs,
+        irregular=job.irregular,
     )
 
 

@@ -34,6 +34,7 @@ from datamgr.validation import (
     check_bytes,
     check_chunk_size,
     check_dataset_uri,
+    check_epochs,
     check_id,
     check_rate,
     check_worker_count,
@@ -212,25 +213,42 @@ class DataManager:
     # ---- jobs ----
 
     async def register_job(
-        self, job_id: str, dataset_uri: str, ideal_bytes_per_sec: int, workers: Sequence[Worker]
+        self,
+        job_id: str,
+        dataset_uri: str,
+        ideal_bytes_per_sec: int,
+        workers: Sequence[Worker],
+        *,
+        epochs: float = 0.0,
+        irregular: bool = False,
     ) -> tuple[Job, bool, int]:
+        """Register a job. Repeating a registration exactly is a no-op; changing any of its parameters (the
+        dataset, f*, workers, epochs, irregular) is ALREADY_EXISTS, as for datasets and nodes."""
         check_id("job_id", job_id)
         dataset = self._dataset("dataset_uri", dataset_uri)
         ideal = check_rate("ideal_bytes_per_sec", ideal_bytes_per_sec, positive=True)
-        job = Job(job_id, dataset.uri, ideal, self._checked_workers(workers))
+        job = Job(
+            job_id,
+            dataset.uri,
+            ideal,
+            self._checked_workers(workers),
+            epochs=check_epochs("epochs", epochs),
+            irregular=irregular,
+        )
         existing = self.state.jobs.get(job_id)
         if existing is not None:
-            if replace(existing, io_bytes_per_sec=0) != job:
-                raise AlreadyExists(f"job_id: job {job_id!r} is registered with other parameters")
+            differences = existing.registration_differences(job)
+            if differences:
+                registered = ", ".join(f"{name} {_parameter(existing, name)}" for name in differences)
+                requested = ", ".join(f"{name} {_parameter(job, name)}" for name in differences)
+                raise AlreadyExists(
+                    f"job_id: job {job_id!r} is registered with {registered}, not {requested}; "
+                    "finish it first to register it anew"
+                )
             return existing, False, await self._settled()
         for node_id in job.node_ids:
             self._check_room_for(node_id, dataset)
-        revision = await self._commit(
-            Change(jobs_put=(job,)),
-            job.node_ids,
-            f"registered job {job_id} on {dataset.uri} with workers "
-            + ", ".join(f"{w.node_id}:{w.count}" for w in job.workers),
-        )
+        revision = await self._commit(Change(jobs_put=(job,)), job.node_ids, f"registered job {_describe(job)}")
         self._on_jobs_changed(f"registered job {job_id}")
         return job, True, revision
 
@@ -447,6 +465,22 @@ class DataManager:
         """Wait for pending changes to be written (call before closing the store)."""
         if self._flusher is not None:
             await asyncio.wait([self._flusher])
+
+
+def _workers_text(workers: Sequence[Worker]) -> str:
+    return ",".join(f"{w.node_id}:{w.count}" for w in workers)
+
+
+def _parameter(job: Job, name: str) -> str:
+    """One registered parameter of a job, written as a registration gives it."""
+    return _workers_text(job.workers) if name == "workers" else str(getattr(job, name))
+
+
+def _describe(job: Job) -> str:
+    """A registered job for the change log: id, dataset, workers, and what it said about its training."""
+    length = f"{job.epochs:g} epochs" if job.epochs else "length unknown"
+    access = ", irregular access" if job.irregular else ""
+    return f"{job.job_id} on {job.dataset_uri} with workers {_workers_text(job.workers)} ({length}{access})"
 
 
 def _log_fields(revision: int, change: Change) -> dict[str, object]:

@@ -7,7 +7,7 @@ the per-node diffs simple. Errors carry the class of failure; the gRPC layer map
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, fields
 
 
 class DataManagerError(Exception):
@@ -66,13 +66,30 @@ class Worker:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A training job reading one dataset, with its remote IO allocation."""
+    """A training job reading one dataset, with its remote IO allocation.
+
+    `epochs` (passes over the dataset, 0 when unknown) and `irregular` (its access is not uniform once per
+    epoch) are what the job's registration tells a policy about it: how much work is left, and whether
+    SiloDPerf describes it.
+    """
 
     job_id: str
     dataset_uri: str
     ideal_bytes_per_sec: int
     workers: tuple[Worker, ...]
     io_bytes_per_sec: int = 0
+    _: KW_ONLY
+    epochs: float = 0.0
+    irregular: bool = False
+
+    def registration_differences(self, other: Job) -> list[str]:
+        """The registered parameters (every field but the id and the allocation) in which `other` differs
+        from this job: a repeated RegisterJob is idempotent when there are none."""
+        return [
+            f.name
+            for f in fields(self)
+            if f.name not in ("job_id", "io_bytes_per_sec") and getattr(self, f.name) != getattr(other, f.name)
+        ]
 
     @property
     def node_ids(self) -> tuple[str, ...]:

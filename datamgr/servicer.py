@@ -121,7 +121,12 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
     async def RegisterJob(self, request: pb.RegisterJobRequest, context: Any) -> pb.RegisterJobResponse:
         workers = [Worker(w.node_id, w.count) for w in request.workers]
         job, created, revision = await self._manager.register_job(
-            request.job_id, request.dataset_uri, request.ideal_bytes_per_sec, workers
+            request.job_id,
+            request.dataset_uri,
+            request.ideal_bytes_per_sec,
+            workers,
+            epochs=request.epochs,
+            irregular=request.irregular,
         )
         return pb.RegisterJobResponse(
             job=self._with_estimate(self._manager.job_info(job.job_id)), created=created, revision=revision

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from datamgr.model import InvalidArgument
@@ -53,6 +54,14 @@ def check_chunk_size(field: str, value: int) -> int:
 def check_worker_count(field: str, value: int) -> int:
     if not 1 <= value <= MAX_WORKERS:
         raise InvalidArgument(f"{field} {value} must be between 1 and {MAX_WORKERS}")
+    return value
+
+
+def check_epochs(field: str, value: float) -> float:
+    """A job's length in passes over its dataset: any finite amount, fractions included (a fine-tuning job may
+    train for 0.07 epochs); 0 means unknown."""
+    if not (math.isfinite(value) and value >= 0):
+        raise InvalidArgument(f"{field} {value} must be a finite number of epochs, zero (unknown) or more")
     return value
 
 

@@ -3,6 +3,7 @@ must each be refused with the right status code and a message naming the problem
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,8 @@ import grpc
 import pytest
 
 from datamgr.client import ClientError, DataManagerClient
+from datamgr.embedded import EmbeddedDataManager
+from datamgr.server import ServerConfig
 from fuseclient.manifest import Manifest
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.datamgr_fixtures import REMOTE_IO_LIMIT, RunningDataManager, full_state, make_local_dataset
@@ -93,6 +96,51 @@ def test_jobs_allocations_usage_and_teardown(datamgr: RunningDataManager, tmp_pa
     client.call(client.stub.UnregisterNode, pb.UnregisterNodeRequest(node_id="n2"))
     final = client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest())
     assert (final.dataset_count, final.job_count, final.node_count) == (0, 0, 1)
+
+
+def test_a_job_registers_with_its_length_and_irregular_flag_and_every_query_shows_them(
+    datamgr: RunningDataManager, tmp_path: Path
+) -> None:
+    client = datamgr.client
+    client.register_node("n1", "h1:1", 50_000)
+    uri = make_local_dataset(tmp_path / "ds", files=4, size=1000)
+    client.register_dataset(uri)
+    reply = client.register_job("bert", uri, 10_000_000, [("n1", 1)], epochs=0.07, irregular=True)
+    client.register_job("resnet", uri, 10_000_000, [("n1", 1)])
+
+    shown = client.call(client.stub.GetJob, pb.GetJobRequest(job_id="bert"))
+    listed = {j.job_id: j for j in client.call(client.stub.ListJobs, pb.ListJobsRequest()).jobs}
+    assert (reply.job.epochs, reply.job.irregular) == (0.07, True)
+    assert (shown.epochs, shown.irregular) == (0.07, True)
+    assert (listed["bert"].epochs, listed["bert"].irregular) == (0.07, True)
+    assert (listed["resnet"].epochs, listed["resnet"].irregular) == (0.0, False)  # unknown length, regular
+
+    before = full_state(client)
+    again = client.register_job("bert", uri, 10_000_000, [("n1", 1)], epochs=0.07, irregular=True)
+    assert not again.created and full_state(client) == before  # the same registration again: a no-op
+
+
+def test_re_registering_a_job_with_another_length_or_flag_is_refused_naming_both_values(setup: Setup) -> None:
+    client = setup.client
+    client.register_job("j3", setup.a, 1000, [("n1", 1)], epochs=2.5)
+    before = full_state(client)
+    with pytest.raises(ClientError) as info:
+        client.register_job("j3", setup.a, 1000, [("n1", 1)], epochs=3, irregular=True)
+    assert info.value.code == EXISTS
+    assert "job 'j3' is registered with epochs 2.5, irregular False, not epochs 3.0, irregular True" in str(info.value)
+    assert full_state(client) == before
+
+
+def test_a_jobs_length_and_irregular_flag_survive_a_restart(tmp_path: Path) -> None:
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", REMOTE_IO_LIMIT, 30.0)
+    with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address, timeout=10) as client:
+        client.register_node("n1", "h1:1", 50_000)
+        uri = make_local_dataset(tmp_path / "ds", files=4, size=1000)
+        client.register_dataset(uri)
+        client.register_job("curriculum", uri, 1000, [("n1", 1)], epochs=0.07, irregular=True)
+    with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address, timeout=10) as client:
+        job = client.call(client.stub.GetJob, pb.GetJobRequest(job_id="curriculum"))
+        assert (job.epochs, job.irregular) == (0.07, True)
 
 
 def test_secret_options_are_redacted_in_queries(
@@ -213,6 +261,30 @@ BAD_CALLS: list[tuple[str, Call, grpc.StatusCode, str]] = [
         lambda s: s.client.register_job("j1", s.a, 7, [("n1", 1)]),
         EXISTS,
         "'j1'",
+    ),
+    (
+        "job: negative epochs",
+        lambda s: s.client.register_job("j3", s.a, 1, [("n1", 1)], epochs=-1),
+        INVALID,
+        "epochs -1.0 must be a finite number of epochs",
+    ),
+    (
+        "job: NaN epochs",
+        lambda s: s.client.register_job("j3", s.a, 1, [("n1", 1)], epochs=math.nan),
+        INVALID,
+        "epochs nan",
+    ),
+    (
+        "job: infinite epochs",
+        lambda s: s.client.register_job("j3", s.a, 1, [("n1", 1)], epochs=math.inf),
+        INVALID,
+        "epochs inf",
+    ),
+    (
+        "job: duplicate, other epochs",
+        lambda s: s.client.register_job("j1", s.a, 50_000_000, [("n1", 1)], epochs=90),
+        EXISTS,
+        "epochs 0.0, not epochs 90",
     ),
     ("job: no workers", lambda s: s.client.register_job("j3", s.a, 1, []), INVALID, "at least one node"),
     (

@@ -21,7 +21,7 @@ from fuseclient.manifest import Manifest, build_manifest
 
 DATASET = Dataset("s3://bkt/train", {"region": "eu-west-1"}, 1000, 3, 4, 4 << 20, "d1", 500)
 NODE = Node("n1", "h1:7421", 10_000)
-JOB = Job("j1", DATASET.uri, 100, (Worker("n1", 2),), 50)
+JOB = Job("j1", DATASET.uri, 100, (Worker("n1", 2),), 50, epochs=0.07, irregular=True)
 
 
 def test_commits_survive_reopening_the_store(tmp_path: Path) -> None:
@@ -35,6 +35,51 @@ def test_commits_survive_reopening_the_store(tmp_path: Path) -> None:
     assert reopened.manifest(DATASET.uri) == b"M"
     assert reopened.events_since("n1", 1) == [b"event-2"]
     reopened.close()
+
+
+# A state dir as silod wrote it at schema version 1, before jobs said how long they train: the tables exactly
+# as that version created them, and rows as it wrote them. Frozen here, not derived from the current code.
+_SCHEMA_V1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE datasets (
+    uri TEXT PRIMARY KEY, options TEXT NOT NULL, size_bytes INTEGER NOT NULL, file_count INTEGER NOT NULL,
+    item_count INTEGER NOT NULL, chunk_size_bytes INTEGER NOT NULL, manifest_digest TEXT NOT NULL,
+    cache_quota_bytes INTEGER NOT NULL);
+CREATE TABLE manifests (uri TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE jobs (
+    job_id TEXT PRIMARY KEY, dataset_uri TEXT NOT NULL, ideal_bytes_per_sec INTEGER NOT NULL,
+    workers TEXT NOT NULL, io_bytes_per_sec INTEGER NOT NULL);
+CREATE TABLE nodes (node_id TEXT PRIMARY KEY, address TEXT NOT NULL, cache_capacity_bytes INTEGER NOT NULL);
+CREATE TABLE events (revision INTEGER NOT NULL, node_id TEXT NOT NULL, payload BLOB NOT NULL);
+CREATE INDEX events_by_node ON events (node_id, revision);
+INSERT INTO meta VALUES ('schema_version', 1), ('revision', 3);
+INSERT INTO datasets VALUES ('s3://bkt/train', '{"region": "eu-west-1"}', 1000, 3, 4, 4194304, 'd1', 500);
+INSERT INTO manifests VALUES ('s3://bkt/train', X'4d');
+INSERT INTO nodes VALUES ('n1', 'h1:7421', 10000);
+INSERT INTO jobs VALUES ('j1', 's3://bkt/train', 100, '[["n1", 2]]', 50);
+INSERT INTO events VALUES (3, 'n1', X'65');
+"""
+
+
+def test_a_state_dir_of_schema_1_opens_with_its_jobs_of_unknown_length_and_regular_access(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "silod.db")
+    db.executescript(_SCHEMA_V1)
+    db.close()
+
+    store = SQLiteStore(tmp_path)
+    state = store.load()
+    assert (state.revision, state.datasets, state.nodes) == (3, (DATASET,), (NODE,))
+    assert state.jobs == (Job("j1", DATASET.uri, 100, (Worker("n1", 2),), 50, epochs=0.0, irregular=False),)
+    assert (store.manifest(DATASET.uri), store.events_since("n1", 2)) == (b"M", [b"e"])
+    store.commit([Commit(4, Change(jobs_put=(replace(JOB, job_id="j2"),)))])  # the new columns take values
+    store.close()
+
+    reopened = SQLiteStore(tmp_path)  # already current: opens without migrating again
+    assert [(j.job_id, j.epochs, j.irregular) for j in reopened.load().jobs] == [("j1", 0.0, False), ("j2", 0.07, True)]
+    reopened.close()
+    db = sqlite3.connect(tmp_path / "silod.db")
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (SCHEMA_VERSION,)
+    db.close()
 
 
 def test_deleting_a_dataset_deletes_its_manifest(tmp_path: Path) -> None:

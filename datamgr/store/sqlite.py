@@ -19,7 +19,7 @@ from datamgr.model import Dataset, Job, Node, Worker
 from datamgr.state import Change
 from datamgr.store.base import Commit, StoredState
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_RETAINED_REVISIONS = 100_000
 _PRUNE_EVERY = 1024
 
@@ -32,12 +32,25 @@ CREATE TABLE IF NOT EXISTS datasets (
 CREATE TABLE IF NOT EXISTS manifests (uri TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, dataset_uri TEXT NOT NULL, ideal_bytes_per_sec INTEGER NOT NULL,
-    workers TEXT NOT NULL, io_bytes_per_sec INTEGER NOT NULL);
+    workers TEXT NOT NULL, io_bytes_per_sec INTEGER NOT NULL, epochs REAL NOT NULL DEFAULT 0,
+    irregular INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, address TEXT NOT NULL,
     cache_capacity_bytes INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS events (revision INTEGER NOT NULL, node_id TEXT NOT NULL, payload BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS events_by_node ON events (node_id, revision);
 """
+
+# Schema version -> the statements that bring a state dir written at that version to the next one. Each
+# runs in one transaction with the version bump, so a crash leaves the old version or the new, never half.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # 2: jobs say how long they train and whether their access is irregular; jobs registered before did
+    # not, so their length is unknown (0) and their access regular.
+    1: (
+        "ALTER TABLE jobs ADD COLUMN epochs REAL NOT NULL DEFAULT 0",
+        "ALTER TABLE jobs ADD COLUMN irregular INTEGER NOT NULL DEFAULT 0",
+    ),
+}
+_JOB_COLUMNS = "job_id, dataset_uri, ideal_bytes_per_sec, workers, io_bytes_per_sec, epochs, irregular"
 
 
 class StateDirError(RuntimeError):
@@ -57,18 +70,31 @@ class SQLiteStore:
         os.chmod(path, 0o600)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
-        self._check_schema_version(path)
+        self._db.executescript(_SCHEMA)  # creates what a fresh state dir lacks; alters nothing that exists
+        self._upgrade_schema(path)
         self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._retained = retained_revisions
         self._next_prune = _PRUNE_EVERY
 
-    def _check_schema_version(self, path: Path) -> None:
+    def _upgrade_schema(self, path: Path) -> None:
+        """Bring a state dir written by an older silod to the current schema, keeping its contents; refuse
+        one written by a newer silod, whose data this one could misread or destroy."""
         version = self._meta("schema_version", None)
-        if version is None:
+        if version is None:  # a fresh state dir: `_SCHEMA` has just created the current tables
             self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
-        elif version > SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
             raise StateDirError(f"{path} was written by a newer silod (schema {version} > {SCHEMA_VERSION})")
+        for step in range(version, SCHEMA_VERSION):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _MIGRATIONS[step]:
+                    self._db.execute(statement)
+                self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (step + 1,))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     def _meta(self, key: str, default: int | None) -> Any:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -84,8 +110,18 @@ class SQLiteStore:
             for uri, options, *numbers in self._db.execute("SELECT * FROM datasets ORDER BY uri")
         )
         jobs = tuple(
-            Job(job_id, uri, ideal, tuple(Worker(n, c) for n, c in json.loads(workers)), rate)
-            for job_id, uri, ideal, workers, rate in self._db.execute("SELECT * FROM jobs ORDER BY job_id")
+            Job(
+                job_id,
+                uri,
+                ideal,
+                tuple(Worker(n, c) for n, c in json.loads(workers)),
+                rate,
+                epochs=float(epochs),
+                irregular=bool(irregular),
+            )
+            for job_id, uri, ideal, workers, rate, epochs, irregular in self._db.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY job_id"
+            )
         )
         nodes = tuple(Node(*row) for row in self._db.execute("SELECT * FROM nodes ORDER BY node_id"))
         return StoredState(self._meta("revision", 0), datasets, jobs, nodes)
@@ -145,7 +181,10 @@ def _write_change(db: sqlite3.Connection, change: Change) -> None:
             [_dataset_row(d) for d in change.datasets_put],
         ),
         ("INSERT OR REPLACE INTO manifests VALUES (?, ?)", [change.manifest] if change.manifest else []),
-        ("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?)", [_job_row(j) for j in change.jobs_put]),
+        (
+            f"INSERT OR REPLACE INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [_job_row(j) for j in change.jobs_put],
+        ),
         (
             "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?)",
             [(n.node_id, n.address, n.cache_capacity_bytes) for n in change.nodes_put],
@@ -172,7 +211,7 @@ def _dataset_row(d: Dataset) -> tuple[object, ...]:
 
 def _job_row(j: Job) -> tuple[object, ...]:
     workers = json.dumps([[w.node_id, w.count] for w in j.workers])
-    return (j.job_id, j.dataset_uri, j.ideal_bytes_per_sec, workers, j.io_bytes_per_sec)
+    return (j.job_id, j.dataset_uri, j.ideal_bytes_per_sec, workers, j.io_bytes_per_sec, j.epochs, j.irregular)
 
 
 def _lock_state_dir(state_dir: Path) -> int:
