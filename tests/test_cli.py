@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from silodpb.v1 import datamgr_pb2 as pb
 from tests.datamgr_fixtures import RunningDataManager, full_state, make_local_dataset, silod_cli
 
 
@@ -62,6 +63,49 @@ def test_an_operator_session_with_human_units(cluster: tuple[RunningDataManager,
     assert json.loads(silod_cli("status", "--json", datamgr=dm.address).stdout)["datasets"] == []
 
 
+def test_job_add_registers_the_epochs_and_irregular_flag_that_status_and_show_then_display(
+    cluster: tuple[RunningDataManager, str],
+) -> None:
+    dm, uri = cluster
+    dm.client.register_dataset(uri)
+    add = silod_cli(
+        "job", "add", "bert", "--dataset", uri, "--ideal-rate", "12MB/s", "--worker", "n1", "--epochs", "0.07",
+        "--irregular", datamgr=dm.address,
+    )  # fmt: skip
+    assert add.returncode == 0, add.stderr
+    assert f"registered job bert on {uri} (0.07 epochs, irregular access)" in add.stdout
+    plain = silod_cli(
+        "job", "add", "resnet", "--dataset", uri, "--ideal-rate", "114MB/s", "--worker", "n2", datamgr=dm.address
+    )
+    assert "(length unknown, uniform access)" in plain.stdout
+
+    job = dm.client.call(dm.client.stub.GetJob, pb.GetJobRequest(job_id="bert"))
+    assert (job.epochs, job.irregular) == (0.07, True)
+    lines = silod_cli("status", datamgr=dm.address).stdout.splitlines()
+    header, bert, resnet = (next(line for line in lines if line.startswith(w)) for w in ("JOB", "bert", "resnet"))
+    columns = header.index("EPOCHS"), header.index("ACCESS")
+    assert [bert[c:].split()[0] for c in columns] == ["0.07", "irregular"]
+    assert [resnet[c:].split()[0] for c in columns] == ["-", "uniform"]
+    shown = json.loads(silod_cli("job", "show", "bert", "--json", datamgr=dm.address).stdout)
+    assert (shown["epochs"], shown["irregular"]) == (0.07, True)
+
+
+@pytest.mark.parametrize("epochs", ["-1", "nan"])  # a negative number after a flag; a non-finite one
+def test_job_add_with_impossible_epochs_exits_1_with_the_servers_reason(
+    cluster: tuple[RunningDataManager, str], epochs: str
+) -> None:
+    dm, uri = cluster
+    dm.client.register_dataset(uri)
+    before = full_state(dm.client)
+    result = silod_cli(
+        "job", "add", "j", "--dataset", uri, "--ideal-rate", "1MB/s", "--worker", "n1", "--epochs", epochs,
+        datamgr=dm.address,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "INVALID_ARGUMENT" in result.stderr and f"epochs {float(epochs)} must be a finite number" in result.stderr
+    assert full_state(dm.client) == before
+
+
 def test_the_datamgr_address_comes_from_the_environment(cluster: tuple[RunningDataManager, str]) -> None:
     dm, _ = cluster
     result = silod_cli("status", "--json", datamgr=dm.address)  # passed as SILOD_DATAMGR
@@ -77,6 +121,10 @@ def test_the_datamgr_address_comes_from_the_environment(cluster: tuple[RunningDa
         (("alloc", "io", "j", "-5"), "is negative"),
         (("alloc", "cache", "URI", "--", "-5GiB"), "is negative"),
         (("job", "add", "j", "--dataset", "URI", "--ideal-rate", "1MB/s", "--worker", "n1:x"), "COUNT"),
+        (
+            ("job", "add", "j", "--dataset", "URI", "--ideal-rate", "1MB/s", "--worker", "n1", "--epochs", "many"),
+            "--epochs: invalid float value: 'many'",
+        ),
         (("dataset", "add", "URI", "--option", "novalue"), "KEY=VALUE"),
         (("dataset", "add", "URI", "--option-env", "account_key=SILOD_TEST_UNSET_VAR"), "is not set"),
     ],

@@ -23,6 +23,7 @@ from datamgr.cli.tables import (
     nodes_table,
     render_table,
     summary_line,
+    training_text,
 )
 from datamgr.client import ClientError, DataManagerClient
 from datamgr.units import format_rate, format_size
@@ -78,9 +79,12 @@ def dataset_show(args: argparse.Namespace, client: DataManagerClient) -> None:
 
 
 def job_add(args: argparse.Namespace, client: DataManagerClient) -> None:
-    reply = client.register_job(args.job_id, args.dataset, args.ideal_rate, args.worker)
+    reply = client.register_job(
+        args.job_id, args.dataset, args.ideal_rate, args.worker, epochs=args.epochs, irregular=args.irregular
+    )
+    job = reply.job
     verb = "registered" if reply.created else "already registered"
-    print(f"{verb} job {reply.job.job_id} on {reply.job.dataset_uri} (revision {reply.revision})")
+    print(f"{verb} job {job.job_id} on {job.dataset_uri} ({training_text(job)}) (revision {reply.revision})")
 
 
 def job_finish(args: argparse.Namespace, client: DataManagerClient) -> None:

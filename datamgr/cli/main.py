@@ -147,6 +147,20 @@ def build_parser() -> ConfigurableParser:
     job_add.add_argument("--dataset", required=True, metavar="URI")
     job_add.add_argument("--ideal-rate", type=rate_arg, required=True, metavar="RATE", help="f*, e.g. 114MB/s")
     job_add.add_argument("--worker", type=worker_arg, action="append", required=True, metavar="NODE_ID[:COUNT]")
+    job_add.add_argument(
+        "--epochs",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="how long the job trains, in passes over its dataset (fractions allowed, e.g. 0.07); policies such "
+        "as sjf rank jobs by the work they have left (default: unknown)",
+    )
+    job_add.add_argument(
+        "--irregular",
+        action="store_true",
+        help="the job does not read its dataset uniformly once per epoch (curriculum learning, weighted "
+        "sampling): the policy gives it storage apart from the jobs its performance model describes",
+    )
     _client_command(job_add, commands.job_add)
     finish_p = job.add_parser("finish", help="remove a finished job and its allocation")
     finish_p.add_argument("job_id", metavar="JOB_ID")

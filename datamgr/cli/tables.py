@@ -77,12 +77,30 @@ def datasets_table(datasets: Sequence[pb.Dataset]) -> str:
     return render_table(("DATASET", "SIZE", "FILES", "ITEMS", "QUOTA/NODE", "CACHED", "JOBS"), rows)
 
 
+def epochs_text(job: pb.Job) -> str:
+    """How long the job trains, as registered: `0.07`, `90`; `-` when its registration did not say."""
+    return f"{job.epochs:g}" if job.epochs else "-"
+
+
+def access_text(job: pb.Job) -> str:
+    """`irregular` for a job registered as such (SiloDPerf does not describe it), else `uniform`."""
+    return "irregular" if job.irregular else "uniform"
+
+
+def training_text(job: pb.Job) -> str:
+    """What a job's registration said about its training, as a phrase: `0.07 epochs, irregular access`."""
+    length = f"{job.epochs:g} epochs" if job.epochs else "length unknown"
+    return f"{length}, {access_text(job)} access"
+
+
 def jobs_table(jobs: Sequence[pb.Job]) -> str:
     rows = [
         (
             j.job_id,
             j.dataset_uri,
             format_rate(j.ideal_bytes_per_sec),
+            epochs_text(j),
+            access_text(j),
             format_rate(j.io_bytes_per_sec),
             ",".join(f"{w.node_id}:{w.count}" for w in j.workers),
             format_size(sum(u.bytes_read for u in j.usage)),
@@ -90,7 +108,8 @@ def jobs_table(jobs: Sequence[pb.Job]) -> str:
         )
         for j in jobs
     ]
-    return render_table(("JOB", "DATASET", "IDEAL", "REMOTE IO", "WORKERS", "READ", "EXPECTED"), rows)
+    headers = ("JOB", "DATASET", "IDEAL", "EPOCHS", "ACCESS", "REMOTE IO", "WORKERS", "READ", "EXPECTED")
+    return render_table(headers, rows)
 
 
 def nodes_table(nodes: Sequence[pb.Node]) -> str:
