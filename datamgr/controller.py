@@ -3,7 +3,9 @@
 `silod datamgr serve --policy NAME` runs `registry.build_scheduler(NAME, "silod")` when a job is registered
 or finished, and at least every `--round` seconds, over a snapshot of the registered jobs and nodes. Only
 the storage part of a decision is applied (a cache quota per dataset, a remote IO rate per job): where jobs
-run is the cluster scheduler's business, so a job's placement is always the workers it registered with.
+run is the cluster scheduler's business, so a job's placement is always the workers it registered with. What
+a job's registration says about its training reaches the policy too: its epochs as the work it has in all
+(`JobState.total_bytes`), and its irregular flag, which keeps it in a storage partition of its own.
 
 Changes go through the manager's own allocation calls, so they get the same validation, persistence and
 watch push as AllocateCacheSize and AllocateRemoteIO; decreases go first, so every intermediate state keeps
@@ -76,9 +78,11 @@ def snapshot_of(
     """The data manager's jobs, datasets and nodes as a policy sees them, sharing `remote_io_bytes_per_sec`.
 
     - A job's placement is its workers, counted as GPUs, and `gpus` is their total, so its f* applies in
-      full. `done_bytes` is what its nodes last reported reading. The data manager does not know how long a
-      job trains, so `total_bytes` is infinite. `submit_time` comes from `submit_times` (`now` if missing),
-      and as placements never change, the job has held its GPUs since then (`attained_gpu_seconds`).
+      full. `done_bytes` is what its nodes last reported reading. `total_bytes` is the epochs it registered
+      times its dataset's size, or infinite if it registered none (a length-aware policy such as SJF then
+      ranks it behind every job that said how long it trains), and `irregular` is as registered.
+      `submit_time` comes from `submit_times` (`now` if missing), and as placements never change, the job
+      has held its GPUs since then (`attained_gpu_seconds`).
     - A node's GPUs are the workers placed on it: the controller places nothing, so none are free.
     - A dataset's `cached_bytes` is the least that a node mounting it reported: like its quota, per node.
     - The cache capacity is the smallest cache of the nodes running jobs. A quota is per dataset per node
@@ -121,9 +125,10 @@ def _job_state(manager: DataManager, job_id: str, submit_time: float, now: float
         dataset_uri=job.dataset_uri,
         dataset_bytes=dataset_bytes,
         ideal_bytes_per_sec=job.ideal_bytes_per_sec,
-        total_bytes=math.inf,
+        total_bytes=job.epochs * dataset_bytes if job.epochs > 0 else math.inf,
         done_bytes=sum(u.bytes_read for u in manager.liveness.job_usage(job_id)),
         attained_gpu_seconds=gpus * (now - submit_time),
+        irregular=job.irregular,
         placement=MappingProxyType(placement),
         io_bytes_per_sec=job.io_bytes_per_sec,
         epoch_hit_ratio=_epoch_hit_ratio(manager.liveness.job_usage(job_id), dataset_bytes),

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from datamgr.cli.main import parse_args
+from datamgr.client import DataManagerClient
 from datamgr.controller import Controller, RoundRequests, Step, plan, snapshot_of
 from datamgr.manager import DataManager
 from datamgr.model import Dataset, FailedPrecondition, Job, Node, Worker
@@ -106,7 +107,7 @@ def test_the_snapshot_places_jobs_on_their_workers_and_budgets_the_smallest_cach
             a = await add_dataset(manager, tmp_path / "a", files=8, size=1000)
             b = await add_dataset(manager, tmp_path / "b", files=4, size=500)
             await manager.register_job("ja", a, 1000, [Worker("n1", 2), Worker("n2", 1)])
-            await manager.register_job("jb", b, 500, [Worker("n2", 1)])
+            await manager.register_job("jb", b, 500, [Worker("n2", 1)], epochs=2.5, irregular=True)
             manager.report_usage(
                 "n1",
                 [pb.DatasetUsage(dataset_uri=a, cached_bytes=700)],
@@ -127,7 +128,8 @@ def test_the_snapshot_places_jobs_on_their_workers_and_budgets_the_smallest_cach
             ja, jb = snapshot.jobs["ja"], snapshot.jobs["jb"]
             assert (dict(ja.placement), ja.gpus, ja.ideal_bytes_per_sec) == ({"n1": 2, "n2": 1}, 3, 1000)
             assert (ja.dataset_uri, ja.dataset_bytes, ja.done_bytes) == (a, 8000, 500)
-            assert ja.total_bytes == math.inf  # the data manager does not know how long a job trains
+            assert (ja.total_bytes, ja.irregular) == (math.inf, False)  # ja did not say how long it trains
+            assert (jb.total_bytes, jb.irregular) == (5000, True)  # 2.5 epochs of its 2000-byte dataset
             assert (ja.submit_time, ja.attained_gpu_seconds) == (1.0, 30.0)
             assert (jb.submit_time, jb.attained_gpu_seconds, jb.done_bytes) == (11.0, 0.0, 0)  # seen now
             # Hits still to come over reads still to come, the least over ja's nodes: n1 2000 of the 4000 bytes
@@ -166,6 +168,55 @@ def test_a_greedy_round_applies_what_greedy_decides_for_the_snapshot(tmp_path: P
             )
             again = await controller.run_round("test")
             assert again.applied == () and again.number == 2  # an unchanged state changes nothing
+
+    asyncio.run(scenario())
+
+
+def test_sjf_gives_remote_io_first_to_the_job_with_the_least_work_left_and_last_to_one_of_unknown_length(
+    tmp_path: Path,
+) -> None:
+    """Three jobs alike but for their registered length, on a node without cache, and remote IO for two and a
+    half of them. Registration order and ids favour the job of unknown length, then the long one: were
+    lengths ignored (every job's remaining work infinite), ties would go their way."""
+
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "sjf", remote_io_limit=2500) as (manager, requests):
+            await manager.register_node("n1", "h1:1", 0)
+            for job_id, epochs in (("a-unknown", 0.0), ("b-long", 10.0), ("c-short", 0.07)):
+                uri = await add_dataset(manager, tmp_path / job_id, files=4, size=500)
+                await manager.register_job(job_id, uri, 1000, [Worker("n1", 1)], epochs=epochs)
+
+            report = await Controller(manager, build_scheduler("sjf"), requests).run_round("test")
+
+            assert report.error == "" and report.refused == ()
+            rates = {job_id: job.io_bytes_per_sec for job_id, job in manager.state.jobs.items()}
+            assert rates == {"c-short": 1000, "b-long": 1000, "a-unknown": 500}
+
+    asyncio.run(scenario())
+
+
+def test_a_job_registered_irregular_gets_storage_from_a_partition_of_its_own(tmp_path: Path) -> None:
+    """Greedy alone would give all the cache to the curriculum job's dataset, ten times as cache-efficient;
+    registered irregular, the job gets the storage share of the GPUs it holds, half, shared with no model."""
+
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "greedy", remote_io_limit=1000) as (manager, requests):
+            await manager.register_node("n1", "h1:1", 1000)
+            regular = await add_dataset(manager, tmp_path / "regular", files=4, size=500)
+            curriculum = await add_dataset(manager, tmp_path / "curriculum", files=4, size=500)
+            await manager.register_job("resnet", regular, 5000, [Worker("n1", 1)])
+            await manager.register_job("curriculum", curriculum, 50_000, [Worker("n1", 1)], irregular=True)
+
+            report = await Controller(manager, build_scheduler("greedy"), requests).run_round("test")
+
+            assert report.error == "" and report.refused == ()
+            quotas = {uri: d.cache_quota_bytes for uri, d in manager.state.datasets.items()}
+            assert quotas == {regular: 500, curriculum: 500}
+            assert {job_id: job.io_bytes_per_sec for job_id, job in manager.state.jobs.items()} == {
+                "resnet": 500,
+                "curriculum": 500,
+            }
+            assert report.notes["partition"] == ("regular cache 500 B, io 500 B/s; irregular cache 500 B, io 500 B/s")
 
     asyncio.run(scenario())
 
@@ -553,3 +604,50 @@ def test_the_greedy_policy_allocates_what_reaches_the_node_and_reallocates_when_
     assert after["summary"]["controller"]["last_round_trigger"] == "finished job resnet"
     quotas = {d["uri"]: d["cache_quota_bytes"] for d in after["datasets"]}
     assert quotas == {fast: "0", slow: "1500000"}  # the finished job's dataset keeps no quota
+
+
+# ---- end to end: silod datamgr serve --policy sjf, jobs registered with their length by the CLI ----
+
+
+def test_silod_serve_with_sjf_gives_remote_io_first_to_the_job_registered_with_fewer_epochs(tmp_path: Path) -> None:
+    """IO for one and a half jobs; the long job is registered first and its id sorts first, so it would win
+    every tie were the registered lengths ignored."""
+    datamgr = DataManagerProcess(
+        tmp_path / "state",
+        tmp_path / "datamgr.log",
+        *("--policy", "sjf", "--remote-io-limit", "1500", "--round", "3600"),
+    )
+    try:
+        datamgr.start()
+        with DataManagerClient(datamgr.address, timeout=10) as client:
+            client.register_node("n1", "h1:1", 0)
+
+            def cli(*args: str) -> str:
+                result = silod_cli(*args, datamgr=datamgr.address)
+                assert result.returncode == 0, result.stderr
+                return result.stdout
+
+            for job_id, epochs in (("a-long", "10"), ("b-short", "0.07")):
+                uri = make_local_dataset(tmp_path / job_id, files=4, size=500)
+                cli("dataset", "add", uri)
+                added = cli(
+                    "job", "add", job_id, "--dataset", uri, "--ideal-rate", "1000", "--worker", "n1", "--epochs", epochs
+                )
+                assert f"({epochs} epochs, uniform access)" in added
+
+            def rates() -> dict[str, int]:
+                jobs = client.call(client.stub.ListJobs, pb.ListJobsRequest()).jobs
+                return {job.job_id: job.io_bytes_per_sec for job in jobs}
+
+            polling.eventually(
+                lambda: rates() == {"b-short": 1000, "a-long": 500},
+                what=lambda: f"sjf's remote IO for the shorter job first; rates {rates()}",
+            )
+            table = cli("status")
+            header, long_row, short_row = (
+                next(line for line in table.splitlines() if line.startswith(w)) for w in ("JOB", "a-long", "b-short")
+            )
+            epochs_at = header.index("EPOCHS")
+            assert (long_row[epochs_at:].split()[0], short_row[epochs_at:].split()[0]) == ("10", "0.07")
+    finally:
+        datamgr.stop()
