@@ -14,7 +14,16 @@ from pathlib import Path
 
 from datamgr.cli import commands, config
 from datamgr.cli import mount as mount_commands
-from datamgr.cli.args import option_arg, option_env_arg, port_arg, positive_seconds, rate_arg, size_arg, worker_arg
+from datamgr.cli.args import (
+    epochs_arg,
+    option_arg,
+    option_env_arg,
+    port_arg,
+    positive_seconds,
+    rate_arg,
+    size_arg,
+    worker_arg,
+)
 from datamgr.cli.config import ConfigError, ConfigurableParser
 from datamgr.cli.sim import add_sim_parser
 from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR, ClientError, DataManagerClient
@@ -149,7 +158,7 @@ def build_parser() -> ConfigurableParser:
     job_add.add_argument("--worker", type=worker_arg, action="append", required=True, metavar="NODE_ID[:COUNT]")
     job_add.add_argument(
         "--epochs",
-        type=float,
+        type=epochs_arg,
         default=0.0,
         metavar="N",
         help="how long the job trains, in passes over its dataset (fractions allowed, e.g. 0.07); policies such "
