@@ -15,6 +15,11 @@ def place_gang(free_gpus: Mapping[str, int], gpus: int) -> dict[str, int] | None
     """GPUs per node for a job that needs `gpus`, or None if the free GPUs cannot hold it."""
     if gpus <= 0 or sum(max(0, n) for n in free_gpus.values()) < gpus:
         return None
+    return _gang(free_gpus, gpus)
+
+
+def _gang(free_gpus: Mapping[str, int], gpus: int) -> dict[str, int]:
+    """`place_gang` for `gpus` > 0 that the free GPUs are known to hold."""
     fitting = [node for node, free in free_gpus.items() if free >= gpus]
     if fitting:
         node = min(fitting, key=lambda n: (free_gpus[n], n))
@@ -45,12 +50,17 @@ def place_in_order(free_gpus: Mapping[str, int], jobs: Iterable[JobState]) -> di
     later, smaller jobs can use the GPUs it leaves idle. Jobs left out are queued (or preempted).
     """
     free = dict(free_gpus)
+    left = sum(max(0, n) for n in free.values())  # kept as jobs are placed: most of a long queue cannot fit
     placements: dict[str, dict[str, int]] = {}
     for job in jobs:
-        placement = dict(job.placement) if _still_free(free, job) else place_gang(free, job.gpus)
-        if placement is not None:
-            take(free, placement)
-            placements[job.job_id] = placement
+        if left == 0:
+            break
+        if not 0 < job.gpus <= left:
+            continue
+        placement = dict(job.placement) if _still_free(free, job) else _gang(free, job.gpus)
+        take(free, placement)
+        left -= job.gpus
+        placements[job.job_id] = placement
     return placements
 
 
