@@ -8,7 +8,8 @@ on. Models, per-GPU ideal rates and dataset sizes follow the paper's Figure 6 (R
 114 MB/s per V100 over 143 GB; BERT on web search: 2 MB/s over 20,971 GB).
 
 Then, for every `registry.available_policies()` x cache system, times `Scheduler.decide` on that snapshot
-(best of --repeats runs) and prints the milliseconds per round against the 1 s goal. Progress goes to
+(best of --repeats runs, wall clock and CPU time) and prints the milliseconds per round against the 1 s goal,
+judged on CPU time (what other work on a shared machine takes does not count). Progress goes to
 stderr, the table to stdout. Exits 1 if a pair misses the goal or cannot be built (a policy whose module is
 not there yet is reported, not fatal to the other rows).
 
@@ -129,14 +130,15 @@ def describe(snapshot: Snapshot) -> str:
     )
 
 
-def best_round_seconds(scheduler: Scheduler, snapshot: Snapshot, repeats: int) -> float:
-    """The fastest of `repeats` rounds: the least disturbed by other work on the machine."""
-    best = float("inf")
+def best_round_seconds(scheduler: Scheduler, snapshot: Snapshot, repeats: int) -> tuple[float, float]:
+    """The fastest of `repeats` rounds, wall clock and CPU time: the least disturbed by other work."""
+    wall = cpu = float("inf")
     for _ in range(repeats):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         scheduler.decide(snapshot)
-        best = min(best, time.perf_counter() - started)
-    return best
+        wall = min(wall, time.perf_counter() - started)
+        cpu = min(cpu, time.process_time() - cpu_started)
+    return wall, cpu
 
 
 def main() -> int:
@@ -150,7 +152,7 @@ def main() -> int:
 
     snapshot = build_snapshot(args)
     print(describe(snapshot))
-    print(f"\n{'policy':<10} {'cache system':<13} {'ms/round':>10}  under {GOAL_SECONDS:g} s")
+    print(f"\n{'policy':<10} {'cache system':<13} {'wall ms':>10} {'CPU ms':>10}  CPU under {GOAL_SECONDS:g} s")
     ok = True
     for policy in available_policies():
         for cache_system in CACHE_SYSTEMS:
@@ -158,13 +160,14 @@ def main() -> int:
             try:
                 scheduler = build_scheduler(policy, cache_system)
             except (ImportError, AttributeError) as exc:  # a registered policy whose code has not landed
-                print(f"{policy:<10} {cache_system:<13} {'-':>10}  cannot load: {exc}")
+                print(f"{policy:<10} {cache_system:<13} {'-':>10} {'-':>10}  cannot load: {exc}")
                 ok = False
                 continue
-            seconds = best_round_seconds(scheduler, snapshot, args.repeats)
-            under = seconds < GOAL_SECONDS
+            wall, cpu = best_round_seconds(scheduler, snapshot, args.repeats)
+            under = cpu < GOAL_SECONDS
             ok = ok and under
-            print(f"{policy:<10} {cache_system:<13} {seconds * 1000:>10.1f}  {'yes' if under else 'NO'}", flush=True)
+            verdict = "yes" if under else "NO"
+            print(f"{policy:<10} {cache_system:<13} {wall * 1000:>10.1f} {cpu * 1000:>10.1f}  {verdict}", flush=True)
     return 0 if ok else 1
 
 
