@@ -100,9 +100,9 @@ class _CountingBackend:
         self.inner = inner
         self.reads: list[str] = []
 
-    def read(self, key: str, offset: int, length: int) -> bytes:
+    def read(self, key: str, offset: int, length: int, version: str | None = None) -> bytes:
         self.reads.append(key)
-        return self.inner.read(key, offset, length)
+        return self.inner.read(key, offset, length, version)
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
