@@ -315,6 +315,16 @@ def test_gavel_asks_only_the_cache_its_level_needs_and_gives_the_rest_to_running
     assert decision.cache_bytes == {"imagenet-1k": 143 * GB, "imagenet-22k": 1360 * GB}
 
 
+def test_gavel_caches_first_the_dataset_of_faster_readers_when_the_level_cannot_tell_them_apart() -> None:
+    # Both jobs are held by storage alike on their equal shares (e = 5 MB/s / (1 - 0.25), whatever their f*),
+    # so the level is the same whichever dataset gets the cache; the ResNet-50 job can use it beyond the level.
+    jobs = [job("vlad", "landmarks", 2 * TB, ideal=10 * MB), job("r50", "web-images", 2 * TB, submitted=1.0)]
+    snapshot = cluster(jobs, gpus=2, cache=1 * TB, io=10 * MB)
+    solution = solve_max_min(snapshot, SiloDPerf(), equal_share_throughput(snapshot, SiloDPerf()))
+    assert solution.level == pytest.approx(1.0)
+    assert solution.hit_ratio == pytest.approx({"web-images": 0.5, "landmarks": 0.0})
+
+
 def test_gavel_with_a_cache_oblivious_estimator_decides_compute_only() -> None:
     decision = GavelMaxMin().schedule(figure_4_like(), VanillaPerf())
     assert decision.decides_compute and not decision.decides_storage

@@ -38,9 +38,11 @@ From the solution to one round:
   GPU service, then submission), gang-placed while GPUs last; a job that does not fit is skipped.
 - Cache: at z* the program fixes the rate the cache must take off remote IO, Sum_d E_d - B / z*, not which
   u_d do it. The policy takes the least cache that does, in the knapsack's order (all of it, the knapsack
-  itself, when storage sets the level), for every dataset in the program, including those whose jobs sit
-  this round out: Gavel time-shares GPUs across rounds, and a quota dropped for one round would have to be
-  fetched again. Cache the level does not need goes to the running jobs' datasets by cache efficiency.
+  itself, when storage sets the level; datasets the program cannot tell apart by E_d / d go by their
+  readers' f*/d, which is what a cached byte saves once they run above the level), for every dataset in the
+  program, including those whose jobs sit this round out: Gavel time-shares GPUs across rounds, and a quota
+  dropped for one round would have to be fetched again. Cache the level does not need goes to the running
+  jobs' datasets by cache efficiency.
 - Remote IO: each running job first gets what the level needs, z e_j (1 - c_d/d); the jobs sitting out read
   nothing this round, so the rest is water-filled up to f* among the running jobs.
 Jobs with e_j = 0 (no GPU share, or storage that cannot feed them at all) have no normalized throughput;
@@ -121,7 +123,7 @@ def solve_max_min(snapshot: Snapshot, estimator: Estimator, equal: Mapping[str, 
         return MaxMin(level=0.0)
     ideal = {job.job_id: perf.ideal_rate(job, job.gpus) for job in jobs}
     bound = [job for job in jobs if _storage_bound(job, estimator)]
-    datasets = _datasets_by_worth(bound, equal)
+    datasets = _datasets_by_worth(bound, equal, ideal)
     io, cache = snapshot.remote_io_bytes_per_sec, snapshot.cache_capacity_bytes
     level = min(_compute_level(jobs, ideal, equal, snapshot.total_gpus), _storage_level(datasets, cache, io))
     saving = sum(dataset.rate for dataset in datasets) - io / level if level > 0 else 0.0
@@ -140,27 +142,39 @@ def _storage_bound(job: JobState, estimator: Estimator) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class _Dataset:
-    """A dataset in the storage rows: its size d and E_d, the summed e_j of its storage-bound readers."""
+    """A dataset in the storage rows: its size d, E_d (the summed e_j of its storage-bound readers) and their
+    summed f*."""
 
     uri: str
     size: int
     rate: float
+    ideal_rate: float
 
-    @property
-    def worth(self) -> float:
-        """E_d / d: the rate one cached byte takes off remote IO."""
-        return self.rate / self.size if self.size > 0 else math.inf
+    def order(self) -> tuple[float, float, str]:
+        """The knapsack's order: most rate per cached byte at the level first (E_d / d). Ties, which the
+        program is indifferent to, go to the most cache-efficient at full speed (f*/d summed, Algorithm 2's
+        order, what a cached byte saves once jobs run above the level), then by URI."""
+        return (-_per_byte(self.rate, self.size), -_per_byte(self.ideal_rate, self.size), self.uri)
 
 
-def _datasets_by_worth(bound: Sequence[JobState], equal: Mapping[str, float]) -> list[_Dataset]:
-    """The storage-bound jobs' datasets, highest E_d / d first (ties by URI): the knapsack's order."""
+def _per_byte(rate: float, size: int) -> float:
+    return rate / size if size > 0 else math.inf
+
+
+def _datasets_by_worth(
+    bound: Sequence[JobState], equal: Mapping[str, float], ideal: Mapping[str, float]
+) -> list[_Dataset]:
+    """The storage-bound jobs' datasets in the knapsack's order (`_Dataset.order`)."""
     rates: dict[str, float] = {}
+    ideal_rates: dict[str, float] = {}
     sizes: dict[str, int] = {}
     for job in bound:
-        rates[job.dataset_uri] = rates.get(job.dataset_uri, 0.0) + equal[job.job_id]
-        sizes[job.dataset_uri] = job.dataset_bytes
-    datasets = [_Dataset(uri, sizes[uri], rate) for uri, rate in rates.items()]
-    return sorted(datasets, key=lambda dataset: (-dataset.worth, dataset.uri))
+        uri = job.dataset_uri
+        rates[uri] = rates.get(uri, 0.0) + equal[job.job_id]
+        ideal_rates[uri] = ideal_rates.get(uri, 0.0) + ideal[job.job_id]
+        sizes[uri] = job.dataset_bytes
+    datasets = [_Dataset(uri, sizes[uri], rate, ideal_rates[uri]) for uri, rate in rates.items()]
+    return sorted(datasets, key=_Dataset.order)
 
 
 def _compute_level(
