@@ -481,20 +481,44 @@ def test_s3_without_any_credentials_opens_and_reads_fail_as_access_denied(
         backend.read("a.bin", 0, 10)
 
 
-class _FakeS3ErrorHandler(http.server.BaseHTTPRequestHandler):
-    """Answers every GET with the status and body the test put in `answers` (one per request, in order)."""
+class _FakeS3Handler(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with the status, body and Content-Length the test put in `answers` (one per
+    request, in order); a Content-Length above the body's length is a connection lost mid-body."""
 
-    answers: ClassVar[list[tuple[int, bytes]]] = []
+    answers: ClassVar[list[tuple[int, bytes, int]]] = []
 
     def do_GET(self) -> None:
-        status, body = self.answers.pop(0)
+        status, body, content_length = self.answers.pop(0)
         self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(content_length))
         self.end_headers()
         self.wfile.write(body)
+        self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+@contextlib.contextmanager
+def _fake_s3_backend(answers: list[tuple[int, bytes, int]]) -> Iterator[Backend]:
+    """An S3 backend on a fake endpoint that gives `answers` (see `_FakeS3Handler`)."""
+    _FakeS3Handler.answers = answers
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeS3Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    options = {
+        "endpoint_url": f"http://127.0.0.1:{server.server_port}",
+        "region": "us-east-1",
+        "path_style": "true",
+        "access_key_id": "id",
+        "secret_access_key": SECRET_KEY,
+    }
+    try:
+        with contextlib.closing(open_backend("s3://bucket/x", options)) as backend:
+            yield backend
+    finally:
+        server.shutdown()
+        thread.join()
 
 
 def test_fake_s3_endpoint_error_answers_are_classified_by_status_and_code() -> None:
@@ -509,25 +533,19 @@ def test_fake_s3_endpoint_error_answers_are_classified_by_status_and_code() -> N
         (404, error("NoSuchKey"), NoSuchObject, "NoSuchKey"),
         (400, error("InvalidRequest"), BackendError, "InvalidRequest"),
     ]
-    _FakeS3ErrorHandler.answers = [(status, body) for status, body, _, _ in cases]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeS3ErrorHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    options = {
-        "endpoint_url": f"http://127.0.0.1:{server.server_port}",
-        "region": "us-east-1",
-        "path_style": "true",
-        "access_key_id": "id",
-        "secret_access_key": SECRET_KEY,
-    }
-    try:
-        with contextlib.closing(open_backend("s3://bucket/x", options)) as backend:
-            for status, _, expected, code in cases:
-                with pytest.raises(BackendError, match=rf"s3://bucket/x/a\.bin: .*{code}.*\({status}\)") as raised:
-                    backend.read("a.bin", 0, 10)
-                assert type(raised.value) is expected
-                assert backend.is_transient(raised.value) == (status >= 500)
-                assert SECRET_KEY not in str(raised.value)
-    finally:
-        server.shutdown()
-        thread.join()
+    with _fake_s3_backend([(status, body, len(body)) for status, body, _, _ in cases]) as backend:
+        for status, _, expected, code in cases:
+            with pytest.raises(BackendError, match=rf"s3://bucket/x/a\.bin: .*{code}.*\({status}\)") as raised:
+                backend.read("a.bin", 0, 10)
+            assert type(raised.value) is expected
+            assert backend.is_transient(raised.value) == (status >= 500)
+            assert SECRET_KEY not in str(raised.value)
+
+
+def test_fake_s3_endpoint_losing_the_connection_mid_body_is_a_transient_error() -> None:
+    # A real server does not drop a connection on demand; this fake promises 10 bytes and sends 4.
+    with _fake_s3_backend([(206, b"0123", 10)]) as backend:
+        with pytest.raises(BackendUnavailable, match=r"s3://bucket/x/a\.bin: .*connection lost") as raised:
+            backend.read("a.bin", 0, 10)
+        assert backend.is_transient(raised.value)
+        assert SECRET_KEY not in str(raised.value)

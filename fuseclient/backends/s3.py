@@ -197,14 +197,17 @@ class _RangedGet:
         headers = {"Range": f"bytes={first}-{last}"}
         if etag is not None:
             headers["If-Match"] = f'"{etag}"'
-        request = AWSRequest("GET", route.base_url + quote(key, safe="/~"), headers=headers)
+        # stream_output: the body is read here in one call; botocore would read it in 64 KiB pieces and join
+        # them, a second copy of every byte and most of this call's CPU for a 4 MiB item.
+        request = AWSRequest("GET", route.base_url + quote(key, safe="/~"), headers=headers, stream_output=True)
         route.signer.add_auth(request)
         response = route.http.send(request.prepare())
+        body: bytes = response.raw.read()
         if response.status_code in (200, 206):
-            return response.content
+            return body
         if response.status_code == 416:  # the range starts at or after the end of the object
             return b""
-        raise _ErrorResponse(response.status_code, response.content)
+        raise _ErrorResponse(response.status_code, body)
 
     def close(self) -> None:
         if self._route is not None:
