@@ -33,6 +33,7 @@ from fuseclient.grpc_channel import ChannelSecurity, explain_refusal, open_chann
 from fuseclient.logfields import log_ids
 from fuseclient.manifest import Manifest
 from fuseclient.mount import ReadyCallback, add_job, open_dataset, run_filesystem, stats_reporting
+from fuseclient.readahead import DEFAULT_READ_AHEAD
 from fuseclient.state import MountState
 from fuseclient.throttle import default_burst
 from silodpb.v1 import datamgr_pb2 as pb
@@ -63,6 +64,7 @@ class AgentConfig:
     address: str = ""  # informational; default: this host's name
     report_interval: float = 5.0
     allow_other: bool = False
+    read_ahead: int = DEFAULT_READ_AHEAD
     stats_interval: float | None = None
     metrics_port: int | None = None
     security: ChannelSecurity = field(default_factory=ChannelSecurity)  # TLS and token; plaintext by default
@@ -339,6 +341,7 @@ async def run_agent(config: AgentConfig, on_ready: ReadyCallback = lambda: None)
             config.mountpoint,
             mount,
             allow_other=config.allow_other,
+            read_ahead=config.read_ahead,
             stats=stats_reporting(config.stats_interval, config.cache_dir),
             tasks=[agent.follow_allocations, agent.report_usage],
             on_ready=on_ready,

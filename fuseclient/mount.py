@@ -25,6 +25,7 @@ from fuseclient.fs import SilodFS
 from fuseclient.logfields import log_ids
 from fuseclient.manifest import DEFAULT_CHUNK_SIZE, Manifest, build_manifest
 from fuseclient.metrics import MountMetrics
+from fuseclient.readahead import DEFAULT_READ_AHEAD, set_read_ahead
 from fuseclient.state import DatasetState, JobState, MountState
 from fuseclient.throttle import TokenBucket, default_burst
 from fuseclient.tree import DatasetTree
@@ -49,6 +50,7 @@ class MountConfig:
     backend_options: Mapping[str, str] = field(default_factory=dict)
     chunk_size: int = DEFAULT_CHUNK_SIZE
     allow_other: bool = False
+    read_ahead: int = DEFAULT_READ_AHEAD
     stats_interval: float | None = None
     metrics_port: int | None = None
 
@@ -136,6 +138,7 @@ async def serve(config: MountConfig, on_ready: ReadyCallback = lambda: None) -> 
         config.mountpoint,
         mount,
         allow_other=config.allow_other,
+        read_ahead=config.read_ahead,
         stats=stats_reporting(config.stats_interval, config.cache_dir),
         on_ready=on_ready,
         metrics_port=config.metrics_port,
@@ -150,6 +153,7 @@ async def run_filesystem(
     mount: MountState,
     *,
     allow_other: bool = False,
+    read_ahead: int = DEFAULT_READ_AHEAD,
     stats: tuple[float, Path] | None = None,
     tasks: Sequence[Task] = (),
     on_ready: ReadyCallback = lambda: None,
@@ -159,6 +163,7 @@ async def run_filesystem(
 ) -> None:
     """Serve `mount` at `mountpoint` with `tasks` running alongside, until a signal or an external unmount.
 
+    `read_ahead` is the kernel's read-ahead window in bytes (0: the kernel's default; see `readahead`).
     `stats` is (interval, file) for periodic statistics; `metrics_port` serves Prometheus /metrics on all
     interfaces (node metrics hold no secrets, and Prometheus scrapes nodes from elsewhere), with `reconnects`
     counting the node agent's watch reconnects. `node_id` is the node a managed mount serves, a field of its
@@ -181,6 +186,8 @@ async def run_filesystem(
         on_ready()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_signal, nursery.cancel_scope, ids)
+            if read_ahead:
+                nursery.start_soon(_set_read_ahead, mountpoint, read_ahead, ids)
             if stats is not None:
                 nursery.start_soon(_report_statistics, mount, *stats, node_id)
             for task in tasks:
@@ -221,6 +228,16 @@ async def _cancel_on_signal(scope: trio.CancelScope, ids: Mapping[str, str]) -> 
             log.info("received %s: unmounting", signal.Signals(signum).name, extra=ids)
             scope.cancel()
             return
+
+
+async def _set_read_ahead(mountpoint: Path, size: int, ids: Mapping[str, str]) -> None:
+    """Set the kernel's read-ahead once the mount answers; without root the kernel's default stays."""
+    try:
+        setting = await trio.to_thread.run_sync(set_read_ahead, mountpoint, size, abandon_on_cancel=True)
+    except OSError as exc:
+        log.info("kernel read-ahead on %s left at the kernel's default: %s", mountpoint, exc, extra=ids)
+        return
+    log.info("kernel read-ahead on %s: %d KiB (%s)", mountpoint, size // 1024, setting, extra=ids)
 
 
 async def _report_statistics(mount: MountState, interval: float, stats_file: Path, node_id: str | None) -> None:

@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,8 +111,11 @@ def is_live_mount(path: Path) -> bool:
         return False
 
 
+MountFactory = Callable[..., MountProcess]
+
+
 @pytest.fixture
-def mount_factory(tmp_path: Path) -> Iterator[Any]:
+def mount_factory(tmp_path: Path) -> Iterator[MountFactory]:
     """`start(jobs, *extra_args, name=...)` -> a live MountProcess, stopped at teardown."""
     started: list[MountProcess] = []
 

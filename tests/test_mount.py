@@ -18,10 +18,9 @@ from typing import Any
 import pytest
 
 from tests.datasets import generate_dataset, upload_dataset
-from tests.mount_fixtures import MountProcess, options_args
+from tests.mount_fixtures import MountFactory, MountProcess, options_args
 from tests.storage_servers import DatasetTarget, rewrite_same_size
 
-MountFactory = Callable[..., MountProcess]
 CHUNK = 1024 * 1024
 
 

@@ -34,6 +34,7 @@ def dataset(tmp_path: Path) -> str:
         (("--job", "j=DATA", "--io-rate", "j=200MB"), "did you mean 200MB/s?"),
         (("--job", "j"), "must be NAME=VALUE"),
         (("--job", "j=DATA", "--chunk-size", "1KiB"), "--chunk-size"),
+        (("--job", "j=DATA", "--kernel-read-ahead", "1000"), "must be a whole number of KiB"),
     ],
 )
 def test_bad_mount_arguments_exit_2_naming_the_problem(

@@ -10,15 +10,23 @@ from pathlib import Path
 import trio
 
 from datamgr.cli import config
-from datamgr.cli.args import option_arg, option_env_arg, port_arg, positive_seconds, rate_arg, size_arg
+from datamgr.cli.args import argument_type, option_arg, option_env_arg, port_arg, positive_seconds, rate_arg, size_arg
 from datamgr.cli.config import ConfigurableParser
 from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR
 from datamgr.model import InvalidArgument
 from datamgr.security import add_client_flags, client_flags
+from datamgr.units import parse_size
 from datamgr.validation import check_chunk_size, check_dataset_uri, check_id
 from fuseclient import agent, mount
 from fuseclient.grpc_channel import ChannelSecurity, SecurityConfigError
 from fuseclient.manifest import DEFAULT_CHUNK_SIZE
+from fuseclient.readahead import DEFAULT_READ_AHEAD, check_read_ahead
+
+read_ahead_arg = argument_type(lambda text: check_read_ahead(parse_size(text)), "read-ahead")
+READ_AHEAD_HELP = (
+    "how far the kernel reads ahead in a file; its read requests to the daemon grow with it, up to 1MiB "
+    "(default 1MiB; 0 keeps the kernel's 128KiB). Needs root, else the kernel's default stays"
+)
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -62,6 +70,9 @@ def add_commands(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
     mount_p.add_argument("--option-env", type=option_env_arg, action="append", default=[], metavar="KEY=ENV_VAR")
     mount_p.add_argument("--chunk-size", type=size_arg, default=DEFAULT_CHUNK_SIZE, metavar="SIZE")
     mount_p.add_argument("--allow-other", action="store_true", help="let other users (containers) read the mount")
+    mount_p.add_argument(
+        "--kernel-read-ahead", type=read_ahead_arg, default=DEFAULT_READ_AHEAD, metavar="SIZE", help=READ_AHEAD_HELP
+    )
     mount_p.add_argument("--foreground", action="store_true", help="stay attached instead of daemonizing")
     mount_p.add_argument("--stats-interval", type=positive_seconds, metavar="S", help="log per-job statistics")
     mount_p.add_argument("--metrics-port", type=port_arg, metavar="PORT", help="serve Prometheus /metrics (all hosts)")
@@ -95,6 +106,9 @@ def add_commands(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
             "--report-interval", type=positive_seconds, default=5.0, metavar="S", help="usage reports (default 5)"
         )
         node_p.add_argument("--allow-other", action="store_true", help="let other users (containers) read the mount")
+        node_p.add_argument(
+            "--kernel-read-ahead", type=read_ahead_arg, default=DEFAULT_READ_AHEAD, metavar="SIZE", help=READ_AHEAD_HELP
+        )
         node_p.add_argument("--stats-interval", type=positive_seconds, metavar="S", help="log per-job statistics")
         node_p.add_argument(
             "--metrics-port", type=port_arg, metavar="PORT", help="serve Prometheus /metrics (all hosts)"
@@ -143,6 +157,7 @@ def _config(args: argparse.Namespace) -> mount.MountConfig:
         backend_options=dict(args.option + args.option_env),
         chunk_size=check_chunk_size("--chunk-size", args.chunk_size),
         allow_other=args.allow_other,
+        read_ahead=args.kernel_read_ahead,
         stats_interval=args.stats_interval,
         metrics_port=args.metrics_port,
     )
@@ -170,6 +185,7 @@ def run_node(args: argparse.Namespace) -> int:
             address=args.address,
             report_interval=args.report_interval,
             allow_other=args.allow_other,
+            read_ahead=args.kernel_read_ahead,
             stats_interval=args.stats_interval,
             metrics_port=args.metrics_port,
             security=security,
