@@ -28,7 +28,8 @@ from typing import Literal
 from datamgr.manager import DataManager
 from datamgr.model import DataManagerError
 from datamgr.scheduler import perf
-from datamgr.scheduler.perf import Estimator
+from datamgr.scheduler.partition import ByRegularity
+from datamgr.scheduler.perf import Estimator, VanillaPerf
 from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.registry import Scheduler
 from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot
@@ -225,12 +226,15 @@ class JobEstimate:
 
 
 def estimates(snapshot: Snapshot, decision: Decision, estimator: Estimator) -> dict[str, JobEstimate]:
-    """Per running job of `snapshot`, the throughput `estimator` predicts under the decision's storage."""
+    """Per running job of `snapshot`, the throughput `estimator` predicts under the decision's storage; for
+    an irregular job, the vanilla estimate the policy ranked it by (its storage comes from a partition
+    SiloDPerf does not govern, as SiloDPerf's model does not hold for it)."""
     cache, io = _storage(decision)
+    by_regularity = ByRegularity(estimator, VanillaPerf())
     result: dict[str, JobEstimate] = {}
     for job in snapshot.running_jobs():
         c, b = cache.get(job.dataset_uri, 0), io.get(job.job_id, 0)
-        rate = estimator.throughput(job, job.allocated_gpus, c, b)
+        rate = by_regularity.throughput(job, job.allocated_gpus, c, b)
         result[job.job_id] = JobEstimate(perf.ideal_rate(job, job.allocated_gpus), c, job.dataset_bytes, b, rate)
     return result
 

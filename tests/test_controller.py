@@ -217,6 +217,9 @@ def test_a_job_registered_irregular_gets_storage_from_a_partition_of_its_own(tmp
                 "curriculum": 500,
             }
             assert report.notes["partition"] == ("regular cache 500 B, io 500 B/s; irregular cache 500 B, io 500 B/s")
+            # SiloDPerf for the regular job, min(f*, b / (1 - c/d)); f* for the one SiloDPerf cannot model
+            assert report.estimates["resnet"].throughput_bytes_per_sec == pytest.approx(500 / (1 - 500 / 2000))
+            assert report.estimates["curriculum"].throughput_bytes_per_sec == 50_000
 
     asyncio.run(scenario())
 
