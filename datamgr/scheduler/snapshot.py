@@ -80,21 +80,24 @@ class Snapshot:
     seed: int = 0
     cache_capacity_bytes: int = field(default=-1)  # -1: the sum of the nodes' cache
     total_gpus: int = field(default=0, init=False, compare=False)  # the nodes' GPUs, summed once
+    # The jobs in submission order, sorted once: a round asks for it (or its running or queued part) many times.
+    _by_submission: tuple[JobState, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.cache_capacity_bytes < 0:
             object.__setattr__(self, "cache_capacity_bytes", sum(n.cache_bytes for n in self.nodes.values()))
         object.__setattr__(self, "total_gpus", sum(n.gpus for n in self.nodes.values()))
+        object.__setattr__(self, "_by_submission", tuple(sorted(self.jobs.values(), key=_submission_order)))
 
     def running_jobs(self) -> list[JobState]:
         """Jobs holding GPUs, in submission order (ties by id), the order every policy iterates in."""
-        return sorted((j for j in self.jobs.values() if j.running), key=_submission_order)
+        return [j for j in self._by_submission if j.running]
 
     def queued_jobs(self) -> list[JobState]:
-        return sorted((j for j in self.jobs.values() if not j.running), key=_submission_order)
+        return [j for j in self._by_submission if not j.running]
 
     def jobs_by_submission(self) -> list[JobState]:
-        return sorted(self.jobs.values(), key=_submission_order)
+        return list(self._by_submission)
 
     def usable_cache_bytes(self, job: JobState, quota_bytes: float) -> float:
         """The cache a job can hit now under a dataset quota of `quota_bytes`.
@@ -151,7 +154,7 @@ class Snapshot:
 
 def _placed(job: JobState, placement: Mapping[str, int]) -> JobState:
     """`job` on `placement`: the same object when it is already there (most jobs, most rounds)."""
-    if dict(job.placement) == dict(placement):
+    if placement is job.placement or dict(job.placement) == dict(placement):
         return job
     return replace(job, placement=MappingProxyType(dict(placement)))
 
