@@ -85,3 +85,34 @@ def test_cache_efficiencies_sum_each_datasets_readers_and_give_unread_datasets_z
     readers = [("A", 100 * MB), ("B", 30 * MB), ("A", 50 * MB)]
     efficiency = perf.cache_efficiencies(readers, {"A": 10 * GB, "B": 3 * GB, "C": 1 * GB})
     assert efficiency == {"A": pytest.approx(0.015), "B": pytest.approx(0.01), "C": 0.0}
+
+
+EDGES = (-1.0, -0.0, 0.0, 0.25, 1.0, 1.5, math.inf, -math.inf, math.nan)
+
+
+def reference_hit_ratio(cache_bytes: float, dataset_bytes: float) -> float:
+    """`perf.hit_ratio` as written with min and max."""
+    return 1.0 if dataset_bytes <= 0 else min(1.0, max(0.0, cache_bytes / dataset_bytes))
+
+
+def reference_io_bound_rate(cache_bytes: float, dataset_bytes: float, io_bytes_per_sec: float) -> float:
+    miss = 1.0 - reference_hit_ratio(cache_bytes, dataset_bytes)
+    return math.inf if miss <= 0.0 else max(0.0, io_bytes_per_sec) / miss
+
+
+def identical(got: float, want: float) -> bool:
+    """Equal to the bit where it matters: NaN for NaN, and the sign of a zero."""
+    if math.isnan(want):
+        return math.isnan(got)
+    return got == want and math.copysign(1, got) == math.copysign(1, want)
+
+
+@pytest.mark.parametrize("value", EDGES)
+@pytest.mark.parametrize("other", EDGES)
+def test_the_clamping_helpers_give_what_min_and_max_give_edges_and_nan_included(value: float, other: float) -> None:
+    assert identical(perf.hit_ratio(value, other), reference_hit_ratio(value, other))
+    assert identical(perf.io_bound_rate(value, 1.0, other), reference_io_bound_rate(value, 1.0, other))
+    assert identical(perf.silod_perf(other, value, 1.0, 0.5), min(other, reference_io_bound_rate(value, 1.0, 0.5)))
+    for gpus in (0, 1, 2, 4, 8):
+        want = 0.0 if gpus <= 0 else 456 * MB * min(gpus, 4) / 4
+        assert identical(perf.ideal_rate(resnet50(gpus=4), gpus), want)

@@ -5,7 +5,9 @@ hits its dataset's cache with probability c/d whichever items are cached, so rem
 the uncached fraction of the data the job consumes. The vanilla estimator is what cache-oblivious schedulers
 assume: every job runs at its compute-bound rate f*. Both are pure functions of their arguments.
 
-Rates are in bytes/s of training data consumed, sizes in bytes.
+Rates are in bytes/s of training data consumed, sizes in bytes. The helpers clamp with comparisons rather
+than `min` and `max` (with the builtins' results, ties and NaN included): policies call them several times
+per job per round, and a simulated month runs some 25,000 rounds.
 """
 
 from __future__ import annotations
@@ -21,14 +23,18 @@ def ideal_rate(job: JobState, gpus: int) -> float:
     """f*(job, gpus): the job's compute-bound data rate on `gpus` GPUs, linear in its share of its demand."""
     if gpus <= 0 or job.gpus <= 0:
         return 0.0
-    return job.ideal_bytes_per_sec * min(gpus, job.gpus) / job.gpus
+    held = job.gpus if job.gpus < gpus else gpus  # min(gpus, job.gpus)
+    return job.ideal_bytes_per_sec * held / job.gpus
 
 
 def hit_ratio(cache_bytes: float, dataset_bytes: float) -> float:
     """c/d, clamped to [0, 1]: the share of reads a uniformly cached dataset serves locally."""
     if dataset_bytes <= 0:
         return 1.0
-    return min(1.0, max(0.0, cache_bytes / dataset_bytes))
+    ratio = cache_bytes / dataset_bytes
+    if not ratio > 0.0:
+        return 0.0
+    return ratio if ratio < 1.0 else 1.0
 
 
 def io_bound_rate(cache_bytes: float, dataset_bytes: float, io_bytes_per_sec: float) -> float:
@@ -36,12 +42,13 @@ def io_bound_rate(cache_bytes: float, dataset_bytes: float, io_bytes_per_sec: fl
     miss = 1.0 - hit_ratio(cache_bytes, dataset_bytes)
     if miss <= 0.0:
         return math.inf
-    return max(0.0, io_bytes_per_sec) / miss
+    return (io_bytes_per_sec if io_bytes_per_sec > 0.0 else 0.0) / miss
 
 
 def silod_perf(ideal_bytes_per_sec: float, cache_bytes: float, dataset_bytes: float, io_bytes_per_sec: float) -> float:
     """SiloDPerf (Eq. 4): the slower of compute and data loading, which run as a pipeline."""
-    return min(ideal_bytes_per_sec, io_bound_rate(cache_bytes, dataset_bytes, io_bytes_per_sec))
+    io_bound = io_bound_rate(cache_bytes, dataset_bytes, io_bytes_per_sec)
+    return io_bound if io_bound < ideal_bytes_per_sec else ideal_bytes_per_sec
 
 
 def remote_demand(rate_bytes_per_sec: float, cache_bytes: float, dataset_bytes: float) -> float:
