@@ -1,5 +1,6 @@
 """Finding policies by name: unknown names are refused with the known ones listed, and a policy a site
-installs under the `silod.policies` entry-point group is found and run like a built-in."""
+installs under the `silod.policies` entry-point group is found and run like a built-in. A paired scheduler's
+notes are the policy's and its storage side's, formatted only when read."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from types import MappingProxyType
 
 import pytest
 
+from datamgr.scheduler.policy import LazyNotes, MergedNotes
 from datamgr.scheduler.registry import (
     BUILTIN_POLICIES,
     CACHE_SYSTEMS,
@@ -100,3 +102,29 @@ def test_a_policy_installed_under_the_entry_point_group_is_discovered_and_run(si
 def test_an_entry_point_cannot_shadow_a_builtin_policy(site: Path) -> None:
     install_site_policy(site, f"[{ENTRY_POINT_GROUP}]\nfifo = {SITE_MODULE}:LastInFirstOut\n")
     assert load_policy("fifo").name == "fifo"
+
+
+def test_notes_are_formatted_only_when_read_and_merge_as_a_dict_union_would() -> None:
+    formatted: list[int] = []
+
+    def describe(value: int) -> str:
+        formatted.append(value)
+        return f"value {value}"
+
+    first = {"b": "from first", "c": "only in first"}
+    lazy = LazyNotes({"a": 1, "b": 2}, describe)
+    merged = MergedNotes(first, lazy)
+    assert formatted == [] and len(merged) == 3
+    expected = {**first, "a": "value 1", "b": "value 2"}
+    assert list(merged) == list(expected) and dict(merged) == expected
+    assert "z" not in merged
+
+
+@pytest.mark.parametrize("cache_system", ["silod", "alluxio"])
+def test_a_filled_in_decision_has_the_policys_notes_and_the_storage_policys(cache_system: str) -> None:
+    snapshot = two_jobs_one_gpu()
+    scheduler = build_scheduler("sjf", cache_system)
+    notes = scheduler.decide(snapshot).notes
+    own = load_policy("sjf").schedule(snapshot, scheduler.estimator).notes
+    assert {key: notes[key] for key in own} == dict(own)
+    assert set(notes) >= set(snapshot.jobs) and (cache_system == "silod" or "cache" in notes)

@@ -11,15 +11,17 @@ Policies import nothing from I/O code: the simulator and the live controller bot
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from datamgr.scheduler.perf import Estimator
 from datamgr.scheduler.snapshot import Snapshot
 
 Placements = Mapping[str, Mapping[str, int]]  # job -> node -> GPUs
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,53 @@ class Policy(Protocol):
         ...
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision: ...
+
+
+class LazyNotes(Mapping[str, str], Generic[T]):
+    """Notes written out only when read: `describe(values[key])` for each key of `values`.
+
+    A round's notes are read only when something logs or shows them (the simulator's decision log, `silod
+    status`); in most rounds nothing does, and formatting a line per job every round was a measurable share
+    of a simulated month. `values` must not change and `describe` must be pure, so reading the notes gives
+    what formatting them at once would have.
+    """
+
+    __slots__ = ("_describe", "_values")
+
+    def __init__(self, values: Mapping[str, T], describe: Callable[[T], str]) -> None:
+        self._values = values
+        self._describe = describe
+
+    def __getitem__(self, key: str) -> str:
+        return self._describe(self._values[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+class MergedNotes(Mapping[str, str]):
+    """`{**first, **second, ...}` that reads no note until asked (so `LazyNotes` stay unformatted): a key's
+    note comes from the last mapping that has it, keys in the order they first appear."""
+
+    __slots__ = ("_notes",)
+
+    def __init__(self, *notes: Mapping[str, str]) -> None:
+        self._notes = notes
+
+    def __getitem__(self, key: str) -> str:
+        for notes in reversed(self._notes):
+            if key in notes:
+                return notes[key]
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys(key for notes in self._notes for key in notes))
+
+    def __len__(self) -> int:
+        return len(dict.fromkeys(key for notes in self._notes for key in notes))
 
 
 def current_placements(snapshot: Snapshot) -> dict[str, Mapping[str, int]]:

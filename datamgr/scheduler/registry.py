@@ -15,11 +15,10 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
-from types import MappingProxyType
 
 from datamgr.scheduler.partition import IrregularPartition
 from datamgr.scheduler.perf import Estimator, SiloDPerf, VanillaPerf
-from datamgr.scheduler.policy import Decision, Policy, current_placements
+from datamgr.scheduler.policy import Decision, MergedNotes, Policy, current_placements
 from datamgr.scheduler.snapshot import Snapshot
 
 ENTRY_POINT_GROUP = "silod.policies"
@@ -133,4 +132,4 @@ class FilledIn:
         if decision.decides_storage and not self.storage_overrides:
             return replace(decision, placements=placements)
         storage = self.storage.schedule(snapshot.with_placements(placements), estimator)
-        return replace(storage, placements=placements, notes=MappingProxyType({**decision.notes, **storage.notes}))
+        return replace(storage, placements=placements, notes=MergedNotes(decision.notes, storage.notes))

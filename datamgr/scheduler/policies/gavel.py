@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from datamgr.scheduler import perf
 from datamgr.scheduler.perf import Estimator
 from datamgr.scheduler.placement import place_in_order
-from datamgr.scheduler.policy import Decision
+from datamgr.scheduler.policy import Decision, LazyNotes, MergedNotes
 from datamgr.scheduler.sharing import fill_idle_cache, water_fill
 from datamgr.scheduler.snapshot import JobState, Snapshot
 
@@ -89,9 +89,8 @@ class GavelMaxMin:
             key=lambda job: (-round(solution.time_share.get(job.job_id, 0.0), 9), job.attained_gpu_seconds),
         )
         placements = place_in_order(snapshot.free_gpus({}), ranked)
-        notes = {"gavel": f"max-min normalized throughput {solution.level:.4g}"} | {
-            job_id: f"gavel time share {share:.3f}" for job_id, share in solution.time_share.items()
-        }
+        level = {"gavel": f"max-min normalized throughput {solution.level:.4g}"}
+        notes = MergedNotes(level, LazyNotes(solution.time_share, _describe_share))
         if not estimator.storage_aware:
             return Decision(placements=placements, notes=notes)
         sizes = _dataset_sizes(snapshot)
@@ -242,3 +241,7 @@ def _floor_within(amounts: Mapping[str, float], capacity: float) -> dict[str, in
 
 def _dataset_sizes(snapshot: Snapshot) -> dict[str, int]:
     return {job.dataset_uri: job.dataset_bytes for job in snapshot.jobs_by_submission()}
+
+
+def _describe_share(share: float) -> str:
+    return f"gavel time share {share:.3f}"

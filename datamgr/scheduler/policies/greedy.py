@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from datamgr.scheduler import perf
 from datamgr.scheduler.perf import Estimator
-from datamgr.scheduler.policy import Decision
+from datamgr.scheduler.policy import Decision, LazyNotes
 from datamgr.scheduler.sharing import fill_in_order, water_fill
 from datamgr.scheduler.snapshot import Snapshot
 
@@ -84,5 +84,9 @@ class GreedyStorage:
             snapshot.remote_io_bytes_per_sec,
             lambda demand, quota: snapshot.usable_cache_bytes(by_id[demand.job_id], quota),
         )
-        notes = {uri: f"cache efficiency {plan.cache_efficiency[uri]:.3g}/s" for uri in sorted(sizes)}
+        notes = LazyNotes({uri: plan.cache_efficiency[uri] for uri in sorted(sizes)}, _describe)
         return Decision(cache_bytes=plan.cache_bytes, io_bytes_per_sec=plan.io_bytes_per_sec, notes=notes)
+
+
+def _describe(efficiency: float) -> str:
+    return f"cache efficiency {efficiency:.3g}/s"

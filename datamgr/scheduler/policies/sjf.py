@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from datamgr.scheduler import perf
 from datamgr.scheduler.perf import Estimator
 from datamgr.scheduler.placement import place_in_order
-from datamgr.scheduler.policy import Decision
+from datamgr.scheduler.policy import Decision, LazyNotes
 from datamgr.scheduler.sharing import fill_idle_cache, fill_in_order, water_fill
 from datamgr.scheduler.snapshot import JobState, Snapshot
 
@@ -64,7 +64,7 @@ class MultiResourceSJF:
         choices = score_jobs(snapshot, estimator)
         ranked = sorted(snapshot.jobs_by_submission(), key=lambda job: choices[job.job_id].score)
         placements = place_in_order(snapshot.free_gpus({}), ranked)
-        notes = {job_id: _describe(choice) for job_id, choice in choices.items()}
+        notes = LazyNotes(choices, _describe)
         if not estimator.storage_aware:
             return Decision(placements=placements, notes=notes)
         running = [job for job in ranked if job.job_id in placements]
