@@ -81,7 +81,10 @@ def score_jobs(snapshot: Snapshot, estimator: Estimator) -> dict[str, Choice]:
 
 
 def best_choice(job: JobState, snapshot: Snapshot, estimator: Estimator, readers: int) -> Choice:
-    """The lowest-scoring of the candidate allocations derived in the module docstring."""
+    """The lowest-scoring of the candidate allocations derived in the module docstring (the first of equals)."""
+    remaining = job.remaining_bytes
+    if remaining <= 0:
+        return Choice(0.0, 0.0, 0.0)  # nothing left to run: every allocation scores 0, the first wins
     ideal = perf.ideal_rate(job, job.gpus)
     io_limit = snapshot.remote_io_bytes_per_sec
     cache_limit = snapshot.cache_capacity_bytes
@@ -93,24 +96,19 @@ def best_choice(job: JobState, snapshot: Snapshot, estimator: Estimator, readers
         (u * job.dataset_bytes, min(io_limit, perf.remote_demand(ideal, u * job.dataset_bytes, job.dataset_bytes)))
         for u in sorted(hit_ratios)
     ]
-    return min(
-        (Choice(_score(job, snapshot, estimator, readers, cache, io), cache, io) for cache, io in candidates),
-        key=lambda choice: choice.score,
-    )
-
-
-def _score(job: JobState, snapshot: Snapshot, estimator: Estimator, readers: int, cache: float, io: float) -> float:
-    if job.remaining_bytes <= 0:
-        return 0.0
-    rate = estimator.throughput(job, job.gpus, cache, io)
-    if rate <= 0:
-        return math.inf
-    weighted = (
-        _share(job.gpus, snapshot.total_gpus)
-        + _share(cache / readers, snapshot.cache_capacity_bytes)
-        + _share(io, snapshot.remote_io_bytes_per_sec)
-    )
-    return weighted * job.remaining_bytes / rate
+    gpu_share = _share(job.gpus, snapshot.total_gpus)  # the same in every candidate
+    best: Choice | None = None
+    for cache, io in candidates:
+        rate = estimator.throughput(job, job.gpus, cache, io)
+        if rate <= 0:
+            score = math.inf
+        else:
+            weighted = gpu_share + _share(cache / readers, cache_limit) + _share(io, io_limit)
+            score = weighted * remaining / rate
+        if best is None or score < best.score:
+            best = Choice(score, cache, io)
+    assert best is not None  # there is always a candidate
+    return best
 
 
 def _share(amount: float, total: float) -> float:
