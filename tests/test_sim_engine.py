@@ -308,3 +308,40 @@ def test_a_decision_beyond_the_remote_io_limit_is_refused_naming_the_scheduler()
 def test_a_job_needing_more_gpus_than_the_cluster_has_is_refused() -> None:
     with pytest.raises(ValueError, match=r"'big'.*8 GPUs"):
         run([job("big", gpus=8)], cluster(gpus=4))
+
+
+class StorageScript:
+    """Storage by the clock: `before` until t = 300 s (the second periodic round), `after` from then on, with
+    the same remote IO throughout, so the job's placement and IO never change."""
+
+    name = "storage-script"
+
+    def __init__(self, before: Decision, after: Decision) -> None:
+        self.before, self.after = before, after
+
+    def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
+        return self.before if snapshot.time < 300 else self.after
+
+
+def test_each_rounds_snapshot_shows_the_datasets_quota_and_cached_bytes_of_that_moment() -> None:
+    seen: dict[float, tuple[int, int | None]] = {}
+
+    class Recording(StorageScript):
+        def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
+            dataset = snapshot.datasets["ds"]
+            seen[snapshot.time] = (dataset.cache_quota_bytes, dataset.cached_bytes)
+            return super().schedule(snapshot, estimator)
+
+    io = {"a": 50 * MB}
+    policy = Recording(
+        Decision(cache_bytes={"ds": 10 * GB}, io_bytes_per_sec=io),
+        Decision(cache_bytes={"ds": 12 * GB}, io_bytes_per_sec=io),
+    )
+    scheduler = Scheduler(FilledIn(policy, load_policy("fifo"), load_policy("greedy"), False), SiloDPerf(), "silod")
+    simulate([job("a", epochs=4)], cluster(cache=12 * GB, io=50 * MB), scheduler, SimConfig(round_seconds=100))
+    # Epoch 1 fills the cache at 50 MB/s until 200 s (cached bytes change, the quota stays); the quota grows
+    # at 300 s over a full cache (the quota changes, the cached bytes stay).
+    assert seen[0.0] == (0, 0)
+    assert seen[100.0] == (10 * GB, 5 * GB)
+    assert seen[200.0] == seen[300.0] == (10 * GB, 10 * GB)
+    assert seen[400.0] == (12 * GB, 10 * GB)

@@ -154,6 +154,7 @@ class _Run:
         self.last_fairness = fairness([], jobs_waiting=False)
         self.last_round = -math.inf
         self.round_requested_at = -math.inf
+        self.dataset_states: dict[str, DatasetState] = {}  # the last snapshot's, reused while unchanged
 
     @property
     def now(self) -> float:
@@ -307,13 +308,18 @@ class _Run:
         jobs: dict[str, JobState] = {job_id: job.state() for job_id, job in self.present.items()}
         cached = self.cache.cached_bytes(self.now)
         quotas = self.cache.quota_bytes()
+        previous = self.dataset_states
         datasets: dict[str, DatasetState] = {}
         for job in self.present.values():
             dataset = job.trace.dataset
-            if dataset not in datasets:
-                datasets[dataset] = DatasetState(
-                    dataset, job.trace.dataset_bytes, quotas.get(dataset, 0), int(cached.get(dataset, 0.0))
-                )
+            if dataset in datasets:
+                continue
+            quota, held = quotas.get(dataset, 0), int(cached.get(dataset, 0.0))
+            state = previous.get(dataset)
+            if state is None or state.cache_quota_bytes != quota or state.cached_bytes != held:
+                state = DatasetState(dataset, job.trace.dataset_bytes, quota, held)
+            datasets[dataset] = state
+        self.dataset_states = datasets
         return Snapshot(
             time=self.now,
             nodes=self.nodes,
