@@ -323,6 +323,37 @@ class StorageScript:
         return self.before if snapshot.time < 300 else self.after
 
 
+def scripted(before: Decision, after: Decision) -> Scheduler:
+    policy = StorageScript(before, after)
+    return Scheduler(FilledIn(policy, load_policy("fifo"), load_policy("greedy"), False), SiloDPerf(), "silod")
+
+
+def test_a_quota_shrink_slows_a_job_at_once_though_its_placement_and_io_stay() -> None:
+    # Epoch 1 (0-200 s) fills the 10 GB quota at 50 MB/s, epoch 2 (200-300 s) hits everything. At 300 s the
+    # quota drops to 2.5 GB: epoch 3 hits a quarter, so 50 MB/s of IO carries 66.7 MB/s and it takes 150 s.
+    io = {"a": 50 * MB}
+    scheduler = scripted(
+        Decision(cache_bytes={"ds": 10 * GB}, io_bytes_per_sec=io),
+        Decision(cache_bytes={"ds": 10 * GB // 4}, io_bytes_per_sec=io),
+    )
+    result = simulate([job("a", epochs=3)], cluster(cache=10 * GB, io=50 * MB), scheduler)
+    assert outcome(result, "a").finish == pytest.approx(450)
+    assert outcome(result, "a").remote_bytes == pytest.approx(10 * GB + 7.5 * GB)
+
+
+def test_a_private_copy_granted_mid_run_slows_a_job_at_once_though_its_placement_and_io_stay() -> None:
+    # As above, but at 300 s the job moves to a private copy of its own, which is empty: epoch 3 hits
+    # nothing and reads at its 50 MB/s of IO.
+    io = {"a": 50 * MB}
+    scheduler = scripted(
+        Decision(cache_bytes={"ds": 10 * GB}, io_bytes_per_sec=io),
+        Decision(cache_bytes={}, io_bytes_per_sec=io, job_cache_bytes={"a": 10 * GB}),
+    )
+    result = simulate([job("a", epochs=3)], cluster(cache=10 * GB, io=50 * MB), scheduler)
+    assert outcome(result, "a").finish == pytest.approx(500)
+    assert outcome(result, "a").remote_bytes == pytest.approx(20 * GB)
+
+
 def test_each_rounds_snapshot_shows_the_datasets_quota_and_cached_bytes_of_that_moment() -> None:
     seen: dict[float, tuple[int, int | None]] = {}
 

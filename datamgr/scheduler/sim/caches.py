@@ -38,15 +38,17 @@ class CacheModel(Protocol):
     """A cache system's behaviour, as the engine drives it.
 
     The engine calls `allocate` after each policy round (with the decision's storage part and the jobs
-    that run after it), `begin_segment` when a running job starts reading or finishes a segment (the model
-    sets `job.segment`), `fetching` whenever a job's segment or remote rate changes (so fills follow what
-    is fetched), and `release` when a job finishes. The read-only queries never change the model's state,
-    so sampling the timeline cannot change a run.
+    that run after it; it returns the jobs whose segment hit ratio it changed, as a quota shrink or a move
+    to another cache space does, so the engine recomputes their rates and no others'), `begin_segment` when
+    a running job starts reading or finishes a segment (the model sets `job.segment`), `fetching` whenever
+    a job's segment or remote rate changes (so fills follow what is fetched), and `release` when a job
+    finishes. The read-only queries never change the model's state, so sampling the timeline cannot change
+    a run.
     """
 
     def allocate(
         self, now: float, cache_bytes: Mapping[str, int], job_cache_bytes: Mapping[str, int], running: Iterable[JobRun]
-    ) -> None: ...
+    ) -> list[JobRun]: ...
 
     def begin_segment(self, job: JobRun, now: float) -> None: ...
 

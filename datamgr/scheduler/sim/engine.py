@@ -255,17 +255,23 @@ class _Run:
         for job in stopped:
             job.place({}, 0.0, now)
             del self.running[job.job_id]
+        changed: set[str] = set()  # running jobs whose rates may have changed; the others' provably have not
         for job_id, placement in placements.items():
             if placement:
                 job = self.present[job_id]
-                job.place(placement, float(io.get(job_id, 0)), now)
+                if job.place(placement, float(io.get(job_id, 0)), now):
+                    changed.add(job_id)
                 self.running[job_id] = job
-        self.cache.allocate(now, decision.cache_bytes or {}, decision.job_cache_bytes, self.running.values())
+        storage = decision.cache_bytes or {}
+        changed.update(
+            job.job_id for job in self.cache.allocate(now, storage, decision.job_cache_bytes, self.running.values())
+        )
         for job in self.running.values():
             starting = job.segment is None
             if starting:
                 self.cache.begin_segment(job, now)
-            self._update_rates(job, segment_changed=starting)
+            if starting or job.job_id in changed:
+                self._update_rates(job, segment_changed=starting)
         for job in stopped:
             self._update_rates(job, segment_changed=False)
         self.throughput = math.fsum(job.rate for job in self.running.values())  # shed incremental float drift

@@ -117,7 +117,7 @@ class JobRun:
         self.updated_at = now
 
     def place(self, placement: Mapping[str, int], io: float, now: float) -> bool:
-        """Take a placement ({} to stop) and an IO allocation; True if the job was running and is stopped."""
+        """Take a placement ({} to stop) and an IO allocation; True if either changed, so its rates may have."""
         if placement == self.placement and (io == self.io or not placement):
             return False
         self.advance(now)
@@ -131,7 +131,7 @@ class JobRun:
         if preempted:
             self.preemptions += 1
         self._queued_state = None
-        return preempted
+        return True
 
     def finish(self, now: float) -> None:
         """Stop for good (after `advance`): the job releases everything and reads no more."""

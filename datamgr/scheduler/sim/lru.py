@@ -105,8 +105,9 @@ class LruPool:
 
     def allocate(
         self, now: float, cache_bytes: Mapping[str, int], job_cache_bytes: Mapping[str, int], running: Iterable[JobRun]
-    ) -> None:
+    ) -> list[JobRun]:
         """Nothing to apply: the pool is the whole cache, whatever quotas a decision names."""
+        return []
 
     def begin_segment(self, job: JobRun, now: float) -> None:
         reader = self._readers.get(job.job_id)

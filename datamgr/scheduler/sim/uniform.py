@@ -99,15 +99,20 @@ class _Space:
             self._hold(self.cached_at(now))
         self.settled_at = max(self.settled_at, now)
 
-    def set_quota(self, quota: float, now: float) -> None:
-        """A new quota (after `settle`); a shrink evicts uniformly at random at once."""
+    def set_quota(self, quota: float, now: float) -> list[JobRun]:
+        """A new quota (after `settle`); a shrink evicts uniformly at random at once. Returns the readers
+        whose segment hit ratio it lowered."""
         self.quota = float(quota)
-        if self.held > self.quota:
-            factor = self.quota / self.held
-            self._hold([c * factor for c in self.cached])
-            for reader in self.readers.values():
-                if reader.job.segment is not None:
-                    reader.job.segment.hit_ratio *= factor
+        if self.held <= self.quota:
+            return []
+        factor = self.quota / self.held
+        self._hold([c * factor for c in self.cached])
+        lowered = []
+        for reader in self.readers.values():
+            if reader.job.segment is not None:
+                reader.job.segment.hit_ratio *= factor
+                lowered.append(reader.job)
+        return lowered
 
     def region_bytes(self, region: Region) -> float:
         return self.bin_bytes * region.bins
@@ -121,6 +126,21 @@ class _Space:
         else:
             self.bin_fetch[region.first_bin] = max(0.0, self.bin_fetch[region.first_bin] + rate)
         self.total_fetch = self.whole_fetch + sum(self.bin_fetch)
+
+    def recount_fetches(self) -> None:
+        """The fetch rates summed afresh from the readers' (in their order, as `add_fetch` would from zero), so
+        incremental updates cannot drift."""
+        whole = 0.0
+        bins = [0.0] * STAGES
+        for reader in self.readers.values():
+            region = reader.region
+            if region.bins == STAGES:
+                whole = max(0.0, whole + reader.fetch)
+            else:
+                bins[region.first_bin] = max(0.0, bins[region.first_bin] + reader.fetch)
+        self.whole_fetch = whole
+        self.bin_fetch = bins
+        self.total_fetch = whole + sum(bins)
 
     def _hold(self, cached: list[float]) -> None:
         self.cached = cached
@@ -149,19 +169,21 @@ class UniformCache:
 
     def allocate(
         self, now: float, cache_bytes: Mapping[str, int], job_cache_bytes: Mapping[str, int], running: Iterable[JobRun]
-    ) -> None:
+    ) -> list[JobRun]:
         """Bind each running job to its space (a private copy if the decision lists it in `job_cache_bytes`),
-        then apply the quotas; a dataset or job the decision leaves out gets quota 0."""
+        then apply the quotas; a dataset or job the decision leaves out gets quota 0. Returns the jobs whose
+        segment hit ratio changed: moved to another space, or in a space the new quota shrank."""
         for space in self._spaces():
             space.settle(now)
-        for job in running:
-            self._bind(job, job_cache_bytes, now)
+        changed = [job for job in running if self._bind(job, job_cache_bytes, now)]
         for spaces, quotas in ((self._shared, cache_bytes), (self._private, job_cache_bytes)):
             for key, space in list(spaces.items()):
-                space.set_quota(quotas.get(key, 0), now)
+                changed += space.set_quota(quotas.get(key, 0), now)
                 if not space.readers and space.quota == 0:  # nothing held, no one to hold it for
                     del spaces[key]
-        self._recount_fetches()
+        for space in self._spaces():
+            space.recount_fetches()
+        return changed
 
     def begin_segment(self, job: JobRun, now: float) -> None:
         """A new pass over the job's region: everything cached there now is effective for the whole pass."""
@@ -215,7 +237,8 @@ class UniformCache:
     def _spaces(self) -> list[_Space]:
         return [*self._shared.values(), *self._private.values()]
 
-    def _bind(self, job: JobRun, job_cache_bytes: Mapping[str, int], now: float) -> None:
+    def _bind(self, job: JobRun, job_cache_bytes: Mapping[str, int], now: float) -> bool:
+        """Make `job` read through the space the decision gives it; True if that moved a job with a segment."""
         if job.job_id in job_cache_bytes:
             space = self._private.get(job.job_id)
             if space is None:
@@ -226,7 +249,8 @@ class UniformCache:
                 space = self._shared[job.trace.dataset] = _Space(job.trace.dataset, job.trace.dataset_bytes, now)
         reader = self._readers.get(job.job_id)
         if reader is not None and reader.space is space:
-            return
+            return False
+        moved = False
         if reader is None:
             reader = self._readers[job.job_id] = _Reader(job, space)
         else:
@@ -239,16 +263,10 @@ class UniformCache:
             if job.segment is not None:  # the new space's items lie at random in its remaining reads
                 region_bytes = space.region_bytes(reader.region)
                 job.segment.hit_ratio = min(1.0, space.region_cached(reader.region) / region_bytes)
+                moved = True
         space.readers[job.job_id] = reader
+        return moved
 
     def _withdraw(self, reader: _Reader) -> None:
         reader.space.add_fetch(reader.region, -reader.fetch)
         reader.fetch = 0.0
-
-    def _recount_fetches(self) -> None:
-        """Recompute every space's fetch rates from its readers, so incremental updates cannot drift."""
-        for space in self._spaces():
-            space.whole_fetch = space.total_fetch = 0.0
-            space.bin_fetch = [0.0] * STAGES
-            for reader in space.readers.values():
-                space.add_fetch(reader.region, reader.fetch)
