@@ -4,11 +4,15 @@ places the cache other policies leave idle."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Mapping
 from types import MappingProxyType
+
+import pytest
 
 from datamgr.scheduler.perf import SiloDPerf
 from datamgr.scheduler.policies.greedy import GreedyStorage, JobDemand, cache_efficiency, greedy
-from datamgr.scheduler.sharing import fill_idle_cache, fill_in_order
+from datamgr.scheduler.sharing import fill_idle_cache, fill_in_order, water_fill
 from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot
 
 MB = 10**6
@@ -103,3 +107,33 @@ def test_usable_cache_prefers_the_jobs_epoch_hit_ratio_and_never_exceeds_the_quo
     known = _running("b", "A", 100 * MB, 20 * MB)
     assert snap.usable_cache_bytes(known, 60 * MB) == 60 * MB  # the dataset's 80 MB, capped at the quota
     assert snap.usable_cache_bytes(known, 90 * MB) == 80 * MB
+
+
+def water_fill_by_the_unit(caps: Mapping[str, float], budget: float, floor: Mapping[str, int]) -> dict[str, int]:
+    """Water-filling as first written, pass by pass over a list of the hungry keys: the oracle `water_fill`
+    must match share for share (every policy's IO split, and so every simulation, depends on it)."""
+    shares = {key: int(floor.get(key, 0)) for key in caps}
+    left = int(budget) - sum(shares.values())
+    hungry = sorted(key for key in caps if shares[key] < caps[key])
+    while left > 0 and hungry:
+        share = max(1, left // len(hungry))
+        for key in list(hungry):
+            extra = min(share, int(caps[key]) - shares[key], left)
+            shares[key] += extra
+            left -= extra
+            if shares[key] >= int(caps[key]):
+                hungry.remove(key)
+            if left == 0:
+                break
+    return shares
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_water_filling_matches_its_pass_by_pass_definition(seed: int) -> None:
+    rng = random.Random(seed)
+    keys = [f"job-{i}" for i in rng.sample(range(100), rng.randint(1, 30))]
+    caps = {key: rng.choice([0.0, 0.5, 3.0, rng.uniform(0, 1000), float(rng.randint(0, 1000))]) for key in keys}
+    floor = {key: rng.randint(0, 200) for key in keys if rng.random() < 0.3}
+    budget = rng.choice([0.0, 1.0, 7.0, rng.uniform(0, 20_000), rng.uniform(0, 300)])
+    assert water_fill(caps, budget, floor) == water_fill_by_the_unit(caps, budget, floor)
+    assert water_fill(caps, budget) == water_fill_by_the_unit(caps, budget, {})

@@ -17,21 +17,52 @@ from datamgr.scheduler.snapshot import JobState
 
 def water_fill(caps: Mapping[str, float], budget: float, floor: Mapping[str, int] | None = None) -> dict[str, int]:
     """Shares of `budget` per key, each at most `caps[key]`, starting from `floor` (already granted, and
-    counted inside the budget). Keys are served in sorted order so rounding is deterministic."""
+    counted inside the budget). Keys are served in sorted order so rounding is deterministic.
+
+    The filling goes in passes: each hungry key in turn gets an equal share of what is left (at least one
+    unit), or what it still has room for. While there is at least a unit per hungry key, a pass cannot run
+    out midway, so its outcome does not depend on the order: those passes are done on the keys sorted by
+    room, giving the keys that fill up their room and the others the share, in time proportional to the
+    keys that fill up (`_whole_passes`). The last passes, which run out midway, go key by key."""
     shares = {key: int((floor or {}).get(key, 0)) for key in caps}
     left = int(budget) - sum(shares.values())
-    hungry = sorted(key for key in caps if shares[key] < caps[key])
+    if left <= 0:
+        return shares
+    limits = {key: int(caps[key]) for key in caps if shares[key] < caps[key]}
+    left = _whole_passes(shares, limits, left)
+    hungry = sorted(key for key in limits if shares[key] < limits[key])
     while left > 0 and hungry:
         share = max(1, left // len(hungry))
-        for key in list(hungry):
-            extra = min(share, int(caps[key]) - shares[key], left)
+        still_hungry = []
+        for key in hungry:
+            extra = min(share, limits[key] - shares[key], left)
             shares[key] += extra
             left -= extra
-            if shares[key] >= int(caps[key]):
-                hungry.remove(key)
+            if shares[key] < limits[key]:
+                still_hungry.append(key)
             if left == 0:
                 break
+        hungry = still_hungry
     return shares
+
+
+def _whole_passes(shares: dict[str, int], limits: Mapping[str, int], left: int) -> int:
+    """`water_fill`'s passes while `left` holds a unit for every key below its limit, applied to `shares`;
+    returns what is left."""
+    by_room = sorted(limits, key=lambda key: limits[key] - shares[key])
+    full = 0  # by_room[:full] have reached their limits
+    level = 0  # what each of by_room[full:] has been given so far
+    while full < len(by_room) and left >= len(by_room) - full > 0:
+        share = left // (len(by_room) - full)
+        while full < len(by_room) and limits[by_room[full]] - shares[by_room[full]] - level <= share:
+            left -= limits[by_room[full]] - shares[by_room[full]] - level
+            shares[by_room[full]] = limits[by_room[full]]
+            full += 1
+        left -= share * (len(by_room) - full)
+        level += share
+    for key in by_room[full:]:
+        shares[key] += level
+    return left
 
 
 def fill_in_order(caps: Mapping[str, float], budget: float, floor: Mapping[str, int] | None = None) -> dict[str, int]:
