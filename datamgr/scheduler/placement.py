@@ -57,17 +57,19 @@ def place_in_order(free_gpus: Mapping[str, int], jobs: Iterable[JobState]) -> di
             break
         if not 0 < job.gpus <= left:
             continue
-        placement = dict(job.placement) if _still_free(free, job) else _gang(free, job.gpus)
+        placement = _still_free(free, job) or _gang(free, job.gpus)
         take(free, placement)
         left -= job.gpus
         placements[job.job_id] = placement
     return placements
 
 
-def _still_free(free_gpus: Mapping[str, int], job: JobState) -> bool:
+def _still_free(free_gpus: Mapping[str, int], job: JobState) -> dict[str, int] | None:
+    """The job's current placement, if it holds its whole gang there and those GPUs are still free."""
     held = job.placement
-    return (
-        job.running
-        and sum(held.values()) == job.gpus
-        and all(free_gpus.get(node, 0) >= gpus for node, gpus in held.items())
-    )
+    if not held or sum(held.values()) != job.gpus:
+        return None
+    for node, gpus in held.items():
+        if free_gpus.get(node, 0) < gpus:
+            return None
+    return dict(held)
