@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
@@ -148,6 +149,31 @@ def test_the_analytic_sjf_allocation_scores_no_worse_than_any_on_a_fine_grid(see
         weighted += io / snapshot.remote_io_bytes_per_sec
         grid_score = weighted * candidate.remaining_bytes / rate if rate > 0 else math.inf
         assert analytic.score <= grid_score * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_scoring_a_round_shares_candidates_only_between_jobs_of_the_same_rate_and_dataset_size(seed: int) -> None:
+    # score_jobs works the candidate allocations out once per (f*, dataset size); every job must still get
+    # exactly the choice best_choice works out for it alone.
+    rng = random.Random(seed)
+    sizes = {"A": 143 * GB, "B": 143 * GB, "C": 1360 * GB, "D": 20 * TB}  # A and B: two datasets, one size
+    datasets = [rng.choice(list(sizes)) for _ in range(40)]
+    jobs = [
+        job(
+            f"j{i}",
+            dataset,
+            sizes[dataset],
+            gpus=rng.choice([1, 2, 4]),
+            ideal=rng.choice([2 * MB, 43 * MB, 114 * MB]),
+            epochs=rng.uniform(0.5, 20),
+        )
+        for i, dataset in enumerate(datasets)
+    ]
+    snapshot = cluster(jobs, gpus=64, cache=rng.randint(0, 30) * TB, io=rng.uniform(0.1, 10) * GB)
+    readers = Counter(j.dataset_uri for j in jobs)
+    for estimator in (SiloDPerf(), VanillaPerf()):
+        choices = score_jobs(snapshot, estimator)
+        assert choices == {j.job_id: best_choice(j, snapshot, estimator, readers[j.dataset_uri]) for j in jobs}
 
 
 def test_sjf_grants_a_shared_dataset_its_cache_once() -> None:

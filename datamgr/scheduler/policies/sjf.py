@@ -75,29 +75,49 @@ class MultiResourceSJF:
 def score_jobs(snapshot: Snapshot, estimator: Estimator) -> dict[str, Choice]:
     """Eq. 7 for every job of the snapshot, with the allocation that attains it."""
     readers = Counter(job.dataset_uri for job in snapshot.jobs.values())
-    return {
-        job.job_id: best_choice(job, snapshot, estimator, readers[job.dataset_uri]) for job in snapshot.jobs.values()
-    }
+    candidates: dict[tuple[float, int], list[tuple[float, float]]] = {}  # many jobs share f* and dataset size
+    choices: dict[str, Choice] = {}
+    for job in snapshot.jobs.values():
+        ideal = perf.ideal_rate(job, job.gpus)
+        key = (ideal, job.dataset_bytes)
+        if key not in candidates:
+            candidates[key] = candidate_allocations(ideal, job.dataset_bytes, snapshot)
+        choices[job.job_id] = _lowest(job, candidates[key], snapshot, estimator, readers[job.dataset_uri])
+    return choices
 
 
 def best_choice(job: JobState, snapshot: Snapshot, estimator: Estimator, readers: int) -> Choice:
     """The lowest-scoring of the candidate allocations derived in the module docstring (the first of equals)."""
-    remaining = job.remaining_bytes
-    if remaining <= 0:
-        return Choice(0.0, 0.0, 0.0)  # nothing left to run: every allocation scores 0, the first wins
-    ideal = perf.ideal_rate(job, job.gpus)
+    candidates = candidate_allocations(perf.ideal_rate(job, job.gpus), job.dataset_bytes, snapshot)
+    return _lowest(job, candidates, snapshot, estimator, readers)
+
+
+def candidate_allocations(ideal: float, dataset_bytes: int, snapshot: Snapshot) -> list[tuple[float, float]]:
+    """(cache bytes, remote IO) of the allocations one of which minimizes the score of a job with f* `ideal`
+    on a dataset of `dataset_bytes` (the module docstring): none, then the hit ratios {0, u0, min(1, C/d)}
+    in ascending order, each with the IO that feeds f* at that ratio (at most the limit)."""
     io_limit = snapshot.remote_io_bytes_per_sec
-    cache_limit = snapshot.cache_capacity_bytes
-    full = perf.hit_ratio(cache_limit, job.dataset_bytes)
+    full = perf.hit_ratio(snapshot.cache_capacity_bytes, dataset_bytes)
     hit_ratios = {0.0, full}
     if ideal > io_limit:
         hit_ratios.add(min(full, 1.0 - io_limit / ideal))
-    candidates = [(0.0, 0.0)] + [
-        (u * job.dataset_bytes, min(io_limit, perf.remote_demand(ideal, u * job.dataset_bytes, job.dataset_bytes)))
+    return [(0.0, 0.0)] + [
+        (u * dataset_bytes, min(io_limit, perf.remote_demand(ideal, u * dataset_bytes, dataset_bytes)))
         for u in sorted(hit_ratios)
     ]
+
+
+def _lowest(
+    job: JobState, candidates: list[tuple[float, float]], snapshot: Snapshot, estimator: Estimator, readers: int
+) -> Choice:
+    """The candidate with the lowest score, the first of equals (as `min` picks)."""
+    remaining = job.remaining_bytes
+    if remaining <= 0:
+        return Choice(0.0, *candidates[0])  # nothing left to run: every allocation scores 0, the first wins
+    cache_limit = snapshot.cache_capacity_bytes
+    io_limit = snapshot.remote_io_bytes_per_sec
     gpu_share = _share(job.gpus, snapshot.total_gpus)  # the same in every candidate
-    best: Choice | None = None
+    best: tuple[float, float, float] | None = None  # (score, cache, io)
     for cache, io in candidates:
         rate = estimator.throughput(job, job.gpus, cache, io)
         if rate <= 0:
@@ -105,10 +125,10 @@ def best_choice(job: JobState, snapshot: Snapshot, estimator: Estimator, readers
         else:
             weighted = gpu_share + _share(cache / readers, cache_limit) + _share(io, io_limit)
             score = weighted * remaining / rate
-        if best is None or score < best.score:
-            best = Choice(score, cache, io)
+        if best is None or score < best[0]:
+            best = (score, cache, io)
     assert best is not None  # there is always a candidate
-    return best
+    return Choice(*best)
 
 
 def _share(amount: float, total: float) -> float:
@@ -134,16 +154,14 @@ def _grant_storage(
     capacity = snapshot.cache_capacity_bytes
     chosen = fill_in_order(wanted, capacity)
     cache = {job.dataset_uri: 0 for job in snapshot.jobs_by_submission()} | fill_idle_cache(chosen, running, capacity)
+    caps = {job.job_id: perf.ideal_rate(job, job.gpus) for job in running}
     demands = {
         job.job_id: perf.remote_demand(
-            perf.ideal_rate(job, job.gpus),
-            snapshot.usable_cache_bytes(job, cache[job.dataset_uri]),
-            job.dataset_bytes,
+            caps[job.job_id], snapshot.usable_cache_bytes(job, cache[job.dataset_uri]), job.dataset_bytes
         )
         for job in running
     }
     budget = snapshot.remote_io_bytes_per_sec
-    caps = {job.job_id: perf.ideal_rate(job, job.gpus) for job in running}
     return cache, water_fill(caps, budget, floor=fill_in_order(demands, budget))
 
 
