@@ -105,12 +105,25 @@ class GavelMaxMin:
 def equal_share_throughput(snapshot: Snapshot, estimator: Estimator) -> dict[str, float]:
     """e_j: each job's throughput under the equal share R^equal defined in the module docstring."""
     count = len(snapshot.jobs)
+    if count == 0:
+        return {}
     readers = Counter(job.dataset_uri for job in snapshot.jobs.values())
+    io = snapshot.remote_io_bytes_per_sec / count
+    time_shares: dict[int, float] = {}  # by GPU demand, and cache shares by dataset: most jobs share them
+    caches: dict[str, float] = {}
     equal: dict[str, float] = {}
     for job in snapshot.jobs.values():
-        time_share = min(1.0, snapshot.total_gpus / (count * job.gpus)) if job.gpus > 0 else 0.0
-        cache = min(job.dataset_bytes, readers[job.dataset_uri] * snapshot.cache_capacity_bytes / count)
-        storage_rate = estimator.throughput(job, job.gpus, cache, snapshot.remote_io_bytes_per_sec / count)
+        time_share = time_shares.get(job.gpus)
+        if time_share is None:
+            time_share = time_shares[job.gpus] = (
+                min(1.0, snapshot.total_gpus / (count * job.gpus)) if job.gpus > 0 else 0.0
+            )
+        cache = caches.get(job.dataset_uri)
+        if cache is None:
+            cache = caches[job.dataset_uri] = min(
+                job.dataset_bytes, readers[job.dataset_uri] * snapshot.cache_capacity_bytes / count
+            )
+        storage_rate = estimator.throughput(job, job.gpus, cache, io)
         equal[job.job_id] = min(time_share * perf.ideal_rate(job, job.gpus), storage_rate)
     return equal
 
@@ -121,7 +134,8 @@ def solve_max_min(snapshot: Snapshot, estimator: Estimator, equal: Mapping[str, 
     if not jobs:
         return MaxMin(level=0.0)
     ideal = {job.job_id: perf.ideal_rate(job, job.gpus) for job in jobs}
-    bound = [job for job in jobs if _storage_bound(job, estimator)]
+    # The storage-bound jobs: those the estimator slows down when they get no cache and no remote IO.
+    bound = [job for job in jobs if estimator.throughput(job, job.gpus, 0.0, 0.0) < ideal[job.job_id]]
     datasets = _datasets_by_worth(bound, equal, ideal)
     io, cache = snapshot.remote_io_bytes_per_sec, snapshot.cache_capacity_bytes
     level = min(_compute_level(jobs, ideal, equal, snapshot.total_gpus), _storage_level(datasets, cache, io))
@@ -132,11 +146,6 @@ def solve_max_min(snapshot: Snapshot, estimator: Estimator, equal: Mapping[str, 
         hit_ratio=_least_cache(datasets, cache, saving),
         storage_bound=frozenset(job.job_id for job in bound),
     )
-
-
-def _storage_bound(job: JobState, estimator: Estimator) -> bool:
-    """Whether the estimator slows the job down when it gets no cache and no remote IO."""
-    return estimator.throughput(job, job.gpus, 0.0, 0.0) < perf.ideal_rate(job, job.gpus)
 
 
 @dataclass(frozen=True, slots=True)
