@@ -20,8 +20,10 @@ from datamgr.scheduler.registry import FilledIn, Scheduler, build_scheduler, loa
 from datamgr.scheduler.sim.decisions import InvalidDecision
 from datamgr.scheduler.sim.engine import simulate
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
+from datamgr.scheduler.sim.jobs import JobRun
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimConfig, SimResult, TraceJob
 from datamgr.scheduler.sim.report import makespan
+from datamgr.scheduler.sim.uniform import _Reader, _Space
 from datamgr.scheduler.snapshot import Snapshot
 
 MB = 10**6
@@ -376,3 +378,21 @@ def test_each_rounds_snapshot_shows_the_datasets_quota_and_cached_bytes_of_that_
     assert seen[100.0] == (10 * GB, 5 * GB)
     assert seen[200.0] == seen[300.0] == (10 * GB, 10 * GB)
     assert seen[400.0] == (12 * GB, 10 * GB)
+
+
+def test_a_space_recounts_its_fetch_rates_after_any_change_and_only_then() -> None:
+    space = _Space("ds", 10 * GB, 0.0)
+    reader = _Reader(JobRun(job("a")), space)
+    space.readers["a"] = reader
+    for fetch in (0.1, 0.7, 0.3):  # incremental updates leave float drift behind
+        space.add_fetch(reader.region, -reader.fetch)
+        reader.fetch = fetch
+        space.add_fetch(reader.region, fetch)
+    space.recount_fetches()
+    assert space.whole_fetch == space.total_fetch == 0.3
+    space.whole_fetch = 99.0  # not a change recount_fetches can know of: a recounted space is left alone
+    space.recount_fetches()
+    assert space.whole_fetch == 99.0
+    space.add_fetch(reader.region, 0.0)
+    space.recount_fetches()
+    assert space.whole_fetch == 0.3

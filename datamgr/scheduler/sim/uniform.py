@@ -48,6 +48,7 @@ class _Space:
         "held",
         "quota",
         "readers",
+        "recounted",
         "settled_at",
         "total_fetch",
         "whole_fetch",
@@ -64,6 +65,7 @@ class _Space:
         self.bin_fetch = [0.0] * STAGES  # bytes/s fetched by curriculum readers, per bin
         self.total_fetch = 0.0
         self.readers: dict[str, _Reader] = {}
+        self.recounted = True  # the fetch rates are what `recount_fetches` would make them
 
     def filling(self, now: float) -> bool:
         """Whether the space has gained bytes since it was last settled."""
@@ -126,10 +128,15 @@ class _Space:
         else:
             self.bin_fetch[region.first_bin] = max(0.0, self.bin_fetch[region.first_bin] + rate)
         self.total_fetch = self.whole_fetch + sum(self.bin_fetch)
+        self.recounted = False
 
     def recount_fetches(self) -> None:
         """The fetch rates summed afresh from the readers' (in their order, as `add_fetch` would from zero), so
-        incremental updates cannot drift."""
+        incremental updates cannot drift. A space no fetch or reader changed since its last recount is
+        skipped: the sums would come out the same."""
+        if self.recounted:
+            return
+        self.recounted = True
         whole = 0.0
         bins = [0.0] * STAGES
         for reader in self.readers.values():
@@ -226,10 +233,12 @@ class UniformCache:
         for space in self._spaces():
             held = space.held_at(now)
             best = 0.0
-            for reader in space.readers.values():
-                job = reader.job
-                if job.running and job.segment is not None:
-                    best = max(best, job.segment.hit_ratio * space.region_bytes(reader.region))
+            for reader in space.readers.values():  # sampled every minute: plain comparisons, not max()
+                segment = reader.job.segment
+                if segment is not None and reader.job.gpus > 0:
+                    hits = segment.hit_ratio * space.region_bytes(reader.region)
+                    if hits > best:
+                        best = hits
             cached += held
             effective += min(best, held)
         return CacheTotals(cached, effective)
@@ -265,6 +274,7 @@ class UniformCache:
                 job.segment.hit_ratio = min(1.0, space.region_cached(reader.region) / region_bytes)
                 moved = True
         space.readers[job.job_id] = reader
+        space.recounted = False
         return moved
 
     def _withdraw(self, reader: _Reader) -> None:
