@@ -21,6 +21,7 @@ from datamgr.scheduler.sim.decisions import InvalidDecision
 from datamgr.scheduler.sim.engine import simulate
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.jobs import JobRun
+from datamgr.scheduler.sim.measures import EqualShare, EqualShareRates
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimConfig, SimResult, TraceJob
 from datamgr.scheduler.sim.report import makespan
 from datamgr.scheduler.sim.uniform import _Reader, _Space
@@ -378,6 +379,15 @@ def test_each_rounds_snapshot_shows_the_datasets_quota_and_cached_bytes_of_that_
     assert seen[100.0] == (10 * GB, 5 * GB)
     assert seen[200.0] == seen[300.0] == (10 * GB, 10 * GB)
     assert seen[400.0] == (12 * GB, 10 * GB)
+
+
+def test_the_remembered_equal_share_rates_follow_the_number_of_jobs_present() -> None:
+    spec = ClusterSpec(nodes=4, gpus_per_node=4, cache_bytes_per_node=100 * GB, remote_io_bytes_per_sec=1000 * MB)
+    rates = EqualShareRates(spec)
+    shapes = [(100 * MB, 1, 10 * GB), (100 * MB, 4, 10 * GB), (400 * MB, 4, 500 * GB), (2 * MB, 8, 20_000 * GB)]
+    for jobs in (1, 5, 5, 2, 30, 1):
+        for shape in shapes:
+            assert rates.rate(jobs, *shape) == EqualShare.of(spec, jobs).rate(*shape)
 
 
 def test_a_space_recounts_its_fetch_rates_after_any_change_and_only_then() -> None:

@@ -37,7 +37,7 @@ from datamgr.scheduler.sim.decisions import check_decision, decision_record
 from datamgr.scheduler.sim.events import EventKind, EventQueue
 from datamgr.scheduler.sim.jobs import JobRun
 from datamgr.scheduler.sim.lru import LruPool
-from datamgr.scheduler.sim.measures import EqualShare, Fairness, fairness
+from datamgr.scheduler.sim.measures import EqualShareRates, Fairness, fairness
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, RemoteIoLedger, Sample, SimConfig, SimResult, TraceJob
 from datamgr.scheduler.sim.uniform import UniformCache
 from datamgr.scheduler.snapshot import DatasetState, JobState, Snapshot
@@ -152,6 +152,7 @@ class _Run:
         self.busy_gpus = 0
         self.rates_changed = True  # since the last sample's fairness
         self.last_fairness = fairness([], jobs_waiting=False)
+        self.equal_share_rates = EqualShareRates(cluster)
         self.last_round = -math.inf
         self.round_requested_at = -math.inf
         self.dataset_states: dict[str, DatasetState] = {}  # the last snapshot's, reused while unchanged
@@ -360,9 +361,10 @@ class _Run:
         if self.rates_changed:
             ratios: list[float] = []
             if self.present:
-                share = EqualShare.of(self.cluster, len(self.present))
+                present, equal = len(self.present), self.equal_share_rates
                 ratios = [
-                    job.rate / share.rate(job.trace.ideal_bytes_per_sec, job.trace.gpus, job.trace.dataset_bytes)
+                    job.rate
+                    / equal.rate(present, job.trace.ideal_bytes_per_sec, job.trace.gpus, job.trace.dataset_bytes)
                     for job in self.running.values()
                 ]
             self.last_fairness = fairness(ratios, jobs_waiting=bool(self.present))

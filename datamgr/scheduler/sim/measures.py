@@ -38,6 +38,28 @@ class EqualShare:
         return perf.silod_perf(ideal, self.cache_bytes, dataset_bytes, self.io_bytes_per_sec)
 
 
+class EqualShareRates:
+    """`EqualShare.of(cluster, jobs).rate(...)`, remembered per job shape while the number of jobs stays the
+    same: the timeline samples fairness every minute over every running job, and the equal share changes
+    only when a job arrives or finishes (and most jobs share a shape: f*, GPUs and dataset size)."""
+
+    def __init__(self, cluster: ClusterSpec) -> None:
+        self._cluster = cluster
+        self._jobs = 0
+        self._share: EqualShare | None = None
+        self._rates: dict[tuple[float, int, float], float] = {}
+
+    def rate(self, jobs: int, ideal_bytes_per_sec: float, gpus: int, dataset_bytes: float) -> float:
+        """SiloDPerf of a job (f* on all its `gpus`) on its equal share among `jobs` jobs."""
+        if jobs != self._jobs or self._share is None:
+            self._jobs, self._share, self._rates = jobs, EqualShare.of(self._cluster, jobs), {}
+        key = (ideal_bytes_per_sec, gpus, dataset_bytes)
+        rate = self._rates.get(key)
+        if rate is None:
+            rate = self._rates[key] = self._share.rate(ideal_bytes_per_sec, gpus, dataset_bytes)
+        return rate
+
+
 @dataclass(frozen=True, slots=True)
 class Fairness:
     minimum: float
