@@ -137,3 +137,23 @@ def test_water_filling_matches_its_pass_by_pass_definition(seed: int) -> None:
     budget = rng.choice([0.0, 1.0, 7.0, rng.uniform(0, 20_000), rng.uniform(0, 300)])
     assert water_fill(caps, budget, floor) == water_fill_by_the_unit(caps, budget, floor)
     assert water_fill(caps, budget) == water_fill_by_the_unit(caps, budget, {})
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_strict_priority_matches_its_key_by_key_definition(seed: int) -> None:
+    def by_the_key(caps: Mapping[str, float], budget: float, floor: Mapping[str, int]) -> dict[str, int]:
+        shares = {key: int(floor.get(key, 0)) for key in caps}
+        left = int(budget) - sum(floor.values())
+        for key, cap in caps.items():
+            extra = max(0, min(int(cap) - shares[key], left))
+            shares[key] += extra
+            left -= extra
+        return shares
+
+    rng = random.Random(seed)
+    keys = [f"d-{i}" for i in rng.sample(range(100), rng.randint(1, 30))]
+    caps = {key: rng.choice([0.0, 0.5, 3.0, rng.uniform(0, 1000), float(rng.randint(0, 1000))]) for key in keys}
+    floor = {key: rng.randint(0, 300) for key in [*keys, "elsewhere"] if rng.random() < 0.3}
+    budget = rng.choice([0.0, 7.0, rng.uniform(0, 20_000), rng.uniform(0, 3000)])
+    assert fill_in_order(caps, budget, floor) == by_the_key(caps, budget, floor)
+    assert fill_in_order(caps, budget) == by_the_key(caps, budget, {})

@@ -72,9 +72,13 @@ def fill_in_order(caps: Mapping[str, float], budget: float, floor: Mapping[str, 
     shares = {key: int((floor or {}).get(key, 0)) for key in caps}
     left = int(budget) - sum((floor or {}).values())
     for key, cap in caps.items():
-        extra = max(0, min(int(cap) - shares[key], left))
-        shares[key] += extra
-        left -= extra
+        if left <= 0:
+            break  # the budget is spent: the keys after this one keep their floors
+        extra = int(cap) - shares[key]
+        if extra > 0:
+            extra = extra if extra < left else left
+            shares[key] += extra
+            left -= extra
     return shares
 
 
