@@ -21,7 +21,7 @@ from datamgr.scheduler.partition import IrregularPartition, fair_share, split_st
 from datamgr.scheduler.perf import Estimator, SiloDPerf, VanillaPerf
 from datamgr.scheduler.policies.gavel import GavelMaxMin, equal_share_throughput, solve_max_min
 from datamgr.scheduler.policies.greedy import GreedyStorage
-from datamgr.scheduler.policies.sjf import MultiResourceSJF, best_choice, score_jobs
+from datamgr.scheduler.policies.sjf import MultiResourceSJF, best_choice, candidate_allocations, score_jobs
 from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.registry import build_scheduler
 from datamgr.scheduler.snapshot import JobState, NodeState, Snapshot
@@ -152,9 +152,9 @@ def test_the_analytic_sjf_allocation_scores_no_worse_than_any_on_a_fine_grid(see
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_scoring_a_round_shares_candidates_only_between_jobs_of_the_same_rate_and_dataset_size(seed: int) -> None:
-    # score_jobs works the candidate allocations out once per (f*, dataset size); every job must still get
-    # exactly the choice best_choice works out for it alone.
+def test_remembered_candidates_serve_only_jobs_of_the_same_rate_dataset_size_and_cluster(seed: int) -> None:
+    # The candidate allocations are remembered per (f*, dataset size, cache, remote IO); every job must still
+    # get exactly the choice worked out for it alone, on this cluster and on one with other capacities.
     rng = random.Random(seed)
     sizes = {"A": 143 * GB, "B": 143 * GB, "C": 1360 * GB, "D": 20 * TB}  # A and B: two datasets, one size
     datasets = [rng.choice(list(sizes)) for _ in range(40)]
@@ -169,11 +169,15 @@ def test_scoring_a_round_shares_candidates_only_between_jobs_of_the_same_rate_an
         )
         for i, dataset in enumerate(datasets)
     ]
-    snapshot = cluster(jobs, gpus=64, cache=rng.randint(0, 30) * TB, io=rng.uniform(0.1, 10) * GB)
     readers = Counter(j.dataset_uri for j in jobs)
-    for estimator in (SiloDPerf(), VanillaPerf()):
-        choices = score_jobs(snapshot, estimator)
-        assert choices == {j.job_id: best_choice(j, snapshot, estimator, readers[j.dataset_uri]) for j in jobs}
+    for cache, io in ((rng.randint(0, 30) * TB, rng.uniform(0.1, 10) * GB), (5 * TB, 1 * GB), (20 * TB, 1 * GB)):
+        snapshot = cluster(jobs, gpus=64, cache=cache, io=io)
+        for estimator in (SiloDPerf(), VanillaPerf()):
+            choices = score_jobs(snapshot, estimator)
+            assert choices == {j.job_id: best_choice(j, snapshot, estimator, readers[j.dataset_uri]) for j in jobs}
+        for j in jobs:
+            shape = (perf.ideal_rate(j, j.gpus), j.dataset_bytes, snapshot.cache_capacity_bytes, io)
+            assert candidate_allocations(*shape) == candidate_allocations.__wrapped__(*shape)
 
 
 def test_sjf_grants_a_shared_dataset_its_cache_once() -> None:

@@ -36,8 +36,10 @@ still filling).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from datamgr.scheduler import perf
@@ -75,40 +77,53 @@ class MultiResourceSJF:
 def score_jobs(snapshot: Snapshot, estimator: Estimator) -> dict[str, Choice]:
     """Eq. 7 for every job of the snapshot, with the allocation that attains it."""
     readers = Counter(job.dataset_uri for job in snapshot.jobs.values())
-    candidates: dict[tuple[float, int], list[tuple[float, float]]] = {}  # many jobs share f* and dataset size
-    choices: dict[str, Choice] = {}
-    for job in snapshot.jobs.values():
-        ideal = perf.ideal_rate(job, job.gpus)
-        key = (ideal, job.dataset_bytes)
-        if key not in candidates:
-            candidates[key] = candidate_allocations(ideal, job.dataset_bytes, snapshot)
-        choices[job.job_id] = _lowest(job, candidates[key], snapshot, estimator, readers[job.dataset_uri])
-    return choices
+    capacity, io_limit = snapshot.cache_capacity_bytes, snapshot.remote_io_bytes_per_sec
+    return {
+        job.job_id: _lowest(
+            job,
+            candidate_allocations(perf.ideal_rate(job, job.gpus), job.dataset_bytes, capacity, io_limit),
+            snapshot,
+            estimator,
+            readers[job.dataset_uri],
+        )
+        for job in snapshot.jobs.values()
+    }
 
 
 def best_choice(job: JobState, snapshot: Snapshot, estimator: Estimator, readers: int) -> Choice:
     """The lowest-scoring of the candidate allocations derived in the module docstring (the first of equals)."""
-    candidates = candidate_allocations(perf.ideal_rate(job, job.gpus), job.dataset_bytes, snapshot)
+    candidates = candidate_allocations(
+        perf.ideal_rate(job, job.gpus),
+        job.dataset_bytes,
+        snapshot.cache_capacity_bytes,
+        snapshot.remote_io_bytes_per_sec,
+    )
     return _lowest(job, candidates, snapshot, estimator, readers)
 
 
-def candidate_allocations(ideal: float, dataset_bytes: int, snapshot: Snapshot) -> list[tuple[float, float]]:
+@functools.lru_cache(maxsize=4096)
+def candidate_allocations(
+    ideal: float, dataset_bytes: int, cache_capacity: int, io_limit: float
+) -> tuple[tuple[float, float], ...]:
     """(cache bytes, remote IO) of the allocations one of which minimizes the score of a job with f* `ideal`
     on a dataset of `dataset_bytes` (the module docstring): none, then the hit ratios {0, u0, min(1, C/d)}
-    in ascending order, each with the IO that feeds f* at that ratio (at most the limit)."""
-    io_limit = snapshot.remote_io_bytes_per_sec
-    full = perf.hit_ratio(snapshot.cache_capacity_bytes, dataset_bytes)
+    in ascending order, each with the IO that feeds f* at that ratio (at most the limit).
+
+    A function of four numbers that most jobs share with others, round after round (the same models on the
+    same datasets), so the answers are remembered."""
+    full = perf.hit_ratio(cache_capacity, dataset_bytes)
     hit_ratios = {0.0, full}
     if ideal > io_limit:
         hit_ratios.add(min(full, 1.0 - io_limit / ideal))
-    return [(0.0, 0.0)] + [
+    storage = [
         (u * dataset_bytes, min(io_limit, perf.remote_demand(ideal, u * dataset_bytes, dataset_bytes)))
         for u in sorted(hit_ratios)
     ]
+    return ((0.0, 0.0), *storage)
 
 
 def _lowest(
-    job: JobState, candidates: list[tuple[float, float]], snapshot: Snapshot, estimator: Estimator, readers: int
+    job: JobState, candidates: Sequence[tuple[float, float]], snapshot: Snapshot, estimator: Estimator, readers: int
 ) -> Choice:
     """The candidate with the lowest score, the first of equals (as `min` picks)."""
     remaining = job.remaining_bytes
