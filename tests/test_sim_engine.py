@@ -436,3 +436,34 @@ def test_a_jobs_state_carries_each_field_where_the_snapshot_expects_it() -> None
         io_bytes_per_sec=40 * MB,
         epoch_hit_ratio=0.25,
     )
+
+
+def cached_at_as_first_written(space: _Space, now: float) -> list[float]:
+    """`_Space.cached_at` with min() and max(), the oracle its comparisons must match bit for bit."""
+    if not space.filling(now):
+        return space.cached
+    elapsed = now - space.settled_at
+    uncached = [max(0.0, space.bin_bytes - c) for c in space.cached]
+    free = sum(uncached)
+    if free <= 0.0:
+        return space.cached
+    inflow = [
+        min(u, (space.whole_fetch * u / free + f) * elapsed) for u, f in zip(uncached, space.bin_fetch, strict=True)
+    ]
+    total = sum(inflow)
+    scale = min(1.0, (space.quota - space.held) / total) if total > 0.0 else 0.0
+    return [c + i * scale for c, i in zip(space.cached, inflow, strict=True)]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_filling_space_holds_what_the_fill_formula_says(seed: int) -> None:
+    rng = random.Random(seed)
+    space = _Space("ds", rng.choice([4, 10 * GB, 1300 * GB]), 0.0)
+    space.cached = [rng.choice([0.0, space.bin_bytes, rng.uniform(0, space.bin_bytes)]) for _ in range(4)]
+    space.held = sum(space.cached)
+    space.quota = rng.choice([space.held, space.held + rng.uniform(0, 4 * space.bin_bytes), 4 * space.bin_bytes])
+    space.whole_fetch = rng.choice([0.0, rng.uniform(0, 500 * MB)])
+    space.bin_fetch = [rng.choice([0.0, 0.0, rng.uniform(0, 100 * MB)]) for _ in range(4)]
+    space.total_fetch = space.whole_fetch + sum(space.bin_fetch)
+    for now in (0.0, rng.uniform(0, 10), rng.uniform(0, 1e5)):
+        assert space.cached_at(now) == cached_at_as_first_written(space, now)

@@ -75,16 +75,20 @@ class _Space:
         """Cached bytes per bin at `now` (no earlier than the last settle), without changing the space."""
         if not self.filling(now):
             return self.cached
+        # Every filling space is settled every round: clamps are comparisons, not min() and max() calls.
         elapsed = now - self.settled_at
-        uncached = [max(0.0, self.bin_bytes - c) for c in self.cached]
+        bin_bytes, whole = self.bin_bytes, self.whole_fetch
+        uncached = [bin_bytes - c if bin_bytes - c > 0.0 else 0.0 for c in self.cached]
         free = sum(uncached)
         if free <= 0.0:
             return self.cached
-        inflow = [
-            min(u, (self.whole_fetch * u / free + f) * elapsed) for u, f in zip(uncached, self.bin_fetch, strict=True)
-        ]
+        inflow = []
+        for u, f in zip(uncached, self.bin_fetch, strict=True):
+            fill = (whole * u / free + f) * elapsed
+            inflow.append(fill if fill < u else u)  # no bin fills beyond its size
         total = sum(inflow)
-        scale = min(1.0, (self.quota - self.held) / total) if total > 0.0 else 0.0
+        scale = (self.quota - self.held) / total if total > 0.0 else 0.0
+        scale = scale if scale < 1.0 else 1.0  # the quota stops admissions
         return [c + i * scale for c, i in zip(self.cached, inflow, strict=True)]
 
     def held_at(self, now: float) -> float:
