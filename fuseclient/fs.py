@@ -196,7 +196,7 @@ class SilodFS(pyfuse3.Operations):
         for item in handle.job.dataset.manifest.items_covering(handle.file_index, off, size):
             if item not in handle.items_seen:
                 handle.items_seen.add(item)
-                handle.job.record_access(item)
+                handle.job.record_access(item, read_ahead=item in handle.fetched.items)
 
     async def release(self, fh: int) -> None:
         del self._handles[fh]

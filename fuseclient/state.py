@@ -89,14 +89,16 @@ class JobState:
     epoch_hit_bytes: int = 0
     finished_epochs: list[EpochRecord] = field(default_factory=list)
 
-    def record_access(self, item: int) -> None:
-        """Count an access to `item` in the job's epoch bookkeeping (a hit if the item is cached now).
+    def record_access(self, item: int, *, read_ahead: bool = False) -> None:
+        """Count an access to `item` in the job's epoch bookkeeping: a hit if the item is cached now, unless
+        `read_ahead` says the reader's own read-ahead fetched it from the backend moments ago (it reached the
+        cache first, but its bytes came from remote for this reader, and the hit ratio sizes remote IO).
 
         An access either completes the epoch (it was the last unread item: it belongs to the old epoch) or,
         if the item was already read, ends the epoch early and opens the next one.
         """
         size = self.dataset.manifest.item_size(item)
-        hit = self.dataset.cache.contains(item)
+        hit = not read_ahead and self.dataset.cache.contains(item)
         epoch = self.tracker.epoch
         self.tracker.record(item)
         ended = self.tracker.epoch != epoch

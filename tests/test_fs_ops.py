@@ -128,29 +128,57 @@ def test_concurrent_misses_on_one_item_fetch_it_once(tmp_path: Path, quota: int)
     _run(tmp_path, quota, scenario)
 
 
-@pytest.mark.parametrize("quota", [0, 1 << 20])
-def test_a_missed_chunk_costs_one_backend_read_however_many_reads_cover_it(tmp_path: Path, quota: int) -> None:
-    chunk, size = 64 * 1024, 4 * 64 * 1024 + 1000
+CHUNK, BIG = 64 * 1024, 4 * 64 * 1024 + 1000  # a file of four full chunks and a 1000-byte tail
+
+
+def _run_big_file(
+    tmp_path: Path, quota: int, scenario: Callable[[JobState, SilodFS, int, bytes], Awaitable[None]]
+) -> None:
+    """Run `scenario(job, fs, inode, content)` over a dataset of one chunked file, its reads counted."""
     (tmp_path / "ds").mkdir()
-    content = random.Random(3).randbytes(size)
+    content = random.Random(3).randbytes(BIG)
     (tmp_path / "ds" / "big.bin").write_bytes(content)
     uri = f"file://{tmp_path / 'ds'}"
-    config = MountConfig(tmp_path / "mnt", tmp_path / "cache", {"job": uri}, {uri: quota}, chunk_size=chunk)
+    config = MountConfig(tmp_path / "mnt", tmp_path / "cache", {"job": uri}, {uri: quota}, chunk_size=CHUNK)
 
     async def main() -> None:
         mount = await build_state(config)
         fs = SilodFS(mount)
         job = mount.jobs["job"]
-        counting = _CountingBackend(job.dataset.backend)
-        job.dataset.backend = cast(Backend, counting)
+        job.dataset.backend = cast(Backend, _CountingBackend(job.dataset.backend))
         job_dir = await fs.lookup(pyfuse3.ROOT_INODE, b"job", CTX)
         big = await fs.lookup(job_dir.st_ino, b"big.bin", CTX)
-        info = await fs.open(big.st_ino, 0, CTX)
-        data = b"".join([await fs.read(info.fh, offset, 16 * 1024) for offset in range(0, size, 16 * 1024)])
-        await fs.release(info.fh)
-        assert data == content
-        assert len(counting.reads) == 5  # one per chunk: four full ones and the 1000-byte tail
-        assert job.bytes_from_remote == size
+        await scenario(job, fs, big.st_ino, content)
         job.dataset.cache.close()
 
     trio.run(main)
+
+
+async def _read_sequentially(fs: SilodFS, inode: int) -> bytes:
+    """One open, then reads of 16 KiB from the start to the end, as a reader streaming the file."""
+    info = await fs.open(inode, 0, CTX)
+    data = b"".join([await fs.read(info.fh, offset, 16 * 1024) for offset in range(0, BIG, 16 * 1024)])
+    await fs.release(info.fh)
+    return data
+
+
+@pytest.mark.parametrize("quota", [0, 1 << 20])
+def test_a_missed_chunk_costs_one_backend_read_however_many_reads_cover_it(tmp_path: Path, quota: int) -> None:
+    async def scenario(job: JobState, fs: SilodFS, inode: int, content: bytes) -> None:
+        assert await _read_sequentially(fs, inode) == content
+        assert len(cast(_CountingBackend, job.dataset.backend).reads) == 5  # one per chunk, the tail included
+        assert job.bytes_from_remote == BIG
+
+    _run_big_file(tmp_path, quota, scenario)
+
+
+def test_chunks_the_reader_read_ahead_count_as_misses_and_cached_ones_as_hits_next_epoch(tmp_path: Path) -> None:
+    # Each chunk the reader starts fetches the next one too, which reaches the cache before the reader does;
+    # its bytes still came from remote for this reader, so the first epoch has no hits at all.
+    async def scenario(job: JobState, fs: SilodFS, inode: int, content: bytes) -> None:
+        for _ in range(2):  # each pass reads every item: it completes an epoch
+            assert await _read_sequentially(fs, inode) == content
+        assert [(e.accessed_bytes, e.hit_bytes) for e in job.finished_epochs] == [(BIG, 0), (BIG, BIG)]
+        assert len(cast(_CountingBackend, job.dataset.backend).reads) == 5
+
+    _run_big_file(tmp_path, 1 << 20, scenario)
