@@ -9,7 +9,9 @@ side in the same run:
   throttled, each on a fresh cache.
 For each mount epoch it prints files/s, MB/s, bytes from remote, the epoch's hit ratio, the GET, HEAD and
 LIST requests the S3 server logged and the mount process's CPU seconds, then the ratios the targets are
-stated in.
+stated in. Each phase (local disk, each SDK pass, each mount run) starts after a `sync`, so the kernel's
+write-back of what an earlier phase wrote (gigabytes of uploads, copies and caches) does not take the
+CPUs from it.
 
 By default the S3 server shares every CPU with the readers and the mount, so a client is also measured by
 how much CPU it leaves the server. `--server-cpu N` pins the server to CPU N and everything else to the
@@ -87,8 +89,15 @@ def read_epoch(paths: list[Path], threads: int, rng: random.Random) -> tuple[flo
     return time.monotonic() - started, nbytes
 
 
+def settle() -> None:
+    """Write back the dirty pages earlier phases left (uploads, local copies, mount caches), so that the
+    kernel's flush of them, which takes CPU the two cores' readers need, does not land in the next phase."""
+    os.sync()
+
+
 def sdk_epoch(server: S3Server, bucket: str, keys: list[str], threads: int, ranges: list[str]) -> EpochResult:
     """One pass with boto3 at the same concurrency: each object whole (ranges == [""]) or by those ranges."""
+    settle()
     client = s3_client(server)
 
     def get(key: str) -> int:
@@ -186,6 +195,7 @@ def run_dataset(
     total = dataset.files * dataset.size
     local_paths = sorted(p for p in local.rglob("*") if p.is_file())
     local_results = []
+    settle()
     for _ in range(EPOCHS):
         seconds, nbytes = read_epoch(local_paths, threads, rng)
         local_results.append(EpochResult(seconds, dataset.files, nbytes))
@@ -210,6 +220,7 @@ def run_dataset(
         extra = ["--cache-size", f"{uri}={int(fraction * total)}", *options_args(server.backend_options())]
         if job_rate is not None:
             extra += ["--io-rate", f"job={job_rate}B/s"]
+        settle()
         process = mount({"job": uri}, *extra, name=f"{dataset.name}-{fraction}-{job_rate}")
         try:
             runs[label] = mount_epochs(process, dataset, threads, requests)
