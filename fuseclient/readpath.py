@@ -23,9 +23,9 @@ class FetchedItems:
     """Items one open file fetched from the backend and may still read: the current one and the next.
 
     An item the cache did not admit (its quota is full) would otherwise be fetched again by each of the
-    many kernel reads (128 KiB each) that cover one 4 MiB chunk; keeping it per open file makes one missed
+    many kernel reads (128 KiB to 1 MiB each) that cover one 4 MiB chunk; keeping it per open file makes one missed
     item cost exactly one backend GET. The next chunk of a file read sequentially is fetched alongside the
-    current one and waits here, so a reader of a large file has two requests in flight, not one.
+    current one and waits here, so a reader of a large file sends its GETs two at a time, not one.
     """
 
     items: dict[int, bytes] = field(default_factory=dict)
