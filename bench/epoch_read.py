@@ -4,20 +4,27 @@ N threads (default 4) read every file once per epoch in a fresh shuffled order, 
 (a) 3,000 files of 110 KB and (b) 4 files of 64 MiB, stored in an S3 server (moto, on loopback). Side by
 side in the same run:
 - local disk: the same files from a local directory (the ceiling of any mount);
-- direct SDK: boto3 GetObject at the same concurrency, one pass (the backend's ceiling);
+- direct SDK: boto3 GetObject at the same concurrency, one pass (the backend's ceiling; for the large files
+  also by the same 4 MiB ranges the mount fetches);
 - the mount: cache at 100 % (epoch 1 cold, epochs 2-3 warm) and 50 % of the dataset, unthrottled and
   throttled, each on a fresh cache.
 For each mount epoch it prints files/s, MB/s, bytes from remote, the epoch's hit ratio, the GET, HEAD and
 LIST requests the S3 server logged and the mount process's CPU seconds, then the ratios the targets are
-stated in. Each phase (local disk, each SDK pass, each mount run) starts after a `sync`, so the kernel's
-write-back of what an earlier phase wrote (gigabytes of uploads, copies and caches) does not take the
-CPUs from it.
+stated in. The cold-epoch ratio is the median over `--cold-pairs` pairs (default 3), each an SDK pass right
+before a fresh mount's cold epoch, so that both sides of a ratio see the same machine: a VM's speed drifts
+under sustained load, and one 2-second epoch against a pass minutes earlier is mostly noise.
+
+Each phase (local disk, each SDK pass, each mount run) starts after a `sync`, so the kernel's write-back of
+what an earlier phase wrote (gigabytes of uploads, copies and caches) does not take the CPUs from it; each
+mount's cache directory is removed when it stops, and each dataset's local copy and bucket when its section
+ends, so that their pages do not crowd the page cache of the phases after them.
 
 By default the S3 server shares every CPU with the readers and the mount, so a client is also measured by
 how much CPU it leaves the server. `--server-cpu N` pins the server to CPU N and everything else to the
 other CPUs instead, as when the object store is another machine.
 
     PYTHONPATH=. .venv/bin/python bench/epoch_read.py [--threads N] [--only small|large] [--server-cpu N]
+        [--cold-pairs N] [--rate BYTES_PER_SEC]
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ import argparse
 import os
 import random
 import re
+import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -33,6 +42,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.mount_fixtures import MountProcess, options_args
 from tests.storage_servers import S3Server, running_s3_server, s3_client
@@ -48,6 +58,13 @@ class Dataset:
     name: str
     files: int
     size: int
+
+
+@dataclass(frozen=True)
+class Options:
+    threads: int  # readers, and the SDK's concurrency
+    rate: int  # bytes/s of the throttled run
+    cold_pairs: int  # SDK passes, each followed by a fresh mount's cold epoch, that the cold ratio is taken over
 
 
 @dataclass(frozen=True)
@@ -139,7 +156,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def mount_epochs(mount: MountProcess, dataset: Dataset, threads: int, requests: RequestLog) -> list[EpochResult]:
+def mount_epochs(
+    mount: MountProcess, dataset: Dataset, threads: int, requests: RequestLog, epochs: int = EPOCHS
+) -> list[EpochResult]:
     assert mount.process is not None
     pid = mount.process.pid
     root = mount.job_dir("job")
@@ -147,7 +166,7 @@ def mount_epochs(mount: MountProcess, dataset: Dataset, threads: int, requests: 
     requests.take()  # the listing at mount time is not part of any epoch
     results, remote_before = [], 0
     rng = random.Random(1)
-    for epoch in range(1, EPOCHS + 1):
+    for epoch in range(1, epochs + 1):
         cpu_before = cpu_seconds(pid)
         seconds, nbytes = read_epoch(paths, threads, rng)
         cpu = cpu_seconds(pid) - cpu_before
@@ -174,8 +193,13 @@ def show(label: str, results: list[EpochResult]) -> None:
 
 
 def run_dataset(
-    dataset: Dataset, server: S3Server, workdir: Path, threads: int, rate: int, mount: Callable[..., MountProcess]
+    dataset: Dataset,
+    server: S3Server,
+    workdir: Path,
+    options: Options,
+    mount: Callable[..., MountProcess],
 ) -> None:
+    threads = options.threads
     print(f"\n== {dataset.name}: {dataset.files} files of {dataset.size / 1e6:.1f} MB, {threads} readers", flush=True)
     rng = random.Random(0)
     bucket = f"bench-{dataset.name}"
@@ -202,45 +226,73 @@ def run_dataset(
     show("local disk", local_results)
     sdk = sdk_epoch(server, bucket, keys, threads, [""])
     print(f"  {'direct SDK (GetObject)':<34} one pass: {sdk.files_per_sec:8.0f} files/s {sdk.mb_per_sec:8.1f} MB/s")
+    ranges, sdk_label = [""], "direct SDK (GetObject)"
     if dataset.size > CHUNK:
         # The mount fetches 4 MiB items; moto serves a range in time proportional to the whole object.
         ranges = [f"bytes={o}-{min(o + CHUNK, dataset.size) - 1}" for o in range(0, dataset.size, CHUNK)]
-        sdk = sdk_epoch(server, bucket, keys, threads, ranges)
-        label = "direct SDK, same 4 MiB ranges"
-        print(f"  {label:<34} one pass: {sdk.files_per_sec:8.0f} files/s {sdk.mb_per_sec:8.1f} MB/s")
+        sdk_label = "direct SDK, same 4 MiB ranges"
 
     uri = f"s3://{bucket}/train"
     requests = RequestLog(workdir / "moto" / "server.log", bucket)
-    runs = {}
-    for label, fraction, job_rate in (
-        ("mount, cache 100%, unthrottled", 1.0, None),
-        ("mount, cache 50%, unthrottled", 0.5, None),
-        (f"mount, cache 50%, {rate / 1e6:.0f} MB/s", 0.5, rate),
-    ):
+
+    def mount_run(name: str, fraction: float, job_rate: int | None, epochs: int = EPOCHS) -> list[EpochResult]:
+        """`epochs` epochs through a fresh mount with its own empty cache, removed afterwards so that its
+        files do not take the page cache from the phases after it."""
         extra = ["--cache-size", f"{uri}={int(fraction * total)}", *options_args(server.backend_options())]
         if job_rate is not None:
             extra += ["--io-rate", f"job={job_rate}B/s"]
         settle()
-        process = mount({"job": uri}, *extra, name=f"{dataset.name}-{fraction}-{job_rate}")
+        process = mount({"job": uri}, *extra, name=f"{dataset.name}-{name}")
         try:
-            runs[label] = mount_epochs(process, dataset, threads, requests)
+            return mount_epochs(process, dataset, threads, requests, epochs)
         finally:
             process.stop()
-        show(label, runs[label])
+            shutil.rmtree(workdir / f"{dataset.name}-{name}")
 
-    full, half, throttled = runs.values()
+    full = mount_run("full", 1.0, None)
+    show("mount, cache 100%, unthrottled", full)
+    half = mount_run("half", 0.5, None)
+    show("mount, cache 50%, unthrottled", half)
+    throttled = mount_run("throttled", 0.5, options.rate)
+    show(f"mount, cache 50%, {options.rate / 1e6:.0f} MB/s", throttled)
+
+    # The cold epoch against the backend's ceiling, in pairs run back to back so that both sides of a ratio
+    # see the same machine (a VM's speed drifts under sustained load).
+    cold_ratios = []
+    for pair in range(1, options.cold_pairs + 1):
+        sdk = sdk_epoch(server, bucket, keys, threads, ranges)
+        (cold,) = mount_run(f"cold{pair}", 1.0, None, epochs=1)
+        cold_ratios.append(cold.mb_per_sec / sdk.mb_per_sec)
+        print(
+            f"  {f'cold pair {pair}: {sdk_label}':<50} {sdk.mb_per_sec:8.1f} MB/s; mount's cold epoch "
+            f"{cold.mb_per_sec:8.1f} MB/s, mount CPU {cold.mount_cpu or 0:5.2f} s: {cold_ratios[-1]:.2f} x",
+            flush=True,
+        )
+    shutil.rmtree(local)
+    delete_bucket(client, bucket, keys)
+
     warm = sum(r.files_per_sec for r in full[1:]) / len(full[1:])
     local_warm = sum(r.files_per_sec for r in local_results[1:]) / len(local_results[1:])
     print(f"  -> warm epochs vs local disk: {warm / local_warm:.2f} x files/s")
-    print(f"  -> cold epoch vs direct SDK: {full[0].mb_per_sec / sdk.mb_per_sec:.2f} x MB/s; "
-          f"GETs {full[0].gets} for {dataset.files * -(-dataset.size // CHUNK)} items, "
+    median, listed = statistics.median(cold_ratios), ", ".join(f"{r:.2f}" for r in cold_ratios)
+    print(f"  -> cold epoch vs direct SDK: median {median:.2f} x MB/s of {len(cold_ratios)} pairs ({listed})")
+    print(f"  -> cold epoch requests: GETs {full[0].gets} for {dataset.files * -(-dataset.size // CHUNK)} items, "
           f"HEAD {sum(r.heads for r in full)}, LIST {sum(r.lists for r in full)} over {EPOCHS} epochs")  # fmt: skip
     print(f"  -> cache 50%: hit share of bytes in epochs 2, 3: {half[1].hit_ratio:.3f}, {half[2].hit_ratio:.3f}; "
           f"remote share {half[1].remote_bytes / total:.3f}, {half[2].remote_bytes / total:.3f}")  # fmt: skip
-    predicted = rate / (1 - 0.5) / 1e6
+    predicted = options.rate / (1 - 0.5) / 1e6
     measured = sum(r.mb_per_sec for r in throttled[1:]) / len(throttled[1:])
-    print(f"  -> throttled at {rate / 1e6:.0f} MB/s with half cached: epochs 2-3 read {measured:.1f} MB/s; "
+    print(f"  -> throttled at {options.rate / 1e6:.0f} MB/s with half cached: epochs 2-3 read {measured:.1f} MB/s; "
           f"SiloDPerf b/(1-c/d) predicts {predicted:.1f} MB/s")  # fmt: skip
+
+
+def delete_bucket(client: Any, bucket: str, keys: list[str]) -> None:
+    """Empty and remove a section's bucket, so that the server's memory and temporary files for it do not
+    weigh on the sections after it."""
+    for start in range(0, len(keys), 1000):  # DeleteObjects takes at most 1,000 keys
+        batch = [{"Key": key} for key in keys[start : start + 1000]]
+        client.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+    client.delete_bucket(Bucket=bucket)
 
 
 def main() -> int:
@@ -249,7 +301,11 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=20_000_000, help="bytes/s for the throttled run")
     parser.add_argument("--only", choices=["small", "large"])
     parser.add_argument("--server-cpu", type=int, metavar="N", help="run the S3 server alone on CPU N")
+    parser.add_argument("--cold-pairs", type=int, default=3, metavar="N", help="(SDK pass, cold epoch) pairs")
     args = parser.parse_args()
+    if args.cold_pairs < 1:
+        parser.error(f"--cold-pairs {args.cold_pairs}: the cold ratio needs at least one pair")
+    options = Options(args.threads, args.rate, args.cold_pairs)
     server_cpus = None
     if args.server_cpu is not None:
         others = os.sched_getaffinity(0) - {args.server_cpu}
@@ -274,7 +330,7 @@ def main() -> int:
             try:
                 for dataset in datasets:
                     if args.only in (None, dataset.name):
-                        run_dataset(dataset, server, workdir, args.threads, args.rate, mount)
+                        run_dataset(dataset, server, workdir, options, mount)
             finally:
                 for process in started:
                     process.stop()
