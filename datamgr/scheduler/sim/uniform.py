@@ -73,23 +73,7 @@ class _Space:
 
     def cached_at(self, now: float) -> list[float]:
         """Cached bytes per bin at `now` (no earlier than the last settle), without changing the space."""
-        if not self.filling(now):
-            return self.cached
-        # Every filling space is settled every round: clamps are comparisons, not min() and max() calls.
-        elapsed = now - self.settled_at
-        bin_bytes, whole = self.bin_bytes, self.whole_fetch
-        uncached = [bin_bytes - c if bin_bytes - c > 0.0 else 0.0 for c in self.cached]
-        free = sum(uncached)
-        if free <= 0.0:
-            return self.cached
-        inflow = []
-        for u, f in zip(uncached, self.bin_fetch, strict=True):
-            fill = (whole * u / free + f) * elapsed
-            inflow.append(fill if fill < u else u)  # no bin fills beyond its size
-        total = sum(inflow)
-        scale = (self.quota - self.held) / total if total > 0.0 else 0.0
-        scale = scale if scale < 1.0 else 1.0  # the quota stops admissions
-        return [c + i * scale for c, i in zip(self.cached, inflow, strict=True)]
+        return self._filled(now) if self.filling(now) else self.cached
 
     def held_at(self, now: float) -> float:
         """Cached bytes at `now`, without changing the space."""
@@ -98,12 +82,34 @@ class _Space:
         if self.total_fetch == self.whole_fetch:  # only whole-dataset readers: their fills spread over all bins
             free = STAGES * self.bin_bytes - self.held
             return self.held + min(self.quota - self.held, free, self.whole_fetch * (now - self.settled_at))
-        return sum(self.cached_at(now))
+        return sum(self._filled(now))
 
     def settle(self, now: float) -> None:
         if self.filling(now):
-            self._hold(self.cached_at(now))
-        self.settled_at = max(self.settled_at, now)
+            self._hold(self._filled(now))
+        if now > self.settled_at:
+            self.settled_at = now
+
+    def _filled(self, now: float) -> list[float]:
+        """`cached_at` of a filling space.
+
+        Every filling space is settled every round, and a coordl round has a private space per running job:
+        clamps are comparisons, not min() and max() calls, and each bin's inflow is clamped as it is worked
+        out."""
+        elapsed = now - self.settled_at
+        bin_bytes, whole = self.bin_bytes, self.whole_fetch
+        uncached = [bin_bytes - c if bin_bytes - c > 0.0 else 0.0 for c in self.cached]
+        free = sum(uncached)
+        if free <= 0.0:
+            return self.cached
+        inflow = [  # no bin fills beyond its size
+            fill if (fill := (whole * u / free + f) * elapsed) < u else u
+            for u, f in zip(uncached, self.bin_fetch, strict=True)
+        ]
+        total = sum(inflow)
+        scale = (self.quota - self.held) / total if total > 0.0 else 0.0
+        scale = scale if scale < 1.0 else 1.0  # the quota stops admissions
+        return [c + i * scale for c, i in zip(self.cached, inflow, strict=True)]
 
     def set_quota(self, quota: float, now: float) -> list[JobRun]:
         """A new quota (after `settle`); a shrink evicts uniformly at random at once. Returns the readers
@@ -192,8 +198,8 @@ class UniformCache:
                 changed += space.set_quota(quotas.get(key, 0), now)
                 if not space.readers and space.quota == 0:  # nothing held, no one to hold it for
                     del spaces[key]
-        for space in self._spaces():
-            space.recount_fetches()
+                else:
+                    space.recount_fetches()
         return changed
 
     def begin_segment(self, job: JobRun, now: float) -> None:
@@ -237,14 +243,16 @@ class UniformCache:
         for space in self._spaces():
             held = space.held_at(now)
             best = 0.0
-            for reader in space.readers.values():  # sampled every minute: plain comparisons, not max()
+            # Sampled every minute over every space (a coordl run has one per running job): plain comparisons,
+            # not max() and min(), and `region_bytes` worked out in place.
+            for reader in space.readers.values():
                 segment = reader.job.segment
                 if segment is not None and reader.job.gpus > 0:
-                    hits = segment.hit_ratio * space.region_bytes(reader.region)
+                    hits = segment.hit_ratio * (space.bin_bytes * reader.region.bins)
                     if hits > best:
                         best = hits
             cached += held
-            effective += min(best, held)
+            effective += held if held < best else best
         return CacheTotals(cached, effective)
 
     def _spaces(self) -> list[_Space]:
@@ -252,24 +260,25 @@ class UniformCache:
 
     def _bind(self, job: JobRun, job_cache_bytes: Mapping[str, int], now: float) -> bool:
         """Make `job` read through the space the decision gives it; True if that moved a job with a segment."""
-        if job.job_id in job_cache_bytes:
-            space = self._private.get(job.job_id)
+        job_id = job.job_id
+        if job_id in job_cache_bytes:
+            space = self._private.get(job_id)
             if space is None:
-                space = self._private[job.job_id] = _Space(job.trace.dataset, job.trace.dataset_bytes, now)
+                space = self._private[job_id] = _Space(job.trace.dataset, job.trace.dataset_bytes, now)
         else:
             space = self._shared.get(job.trace.dataset)
             if space is None:
                 space = self._shared[job.trace.dataset] = _Space(job.trace.dataset, job.trace.dataset_bytes, now)
-        reader = self._readers.get(job.job_id)
+        reader = self._readers.get(job_id)
         if reader is not None and reader.space is space:
             return False
         moved = False
         if reader is None:
-            reader = self._readers[job.job_id] = _Reader(job, space)
+            reader = self._readers[job_id] = _Reader(job, space)
         else:
             fetch = reader.fetch
             self._withdraw(reader)
-            del reader.space.readers[job.job_id]
+            del reader.space.readers[job_id]
             reader.space = space
             reader.fetch = fetch
             space.add_fetch(reader.region, fetch)
@@ -277,7 +286,7 @@ class UniformCache:
                 region_bytes = space.region_bytes(reader.region)
                 job.segment.hit_ratio = min(1.0, space.region_cached(reader.region) / region_bytes)
                 moved = True
-        space.readers[job.job_id] = reader
+        space.readers[job_id] = reader
         space.recounted = False
         return moved
 
