@@ -23,19 +23,22 @@ def water_fill(caps: Mapping[str, float], budget: float, floor: Mapping[str, int
     unit), or what it still has room for. While there is at least a unit per hungry key, a pass cannot run
     out midway, so its outcome does not depend on the order: those passes are done on the keys sorted by
     room, giving the keys that fill up their room and the others the share, in time proportional to the
-    keys that fill up (`_whole_passes`). The last passes, which run out midway, go key by key."""
-    shares = {key: int((floor or {}).get(key, 0)) for key in caps}
+    keys that fill up (`_whole_passes`). The last passes, which run out midway, go key by key.
+    Every baseline splits remote IO over every running job with it each round: clamps are comparisons."""
+    shares = {key: int(floor.get(key, 0)) for key in caps} if floor else dict.fromkeys(caps, 0)
     left = int(budget) - sum(shares.values())
     if left <= 0:
         return shares
-    limits = {key: int(caps[key]) for key in caps if shares[key] < caps[key]}
+    limits = {key: int(cap) for key, cap in caps.items() if shares[key] < cap}
     left = _whole_passes(shares, limits, left)
     hungry = sorted(key for key in limits if shares[key] < limits[key])
     while left > 0 and hungry:
         share = max(1, left // len(hungry))
         still_hungry = []
         for key in hungry:
-            extra = min(share, limits[key] - shares[key], left)
+            room = limits[key] - shares[key]
+            extra = share if share < room else room  # min(share, room, left), compared in place
+            extra = extra if extra < left else left
             shares[key] += extra
             left -= extra
             if shares[key] < limits[key]:
@@ -49,13 +52,14 @@ def water_fill(caps: Mapping[str, float], budget: float, floor: Mapping[str, int
 def _whole_passes(shares: dict[str, int], limits: Mapping[str, int], left: int) -> int:
     """`water_fill`'s passes while `left` holds a unit for every key below its limit, applied to `shares`;
     returns what is left."""
-    by_room = sorted(limits, key=lambda key: limits[key] - shares[key])
+    room = {key: limit - shares[key] for key, limit in limits.items()}
+    by_room = sorted(room, key=room.__getitem__)
     full = 0  # by_room[:full] have reached their limits
     level = 0  # what each of by_room[full:] has been given so far
     while full < len(by_room) and left >= len(by_room) - full > 0:
         share = left // (len(by_room) - full)
-        while full < len(by_room) and limits[by_room[full]] - shares[by_room[full]] - level <= share:
-            left -= limits[by_room[full]] - shares[by_room[full]] - level
+        while full < len(by_room) and room[by_room[full]] - level <= share:
+            left -= room[by_room[full]] - level
             shares[by_room[full]] = limits[by_room[full]]
             full += 1
         left -= share * (len(by_room) - full)
