@@ -47,21 +47,24 @@ def check_decision(decision: Decision, snapshot: Snapshot, scheduler: str) -> No
 
 
 def _check_placements(placements: Placements, snapshot: Snapshot, where: str) -> None:
+    """Checked every round over every running job: the snapshot's mappings are read once, a job's GPUs are
+    added up in the same loop that checks them."""
+    jobs, nodes = snapshot.jobs, snapshot.nodes
     used: dict[str, int] = {}
     for job_id, placement in placements.items():
-        job = snapshot.jobs.get(job_id)
+        job = jobs.get(job_id)
         if job is None:
             raise InvalidDecision(f"{where}: placed job {job_id!r}, which is not waiting or running")
+        held = 0
         for node_id, gpus in placement.items():
-            if node_id not in snapshot.nodes:
+            if node_id not in nodes:
                 raise InvalidDecision(f"{where}: placed job {job_id!r} on node {node_id!r}, which does not exist")
             if gpus <= 0:
                 raise InvalidDecision(f"{where}: placed job {job_id!r} on {gpus} GPUs of node {node_id!r}")
             used[node_id] = used.get(node_id, 0) + gpus
-        if sum(placement.values()) > job.gpus:
-            raise InvalidDecision(
-                f"{where}: gave job {job_id!r} {sum(placement.values())} GPUs, more than the {job.gpus} it asks for"
-            )
+            held += gpus
+        if held > job.gpus:
+            raise InvalidDecision(f"{where}: gave job {job_id!r} {held} GPUs, more than the {job.gpus} it asks for")
     for node_id, gpus in used.items():
         if gpus > snapshot.nodes[node_id].gpus:
             raise InvalidDecision(
