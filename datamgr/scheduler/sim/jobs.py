@@ -130,8 +130,14 @@ class JobRun:
 
     def place(self, placement: Mapping[str, int], io: float, now: float) -> bool:
         """Take a placement ({} to stop) and an IO allocation; True if either changed, so its rates may have."""
-        if placement == self.placement and (io == self.io or not placement):
-            return False
+        if placement == self.placement:
+            if io == self.io or not placement:
+                return False
+            # Only the IO changed, as it does for many jobs each round under a baseline's fair-shared IO.
+            self.advance(now)
+            self.io = io
+            self._queued_state = None
+            return True
         self.advance(now)
         preempted = self.running and not placement
         self.placement = MappingProxyType(dict(placement)) if placement else _NOWHERE
