@@ -130,7 +130,7 @@ class JobRun:
 
     def place(self, placement: Mapping[str, int], io: float, now: float) -> bool:
         """Take a placement ({} to stop) and an IO allocation; True if either changed, so its rates may have."""
-        if placement == self.placement:
+        if placement is self.placement or placement == self.placement:  # most rounds hand a job its own back
             if io == self.io or not placement:
                 return False
             # Only the IO changed, as it does for many jobs each round under a baseline's fair-shared IO.
