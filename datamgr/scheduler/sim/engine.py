@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 from datamgr.scheduler.registry import Scheduler
 from datamgr.scheduler.sim.caches import LRU_CACHE_SYSTEMS, CacheModel
@@ -109,8 +109,7 @@ class _Arrival:
     job: JobRun
 
 
-@dataclass(frozen=True, slots=True)
-class _Boundary:
+class _Boundary(NamedTuple):  # scheduled at every rate change, like `Event`: a tuple is cheaper to build
     job: JobRun
     version: int  # stale once the job's version moves on
 
