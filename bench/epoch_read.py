@@ -24,7 +24,7 @@ how much CPU it leaves the server. `--server-cpu N` pins the server to CPU N and
 other CPUs instead, as when the object store is another machine.
 
     PYTHONPATH=. .venv/bin/python bench/epoch_read.py [--threads N] [--only small|large] [--server-cpu N]
-        [--cold-pairs N] [--rate BYTES_PER_SEC]
+        [--cold-pairs N] [--rate BYTES_PER_SEC] [--work-dir DIR]
 """
 
 from __future__ import annotations
@@ -302,7 +302,12 @@ def main() -> int:
     parser.add_argument("--only", choices=["small", "large"])
     parser.add_argument("--server-cpu", type=int, metavar="N", help="run the S3 server alone on CPU N")
     parser.add_argument("--cold-pairs", type=int, default=3, metavar="N", help="(SDK pass, cold epoch) pairs")
+    parser.add_argument("--work-dir", type=Path, metavar="DIR", help="the run's TMPDIR: caches, copies, server files")
     args = parser.parse_args()
+    if args.work_dir is not None:
+        if not args.work_dir.is_dir():
+            parser.error(f"--work-dir {args.work_dir}: not an existing directory")
+        os.environ["TMPDIR"] = str(args.work_dir.resolve())  # for the S3 server's and the mounts' files too
     if args.cold_pairs < 1:
         parser.error(f"--cold-pairs {args.cold_pairs}: the cold ratio needs at least one pair")
     options = Options(args.threads, args.rate, args.cold_pairs)
@@ -315,7 +320,7 @@ def main() -> int:
         os.sched_setaffinity(0, others)  # before any thread or child exists: they all inherit it
         print(f"S3 server on CPU {args.server_cpu}; readers, SDK and mounts on CPUs {sorted(others)}", flush=True)
     datasets = [Dataset("small", 3000, 110_000), Dataset("large", 4, 64 * 1024 * 1024)]
-    with tempfile.TemporaryDirectory(prefix="silod-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="silod-bench-", dir=args.work_dir) as tmp:
         workdir = Path(tmp)
         (workdir / "moto").mkdir()
         with running_s3_server(workdir / "moto", cpus=server_cpus) as server:
