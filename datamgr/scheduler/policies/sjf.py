@@ -77,16 +77,8 @@ class MultiResourceSJF:
 def score_jobs(snapshot: Snapshot, estimator: Estimator) -> dict[str, Choice]:
     """Eq. 7 for every job of the snapshot, with the allocation that attains it."""
     readers = Counter(job.dataset_uri for job in snapshot.jobs.values())
-    capacity, io_limit = snapshot.cache_capacity_bytes, snapshot.remote_io_bytes_per_sec
     return {
-        job.job_id: _lowest(
-            job,
-            candidate_allocations(perf.ideal_rate(job, job.gpus), job.dataset_bytes, capacity, io_limit),
-            snapshot,
-            estimator,
-            readers[job.dataset_uri],
-        )
-        for job in snapshot.jobs.values()
+        job.job_id: best_choice(job, snapshot, estimator, readers[job.dataset_uri]) for job in snapshot.jobs.values()
     }
 
 
