@@ -242,12 +242,13 @@ def run_dataset(
         if job_rate is not None:
             extra += ["--io-rate", f"job={job_rate}B/s"]
         settle()
-        process = mount({"job": uri}, *extra, name=f"{dataset.name}-{name}")
+        run_dir = f"{dataset.name}-{name}"
+        process = mount({"job": uri}, *extra, name=run_dir)
         try:
             return mount_epochs(process, dataset, threads, requests, epochs)
         finally:
             process.stop()
-            shutil.rmtree(workdir / f"{dataset.name}-{name}")
+            shutil.rmtree(workdir / run_dir)
 
     full = mount_run("full", 1.0, None)
     show("mount, cache 100%, unthrottled", full)
