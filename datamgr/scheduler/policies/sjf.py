@@ -40,7 +40,7 @@ import functools
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from datamgr.scheduler import perf
 from datamgr.scheduler.perf import Estimator
@@ -50,13 +50,15 @@ from datamgr.scheduler.sharing import fill_idle_cache, fill_in_order, water_fill
 from datamgr.scheduler.snapshot import JobState, Snapshot
 
 
-@dataclass(frozen=True, slots=True)
-class Choice:
-    """The allocation that minimizes a job's score, and the score."""
+class Choice(NamedTuple):
+    """The allocation that minimizes a job's score, and the score (a named tuple: one per job per round)."""
 
     score: float
     cache_bytes: float  # for the job's dataset
     io_bytes_per_sec: float
+
+
+NO_STORAGE: tuple[float, float] = (0.0, 0.0)  # (cache bytes, remote IO) of R = (g, 0, 0), the first candidate
 
 
 class MultiResourceSJF:
@@ -83,7 +85,12 @@ def score_jobs(snapshot: Snapshot, estimator: Estimator) -> dict[str, Choice]:
 
 
 def best_choice(job: JobState, snapshot: Snapshot, estimator: Estimator, readers: int) -> Choice:
-    """The lowest-scoring of the candidate allocations derived in the module docstring (the first of equals)."""
+    """The lowest-scoring of the candidate allocations derived in the module docstring (the first of equals).
+
+    Under an estimator that ignores storage every candidate runs at the same rate, so the first, R = (g, 0, 0),
+    the cheapest, wins: the others are not worked out (a cache-oblivious round scores its whole queue)."""
+    if not estimator.storage_aware:
+        return _lowest(job, (NO_STORAGE,), snapshot, estimator, readers)
     candidates = candidate_allocations(
         perf.ideal_rate(job, job.gpus),
         job.dataset_bytes,
@@ -111,7 +118,7 @@ def candidate_allocations(
         (u * dataset_bytes, min(io_limit, perf.remote_demand(ideal, u * dataset_bytes, dataset_bytes)))
         for u in sorted(hit_ratios)
     ]
-    return ((0.0, 0.0), *storage)
+    return (NO_STORAGE, *storage)
 
 
 def _lowest(
