@@ -1,22 +1,26 @@
 """Finding policies by name: unknown names are refused with the known ones listed, and a policy a site
 installs under the `silod.policies` entry-point group is found and run like a built-in. A paired scheduler's
-notes are the policy's and its storage side's, formatted only when read."""
+notes are the policy's and its storage side's, formatted only when read; a storage-only policy is not run
+where a baseline replaces its storage."""
 
 from __future__ import annotations
 
 import sys
 import textwrap
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
 import pytest
 
-from datamgr.scheduler.policy import LazyNotes, MergedNotes
+from datamgr.scheduler.perf import Estimator, SiloDPerf, VanillaPerf
+from datamgr.scheduler.policy import Decision, LazyNotes, MergedNotes
 from datamgr.scheduler.registry import (
     BUILTIN_POLICIES,
     CACHE_SYSTEMS,
     ENTRY_POINT_GROUP,
+    FilledIn,
     UnknownPolicy,
     available_policies,
     build_scheduler,
@@ -128,3 +132,36 @@ def test_a_filled_in_decision_has_the_policys_notes_and_the_storage_policys(cach
     own = load_policy("sjf").schedule(snapshot, scheduler.estimator).notes
     assert {key: notes[key] for key in own} == dict(own)
     assert set(notes) >= set(snapshot.jobs) and (cache_system == "silod" or "cache" in notes)
+
+
+class StorageOnlySpy:
+    """A storage-only policy that counts its rounds and decides nothing."""
+
+    name = "storage-spy"
+    storage_only = True
+
+    def __init__(self) -> None:
+        self.rounds = 0
+
+    def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
+        self.rounds += 1
+        return Decision()
+
+
+@pytest.mark.parametrize("cache_system", [name for name, baseline in CACHE_SYSTEMS.items() if baseline is not None])
+def test_a_storage_only_policy_is_not_run_under_a_baseline_that_replaces_its_storage(cache_system: str) -> None:
+    spy = StorageOnlySpy()
+    baseline = build_scheduler("fifo", cache_system).policy
+    assert isinstance(baseline, FilledIn)
+    replace(baseline, policy=spy).schedule(two_jobs_one_gpu(), VanillaPerf())
+    assert spy.rounds == 0
+    # Where the policy's storage is used, it is run.
+    FilledIn(spy, load_policy("fifo"), load_policy("greedy"), storage_overrides=False).schedule(
+        two_jobs_one_gpu(), SiloDPerf()
+    )
+    assert spy.rounds == 1
+    # So greedy over a baseline is FIFO over it, notes and all.
+    snapshot = two_jobs_one_gpu()
+    assert build_scheduler("greedy", cache_system).decide(snapshot) == build_scheduler("fifo", cache_system).decide(
+        snapshot
+    )

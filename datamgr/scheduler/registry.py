@@ -112,7 +112,9 @@ class FilledIn:
 
     Compute comes from `compute` when the policy leaves it undecided. Storage comes from `storage` when the
     policy leaves it undecided, or always when `storage_overrides` (a cache-system baseline allocates
-    storage its own way whatever the scheduler would have chosen).
+    storage its own way whatever the scheduler would have chosen). A policy that declares
+    `storage_only = True` (it never decides compute) is then not run at all: nothing of its decision would
+    be used.
     """
 
     policy: Policy
@@ -125,7 +127,10 @@ class FilledIn:
         return self.policy.name
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
-        decision = self.policy.schedule(snapshot, estimator)
+        if self.storage_overrides and getattr(self.policy, "storage_only", False):
+            decision = Decision()  # all it could decide is storage, which `storage` decides instead
+        else:
+            decision = self.policy.schedule(snapshot, estimator)
         placements = decision.placements
         if placements is None:
             placements = self.compute.schedule(snapshot, estimator).placements or current_placements(snapshot)

@@ -71,6 +71,7 @@ class GreedyStorage:
     """Algorithm 2 as a storage-only policy: compute is left to the cluster scheduler (FIFO in the paper)."""
 
     name = "greedy"
+    storage_only = True  # never decides placements (`registry.FilledIn` relies on it)
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
         running = snapshot.running_jobs()
