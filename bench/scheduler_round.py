@@ -91,7 +91,7 @@ def synthetic_job(rng: random.Random, index: int, dataset: Dataset, submit_time:
 def with_progress(rng: random.Random, job: JobState, now: float) -> JobState:
     """A running job part-way through its training, with the GPU time it took to get there."""
     seconds = rng.uniform(0.0, min(now - job.submit_time, 0.9 * job.total_bytes / job.ideal_bytes_per_sec))
-    return replace(job, done_bytes=seconds * job.ideal_bytes_per_sec, attained_gpu_seconds=seconds * job.gpus)
+    return job._replace(done_bytes=seconds * job.ideal_bytes_per_sec, attained_gpu_seconds=seconds * job.gpus)
 
 
 def build_snapshot(args: argparse.Namespace) -> Snapshot:

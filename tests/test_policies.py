@@ -115,8 +115,8 @@ def test_with_silod_perf_sjf_prefers_the_more_cache_efficient_of_two_otherwise_e
     # Section 5.1: two ResNet-50 jobs on the same GPUs for the same number of steps; ImageNet-1k costs a
     # tenth of ImageNet-22k's cache. The 22k job was submitted first, so only its cost can put it second.
     steps_bytes = 90 * 143 * GB
-    on_22k = replace(job("22k", "imagenet-22k", 1360 * GB, gpus=8), total_bytes=steps_bytes)
-    on_1k = replace(job("1k", "imagenet-1k", 143 * GB, gpus=8, submitted=1.0), total_bytes=steps_bytes)
+    on_22k = job("22k", "imagenet-22k", 1360 * GB, gpus=8)._replace(total_bytes=steps_bytes)
+    on_1k = job("1k", "imagenet-1k", 143 * GB, gpus=8, submitted=1.0)._replace(total_bytes=steps_bytes)
     snapshot = cluster([on_22k, on_1k], gpus=8, cache=1400 * GB, io=50 * MB)
     assert MultiResourceSJF().schedule(snapshot, VanillaPerf()).placements == {"22k": {"node-0": 8}}
     assert MultiResourceSJF().schedule(snapshot, SiloDPerf()).placements == {"1k": {"node-0": 8}}

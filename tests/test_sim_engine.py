@@ -11,7 +11,6 @@ import io
 import json
 import math
 import random
-from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
@@ -428,8 +427,7 @@ def test_a_jobs_state_carries_each_field_where_the_snapshot_expects_it() -> None
     run_.segment = Segment(0.25, 10 * GB)
     run_.rate, run_.remote_rate = 50 * MB, 37.5 * MB
     run_.advance(15.0)
-    assert run_.state() == replace(
-        queued,
+    assert run_.state() == queued._replace(
         done_bytes=500 * MB,
         attained_gpu_seconds=20.0,
         placement=MappingProxyType({"n": 2}),
