@@ -20,9 +20,14 @@ system-packages:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-$(VENV)/.installed: pyproject.toml
+# The install compiles the scheduler's hot modules in place with mypyc (setup.py), so it is redone whenever one
+# of its sources changes: Python runs a compiled copy in preference to its source.
+SCHEDULER_SOURCES := $(shell find datamgr/scheduler -name '*.py')
+
+$(VENV)/.installed: pyproject.toml setup.py $(SCHEDULER_SOURCES)
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	@echo "installing silod and compiling its scheduler modules with mypyc (about a minute)"
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $@
 

@@ -77,7 +77,7 @@ def test_the_vanilla_estimator_ignores_cache_and_remote_io() -> None:
     job = resnet50()
     assert VanillaPerf().throughput(job, job.gpus, 0.0, 0.0) == job.ideal_bytes_per_sec
     assert VanillaPerf().throughput(job, 4, 0.0, 0.0) == job.ideal_bytes_per_sec / 2
-    assert not VanillaPerf.storage_aware
+    assert not VanillaPerf().storage_aware
     assert SiloDPerf.storage_aware
 
 

@@ -27,10 +27,10 @@ from datamgr.scheduler.registry import CACHE_SYSTEMS, Scheduler, UnknownPolicy, 
 from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale
 from datamgr.scheduler.sim.decisions import InvalidDecision
-from datamgr.scheduler.sim.engine import SimulationStalled, check_inputs, simulate
+from datamgr.scheduler.sim.engine import check_inputs, simulate
 from datamgr.scheduler.sim.fields import SimInputError, format_duration
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
-from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimResult, TraceJob
+from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimResult, SimulationStalled, TraceJob
 from datamgr.scheduler.sim.scenarios import available_scenarios, load_scenario
 from datamgr.scheduler.sim.trace import load_trace, write_trace
 

@@ -38,15 +38,20 @@ from datamgr.scheduler.sim.events import EventKind, EventQueue
 from datamgr.scheduler.sim.jobs import JobRun
 from datamgr.scheduler.sim.lru import LruPool
 from datamgr.scheduler.sim.measures import EqualShareRates, Fairness, fairness
-from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, RemoteIoLedger, Sample, SimConfig, SimResult, TraceJob
+from datamgr.scheduler.sim.model import (
+    ClusterSpec,
+    JobOutcome,
+    RemoteIoLedger,
+    Sample,
+    SimConfig,
+    SimResult,
+    SimulationStalled,
+    TraceJob,
+)
 from datamgr.scheduler.sim.uniform import UniformCache
 from datamgr.scheduler.snapshot import DatasetState, JobState, Snapshot
 
 Progress = Callable[[float, int, int], None]
-
-
-class SimulationStalled(RuntimeError):
-    """Jobs are left, none can make progress and nothing is due to arrive: the run would never end."""
 
 
 def simulate(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class EventKind(IntEnum):
@@ -30,7 +30,7 @@ class Event(NamedTuple):
 
     time: float
     kind: EventKind
-    payload: object = None
+    payload: Any = None  # the engine's; `Any`, as mypyc (setup.py) cannot build a named tuple with an `object` field
 
 
 class EventQueue:

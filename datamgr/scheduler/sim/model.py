@@ -12,6 +12,13 @@ from dataclasses import dataclass, field
 from datamgr.scheduler.snapshot import NodeState
 
 
+class SimulationStalled(RuntimeError):
+    """Jobs are left, none can make progress and nothing is due to arrive: the run would never end.
+
+    Defined here, not in the engine that raises it: the engine is compiled (setup.py), and a compiled module
+    cannot define a subclass of a built-in exception."""
+
+
 @dataclass(frozen=True, slots=True)
 class TraceJob:
     """One job of a trace. `ideal_bytes_per_sec` is f* on all `gpus`; the job trains for `epochs` passes
