@@ -60,4 +60,5 @@ proto: setup
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -Iproto --python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. $(PROTO_SRC)
 
 clean:
-	rm -rf $(VENV) node_modules .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) node_modules .mypy_cache .pytest_cache .ruff_cache build
+	find datamgr -name '*.so' -delete
