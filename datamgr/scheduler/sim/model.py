@@ -15,8 +15,8 @@ from datamgr.scheduler.snapshot import NodeState
 class SimulationStalled(RuntimeError):
     """Jobs are left, none can make progress and nothing is due to arrive: the run would never end.
 
-    Defined here, not in the engine that raises it: the engine is compiled (setup.py), and a compiled module
-    cannot define a subclass of a built-in exception."""
+    Defined here, not in the engine that raises it: the engine is compiled (setup.py), and mypyc cannot
+    compile a subclass of RuntimeError."""
 
 
 @dataclass(frozen=True, slots=True)
