@@ -1,5 +1,6 @@
 """`silod sim` and its reports: the summary math on hand-made results, the CSV and PNG files, the progress
-line, and the command end to end (generate, one run on the micro scenario, a compare on a tiny trace).
+line, and the command end to end (generate, one run on the micro scenario, a compare on a tiny trace, one
+at a time and in worker processes).
 
 The command-line tests go through `datamgr.cli.main.main`, so they need `silod sim` wired into main.py.
 """
@@ -217,7 +218,8 @@ def test_sim_runs_the_micro_scenario_and_writes_its_outputs(tmp_path: Path, caps
         assert is_png(out / name), name
 
 
-def test_compare_prints_one_row_per_pair_with_speedups(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def tiny_inputs(tmp_path: Path) -> list[str]:
+    """--trace and --cluster arguments for three jobs on one 4-GPU node."""
     trace = tmp_path / "tiny.csv"
     trace.write_text(
         "job_id,arrival,gpus,model,ideal_rate,dataset,dataset_size,epochs\n"
@@ -227,21 +229,13 @@ def test_compare_prints_one_row_per_pair_with_speedups(tmp_path: Path, capsys: p
     )
     cluster = tmp_path / "c.toml"
     cluster.write_text('nodes = 1\ngpus_per_node = 4\ncache_per_node = "500GB"\nremote_io = "100MB/s"\n')
+    return ["--trace", str(trace), "--cluster", str(cluster)]
+
+
+def test_compare_prints_one_row_per_pair_with_speedups(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cmp"
-    argv = [
-        "sim",
-        "compare",
-        "--trace",
-        str(trace),
-        "--cluster",
-        str(cluster),
-        "--policies",
-        "fifo",
-        "--cache-systems",
-        "alluxio,silod",
-        "--out",
-        str(out),
-    ]
+    argv = ["sim", "compare", *tiny_inputs(tmp_path), "--policies", "fifo", "--cache-systems", "alluxio,silod"]
+    argv += ["--out", str(out)]
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == [
@@ -264,3 +258,50 @@ def test_compare_prints_one_row_per_pair_with_speedups(tmp_path: Path, capsys: p
     assert silod[-1] == f"{speedup:.2f}x"
     assert is_png(out / "jct_cdf.png")
     assert (out / "fifo-silod" / "jobs.csv").exists() and (out / "fifo-alluxio" / "decisions.jsonl").exists()
+
+
+def test_compare_in_worker_processes_writes_what_one_run_at_a_time_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    matrix = ["--policies", "fifo,sjf", "--cache-systems", "silod,coordl"]
+    assert main(["sim", "compare", *tiny_inputs(tmp_path), *matrix, "--jobs", "1", "--out", str(tmp_path / "one")]) == 0
+    one_at_a_time = capsys.readouterr()
+    assert (
+        main(["sim", "compare", *tiny_inputs(tmp_path), *matrix, "--jobs", "3", "--out", str(tmp_path / "three")]) == 0
+    )
+    in_workers = capsys.readouterr()
+    assert "running 4 simulations, 3 at a time" in in_workers.err
+    assert all(f"{pair} done (" in in_workers.err for pair in ("fifo/silod", "fifo/coordl", "sjf/silod", "sjf/coordl"))
+    assert in_workers.out.replace("three", "one") == one_at_a_time.out
+    for name in ("compare.csv", "sjf-coordl/jobs.csv", "fifo-silod/decisions.jsonl", "sjf-silod/timeline.csv"):
+        assert (tmp_path / "three" / name).read_text() == (tmp_path / "one" / name).read_text(), name
+
+
+OVER_PLACING_POLICY = """
+from datamgr.scheduler.policy import Decision
+
+
+class OnAMissingNode:
+    name = "missing-node"
+
+    def schedule(self, snapshot, estimator):
+        return Decision(placements={job_id: {"no-such-node": job.gpus} for job_id, job in snapshot.jobs.items()})
+"""
+
+
+def test_compare_stops_with_exit_1_when_a_run_in_a_worker_process_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A site's policy (an entry point, as `pip install` leaves one) that places jobs on a node that does not
+    # exist: the engine refuses its decision in the worker, and the command reports it as a failed run.
+    (tmp_path / "silod_bad_site_policy.py").write_text(OVER_PLACING_POLICY)
+    dist_info = tmp_path / "silod_bad_site-1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: silod-bad-site\nVersion: 1.0\n")
+    (dist_info / "entry_points.txt").write_text(
+        "[silod.policies]\nmissing-node = silod_bad_site_policy:OnAMissingNode\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))  # spawned workers start with the same sys.path
+    argv = ["sim", "compare", *tiny_inputs(tmp_path), "--policies", "fifo,missing-node", "--cache-systems", "silod"]
+    assert main([*argv, "--jobs", "2", "--out", str(tmp_path / "out")]) == 1
+    assert "no-such-node" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
     silod sim (--trace FILE --cluster FILE | --scenario NAME) [--policy P] [--cache-system C] [--out DIR] ...
     silod sim compare (--trace FILE --cluster FILE | --scenario NAME) [--policies P,..] [--cache-systems C,..]
+        [--jobs N]
     silod sim generate --out FILE (--jobs N | --duration D) [--sharing F] [--seed N] ...
 
 Bad input (a file, a name, a missing option, a job the cluster cannot run) exits 2 with a message naming
@@ -13,9 +14,12 @@ import, which no other `silod` command should pay.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -119,6 +123,10 @@ def _add_compare_parser(actions: argparse._SubParsersAction[ConfigurableParser])
         "--baseline", metavar="CACHE", help="speedups are over this cache system (default the first listed)"
     )
     compare_p.add_argument("--out", type=Path, metavar="DIR", help="output directory (default ./sim-NAME-compare)")
+    compare_p.add_argument(
+        "--jobs", type=argument_type(fields.positive_int, "count"), default=os.cpu_count() or 1, metavar="N",
+        help="runs at once, each in a process of its own (default: the CPU count, %(default)s)",
+    )  # fmt: skip
     _add_run_options(compare_p)
     compare_p.set_defaults(run=run_compare)
 
@@ -244,19 +252,19 @@ def run_compare(args: argparse.Namespace) -> int:
         if baseline not in args.cache_systems:
             raise SimInputError(f"--baseline {baseline} is not one of --cache-systems {','.join(args.cache_systems)}")
         inputs = _inputs(args)
-        schedulers = [build_scheduler(p, c) for p in args.policies for c in args.cache_systems]
+        pairs = [(p, c) for p in args.policies for c in args.cache_systems]
+        for policy, cache_system in pairs:
+            build_scheduler(policy, cache_system)  # refuse an unknown name before anything runs
     except (SimInputError, UnknownPolicy) as exc:
         return _fail("sim compare", exc)
     from datamgr.scheduler.sim import report
 
     out = args.out or Path(f"sim-{inputs.name}-compare")
-    runs = []
-    for scheduler in schedulers:
-        try:
-            result = _simulate(inputs, scheduler, _config(args), out / scheduler.name.replace("/", "-"))
-        except (SimulationStalled, InvalidDecision) as exc:
-            return _fail("sim compare", exc, EXIT_FAILED)
-        runs.append((result, report.summarize(result, inputs.cluster)))
+    try:
+        results = _simulate_pairs(inputs, pairs, _config(args), out, args.jobs)
+    except (SimulationStalled, InvalidDecision) as exc:
+        return _fail("sim compare", exc, EXIT_FAILED)
+    runs = [(result, report.summarize(result, inputs.cluster)) for result in results]
     print(render_table(report.COMPARISON_HEADERS, report.comparison_rows(runs, baseline)))
     print(f"SPEEDUP: average JCT of the same policy on {baseline} / this run's")
     report.write_comparison_csv(out / "compare.csv", runs, baseline)
@@ -265,15 +273,59 @@ def run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _simulate(inputs: _Inputs, scheduler: Scheduler, config: SimConfig, out: Path) -> SimResult:
+def _simulate_pairs(
+    inputs: _Inputs, pairs: Sequence[tuple[str, str]], config: SimConfig, out: Path, processes: int
+) -> list[SimResult]:
+    """Each (policy, cache system) pair's run, its outputs in a subdirectory of `out`, in the order of `pairs`.
+
+    Runs are independent and single-threaded, so with `processes` > 1 they go to that many worker processes
+    (started afresh, not forked from a process that may hold threads), and a line reports each as it ends;
+    one at a time, each shows its own progress line. The first run to fail stops the rest."""
+    if processes == 1 or len(pairs) == 1:
+        return [
+            _simulate_pair(inputs, policy, cache_system, config, out, show_progress=True)
+            for policy, cache_system in pairs
+        ]
+    processes = min(processes, len(pairs))
+    print(f"running {len(pairs)} simulations, {processes} at a time", file=sys.stderr, flush=True)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=processes, mp_context=context) as pool:
+        started = time.monotonic()
+        futures: dict[Future[SimResult], str] = {
+            pool.submit(_simulate_pair, inputs, policy, cache_system, config, out, False): f"{policy}/{cache_system}"
+            for policy, cache_system in pairs
+        }
+        try:
+            for done, future in enumerate(as_completed(futures), start=1):
+                future.result()  # a failed run raises here
+                seconds = time.monotonic() - started
+                print(f"{futures[future]} done ({done} of {len(pairs)}, {seconds:.0f} s)", file=sys.stderr, flush=True)
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
+        return [future.result() for future in futures]
+
+
+def _simulate_pair(
+    inputs: _Inputs, policy: str, cache_system: str, config: SimConfig, out: Path, show_progress: bool
+) -> SimResult:
+    """`_simulate` of one pair into a subdirectory of `out` named after it: what a `compare` worker runs."""
+    scheduler = build_scheduler(policy, cache_system)
+    return _simulate(inputs, scheduler, config, out / scheduler.name.replace("/", "-"), show_progress)
+
+
+def _simulate(
+    inputs: _Inputs, scheduler: Scheduler, config: SimConfig, out: Path, show_progress: bool = True
+) -> SimResult:
     """One run, its decision log, per-job and timeline CSVs and plots written into `out`."""
     from datamgr.scheduler.sim import report
 
     out.mkdir(parents=True, exist_ok=True)
-    progress = ProgressLine(scheduler.name)
+    progress = ProgressLine(scheduler.name) if show_progress else None
     with (out / "decisions.jsonl").open("w", encoding="utf-8") as log:
         result = simulate(inputs.trace, inputs.cluster, scheduler, config, decision_log=log, progress=progress)
-    progress.close()
+    if progress is not None:
+        progress.close()
     report.write_jobs_csv(out / "jobs.csv", result)
     report.write_timeline_csv(out / "timeline.csv", result)
     report.plot_jct_cdf(out / "jct_cdf.png", {scheduler.name: result})
