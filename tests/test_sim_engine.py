@@ -437,7 +437,8 @@ def test_a_jobs_state_carries_each_field_where_the_snapshot_expects_it() -> None
 
 
 def cached_at_as_first_written(space: _Space, now: float) -> list[float]:
-    """`_Space.cached_at` with min() and max(), the oracle its comparisons must match bit for bit."""
+    """A space's cached bytes per bin at `now`, worked out with min() and max(): the oracle that settling,
+    which clamps with comparisons, must match bit for bit."""
     if not space.filling(now):
         return space.cached
     elapsed = now - space.settled_at
@@ -456,12 +457,17 @@ def cached_at_as_first_written(space: _Space, now: float) -> list[float]:
 @pytest.mark.parametrize("seed", range(30))
 def test_a_filling_space_holds_what_the_fill_formula_says(seed: int) -> None:
     rng = random.Random(seed)
-    space = _Space("ds", rng.choice([4, 10 * GB, 1300 * GB]), 0.0)
-    space.cached = [rng.choice([0.0, space.bin_bytes, rng.uniform(0, space.bin_bytes)]) for _ in range(4)]
-    space.held = sum(space.cached)
-    space.quota = rng.choice([space.held, space.held + rng.uniform(0, 4 * space.bin_bytes), 4 * space.bin_bytes])
-    space.whole_fetch = rng.choice([0.0, rng.uniform(0, 500 * MB)])
-    space.bin_fetch = [rng.choice([0.0, 0.0, rng.uniform(0, 100 * MB)]) for _ in range(4)]
-    space.total_fetch = space.whole_fetch + sum(space.bin_fetch)
+    size = rng.choice([4, 10 * GB, 1300 * GB])
+    bin_bytes = size / 4
+    cached = [rng.choice([0.0, bin_bytes, rng.uniform(0, bin_bytes)]) for _ in range(4)]
+    quota = rng.choice([sum(cached), sum(cached) + rng.uniform(0, 4 * bin_bytes), 4 * bin_bytes])
+    whole_fetch = rng.choice([0.0, rng.uniform(0, 500 * MB)])
+    bin_fetch = [rng.choice([0.0, 0.0, rng.uniform(0, 100 * MB)]) for _ in range(4)]
     for now in (0.0, rng.uniform(0, 10), rng.uniform(0, 1e5)):
-        assert space.cached_at(now) == cached_at_as_first_written(space, now)
+        space = _Space("ds", size, 0.0)  # each time settled from the same state
+        space.cached, space.held, space.quota = list(cached), sum(cached), quota
+        space.whole_fetch, space.bin_fetch = whole_fetch, list(bin_fetch)
+        space.total_fetch = whole_fetch + sum(bin_fetch)
+        expected = cached_at_as_first_written(space, now)
+        space.settle(now)
+        assert space.cached == expected

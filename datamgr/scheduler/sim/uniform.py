@@ -71,10 +71,6 @@ class _Space:
         """Whether the space has gained bytes since it was last settled."""
         return now > self.settled_at and self.total_fetch > 0.0 and self.held < self.quota
 
-    def cached_at(self, now: float) -> list[float]:
-        """Cached bytes per bin at `now` (no earlier than the last settle), without changing the space."""
-        return self._filled(now) if self.filling(now) else self.cached
-
     def held_at(self, now: float) -> float:
         """Cached bytes at `now`, without changing the space."""
         if not self.filling(now):
@@ -91,7 +87,8 @@ class _Space:
             self.settled_at = now
 
     def _filled(self, now: float) -> list[float]:
-        """`cached_at` of a filling space.
+        """Cached bytes per bin at `now` (no earlier than the last settle) of a filling space, without changing
+        it.
 
         Every filling space is settled every round, and a coordl round has a private space per running job:
         clamps are comparisons, not min() and max() calls, and each bin's inflow is clamped as it is worked
