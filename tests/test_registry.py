@@ -27,6 +27,7 @@ from datamgr.scheduler.registry import (
     load_policy,
 )
 from datamgr.scheduler.snapshot import JobState, NodeState, Snapshot
+from tests.site_packages import install_site_package
 
 GB = 10**9
 MB = 10**6
@@ -49,12 +50,7 @@ SITE_POLICY = textwrap.dedent(
 
 
 def install_site_policy(site: Path, entry_points: str) -> None:
-    """What `pip install` of a site's package leaves on sys.path: its module and its dist-info."""
-    (site / f"{SITE_MODULE}.py").write_text(SITE_POLICY)
-    dist_info = site / "silod_site_policies-1.0.dist-info"
-    dist_info.mkdir()
-    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: silod-site-policies\nVersion: 1.0\n")
-    (dist_info / "entry_points.txt").write_text(entry_points)
+    install_site_package(site, "silod-site-policies", SITE_MODULE, SITE_POLICY, entry_points)
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from datamgr.scheduler.sim.fields import format_duration
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, RemoteIoLedger, Sample, SimResult
 from datamgr.scheduler.sim.trace import load_trace
+from tests.site_packages import install_site_package
 
 CLUSTER = ClusterSpec(nodes=2, gpus_per_node=4, cache_bytes_per_node=10**12, remote_io_bytes_per_sec=250e6)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -294,12 +295,12 @@ def test_compare_stops_with_exit_1_when_a_run_in_a_worker_process_fails(
 ) -> None:
     # A site's policy (an entry point, as `pip install` leaves one) that places jobs on a node that does not
     # exist: the engine refuses its decision in the worker, and the command reports it as a failed run.
-    (tmp_path / "silod_bad_site_policy.py").write_text(OVER_PLACING_POLICY)
-    dist_info = tmp_path / "silod_bad_site-1.0.dist-info"
-    dist_info.mkdir()
-    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: silod-bad-site\nVersion: 1.0\n")
-    (dist_info / "entry_points.txt").write_text(
-        "[silod.policies]\nmissing-node = silod_bad_site_policy:OnAMissingNode\n"
+    install_site_package(
+        tmp_path,
+        "silod-bad-site",
+        "silod_bad_site_policy",
+        OVER_PLACING_POLICY,
+        "[silod.policies]\nmissing-node = silod_bad_site_policy:OnAMissingNode\n",
     )
     monkeypatch.syspath_prepend(str(tmp_path))  # spawned workers start with the same sys.path
     argv = ["sim", "compare", *tiny_inputs(tmp_path), "--policies", "fifo,missing-node", "--cache-systems", "silod"]
