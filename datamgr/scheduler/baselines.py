@@ -4,32 +4,58 @@ Each models how a cluster manages its cache when the scheduler above it is cache
 sections 2.1 and 8), so the registry pairs them with the vanilla estimator and they ignore the estimator they
 are handed. They allocate to the snapshot's running jobs only and decide storage, never placements.
 
-What they have in common is remote IO: none of them knows what the scheduler is optimizing, so the best a
-storage layer can do is share the egress limit max-min fairly, giving no job more than it can consume (its
-compute-bound rate on the GPUs it holds). Where they differ is the cache:
+What they have in common is remote IO: none of them knows what the scheduler is optimizing, so remote IO is
+a plain fair share among the jobs reading remotely, work-conserving as flows sharing a link are: max-min fair
+up to what each job pulls now, f* (1 - hit) on the GPUs it holds, then the rest max-min fair up to f*
+(`fair_shared_io`). Where they differ is the cache:
 - Alluxio: one pool of the whole cache capacity, shared by all jobs and evicted LRU; no quotas.
-- CoorDL: uniform caching, but each job caches privately in a statically sized slice of the cache.
-- Quiver: datasets ranked by benefit per byte, each cached whole or not at all.
+- CoorDL: uniform caching, each job privately on the local disks of the nodes it runs on, an equal static
+  share of each node's cache.
+- Quiver: datasets ranked by benefit per byte, the benefit a throughput gain profiled online (so it moves
+  with the remote IO a job gets), each cached whole or not at all. `quiver-stable` ranks by the profile a
+  job would show with no remote IO at all, f*/d, which does not move.
 
 Pure and deterministic: the same snapshot gives the same decision.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from datamgr.scheduler import perf
 from datamgr.scheduler.perf import Estimator
 from datamgr.scheduler.policy import Decision
-from datamgr.scheduler.sharing import water_fill
+from datamgr.scheduler.sharing import fill_needs_then_caps
 from datamgr.scheduler.snapshot import JobState, Snapshot
 
 
-def fair_shared_io(jobs: Iterable[JobState], io_limit: float) -> dict[str, int]:
-    """Remote IO per job: max-min fair shares of `io_limit`, none above the job's compute-bound rate on the
-    GPUs it holds, so IO a job cannot use goes to the others and none of the limit idles while a job could
-    use it."""
-    return water_fill({job.job_id: perf.ideal_rate(job, job.allocated_gpus) for job in jobs}, io_limit)
+def fair_shared_io(
+    jobs: Sequence[JobState], io_limit: float, usable_cache: Callable[[JobState], float]
+) -> dict[str, int]:
+    """Remote IO per job, as a link shares it among the flows that cross it: max-min fair up to what each job
+    pulls now, f* (1 - c/d) with f* its compute-bound rate on the GPUs it holds and c = `usable_cache(job)`
+    the bytes its cache serves now; then what is left max-min fair up to f*, no job above it.
+
+    So a job whose cache serves most of its reads gets only what it misses while others want more, and none
+    of the limit idles while the jobs' demand exceeds it. The second fill is harmless (a job fetches only
+    what it misses) and covers a demand that grows before the next round. Allocations hold until the next
+    round: a job whose demand falls in between leaves the difference idle until then."""
+    needs: dict[str, float] = {}
+    caps: dict[str, float] = {}
+    for job in jobs:
+        rate = perf.ideal_rate(job, job.allocated_gpus)
+        caps[job.job_id] = rate
+        needs[job.job_id] = perf.remote_demand(rate, usable_cache(job), job.dataset_bytes)
+    return fill_needs_then_caps(needs, caps, io_limit)
+
+
+def hit_bytes(job: JobState) -> float:
+    """The cache a job hits for the rest of its epoch as the snapshot reports it (its epoch hit ratio times
+    its dataset), 0 when not known: a cache the policy sets no quota for (Alluxio's pool), or a private
+    copy that a job which has not started reading has not begun to fill (CoorDL)."""
+    if job.epoch_hit_ratio is None:
+        return 0.0
+    return job.epoch_hit_ratio * job.dataset_bytes
 
 
 class AlluxioStorage:
@@ -41,73 +67,143 @@ class AlluxioStorage:
     `snapshot.cache_capacity_bytes`. Under DL training's shuffled once-per-epoch reads, the items LRU keeps
     (the most recently read) are the ones a job will not read again until its next epoch, so once the data
     outgrows the pool it thrashes (section 2.2); that, against uniform caching, is what this baseline shows.
+    A job's remote IO demand follows from the hit ratio it reports (`hit_bytes`).
     """
 
     name = "alluxio"
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
-        io = fair_shared_io(snapshot.running_jobs(), snapshot.remote_io_bytes_per_sec)
+        io = fair_shared_io(snapshot.running_jobs(), snapshot.remote_io_bytes_per_sec, hit_bytes)
         notes = {"cache": f"one LRU pool of {snapshot.cache_capacity_bytes} bytes shared by all jobs, no quotas"}
         return Decision(cache_bytes={}, io_bytes_per_sec=io, notes=notes)
 
 
 class CoorDLStorage:
-    """CoorDL, a data-loading library that caches uniformly inside each job: every running job gets a private
-    cache of an equal, fixed share of the capacity, capped at its dataset's size.
+    """CoorDL, a data-loading library that caches uniformly inside each job, on the local disks of the VMs the
+    job runs on: each node's cache is split equally among the running jobs placed on it, and a job spanning
+    several nodes gets the sum of its shares (CoorDL partitions a distributed job's cache over its servers),
+    capped at its dataset's size.
 
-    The cache lives with the job's processes, so jobs reading the same dataset each hold their own copy: a
-    shared dataset is charged once per job, not once per dataset. And the slice is static: it follows from
-    how many jobs run, not from how much a job gains from cache, and what a job cannot use (its dataset is
-    smaller than its slice) is left idle rather than handed to others. Those are the weaknesses the paper
-    shows (sections 2.2 and 8). "Fixed" means fixed within a round: the share is the capacity divided
-    equally among the jobs running after the round (rounded down, so the shares never add up to more than
-    the capacity), and it is recomputed each round as jobs start and finish.
+    The cache lives with the job's processes, so jobs reading the same dataset each hold their own copy
+    (`job_cache_bytes`): a shared dataset is charged once per job, not once per dataset. And the slice is
+    static: it follows from how many jobs share a node, not from how much a job gains from cache, and what a
+    job cannot use (its dataset is smaller than its slice) stays idle on its node rather than going to jobs
+    elsewhere. Those are the weaknesses the paper shows (sections 2.2 and 8). "Static" means within a round:
+    shares are recomputed each round as jobs start and finish on a node (rounded down, so a node's shares
+    never add up to more than its cache).
+
+    A snapshot whose cache capacity is below the nodes' caches summed (a storage partition) scales every
+    node's cache down by the same factor, so the copies fit the capacity. A job's remote IO demand follows
+    from the hit ratio it reports, capped at its copy (`hit_bytes`; a shrunken copy is evicted at once).
     """
 
     name = "coordl"
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
         running = snapshot.running_jobs()
-        sizes = dataset_sizes(running)
-        share = snapshot.cache_capacity_bytes // len(running) if running else 0
-        private = {job.job_id: min(share, sizes[job.dataset_uri]) for job in running}
-        io = fair_shared_io(running, snapshot.remote_io_bytes_per_sec)
-        notes = {"cache": f"{share} bytes private to each of {len(running)} running jobs"}
+        dataset_sizes(running)  # refuses inconsistent sizes, as every baseline does
+        node_cache = nodes_cache_bytes(snapshot)
+        jobs_on: dict[str, int] = {}
+        for job in running:
+            for node_id in job.placement:
+                jobs_on[node_id] = jobs_on.get(node_id, 0) + 1
+        share = {node_id: node_cache.get(node_id, 0) // count for node_id, count in jobs_on.items()}
+        private: dict[str, int] = {}
+        for job in running:
+            slice_bytes = sum(share[node_id] for node_id in job.placement)
+            private[job.job_id] = slice_bytes if slice_bytes < job.dataset_bytes else job.dataset_bytes
+
+        def usable(job: JobState) -> float:
+            hit = hit_bytes(job)
+            return hit if hit < private[job.job_id] else private[job.job_id]
+
+        io = fair_shared_io(running, snapshot.remote_io_bytes_per_sec, usable)
+        notes = {
+            "cache": f"each of {len(jobs_on)} nodes' cache split equally among the running jobs on it: "
+            f"{sum(private.values())} bytes in private copies"
+        }
         return Decision(cache_bytes={}, io_bytes_per_sec=io, job_cache_bytes=private, notes=notes)
 
 
-class QuiverStorage:
-    """Quiver, a distributed cache for DL that caches the datasets that benefit most, whole.
+def nodes_cache_bytes(snapshot: Snapshot) -> dict[str, int]:
+    """Each node's cache, scaled down in proportion when the snapshot's capacity is below their sum (rounded
+    down, so the result never adds up to more than the capacity)."""
+    caches = {node_id: node.cache_bytes for node_id, node in snapshot.nodes.items()}
+    total = sum(caches.values())
+    capacity = snapshot.cache_capacity_bytes
+    if capacity >= total:
+        return caches
+    return {node_id: cache * capacity // total for node_id, cache in caches.items()}
 
-    A dataset's benefit is the remote IO caching it saves per second, the sum of its running jobs' rates;
-    its cost is its size. Datasets are taken in descending benefit per byte, each cached whole if it fits in
-    the capacity left and skipped otherwise (a smaller one further down may still fit): Quiver does not
-    cache part of a dataset. Unlike SiloD it cannot trade a partial cache against remote IO, nor weigh the
-    scheduler's objective (the paper's Figure 4: it gives one job all the cache, however unfair).
+
+class QuiverStorage:
+    """Quiver, a distributed cache for DL that caches whole the datasets that benefit most, by online profiling.
+
+    A dataset's benefit is the training throughput its running jobs would gain from having it cached, as
+    profiled now: for each job SiloDPerf with the dataset cached (f* on the GPUs it holds) minus its rate
+    without cache at the remote IO it gets now (min(f*, b), b its allocation in the snapshot, the last
+    round's fair share), summed over the dataset's jobs; its cost is its size. Datasets are taken in
+    descending benefit per byte, each cached whole if it fits in the capacity left and skipped otherwise (a
+    smaller one further down may still fit): Quiver does not cache part of a dataset. Unlike SiloD it cannot
+    trade a partial cache against remote IO, nor weigh the scheduler's objective (the paper's Figure 4: it
+    gives one job all the cache, however unfair).
+
+    The profile moves with b, and b moves round to round as jobs come and go and caches fill, so the ranking
+    moves too: a dataset that falls behind gets quota 0, is evicted at once, and is rebuilt over an epoch if
+    it climbs back (the instability the paper reports). A job that has never run (b = 0) shows the whole
+    f*, as does one its cache serves entirely, since it gets no IO while others want it.
+
+    A dataset cached now (its quota is its size) keeps its place unless another's benefit per byte is
+    strictly higher: ties go to the incumbent, with no hysteresis margin beyond that (the paper does not say
+    how Quiver breaks ties; this is the simplest rule that does not evict for nothing).
+
+    `stable=True` (cache system `quiver-stable`) turns the instability off: every job is profiled as with no
+    remote IO, benefit f*, so the ranking is the steady cache efficiency f*/d, which only arrivals and
+    finishes change.
     """
 
-    name = "quiver"
+    def __init__(self, stable: bool = False) -> None:
+        self.stable = stable
+        self.name = "quiver-stable" if stable else "quiver"
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
         running = snapshot.running_jobs()
         sizes = dataset_sizes(running)
-        benefit_per_byte = perf.cache_efficiencies(
-            ((j.dataset_uri, perf.ideal_rate(j, j.allocated_gpus)) for j in running), sizes
-        )
+        benefit_per_byte = perf.cache_efficiencies(((j.dataset_uri, self.benefit(j)) for j in running), sizes)
+        datasets = snapshot.datasets
+        held = {uri for uri in sizes if uri in datasets and datasets[uri].cache_quota_bytes >= sizes[uri]}
         cache: dict[str, int] = {}
         notes: dict[str, str] = {}
         left = snapshot.cache_capacity_bytes
-        for uri in sorted(sizes, key=lambda uri: (-benefit_per_byte[uri], uri)):
+        for uri in sorted(sizes, key=lambda uri: (-benefit_per_byte[uri], uri not in held, uri)):
             if sizes[uri] <= left:
                 cache[uri] = sizes[uri]
                 left -= sizes[uri]
-                verdict = "cached whole"
+                verdict = "kept whole" if uri in held else "cached whole"
             else:
                 cache[uri] = 0
-                verdict = f"skipped: {sizes[uri]} bytes, {left} left"
+                verdict = f"{'evicted' if uri in held else 'skipped'}: {sizes[uri]} bytes, {left} left"
             notes[uri] = f"benefit {benefit_per_byte[uri]:.3g}/s per byte, {verdict}"
-        io = fair_shared_io(running, snapshot.remote_io_bytes_per_sec)
+
+        def usable(job: JobState) -> float:
+            return snapshot.usable_cache_bytes(job, cache[job.dataset_uri])
+
+        io = fair_shared_io(running, snapshot.remote_io_bytes_per_sec, usable)
         return Decision(cache_bytes=cache, io_bytes_per_sec=io, notes=notes)
+
+    def benefit(self, job: JobState) -> float:
+        """The throughput (bytes/s) caching its whole dataset gains `job` as Quiver profiles it: SiloDPerf with
+        the dataset cached minus SiloDPerf with nothing cached, at the remote IO it gets now (or at none,
+        under `stable`)."""
+        ideal = perf.ideal_rate(job, job.allocated_gpus)
+        io = 0.0 if self.stable else job.io_bytes_per_sec
+        cached = perf.silod_perf(ideal, job.dataset_bytes, job.dataset_bytes, io)
+        return cached - perf.silod_perf(ideal, 0.0, job.dataset_bytes, io)
+
+
+def stable_quiver() -> QuiverStorage:
+    """Quiver profiled as with no remote IO: the `quiver-stable` cache system."""
+    return QuiverStorage(stable=True)
 
 
 def dataset_sizes(jobs: Iterable[JobState]) -> dict[str, int]:

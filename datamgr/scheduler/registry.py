@@ -39,6 +39,7 @@ CACHE_SYSTEMS: dict[str, str | None] = {
     "alluxio": "datamgr.scheduler.baselines:AlluxioStorage",
     "coordl": "datamgr.scheduler.baselines:CoorDLStorage",
     "quiver": "datamgr.scheduler.baselines:QuiverStorage",
+    "quiver-stable": "datamgr.scheduler.baselines:stable_quiver",
 }
 
 

@@ -1,10 +1,11 @@
 """Sharing a divisible resource (remote IO, cache) among claimants without giving any more than they can use.
 
 Max-min fair water-filling: every job gets an equal share; what a job cannot use (its cap) is shared again
-among the others. This is the "fair-shared remote IO" of every baseline and the last step of SiloD's greedy
-policy. Strict priority (`fill_in_order`) is the other way: each claimant in turn takes all it can. Cache
-a policy leaves idle goes by priority to the most cache-efficient datasets (`fill_idle_cache`). Pure;
-results are whole units that never exceed the budget.
+among the others. `fill_needs_then_caps` does it twice, first up to what each job needs now, then up to what
+it could ever use: the remote IO of SiloD's greedy policy and of every baseline. Strict priority
+(`fill_in_order`) is the other way: each claimant in turn takes all it can. Cache a policy leaves idle goes
+by priority to the most cache-efficient datasets (`fill_idle_cache`). Pure; results are whole units that
+never exceed the budget.
 """
 
 from __future__ import annotations
@@ -67,6 +68,18 @@ def _whole_passes(shares: dict[str, int], limits: Mapping[str, int], left: int) 
     for key in by_room[full:]:
         shares[key] += level
     return left
+
+
+def fill_needs_then_caps(needs: Mapping[str, float], caps: Mapping[str, float], budget: float) -> dict[str, int]:
+    """Shares of `budget`: max-min fair up to `needs` (what each key can use now), then what is left max-min
+    fair up to `caps` (the most it could ever use; every cap at least its need).
+
+    Work-conserving: while the needs add up to more than the budget, all of it goes out and no key gets
+    more than it needs, so a key that needs little (a job whose cache serves most of its reads) does not
+    hold a fair share it would leave idle. Only once every need is met does the rest go further, which is
+    harmless for remote IO (a job fetches only what it misses) and covers a need that grows before the
+    next allocation."""
+    return water_fill(caps, budget, floor=water_fill(needs, budget))
 
 
 def fill_in_order(caps: Mapping[str, float], budget: float, floor: Mapping[str, int] | None = None) -> dict[str, int]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datamgr.scheduler import perf
 from datamgr.scheduler.perf import Estimator
 from datamgr.scheduler.policy import Decision, LazyNotes
-from datamgr.scheduler.sharing import fill_in_order, water_fill
+from datamgr.scheduler.sharing import fill_in_order, fill_needs_then_caps
 from datamgr.scheduler.snapshot import Snapshot
 
 
@@ -64,7 +64,7 @@ def greedy(
         for job in jobs
     }
     caps = {job.job_id: job.ideal_bytes_per_sec for job in jobs}
-    return Allocation(cache, water_fill(caps, io_limit, floor=water_fill(needs, io_limit)), efficiency)
+    return Allocation(cache, fill_needs_then_caps(needs, caps, io_limit), efficiency)
 
 
 class GreedyStorage:
