@@ -1,6 +1,6 @@
 """`silod sim` and its reports: the summary math on hand-made results, the CSV and PNG files, the progress
 line, and the command end to end (generate, one run on the micro scenario, a compare on a tiny trace, one
-at a time and in worker processes).
+at a time and in worker processes). The percentiles, groups and the files that carry them: test_sim_report.py.
 
 The command-line tests go through `datamgr.cli.main.main`, so they need `silod sim` wired into main.py.
 """
@@ -8,6 +8,7 @@ The command-line tests go through `datamgr.cli.main.main`, so they need `silod s
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import math
@@ -82,7 +83,8 @@ def test_the_summary_averages_fairness_over_busy_samples_and_remote_io_over_the_
 def test_the_summary_text_shows_the_numbers_in_human_units() -> None:
     text = report.summary_text(report.summarize(result(), CLUSTER))
     assert "fifo/silod: 3 of 4 jobs finished (1 still running when the run stopped)" in text
-    assert "average JCT   1.9m (median 1.7m)" in text
+    assert "average JCT   1.9m (median 1.7m, p95 3.2m, p99 3.3m)" in text
+    assert "queueing      0s average (median 0s, p95 0s) from arrival to first start" in text
     assert "makespan      3.7m" in text
     assert "fairness      0.75 mean, 0.50 worst" in text
     assert "remote IO     82.5 MB/s mean (33%), 250.0 MB/s peak (100%) of 250.0 MB/s" in text
@@ -130,19 +132,66 @@ def test_the_plots_are_valid_png_files(tmp_path: Path) -> None:
 # --- the progress line -----------------------------------------------------------------------------------------
 
 
+class Stream(io.StringIO):
+    """A stderr stand-in that is a terminal or not, as the test says."""
+
+    def __init__(self, terminal: bool) -> None:
+        super().__init__()
+        self.terminal = terminal
+
+    def isatty(self) -> bool:
+        return self.terminal
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_the_progress_line_stays_quiet_for_short_runs_and_rate_limits_long_ones() -> None:
-    now = [0.0]
-    stream = io.StringIO()
-    progress = ProgressLine("fifo/silod", stream=stream, clock=lambda: now[0], delay=1.0)
+    clock, stream = Clock(), Stream(terminal=True)
+    progress = ProgressLine("fifo/silod", stream=stream, clock=clock, delay=1.0)
     progress(60.0, 1, 10)
-    now[0] = 0.5
+    clock.now = 100.5
     progress(120.0, 2, 10)
     assert stream.getvalue() == ""
-    now[0] = 1.5
+    clock.now = 102.0
     progress(7200.0, 3, 10)
-    now[0] = 2.0
+    clock.now = 102.5
     progress(9000.0, 4, 10)  # within a second of the last line
-    assert stream.getvalue() == "fifo/silod: 2.0h simulated, 3/10 jobs done\n"
+    assert stream.getvalue() == "\rfifo/silod: 2.0h simulated, 3/10 jobs done, 2 s elapsed"
+
+
+def test_the_progress_line_redraws_in_place_and_ends_with_the_final_numbers() -> None:
+    clock, stream = Clock(), Stream(terminal=True)
+    progress = ProgressLine("fifo/silod", stream=stream, clock=clock, delay=1.0)
+    clock.now = 101.0
+    progress(3570.0, 3, 10)
+    clock.now = 103.0
+    progress(3600.0, 4, 10)  # "59.5m" becomes "1.0h": a blank covers the longer line's last character
+    clock.now = 103.5
+    progress(7200.0, 10, 10)  # too soon to draw, but the last numbers
+    clock.now = 110.0
+    progress.close()
+    assert stream.getvalue().split("\r") == [
+        "",
+        "fifo/silod: 59.5m simulated, 3/10 jobs done, 1 s elapsed",
+        "fifo/silod: 1.0h simulated, 4/10 jobs done, 3 s elapsed ",
+        "fifo/silod: 2.0h simulated, 10/10 jobs done, 10 s elapsed\n",
+    ]
+
+
+def test_the_progress_line_writes_nothing_when_the_stream_is_not_a_terminal() -> None:
+    clock, stream = Clock(), Stream(terminal=False)
+    progress = ProgressLine("fifo/silod", stream=stream, clock=clock, delay=1.0)
+    for step in range(1, 5):
+        clock.now += 10.0
+        progress(3600.0 * step, step, 4)
+    progress.close()
+    assert stream.getvalue() == ""
 
 
 # --- the command -----------------------------------------------------------------------------------------------
@@ -213,10 +262,36 @@ def test_sim_runs_the_micro_scenario_and_writes_its_outputs(tmp_path: Path, caps
     assert "fifo/silod: 5 of 5 jobs finished" in printed
     assert f"average JCT   {format_duration(average)}" in printed
     assert "of 200.0 MB/s" in printed
-    decisions = (out / "decisions.jsonl").read_text().splitlines()
-    assert decisions and all(isinstance(json.loads(line), dict) for line in decisions)
+    lines = printed.splitlines()
+    header = lines.index("  GPUS  JOBS  AVG JCT  P95 JCT  AVG QUEUEING")
+    assert [line.split()[:2] for line in lines[header + 1 : header + 3]] == [["1", "4"], ["4", "1"]]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finished"] == 5 and summary["average_jct"] == pytest.approx(average)
+    assert sorted(wrote(printed, out)) == sorted(path.name for path in out.iterdir())
+    assert "decisions.jsonl.gz" not in wrote(printed, out)  # only when asked
     for name in ("jct_cdf.png", "timeline.png", "fairness.png"):
         assert is_png(out / name), name
+
+
+def wrote(printed: str, out: Path) -> list[str]:
+    """The files that the command's closing line says it wrote into `out` (for a compare, into each run's
+    directory)."""
+    (line,) = [line for line in printed.splitlines() if line.startswith(f"wrote {out}/: ")]
+    return line.split(": ")[-1].split(", ")
+
+
+def test_the_decision_log_is_written_gzipped_only_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "micro"
+    assert main(["sim", "--scenario", "micro", "--out", str(out), "--decision-log"]) == 0
+    assert "decisions.jsonl.gz" in wrote(capsys.readouterr().out, out)
+    with gzip.open(out / "decisions.jsonl.gz", "rt", encoding="utf-8") as log:
+        rounds = [json.loads(line) for line in log]
+    assert rounds and all({"time", "placements", "notes"} <= set(decision) for decision in rounds)
+    assert main(["sim", "--scenario", "micro", "--out", str(out)]) == 0
+    assert "decisions.jsonl.gz" not in wrote(capsys.readouterr().out, out)
+    assert not (out / "decisions.jsonl.gz").exists()  # the first run's log would pass for the second's
 
 
 def tiny_inputs(tmp_path: Path) -> list[str]:
@@ -233,12 +308,41 @@ def tiny_inputs(tmp_path: Path) -> list[str]:
     return ["--trace", str(trace), "--cluster", str(cluster)]
 
 
+def test_trace_labels_reach_jobs_csv_and_the_group_breakdowns(tmp_path: Path) -> None:
+    # Through the engine: JobRun.outcome carries the trace's labels onto each JobOutcome.
+    argv = tiny_inputs(tmp_path)
+    Path(argv[1]).write_text(
+        "job_id,arrival,gpus,model,ideal_rate,dataset,dataset_size,epochs,tenant,class\n"
+        "a,0,1,resnet50,100MB/s,small,100GB,3,vc-a,\n"
+        "b,60,2,resnet50,200MB/s,large,1TB,1,vc-b,best-effort\n"
+        "c,120,1,bert,2MB/s,huge,20TB,0.001,vc-a,best-effort\n"
+    )
+    out = tmp_path / "labelled"
+    assert main(["sim", *argv, "--out", str(out)]) == 0
+    jobs = {row["job_id"]: row for row in csv.DictReader((out / "jobs.csv").open())}
+    assert [(jobs[j]["tenant"], jobs[j]["class"]) for j in "abc"] == [
+        ("vc-a", ""),
+        ("vc-b", "best-effort"),
+        ("vc-a", "best-effort"),
+    ]
+    groups = [(row["kind"], row["value"], row["finished"]) for row in csv.DictReader((out / "groups.csv").open())]
+    assert groups == [
+        ("gpus", "1", "2"),
+        ("gpus", "2", "1"),
+        ("tenant", "vc-a", "2"),
+        ("tenant", "vc-b", "1"),
+        ("class", "", "1"),
+        ("class", "best-effort", "2"),
+    ]
+
+
 def test_compare_prints_one_row_per_pair_with_speedups(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cmp"
     argv = ["sim", "compare", *tiny_inputs(tmp_path), "--policies", "fifo", "--cache-systems", "alluxio,silod"]
     argv += ["--out", str(out)]
     assert main(argv) == 0
-    lines = capsys.readouterr().out.splitlines()
+    printed = capsys.readouterr().out
+    lines = printed.splitlines()
     assert lines[0].split() == [
         "POLICY",
         "CACHE",
@@ -258,13 +362,18 @@ def test_compare_prints_one_row_per_pair_with_speedups(tmp_path: Path, capsys: p
     speedup = float(rows["alluxio"]["average_jct"]) / float(rows["silod"]["average_jct"])
     assert silod[-1] == f"{speedup:.2f}x"
     assert is_png(out / "jct_cdf.png")
-    assert (out / "fifo-silod" / "jobs.csv").exists() and (out / "fifo-alluxio" / "decisions.jsonl").exists()
+    markdown = (out / "compare.md").read_text().splitlines()
+    assert markdown[0].startswith("| POLICY | CACHE | FINISHED | AVG JCT |") and "| P95 QUEUEING |" in markdown[0]
+    assert markdown[3].startswith(f"| fifo | silod | 3/3 | {silod[3]} |")
+    assert f"wrote {out}/: compare.csv, compare.md, jct_cdf.png, and in each POLICY-CACHE/: " in printed
+    for run in ("fifo-silod", "fifo-alluxio"):
+        assert sorted(wrote(printed, out)) == sorted(path.name for path in (out / run).iterdir()), run
 
 
 def test_compare_in_worker_processes_writes_what_one_run_at_a_time_writes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    matrix = ["--policies", "fifo,sjf", "--cache-systems", "silod,coordl"]
+    matrix = ["--policies", "fifo,sjf", "--cache-systems", "silod,coordl", "--decision-log"]
     assert main(["sim", "compare", *tiny_inputs(tmp_path), *matrix, "--jobs", "1", "--out", str(tmp_path / "one")]) == 0
     one_at_a_time = capsys.readouterr()
     assert (
@@ -274,8 +383,9 @@ def test_compare_in_worker_processes_writes_what_one_run_at_a_time_writes(
     assert "running 4 simulations, 3 at a time" in in_workers.err
     assert all(f"{pair} done (" in in_workers.err for pair in ("fifo/silod", "fifo/coordl", "sjf/silod", "sjf/coordl"))
     assert in_workers.out.replace("three", "one") == one_at_a_time.out
-    for name in ("compare.csv", "sjf-coordl/jobs.csv", "fifo-silod/decisions.jsonl", "sjf-silod/timeline.csv"):
-        assert (tmp_path / "three" / name).read_text() == (tmp_path / "one" / name).read_text(), name
+    files = ("compare.csv", "compare.md", "sjf-coordl/jobs.csv", "fifo-silod/decisions.jsonl.gz")
+    for name in (*files, "sjf-silod/timeline.csv", "fifo-coordl/summary.json", "sjf-silod/groups.csv"):
+        assert (tmp_path / "three" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
 
 
 OVER_PLACING_POLICY = """

@@ -14,15 +14,19 @@ import, which no other `silod` command should pay.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gzip
+import io
 import multiprocessing
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from datamgr.cli.args import argument_type, positive_seconds
 from datamgr.cli.config import ConfigurableParser
@@ -38,9 +42,13 @@ from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimResult, Simul
 from datamgr.scheduler.sim.scenarios import available_scenarios, load_scenario
 from datamgr.scheduler.sim.trace import load_trace, write_trace
 
+if TYPE_CHECKING:
+    from datamgr.scheduler.sim.report import Summary
+
 EXIT_FAILED = 1  # main's exit codes: the run was refused midway, or
 EXIT_USAGE = 2  # a bad command line or bad input
 DEFAULT_POLICIES = ("fifo", "sjf", "gavel")
+DECISION_LOG = "decisions.jsonl.gz"
 
 
 def _names(text: str) -> list[str]:
@@ -56,7 +64,7 @@ def add_sim_parser(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
         "sim",
         help="simulate scheduling policies and cache systems on a trace",
         description="Run a trace through a policy and a cache system on a modelled cluster and report JCT, "
-        "makespan, fairness and remote IO, with CSV files and plots in --out. `compare` runs a policy x cache "
+        "makespan, fairness and remote IO, with CSV and JSON files and plots in --out. `compare` runs a policy x cache "
         "system matrix; `generate` writes a synthetic trace. See docs/simulator.md.",
     )
     _add_inputs(sim_p)
@@ -65,11 +73,15 @@ def add_sim_parser(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
         "--cache-system", default="silod", choices=list(CACHE_SYSTEMS), help="storage side (default %(default)s)"
     )
     sim_p.add_argument("--out", type=Path, metavar="DIR", help="output directory (default ./sim-NAME-POLICY-CACHE)")
+    _add_decision_log_option(sim_p)
     _add_run_options(sim_p)
     sim_p.set_defaults(run=run_sim)
 
     actions = sim_p.add_subparsers(dest="sim_action", metavar="ACTION", action=_ActionAfterItsOptions)
     _add_compare_parser(actions)
+    from datamgr.cli.sim_sweep import add_sweep_parser  # here, not at the top: sim_sweep imports this module
+
+    add_sweep_parser(actions)
     _add_generate_parser(actions)
 
 
@@ -110,7 +122,8 @@ def _add_compare_parser(actions: argparse._SubParsersAction[ConfigurableParser])
         help="run every policy x cache system pair and print one table",
         description="Run every pair of --policies and --cache-systems on the same inputs; print a table of "
         "average JCT, makespan, fairness and remote IO with each run's JCT speedup over --baseline, and write "
-        "the table as CSV, an overlaid JCT CDF, and each run's outputs in a subdirectory of --out.",
+        "the table as CSV and as Markdown (with JCT and queueing percentiles), an overlaid JCT CDF, and each run's "
+        "outputs in a subdirectory of --out.",
     )
     _add_inputs(compare_p)
     compare_p.add_argument(
@@ -123,6 +136,7 @@ def _add_compare_parser(actions: argparse._SubParsersAction[ConfigurableParser])
         "--baseline", metavar="CACHE", help="speedups are over this cache system (default the first listed)"
     )
     compare_p.add_argument("--out", type=Path, metavar="DIR", help="output directory (default ./sim-NAME-compare)")
+    _add_decision_log_option(compare_p)
     compare_p.add_argument(
         "--jobs", type=argument_type(fields.positive_int, "count"), default=os.cpu_count() or 1, metavar="N",
         help="runs at once, each in a process of its own (default: the CPU count, %(default)s)",
@@ -175,6 +189,14 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--remote-io-scale", type=argument_type(fields.positive_number, "scale"), default=1.0, metavar="X",
         help="multiply the cluster's remote IO limit (default %(default)g)",
+    )  # fmt: skip
+
+
+def _add_decision_log_option(parser: argparse.ArgumentParser) -> None:
+    """Off by default: a cluster400 run logs hundreds of MB of rounds, which few readers of a run need."""
+    parser.add_argument(
+        "--decision-log", action="store_true",
+        help=f"also write every policy round's decision as a JSON line into {DECISION_LOG} (gzip; read with zcat)",
     )  # fmt: skip
 
 
@@ -238,11 +260,13 @@ def run_sim(args: argparse.Namespace) -> int:
 
     out = args.out or Path(f"sim-{inputs.name}-{args.policy}-{args.cache_system}")
     try:
-        result = _simulate(inputs, scheduler, _config(args), out)
+        run = _simulate(inputs, scheduler, _config(args), out, args.decision_log)
     except (SimulationStalled, InvalidDecision) as exc:
         return _fail("sim", exc, EXIT_FAILED)
-    print(report.summary_text(report.summarize(result, inputs.cluster)))
-    print(f"wrote {out}/: jobs.csv, timeline.csv, decisions.jsonl, jct_cdf.png, timeline.png, fairness.png")
+    print(report.summary_text(run.summary))
+    gpu_table = render_table(("GPUS", *report.GROUP_HEADERS), report.group_rows(run.summary, "gpus"))
+    print(textwrap.indent(gpu_table, "  "))
+    print(f"wrote {out}/: {', '.join(run.files)}")
     return 0
 
 
@@ -261,21 +285,37 @@ def run_compare(args: argparse.Namespace) -> int:
 
     out = args.out or Path(f"sim-{inputs.name}-compare")
     try:
-        results = _simulate_pairs(inputs, pairs, _config(args), out, args.jobs)
+        simulated = _simulate_pairs(inputs, pairs, _config(args), out, args.decision_log, args.jobs)
     except (SimulationStalled, InvalidDecision) as exc:
         return _fail("sim compare", exc, EXIT_FAILED)
-    runs = [(result, report.summarize(result, inputs.cluster)) for result in results]
+    runs = [(run.result, run.summary) for run in simulated]
     print(render_table(report.COMPARISON_HEADERS, report.comparison_rows(runs, baseline)))
-    print(f"SPEEDUP: average JCT of the same policy on {baseline} / this run's")
+    print(report.speedup_note(baseline))
     report.write_comparison_csv(out / "compare.csv", runs, baseline)
+    report.write_comparison_markdown(out / "compare.md", runs, baseline)
     report.plot_jct_cdf(out / "jct_cdf.png", {summary.label: result for result, summary in runs})
-    print(f"wrote {out}/: compare.csv, jct_cdf.png, and one directory per run")
+    per_run = ", ".join(simulated[0].files)
+    print(f"wrote {out}/: compare.csv, compare.md, jct_cdf.png, and in each POLICY-CACHE/: {per_run}")
     return 0
 
 
+@dataclass(frozen=True)
+class _Run:
+    """One simulation's result and summary, and the names of the files it wrote into its directory."""
+
+    result: SimResult
+    summary: Summary
+    files: tuple[str, ...]
+
+
 def _simulate_pairs(
-    inputs: _Inputs, pairs: Sequence[tuple[str, str]], config: SimConfig, out: Path, processes: int
-) -> list[SimResult]:
+    inputs: _Inputs,
+    pairs: Sequence[tuple[str, str]],
+    config: SimConfig,
+    out: Path,
+    decision_log: bool,
+    processes: int,
+) -> list[_Run]:
     """Each (policy, cache system) pair's run, its outputs in a subdirectory of `out`, in the order of `pairs`.
 
     Runs are independent and single-threaded, so with `processes` > 1 they go to that many worker processes
@@ -283,7 +323,7 @@ def _simulate_pairs(
     one at a time, each shows its own progress line. The first run to fail stops the rest."""
     if processes == 1 or len(pairs) == 1:
         return [
-            _simulate_pair(inputs, policy, cache_system, config, out, show_progress=True)
+            _simulate_pair(inputs, policy, cache_system, config, out, decision_log, show_progress=True)
             for policy, cache_system in pairs
         ]
     processes = min(processes, len(pairs))
@@ -291,8 +331,10 @@ def _simulate_pairs(
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=processes, mp_context=context) as pool:
         started = time.monotonic()
-        futures: dict[Future[SimResult], str] = {
-            pool.submit(_simulate_pair, inputs, policy, cache_system, config, out, False): f"{policy}/{cache_system}"
+        futures: dict[Future[_Run], str] = {
+            pool.submit(
+                _simulate_pair, inputs, policy, cache_system, config, out, decision_log, False
+            ): f"{policy}/{cache_system}"
             for policy, cache_system in pairs
         }
         try:
@@ -307,37 +349,72 @@ def _simulate_pairs(
 
 
 def _simulate_pair(
-    inputs: _Inputs, policy: str, cache_system: str, config: SimConfig, out: Path, show_progress: bool
-) -> SimResult:
+    inputs: _Inputs,
+    policy: str,
+    cache_system: str,
+    config: SimConfig,
+    out: Path,
+    decision_log: bool,
+    show_progress: bool,
+) -> _Run:
     """`_simulate` of one pair into a subdirectory of `out` named after it: what a `compare` worker runs."""
     scheduler = build_scheduler(policy, cache_system)
-    return _simulate(inputs, scheduler, config, out / scheduler.name.replace("/", "-"), show_progress)
+    return _simulate(inputs, scheduler, config, out / scheduler.name.replace("/", "-"), decision_log, show_progress)
 
 
 def _simulate(
-    inputs: _Inputs, scheduler: Scheduler, config: SimConfig, out: Path, show_progress: bool = True
-) -> SimResult:
-    """One run, its decision log, per-job and timeline CSVs and plots written into `out`."""
+    inputs: _Inputs,
+    scheduler: Scheduler,
+    config: SimConfig,
+    out: Path,
+    decision_log: bool,
+    show_progress: bool = True,
+) -> _Run:
+    """One run, its outputs written into `out`: per-job, per-group and timeline CSVs, the summary as JSON,
+    plots, and with `decision_log` the gzipped decision log. Without it, a log an earlier run left in `out`
+    is removed, so that every file there describes this run."""
     from datamgr.scheduler.sim import report
 
     out.mkdir(parents=True, exist_ok=True)
     progress = ProgressLine(scheduler.name) if show_progress else None
-    with (out / "decisions.jsonl").open("w", encoding="utf-8") as log:
+    log_path = out / DECISION_LOG
+    if not decision_log:
+        log_path.unlink(missing_ok=True)
+    with _gzip_text(log_path) if decision_log else contextlib.nullcontext() as log:
         result = simulate(inputs.trace, inputs.cluster, scheduler, config, decision_log=log, progress=progress)
     if progress is not None:
         progress.close()
-    report.write_jobs_csv(out / "jobs.csv", result)
-    report.write_timeline_csv(out / "timeline.csv", result)
-    report.plot_jct_cdf(out / "jct_cdf.png", {scheduler.name: result})
-    report.plot_timeline(out / "timeline.png", result, inputs.cluster)
-    report.plot_fairness(out / "fairness.png", result)
-    return result
+    summary = report.summarize(result, inputs.cluster)
+    writers: list[tuple[str, Callable[[Path], None]]] = [
+        ("jobs.csv", lambda path: report.write_jobs_csv(path, result)),
+        ("groups.csv", lambda path: report.write_groups_csv(path, summary)),
+        ("summary.json", lambda path: report.write_summary_json(path, summary)),
+        ("timeline.csv", lambda path: report.write_timeline_csv(path, result)),
+        ("jct_cdf.png", lambda path: report.plot_jct_cdf(path, {scheduler.name: result})),
+        ("timeline.png", lambda path: report.plot_timeline(path, result, inputs.cluster)),
+        ("fairness.png", lambda path: report.plot_fairness(path, result)),
+    ]
+    for name, write in writers:
+        write(out / name)
+    files = [name for name, _ in writers] + ([DECISION_LOG] if decision_log else [])
+    return _Run(result, summary, tuple(files))
+
+
+def _gzip_text(path: Path) -> TextIO:
+    """A text file that `path` receives gzip-compressed, at gzip's default level 6: the rounds of a decision
+    log repeat long runs of keys that only lazy matching (levels 4 and up) finds, so on cluster400's sjf/coordl
+    log (416 MB) level 1 leaves 53 MB and level 6 26 MB, for 3 s more CPU in a run of over a minute. The
+    header carries no time stamp, so equal runs write equal bytes."""
+    return io.TextIOWrapper(gzip.GzipFile(path, "wb", compresslevel=6, mtime=0), encoding="utf-8")
 
 
 class ProgressLine:
-    """A progress line (on stderr by default) for long runs: nothing until the run has taken `delay` seconds,
-    then redrawn at most every `delay` seconds (in place on a terminal, one line each otherwise). Called by the
-    engine as `progress(sim_time, finished_jobs, total_jobs)`."""
+    """A progress line on a terminal for long runs: simulated time reached, jobs done, wall time elapsed.
+
+    Nothing until the run has taken `delay` seconds, then redrawn in place at most every `delay` seconds; on
+    `close`, the final numbers and a newline. Nothing at all when `stream` (stderr by default) is not a
+    terminal: a log file or a CI job would gain a line a second that nobody reads. Called by the engine as
+    `progress(sim_time, finished_jobs, total_jobs)`."""
 
     def __init__(
         self,
@@ -348,24 +425,37 @@ class ProgressLine:
     ) -> None:
         self._label = label
         self._stream = stream or sys.stderr  # looked up now: a test may have replaced it
+        self._live = self._stream.isatty()
         self._clock = clock
         self._delay = delay
-        self._last = clock()
-        self._shown = False
+        self._started = self._last = clock()
+        self._latest = (0.0, 0, 0)
+        self._width = 0  # of the line drawn last, which a shorter one must cover
 
     def __call__(self, sim_time: float, finished: int, total: int) -> None:
-        now = self._clock()
-        if now - self._last < self._delay:
+        if not self._live:
             return
-        self._last = now
-        self._shown = True
-        end = "\r" if self._stream.isatty() else "\n"
-        self._stream.write(f"{self._label}: {format_duration(sim_time)} simulated, {finished}/{total} jobs done{end}")
+        self._latest = (sim_time, finished, total)
+        now = self._clock()
+        if now - self._last >= self._delay:
+            self._last = now
+            self._draw(now)
+
+    def _draw(self, now: float) -> None:
+        sim_time, finished, total = self._latest
+        line = (
+            f"{self._label}: {format_duration(sim_time)} simulated, {finished}/{total} jobs done, "
+            f"{now - self._started:.0f} s elapsed"
+        )
+        self._stream.write("\r" + line.ljust(self._width))
         self._stream.flush()
+        self._width = len(line)
 
     def close(self) -> None:
-        if self._shown and self._stream.isatty():
+        if self._width:
+            self._draw(self._clock())
             self._stream.write("\n")
+            self._stream.flush()
 
 
 def run_generate(args: argparse.Namespace) -> int:

@@ -215,4 +215,6 @@ class JobRun:
             hit_bytes=self.hit_bytes,
             remote_bytes=self.remote_bytes,
             preemptions=self.preemptions,
+            tenant=self.trace.tenant,
+            job_class=self.trace.job_class,
         )

@@ -22,7 +22,9 @@ class SimulationStalled(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class TraceJob:
     """One job of a trace. `ideal_bytes_per_sec` is f* on all `gpus`; the job trains for `epochs` passes
-    over its dataset (fractional: BERT's 0.07). Jobs naming the same `dataset` share it."""
+    over its dataset (fractional: BERT's 0.07). Jobs naming the same `dataset` share it. `tenant` and
+    `job_class` are free-form labels ("" when the trace gives none) for the report to break its numbers down
+    by; snapshots do not carry them."""
 
     job_id: str
     arrival: float
@@ -33,6 +35,8 @@ class TraceJob:
     dataset_bytes: int
     epochs: float
     irregular: bool = False
+    tenant: str = ""
+    job_class: str = ""
 
     @property
     def total_bytes(self) -> float:
@@ -91,7 +95,8 @@ class SimConfig:
 
 @dataclass(frozen=True, slots=True)
 class JobOutcome:
-    """One job's life in the simulation; `bytes_read == hit_bytes + remote_bytes` always."""
+    """One job's life in the simulation; `bytes_read == hit_bytes + remote_bytes` always. `start` is the first
+    time the job ran; `tenant` and `job_class` are its trace's labels, carried for the report's breakdowns."""
 
     job_id: str
     arrival: float
@@ -103,6 +108,8 @@ class JobOutcome:
     hit_bytes: float
     remote_bytes: float
     preemptions: int = 0
+    tenant: str = ""
+    job_class: str = ""
 
     @property
     def jct(self) -> float:

@@ -1,7 +1,10 @@
-"""What a simulation run amounts to: summary numbers, comparison rows, CSV files and PNG plots.
+"""What a simulation run amounts to: summary numbers, comparison rows, CSV, JSON and Markdown files, PNG plots.
 
 Definitions (the numbers `silod sim` prints):
-- average JCT: the mean over finished jobs of finish - arrival;
+- average JCT: the mean over finished jobs of finish - arrival; its percentiles (`percentile`) alongside;
+- queueing delay: start - arrival, `start` being the first time the job ran, over finished jobs;
+- groups: the same JCT and queueing numbers over the finished jobs of each GPU count, and of each value of a
+  label column (`tenant`, `class`) that any finished job has;
 - makespan: the last finish - the first arrival;
 - fairness: Gavel's ratio, a job's rate over its rate under an equal share of the cluster; each timeline
   sample holds the minimum over running jobs, and the summary is its mean over the samples with jobs running
@@ -19,11 +22,15 @@ are involved.
 from __future__ import annotations
 
 import csv
+import json
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from itertools import groupby
+from operator import attrgetter
 from pathlib import Path
+from typing import TypeVar
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -32,10 +39,25 @@ from matplotlib.ticker import FuncFormatter
 
 from datamgr.scheduler.sim.fields import format_duration
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimResult
+from datamgr.scheduler.sim.trace import LABELS
 from datamgr.units import format_rate
 
 _LINE_STYLES = ("-", "--", ":", "-.")
 _PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 50, not 5 x 10^1, on log axes
+_Key = TypeVar("_Key", int, str)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """The finished jobs of one group, as `Summary` has them for the run: the groups show whether a policy's
+    average hides a class of jobs (the 8-GPU jobs, a tenant) that waits or runs much longer than the rest."""
+
+    kind: str  # "gpus", or a label column of the trace: "tenant", "class"
+    value: str  # the GPU count or the label ("" for the jobs without one)
+    finished: int
+    average_jct: float
+    p95_jct: float
+    average_queueing_delay: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +69,11 @@ class Summary:
     finished: int
     average_jct: float
     median_jct: float
+    p95_jct: float
+    p99_jct: float
+    average_queueing_delay: float
+    median_queueing_delay: float
+    p95_queueing_delay: float
     makespan: float
     fairness_mean: float
     fairness_worst: float
@@ -55,10 +82,39 @@ class Summary:
     remote_io_limit: float
     hit_ratio: float
     effective_cache: float
+    groups: tuple[GroupSummary, ...]  # by GPU count, then by each label column in use
+
+
+# The single numbers of a `Summary`: the columns of compare.csv.
+_SCALARS = tuple(f.name for f in fields(Summary) if f.name not in ("label", "groups"))
+
+
+def percentile(values: Iterable[float], percent: float) -> float:
+    """The `percent` (0 to 100) percentile of `values` by linear interpolation between closest ranks (numpy's
+    default, Hyndman and Fan's definition 7): in the sorted values x[0] <= ... <= x[n-1], the value at rank
+    h = (n - 1) x percent / 100, interpolated between x[floor(h)] and x[floor(h) + 1]. The 50th percentile is
+    the median as `statistics.median` has it, the 0th and 100th the extremes, and unlike nearest rank a
+    percentile moves smoothly as jobs are added; NaN when there are no values."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    rank = (len(ordered) - 1) * percent / 100
+    below = math.floor(rank)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (rank - below) * (ordered[above] - ordered[below])
+
+
+def _mean(values: Collection[float]) -> float:
+    return statistics.fmean(values) if values else math.nan
 
 
 def average_jct(jobs: Sequence[JobOutcome]) -> float:
-    return statistics.fmean(j.jct for j in jobs) if jobs else math.nan
+    return _mean([j.jct for j in jobs])
+
+
+def queueing_delay(job: JobOutcome) -> float:
+    """How long the job waited before it first ran."""
+    return job.start - job.arrival
 
 
 def makespan(jobs: Sequence[JobOutcome]) -> float:
@@ -71,12 +127,19 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
     busy = [s for s in result.samples if s.running_jobs > 0]
     read = sum(j.bytes_read for j in jobs)
     cached = sum(s.cached_bytes for s in result.samples)
+    jcts = [j.jct for j in jobs]
+    delays = [queueing_delay(j) for j in jobs]
     return Summary(
         label=f"{result.policy}/{result.cache_system}",
         jobs=len(jobs) + len(result.unfinished),
         finished=len(jobs),
         average_jct=average_jct(jobs),
-        median_jct=statistics.median(j.jct for j in jobs) if jobs else math.nan,
+        median_jct=percentile(jcts, 50),
+        p95_jct=percentile(jcts, 95),
+        p99_jct=percentile(jcts, 99),
+        average_queueing_delay=_mean(delays),
+        median_queueing_delay=percentile(delays, 50),
+        p95_queueing_delay=percentile(delays, 95),
         makespan=makespan(jobs),
         fairness_mean=statistics.fmean(s.fairness_min for s in busy) if busy else math.nan,
         fairness_worst=min((s.fairness_min for s in busy), default=math.nan),
@@ -85,7 +148,33 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
         remote_io_limit=cluster.remote_io_bytes_per_sec,
         hit_ratio=sum(j.hit_bytes for j in jobs) / read if read else math.nan,
         effective_cache=sum(s.effective_cached_bytes for s in result.samples) / cached if cached else math.nan,
+        groups=group_summaries(jobs),
     )
+
+
+def group_summaries(jobs: Sequence[JobOutcome]) -> tuple[GroupSummary, ...]:
+    """The jobs by GPU count (ascending), then by each label column that some job has a value of (in label
+    order, the jobs without one under "")."""
+    groups = _groups("gpus", jobs, attrgetter("gpus"))
+    for column, name in LABELS.items():
+        label: Callable[[JobOutcome], str] = attrgetter(name)
+        if any(label(j) for j in jobs):
+            groups += _groups(column, jobs, label)
+    return tuple(groups)
+
+
+def _groups(kind: str, jobs: Sequence[JobOutcome], key: Callable[[JobOutcome], _Key]) -> list[GroupSummary]:
+    def summary(value: _Key, members: list[JobOutcome]) -> GroupSummary:
+        return GroupSummary(
+            kind=kind,
+            value=str(value),
+            finished=len(members),
+            average_jct=average_jct(members),
+            p95_jct=percentile((j.jct for j in members), 95),
+            average_queueing_delay=_mean([queueing_delay(j) for j in members]),
+        )
+
+    return [summary(value, list(members)) for value, members in groupby(sorted(jobs, key=key), key)]
 
 
 def mean_remote_io(result: SimResult) -> float:
@@ -121,7 +210,11 @@ def summary_text(summary: Summary) -> str:
         [
             f"{summary.label}: {summary.finished} of {summary.jobs} jobs finished"
             + (f" ({unfinished} still running when the run stopped)" if unfinished else ""),
-            f"  average JCT   {_time(summary.average_jct)} (median {_time(summary.median_jct)})",
+            f"  average JCT   {_time(summary.average_jct)} (median {_time(summary.median_jct)}, "
+            f"p95 {_time(summary.p95_jct)}, p99 {_time(summary.p99_jct)})",
+            f"  queueing      {_time(summary.average_queueing_delay)} average (median "
+            f"{_time(summary.median_queueing_delay)}, p95 {_time(summary.p95_queueing_delay)}) "
+            "from arrival to first start",
             f"  makespan      {_time(summary.makespan)}",
             f"  fairness      {_ratio(summary.fairness_mean)} mean, {_ratio(summary.fairness_worst)} worst "
             "(min over running jobs of rate / equal-share rate)",
@@ -134,12 +227,29 @@ def summary_text(summary: Summary) -> str:
     )
 
 
+GROUP_HEADERS = ("JOBS", "AVG JCT", "P95 JCT", "AVG QUEUEING")
+
+
+def group_rows(summary: Summary, kind: str) -> list[tuple[str, ...]]:
+    """The groups of one `kind` as table rows: the group's value, then the cells under `GROUP_HEADERS`."""
+    return [
+        (g.value, str(g.finished), _time(g.average_jct), _time(g.p95_jct), _time(g.average_queueing_delay))
+        for g in summary.groups
+        if g.kind == kind
+    ]
+
+
 COMPARISON_HEADERS = ("POLICY", "CACHE", "FINISHED", "AVG JCT", "MAKESPAN", "FAIRNESS", "REMOTE IO", "SPEEDUP")
+# What compare.md adds to the printed table: the distribution of JCTs and of queueing delays.
+DETAIL_HEADERS = ("P50 JCT", "P95 JCT", "P99 JCT", "AVG QUEUEING", "P50 QUEUEING", "P95 QUEUEING")
 
 
-def comparison_rows(
-    runs: Sequence[tuple[SimResult, Summary]], baseline_cache_system: str
-) -> list[tuple[str, str, str, str, str, str, str, str]]:
+def speedup_note(baseline_cache_system: str) -> str:
+    """What SPEEDUP means, under the table."""
+    return f"SPEEDUP: average JCT of the same policy on {baseline_cache_system} / this run's"
+
+
+def comparison_rows(runs: Sequence[tuple[SimResult, Summary]], baseline_cache_system: str) -> list[tuple[str, ...]]:
     """One row per run for the `compare` table; SPEEDUP is the average JCT of the same policy's run on
     `baseline_cache_system` divided by this run's (above 1: faster than the baseline)."""
     speedups = jct_speedups(runs, baseline_cache_system)
@@ -165,23 +275,96 @@ def jct_speedups(runs: Sequence[tuple[SimResult, Summary]], baseline_cache_syste
 
 
 def write_comparison_csv(path: Path, runs: Sequence[tuple[SimResult, Summary]], baseline_cache_system: str) -> None:
-    """The comparison in plain units (seconds, bytes/s): `Summary`'s fields and the JCT speedup."""
-    names = [f.name for f in fields(Summary) if f.name != "label"]
+    """The comparison in plain units (seconds, bytes/s): `Summary`'s single numbers and the JCT speedup (the
+    groups are in each run's groups.csv)."""
     speedups = jct_speedups(runs, baseline_cache_system)
     _write_csv(
         path,
-        ("policy", "cache_system", *names, f"jct_speedup_vs_{baseline_cache_system}"),
+        ("policy", "cache_system", *_SCALARS, f"jct_speedup_vs_{baseline_cache_system}"),
         [
-            (r.policy, r.cache_system, *(getattr(s, name) for name in names), speedup)
+            (r.policy, r.cache_system, *(getattr(s, name) for name in _SCALARS), speedup)
             for (r, s), speedup in zip(runs, speedups, strict=True)
         ],
     )
 
 
+def write_comparison_markdown(
+    path: Path, runs: Sequence[tuple[SimResult, Summary]], baseline_cache_system: str
+) -> None:
+    """The printed comparison table as a GitHub-flavoured Markdown document, with the JCT and queueing
+    percentiles it has no room for, and what SPEEDUP and the percentiles mean: a table to paste into an issue
+    or keep beside the CSV."""
+    rows = [
+        (*row, *_detail_cells(summary))
+        for row, (_, summary) in zip(comparison_rows(runs, baseline_cache_system), runs, strict=True)
+    ]
+    notes = [
+        speedup_note(baseline_cache_system),
+        "QUEUEING: time from a job's arrival to its first start. Percentiles over finished jobs, by linear "
+        "interpolation between closest ranks.",
+    ]
+    table = markdown_table((*COMPARISON_HEADERS, *DETAIL_HEADERS), rows)
+    path.write_text("\n\n".join([table, *notes]) + "\n", encoding="utf-8")
+
+
+def _detail_cells(summary: Summary) -> tuple[str, ...]:
+    return tuple(
+        _time(seconds)
+        for seconds in (
+            summary.median_jct,
+            summary.p95_jct,
+            summary.p99_jct,
+            summary.average_queueing_delay,
+            summary.median_queueing_delay,
+            summary.p95_queueing_delay,
+        )
+    )
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub-flavoured Markdown table; a `|` inside a cell is escaped so it cannot split the cell."""
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+    return "\n".join([line(headers), line(["---"] * len(headers)), *(line(row) for row in rows)])
+
+
+def write_summary_json(path: Path, summary: Summary) -> None:
+    """`Summary` as a JSON object for scripts (seconds, bytes/s, ratios; `groups` a list of objects with
+    `GroupSummary`'s fields). Strict JSON: a number with nothing to measure (NaN) is null."""
+    path.write_text(json.dumps(_without_nan(asdict(summary)), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def _without_nan(value: object) -> object:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _without_nan(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_nan(item) for item in value]
+    return value
+
+
+def write_groups_csv(path: Path, summary: Summary) -> None:
+    """One row per group of `summary.groups`: `GroupSummary`'s fields (seconds)."""
+    names = [f.name for f in fields(GroupSummary)]
+    _write_csv(path, names, [[getattr(group, name) for name in names] for group in summary.groups])
+
+
+# jobs.csv names a label by its trace column ("class"), not by the Python field that holds it ("job_class").
+_JOB_COLUMNS = {name: column for column, name in LABELS.items()}
+
+
 def write_jobs_csv(path: Path, result: SimResult) -> None:
-    """One row per finished job: `JobOutcome`'s fields (seconds, bytes) and its JCT."""
+    """One row per finished job: `JobOutcome`'s fields (seconds, bytes; labels under their trace column names)
+    and its JCT."""
     names = [f.name for f in fields(JobOutcome)]
-    _write_csv(path, (*names, "jct"), [(*(getattr(j, name) for name in names), j.jct) for j in result.jobs])
+    _write_csv(
+        path,
+        (*(_JOB_COLUMNS.get(name, name) for name in names), "jct"),
+        [(*(getattr(j, name) for name in names), j.jct) for j in result.jobs],
+    )
 
 
 def write_timeline_csv(path: Path, result: SimResult) -> None:

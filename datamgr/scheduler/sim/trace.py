@@ -14,6 +14,7 @@ Fields (CSV header names, JSON keys):
 | `epochs` | either | passes over the dataset, fractional allowed (0.07) |
 | `steps`, `step_bytes` | or both | training steps and the data one step reads ("256MB") |
 | `flags` | no | names separated by spaces or ";", or a JSON list: `irregular` (not uniform access) |
+| `tenant`, `class` | no | free-form labels ("vc-a", "best-effort") the report breaks its numbers down by |
 
 An empty CSV cell or a JSON null is an absent field. Any error names the file, the line, the field and the
 rule, and nothing of a file with an error is returned.
@@ -33,7 +34,8 @@ from datamgr.scheduler.sim.model import TraceJob
 from datamgr.units import SIZE_UNITS, parse_rate, parse_size
 
 REQUIRED = ("job_id", "arrival", "gpus", "model", "ideal_rate", "dataset", "dataset_size")
-COLUMNS = (*REQUIRED, "epochs", "steps", "step_bytes", "flags")
+LABELS = {"tenant": "tenant", "class": "job_class"}  # optional label column -> its TraceJob/JobOutcome field
+COLUMNS = (*REQUIRED, "epochs", "steps", "step_bytes", "flags", *LABELS)
 FLAGS = ("irregular",)
 FORMATS = (".csv", ".jsonl")
 
@@ -133,6 +135,7 @@ def _job(values: Mapping[str, object], where: str) -> TraceJob:
         dataset_bytes=dataset_bytes,
         epochs=_epochs(values, dataset_bytes, where),
         irregular="irregular" in read_field(_flags, values.get("flags", ""), f"{where}: flags"),
+        **{name: read(column, fields.text) for column, name in LABELS.items() if column in values},
     )
 
 
@@ -168,12 +171,14 @@ def _flags(value: object) -> set[str]:
 
 def write_trace(path: Path, jobs: Sequence[TraceJob]) -> None:
     """Write `jobs` as a trace file (CSV or JSONL by `path`'s extension) that `load_trace` reads back equal:
-    sizes and rates in the largest decimal unit that keeps them exact ("1.3TB", "114MB/s")."""
+    sizes and rates in the largest decimal unit that keeps them exact ("1.3TB", "114MB/s"). A label column no
+    job uses is left out, so an unlabelled trace (every generated one) has only the columns it needs."""
     if _format(path) == ".jsonl":
         path.write_text("".join(json.dumps(_json_record(job)) + "\n" for job in jobs), encoding="utf-8")
         return
+    labels = [column for column, name in LABELS.items() if any(getattr(job, name) for job in jobs)]
     with path.open("w", newline="", encoding="utf-8") as file:
-        writer = csv.DictWriter(file, fieldnames=[*REQUIRED, "epochs", "flags"])
+        writer = csv.DictWriter(file, fieldnames=[*REQUIRED, "epochs", "flags", *labels], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(_record(job) for job in jobs)
 
@@ -189,16 +194,17 @@ def _record(job: TraceJob) -> dict[str, str]:
         "dataset_size": _exact(job.dataset_bytes, "", parse_size),
         "epochs": _number(job.epochs),
         "flags": "irregular" if job.irregular else "",
+        **{column: getattr(job, name) for column, name in LABELS.items()},
     }
 
 
 def _json_record(job: TraceJob) -> dict[str, object]:
-    """The CSV record with JSON numbers and a flag list (left out when empty)."""
+    """The CSV record with JSON numbers and a flag list; flags and labels are left out when empty."""
     record: dict[str, object] = {**_record(job), "arrival": job.arrival, "gpus": job.gpus, "epochs": job.epochs}
     flags = record.pop("flags")
     if flags:
         record["flags"] = [flags]
-    return record
+    return {key: value for key, value in record.items() if key not in LABELS or value}
 
 
 def _number(value: float) -> str:
