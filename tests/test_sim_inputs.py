@@ -68,6 +68,33 @@ def test_a_jsonl_trace_takes_numbers_lists_and_nulls(tmp_path: Path) -> None:
     assert (b.arrival, b.gpus, b.ideal_bytes_per_sec, b.irregular) == (86400.0, 1, 1_000_000, False)
 
 
+def test_tenant_and_class_are_optional_labels_in_csv_and_jsonl(tmp_path: Path) -> None:
+    csv_trace = write(
+        tmp_path / "t.csv",
+        HEADER + ",tenant,class\n" + GOOD_ROW + ", vc-a ,best-effort\nb,0,1,m,1MB/s,d,1TB,1,,\n",
+    )
+    labelled, unlabelled = load_trace(csv_trace)
+    assert (labelled.tenant, labelled.job_class) == ("vc-a", "best-effort")
+    assert (unlabelled.tenant, unlabelled.job_class) == ("", "")
+    jsonl_trace = write(
+        tmp_path / "t.jsonl",
+        '{"job_id": "a", "arrival": 0, "gpus": 1, "model": "m", "ideal_rate": 1000, "dataset": "d",'
+        ' "dataset_size": 1000, "epochs": 1, "tenant": "vc-b", "class": null}\n',
+    )
+    (only,) = load_trace(jsonl_trace)
+    assert (only.tenant, only.job_class) == ("vc-b", "")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_write_trace_leaves_out_the_label_columns_no_job_uses(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"t{suffix}"
+    write_trace(path, [job("a"), job("b", job_class="best-effort")])
+    text = path.read_text()
+    assert "class" in text and "tenant" not in text
+    write_trace(path, [job("a")])
+    assert "class" not in path.read_text()
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
 def test_write_trace_reads_back_equal_in_readable_units(tmp_path: Path, suffix: str) -> None:
     jobs = [
@@ -75,6 +102,7 @@ def test_write_trace_reads_back_equal_in_readable_units(tmp_path: Path, suffix: 
         job(
             "b", arrival=7.25, gpus=8, ideal_bytes_per_sec=123_456_789.0, dataset="d", dataset_bytes=999, irregular=True
         ),
+        job("c", dataset="e", tenant="vc-a", job_class="best-effort"),
     ]
     path = tmp_path / f"t{suffix}"
     write_trace(path, jobs)
@@ -172,6 +200,16 @@ JSON_ERRORS = [
         "{" + JSON_ROW + ', "dataset_size": "1TB", "epochs": 1, "flags": {"irregular": true}}\n',
         "t.jsonl:1: flags: expected names",
         id="flags-object",
+    ),
+    pytest.param(
+        "{" + JSON_ROW + ', "dataset_size": "1TB", "epochs": 1, "tenant": 7}\n',
+        "t.jsonl:1: tenant: expected a non-empty string, not 7",
+        id="tenant-number",
+    ),
+    pytest.param(
+        "{" + JSON_ROW + ', "dataset_size": "1TB", "epochs": 1, "class": " "}\n',
+        "t.jsonl:1: class: expected a non-empty string, not ' '",
+        id="class-blank",
     ),
 ]
 
@@ -273,15 +311,22 @@ def test_durations_are_heavy_tailed_and_gpu_demand_follows_the_mix() -> None:
         assert gpus[demand] / len(trace) == pytest.approx(share, abs=0.01)
 
 
-def test_jobs_carry_the_papers_per_gpu_rates_and_dataset_sizes() -> None:
+def test_jobs_are_the_eleven_figure_6_jobs_with_the_papers_rates_and_dataset_sizes() -> None:
     rates = {(w.model, w.dataset): (w.bytes_per_sec_per_gpu, w.dataset_bytes) for w in WORKLOADS}
-    assert rates[("resnet50", "imagenet-1k")] == (114_000_000, 143_000_000_000)
-    assert rates[("efficientnetb1", "imagenet-22k")] == (69_000_000, 1_300_000_000_000)
-    assert rates[("bert", "websearch")] == (2_000_000, 20_971_000_000_000)
-    for j in generate(GeneratorConfig(jobs=500, seed=4)):
+    image_models = {"resnet50": 114_000_000, "resnet152": 43_000_000, "efficientnetb1": 69_000_000}
+    image_datasets = {"imagenet-1k": 143 * 10**9, "imagenet-22k": 1360 * 10**9, "openimages": 660 * 10**9}
+    expected = {(m, d): (rate, size) for m, rate in image_models.items() for d, size in image_datasets.items()}
+    expected[("vlad", "youtube-8m")] = (10_000_000, 1460 * 10**9)
+    expected[("bert", "websearch")] = (2_000_000, 20_971 * 10**9)
+    assert rates == expected
+    assert sum(w.weight for w in WORKLOADS) == pytest.approx(1.0)
+    trace = generate(GeneratorConfig(jobs=11_000, seed=4))
+    for j in trace:
         per_gpu, size = rates[(j.model, j.dataset.split("/")[0])]
         assert j.ideal_bytes_per_sec == per_gpu * j.gpus
         assert j.dataset_bytes == size
+    drawn = Counter((j.model, j.dataset.split("/")[0]) for j in trace)
+    assert all(count / len(trace) == pytest.approx(1 / 11, abs=0.01) for count in drawn.values())
 
 
 def test_the_sharing_fraction_is_the_share_of_jobs_on_shared_datasets() -> None:
@@ -342,14 +387,29 @@ def test_micro_is_the_papers_8_v100_micro_benchmark() -> None:
     assert sum(j.gpus for j in micro.trace) == micro.cluster.total_gpus
 
 
-def test_the_generated_scenarios_have_their_clusters_and_are_reproducible() -> None:
-    cluster96 = load_scenario("cluster96")
-    assert (cluster96.cluster.total_gpus, cluster96.cluster.remote_io_bytes_per_sec) == (96, 10**9)
-    assert cluster96.trace == load_scenario("cluster96").trace
+@pytest.mark.parametrize(("name", "nodes", "remote_io"), [("cluster96", 12, 10**9), ("cluster400", 50, 4 * 10**9)])
+def test_the_generated_scenarios_are_the_papers_clusters_in_its_io_bound_regime(
+    name: str, nodes: int, remote_io: int
+) -> None:
+    scenario = load_scenario(name)
+    # 8-V100 nodes with 368 GB of local SSD per V100, the paper's egress limit for that many GPUs
+    assert scenario.cluster == ClusterSpec(nodes, 8, 8 * 368 * 10**9, remote_io)
+    assert scenario.trace == load_scenario(name).trace
+    assert len({j.dataset for j in scenario.trace}) == len(scenario.trace)  # no job shares its dataset
+    span = max(j.arrival for j in scenario.trace)
+    gpus = scenario.cluster.total_gpus
+    offered_gpu_load = sum(j.gpus * compute_seconds(j) for j in scenario.trace) / (span * gpus)
+    assert 0.85 < offered_gpu_load < 1.25  # arrivals that would keep every GPU busy if IO kept up
+    offered_reads = sum(j.total_bytes for j in scenario.trace) / span
+    assert offered_reads > 5 * remote_io  # the paper's regime: demand far above the egress limit
+
+
+def test_cluster400_is_four_weeks_of_arrivals() -> None:
     cluster400 = load_scenario("cluster400")
-    assert (cluster400.cluster.total_gpus, cluster400.cluster.remote_io_bytes_per_sec) == (400, 4 * 10**9)
     four_weeks = 28 * 86400
     assert 0.95 * four_weeks < max(j.arrival for j in cluster400.trace) <= four_weeks
+    assert cluster400.recipe is not None and cluster400.recipe.duration_seconds == four_weeks
+    assert load_scenario("micro").recipe is None
 
 
 @pytest.mark.parametrize(

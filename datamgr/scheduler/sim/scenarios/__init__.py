@@ -30,6 +30,7 @@ class Scenario:
     description: str
     cluster: ClusterSpec
     trace: list[TraceJob]
+    recipe: GeneratorConfig | None = None  # how the trace was generated; None for a scenario with a trace file
 
 
 def available_scenarios() -> list[str]:
@@ -55,15 +56,18 @@ def _load(name: str, path: Path) -> Scenario:
     cluster = document["cluster"]
     if not isinstance(cluster, dict):
         raise SimInputError(f"{where}: cluster: expected a [cluster] table")
+    recipe = None
     if "trace" in document:
         trace = load_trace(path.parent / read_field(fields.text, document["trace"], f"{where}: trace"))
     else:
-        trace = generate(_recipe(document["generate"], f"{where}: [generate]"))
+        recipe = _recipe(document["generate"], f"{where}: [generate]")
+        trace = generate(recipe)
     return Scenario(
         name=name,
         description=read_field(fields.text, document["description"], f"{where}: description"),
         cluster=cluster_from_table(cluster, f"{where}: [cluster]"),
         trace=trace,
+        recipe=recipe,
     )
 
 
