@@ -1,6 +1,7 @@
 """`silod sim` and its reports: the summary math on hand-made results, the CSV and PNG files, the progress
-line, and the command end to end (generate, one run on the micro scenario, a compare on a tiny trace, one
-at a time and in worker processes). The percentiles, groups and the files that carry them: test_sim_report.py.
+line, running calls in worker processes, and the command end to end (generate, one run on the micro scenario, a
+compare on a tiny trace, one at a time and in worker processes). The percentiles, groups and the files that
+carry them: test_sim_report.py. test_sim_sweep.py shares the tiny trace and the failing site policy from here.
 
 The command-line tests go through `datamgr.cli.main.main`, so they need `silod sim` wired into main.py.
 """
@@ -12,13 +13,16 @@ import gzip
 import io
 import json
 import math
+from functools import partial
 from pathlib import Path
 
 import pytest
 from matplotlib.image import imread
 
-from datamgr.cli.main import main
-from datamgr.cli.sim import ProgressLine
+from datamgr.cli.main import build_parser, main
+from datamgr.cli.processes import run_in_processes
+from datamgr.cli.sim import PAPER_CACHE_SYSTEMS, ProgressLine
+from datamgr.scheduler.registry import CACHE_SYSTEMS
 from datamgr.scheduler.sim import report
 from datamgr.scheduler.sim.fields import format_duration
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
@@ -194,7 +198,53 @@ def test_the_progress_line_writes_nothing_when_the_stream_is_not_a_terminal() ->
     assert stream.getvalue() == ""
 
 
+# --- worker processes ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("processes", [1, 3])
+def test_run_in_processes_returns_results_in_order_and_reports_each_as_it_ends(
+    processes: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    told: list[tuple[int, int, int]] = []
+    calls = [partial(pow, 2, exponent) for exponent in range(5)]  # builtins: they pickle into a spawned worker
+    assert run_in_processes(calls, processes, lambda *done: told.append(done)) == [1, 2, 4, 8, 16]
+    assert {index: result for index, _, result in told} == {index: 2**index for index in range(5)}
+    assert [count for _, count, _ in told] == [1, 2, 3, 4, 5]  # in the order they ended
+    if processes == 1:
+        assert [index for index, _, _ in told] == [0, 1, 2, 3, 4]
+    announced = "running 5 simulations, 3 at a time" in capsys.readouterr().err
+    assert announced == (processes > 1)
+
+
+def test_run_in_processes_raises_the_first_failure() -> None:
+    calls = [partial(int, "1"), partial(int, "not a number"), partial(int, "3")]
+    for processes in (1, 2):
+        with pytest.raises(ValueError, match="not a number"):
+            run_in_processes(calls, processes, lambda *_: None)
+
+
 # --- the command -----------------------------------------------------------------------------------------------
+
+
+def test_compare_and_the_sharing_sweep_run_the_papers_cache_systems_unless_told() -> None:
+    # quiver-stable is registered, and opt-in: a run names it.
+    assert PAPER_CACHE_SYSTEMS == ("silod", "alluxio", "coordl", "quiver")
+    assert set(PAPER_CACHE_SYSTEMS) < set(CACHE_SYSTEMS) and "quiver-stable" in CACHE_SYSTEMS
+    parser = build_parser()
+    assert parser.parse_args(["sim", "compare"]).cache_systems == list(PAPER_CACHE_SYSTEMS)
+    assert parser.parse_args(["sim", "sweep", "sharing"]).cache_systems == list(PAPER_CACHE_SYSTEMS)
+    assert parser.parse_args(["sim", "sweep", "bandwidth"]).cache_systems == ["silod", "alluxio"]
+    assert parser.parse_args(["sim", "--cache-system", "quiver-stable"]).cache_system == "quiver-stable"
+    chosen = parser.parse_args(["sim", "compare", "--cache-systems", "quiver,quiver-stable"])
+    assert chosen.cache_systems == ["quiver", "quiver-stable"]
+
+
+def test_compare_help_names_its_default_and_every_cache_system(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["sim", "compare", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default silod,alluxio,coordl,quiver, the paper's; known: " in text
+    assert "all four" not in text and "quiver-stable" in text
 
 
 def test_generate_writes_the_trace_the_generator_makes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -370,6 +420,35 @@ def test_compare_prints_one_row_per_pair_with_speedups(tmp_path: Path, capsys: p
         assert sorted(wrote(printed, out)) == sorted(path.name for path in (out / run).iterdir()), run
 
 
+@pytest.mark.parametrize(
+    ("action", "labels"),
+    [
+        (["compare", "--cache-systems", "alluxio,silod"], ["fifo/alluxio", "fifo/silod"]),
+        (
+            ["sweep", "bandwidth", "--cache-systems", "alluxio,silod", "--scales", "2"],
+            ["fifo/alluxio at 2x", "fifo/silod at 2x"],
+        ),
+    ],
+)
+def test_one_run_at_a_time_each_run_has_a_progress_line_and_in_workers_none(
+    action: list[str], labels: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn: list[str] = []
+
+    class Recorded(ProgressLine):
+        def __init__(self, label: str) -> None:
+            super().__init__(label)
+            drawn.append(label)
+
+    monkeypatch.setattr("datamgr.cli.sim.ProgressLine", Recorded)
+    argv = ["sim", *action, *tiny_inputs(tmp_path), "--policy" if action[0] == "sweep" else "--policies", "fifo"]
+    assert main([*argv, "--jobs", "1", "--out", str(tmp_path / "one")]) == 0
+    assert drawn == labels
+    drawn.clear()
+    assert main([*argv, "--jobs", "2", "--out", str(tmp_path / "two")]) == 0
+    assert drawn == []  # a worker's line would garble the others'; each reports as it ends instead
+
+
 def test_compare_in_worker_processes_writes_what_one_run_at_a_time_writes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -381,6 +460,7 @@ def test_compare_in_worker_processes_writes_what_one_run_at_a_time_writes(
     )
     in_workers = capsys.readouterr()
     assert "running 4 simulations, 3 at a time" in in_workers.err
+    assert " simulations, " not in one_at_a_time.err and " done (" not in one_at_a_time.err
     assert all(f"{pair} done (" in in_workers.err for pair in ("fifo/silod", "fifo/coordl", "sjf/silod", "sjf/coordl"))
     assert in_workers.out.replace("three", "one") == one_at_a_time.out
     files = ("compare.csv", "compare.md", "sjf-coordl/jobs.csv", "fifo-silod/decisions.jsonl.gz")
@@ -400,19 +480,19 @@ class OnAMissingNode:
 """
 
 
+def install_missing_node_policy(site: Path, monkeypatch: pytest.MonkeyPatch, module: str) -> None:
+    """A site's policy `missing-node` in `module` (an entry point in `site`, as `pip install` leaves one, and
+    `site` on sys.path) that places jobs on a node that does not exist: the engine refuses its decision, in a
+    worker process too, and the command reports it as a failed run. `module` names it apart from other tests'."""
+    entry_points = f"[silod.policies]\nmissing-node = {module}:OnAMissingNode\n"
+    install_site_package(site, module.replace("_", "-"), module, OVER_PLACING_POLICY, entry_points)
+    monkeypatch.syspath_prepend(str(site))  # spawned workers start with the same sys.path
+
+
 def test_compare_stops_with_exit_1_when_a_run_in_a_worker_process_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A site's policy (an entry point, as `pip install` leaves one) that places jobs on a node that does not
-    # exist: the engine refuses its decision in the worker, and the command reports it as a failed run.
-    install_site_package(
-        tmp_path,
-        "silod-bad-site",
-        "silod_bad_site_policy",
-        OVER_PLACING_POLICY,
-        "[silod.policies]\nmissing-node = silod_bad_site_policy:OnAMissingNode\n",
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))  # spawned workers start with the same sys.path
+    install_missing_node_policy(tmp_path, monkeypatch, "silod_bad_site_policy")
     argv = ["sim", "compare", *tiny_inputs(tmp_path), "--policies", "fifo,missing-node", "--cache-systems", "silod"]
     assert main([*argv, "--jobs", "2", "--out", str(tmp_path / "out")]) == 1
     assert "no-such-node" in capsys.readouterr().err

@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from matplotlib.image import imread
 
 from datamgr.cli.main import main
 from datamgr.scheduler.registry import build_scheduler
@@ -22,14 +21,9 @@ from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig
 from datamgr.scheduler.sim.report import summarize
 from datamgr.scheduler.sim.scenarios import load_scenario
-from tests.site_packages import install_site_package
+from tests.test_sim_cli import install_missing_node_policy, is_png, tiny_inputs
 
 CLUSTER = ClusterSpec(nodes=1, gpus_per_node=4, cache_bytes_per_node=500 * 10**9, remote_io_bytes_per_sec=100e6)
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def is_png(path: Path) -> bool:
-    return path.read_bytes().startswith(PNG_MAGIC) and imread(path).shape[2] == 4
 
 
 @dataclass(frozen=True)
@@ -45,20 +39,6 @@ class Numbers:
 
 def summary(average_jct: float, finished: int = 3, jobs: int = 3, limit: float = 100e6) -> Numbers:
     return Numbers(jobs, finished, average_jct, 2 * average_jct, limit)
-
-
-def tiny_inputs(tmp_path: Path) -> list[str]:
-    """--trace and --cluster arguments for three jobs on one 4-GPU node with 100 MB/s of remote IO."""
-    trace = tmp_path / "tiny.csv"
-    trace.write_text(
-        "job_id,arrival,gpus,model,ideal_rate,dataset,dataset_size,epochs\n"
-        "a,0,1,resnet50,100MB/s,small,100GB,3\n"
-        "b,60,2,resnet50,200MB/s,large,1TB,1\n"
-        "c,120,1,bert,2MB/s,huge,20TB,0.001\n"
-    )
-    cluster = tmp_path / "c.toml"
-    cluster.write_text('nodes = 1\ngpus_per_node = 4\ncache_per_node = "500GB"\nremote_io = "100MB/s"\n')
-    return ["--trace", str(trace), "--cluster", str(cluster)]
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -348,30 +328,10 @@ def test_bad_values_are_refused_by_the_parser_with_exit_2(
     assert not list(tmp_path.iterdir())
 
 
-OVER_PLACING_POLICY = """
-from datamgr.scheduler.policy import Decision
-
-
-class OnAMissingNode:
-    name = "missing-node"
-
-    def schedule(self, snapshot, estimator):
-        return Decision(placements={job_id: {"no-such-node": job.gpus} for job_id, job in snapshot.jobs.items()})
-"""
-
-
 def test_a_failed_run_in_a_worker_process_stops_the_sweep_with_exit_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A site's policy placing jobs on a node that does not exist: the engine refuses its decision in the worker.
-    install_site_package(
-        tmp_path,
-        "silod-sweep-site",
-        "silod_sweep_site_policy",
-        OVER_PLACING_POLICY,
-        "[silod.policies]\nmissing-node = silod_sweep_site_policy:OnAMissingNode\n",
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))  # spawned workers start with the same sys.path
+    install_missing_node_policy(tmp_path, monkeypatch, "silod_sweep_site_policy")
     argv = ["sim", "sweep", "bandwidth", *tiny_inputs(tmp_path), "--policy", "missing-node", "--scales", "1,2"]
     assert main([*argv, "--jobs", "2", "--out", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err

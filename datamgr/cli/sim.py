@@ -17,19 +17,18 @@ import argparse
 import contextlib
 import gzip
 import io
-import multiprocessing
-import os
 import sys
 import textwrap
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from datamgr.cli.args import argument_type, positive_seconds
 from datamgr.cli.config import ConfigurableParser
+from datamgr.cli.processes import add_jobs_option, in_workers, run_in_processes
 from datamgr.cli.tables import render_table
 from datamgr.scheduler.registry import CACHE_SYSTEMS, Scheduler, UnknownPolicy, build_scheduler
 from datamgr.scheduler.sim import fields
@@ -48,6 +47,9 @@ if TYPE_CHECKING:
 EXIT_FAILED = 1  # main's exit codes: the run was refused midway, or
 EXIT_USAGE = 2  # a bad command line or bad input
 DEFAULT_POLICIES = ("fifo", "sjf", "gavel")
+# The cache systems of the paper's comparisons: what `compare` and the sharing sweep run unless told otherwise.
+# A variant registered beside them (`quiver-stable`) is opt-in: it answers a question the paper does not ask.
+PAPER_CACHE_SYSTEMS = ("silod", "alluxio", "coordl", "quiver")
 DECISION_LOG = "decisions.jsonl.gz"
 
 
@@ -130,17 +132,15 @@ def _add_compare_parser(actions: argparse._SubParsersAction[ConfigurableParser])
         "--policies", type=_names, default=list(DEFAULT_POLICIES), metavar="P,..", help="default fifo,sjf,gavel"
     )
     compare_p.add_argument(
-        "--cache-systems", type=_names, default=list(CACHE_SYSTEMS), metavar="C,..", help="default all four"
-    )
+        "--cache-systems", type=_names, default=list(PAPER_CACHE_SYSTEMS), metavar="C,..",
+        help=f"default {','.join(PAPER_CACHE_SYSTEMS)}, the paper's; known: {', '.join(CACHE_SYSTEMS)}",
+    )  # fmt: skip
     compare_p.add_argument(
         "--baseline", metavar="CACHE", help="speedups are over this cache system (default the first listed)"
     )
     compare_p.add_argument("--out", type=Path, metavar="DIR", help="output directory (default ./sim-NAME-compare)")
     _add_decision_log_option(compare_p)
-    compare_p.add_argument(
-        "--jobs", type=argument_type(fields.positive_int, "count"), default=os.cpu_count() or 1, metavar="N",
-        help="runs at once, each in a process of its own (default: the CPU count, %(default)s)",
-    )  # fmt: skip
+    add_jobs_option(compare_p)
     _add_run_options(compare_p)
     compare_p.set_defaults(run=run_compare)
 
@@ -318,34 +318,24 @@ def _simulate_pairs(
 ) -> list[_Run]:
     """Each (policy, cache system) pair's run, its outputs in a subdirectory of `out`, in the order of `pairs`.
 
-    Runs are independent and single-threaded, so with `processes` > 1 they go to that many worker processes
-    (started afresh, not forked from a process that may hold threads), and a line reports each as it ends;
-    one at a time, each shows its own progress line. The first run to fail stops the rest."""
-    if processes == 1 or len(pairs) == 1:
-        return [
-            _simulate_pair(inputs, policy, cache_system, config, out, decision_log, show_progress=True)
-            for policy, cache_system in pairs
-        ]
-    processes = min(processes, len(pairs))
-    print(f"running {len(pairs)} simulations, {processes} at a time", file=sys.stderr, flush=True)
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=processes, mp_context=context) as pool:
-        started = time.monotonic()
-        futures: dict[Future[_Run], str] = {
-            pool.submit(
-                _simulate_pair, inputs, policy, cache_system, config, out, decision_log, False
-            ): f"{policy}/{cache_system}"
-            for policy, cache_system in pairs
-        }
-        try:
-            for done, future in enumerate(as_completed(futures), start=1):
-                future.result()  # a failed run raises here
-                seconds = time.monotonic() - started
-                print(f"{futures[future]} done ({done} of {len(pairs)}, {seconds:.0f} s)", file=sys.stderr, flush=True)
-        except BaseException:
-            pool.shutdown(cancel_futures=True)
-            raise
-        return [future.result() for future in futures]
+    With `processes` > 1 the runs go to that many worker processes (`run_in_processes`) and a line reports each
+    as it ends; one at a time, each shows its own progress line. The first run to fail stops the rest."""
+    workers = in_workers(len(pairs), processes)
+    calls = [
+        partial(_simulate_pair, inputs, policy, cache_system, config, out, decision_log, not workers)
+        for policy, cache_system in pairs
+    ]
+    started = time.monotonic()
+
+    def finished(index: int, count: int, run: _Run) -> None:
+        if workers:
+            policy, cache_system = pairs[index]
+            seconds = time.monotonic() - started
+            print(
+                f"{policy}/{cache_system} done ({count} of {len(pairs)}, {seconds:.0f} s)", file=sys.stderr, flush=True
+            )
+
+    return run_in_processes(calls, processes, finished)
 
 
 def _simulate_pair(
@@ -376,14 +366,12 @@ def _simulate(
     from datamgr.scheduler.sim import report
 
     out.mkdir(parents=True, exist_ok=True)
-    progress = ProgressLine(scheduler.name) if show_progress else None
     log_path = out / DECISION_LOG
     if not decision_log:
         log_path.unlink(missing_ok=True)
+    label = scheduler.name if show_progress else None
     with _gzip_text(log_path) if decision_log else contextlib.nullcontext() as log:
-        result = simulate(inputs.trace, inputs.cluster, scheduler, config, decision_log=log, progress=progress)
-    if progress is not None:
-        progress.close()
+        result = simulate_showing_progress(inputs.trace, inputs.cluster, scheduler, config, label, log)
     summary = report.summarize(result, inputs.cluster)
     writers: list[tuple[str, Callable[[Path], None]]] = [
         ("jobs.csv", lambda path: report.write_jobs_csv(path, result)),
@@ -398,6 +386,23 @@ def _simulate(
         write(out / name)
     files = [name for name, _ in writers] + ([DECISION_LOG] if decision_log else [])
     return _Run(result, summary, tuple(files))
+
+
+def simulate_showing_progress(
+    trace: list[TraceJob],
+    cluster: ClusterSpec,
+    scheduler: Scheduler,
+    config: SimConfig,
+    progress_label: str | None,
+    decision_log: TextIO | None = None,
+) -> SimResult:
+    """`engine.simulate`, with a `ProgressLine` named `progress_label` unless that is None (a run in a worker
+    process, whose lines would garble the parent's)."""
+    progress = ProgressLine(progress_label) if progress_label is not None else None
+    result = simulate(trace, cluster, scheduler, config, decision_log=decision_log, progress=progress)
+    if progress is not None:
+        progress.close()
+    return result
 
 
 def _gzip_text(path: Path) -> TextIO:

@@ -6,39 +6,39 @@
 
 Which runs a sweep makes and how their results become rows is `datamgr.scheduler.sim.sweep`; this module
 parses, checks everything before the first run (exit 2 naming the option and the rule), runs them in worker
-processes as `silod sim compare` does (exit 1 if one fails), and writes `sweep.csv`, `sweep.md` and the plot.
+processes as `silod sim compare` does (`datamgr.cli.processes`; exit 1 if one fails), and writes `sweep.csv`,
+`sweep.md` and the plot.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import os
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from datamgr.cli.args import argument_type
 from datamgr.cli.config import ConfigurableParser
+from datamgr.cli.processes import add_jobs_option, in_workers, run_in_processes
 from datamgr.cli.sim import (
     EXIT_FAILED,
-    ProgressLine,
+    PAPER_CACHE_SYSTEMS,
     _add_inputs,
     _add_run_options,
     _config,
     _fail,
     _inputs,
     _names,
+    simulate_showing_progress,
 )
 from datamgr.cli.tables import render_table
 from datamgr.scheduler.registry import CACHE_SYSTEMS, UnknownPolicy, build_scheduler
 from datamgr.scheduler.sim import fields, sweep
 from datamgr.scheduler.sim.cluster import with_remote_io_scale
 from datamgr.scheduler.sim.decisions import InvalidDecision
-from datamgr.scheduler.sim.engine import check_inputs, simulate
+from datamgr.scheduler.sim.engine import check_inputs
 from datamgr.scheduler.sim.fields import SimInputError, format_duration
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimulationStalled, TraceJob
 from datamgr.scheduler.sim.scenarios import available_scenarios, load_scenario
@@ -46,13 +46,11 @@ from datamgr.scheduler.sim.scenarios import available_scenarios, load_scenario
 if TYPE_CHECKING:
     from datamgr.scheduler.sim.report import Summary
 
-T = TypeVar("T")
-
 DEFAULT_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)
 DEFAULT_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 DEFAULT_CACHE_SYSTEMS: dict[sweep.Kind, tuple[str, ...]] = {
     "bandwidth": ("silod", "alluxio"),
-    "sharing": ("silod", "alluxio", "coordl", "quiver"),
+    "sharing": PAPER_CACHE_SYSTEMS,
 }
 
 
@@ -117,10 +115,7 @@ def _add_sweep_options(parser: argparse.ArgumentParser, kind: sweep.Kind) -> Non
         help=f"default {','.join(DEFAULT_CACHE_SYSTEMS[kind])}; silod's speedup is reported over the others",
     )  # fmt: skip
     parser.add_argument("--out", type=Path, metavar="DIR", help=f"output directory (default ./sim-NAME-sweep-{kind})")
-    parser.add_argument(
-        "--jobs", type=argument_type(fields.positive_int, "count"), default=os.cpu_count() or 1, metavar="N",
-        help="runs at once, each in a process of its own (default: the CPU count, %(default)s)",
-    )  # fmt: skip
+    add_jobs_option(parser)
     _add_run_options(parser)
     parser.set_defaults(run=run_sweep)
 
@@ -142,7 +137,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     runs = sweep.sweep_runs(kind, points, args.policy, args.cache_systems)
     at = {point.value: point for point in points}
     config = _config(args)
-    one_at_a_time = args.jobs == 1 or len(runs) == 1
+    one_at_a_time = not in_workers(len(runs), args.jobs)
     calls = [
         partial(
             _summarize_run,
@@ -238,37 +233,6 @@ def _summarize_run(
     the whole result, travels back from the worker."""
     from datamgr.scheduler.sim import report
 
-    progress = ProgressLine(progress_label) if progress_label is not None else None
-    result = simulate(trace, cluster, build_scheduler(policy, cache_system), config, progress=progress)
-    if progress is not None:
-        progress.close()
+    scheduler = build_scheduler(policy, cache_system)
+    result = simulate_showing_progress(trace, cluster, scheduler, config, progress_label)
     return report.summarize(result, cluster)
-
-
-def run_in_processes(
-    calls: Sequence[Callable[[], T]], processes: int, finished: Callable[[int, int, T], None]
-) -> list[T]:
-    """Each call's result, in the order of `calls`; `finished(index, count, result)` is told of each as it ends
-    (`count` of them so far).
-
-    Runs are independent and single-threaded, so with `processes` > 1 they go to that many worker processes,
-    started afresh (spawned, not forked from a process that may hold threads); the calls must pickle (a
-    `functools.partial` of a module-level function does). The first call to fail stops the rest and raises."""
-    if processes == 1 or len(calls) == 1:
-        results: list[T] = []
-        for index, call in enumerate(calls):
-            results.append(call())
-            finished(index, len(results), results[-1])
-        return results
-    processes = min(processes, len(calls))
-    print(f"running {len(calls)} simulations, {processes} at a time", file=sys.stderr, flush=True)
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=processes, mp_context=context) as pool:
-        futures: dict[Future[T], int] = {pool.submit(call): index for index, call in enumerate(calls)}
-        try:
-            for count, future in enumerate(as_completed(futures), start=1):
-                finished(futures[future], count, future.result())  # a failed call raises here
-        except BaseException:
-            pool.shutdown(cancel_futures=True)
-            raise
-        return [future.result() for future in futures]

@@ -9,8 +9,9 @@ varies egress bandwidth (its Figure 14a) and dataset sharing (its Figure 15).
 
 This module is the pure part: which runs a sweep consists of, what each runs on, and how their summaries
 become rows (with SiloD's speedup over each baseline at the same value), CSV and Markdown text and a plot.
-Running them is the command's business (`datamgr/cli/sim_sweep.py`). Nothing here imports matplotlib until a
-plot is drawn, since `silod` loads this module for its command line.
+Running them is the command's business (`datamgr/cli/sim_sweep.py`). Nothing here imports matplotlib, nor
+`report` (which does), until a plot or the Markdown is drawn, since `silod` loads this module for its command
+line.
 """
 
 from __future__ import annotations
@@ -201,14 +202,12 @@ def csv_text(kind: Kind, rows: Sequence[SweepRow]) -> str:
 
 
 def markdown_text(title: str, kind: Kind, rows: Sequence[SweepRow]) -> str:
-    """The printed table as a Markdown document: a heading, the table, and what the speedup means."""
-    lines = [f"# {title}", "", _markdown_row(table_headers(kind)), _markdown_row(["---"] * len(table_headers(kind)))]
-    lines += [_markdown_row(cells) for cells in table_rows(kind, rows)]
-    return "\n".join([*lines, "", speedup_note(kind), ""])
+    """The printed table as a Markdown document: a heading, the table (as `compare.md` has its), and what the
+    speedup means."""
+    from datamgr.scheduler.sim.report import markdown_table  # report loads matplotlib
 
-
-def _markdown_row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+    table = markdown_table(table_headers(kind), table_rows(kind, rows))
+    return "\n".join([f"# {title}", "", table, "", speedup_note(kind), ""])
 
 
 def plot_sweep(path: Path, title: str, kind: Kind, rows: Sequence[SweepRow]) -> None:

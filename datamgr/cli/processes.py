@@ -1,0 +1,65 @@
+"""Running `silod sim`'s independent simulations, one at a time or in worker processes.
+
+`silod sim compare` and `silod sim sweep` both run a list of simulations that share nothing: each is a
+single-threaded call, so on a machine with several cores they go to as many worker processes. Both take the
+number of processes as `--jobs N` (`add_jobs_option`) and report each run as it ends in their own words (the
+`finished` callback of `run_in_processes`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from typing import TypeVar
+
+from datamgr.cli.args import argument_type
+from datamgr.scheduler.sim import fields
+
+T = TypeVar("T")
+
+
+def add_jobs_option(parser: argparse.ArgumentParser) -> None:
+    """`--jobs N`, the number of runs at once (`args.jobs`), for `run_in_processes`."""
+    parser.add_argument(
+        "--jobs", type=argument_type(fields.positive_int, "count"), default=os.cpu_count() or 1, metavar="N",
+        help="runs at once, each in a process of its own (default: the CPU count, %(default)s)",
+    )  # fmt: skip
+
+
+def in_workers(calls: int, processes: int) -> bool:
+    """Whether `run_in_processes` runs this many calls in worker processes, rather than one at a time in this
+    process: only then may a call not draw on the terminal (a progress line redrawn in place)."""
+    return processes > 1 and calls > 1
+
+
+def run_in_processes(
+    calls: Sequence[Callable[[], T]], processes: int, finished: Callable[[int, int, T], None]
+) -> list[T]:
+    """Each call's result, in the order of `calls`; `finished(index, count, result)` is told of each as it ends
+    (`count` of them so far).
+
+    Runs are independent and single-threaded, so with `processes` > 1 they go to that many worker processes,
+    started afresh (spawned, not forked from a process that may hold threads); the calls must pickle (a
+    `functools.partial` of a module-level function does). The first call to fail stops the rest and raises."""
+    if not in_workers(len(calls), processes):
+        results: list[T] = []
+        for index, call in enumerate(calls):
+            results.append(call())
+            finished(index, len(results), results[-1])
+        return results
+    processes = min(processes, len(calls))
+    print(f"running {len(calls)} simulations, {processes} at a time", file=sys.stderr, flush=True)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=processes, mp_context=context) as pool:
+        futures: dict[Future[T], int] = {pool.submit(call): index for index, call in enumerate(calls)}
+        try:
+            for count, future in enumerate(as_completed(futures), start=1):
+                finished(futures[future], count, future.result())  # a failed call raises here
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
+        return [future.result() for future in futures]
