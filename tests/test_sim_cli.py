@@ -34,8 +34,10 @@ CLUSTER = ClusterSpec(nodes=2, gpus_per_node=4, cache_bytes_per_node=10**12, rem
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def outcome(job_id: str, arrival: float, finish: float, hit: float = 0.0, remote: float = 100.0) -> JobOutcome:
-    return JobOutcome(job_id, arrival, arrival, finish, 1, "d", hit + remote, hit, remote)
+def outcome(
+    job_id: str, arrival: float, finish: float, hit: float = 0.0, remote: float = 100.0, equal_share: float = 0.0
+) -> JobOutcome:
+    return JobOutcome(job_id, arrival, arrival, finish, 1, "d", hit + remote, hit, remote, 0, equal_share)
 
 
 def sample(time: float, io: float, running: int, fairness: float, cached: int = 0, effective: int = 0) -> Sample:
@@ -43,7 +45,11 @@ def sample(time: float, io: float, running: int, fairness: float, cached: int = 
 
 
 def result(policy: str = "fifo", cache_system: str = "silod", *jobs: JobOutcome) -> SimResult:
-    outcomes = list(jobs) or [outcome("a", 0, 100, hit=30, remote=70), outcome("b", 10, 50), outcome("c", 20, 220)]
+    outcomes = list(jobs) or [
+        outcome("a", 0, 100, hit=30, remote=70, equal_share=200),  # fairness 100 / 200 = 0.5
+        outcome("b", 10, 50, equal_share=100),  # 1.0
+        outcome("c", 20, 220),  # nothing to compare with: left out of the fairness numbers
+    ]
     samples = [
         sample(0, 100e6, 2, 0.5, cached=100, effective=50),
         sample(60, 200e6, 3, 1.0, cached=300, effective=300),
@@ -71,7 +77,7 @@ def test_average_jct_and_makespan_follow_their_definitions() -> None:
     assert math.isnan(report.average_jct([])) and math.isnan(report.makespan([]))
 
 
-def test_the_summary_averages_fairness_over_busy_samples_and_remote_io_over_the_run() -> None:
+def test_the_summary_averages_fairness_over_jobs_and_remote_io_over_the_run() -> None:
     summary = report.summarize(result(), CLUSTER)
     assert (summary.jobs, summary.finished) == (4, 3)  # the unfinished job counts as a job, not a JCT
     assert summary.median_jct == 100
@@ -98,7 +104,7 @@ def test_the_summary_text_shows_the_numbers_in_human_units() -> None:
 def test_speedups_are_over_the_same_policy_on_the_baseline_cache_system() -> None:
     runs = [
         result("fifo", "alluxio", outcome("a", 0, 200)),
-        result("fifo", "silod", outcome("a", 0, 50)),
+        result("fifo", "silod", outcome("a", 0, 50, equal_share=400 / 3)),  # fairness 100 / (400 / 3) = 0.75
         result("sjf", "silod", outcome("a", 0, 80)),  # no sjf/alluxio run: no speedup
     ]
     summarized = [(r, report.summarize(r, CLUSTER)) for r in runs]

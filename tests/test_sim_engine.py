@@ -233,6 +233,17 @@ def test_jct_and_makespan_of_a_tiny_trace() -> None:
     assert makespan(result.jobs) == pytest.approx(150)
 
 
+def test_a_jobs_fairness_is_what_it_read_over_an_equal_shares_reads_over_its_stay_waiting_included() -> None:
+    # One GPU, remote IO for two jobs at full speed: a runs 0-100 s while b waits, then b runs 100-200 s.
+    # Equal share while both are present (0-100 s): half the GPU, 50 MB/s each; from 100 s b alone: 100 MB/s.
+    trace = [job("a"), job("b", dataset="other")]
+    result = run(trace, cluster(io=200 * MB))
+    a, b = outcome(result, "a"), outcome(result, "b")
+    assert a.equal_share_bytes == pytest.approx(50 * MB * 100)
+    assert b.equal_share_bytes == pytest.approx(50 * MB * 100 + 100 * MB * 100)
+    assert (a.fairness, b.fairness) == pytest.approx((2.0, 2 / 3))  # b's 100 s in the queue count against it
+
+
 def test_the_decision_log_has_one_json_line_per_round_with_placements_cache_io_and_notes() -> None:
     # Rounds at 0 (a arrives), 10 (b arrives, waits) and 100 (a finishes, b starts); the run ends with b.
     log = io.StringIO()

@@ -37,7 +37,7 @@ from datamgr.scheduler.sim.decisions import check_decision, decision_record
 from datamgr.scheduler.sim.events import EventKind, EventQueue
 from datamgr.scheduler.sim.jobs import JobRun
 from datamgr.scheduler.sim.lru import LruPool
-from datamgr.scheduler.sim.measures import EqualShareRates, Fairness, fairness
+from datamgr.scheduler.sim.measures import EqualShareRates, EqualShareWork, Fairness, fairness
 from datamgr.scheduler.sim.model import (
     ClusterSpec,
     JobOutcome,
@@ -157,6 +157,7 @@ class _Run:
         self.rates_changed = True  # since the last sample's fairness
         self.last_fairness = fairness([], jobs_waiting=False)
         self.equal_share_rates = EqualShareRates(cluster)
+        self.equal_share_work = EqualShareWork(cluster)
         self.last_round = -math.inf
         self.round_requested_at = -math.inf
         self.dataset_states: dict[str, DatasetState] = {}  # the last snapshot's, reused while unchanged
@@ -204,6 +205,7 @@ class _Run:
     def _arrive(self, job: JobRun) -> None:
         self.arrivals_left -= 1
         self.present[job.job_id] = job
+        job.equal_share_mark = self.equal_share_work.arrive(job.shape, self.now)
         self.rates_changed = True
         self._request_round()
 
@@ -225,7 +227,7 @@ class _Run:
         self.remote -= job.remote_rate
         self.busy_gpus -= job.gpus
         self.rates_changed = True
-        job.finish(now)
+        job.finish(now, self.equal_share_work.finish(job.shape, now, job.equal_share_mark))
         del self.running[job.job_id]
         del self.present[job.job_id]
         self.cache.release(job, now)

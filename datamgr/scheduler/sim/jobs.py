@@ -42,6 +42,8 @@ class JobRun:
         "_unchanging",
         "base",
         "done",
+        "equal_share_bytes",
+        "equal_share_mark",
         "finish_pending",
         "finished_at",
         "gpu_seconds",
@@ -101,6 +103,8 @@ class JobRun:
         self.preemptions = 0
         self.version = 0  # bumped whenever its scheduled boundary event is superseded
         self.finish_pending = False  # its scheduled boundary event is its finish
+        self.equal_share_mark = 0.0  # `measures.EqualShareWork`'s integral for its shape when it arrived
+        self.equal_share_bytes = 0.0  # what an equal share of the cluster would have read over its stay
         self._queued_state: JobState | None = None
 
     @property
@@ -110,6 +114,11 @@ class JobRun:
     @property
     def running(self) -> bool:
         return self.gpus > 0
+
+    @property
+    def shape(self) -> tuple[float, int, float]:
+        """What its equal share of the cluster depends on: f* on all its GPUs, its GPUs, its dataset's size."""
+        return (self.trace.ideal_bytes_per_sec, self.trace.gpus, float(self.trace.dataset_bytes))
 
     @property
     def remaining_bytes(self) -> float:
@@ -151,9 +160,11 @@ class JobRun:
         self._queued_state = None
         return True
 
-    def finish(self, now: float) -> None:
-        """Stop for good (after `advance`): the job releases everything and reads no more."""
+    def finish(self, now: float, equal_share_bytes: float) -> None:
+        """Stop for good (after `advance`): the job releases everything and reads no more. `equal_share_bytes`
+        is what an equal share of the cluster would have read over its stay (`measures.EqualShareWork`)."""
         self.finished_at = now
+        self.equal_share_bytes = equal_share_bytes
         self.placement = _NOWHERE
         self.gpus = 0
         self.ideal = 0.0
@@ -215,6 +226,7 @@ class JobRun:
             hit_bytes=self.hit_bytes,
             remote_bytes=self.remote_bytes,
             preemptions=self.preemptions,
+            equal_share_bytes=self.equal_share_bytes,
             tenant=self.trace.tenant,
             job_class=self.trace.job_class,
         )

@@ -74,3 +74,52 @@ def fairness(ratios: Iterable[float], jobs_waiting: bool) -> Fairness:
         empty = 0.0 if jobs_waiting else 1.0
         return Fairness(empty, empty)
     return Fairness(min(values), sum(values) / len(values))
+
+
+Shape = tuple[float, int, float]  # (f* on all its GPUs, GPUs, dataset bytes): what a job's equal share depends on
+
+
+class EqualShareWork:
+    """What a job of each shape present would have read so far on an equal share of the cluster, integrated
+    over time as the number of present jobs changes.
+
+    A job's lifetime fairness ratio is the bytes it read over the bytes its equal share would have read
+    between its arrival and its finish (`at_arrival` and `since`): Gavel's ratio over the job's whole stay,
+    the time it waited in a queue included, when its rate there was 0. The per-sample ratio measures only
+    running jobs, against a share that shrinks as a queue grows, so a cluster that queues looks fairer by it;
+    this one charges the wait to the job that waited. Only the shapes of present jobs are integrated, a
+    handful in a generated trace, so a change of the job count costs one step per shape.
+    """
+
+    def __init__(self, cluster: ClusterSpec) -> None:
+        self._rates = EqualShareRates(cluster)
+        self._work: dict[Shape, float] = {}
+        self._holders: dict[Shape, int] = {}
+        self._jobs = 0
+        self._at = 0.0
+
+    def arrive(self, shape: Shape, now: float) -> float:
+        """A job of `shape` arrives at `now`; returns the integral's value for it to subtract at its finish."""
+        self._advance(now)
+        self._work.setdefault(shape, 0.0)
+        self._holders[shape] = self._holders.get(shape, 0) + 1
+        self._jobs += 1
+        return self._work[shape]
+
+    def finish(self, shape: Shape, now: float, at_arrival: float) -> float:
+        """A job of `shape` that arrived when the integral stood at `at_arrival` finishes at `now`; returns the
+        bytes its equal share would have read over its stay."""
+        self._advance(now)
+        work = self._work[shape] - at_arrival
+        self._jobs -= 1
+        self._holders[shape] -= 1
+        if not self._holders[shape]:
+            del self._holders[shape], self._work[shape]
+        return work
+
+    def _advance(self, now: float) -> None:
+        elapsed = now - self._at
+        self._at = now
+        if elapsed > 0.0 and self._jobs:
+            for shape in self._work:
+                self._work[shape] += self._rates.rate(self._jobs, *shape) * elapsed

@@ -6,6 +6,7 @@ values here are what they exchange. Sizes are bytes, rates bytes/s, times second
 
 from __future__ import annotations
 
+import math
 from array import array
 from dataclasses import dataclass, field
 
@@ -108,12 +109,19 @@ class JobOutcome:
     hit_bytes: float
     remote_bytes: float
     preemptions: int = 0
+    equal_share_bytes: float = 0.0  # what an equal share of the cluster would have read over its stay
     tenant: str = ""
     job_class: str = ""
 
     @property
     def jct(self) -> float:
         return self.finish - self.arrival
+
+    @property
+    def fairness(self) -> float:
+        """Gavel's ratio over the job's stay: what it read over what an equal share of the cluster would have
+        read from its arrival to its finish (NaN if that is 0)."""
+        return self.bytes_read / self.equal_share_bytes if self.equal_share_bytes > 0 else math.nan
 
 
 @dataclass(frozen=True, slots=True)

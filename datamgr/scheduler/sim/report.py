@@ -6,9 +6,9 @@ Definitions (the numbers `silod sim` prints):
 - groups: the same JCT and queueing numbers over the finished jobs of each GPU count, and of each value of a
   label column (`tenant`, `class`) that any finished job has;
 - makespan: the last finish - the first arrival;
-- fairness: Gavel's ratio, a job's rate over its rate under an equal share of the cluster; each timeline
-  sample holds the minimum over running jobs, and the summary is its mean over the samples with jobs running
-  (samples are evenly spaced, so that is the time average) and its worst;
+- fairness: Gavel's ratio over each finished job's stay (`JobOutcome.fairness`: the bytes it read over the
+  bytes an equal share of the cluster would have read from its arrival to its finish, waiting included),
+  its mean and its worst over the jobs; the timeline plots the per-sample ratio of the running jobs;
 - remote IO: the mean from the first arrival to the end of the run, and the peak, against the cluster's
   limit, from the engine's ledger of every change of the cluster's remote rate;
 - hit ratio: cached bytes read / bytes read, over all finished jobs;
@@ -124,11 +124,11 @@ def makespan(jobs: Sequence[JobOutcome]) -> float:
 
 def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
     jobs = result.jobs
-    busy = [s for s in result.samples if s.running_jobs > 0]
     read = sum(j.bytes_read for j in jobs)
     cached = sum(s.cached_bytes for s in result.samples)
     jcts = [j.jct for j in jobs]
     delays = [queueing_delay(j) for j in jobs]
+    fairness = [j.fairness for j in jobs if not math.isnan(j.fairness)]
     return Summary(
         label=f"{result.policy}/{result.cache_system}",
         jobs=len(jobs) + len(result.unfinished),
@@ -141,8 +141,8 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
         median_queueing_delay=percentile(delays, 50),
         p95_queueing_delay=percentile(delays, 95),
         makespan=makespan(jobs),
-        fairness_mean=statistics.fmean(s.fairness_min for s in busy) if busy else math.nan,
-        fairness_worst=min((s.fairness_min for s in busy), default=math.nan),
+        fairness_mean=_mean(fairness),
+        fairness_worst=min(fairness, default=math.nan),
         remote_io_mean=mean_remote_io(result),
         remote_io_peak=result.remote_io.peak() if jobs else math.nan,
         remote_io_limit=cluster.remote_io_bytes_per_sec,
@@ -217,7 +217,7 @@ def summary_text(summary: Summary) -> str:
             "from arrival to first start",
             f"  makespan      {_time(summary.makespan)}",
             f"  fairness      {_ratio(summary.fairness_mean)} mean, {_ratio(summary.fairness_worst)} worst "
-            "(min over running jobs of rate / equal-share rate)",
+            "over jobs (bytes read / an equal share's over the job's stay)",
             f"  remote IO     {_rate(summary.remote_io_mean)} mean "
             f"({_share(summary.remote_io_mean, summary.remote_io_limit)}), {_rate(summary.remote_io_peak)} peak "
             f"({_share(summary.remote_io_peak, summary.remote_io_limit)}) of {_rate(summary.remote_io_limit)}",
