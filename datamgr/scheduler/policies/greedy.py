@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from datamgr.scheduler import perf
 from datamgr.scheduler.perf import Estimator
@@ -22,8 +23,10 @@ from datamgr.scheduler.sharing import fill_in_order, fill_needs_then_caps
 from datamgr.scheduler.snapshot import Snapshot
 
 
-@dataclass(frozen=True, slots=True)
-class JobDemand:
+class JobDemand(NamedTuple):
+    """A job as the greedy policy weighs it. A named tuple, not a frozen dataclass: as immutable, and several
+    times cheaper to build, which matters because `GreedyStorage` builds one per running job every round."""
+
     job_id: str
     dataset_uri: str
     ideal_bytes_per_sec: float  # f*: the rate the job consumes data at when IO is not the bottleneck

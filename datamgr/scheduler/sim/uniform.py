@@ -90,9 +90,9 @@ class _Space:
         """Cached bytes per bin at `now` (no earlier than the last settle) of a filling space, without changing
         it.
 
-        Every filling space is settled every round, and a coordl round has a private space per running job:
-        clamps are comparisons, not min() and max() calls, and each bin's inflow is clamped as it is worked
-        out."""
+        Worked out at every change of a reader's fetch rate and at every sample, over a space per running job
+        under coordl or with unshared datasets: clamps are comparisons, not min() and max() calls, and each
+        bin's inflow is clamped as it is worked out."""
         elapsed = now - self.settled_at
         bin_bytes, whole = self.bin_bytes, self.whole_fetch
         uncached = [bin_bytes - c if bin_bytes - c > 0.0 else 0.0 for c in self.cached]
@@ -192,13 +192,18 @@ class UniformCache:
     ) -> list[JobRun]:
         """Bind each running job to its space (a private copy if the decision lists it in `job_cache_bytes`),
         then apply the quotas; a dataset or job the decision leaves out gets quota 0. Returns the jobs whose
-        segment hit ratio changed: moved to another space, or in a space the new quota shrank."""
-        for space in self._spaces():
-            space.settle(now)
+        segment hit ratio changed: moved to another space, or in a space the new quota shrank.
+
+        Only the spaces a reader moves between or whose quota changes are settled: the others fill on as
+        they were, and `held_at` answers for them from their last settled state (a round leaves most spaces
+        as they were, and there is one per running job under coordl or with unshared datasets)."""
         changed = [job for job in running if self._bind(job, job_cache_bytes, now)]
         for spaces, quotas in ((self._shared, cache_bytes), (self._private, job_cache_bytes)):
             for key, space in list(spaces.items()):
-                changed += space.set_quota(quotas.get(key, 0), now)
+                quota = quotas.get(key, 0)
+                if quota != space.quota:
+                    space.settle(now)
+                    changed += space.set_quota(quota, now)
                 if not space.readers and space.quota == 0:  # nothing held, no one to hold it for
                     del spaces[key]
                 else:
@@ -278,6 +283,8 @@ class UniformCache:
         if reader is None:
             reader = self._readers[job_id] = _Reader(job, space)
         else:
+            reader.space.settle(now)
+            space.settle(now)
             fetch = reader.fetch
             self._withdraw(reader)
             del reader.space.readers[job_id]
