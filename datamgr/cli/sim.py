@@ -216,29 +216,29 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 @dataclass(frozen=True)
-class _Inputs:
+class SimInputs:
     name: str  # the scenario, or the trace file's stem: names the default output directory
     cluster: ClusterSpec
     trace: list[TraceJob]
 
 
-def _inputs(args: argparse.Namespace) -> _Inputs:
+def _inputs(args: argparse.Namespace) -> SimInputs:
     """The cluster and trace the arguments name; raises SimInputError."""
     if args.scenario is not None:
         if args.trace is not None or args.cluster is not None:
             raise SimInputError("--scenario replaces --trace and --cluster; give one or the other")
         scenario = load_scenario(args.scenario)
-        inputs = _Inputs(scenario.name, scenario.cluster, scenario.trace)
+        inputs = SimInputs(scenario.name, scenario.cluster, scenario.trace)
     elif args.trace is None or args.cluster is None:
         raise SimInputError("give --trace FILE and --cluster FILE, or --scenario NAME")
     else:
-        inputs = _Inputs(args.trace.stem, load_cluster(args.cluster), load_trace(args.trace))
+        inputs = SimInputs(args.trace.stem, load_cluster(args.cluster), load_trace(args.trace))
     cluster = with_remote_io_scale(inputs.cluster, args.remote_io_scale)
     try:
         check_inputs(inputs.trace, cluster)
     except ValueError as exc:
         raise SimInputError(str(exc)) from None
-    return _Inputs(inputs.name, cluster, inputs.trace)
+    return SimInputs(inputs.name, cluster, inputs.trace)
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
@@ -260,7 +260,7 @@ def run_sim(args: argparse.Namespace) -> int:
 
     out = args.out or Path(f"sim-{inputs.name}-{args.policy}-{args.cache_system}")
     try:
-        run = _simulate(inputs, scheduler, _config(args), out, args.decision_log)
+        run = simulate_into(inputs, scheduler, _config(args), out, args.decision_log)
     except (SimulationStalled, InvalidDecision) as exc:
         return _fail("sim", exc, EXIT_FAILED)
     print(report.summary_text(run.summary))
@@ -309,7 +309,7 @@ class _Run:
 
 
 def _simulate_pairs(
-    inputs: _Inputs,
+    inputs: SimInputs,
     pairs: Sequence[tuple[str, str]],
     config: SimConfig,
     out: Path,
@@ -339,7 +339,7 @@ def _simulate_pairs(
 
 
 def _simulate_pair(
-    inputs: _Inputs,
+    inputs: SimInputs,
     policy: str,
     cache_system: str,
     config: SimConfig,
@@ -347,13 +347,13 @@ def _simulate_pair(
     decision_log: bool,
     show_progress: bool,
 ) -> _Run:
-    """`_simulate` of one pair into a subdirectory of `out` named after it: what a `compare` worker runs."""
+    """`simulate_into` of one pair into a subdirectory of `out` named after it: what a `compare` worker runs."""
     scheduler = build_scheduler(policy, cache_system)
-    return _simulate(inputs, scheduler, config, out / scheduler.name.replace("/", "-"), decision_log, show_progress)
+    return simulate_into(inputs, scheduler, config, out / scheduler.name.replace("/", "-"), decision_log, show_progress)
 
 
-def _simulate(
-    inputs: _Inputs,
+def simulate_into(
+    inputs: SimInputs,
     scheduler: Scheduler,
     config: SimConfig,
     out: Path,
