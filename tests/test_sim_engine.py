@@ -244,6 +244,15 @@ def test_a_jobs_fairness_is_what_it_read_over_an_equal_shares_reads_over_its_sta
     assert (a.fairness, b.fairness) == pytest.approx((2.0, 2 / 3))  # b's 100 s in the queue count against it
 
 
+def test_samples_carry_the_running_jobs_demand_with_no_cache_as_the_sum_of_their_ideal_rates() -> None:
+    # Two GPUs: a (100 MB/s, 100 s of work) and b (50 MB/s, 200 s of work) run at once on ample remote IO.
+    trace = [job("a", rate=100 * MB), job("b", rate=50 * MB, dataset="other")]
+    result = run(trace, cluster(gpus=2, io=1000 * MB), sample_seconds=60)
+    demand = {s.time: s.demand_bytes_per_sec for s in result.samples}
+    assert demand[0] == demand[60] == pytest.approx(150 * MB)  # both running
+    assert demand[120] == demand[180] == pytest.approx(50 * MB)  # a finished at 100 s, b runs until 200 s
+
+
 def test_the_decision_log_has_one_json_line_per_round_with_placements_cache_io_and_notes() -> None:
     # Rounds at 0 (a arrives), 10 (b arrives, waits) and 100 (a finishes, b starts); the run ends with b.
     log = io.StringIO()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from datamgr.scheduler.sim import report
-from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, SimResult
+from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimResult
 
 CLUSTER = ClusterSpec(nodes=2, gpus_per_node=8, cache_bytes_per_node=10**12, remote_io_bytes_per_sec=1e9)
 
@@ -200,3 +200,12 @@ def test_a_pipe_in_a_markdown_cell_is_escaped() -> None:
         "| --- | --- |",
         r"| x\|y | z |",
     ]
+
+
+def test_the_io_bound_share_counts_the_busy_samples_whose_demand_exceeds_the_limit() -> None:
+    def busy(demand: float, running: int = 1) -> Sample:
+        return Sample(0.0, 0.0, 0.0, running, running, 0, 0, 0, 1.0, 1.0, demand)
+
+    samples = [busy(300.0), busy(100.0), busy(200.0), busy(500.0), busy(900.0, running=0)]
+    assert report.io_bound_share(samples, limit=200.0) == 0.5  # 300 and 500 of four busy samples; 200 is not above
+    assert math.isnan(report.io_bound_share([busy(900.0, running=0)], limit=200.0))

@@ -154,6 +154,7 @@ class _Run:
         self.throughput = 0.0  # bytes/s read by all running jobs
         self.remote = 0.0  # bytes/s fetched by all running jobs
         self.busy_gpus = 0
+        self.demand = 0.0  # bytes/s the running jobs would read at full speed (f* on the GPUs they hold)
         self.rates_changed = True  # since the last sample's fairness
         self.last_fairness = fairness([], jobs_waiting=False)
         self.equal_share_rates = EqualShareRates(cluster)
@@ -226,6 +227,7 @@ class _Run:
         self.throughput -= job.rate
         self.remote -= job.remote_rate
         self.busy_gpus -= job.gpus
+        self.demand -= job.ideal
         self.rates_changed = True
         job.finish(now, self.equal_share_work.finish(job.shape, now, job.equal_share_mark))
         del self.running[job.job_id]
@@ -284,6 +286,7 @@ class _Run:
         self.throughput = math.fsum(job.rate for job in self.running.values())  # shed incremental float drift
         self.remote = math.fsum(job.remote_rate for job in self.running.values())
         self.busy_gpus = sum(job.gpus for job in self.running.values())
+        self.demand = math.fsum(job.ideal for job in self.running.values())
         self.ledger.record(now, self.remote)
         if self.decision_log is not None:
             io_used = {job_id: job.io for job_id, job in self.running.items()}
@@ -359,6 +362,7 @@ class _Run:
                 effective_cached_bytes=round(cache.effective_bytes),
                 fairness_min=fair.minimum,
                 fairness_mean=fair.mean,
+                demand_bytes_per_sec=self.demand,
             )
         )
 

@@ -138,6 +138,9 @@ class Sample:
     effective_cached_bytes: int  # cached bytes the jobs reading them can hit this epoch
     fairness_min: float  # min over running jobs of rate / rate under an equal share (Gavel's ratio)
     fairness_mean: float
+    # What the running jobs would read at full speed, all of it from remote storage without a cache: f* on the
+    # GPUs each holds, summed (the IO demand of the paper's Figure 2).
+    demand_bytes_per_sec: float = 0.0
 
 
 class RemoteIoLedger:

@@ -10,7 +10,8 @@ Definitions (the numbers `silod sim` prints):
   bytes an equal share of the cluster would have read from its arrival to its finish, waiting included),
   its mean and its worst over the jobs; the timeline plots the per-sample ratio of the running jobs;
 - remote IO: the mean from the first arrival to the end of the run, and the peak, against the cluster's
-  limit, from the engine's ledger of every change of the cluster's remote rate;
+  limit, from the engine's ledger of every change of the cluster's remote rate; and the share of the time
+  with jobs running in which their demand with no cache (f* summed) exceeded the limit (`io_bound_share`);
 - hit ratio: cached bytes read / bytes read, over all finished jobs;
 - effective cache: the share of cached bytes that the jobs reading them can still hit this epoch (cache is
   only effective from the epoch after it is filled), weighted by cached bytes over the samples.
@@ -80,6 +81,7 @@ class Summary:
     remote_io_mean: float
     remote_io_peak: float
     remote_io_limit: float
+    io_bound_share: float  # of the samples with jobs running, the share whose IO demand exceeded the limit
     hit_ratio: float
     effective_cache: float
     groups: tuple[GroupSummary, ...]  # by GPU count, then by each label column in use
@@ -117,6 +119,14 @@ def queueing_delay(job: JobOutcome) -> float:
     return job.start - job.arrival
 
 
+def io_bound_share(samples: Sequence[Sample], limit: float) -> float:
+    """Of the samples with jobs running, the share in which what they would read at full speed without a
+    cache exceeded the remote IO limit: how much of the run sat in the regime where storage allocation
+    matters (the paper's Figure 2). NaN if no job ever ran."""
+    busy = [s for s in samples if s.running_jobs > 0]
+    return sum(s.demand_bytes_per_sec > limit for s in busy) / len(busy) if busy else math.nan
+
+
 def makespan(jobs: Sequence[JobOutcome]) -> float:
     """From the first arrival to the last finish."""
     return max(j.finish for j in jobs) - min(j.arrival for j in jobs) if jobs else math.nan
@@ -146,6 +156,7 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
         remote_io_mean=mean_remote_io(result),
         remote_io_peak=result.remote_io.peak() if jobs else math.nan,
         remote_io_limit=cluster.remote_io_bytes_per_sec,
+        io_bound_share=io_bound_share(result.samples, cluster.remote_io_bytes_per_sec),
         hit_ratio=sum(j.hit_bytes for j in jobs) / read if read else math.nan,
         effective_cache=sum(s.effective_cached_bytes for s in result.samples) / cached if cached else math.nan,
         groups=group_summaries(jobs),
@@ -220,7 +231,8 @@ def summary_text(summary: Summary) -> str:
             "over jobs (bytes read / an equal share's over the job's stay)",
             f"  remote IO     {_rate(summary.remote_io_mean)} mean "
             f"({_share(summary.remote_io_mean, summary.remote_io_limit)}), {_rate(summary.remote_io_peak)} peak "
-            f"({_share(summary.remote_io_peak, summary.remote_io_limit)}) of {_rate(summary.remote_io_limit)}",
+            f"({_share(summary.remote_io_peak, summary.remote_io_limit)}) of {_rate(summary.remote_io_limit)}; "
+            f"demand with no cache above it {_share(summary.io_bound_share, 1.0)} of the busy time",
             f"  cache         {_ratio(summary.hit_ratio)} hit ratio, "
             f"{_share(summary.effective_cache, 1.0)} of cached bytes effective",
         ]
@@ -428,6 +440,8 @@ def plot_timeline(path: Path, result: SimResult, cluster: ClusterSpec) -> None:
             starts = [start / 3600 for start, _, _ in spans]
             rates = [rate / 1e9 for _, _, rate in spans]
             ax.step([*starts, spans[-1][1] / 3600], [*rates, rates[-1]], where="post", label="remote IO")
+        demand = [s.demand_bytes_per_sec / 1e9 for s in result.samples]
+        ax.plot(hours, demand, color="grey", alpha=0.6, label="demand with no cache (f* of the running jobs)")
         ax.axhline(cluster.remote_io_bytes_per_sec / 1e9, color="red", linestyle="--", label="remote IO limit")
         ax.set_ylabel("GB/s")
         ax.set_xlabel("time (hours)")
