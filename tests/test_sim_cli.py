@@ -81,7 +81,8 @@ def test_the_summary_averages_fairness_over_jobs_and_remote_io_over_the_run() ->
     summary = report.summarize(result(), CLUSTER)
     assert (summary.jobs, summary.finished) == (4, 3)  # the unfinished job counts as a job, not a JCT
     assert summary.median_jct == 100
-    assert summary.fairness_mean == pytest.approx(0.75) and summary.fairness_worst == 0.5
+    assert summary.fairness_median == pytest.approx(0.75)  # of 0.5 and 1.0 (job c has nothing to compare with)
+    assert summary.fairness_p5 == pytest.approx(0.5 + 0.05 * 0.5)
     fetched = 100e6 * 59 + 250e6 * 1 + 200e6 * 60  # bytes from the first arrival (0) to the end (220)
     assert summary.remote_io_mean == pytest.approx(fetched / 220)
     assert summary.remote_io_peak == 250e6  # the burst no sample saw
@@ -96,7 +97,7 @@ def test_the_summary_text_shows_the_numbers_in_human_units() -> None:
     assert "average JCT   1.9m (median 1.7m, p95 3.2m, p99 3.3m)" in text
     assert "queueing      0s average (median 0s, p95 0s) from arrival to first start" in text
     assert "makespan      3.7m" in text
-    assert "fairness      0.75 mean, 0.50 worst" in text
+    assert "fairness      0.75 median, 0.525 p5 over jobs" in text
     assert "remote IO     82.5 MB/s mean (33%), 250.0 MB/s peak (100%) of 250.0 MB/s" in text
     assert "0.10 hit ratio, 88% of cached bytes effective" in text
 
