@@ -97,7 +97,7 @@ def test_the_summary_text_shows_the_numbers_in_human_units() -> None:
     assert "average JCT   1.9m (median 1.7m, p95 3.2m, p99 3.3m)" in text
     assert "queueing      0s average (median 0s, p95 0s) from arrival to first start" in text
     assert "makespan      3.7m" in text
-    assert "fairness      0.75 median, 0.525 p5 over jobs" in text
+    assert "fairness      0.525 p5, 0.75 median over jobs" in text
     assert "remote IO     82.5 MB/s mean (33%), 250.0 MB/s peak (100%) of 250.0 MB/s" in text
     assert "0.10 hit ratio, 88% of cached bytes effective" in text
 
@@ -112,7 +112,7 @@ def test_speedups_are_over_the_same_policy_on_the_baseline_cache_system() -> Non
     assert report.jct_speedups(summarized, "alluxio")[:2] == [1.0, 4.0]
     rows = report.comparison_rows(summarized, "alluxio")
     assert [row[7] for row in rows] == ["1.00x", "4.00x", "-"]
-    assert rows[1][:6] == ("fifo", "silod", "1/2", "50s", "50s", "0.75")
+    assert rows[1][:6] == ("fifo", "silod", "1/2", "50s", "50s", "0.750")
 
 
 def test_the_csv_files_hold_one_row_per_job_sample_and_run(tmp_path: Path) -> None:

@@ -8,10 +8,11 @@ Definitions (the numbers `silod sim` prints):
 - makespan: the last finish - the first arrival;
 - fairness: Gavel's ratio over each finished job's stay (`JobOutcome.fairness`: the bytes it read over the
   bytes an equal share of the cluster would have read from its arrival to its finish, waiting included),
-  its median over the jobs (the FAIRNESS column) and its 5th percentile (the worst-off jobs, which Gavel's
-  max-min objective is about); not the mean, which the few jobs that ran alone while a long queue shrank
-  everyone's equal share dominate with ratios in the hundreds, nor the single worst job of thousands; the
-  timeline plots the per-sample ratio of the running jobs;
+  its 5th percentile over the jobs (the FAIRNESS column: the worst-off jobs, which Gavel's max-min
+  objective is about) and its median. Not the minimum, one job of thousands; not the mean, which the few jobs
+  that ran alone while a long queue shrank everyone's equal share dominate with ratios in the hundreds (a
+  crowded cluster's equal share is small, so a job that runs at full speed there scores far above 1, while
+  on an uncrowded one it scores 1 at best). The timeline plots the per-sample ratio of the running jobs;
 - remote IO: the mean from the first arrival to the end of the run, and the peak, against the cluster's
   limit, from the engine's ledger of every change of the cluster's remote rate; and the share of the time
   with jobs running in which their demand with no cache (f* summed) exceeded the limit (`io_bound_share`);
@@ -230,7 +231,7 @@ def summary_text(summary: Summary) -> str:
             f"{_time(summary.median_queueing_delay)}, p95 {_time(summary.p95_queueing_delay)}) "
             "from arrival to first start",
             f"  makespan      {_time(summary.makespan)}",
-            f"  fairness      {_ratio(summary.fairness_median)} median, {_ratio(summary.fairness_p5, 3)} p5 "
+            f"  fairness      {_ratio(summary.fairness_p5, 3)} p5, {_ratio(summary.fairness_median)} median "
             "over jobs (bytes read / an equal share's over the job's stay)",
             f"  remote IO     {_rate(summary.remote_io_mean)} mean "
             f"({_share(summary.remote_io_mean, summary.remote_io_limit)}), {_rate(summary.remote_io_peak)} peak "
@@ -275,7 +276,7 @@ def comparison_rows(runs: Sequence[tuple[SimResult, Summary]], baseline_cache_sy
             f"{summary.finished}/{summary.jobs}",
             _time(summary.average_jct),
             _time(summary.makespan),
-            _ratio(summary.fairness_median),
+            _ratio(summary.fairness_p5, 3),
             f"{_rate(summary.remote_io_mean)} ({_share(summary.remote_io_mean, summary.remote_io_limit)})",
             "-" if math.isnan(speedup) else f"{speedup:.2f}x",
         )
@@ -317,6 +318,8 @@ def write_comparison_markdown(
         speedup_note(baseline_cache_system),
         "QUEUEING: time from a job's arrival to its first start. Percentiles over finished jobs, by linear "
         "interpolation between closest ranks.",
+        "FAIRNESS: the 5th percentile over finished jobs of Gavel's ratio over a job's stay (bytes it read / bytes "
+        "an equal share of the cluster would have read from its arrival to its finish).",
     ]
     table = markdown_table((*COMPARISON_HEADERS, *DETAIL_HEADERS), rows)
     path.write_text("\n\n".join([table, *notes]) + "\n", encoding="utf-8")
