@@ -21,8 +21,8 @@ from matplotlib.image import imread
 
 from datamgr.cli.main import build_parser, main
 from datamgr.cli.processes import run_in_processes
-from datamgr.cli.sim import PAPER_CACHE_SYSTEMS, ProgressLine
-from datamgr.scheduler.registry import CACHE_SYSTEMS
+from datamgr.cli.sim import ProgressLine
+from datamgr.scheduler.registry import CACHE_SYSTEMS, PAPER_CACHE_SYSTEMS
 from datamgr.scheduler.sim import report
 from datamgr.scheduler.sim.fields import format_duration
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate

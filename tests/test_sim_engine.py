@@ -17,7 +17,7 @@ import pytest
 
 from datamgr.scheduler.perf import Estimator, SiloDPerf
 from datamgr.scheduler.policy import Decision
-from datamgr.scheduler.registry import FilledIn, Scheduler, build_scheduler, load_policy
+from datamgr.scheduler.registry import CACHE_SYSTEMS, FilledIn, Scheduler, build_scheduler, load_policy
 from datamgr.scheduler.sim.decisions import InvalidDecision
 from datamgr.scheduler.sim.engine import simulate
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
@@ -30,7 +30,6 @@ from datamgr.scheduler.snapshot import JobState, Snapshot
 
 MB = 10**6
 GB = 10**9
-CACHE_SYSTEMS = ("silod", "alluxio", "coordl", "quiver")
 
 
 def job(

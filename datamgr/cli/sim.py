@@ -30,7 +30,7 @@ from datamgr.cli.args import argument_type, positive_seconds
 from datamgr.cli.config import ConfigurableParser
 from datamgr.cli.processes import add_jobs_option, in_workers, run_in_processes
 from datamgr.cli.tables import render_table
-from datamgr.scheduler.registry import CACHE_SYSTEMS, Scheduler, UnknownPolicy, build_scheduler
+from datamgr.scheduler.registry import CACHE_SYSTEMS, PAPER_CACHE_SYSTEMS, Scheduler, UnknownPolicy, build_scheduler
 from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale
 from datamgr.scheduler.sim.decisions import InvalidDecision
@@ -49,7 +49,6 @@ EXIT_USAGE = 2  # a bad command line or bad input
 DEFAULT_POLICIES = ("fifo", "sjf", "gavel")
 # The cache systems of the paper's comparisons: what `compare` and the sharing sweep run unless told otherwise.
 # A variant registered beside them (`quiver-stable`) is opt-in: it answers a question the paper does not ask.
-PAPER_CACHE_SYSTEMS = ("silod", "alluxio", "coordl", "quiver")
 DECISION_LOG = "decisions.jsonl.gz"
 
 

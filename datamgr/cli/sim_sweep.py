@@ -24,7 +24,6 @@ from datamgr.cli.config import ConfigurableParser
 from datamgr.cli.processes import add_jobs_option, in_workers, run_in_processes
 from datamgr.cli.sim import (
     EXIT_FAILED,
-    PAPER_CACHE_SYSTEMS,
     _add_inputs,
     _add_run_options,
     _config,
@@ -34,7 +33,7 @@ from datamgr.cli.sim import (
     simulate_showing_progress,
 )
 from datamgr.cli.tables import render_table
-from datamgr.scheduler.registry import CACHE_SYSTEMS, UnknownPolicy, build_scheduler
+from datamgr.scheduler.registry import CACHE_SYSTEMS, PAPER_CACHE_SYSTEMS, UnknownPolicy, build_scheduler
 from datamgr.scheduler.sim import fields, sweep
 from datamgr.scheduler.sim.cluster import with_remote_io_scale
 from datamgr.scheduler.sim.decisions import InvalidDecision

@@ -41,6 +41,8 @@ CACHE_SYSTEMS: dict[str, str | None] = {
     "quiver": "datamgr.scheduler.baselines:QuiverStorage",
     "quiver-stable": "datamgr.scheduler.baselines:stable_quiver",
 }
+# The cache systems the paper compares: what `silod sim compare` runs unless told otherwise.
+PAPER_CACHE_SYSTEMS = ("silod", "alluxio", "coordl", "quiver")
 
 
 class UnknownPolicy(ValueError):
