@@ -269,6 +269,16 @@ def test_the_decision_log_has_one_json_line_per_round_with_placements_cache_io_a
     assert first["notes"]
 
 
+def test_a_round_comes_at_every_arrival_and_finish_and_at_most_round_seconds_after_the_last() -> None:
+    # As the live controller does: the round timer restarts at every round, so the timed rounds follow the
+    # arrival at 250 s (550, 850) and the finish at 1000 s (1300, ...), not a fixed grid (300, 600, 900).
+    log = io.StringIO()
+    trace = [job("a", epochs=10), job("b", 250, dataset="other", epochs=10)]  # 1,000 s each on the only GPU
+    simulate(trace, cluster(), build_scheduler("fifo", "silod"), SimConfig(round_seconds=300), decision_log=log)
+    times = [json.loads(line)["time"] for line in log.getvalue().splitlines()]
+    assert times[:7] == pytest.approx([0, 250, 550, 850, 1000, 1300, 1600])
+
+
 def test_progress_is_reported_at_each_finish_and_at_the_end() -> None:
     calls: list[tuple[float, int, int]] = []
     trace = [job("a"), job("b", 10, dataset="other", size=5 * GB)]

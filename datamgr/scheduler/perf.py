@@ -69,10 +69,10 @@ def cache_efficiency(ideal_rates: Iterable[float], dataset_bytes: float) -> floa
 def cache_efficiencies(readers: Iterable[tuple[str, float]], dataset_bytes: Mapping[str, int]) -> dict[str, float]:
     """`cache_efficiency` of every dataset in `dataset_bytes`, from (dataset, f*) pairs of its readers; a
     dataset nobody reads has efficiency 0."""
-    rates: dict[str, list[float]] = {uri: [] for uri in dataset_bytes}
+    totals = dict.fromkeys(dataset_bytes, 0.0)
     for uri, rate in readers:
-        rates[uri].append(rate)
-    return {uri: cache_efficiency(rates[uri], size) for uri, size in dataset_bytes.items()}
+        totals[uri] += rate
+    return {uri: cache_efficiency((totals[uri],), size) for uri, size in dataset_bytes.items()}
 
 
 class Estimator(Protocol):

@@ -112,15 +112,22 @@ class Snapshot:
 
         A quota is only a limit: the cache fills as the job's misses are fetched, and an item cached during
         an epoch helps only from the next one. So the remote IO a job needs right now follows from the
-        cache it can actually hit (its effective cache, else the bytes its dataset has cached), not from the
-        quota; allocating IO from quotas alone would starve a job while its cache is still filling.
+        cache it can actually hit (`cache_within_reach`), not from the quota; allocating IO from quotas
+        alone would starve a job while its cache is still filling.
         """
+        reach = self.cache_within_reach(job)
+        return quota_bytes if reach is None else min(quota_bytes, reach)
+
+    def cache_within_reach(self, job: JobState) -> float | None:
+        """The cached bytes a job can hit now whatever its quota: its effective cache (its epoch hit ratio
+        times its dataset), else the bytes its dataset has cached; None when neither is known (then the
+        quota is taken as filled, the steady state)."""
         if job.epoch_hit_ratio is not None:
-            return min(quota_bytes, job.epoch_hit_ratio * job.dataset_bytes)
+            return job.epoch_hit_ratio * job.dataset_bytes
         dataset = self.datasets.get(job.dataset_uri)
         if dataset is None or dataset.cached_bytes is None:
-            return quota_bytes
-        return min(quota_bytes, dataset.cached_bytes)
+            return None
+        return float(dataset.cached_bytes)
 
     def jobs_of(self, dataset_uri: str, jobs: Iterable[JobState] | None = None) -> list[JobState]:
         """The jobs (by default all of them) that read `dataset_uri`."""

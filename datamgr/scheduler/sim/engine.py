@@ -3,8 +3,9 @@
 `simulate` replays a trace on a cluster with a `Scheduler` (`registry.build_scheduler`), the same policy
 objects the live controller runs; policies see only snapshots, never the simulator.
 
-Events (`events.EventQueue`, keyed (time, priority, seq)): arrivals; policy rounds, every
-`config.round_seconds` and at every instant a job arrives or finishes; job boundaries, where a running job
+Events (`events.EventQueue`, keyed (time, priority, seq)): arrivals; policy rounds, at every instant a job
+arrives or finishes and at least every `config.round_seconds` (a round's timer restarts at every round, as
+the live controller's does); job boundaries, where a running job
 ends a segment of its reads (an epoch or a curriculum pass under uniform caching, a window under LRU) or
 finishes; and timeline samples every `config.sample_seconds`. A running job left out of a round's placements
 is preempted: it stops, keeps its progress (and its place in its epoch), and counts a preemption; a
@@ -121,7 +122,7 @@ class _Boundary(NamedTuple):  # scheduled at every rate change, like `Event`: a 
 
 @dataclass(frozen=True, slots=True)
 class _Round:
-    periodic: bool
+    timer: int  # the round timer's generation this round was set by; 0: triggered by an arrival or finish
 
 
 class _Run:
@@ -161,6 +162,7 @@ class _Run:
         self.equal_share_work = EqualShareWork(cluster)
         self.last_round = -math.inf
         self.round_requested_at = -math.inf
+        self.timer = 0  # the generation of the pending timed round; an earlier one's event is stale
         self.dataset_states: dict[str, DatasetState] = {}  # the last snapshot's, reused while unchanged
 
     @property
@@ -170,7 +172,7 @@ class _Run:
     def run(self) -> SimResult:
         for job in sorted(self.jobs, key=lambda j: j.trace.arrival):
             self.queue.schedule(job.trace.arrival, EventKind.ARRIVAL, _Arrival(job))
-        self.queue.schedule(0.0, EventKind.ROUND, _Round(periodic=True))
+        self._request_round()
         self.queue.schedule(0.0, EventKind.SAMPLE)
         self.ledger.record(0.0, 0.0)
         limit = self.config.time_limit
@@ -184,8 +186,8 @@ class _Run:
                     self._boundary(job)
                 case _Arrival(job):
                     self._arrive(job)
-                case _Round(periodic):
-                    self._round(periodic)
+                case _Round(timer) if timer in (0, self.timer):
+                    self._round(timed=timer > 0)
                 case None:
                     self._sample()
         end = self.now if limit is None or len(self.finished) == len(self.jobs) else limit
@@ -242,15 +244,15 @@ class _Run:
     def _request_round(self) -> None:
         if self.round_requested_at != self.now:
             self.round_requested_at = self.now
-            self.queue.schedule(self.now, EventKind.ROUND, _Round(periodic=False))
+            self.queue.schedule(self.now, EventKind.ROUND, _Round(timer=0))
 
-    def _round(self, periodic: bool) -> None:
+    def _round(self, timed: bool) -> None:
         now = self.now
-        if periodic:
-            self.queue.schedule(now + self.config.round_seconds, EventKind.ROUND, _Round(periodic=True))
-        if now == self.last_round:  # a periodic and a triggered round at one instant decide once
+        if now == self.last_round:  # several triggers at one instant decide once
             return
         self.last_round = now
+        self.timer += 1  # whatever set it, the next round is due at most `round_seconds` from now
+        self.queue.schedule(now + self.config.round_seconds, EventKind.ROUND, _Round(timer=self.timer))
         for job in self.running.values():
             job.advance(now)
         snapshot = self._snapshot()
@@ -292,7 +294,7 @@ class _Run:
             io_used = {job_id: job.io for job_id, job in self.running.items()}
             line = decision_record(now, decision, placements, self.cache.cached_bytes(now), io_used)
             self.decision_log.write(line + "\n")
-        if periodic and self._stalled():
+        if timed and self._stalled():
             raise SimulationStalled(
                 f"scheduler {self.scheduler.name} at t={now:g}s: {len(self.present)} jobs are left, none is making "
                 "progress and none is due to arrive; set a time limit to cut such a run short"

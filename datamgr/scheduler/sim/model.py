@@ -71,11 +71,11 @@ class ClusterSpec:
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
-    """How to simulate: a policy round every `round_seconds` (and on arrivals and finishes), a timeline
-    sample every `sample_seconds`, caches modelled in `chunk_bytes` units where items matter (LRU), with at
-    most `max_chunks_per_dataset` chunks per dataset (bigger datasets get bigger chunks, so the LRU model's
-    cost is bounded). `time_limit` (seconds from the trace start) cuts the run short; None runs every job to
-    its finish."""
+    """How to simulate: a policy round at every arrival and finish and at most `round_seconds` after the
+    last one, a timeline sample every `sample_seconds`, caches modelled in `chunk_bytes` units where items
+    matter (LRU), with at most `max_chunks_per_dataset` chunks per dataset (bigger datasets get bigger chunks,
+    so the LRU model's cost is bounded). `time_limit` (seconds from the trace start) cuts the run short;
+    None runs every job to its finish."""
 
     round_seconds: float = 300.0
     sample_seconds: float = 60.0
