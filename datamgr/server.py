@@ -33,6 +33,9 @@ GRPC_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
+    # gRPC shares a port between servers by default (SO_REUSEPORT): a second data manager on the port would
+    # start and answer clients at random from its own state. This one must own its port or not start.
+    ("grpc.so_reuseport", 0),
 ]
 
 

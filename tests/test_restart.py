@@ -75,3 +75,17 @@ def test_a_second_server_on_the_same_state_dir_refuses_to_start(
     second.launch()
     assert second.wait() == 2
     assert "is in use by another data manager" in (tmp_path / "second.log").read_text()
+
+
+def test_a_second_server_on_the_same_port_refuses_to_start(
+    datamgr_process: DataManagerProcess, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # gRPC servers share a port with SO_REUSEPORT by default; two data managers on one port would then answer
+    # clients at random, each from its own state.
+    datamgr_process.start()
+    port = datamgr_process.address.rsplit(":", 1)[1]
+    second = DataManagerProcess(tmp_path / "other-state", tmp_path / "second.log", listen=f"127.0.0.1:{port}")
+    request.addfinalizer(second.stop)
+    second.launch()
+    assert second.wait() == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in (tmp_path / "second.log").read_text()
