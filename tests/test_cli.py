@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from datamgr.cli.main import main
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.datamgr_fixtures import RunningDataManager, full_state, make_local_dataset, silod_cli
 
@@ -188,3 +189,38 @@ def test_status_of_an_empty_cluster_shows_empty_tables(datamgr: RunningDataManag
     result = silod_cli("status", datamgr=datamgr.address)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("(none)") == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("datamgr", "serve", "--state-dir", ""), "--state-dir"),
+        (("mount", "", "--cache-dir", "c", "--datamgr", "127.0.0.1:1"), "MOUNTPOINT"),
+        (("mount", "m", "--cache-dir", " ", "--datamgr", "127.0.0.1:1"), "--cache-dir"),
+        (("sim", "--scenario", "micro", "--out", ""), "--out"),
+        (("--config", "", "status"), "--config"),
+    ],
+    ids=["state-dir", "mountpoint", "cache-dir", "sim-out", "config"],
+)
+def test_an_empty_path_is_refused_by_name_and_nothing_is_written_where_it_runs(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: tuple[str, ...],
+    named: str,
+) -> None:
+    # Path("") is the working directory: `--state-dir "$UNSET"` used to create silod.db wherever it ran.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(list(args), environ={})
+    assert exited.value.code == 2
+    assert f"argument {named}: an empty path is not a path" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_path_in_a_config_file_is_refused_by_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    settings = tmp_path / "silod.toml"
+    settings.write_text('[datamgr]\nstate-dir = ""\n')
+    assert main(["--config", str(settings), "datamgr", "serve"], environ={}) == 2
+    assert "[datamgr] state-dir: an empty path is not a path" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == [settings]

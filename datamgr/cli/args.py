@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from datamgr.units import parse_rate, parse_size
@@ -25,6 +26,14 @@ def argument_type(parse: Callable[[str], T], name: str) -> Callable[[str], T]:
 
     convert.__name__ = name
     return convert
+
+
+def path_arg(text: str) -> Path:
+    """A path that is not empty. `Path("")` is the working directory, which nobody means by an empty value
+    (typically a shell variable that was never set), so it is refused rather than written into."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path is not a path; give a directory or file name")
+    return Path(text)
 
 
 size_arg = argument_type(parse_size, "size")

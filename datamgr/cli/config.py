@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from datamgr.cli.args import path_arg
+
 CONFIG_FLAG = "--config"
 CONFIG_ENV = "SILOD_CONFIG"
 ENV_PREFIX = "SILOD_"
@@ -123,7 +125,7 @@ def _collect(root: ConfigurableParser) -> tuple[list[_Setting], dict[str, list[_
 def config_file(argv: Sequence[str], environ: Mapping[str, str]) -> Path | None:
     """`--config FILE` from the command line, else `SILOD_CONFIG`, else None."""
     early = argparse.ArgumentParser(prog="silod", add_help=False)
-    early.add_argument(CONFIG_FLAG, type=Path)
+    early.add_argument(CONFIG_FLAG, type=path_arg)
     path: Path | None = early.parse_known_args(argv)[0].config
     if path is None and environ.get(CONFIG_ENV):
         path = Path(environ[CONFIG_ENV])

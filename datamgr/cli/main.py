@@ -10,7 +10,6 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 from datamgr.cli import commands, config
 from datamgr.cli import mount as mount_commands
@@ -18,6 +17,7 @@ from datamgr.cli.args import (
     epochs_arg,
     option_arg,
     option_env_arg,
+    path_arg,
     port_arg,
     positive_seconds,
     rate_arg,
@@ -62,7 +62,7 @@ def build_parser() -> ConfigurableParser:
         "Settings also come from SILOD_* variables and the config file: see docs/cli.md.",
     )
     parser.add_argument(
-        config.CONFIG_FLAG, type=Path, metavar="FILE", help=f"TOML settings file (env {config.CONFIG_ENV})"
+        config.CONFIG_FLAG, type=path_arg, metavar="FILE", help=f"TOML settings file (env {config.CONFIG_ENV})"
     )
     with config.settings(parser):
         parser.add_argument(
@@ -77,7 +77,7 @@ def build_parser() -> ConfigurableParser:
     serve_p = datamgr.add_parser("serve", help="serve the gRPC data manager until SIGTERM/SIGINT")
     with config.settings(serve_p, "datamgr", with_globals=True):
         serve_p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help="default %(default)s")
-        serve_p.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="where state is kept")
+        serve_p.add_argument("--state-dir", type=path_arg, required=True, metavar="DIR", help="where state is kept")
         serve_p.add_argument(
             "--remote-io-limit",
             type=rate_arg,

@@ -10,7 +10,16 @@ from pathlib import Path
 import trio
 
 from datamgr.cli import config
-from datamgr.cli.args import argument_type, option_arg, option_env_arg, port_arg, positive_seconds, rate_arg, size_arg
+from datamgr.cli.args import (
+    argument_type,
+    option_arg,
+    option_env_arg,
+    path_arg,
+    port_arg,
+    positive_seconds,
+    rate_arg,
+    size_arg,
+)
 from datamgr.cli.config import ConfigurableParser
 from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR
 from datamgr.model import InvalidArgument
@@ -55,8 +64,8 @@ def add_commands(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
         description="Serve MOUNTPOINT/JOB_ID/ as each job's dataset. Allocations are fixed here; "
         "`silod node` takes them from the data manager instead.",
     )
-    mount_p.add_argument("mountpoint", type=Path, metavar="MOUNTPOINT")
-    mount_p.add_argument("--cache-dir", type=Path, required=True, metavar="DIR", help="local disk for the cache")
+    mount_p.add_argument("mountpoint", type=path_arg, metavar="MOUNTPOINT")
+    mount_p.add_argument("--cache-dir", type=path_arg, required=True, metavar="DIR", help="local disk for the cache")
     mount_p.add_argument("--job", type=_pair, action="append", required=True, metavar="JOB_ID=DATASET_URI")
     mount_p.add_argument(
         "--cache-size", type=_uri_and_size, action="append", default=[], metavar="URI=SIZE",
@@ -76,7 +85,7 @@ def add_commands(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
     mount_p.add_argument("--foreground", action="store_true", help="stay attached instead of daemonizing")
     mount_p.add_argument("--stats-interval", type=positive_seconds, metavar="S", help="log per-job statistics")
     mount_p.add_argument("--metrics-port", type=port_arg, metavar="PORT", help="serve Prometheus /metrics (all hosts)")
-    mount_p.add_argument("--log-file", type=Path, metavar="FILE", help="daemon log (default CACHE_DIR/mount.log)")
+    mount_p.add_argument("--log-file", type=path_arg, metavar="FILE", help="daemon log (default CACHE_DIR/mount.log)")
     mount_p.set_defaults(run=run_mount, default_log_level="INFO")
 
     node_p = sub.add_parser(
@@ -93,8 +102,8 @@ def add_commands(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
             help=f"data manager HOST:PORT (env {DATAMGR_ENV}; default %(default)s)",
         )
         node_p.add_argument("--node-id", required=True, metavar="ID")
-        node_p.add_argument("--mountpoint", type=Path, required=True, metavar="M")
-        node_p.add_argument("--cache-dir", type=Path, required=True, metavar="C")
+        node_p.add_argument("--mountpoint", type=path_arg, required=True, metavar="M")
+        node_p.add_argument("--cache-dir", type=path_arg, required=True, metavar="C")
         node_p.add_argument(
             "--cache-capacity",
             type=size_arg,
@@ -115,11 +124,11 @@ def add_commands(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
         )
         add_client_flags(node_p)
     node_p.add_argument("--foreground", action="store_true", help="stay attached instead of daemonizing")
-    node_p.add_argument("--log-file", type=Path, metavar="FILE", help="daemon log (default C/node.log)")
+    node_p.add_argument("--log-file", type=path_arg, metavar="FILE", help="daemon log (default C/node.log)")
     node_p.set_defaults(run=run_node, default_log_level="INFO")
 
     umount_p = sub.add_parser("umount", help="unmount a silod mount")
-    umount_p.add_argument("mountpoint", type=Path, metavar="MOUNTPOINT")
+    umount_p.add_argument("mountpoint", type=path_arg, metavar="MOUNTPOINT")
     umount_p.add_argument("--lazy", action="store_true", help="detach now even if files are open in it")
     umount_p.set_defaults(run=run_umount)
 

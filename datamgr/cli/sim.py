@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from datamgr.cli.args import argument_type, positive_seconds
+from datamgr.cli.args import argument_type, path_arg, positive_seconds
 from datamgr.cli.config import ConfigurableParser
 from datamgr.cli.processes import add_jobs_option, in_workers, run_in_processes
 from datamgr.cli.tables import render_table
@@ -73,7 +73,7 @@ def add_sim_parser(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
     sim_p.add_argument(
         "--cache-system", default="silod", choices=list(CACHE_SYSTEMS), help="storage side (default %(default)s)"
     )
-    sim_p.add_argument("--out", type=Path, metavar="DIR", help="output directory (default ./sim-NAME-POLICY-CACHE)")
+    sim_p.add_argument("--out", type=path_arg, metavar="DIR", help="output directory (default ./sim-NAME-POLICY-CACHE)")
     _add_decision_log_option(sim_p)
     _add_run_options(sim_p)
     sim_p.set_defaults(run=run_sim)
@@ -137,7 +137,7 @@ def _add_compare_parser(actions: argparse._SubParsersAction[ConfigurableParser])
     compare_p.add_argument(
         "--baseline", metavar="CACHE", help="speedups are over this cache system (default the first listed)"
     )
-    compare_p.add_argument("--out", type=Path, metavar="DIR", help="output directory (default ./sim-NAME-compare)")
+    compare_p.add_argument("--out", type=path_arg, metavar="DIR", help="output directory (default ./sim-NAME-compare)")
     _add_decision_log_option(compare_p)
     add_jobs_option(compare_p)
     _add_run_options(compare_p)
@@ -150,7 +150,7 @@ def _add_generate_parser(actions: argparse._SubParsersAction[ConfigurableParser]
         help="write a synthetic trace (Philly-like durations, Poisson arrivals, the paper's models)",
         description="Write a synthetic trace; the same options and seed always give the same file.",
     )
-    generate_p.add_argument("--out", type=Path, required=True, metavar="FILE", help="trace file, .csv or .jsonl")
+    generate_p.add_argument("--out", type=path_arg, required=True, metavar="FILE", help="trace file, .csv or .jsonl")
     size = generate_p.add_mutually_exclusive_group(required=True)
     size.add_argument("--jobs", type=argument_type(fields.positive_int, "count"), metavar="N", help="this many jobs")
     size.add_argument(
@@ -180,8 +180,8 @@ def _add_generate_parser(actions: argparse._SubParsersAction[ConfigurableParser]
 
 
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", type=Path, metavar="FILE", help="trace file (.csv or .jsonl)")
-    parser.add_argument("--cluster", type=Path, metavar="FILE", help="cluster file (TOML)")
+    parser.add_argument("--trace", type=path_arg, metavar="FILE", help="trace file (.csv or .jsonl)")
+    parser.add_argument("--cluster", type=path_arg, metavar="FILE", help="cluster file (TOML)")
     parser.add_argument(
         "--scenario", choices=available_scenarios(), help="a shipped cluster and trace instead of the two files"
     )

@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from datamgr.cli.args import argument_type
+from datamgr.cli.args import argument_type, path_arg
 from datamgr.cli.config import ConfigurableParser
 from datamgr.cli.processes import add_jobs_option, in_workers, run_in_processes
 from datamgr.cli.sim import (
@@ -113,7 +113,9 @@ def _add_sweep_options(parser: argparse.ArgumentParser, kind: sweep.Kind) -> Non
         "--cache-systems", type=_names, default=list(DEFAULT_CACHE_SYSTEMS[kind]), metavar="C,..",
         help=f"default {','.join(DEFAULT_CACHE_SYSTEMS[kind])}; silod's speedup is reported over the others",
     )  # fmt: skip
-    parser.add_argument("--out", type=Path, metavar="DIR", help=f"output directory (default ./sim-NAME-sweep-{kind})")
+    parser.add_argument(
+        "--out", type=path_arg, metavar="DIR", help=f"output directory (default ./sim-NAME-sweep-{kind})"
+    )
     add_jobs_option(parser)
     _add_run_options(parser)
     parser.set_defaults(run=run_sweep)
