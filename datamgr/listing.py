@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from datamgr.model import FailedPrecondition, InvalidArgument, PermissionDenied, Unavailable
 from fuseclient.backends import (
     AccessDenied,
+    BackendError,
     BackendUnavailable,
     InvalidBackendOption,
     NoSuchObject,
@@ -61,3 +62,5 @@ def _as_data_manager_errors(uri: str) -> Iterator[None]:
         raise PermissionDenied(f"uri {uri}: {exc}") from None
     except BackendUnavailable as exc:
         raise Unavailable(f"uri {uri}: {exc}") from None
+    except BackendError as exc:  # any other failure of the backend (a name the file system refuses, ...)
+        raise FailedPrecondition(f"uri {uri}: {exc}") from None

@@ -40,8 +40,15 @@ _Response = TypeVar("_Response")
 _Handler = Callable[[Any, _Request, grpc.aio.ServicerContext[Any, Any]], Awaitable[_Response]]
 
 
+# gRPC refuses trailers over 16 KiB and a client shows the message on one line: longer ones are cut.
+MAX_ERROR_CHARS = 2000
+
+
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: DataManagerError) -> NoReturn:
-    await context.abort(STATUS_OF[type(error)], str(error))
+    message = str(error)
+    if len(message) > MAX_ERROR_CHARS:
+        message = f"{message[:MAX_ERROR_CHARS]}... ({len(message) - MAX_ERROR_CHARS:,} more characters)"
+    await context.abort(STATUS_OF[type(error)], message)
     raise AssertionError("context.abort returned")  # pragma: no cover - abort always raises
 
 

@@ -23,7 +23,8 @@ _ADDRESS = re.compile(r"[^\s]{1,255}")
 def check_id(field: str, value: str) -> str:
     """Job and node ids become directory names on every node, so they are kept path-safe."""
     if not _ID.fullmatch(value) or value in (".", ".."):
-        raise InvalidArgument(f"{field} {value!r} must match {ID_RULE} and not be '.' or '..'")
+        shown = repr(value) if len(value) <= 200 else f"of {len(value):,} characters"
+        raise InvalidArgument(f"{field} {shown} must match {ID_RULE} and not be '.' or '..'")
     return value
 
 

@@ -357,6 +357,24 @@ BAD_CALLS: list[tuple[str, Call, grpc.StatusCode, str]] = [
         "unregister",
     ),
     (
+        "dataset: a name the file system refuses",
+        lambda s: s.client.register_dataset(s.empty_dir + "/" + "n" * 300),
+        PRECONDITION,
+        "uri file://",
+    ),
+    (
+        "dataset: a 3 MB uri",
+        lambda s: s.client.register_dataset("file:///" + "x" * 3_000_000),
+        INVALID,
+        "dataset URI of 3,000,008 characters",
+    ),
+    (
+        "dataset: a 100,000-character option",
+        lambda s: s.client.register_dataset(s.empty_dir, {"k" * 100_000: "v"}),
+        INVALID,
+        "(98,",  # the rest of the message is cut: "... (98,0xx more characters)"
+    ),
+    (
         "dataset: remove empty uri",
         _rpc("UnregisterDataset", pb.UnregisterDatasetRequest(uri="")),
         INVALID,
@@ -398,6 +416,7 @@ def test_bad_calls_are_refused_by_name_and_change_nothing(
     message = str(error) if isinstance(error, ClientError) else error.details()  # type: ignore[attr-defined]
     assert actual == code, message
     assert fragment in message
+    assert len(message) < 2_100  # whatever the input, an error fits on a screen and in a gRPC trailer
     assert full_state(setup.client) == before
 
 

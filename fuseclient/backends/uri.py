@@ -43,10 +43,19 @@ class DatasetURI:
         return f"{self.scheme}://" + "/".join(parts)
 
 
+# Object keys and blob names stop at 1,024 bytes and local paths at PATH_MAX (4,096): a longer URI is a mistake.
+MAX_URI_CHARS = 4096
+
+
 def parse_dataset_uri(text: str) -> DatasetURI:
     """Parse and canonicalise a dataset URI (one trailing '/' is dropped), or raise `InvalidDatasetURI`."""
     if not text.strip():
         raise InvalidDatasetURI(f"{text!r}: dataset URI is empty")
+    if len(text) > MAX_URI_CHARS:  # refused before anything echoes it into a log line or an error trailer
+        raise InvalidDatasetURI(
+            f"dataset URI of {len(text):,} characters (starting {text[:60]!r}) is longer than the {MAX_URI_CHARS:,} "
+            "accepted"
+        )
     scheme, sep, rest = text.partition("://")
     if not sep or scheme not in _PARSERS:
         raise InvalidDatasetURI(f"{text}: unknown or missing scheme; supported forms are " + ", ".join(SUPPORTED_FORMS))
