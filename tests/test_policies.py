@@ -368,6 +368,23 @@ def test_gavel_breaks_equal_time_shares_by_least_attained_service() -> None:
 
 
 @pytest.mark.parametrize(
+    ("small_held", "big_held", "runs"),
+    [(1000, 0, "big"), (1000, 400, "big"), (400, 600, "small")],
+    ids=["big-never-ran", "big-behind-its-share", "small-further-behind"],
+)
+def test_gavel_runs_the_job_furthest_behind_its_time_share(small_held: float, big_held: float, runs: str) -> None:
+    # Two GPUs, two jobs present since t=0 that cannot run together. The program gives the 1-GPU job the time
+    # share 1 and the 2-GPU job 0.5 (Gavel's equal shares, s_j = min(1, G / (n g_j))); at t=1000 the job whose
+    # share of time so far is furthest below its share runs, as Gavel's round-based mechanism does, not always
+    # the larger share.
+    small = job("small", "A", 100 * GB, gpus=1, attained=small_held)
+    big = job("big", "B", 100 * GB, gpus=2, attained=2 * big_held)
+    snapshot = replace(cluster([small, big], gpus=2, cache=0, io=10 * GB), time=1000.0)
+    decision = GavelMaxMin().schedule(snapshot, VanillaPerf())
+    assert decision.placements is not None and set(decision.placements) == {runs}
+
+
+@pytest.mark.parametrize(
     ("jobs", "gpus", "cache", "io"),
     [
         ([], 4, 100 * GB, 100 * MB),

@@ -279,6 +279,20 @@ def test_a_round_comes_at_every_arrival_and_finish_and_at_most_round_seconds_aft
     assert times[:7] == pytest.approx([0, 250, 550, 850, 1000, 1300, 1600])
 
 
+def test_a_round_based_policy_decides_on_its_own_grid_and_arrivals_wait_for_it() -> None:
+    # Gavel declares 6-minute rounds: b, arriving at 10 s to a free GPU, starts at the next round (360 s),
+    # and a's finish at 100 s starts no round of its own.
+    log = io.StringIO()
+    trace = [job("a"), job("b", 10, dataset="other", epochs=10)]
+    scheduler = build_scheduler("gavel", "silod")
+    assert scheduler.round_seconds == 360
+    result = simulate(trace, cluster(gpus=2), scheduler, SimConfig(round_seconds=300), decision_log=log)
+    times = [json.loads(line)["time"] for line in log.getvalue().splitlines()]
+    assert times[:4] == pytest.approx([0, 360, 720, 1080])
+    assert outcome(result, "b").start == pytest.approx(360)
+    assert outcome(result, "a").finish == pytest.approx(100)
+
+
 def test_progress_is_reported_at_each_finish_and_at_the_end() -> None:
     calls: list[tuple[float, int, int]] = []
     trace = [job("a"), job("b", 10, dataset="other", size=5 * GB)]

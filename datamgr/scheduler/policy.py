@@ -51,7 +51,11 @@ class Decision:
 
 class Policy(Protocol):
     """A scheduling policy. `schedule` must not mutate the snapshot and must return the same decision for
-    the same snapshot and estimator (randomness only from `snapshot.seed`)."""
+    the same snapshot and estimator (randomness only from `snapshot.seed`).
+
+    A round-based policy (one that decides on a fixed period, as Gavel does) also declares `round_seconds`,
+    a class attribute: the simulator then runs its rounds every that many seconds only (`registry.Scheduler`).
+    """
 
     @property
     def name(self) -> str:

@@ -82,6 +82,9 @@ class Scheduler:
     policy: Policy
     estimator: Estimator
     cache_system: str
+    # The policy's own round length when it is a round-based scheduler (it declares `round_seconds`, as Gavel
+    # does): the simulator then decides only every that many seconds. None: at every arrival and finish.
+    round_seconds: float | None = None
 
     @property
     def name(self) -> str:
@@ -105,8 +108,15 @@ def build_scheduler(policy_name: str, cache_system: str = "silod") -> Scheduler:
     baseline = CACHE_SYSTEMS[cache_system]
     if baseline is None:
         filled_in = FilledIn(policy, compute, load_policy("greedy"), False)
-        return Scheduler(IrregularPartition(filled_in), SiloDPerf(), cache_system)
-    return Scheduler(FilledIn(policy, compute, _import(baseline)(), True), VanillaPerf(), cache_system)
+        return Scheduler(IrregularPartition(filled_in), SiloDPerf(), cache_system, _round_seconds(policy))
+    storage = _import(baseline)()
+    return Scheduler(FilledIn(policy, compute, storage, True), VanillaPerf(), cache_system, _round_seconds(policy))
+
+
+def _round_seconds(policy: Policy) -> float | None:
+    """The fixed round length a round-based policy declares (`round_seconds`), or None."""
+    seconds = getattr(policy, "round_seconds", None)
+    return None if seconds is None else float(seconds)
 
 
 @dataclass(frozen=True)

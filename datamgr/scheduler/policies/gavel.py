@@ -34,8 +34,9 @@ tests/test_policies.py checks z* against HiGHS solving the linear program itself
 
 From the solution to one round:
 - The program fixes z but lets X_j take any value above what z needs. The policy uses the least share that
-  holds job j at the max-min level, X_j = z e_j / f*_j. Jobs run in descending X_j (ties: least attained
-  GPU service, then submission), gang-placed while GPUs last; a job that does not fit is skipped.
+  holds job j at the max-min level, X_j = z e_j / f*_j, and realizes the shares over rounds as Gavel's
+  mechanism does: jobs run in descending priority, X_j over the share of time the job has had since it
+  arrived (`_rank`), gang-placed while GPUs last; a job that does not fit is skipped.
 - Cache: at z* the program fixes the rate the cache must take off remote IO, Sum_d E_d - B / z*, not which
   u_d do it. The policy takes the least cache that does, in the knapsack's order (all of it, the knapsack
   itself, when storage sets the level; datasets the program cannot tell apart by E_d / d go by their
@@ -79,14 +80,17 @@ class GavelMaxMin:
     """Gavel's max-min fairness."""
 
     name = "gavel"
+    # Gavel is round-based: it decides every 6 minutes (the Gavel paper's round length) and jobs that arrive
+    # or finish in between wait for the next round. Declared here, the simulator keeps that cadence.
+    round_seconds = 360.0
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
         equal = equal_share_throughput(snapshot, estimator)
         solution = solve_max_min(snapshot, estimator, equal)
-        # Shares equal up to float rounding count as ties.
+        shares = solution.time_share
         ranked = sorted(
             snapshot.jobs_by_submission(),
-            key=lambda job: (-round(solution.time_share.get(job.job_id, 0.0), 9), job.attained_gpu_seconds),
+            key=lambda job: _rank(job, shares.get(job.job_id, 0.0), snapshot.time),
         )
         placements = place_in_order(snapshot.free_gpus({}), ranked)
         level = {"gavel": f"max-min normalized throughput {solution.level:.4g}"}
@@ -246,6 +250,24 @@ def _floor_within(amounts: Mapping[str, float], capacity: float) -> dict[str, in
     total = sum(amounts.values())
     scale = min(1.0, capacity / total) if total > 0 else 0.0
     return {key: int(amount * scale) for key, amount in amounts.items()}
+
+
+def _rank(job: JobState, share: float, now: float) -> tuple[float, float, float]:
+    """Gavel's round-based mechanism (its section 5): a job's priority is the time share the program gives
+    it over the share of time it has had, so the jobs furthest behind their X_j run first and, round after
+    round, every job holds its GPUs for about X_j of the time. Its time so far is counted from its arrival
+    (GPU seconds over its gang and its time present); a job that has not run yet comes first. Ties (shares
+    equal up to float rounding) go to the larger share, then the least attained GPU service."""
+    share = round(share, 9)
+    present = now - job.submit_time
+    held = job.attained_gpu_seconds / job.gpus if job.gpus > 0 else 0.0
+    if share <= 0.0:
+        priority = 0.0
+    elif held <= 0.0 or present <= 0.0:
+        priority = math.inf
+    else:
+        priority = share * present / held
+    return (-priority, -share, job.attained_gpu_seconds)
 
 
 def _dataset_sizes(snapshot: Snapshot) -> dict[str, int]:

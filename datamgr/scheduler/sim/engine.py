@@ -163,6 +163,8 @@ class _Run:
         self.last_round = -math.inf
         self.round_requested_at = -math.inf
         self.timer = 0  # the generation of the pending timed round; an earlier one's event is stale
+        # A round-based policy (Gavel) decides on its own grid only; arrivals and finishes wait for it.
+        self.fixed_round = scheduler.round_seconds
         self.dataset_states: dict[str, DatasetState] = {}  # the last snapshot's, reused while unchanged
 
     @property
@@ -172,7 +174,7 @@ class _Run:
     def run(self) -> SimResult:
         for job in sorted(self.jobs, key=lambda j: j.trace.arrival):
             self.queue.schedule(job.trace.arrival, EventKind.ARRIVAL, _Arrival(job))
-        self._request_round()
+        self.queue.schedule(0.0, EventKind.ROUND, _Round(timer=0))
         self.queue.schedule(0.0, EventKind.SAMPLE)
         self.ledger.record(0.0, 0.0)
         limit = self.config.time_limit
@@ -242,7 +244,7 @@ class _Run:
         self._request_round()
 
     def _request_round(self) -> None:
-        if self.round_requested_at != self.now:
+        if self.fixed_round is None and self.round_requested_at != self.now:
             self.round_requested_at = self.now
             self.queue.schedule(self.now, EventKind.ROUND, _Round(timer=0))
 
@@ -252,7 +254,8 @@ class _Run:
             return
         self.last_round = now
         self.timer += 1  # whatever set it, the next round is due at most `round_seconds` from now
-        self.queue.schedule(now + self.config.round_seconds, EventKind.ROUND, _Round(timer=self.timer))
+        period = self.config.round_seconds if self.fixed_round is None else self.fixed_round
+        self.queue.schedule(now + period, EventKind.ROUND, _Round(timer=self.timer))
         for job in self.running.values():
             job.advance(now)
         snapshot = self._snapshot()
