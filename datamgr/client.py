@@ -125,6 +125,19 @@ def _client_error(exc: grpc.RpcError, address: str, security: ChannelSecurity) -
             code,
             unreachable=True,
         )
+    if code == grpc.StatusCode.UNAVAILABLE and _unresolvable(details):
+        return ClientError(
+            f"cannot reach the data manager at {address}: the name does not resolve (set --datamgr HOST:PORT or "
+            f"{DATAMGR_ENV})",
+            code,
+            unreachable=True,
+        )
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return ClientError(f"the data manager at {address} did not answer in time", code)
     return ClientError(f"{code.name}: {details}", code)
+
+
+def _unresolvable(details: str) -> bool:
+    """gRPC's words for an address whose host name does not resolve (a typo in --datamgr, most often)."""
+    lowered = details.lower()
+    return lowered.startswith("errors resolving") or "dns resolution failed" in lowered

@@ -6,41 +6,52 @@ KiB, MiB, GiB, TiB, PiB (powers of 1024). Rates: a plain number of bytes per sec
 
 Rejected as ambiguous: a bare prefix ("1G", "500M": bytes or bits? binary or decimal?), a lowercase "b"
 after a prefix in a size ("5Mb": megabits are not a size), a size unit without "/s" where a rate is
-expected, and lowercase multi-letter prefixes other than k ("1mb": milli?).
+expected, and lowercase multi-letter prefixes other than k ("1mb": milli?). So are fractions of a byte
+("0.5B", "1.5"), which no quota can hold, and values beyond what a request carries (a signed 64-bit count).
 """
 
 from __future__ import annotations
 
-import math
 import re
+from decimal import Decimal
 
 _DECIMAL = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 
 SIZE_UNITS: dict[str, int] = {"B": 1}
 SIZE_UNITS.update({prefix + "B": factor for prefix, factor in (_DECIMAL | _BINARY).items()})
-BIT_RATE_UNITS: dict[str, float] = {"bps": 1 / 8}
-BIT_RATE_UNITS.update({prefix + "bps": factor / 8 for prefix, factor in _DECIMAL.items()})
+BIT_RATE_BITS: dict[str, int] = {"bps": 1}  # bits per second each unit counts
+BIT_RATE_BITS.update({prefix + "bps": factor for prefix, factor in _DECIMAL.items()})
 
 _NUMBER_AND_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z/]*)\s*$")
 _SIZE_HELP = "use a number of bytes or a unit such as 500GiB, 1.5TB, 4MiB, 100kB"
 _RATE_HELP = "use a number of bytes/s or a unit such as 200MB/s, 1.5GiB/s, 1Gbps"
 
 
+MAX_VALUE = 2**63 - 1  # what a request's int64 field carries
+
+
 class UnitError(ValueError):
     """A size or rate that cannot be read without guessing."""
 
 
-def _split(text: str, what: str, help_text: str) -> tuple[float, str]:
+def _split(text: str, what: str, help_text: str) -> tuple[Decimal, str]:
+    """The number (exact: decimal, so "0.1kB" is 100 bytes, not 100.00000000000001) and the unit."""
     if text.strip().startswith("-"):
         raise UnitError(f"{what} {text!r} is negative; {help_text}")
     match = _NUMBER_AND_UNIT.match(text)
     if not match:
         raise UnitError(f"{what} {text!r} is not a number with a unit; {help_text}")
-    value = float(match.group(1))
-    if not math.isfinite(value):
-        raise UnitError(f"{what} {text!r} is not finite; {help_text}")
-    return value, match.group(2)
+    return Decimal(match.group(1)), match.group(2)
+
+
+def _whole(amount: Decimal, text: str, what: str, unit: str) -> int:
+    """`amount` as an int, refusing a fraction (silently rounded, "0.5B" would become 0) or an overflow."""
+    if amount != amount.to_integral_value():
+        raise UnitError(f"{what} {text!r} is {amount.normalize():f} {unit}, not a whole number of {unit}")
+    if amount > MAX_VALUE:
+        raise UnitError(f"{what} {text!r} is larger than the largest a request can carry ({MAX_VALUE:,} {unit})")
+    return int(amount)
 
 
 def _ambiguity_hint(unit: str) -> str:
@@ -65,20 +76,22 @@ def parse_size(text: str) -> int:
         factor = 1
     elif unit in SIZE_UNITS:
         factor = SIZE_UNITS[unit]
+    elif unit.endswith("/s") or unit in BIT_RATE_BITS:
+        raise UnitError(f"size {text!r} is a rate; {_SIZE_HELP}")
     else:
         raise UnitError(f"size {text!r} has an unknown unit{_ambiguity_hint(unit)}; {_SIZE_HELP}")
-    return round(value * factor)
+    return _whole(value * factor, text, "size", "bytes")
 
 
 def parse_rate(text: str) -> int:
     """Bytes per second in `text`, e.g. "200MB/s" -> 200000000, "1Gbps" -> 125000000."""
     value, unit = _split(text, "rate", _RATE_HELP)
     if unit == "":
-        return round(value)
-    if unit in BIT_RATE_UNITS:
-        return round(value * BIT_RATE_UNITS[unit])
+        return _whole(value, text, "rate", "bytes/s")
+    if unit in BIT_RATE_BITS:
+        return _whole(value * BIT_RATE_BITS[unit] / 8, text, "rate", "bytes/s")
     if unit.endswith("/s") and unit[:-2] in SIZE_UNITS:
-        return round(value * SIZE_UNITS[unit[:-2]])
+        return _whole(value * SIZE_UNITS[unit[:-2]], text, "rate", "bytes/s")
     if unit in SIZE_UNITS:
         raise UnitError(f"rate {text!r} has no time unit: did you mean {text.strip()}/s?")
     raise UnitError(f"rate {text!r} has an unknown unit{_ambiguity_hint(unit)}; {_RATE_HELP}")

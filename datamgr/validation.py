@@ -17,6 +17,7 @@ MAX_BYTES_PER_SEC = 10**15  # 1 PB/s
 MIN_CHUNK_SIZE = 64 * 1024
 MAX_CHUNK_SIZE = 1024**3
 MAX_WORKERS = 1_000_000
+MAX_EPOCHS = 1_000_000.0  # a million passes over a dataset is already no real job
 _ADDRESS = re.compile(r"[^\s]{1,255}")
 
 
@@ -61,8 +62,8 @@ def check_worker_count(field: str, value: int) -> int:
 def check_epochs(field: str, value: float) -> float:
     """A job's length in passes over its dataset: any finite amount, fractions included (a fine-tuning job may
     train for 0.07 epochs); 0 means unknown."""
-    if not (math.isfinite(value) and value >= 0):
-        raise InvalidArgument(f"{field} {value} must be a finite number of epochs, zero (unknown) or more")
+    if not (math.isfinite(value) and 0 <= value <= MAX_EPOCHS):
+        raise InvalidArgument(f"{field} {value} must be a number of epochs from 0 (unknown) to {MAX_EPOCHS:,.0f}")
     return value
 
 

@@ -91,7 +91,7 @@ def test_job_add_registers_the_epochs_and_irregular_flag_that_status_and_show_th
     assert (shown["epochs"], shown["irregular"]) == (0.07, True)
 
 
-@pytest.mark.parametrize("epochs", ["-1", "nan", "inf", "two"])  # negative after a flag; non-finite; no number
+@pytest.mark.parametrize("epochs", ["-1", "nan", "inf", "two", "1e300"])  # negative; non-finite; no number; absurd
 def test_job_add_with_impossible_epochs_exits_2_naming_the_value(
     cluster: tuple[RunningDataManager, str], epochs: str
 ) -> None:
@@ -124,16 +124,26 @@ def test_the_datamgr_address_comes_from_the_environment(cluster: tuple[RunningDa
         (("job", "add", "j", "--dataset", "URI", "--ideal-rate", "1MB/s", "--worker", "n1:x"), "COUNT"),
         (("dataset", "add", "URI", "--option", "novalue"), "KEY=VALUE"),
         (("dataset", "add", "URI", "--option-env", "account_key=SILOD_TEST_UNSET_VAR"), "is not set"),
+        (("alloc", "cache", "URI", "99999999999999999999999"), "larger than the largest a request can carry"),
+        (("alloc", "io", "j", "99999999999999999999999"), "larger than the largest a request can carry"),
+        (("alloc", "cache", "URI", "0.5B"), "not a whole number of bytes"),
+        (("alloc", "cache", "URI", "1MB/s"), "is a rate"),
+        (("job", "add", "j", "--dataset", "URI", "--ideal-rate", "1MB/s", "--worker", "n1:99999999999"), "1,000,000"),
     ],
 )
 def test_bad_command_lines_exit_2_naming_the_problem_and_change_nothing(
-    cluster: tuple[RunningDataManager, str], args: tuple[str, ...], fragment: str
+    cluster: tuple[RunningDataManager, str],
+    capsys: pytest.CaptureFixture[str],
+    args: tuple[str, ...],
+    fragment: str,
 ) -> None:
+    # In process: argparse refuses these before any call, so no subprocess (and no machine speed) is needed.
     dm, uri = cluster
     before = full_state(dm.client)
-    result = silod_cli(*(uri if a == "URI" else a for a in args), datamgr=dm.address)
-    assert result.returncode == 2
-    assert fragment in result.stderr
+    with pytest.raises(SystemExit) as exited:
+        main([uri if a == "URI" else a for a in args], environ={"SILOD_DATAMGR": dm.address})
+    assert exited.value.code == 2
+    assert fragment in capsys.readouterr().err
     assert full_state(dm.client) == before
 
 
@@ -148,6 +158,12 @@ def test_an_unreachable_data_manager_exits_3(tmp_path: Path) -> None:
     result = silod_cli("status", datamgr="127.0.0.1:1")
     assert result.returncode == 3
     assert "cannot reach the data manager at 127.0.0.1:1" in result.stderr
+
+
+@pytest.mark.parametrize("address", ["nonsense", "nonsense.invalid:7420"])  # .invalid never resolves (RFC 2606)
+def test_a_data_manager_name_that_does_not_resolve_exits_3(capsys: pytest.CaptureFixture[str], address: str) -> None:
+    assert main(["status", "--datamgr", address], environ={}) == 3
+    assert f"cannot reach the data manager at {address}: the name does not resolve" in capsys.readouterr().err
 
 
 def test_secret_options_from_the_environment_are_not_echoed(
@@ -224,3 +240,18 @@ def test_an_empty_path_in_a_config_file_is_refused_by_key(tmp_path: Path, capsys
     assert main(["--config", str(settings), "datamgr", "serve"], environ={}) == 2
     assert "[datamgr] state-dir: an empty path is not a path" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == [settings]
+
+
+@pytest.mark.parametrize("where", ["/proc/silod-test", "a-file"], ids=["under-proc", "a-file-in-the-way"])
+def test_a_state_or_cache_dir_that_cannot_be_made_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    unusable = where if where.startswith("/") else str(tmp_path / where)
+    assert main(["datamgr", "serve", "--listen", "127.0.0.1:0", "--state-dir", unusable], environ={}) == 2
+    assert f"cannot use state dir {unusable}: " in capsys.readouterr().err
+    mountpoint = tmp_path / "m"
+    mountpoint.mkdir()
+    job = f"j=file://{tmp_path}"
+    assert main(["mount", str(mountpoint), "--cache-dir", unusable, "--job", job, "--foreground"], environ={}) == 2
+    assert f"cannot use --cache-dir {unusable}: " in capsys.readouterr().err

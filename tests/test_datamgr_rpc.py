@@ -266,7 +266,7 @@ BAD_CALLS: list[tuple[str, Call, grpc.StatusCode, str]] = [
         "job: negative epochs",
         lambda s: s.client.register_job("j3", s.a, 1, [("n1", 1)], epochs=-1),
         INVALID,
-        "epochs -1.0 must be a finite number of epochs",
+        "epochs -1.0 must be a number of epochs from 0 (unknown) to 1,000,000",
     ),
     (
         "job: NaN epochs",

@@ -19,6 +19,7 @@ from datamgr.units import UnitError, format_rate, format_size, parse_rate, parse
         ("2 MiB", 2 * 2**20),
         ("0", 0),
         ("1e3B", 1000),
+        ("0.1kB", 100),  # exact: 0.1 x 1000 in floating point is 100.00000000000001
     ],
 )
 def test_parse_size_reads_decimal_and_binary_units(text: str, expected: int) -> None:
@@ -37,6 +38,11 @@ def test_parse_size_reads_decimal_and_binary_units(text: str, expected: int) -> 
         ("lots", "is not a number with a unit"),
         ("3 parsecs", "unknown unit"),
         ("", "is not a number"),
+        ("0.5B", "is 0.5 bytes, not a whole number of bytes"),  # was silently 0
+        ("1.5", "is 1.5 bytes, not a whole number"),  # was silently 2
+        ("1MB/s", "is a rate"),  # was "did you mean MB?"
+        ("1Gbps", "is a rate"),
+        ("99999999999999999999999", "larger than the largest a request can carry"),
     ],
 )
 def test_parse_size_rejects_ambiguous_or_malformed_sizes(text: str, fragment: str) -> None:
@@ -67,6 +73,9 @@ def test_parse_rate_reads_byte_and_bit_rates(text: str, expected: int) -> None:
         ("1G/s", "ambiguous"),
         ("5mbps", "unknown unit"),
         ("-1MB/s", "is negative"),
+        ("1.5", "is 1.5 bytes/s, not a whole number"),
+        ("12bps", "is 1.5 bytes/s"),
+        ("1e300", "larger than the largest a request can carry"),
     ],
 )
 def test_parse_rate_rejects_sizes_and_ambiguous_rates(text: str, fragment: str) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from datamgr.units import parse_rate, parse_size
+from datamgr.validation import MAX_EPOCHS, MAX_WORKERS
 
 T = TypeVar("T")
 
@@ -56,8 +57,8 @@ def epochs_arg(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of epochs") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of epochs, 0 (unknown) or more")
+    if not (math.isfinite(value) and 0 <= value <= MAX_EPOCHS):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of epochs from 0 (unknown) to {MAX_EPOCHS:,.0f}")
     return value
 
 
@@ -66,8 +67,8 @@ def worker_arg(text: str) -> tuple[str, int]:
     node_id, sep, count = text.partition(":")
     if not sep:
         return node_id, 1
-    if not count.isdigit() or int(count) < 1:
-        raise argparse.ArgumentTypeError(f"worker {text!r}: COUNT must be a positive whole number")
+    if not count.isdigit() or not 1 <= int(count) <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"worker {text!r}: COUNT must be a whole number from 1 to {MAX_WORKERS:,}")
     return node_id, int(count)
 
 

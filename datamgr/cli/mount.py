@@ -217,11 +217,14 @@ def _run_daemon(
     """Take the cache directory (exit 2 if another daemon has it), then serve in the foreground, or detach
     once the mount is live (exit 1, naming the log, if it is not). The lock's descriptor stays open for as
     long as this process, or the detached daemon it forks, serves."""
-    cache_dir.mkdir(parents=True, exist_ok=True)
     try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
         mount.lock_cache_dir(cache_dir)  # never closed: the lock lasts as long as the serving process
     except mount.CacheDirInUse as exc:
         print(f"silod {command}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path under /proc, a file in the way, a read-only file system, no permission
+        print(f"silod {command}: cannot use --cache-dir {cache_dir}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     default_log = cache_dir / log_name
     if args.foreground:

@@ -54,15 +54,19 @@ _JOB_COLUMNS = "job_id, dataset_uri, ideal_bytes_per_sec, workers, io_bytes_per_
 
 
 class StateDirError(RuntimeError):
-    """The state directory cannot be used: locked by another process, or from a newer silod."""
+    """The state directory cannot be used: not creatable or writable, locked by another process, or from a
+    newer silod."""
 
 
 class SQLiteStore:
     """`StateStore` on one SQLite database file, `silod.db`, in `state_dir`."""
 
     def __init__(self, state_dir: Path, *, retained_revisions: int = DEFAULT_RETAINED_REVISIONS) -> None:
-        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._lock_fd = _lock_state_dir(state_dir)
+        try:
+            state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._lock_fd = _lock_state_dir(state_dir)
+        except OSError as exc:  # a path under /proc, a file in the way, a read-only file system, no permission
+            raise StateDirError(f"cannot use state dir {state_dir}: {exc.strerror or exc}") from None
         path = state_dir / "silod.db"
         # One connection writes (from the committing thread), one reads (from the event loop): with WAL the
         # reader sees only committed transactions, never a batch that is still being written.
