@@ -31,10 +31,17 @@ class RunningDataManager:
     state_dir: Path
 
 
+STILL_ALIVE_SECONDS = 3600.0
+
+
 @pytest.fixture
 def datamgr(tmp_path: Path) -> Iterator[RunningDataManager]:
-    """A data manager on a fresh state dir with a 1 GB/s remote IO limit, and a client connected to it."""
-    config = ServerConfig("127.0.0.1:0", tmp_path / "state", REMOTE_IO_LIMIT, 30.0)
+    """A data manager on a fresh state dir with a 1 GB/s remote IO limit, and a client connected to it.
+
+    Nodes registered here never report, so the node timeout is an hour: with the 30 s default, a test that
+    runs a dozen CLI processes on a busy machine saw its nodes marked unavailable halfway through. Tests of
+    liveness start their own data manager with the timeout they need."""
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", REMOTE_IO_LIMIT, STILL_ALIVE_SECONDS)
     with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address, timeout=10) as client:
         yield RunningDataManager(dm.address, client, config.state_dir)
 

@@ -17,6 +17,7 @@ import grpc
 import pytest
 from cryptography.hazmat.primitives import serialization
 
+from datamgr.cli.main import main
 from datamgr.client import ClientError, DataManagerClient
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.security import TOKEN_FREE_METHODS, ServerSecurity
@@ -352,13 +353,14 @@ def test_the_cli_talks_to_a_tls_and_token_data_manager(
     ],
 )
 def test_serve_refuses_bad_security_flags_by_name(
-    tmp_path: Path, tls: TlsFiles, args: tuple[str, ...], fragment: str
+    tmp_path: Path, tls: TlsFiles, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], fragment: str
 ) -> None:
+    # In process: the flags are refused before anything starts, so no subprocess (nor the machine's speed) is
+    # involved; a refusal that came later would start a server here and fail the exit code below.
     files = _bad_files(tmp_path, tls)
-    result = silod_cli("datamgr", "serve", "--state-dir", str(tmp_path / "s"), *(a.format(**files) for a in args))
-    assert result.returncode == 2
-    assert fragment.format(**files) in result.stderr
-    assert "Traceback" not in result.stderr
+    serve = ["datamgr", "serve", "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "s")]
+    assert main([*serve, *(a.format(**files) for a in args)], environ={}) == 2
+    assert fragment.format(**files) in capsys.readouterr().err
     assert not (tmp_path / "s").exists()  # refused before touching the state dir
 
 
@@ -371,15 +373,22 @@ def test_serve_refuses_bad_security_flags_by_name(
         (("--auth-token-file", "{EMPTY}"), "--auth-token-file {EMPTY} is empty"),
     ],
 )
-@pytest.mark.parametrize("command", [("status",), ("node", "--node-id", "n1", "--mountpoint", ".", "--cache-dir", ".")])
+@pytest.mark.parametrize("command", [("status",), ("node", "--node-id", "n1", "--mountpoint", "M", "--cache-dir", "C")])
 def test_clients_refuse_bad_security_flags_by_name(
-    tmp_path: Path, tls: TlsFiles, command: tuple[str, ...], args: tuple[str, ...], fragment: str
+    tmp_path: Path,
+    tls: TlsFiles,
+    capsys: pytest.CaptureFixture[str],
+    command: tuple[str, ...],
+    args: tuple[str, ...],
+    fragment: str,
 ) -> None:
     files = _bad_files(tmp_path, tls)
-    result = silod_cli(*command, *(a.format(**files) for a in args), datamgr="127.0.0.1:1")
-    assert result.returncode == 2
-    assert fragment.format(**files) in result.stderr
-    assert "Traceback" not in result.stderr
+    (tmp_path / "m").mkdir()
+    places = {"M": str(tmp_path / "m"), "C": str(tmp_path / "c")}
+    argv = [places.get(a, a) for a in command] + [a.format(**files) for a in args]
+    assert main(argv, environ={"SILOD_DATAMGR": "127.0.0.1:1"}) == 2
+    assert fragment.format(**files) in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()  # refused before taking the cache dir
 
 
 def _bad_files(tmp_path: Path, tls: TlsFiles) -> dict[str, Path]:
