@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import time
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 FETCH_CONCURRENCY = 16  # backend reads in flight per dataset
 STATS_FILE = "stats.json"
 LOCK_FILE = "silod.lock"
+FS_SUBTYPE = "silod"  # the kernel lists a mount as fuse.silod
 ReadyCallback = Callable[[], None]
 
 
@@ -171,7 +173,7 @@ async def run_filesystem(
     still open at the end is closed.
     """
     ids = log_ids(node_id=node_id)
-    options = set(pyfuse3.default_options) | {"fsname=silod", "subtype=silod", "ro"}
+    options = set(pyfuse3.default_options) | {"fsname=silod", f"subtype={FS_SUBTYPE}", "ro"}
     if allow_other:
         options.add("allow_other")
     prepare_mountpoint(mountpoint)
@@ -209,7 +211,8 @@ def prepare_mountpoint(mountpoint: Path) -> None:
     """Make sure `mountpoint` is a directory to mount on; raise OSError (e.g. NotADirectoryError) if not.
 
     A daemon killed with SIGKILL leaves its mount behind, dead ("transport endpoint is not connected"); it is
-    detached here, so that a restarted daemon can mount there again.
+    detached here, so that a restarted daemon can mount there again. A live silod mount is refused (EBUSY):
+    mounting over it would hide it from its jobs while its daemon goes on serving nobody.
     """
     try:
         os.listdir(mountpoint)  # not stat: the kernel may answer that from cached attributes
@@ -220,6 +223,22 @@ def prepare_mountpoint(mountpoint: Path) -> None:
         unmount(mountpoint, lazy=True)
         if not mountpoint.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(mountpoint)) from None
+        return
+    if _is_live_silod_mount(mountpoint):
+        raise OSError(errno.EBUSY, f"is a live silod mount; unmount it first (silod umount {mountpoint})")
+
+
+def _is_live_silod_mount(mountpoint: Path) -> bool:
+    """Whether the kernel's mount table has a silod FUSE file system mounted at `mountpoint`."""
+    target = os.path.realpath(mountpoint)
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as table:
+        for line in table:
+            fields = line.split()
+            separator = fields.index("-")  # optional fields end here; the file system type follows
+            where = re.sub(r"\\([0-7]{3})", lambda octal: chr(int(octal.group(1), 8)), fields[4])
+            if where == target and fields[separator + 1] == f"fuse.{FS_SUBTYPE}":
+                return True
+    return False
 
 
 async def _cancel_on_signal(scope: trio.CancelScope, ids: Mapping[str, str]) -> None:

@@ -114,6 +114,22 @@ def test_a_second_daemon_on_the_same_cache_dir_is_refused_until_the_first_stops(
         silod_cli("umount", str(second))
 
 
+def test_a_mount_on_a_live_silod_mount_is_refused_and_the_first_keeps_serving(tmp_path: Path, dataset: str) -> None:
+    mountpoint = tmp_path / "a mount"  # a space: the kernel's mount table escapes it as \\040
+    mountpoint.mkdir()
+    first = silod_cli("mount", str(mountpoint), "--cache-dir", str(tmp_path / "c1"), "--job", f"j={dataset}")
+    assert first.returncode == 0, first.stderr
+    try:
+        stacked = silod_cli("mount", str(mountpoint), "--cache-dir", str(tmp_path / "c2"), "--job", f"k={dataset}")
+        assert stacked.returncode == 2
+        assert f"mountpoint {mountpoint} is a live silod mount; unmount it first" in stacked.stderr
+        assert (mountpoint / "j" / "two.bin").read_bytes() == b"2" * 10  # the first one still serves
+        assert not (mountpoint / "k").exists()
+    finally:
+        assert silod_cli("umount", str(mountpoint)).returncode == 0
+    _wait_for_exit(mountpoint)
+
+
 def test_umount_of_something_not_mounted_says_so(tmp_path: Path) -> None:
     result = silod_cli("umount", str(tmp_path))
     assert result.returncode == 1
