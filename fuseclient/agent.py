@@ -82,6 +82,7 @@ class NodeAgent:
         self._call: grpc.CallIterator[pb.WatchEvent] | None = None
         self.revision = 0
         self.reconnects = 0  # times the watch stream came back after an outage
+        self._reached = False  # a call has succeeded: the address and security settings are right
 
     # ---- trio side ----
 
@@ -284,6 +285,7 @@ class NodeAgent:
         while not self._stop.is_set():
             try:
                 self._stub.RegisterNode(request, timeout=CALL_TIMEOUT)
+                self._reached = True
                 log.info(
                     "registered node %s with %d bytes of cache at %s",
                     config.node_id,
@@ -294,6 +296,7 @@ class NodeAgent:
                 return
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.ALREADY_EXISTS and config.cache_capacity is None:
+                    self._reached = True
                     log.info("node %s is already registered; using its registration", config.node_id, extra=self._ids())
                     return
                 if exc.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INVALID_ARGUMENT):
@@ -315,7 +318,8 @@ class NodeAgent:
     def _why(self, exc: grpc.RpcError) -> str:
         """A failed call's status, or what to do about it when it failed for a TLS or token reason."""
         code: grpc.StatusCode = exc.code()
-        return explain_refusal(exc, self._config.datamgr, self._config.security) or code.name
+        refusal = explain_refusal(exc, self._config.datamgr, self._config.security, connected_before=self._reached)
+        return refusal or code.name
 
     def _fetch_manifests(self, event: pb.WatchEvent) -> None:
         datasets = list(event.snapshot.datasets) + [c.dataset_set for c in event.changes if c.HasField("dataset_set")]

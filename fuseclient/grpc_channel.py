@@ -134,9 +134,13 @@ def open_channel(address: str, security: ChannelSecurity, options: Sequence[tupl
     return grpc.intercept_channel(channel, _BearerToken(security.token))
 
 
-def explain_refusal(exc: grpc.RpcError, address: str, security: ChannelSecurity) -> str | None:
+def explain_refusal(
+    exc: grpc.RpcError, address: str, security: ChannelSecurity, *, connected_before: bool = False
+) -> str | None:
     """What an operator should do about a call that failed for a security reason (a token refused, a TLS
-    handshake that failed), or None if it failed for another one."""
+    handshake that failed), or None if it failed for another one. `connected_before`: calls with these
+    settings have succeeded, so a connection closed now is the data manager going away (a crash, a restart),
+    not a TLS setting to fix."""
     code: grpc.StatusCode = exc.code()
     details = (exc.details() or "").lower()
     if code == grpc.StatusCode.UNAUTHENTICATED:
@@ -152,7 +156,7 @@ def explain_refusal(exc: grpc.RpcError, address: str, security: ChannelSecurity)
             f"TLS handshake with {address} failed{reason}: check --tls-ca or {TLS_CA_ENV} "
             "(the CA that signed the data manager's certificate) and that the data manager serves TLS"
         )
-    if "socket closed" in details:  # the server hung up while the connection was being set up
+    if "socket closed" in details and not connected_before:  # the server hung up while setting up the connection
         if security.tls:
             return (
                 f"the data manager at {address} closed the connection during the TLS handshake: if it requires "

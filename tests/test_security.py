@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,7 +24,7 @@ from datamgr.client import ClientError, DataManagerClient
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.security import TOKEN_FREE_METHODS, ServerSecurity
 from datamgr.server import ServerConfig
-from fuseclient.grpc_channel import ChannelSecurity, SecurityConfigError, open_channel
+from fuseclient.grpc_channel import ChannelSecurity, SecurityConfigError, explain_refusal, open_channel
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 from tests import polling
@@ -461,3 +463,27 @@ def _eventually(check: Callable[[], Any], what: str, timeout: float = 30.0) -> A
         timeout=timeout,
         ignore=lambda exc: isinstance(exc, ClientError) and exc.code == grpc.StatusCode.NOT_FOUND,
     )
+
+
+def test_a_connection_closed_during_set_up_suggests_tls_only_to_a_client_that_never_connected() -> None:
+    # A real listener that reads the client's preface and hangs up, as a TLS data manager does to plaintext
+    # and as a crashing one can: before any call succeeded that points at TLS settings; after, at an outage.
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def hang_up_on_everyone() -> None:
+        while True:
+            peer, _ = listener.accept()
+            peer.recv(65536)
+            peer.close()
+
+    threading.Thread(target=hang_up_on_everyone, daemon=True).start()
+    address = f"127.0.0.1:{port}"
+    with grpc.insecure_channel(address) as channel, pytest.raises(grpc.RpcError) as failed:
+        pb_grpc.DataManagerStub(channel).GetClusterSummary(pb.GetClusterSummaryRequest(), timeout=10)
+    assert "socket closed" in (failed.value.details() or "").lower()
+    plaintext = ChannelSecurity()
+    never = explain_refusal(failed.value, address, plaintext)
+    assert never is not None and "if it serves TLS, set --tls-ca" in never
+    assert explain_refusal(failed.value, address, plaintext, connected_before=True) is None
+    listener.close()
