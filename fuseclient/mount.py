@@ -8,7 +8,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import time
@@ -26,7 +25,7 @@ from fuseclient.fs import SilodFS
 from fuseclient.logfields import log_ids
 from fuseclient.manifest import DEFAULT_CHUNK_SIZE, Manifest, build_manifest
 from fuseclient.metrics import MountMetrics
-from fuseclient.readahead import DEFAULT_READ_AHEAD, set_read_ahead
+from fuseclient.readahead import DEFAULT_READ_AHEAD, NotMounted, mount_device, set_read_ahead
 from fuseclient.state import DatasetState, JobState, MountState
 from fuseclient.throttle import TokenBucket, default_burst
 from fuseclient.tree import DatasetTree
@@ -36,7 +35,6 @@ log = logging.getLogger(__name__)
 FETCH_CONCURRENCY = 16  # backend reads in flight per dataset
 STATS_FILE = "stats.json"
 LOCK_FILE = "silod.lock"
-FS_SUBTYPE = "silod"  # the kernel lists a mount as fuse.silod
 ReadyCallback = Callable[[], None]
 
 
@@ -173,7 +171,7 @@ async def run_filesystem(
     still open at the end is closed.
     """
     ids = log_ids(node_id=node_id)
-    options = set(pyfuse3.default_options) | {"fsname=silod", f"subtype={FS_SUBTYPE}", "ro"}
+    options = set(pyfuse3.default_options) | {"fsname=silod", "subtype=silod", "ro"}
     if allow_other:
         options.add("allow_other")
     prepare_mountpoint(mountpoint)
@@ -229,16 +227,12 @@ def prepare_mountpoint(mountpoint: Path) -> None:
 
 
 def _is_live_silod_mount(mountpoint: Path) -> bool:
-    """Whether the kernel's mount table has a silod FUSE file system mounted at `mountpoint`."""
-    target = os.path.realpath(mountpoint)
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as table:
-        for line in table:
-            fields = line.split()
-            separator = fields.index("-")  # optional fields end here; the file system type follows
-            where = re.sub(r"\\([0-7]{3})", lambda octal: chr(int(octal.group(1), 8)), fields[4])
-            if where == target and fields[separator + 1] == f"fuse.{FS_SUBTYPE}":
-                return True
-    return False
+    """Whether the kernel's mount table has a silod mount at `mountpoint`."""
+    try:
+        mount_device(Path(os.path.realpath(mountpoint)))
+    except NotMounted:
+        return False
+    return True
 
 
 async def _cancel_on_signal(scope: trio.CancelScope, ids: Mapping[str, str]) -> None:
