@@ -82,6 +82,36 @@ def test_a_changed_object_is_reported_as_eio_never_served(
     assert "shard.bin: changed after the dataset was registered" in mount.log_path.read_text()
 
 
+def test_a_thousand_concurrent_readers_of_one_item_all_get_its_bytes_from_one_fetch(
+    mount_factory: MountFactory, tmp_path: Path
+) -> None:
+    # The data loaders of many jobs, or many workers of one, opening the same file at the same instant.
+    root = tmp_path / "dataset"
+    root.mkdir()
+    content = random.Random(5).randbytes(CHUNK + 12_345)  # one item under the default chunk size
+    (root / "hot.bin").write_bytes(content)
+    uri = f"file://{root}"
+    mount = mount_factory({"job1": uri}, "--cache-size", f"{uri}=10MB")
+    path = mount.job_dir("job1") / "hot.bin"
+    readers = 1000
+    start = threading.Barrier(readers)
+    digests: list[str] = []
+
+    def read() -> None:
+        start.wait()
+        digests.append(_sha(path.read_bytes()))
+
+    threads = [threading.Thread(target=read) for _ in range(readers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert digests == [_sha(content)] * readers
+    done = time.time()
+    stats = mount.wait_for_stats(lambda _: (mount.cache_dir / "stats.json").stat().st_mtime > done)  # counts all reads
+    assert stats["jobs"]["job1"]["bytes_from_remote"] == len(content)  # fetched once, then served from cache
+
+
 def _local_dataset(root: Path, files: int, size: int, seed: int = 0) -> dict[str, bytes]:
     rng = random.Random(seed)
     contents = {f"part{i % 4}/file{i:05d}.bin": rng.randbytes(size) for i in range(files)}
