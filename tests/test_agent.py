@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -167,6 +168,35 @@ def test_the_node_keeps_its_allocations_while_the_data_manager_is_down_and_resyn
     client.allocate_remote_io("j1", 9_000_000)
     eventually(lambda: system.node_stats(node, "j1")["io_bytes_per_sec"] == 9_000_000, what="rate after restart")
     client.close()
+
+
+def test_a_data_manager_restored_from_an_older_state_dir_brings_its_nodes_back_to_that_state(
+    system: System,
+) -> None:
+    # An operator restores the state dir from last night's backup: the node has seen later revisions than the
+    # data manager now has, and must follow the restored state rather than keep what it saw last.
+    node = system.start_node("n1")
+    system.client.register_dataset(system.uri)
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
+    system.client.allocate_remote_io("j1", 30_000_000)
+    eventually(lambda: system.node_stats(node, "j1")["io_bytes_per_sec"] == 30_000_000, what="rate")
+    system.datamgr.kill()
+    backup = system.root / "backup"
+    shutil.copytree(system.datamgr.state_dir, backup)
+
+    system.datamgr.start()
+    client = DataManagerClient(system.datamgr.address, timeout=10)
+    client.allocate_remote_io("j1", 9_000_000)
+    client.register_job("j2", system.uri, 100_000_000, [("n1", 1)])
+    eventually(lambda: system.node_stats(node, "j2") and system.node_stats(node, "j1")["io_bytes_per_sec"] == 9e6)
+    client.close()
+    system.datamgr.kill()
+    shutil.rmtree(system.datamgr.state_dir)
+    shutil.copytree(backup, system.datamgr.state_dir)
+
+    system.datamgr.start()
+    eventually(lambda: system.node_stats(node, "j1")["io_bytes_per_sec"] == 30_000_000, what="the restored rate")
+    eventually(lambda: not node.job_dir("j2").exists(), what="j2, unknown to the restored state, gone")
 
 
 @pytest.mark.expected_warnings
