@@ -1,14 +1,16 @@
 """A remote IO rate changed mid-run is honoured by a live mount (issue 3): readers keep demanding more than
 either rate from a node agent's mount while `silod alloc io` lowers or raises the job's rate, and the bytes
 the node fetches from the backend for the job stay within rate x time + burst under each rate and reach 90 %
-of rate x time. Bytes and times are the node's own counters (its statistics file), not the duration of any
-read.
+of rate x time. The same holds when the cache quota drops to 0 under readers served from a full cache, so
+that every read misses at once. Bytes and times are the node's own counters (its statistics file), not the
+duration of any read.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +59,33 @@ def assert_held_to(rate: int, start: Sample, end: Sample) -> None:
     assert fetched >= 0.9 * rate * elapsed, f"only {fetched} B in {elapsed:.2f} s at {rate} B/s: demand exceeds it"
 
 
+@contextmanager
+def readers_demanding_more(job_dir: Path, files: dict[str, bytes]) -> Iterator[None]:
+    """READERS threads reading `files` through the mount over and over, checking every byte, until the block
+    ends; a failed read fails the block."""
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def read_forever(paths: list[str]) -> None:
+        try:
+            while not stop.is_set():
+                for path in paths:
+                    assert (job_dir / path).read_bytes() == files[path]
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=read_forever, args=(sorted(files)[i::READERS],)) for i in range(READERS)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert not failures, failures
+
+
 @pytest.fixture
 def system(tmp_path: Path) -> Iterator[System]:
     running = System(tmp_path)
@@ -76,29 +105,32 @@ def test_a_rate_changed_mid_run_holds_the_fetched_bytes_to_the_new_rate(
     assert silod_cli("alloc", "io", "j1", first, datamgr=system.datamgr.address).returncode == 0
     job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job directory")
 
-    stop = threading.Event()
-    failures: list[BaseException] = []
-
-    def read_forever(paths: list[str]) -> None:
-        try:
-            while not stop.is_set():
-                for path in paths:
-                    assert (job_dir / path).read_bytes() == system.files[path]
-        except BaseException as exc:
-            failures.append(exc)
-
-    readers = [threading.Thread(target=read_forever, args=(sorted(system.files)[i::READERS],)) for i in range(READERS)]
-    for reader in readers:
-        reader.start()
-    try:
+    with readers_demanding_more(job_dir, system.files):
         before = window_under(node, parse_rate(first))
         changed = silod_cli("alloc", "io", "j1", second, datamgr=system.datamgr.address)
         assert changed.returncode == 0, changed.stderr
         after = window_under(node, parse_rate(second))
-    finally:
-        stop.set()
-        for reader in readers:
-            reader.join(timeout=30)
-    assert not failures, failures
     assert_held_to(parse_rate(first), *before)
     assert_held_to(parse_rate(second), *after)
+
+
+def test_a_cache_quota_shrunk_under_throttled_readers_keeps_the_fetched_bytes_to_the_rate(system: System) -> None:
+    # Readers run from a full cache; then the quota drops to 0, the cache is evicted and every read misses at
+    # once: the token bucket, not the sudden demand, still sets what the node fetches.
+    node = system.start_node("n1")
+    system.client.register_dataset(system.uri)
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
+    assert silod_cli("alloc", "io", "j1", "2MB/s", datamgr=system.datamgr.address).returncode == 0
+    whole = str(len(system.files) * SIZE)
+    assert silod_cli("alloc", "cache", system.uri, whole, datamgr=system.datamgr.address).returncode == 0
+    job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job directory")
+    for path, data in system.files.items():  # one epoch fills the cache
+        assert (job_dir / path).read_bytes() == data
+    eventually(lambda: node.stats()["datasets"][system.uri]["cached_items"] == len(system.files), what="a full cache")
+
+    with readers_demanding_more(job_dir, system.files):
+        shrunk = silod_cli("alloc", "cache", system.uri, "0", datamgr=system.datamgr.address)
+        assert shrunk.returncode == 0, shrunk.stderr
+        eventually(lambda: node.stats()["datasets"][system.uri]["cached_items"] == 0, what="the cache evicted")
+        window = window_under(node, parse_rate("2MB/s"))
+    assert_held_to(parse_rate("2MB/s"), *window)
