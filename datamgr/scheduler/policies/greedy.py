@@ -27,8 +27,9 @@ class JobDemand:
     bottleneck) and the cached bytes of its dataset it can hit now whatever the quota
     (`Snapshot.cache_within_reach`; None: the whole quota, the steady state).
 
-    A plain class, compiled to a native one: `GreedyStorage` builds one per running job every round, ten
-    times cheaper than a named tuple. Treat it as immutable."""
+    A plain class, compiled to a native one: `GreedyStorage` builds one per running job every round, and a
+    named tuple's or a frozen dataclass's constructor runs as interpreted Python (186 of these took 32 us,
+    best of 7 on a cluster400 snapshot). Treat it as immutable."""
 
     __slots__ = ("cache_within_reach", "dataset_uri", "ideal_bytes_per_sec", "job_id")
 

@@ -4,12 +4,13 @@
 objects the live controller runs; policies see only snapshots, never the simulator.
 
 Events (`events.EventQueue`, keyed (time, priority, seq)): arrivals; policy rounds, at every instant a job
-arrives or finishes and at least every `config.round_seconds` (a round's timer restarts at every round, as
-the live controller's does); job boundaries, where a running job
-ends a segment of its reads (an epoch or a curriculum pass under uniform caching, a window under LRU) or
-finishes; and timeline samples every `config.sample_seconds`. A running job left out of a round's placements
-is preempted: it stops, keeps its progress (and its place in its epoch), and counts a preemption; a
-placement that changes but stays non-empty is not a preemption.
+arrives or finishes and at most `config.round_seconds` after the last round (the timer restarts at every
+round, as the live controller's does), or, for a round-based policy (`Scheduler.round_seconds`, Gavel), on
+its own period only; job boundaries, where a running job ends a segment of its reads (an epoch or a
+curriculum pass under uniform caching, a window under LRU) or finishes; and timeline samples every
+`config.sample_seconds`. A running job left out of a round's placements is preempted: it stops, keeps its
+progress (and its place in its epoch), and counts a preemption; a placement that changes but stays
+non-empty is not a preemption.
 
 Between events every rate is constant, so progress integrates exactly. A running job's rate is
 `min(f*(job, gpus), io / (1 - hit))` with `hit` its segment's hit ratio from the cache model (`caches`), not
