@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import resource
 import signal
 import subprocess
 import time
@@ -171,6 +172,7 @@ async def run_filesystem(
     still open at the end is closed.
     """
     ids = log_ids(node_id=node_id)
+    raise_open_file_limit(ids)
     options = set(pyfuse3.default_options) | {"fsname=silod", "subtype=silod", "ro"}
     if allow_other:
         options.add("allow_other")
@@ -203,6 +205,21 @@ async def run_filesystem(
             dataset.cache.close()
             dataset.backend.close()
     log.info("unmounted %s", mountpoint, extra=ids)
+
+
+def raise_open_file_limit(ids: Mapping[str, str]) -> None:
+    """Raise this process's soft limit on open files to its hard limit.
+
+    Every concurrent reader holds a cache file, a backend connection or both, and a node serves the data
+    loaders of all its jobs: the soft limit a service manager hands out (often 1,024) is far below the hard
+    one, and running out fails reads with EIO. Go's runtime does the same for every Go program since 1.19; an
+    unlimited hard limit is left alone rather than turned into an unbounded soft one.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft >= hard:
+        return
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    log.info("open files limit raised from %d to %d", soft, hard, extra=ids)
 
 
 def prepare_mountpoint(mountpoint: Path) -> None:
@@ -257,8 +274,11 @@ async def _report_statistics(mount: MountState, interval: float, stats_file: Pat
     """Every `interval` seconds: one log line per job, and all numbers as JSON in `stats_file`.
 
     A file left by an earlier daemon (killed, so it could not clean up) is removed first: until this daemon
-    writes its own, no numbers are better than a dead process's."""
+    writes its own, no numbers are better than a dead process's. A file that cannot be written (a full or
+    vanished disk, no file descriptor left) is warned about once and tried again every interval: statistics
+    are never worth a mount its readers depend on."""
     stats_file.unlink(missing_ok=True)
+    failing = False
     while True:
         await trio.sleep(interval)
         now = trio.current_time()
@@ -286,9 +306,23 @@ async def _report_statistics(mount: MountState, interval: float, stats_file: Pat
             "jobs": {job_id: asdict(stats) for job_id, stats in snapshot.items()},
             "datasets": caches,
         }
-        temporary = stats_file.with_suffix(".tmp")
-        temporary.write_text(json.dumps(document, indent=1))
-        temporary.replace(stats_file)
+        try:
+            _write_atomically(stats_file, json.dumps(document, indent=1))
+        except OSError as exc:
+            if not failing:
+                log.warning("statistics not written to %s (trying every %g s): %s", stats_file, interval, exc)
+            failing = True
+            continue
+        if failing:
+            log.info("statistics written to %s again", stats_file)
+        failing = False
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text` so that a reader sees the old file or the new one, never a partial one."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
 
 
 def unmount(mountpoint: Path, *, lazy: bool = False) -> None:

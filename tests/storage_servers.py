@@ -49,6 +49,9 @@ class DatasetTarget(Protocol):
 
     def put(self, key: str, data: bytes) -> None: ...
 
+    def delete(self, key: str) -> None:
+        """Remove the object `key`, as someone cleaning up the bucket under a running job would."""
+
     def make_dir(self, key: str) -> None:
         """Create an explicit empty folder: a directory, or a zero-byte object named `key + "/"`."""
 
@@ -67,20 +70,28 @@ class LocalTarget:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
 
+    def delete(self, key: str) -> None:
+        (self.root / key).unlink()
+
     def make_dir(self, key: str) -> None:
         (self.root / key).mkdir(parents=True, exist_ok=True)
 
 
 @dataclass(frozen=True)
 class ObjectStoreTarget:
-    """A prefix in a bucket or container; `upload(name, data)` writes one object by its full name."""
+    """A prefix in a bucket or container; `upload(name, data)` writes one object by its full name and
+    `remove(name)` deletes one."""
 
     uri: str
     options: dict[str, str]
     upload: Callable[[str, bytes], object]
+    remove: Callable[[str], object]
 
     def put(self, key: str, data: bytes) -> None:
         self.upload(f"{DATASET_PREFIX}/{key}", data)
+
+    def delete(self, key: str) -> None:
+        self.remove(f"{DATASET_PREFIX}/{key}")
 
     def make_dir(self, key: str) -> None:
         self.put(key + "/", b"")
@@ -140,6 +151,7 @@ def dataset_target_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Da
                 f"s3://{name}/{DATASET_PREFIX}",
                 s3.backend_options(),
                 lambda key, data: client.put_object(Bucket=name, Key=key, Body=data),
+                lambda key: client.delete_object(Bucket=name, Key=key),
             )
         if backend == "az":
             az: AzuriteServer = request.getfixturevalue("azurite")
@@ -148,6 +160,7 @@ def dataset_target_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Da
                 f"az://{az.account_name}/{name}/{DATASET_PREFIX}",
                 az.backend_options(),
                 lambda key, data: container.upload_blob(key, data, overwrite=True),
+                container.delete_blob,
             )
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKEND_NAMES}")
 

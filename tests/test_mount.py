@@ -7,6 +7,7 @@ import errno
 import hashlib
 import os
 import random
+import resource
 import subprocess
 import threading
 import time
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from tests import polling
+from tests.datamgr_fixtures import make_local_dataset
 from tests.datasets import generate_dataset, upload_dataset
 from tests.mount_fixtures import MountFactory, MountProcess, options_args
 from tests.storage_servers import DatasetTarget, rewrite_same_size
@@ -82,6 +85,26 @@ def test_a_changed_object_is_reported_as_eio_never_served(
     assert "shard.bin: changed after the dataset was registered" in mount.log_path.read_text()
 
 
+def test_an_object_deleted_under_a_running_job_fails_its_reads_by_name_and_the_rest_read_on(
+    mount_factory: MountFactory, dataset_target: DatasetTarget
+) -> None:
+    # Someone cleans up the bucket while a job trains on it: the listing the job mounted still shows the
+    # object, the backend no longer has it.
+    for name, byte in (("gone.bin", b"g"), ("kept.bin", b"k")):
+        dataset_target.put(name, byte * 5000)
+    mount = mount_factory({"job1": dataset_target.uri}, *options_args(dataset_target.options))  # no cache quota
+    root = mount.job_dir("job1")
+    assert (root / "gone.bin").read_bytes() == b"g" * 5000
+
+    dataset_target.delete("gone.bin")
+    with pytest.raises(OSError) as failed:
+        (root / "gone.bin").read_bytes()
+    assert failed.value.errno == errno.EIO
+    assert "gone.bin" in mount.log_path.read_text()
+    assert (root / "kept.bin").read_bytes() == b"k" * 5000
+    assert mount.process is not None and mount.process.poll() is None
+
+
 def test_a_thousand_concurrent_readers_of_one_item_all_get_its_bytes_from_one_fetch(
     mount_factory: MountFactory, tmp_path: Path
 ) -> None:
@@ -110,6 +133,67 @@ def test_a_thousand_concurrent_readers_of_one_item_all_get_its_bytes_from_one_fe
     done = time.time()
     stats = mount.wait_for_stats(lambda _: (mount.cache_dir / "stats.json").stat().st_mtime > done)  # counts all reads
     assert stats["jobs"]["job1"]["bytes_from_remote"] == len(content)  # fetched once, then served from cache
+
+
+def _open_file_limits(pid: int) -> tuple[int, int]:
+    """A process's (soft, hard) limit on open files, from /proc/PID/limits."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return int(soft), int(hard)
+    raise AssertionError(f"no open files limit in /proc/{pid}/limits")
+
+
+def test_a_mount_raises_its_open_file_limit_to_the_hard_limit(mount_factory: MountFactory, tmp_path: Path) -> None:
+    # A service manager's soft limit (often 1,024) is what the daemon inherits; its readers need more.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = min(256, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
+    try:
+        mount = mount_factory({"job1": make_local_dataset(tmp_path / "dataset")})
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert mount.process is not None
+    assert _open_file_limits(mount.process.pid) == (hard, hard)
+    assert f"open files limit raised from {low} to {hard}" in mount.log_path.read_text()
+
+
+@pytest.mark.expected_warnings
+def test_a_mount_out_of_file_descriptors_fails_reads_with_eio_stays_up_and_recovers(
+    mount_factory: MountFactory, tmp_path: Path
+) -> None:
+    root = tmp_path / "dataset"
+    files = _local_dataset(root, files=64, size=20_000)
+    uri = f"file://{root}"
+    mount = mount_factory({"job1": uri}, "--cache-size", f"{uri}=100MB")
+    assert mount.process is not None
+    pid = mount.process.pid
+    job_root = mount.job_dir("job1")
+    warm = "part0/file00000.bin"
+    assert (job_root / warm).read_bytes() == files[warm]  # cached, and in the kernel's page cache
+    soft, hard = _open_file_limits(pid)
+    subprocess.run(["prlimit", f"--pid={pid}", f"--nofile=1:{hard}"], check=True)  # no new descriptor at all
+    try:
+
+        def read(path: str) -> bytes | int:
+            try:
+                return (job_root / path).read_bytes()
+            except OSError as exc:
+                return exc.errno or 0
+
+        with ThreadPoolExecutor(16) as pool:
+            starved = dict(zip(files, pool.map(read, files), strict=True))
+        assert starved.pop(warm) in (files[warm], errno.EIO)  # never other bytes
+        assert set(starved.values()) == {errno.EIO}  # a fetch needs a descriptor
+        polling.eventually(
+            lambda: "statistics not written" in mount.log_path.read_text(), what="the statistics writer's warning"
+        )
+        assert mount.process.poll() is None
+    finally:
+        subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={soft}:{hard}"], check=True)
+    for path, data in files.items():
+        assert (job_root / path).read_bytes() == data, path
+    polling.eventually(lambda: "statistics written to" in mount.log_path.read_text(), what="statistics resumed")
 
 
 def _local_dataset(root: Path, files: int, size: int, seed: int = 0) -> dict[str, bytes]:
