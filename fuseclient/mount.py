@@ -325,6 +325,26 @@ def _write_atomically(path: Path, text: str) -> None:
     temporary.replace(path)
 
 
+def _log_to(log_file: Path) -> None:
+    """Send this process's stdout and stderr (where its log handler writes) to the end of `log_file`."""
+    log_fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+
+
+def _reopen_log(log_file: Path) -> None:
+    """SIGHUP to a detached daemon: logrotate's signal to reopen the log it has just renamed. The default
+    action would kill the daemon and leave its jobs a dead mount; a log that cannot be reopened (its
+    directory gone) keeps the old one."""
+    try:
+        _log_to(log_file)
+    except OSError as exc:
+        log.warning("SIGHUP: could not reopen the log %s, still writing to the old one: %s", log_file, exc)
+        return
+    log.info("SIGHUP: reopened the log %s", log_file)
+
+
 def unmount(mountpoint: Path, *, lazy: bool = False) -> None:
     """Unmount with fusermount3 (works for root and for the user who mounted); raises OSError with its reason."""
     command = ["fusermount3", "-u", *(["-z"] if lazy else []), str(mountpoint)]
@@ -350,11 +370,10 @@ def run_detached(main: Callable[[ReadyCallback], None], log_file: Path) -> int:
         return 1
     os.close(ready_read)
     os.setsid()
-    log_fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     null_fd = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null_fd, 0)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
+    _log_to(log_file)
+    signal.signal(signal.SIGHUP, lambda signum, frame: _reopen_log(log_file))
 
     def on_ready() -> None:
         os.write(ready_write, b"1")

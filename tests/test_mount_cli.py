@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from tests import polling
 from tests.datamgr_fixtures import silod_cli
 
 
@@ -76,6 +78,31 @@ def test_the_mount_daemonizes_once_live_and_umount_stops_it(tmp_path: Path, data
         unmount = silod_cli("umount", str(mountpoint))
     assert unmount.returncode == 0, unmount.stderr
     assert not os.path.ismount(mountpoint)
+    _wait_for_exit(mountpoint)
+
+
+def test_a_daemon_sent_sighup_keeps_serving_and_reopens_its_log_for_logrotate(tmp_path: Path, dataset: str) -> None:
+    # logrotate renames the log and signals the daemon (postrotate `kill -HUP`); the default action of SIGHUP
+    # would kill it and leave its jobs a dead mount.
+    mountpoint, log_file = tmp_path / "mnt", tmp_path / "mount.log"
+    mountpoint.mkdir()
+    argv = ["--cache-dir", str(tmp_path / "cache"), "--log-file", str(log_file), "--stats-interval", "0.1"]
+    result = silod_cli("mount", str(mountpoint), *argv, "--job", f"j={dataset}")
+    assert result.returncode == 0, result.stderr
+    try:
+        [daemon] = _daemons(mountpoint)
+        rotated = log_file.rename(tmp_path / "mount.log.1")
+        os.kill(int(daemon), signal.SIGHUP)
+        polling.eventually(lambda: log_file.exists() and "job j: epoch" in log_file.read_text(), what="the new log")
+        assert "reopened the log" in log_file.read_text()
+        written = rotated.stat().st_size
+        assert (mountpoint / "j" / "a" / "one.bin").read_bytes() == b"1" * 1000
+        polling.eventually(lambda: log_file.read_text().count("job j: epoch") >= 2, what="more lines in the new log")
+        assert rotated.stat().st_size == written  # the rotated file is left alone
+        assert _daemons(mountpoint) == [daemon]
+    finally:
+        unmount = silod_cli("umount", str(mountpoint))
+    assert unmount.returncode == 0, unmount.stderr
     _wait_for_exit(mountpoint)
 
 
