@@ -40,73 +40,151 @@ class AccessStats:
     throughput_bytes_per_sec: float
 
 
+# A repeat with more than this share of the epoch unread starts the next epoch at once: no data loader keeps
+# a quarter of a dataset in flight, so the job is on a new pass (it restarted, or reads a subset per epoch).
+OVERLAP_MAX_UNREAD_SHARE = 0.25
+# The shortest overlap: accesses without a straggler before it closes, however early its last straggler came.
+MIN_OVERLAP_ACCESSES = 64
+
+
 class AccessTracker:
     """The items one job has read in its current epoch, and its epoch count.
 
-    An epoch ends when every item has been read, or early when an item already read in it is read again (a
-    job that restarted, or one that does not read every item per epoch); the repeated item is then the first
-    item of the next epoch. So call `record` once per access to an item, not once per read(2) on it.
+    An epoch ends when every item has been read, or when the job is on its next pass without having read
+    them all (it restarted, or reads a subset per epoch): an item already read in the epoch is read again.
+
+    Data loaders read with many workers at once, so where one shuffle turns into the next (a step-based
+    sampler drawing shuffle after shuffle, or the next epoch's first batches prefetched) the last items of
+    one pass and the first of the next arrive interleaved. Ending the epoch at the first repeat would count
+    the old pass's stragglers in the new one, where their own reads later repeat and end it early again: a
+    mount counted 101 epochs for 14 passes that way. So a repeat while at most `OVERLAP_MAX_UNREAD_SHARE` of
+    the epoch is unread opens an *overlap*: items not yet read in the epoch are its stragglers and count in
+    it; repeats count in the next pass. The overlap closes, the epoch ends and the next pass's reads carry
+    over, when the epoch has read every item, when an item repeats within the next pass too, or when as many
+    accesses have passed since the last straggler as the overlap had lasted until it (at least
+    `MIN_OVERLAP_ACCESSES`): stragglers are the reads in flight when the shuffle turned, so they arrive within
+    a span set by the loader's concurrency, which this measures rather than assumes.
+
+    Statistics describe the pass in progress: during an overlap, the next one (the old pass has only its
+    stragglers left, already in flight). Call `record` once per access to an item, not once per read(2).
     """
 
     def __init__(self, item_count: int) -> None:
         if item_count < 1:
             raise ValueError(f"item_count must be >= 1, got {item_count}")
-        self._read = bitarray(item_count)
+        self._read = bitarray(item_count)  # the epoch's items read
         self._read.setall(0)
         self._items_read = 0
-        self._completed_epochs = 0
+        self._next = bitarray(item_count)  # during an overlap, the next pass's items read
+        self._next.setall(0)
+        self._next_read = 0
+        self._closed_epochs = 0
+        self._accesses = 0
+        self._overlap_start: int | None = None  # access count at the repeat that opened the overlap
+        self._last_straggler = 0
+
+    @property
+    def closed_epochs(self) -> int:
+        """Epochs that have ended; the access counts `record` returns for them are final."""
+        return self._closed_epochs
 
     @property
     def epoch(self) -> int:
-        """1 during the first pass over the dataset, 2 during the second, ..."""
-        return self._completed_epochs + 1
+        """The pass in progress: 1 during the first pass over the dataset, 2 during the second, ..."""
+        return self._closed_epochs + (2 if self._overlapping else 1)
 
     @property
     def read(self) -> bitarray:
-        """The items read in the current epoch; the tracker's own bitset, so do not modify it."""
-        return self._read
+        """The items read in the pass in progress; the tracker's own bitset, so do not modify it."""
+        return self._next if self._overlapping else self._read
 
-    def record(self, item: int) -> None:
-        """Note an access to `item`. O(1), except that ending an epoch clears the bitset (item_count / 8 bytes)."""
-        read = self._read
-        if not 0 <= item < len(read):
-            raise IndexError(f"item {item} is outside 0..{len(read) - 1}")
-        if read[item]:
+    @property
+    def _overlapping(self) -> bool:
+        return self._overlap_start is not None
+
+    def record(self, item: int) -> int:
+        """Note an access to `item`; return the epoch it counts in (the old one for a straggler of an overlap).
+        O(1), except that ending an epoch clears a bitset (item_count / 8 bytes)."""
+        if not 0 <= item < len(self._read):
+            raise IndexError(f"item {item} is outside 0..{len(self._read) - 1}")
+        self._accesses += 1
+        if self._overlapping and self._next[item]:
+            self._end_epoch()  # the next pass repeats too: the old one is over
+        if not self._overlapping:
+            if not self._read[item]:
+                return self._count_in_epoch(item)
+            if len(self._read) - self._items_read > OVERLAP_MAX_UNREAD_SHARE * len(self._read):
+                self._end_epoch()
+                return self._count_in_epoch(item)
+            self._overlap_start = self._last_straggler = self._accesses
+            return self._count_in_next(item)
+        if not self._read[item]:
+            self._last_straggler = self._accesses
+            return self._count_in_epoch(item)
+        epoch = self._count_in_next(item)
+        assert self._overlap_start is not None
+        if self._accesses - self._last_straggler > max(
+            MIN_OVERLAP_ACCESSES, self._last_straggler - self._overlap_start
+        ):
             self._end_epoch()
-        read[item] = 1
-        self._items_read += 1
-        if self._items_read == len(read):
-            self._end_epoch()
+        return epoch
 
     def statistics(self, cached: bitarray, throughput_bytes_per_sec: float) -> AccessStats:
-        """The job's epoch, progress and cache use, given the node's cached-items bitset for its dataset.
+        """The job's pass in progress, its progress and cache use, given the node's cached-items bitset for
+        its dataset.
 
         Costs a few passes over the bitsets in C (about a millisecond at ImageNet's 1.28 M items), no Python
         loop over items.
         """
-        item_count = len(self._read)
+        read = self.read
+        item_count = len(read)
         if len(cached) != item_count:
             raise ValueError(f"cached has {len(cached)} bits, expected item_count {item_count}")
         if throughput_bytes_per_sec < 0:
             raise ValueError(f"throughput_bytes_per_sec must be >= 0, got {throughput_bytes_per_sec}")
-        effective = cached.count() - count_and(cached, self._read)
+        items_read = self._next_read if self._overlapping else self._items_read
+        effective = cached.count() - count_and(cached, read)
         # Never zero: the record that reads the last item of an epoch starts the next one.
-        unread = item_count - self._items_read
+        unread = item_count - items_read
         return AccessStats(
             epoch=self.epoch,
-            completed_epochs=self._completed_epochs,
-            items_read=self._items_read,
+            completed_epochs=self.epoch - 1,
+            items_read=items_read,
             item_count=item_count,
-            progress=self._items_read / item_count,
+            progress=items_read / item_count,
             effective_cache_items=effective,
             remote_demand_bytes_per_sec=throughput_bytes_per_sec * (unread - effective) / unread,
             throughput_bytes_per_sec=throughput_bytes_per_sec,
         )
 
+    def _stragglers_done(self) -> bool:
+        """Whether an overlap has gone on without a straggler for as long as it took to its last one."""
+        assert self._overlap_start is not None
+        quiet = self._accesses - self._last_straggler
+        return quiet > max(MIN_OVERLAP_ACCESSES, self._last_straggler - self._overlap_start)
+
+    def _count_in_epoch(self, item: int) -> int:
+        epoch = self._closed_epochs + 1
+        self._read[item] = 1
+        self._items_read += 1
+        if self._items_read == len(self._read):
+            self._end_epoch()
+        return epoch
+
+    def _count_in_next(self, item: int) -> int:
+        self._next[item] = 1
+        self._next_read += 1
+        return self._closed_epochs + 2
+
     def _end_epoch(self) -> None:
-        self._completed_epochs += 1
-        self._read.setall(0)
-        self._items_read = 0
+        """Close the epoch; the next pass's reads during an overlap become the new epoch's."""
+        self._closed_epochs += 1
+        self._read, self._next = self._next, self._read
+        self._items_read, self._next_read = self._next_read, 0
+        self._next.setall(0)
+        self._overlap_start = None
+        if self._items_read == len(self._read):  # the overlap read every item again: a pass of its own
+            self._end_epoch()
 
 
 class RateMeter:

@@ -85,38 +85,28 @@ class JobState:
     bytes_from_remote: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
-    epoch_accessed_bytes: int = 0
-    epoch_hit_bytes: int = 0
+    open_epochs: dict[int, EpochRecord] = field(default_factory=dict)  # epochs still counting, by number
     finished_epochs: list[EpochRecord] = field(default_factory=list)
 
     def record_access(self, item: int, *, read_ahead: bool = False) -> None:
-        """Count an access to `item` in the job's epoch bookkeeping: a hit if the item is cached now, unless
+        """Count an access to `item` in the epoch it belongs to (`AccessTracker.record`; the old one for a
+        straggler of an epoch boundary the loader's workers overlap): a hit if the item is cached now, unless
         `read_ahead` says the reader's own read-ahead fetched it from the backend moments ago (it reached the
         cache first, but its bytes came from remote for this reader, and the hit ratio sizes remote IO).
-
-        An access either completes the epoch (it was the last unread item: it belongs to the old epoch) or,
-        if the item was already read, ends the epoch early and opens the next one.
-        """
+        Epochs the tracker has closed move to `finished_epochs`."""
         size = self.dataset.manifest.item_size(item)
         hit = not read_ahead and self.dataset.cache.contains(item)
-        epoch = self.tracker.epoch
-        self.tracker.record(item)
-        ended = self.tracker.epoch != epoch
-        completed_by_this = ended and not self.tracker.read[item]
-        if ended and not completed_by_this:
-            self._close_epoch(epoch)
-        self.epoch_accessed_bytes += size
-        self.epoch_hit_bytes += size if hit else 0
-        if completed_by_this:
-            self._close_epoch(epoch)
-
-    def _close_epoch(self, epoch: int) -> None:
-        self.finished_epochs.append(EpochRecord(epoch, self.epoch_accessed_bytes, self.epoch_hit_bytes))
-        self.epoch_accessed_bytes = self.epoch_hit_bytes = 0
+        epoch = self.tracker.record(item)
+        counted = self.open_epochs.get(epoch, EpochRecord(epoch, 0, 0))
+        self.open_epochs[epoch] = EpochRecord(epoch, counted.accessed_bytes + size, counted.hit_bytes + hit * size)
+        closed = self.tracker.closed_epochs
+        while self.open_epochs and min(self.open_epochs) <= closed:
+            self.finished_epochs.append(self.open_epochs.pop(min(self.open_epochs)))
 
     def statistics(self, now: float) -> JobStats:
         throughput = self.meter.rate(now)
-        current = EpochRecord(self.tracker.epoch, self.epoch_accessed_bytes, self.epoch_hit_bytes)
+        epoch = self.tracker.epoch
+        current = self.open_epochs.get(epoch, EpochRecord(epoch, 0, 0))
         return JobStats(
             self.job_id,
             None if self.bucket is None else self.bucket.rate,

@@ -56,6 +56,83 @@ def test_epochs_keep_counting_across_passes() -> None:
     assert tracker.statistics(bits(4), 0.0).completed_epochs == 3
 
 
+def loader_accesses(
+    items: int, passes: int, workers: int, batch: int, *, seed: int = 0, drop_last: bool = False
+) -> list[tuple[int, int]]:
+    """Item accesses as a mount sees a data loader's: a step-based sampler (detectron2's TrainingSampler)
+    draws shuffle after shuffle in one stream of batches, without each pass's last partial batch if
+    `drop_last`. Returns (pass, item) per access, passes counted from 0.
+    Each of `workers` workers takes the next batch when done with its own and reads its items in order; the
+    workers advance at random relative speeds, so batches on either side of a shuffle's end interleave."""
+    rng = random.Random(seed)
+    stream: list[list[tuple[int, int]]] = []
+    for number in range(passes):
+        order = [(number, item) for item in rng.sample(range(items), items)]
+        whole = len(order) - len(order) % batch if drop_last else len(order)
+        stream.extend(order[start : start + batch] for start in range(0, whole, batch))
+    cursors = {worker: (worker, 0) for worker in range(min(workers, len(stream)))}  # worker -> (batch, position)
+    handed_out = len(cursors)
+    accesses: list[tuple[int, int]] = []
+    while cursors:
+        worker = rng.choice(list(cursors))
+        index, position = cursors[worker]
+        accesses.append(stream[index][position])
+        if position + 1 < len(stream[index]):
+            cursors[worker] = (index, position + 1)
+        elif handed_out < len(stream):
+            cursors[worker] = (handed_out, 0)
+            handed_out += 1
+        else:
+            del cursors[worker]
+    return accesses
+
+
+def test_parallel_workers_overlapping_at_shuffle_boundaries_count_one_epoch_per_pass() -> None:
+    # The case found on a GPU node: 16 workers, a step-based sampler, 14 passes counted as 101 epochs.
+    items, passes = 20_000, 14
+    accesses = loader_accesses(items, passes, workers=16, batch=256, seed=7)
+    tracker = AccessTracker(items)
+    epochs_mid_pass = []
+    for index, (_, item) in enumerate(accesses):
+        tracker.record(item)
+        if index % items == items // 2:
+            epochs_mid_pass.append(tracker.epoch)
+    assert epochs_mid_pass == list(range(1, passes + 1))
+    assert tracker.closed_epochs == passes
+
+
+def test_the_pass_in_progress_is_reported_while_the_last_one_has_stragglers_in_flight() -> None:
+    items = 1000
+    accesses = loader_accesses(items, 2, workers=8, batch=32, seed=3)
+    tracker = AccessTracker(items)
+    seen = accesses[: items + 100]  # the first pass's stragglers still in flight
+    for _, item in seen:
+        tracker.record(item)
+    stats = tracker.statistics(bits(items, range(items)), 1000.0)  # everything cached
+    second_pass = sum(number == 1 for number, _ in seen)
+    in_flight = items - (len(seen) - second_pass)  # the first pass's items not read yet
+    assert in_flight > 0
+    assert stats.epoch == 2
+    # Exact but for a second-pass read of an item whose first-pass read is still in flight: until that
+    # comes, the straggler taken for it counts in the first pass.
+    assert second_pass - in_flight <= stats.items_read <= second_pass
+    assert stats.effective_cache_items == items - stats.items_read  # hits still to come in the new pass
+
+
+def test_passes_that_drop_their_last_partial_batch_count_one_epoch_each() -> None:
+    # drop_last leaves a few items out of each pass, another few each time: no pass reads every item.
+    items, passes = 4000, 6
+    accesses = loader_accesses(items, passes, workers=4, batch=64, seed=11, drop_last=True)
+    per_pass = len(accesses) // passes
+    tracker = AccessTracker(items)
+    epochs_mid_pass = []
+    for index, (_, item) in enumerate(accesses):
+        tracker.record(item)
+        if index % per_pass == per_pass // 2:
+            epochs_mid_pass.append(tracker.epoch)
+    assert epochs_mid_pass == list(range(1, passes + 1))
+
+
 def test_progress_is_the_fraction_of_items_read_this_epoch() -> None:
     tracker = AccessTracker(8)
     for item in [0, 5, 6]:

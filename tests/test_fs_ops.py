@@ -93,6 +93,24 @@ def test_reading_a_file_again_mid_epoch_ends_the_epoch(tmp_path: Path) -> None:
     _run(tmp_path, 0, scenario)
 
 
+def test_the_stragglers_of_an_epoch_its_loader_overlaps_with_the_next_count_in_it(tmp_path: Path) -> None:
+    # Parallel workers: the next pass's first items arrive before the last pass's last ones.
+    async def scenario(mount: MountState, fs: SilodFS) -> None:
+        job = mount.jobs["job"]
+        for item in range(FILES - 2):
+            job.record_access(item)
+        for item in range(5):
+            job.record_access(item)
+        assert (job.tracker.epoch, job.finished_epochs) == (2, [])  # the new pass is reported, the old one open
+        for item in (FILES - 2, FILES - 1):
+            job.record_access(item)
+        assert [(e.epoch, e.accessed_bytes) for e in job.finished_epochs] == [(1, FILES * SIZE)]
+        assert job.open_epochs[2].accessed_bytes == 5 * SIZE
+        assert job.statistics(trio.current_time()).access.items_read == 5
+
+    _run(tmp_path, 0, scenario)
+
+
 class _CountingBackend:
     """The real backend, counting its reads per key."""
 
