@@ -15,6 +15,12 @@ Promises (each pinned by tests/test_cache.py):
 - While under quota nothing is evicted, and a quota increase evicts nothing.
 - An item is visible (its bit set, `read` serving it) only once its file is complete under its final name.
 - A restart reuses every complete entry and never serves a partial one.
+- An entry whose file goes missing, is cut short or cannot be read under a running cache (an operator's clean-up,
+  a failing disk) is never served: the read that finds it so drops it from the accounting and the bitset, the
+  caller fetches the item from the backend, and the cache may admit it again. If the whole directory is gone
+  (its disk unmounted, its tree deleted), every entry is dropped at once and nothing more is cached until a
+  restart: the path may now lead to another disk (the root file system under an unmounted disk's mountpoint),
+  which the quota was never meant for. One WARNING per cache says which (tests/test_cache_disk_faults.py).
 
 On-disk layout, inside the directory the caller dedicates to this dataset:
 - `cache.json`: format tag, manifest digest and chunk size. A restart that finds another digest (the
@@ -41,6 +47,7 @@ can always be fetched again. Only `cache.json` is fsynced, since it decides whet
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import logging
@@ -83,6 +90,8 @@ class CacheStats:
     rejected_full: int  # misses not admitted because the quota was full
     evicted: int  # items evicted by quota shrinks (including a restore above the quota)
     write_errors: int  # admissions that failed on disk (ENOSPC, EACCES, EROFS, ...)
+    dropped: int = 0  # entries whose file went missing, short or unreadable (all of them if the directory is lost)
+    directory_lost: bool = False  # the cache directory vanished: nothing cached, nothing admitted until restart
 
 
 class DatasetCache:
@@ -126,6 +135,8 @@ class DatasetCache:
         self._rejected_full = 0
         self._evicted = 0
         self._write_errors = 0
+        self._dropped = 0
+        self._lost = False
         self._warned: set[tuple[str, int]] = set()
         self._made_buckets: set[int] = set()
         self._temp_names = itertools.count()
@@ -140,6 +151,8 @@ class DatasetCache:
 
         self._directory.mkdir(parents=True, exist_ok=True)
         self._open_directory()
+        found = os.stat(self._items_dir)
+        self._items_dir_id = (found.st_dev, found.st_ino)  # to tell a lost directory from a lost entry
         started = time.monotonic()
         restored = self._restore()
         log.info(
@@ -184,6 +197,8 @@ class DatasetCache:
                 rejected_full=self._rejected_full,
                 evicted=self._evicted,
                 write_errors=self._write_errors,
+                dropped=self._dropped,
+                directory_lost=self._lost,
             )
 
     # --- the read path ---------------------------------------------------------------------------------
@@ -191,8 +206,9 @@ class DatasetCache:
     def read(self, item: int, offset: int, length: int) -> bytes | None:
         """Up to `length` bytes of cached `item` from `offset` (short at its end), or None if not cached.
 
-        None also when the item was evicted meanwhile or its file cannot be read: the caller then fetches
-        from the backend, which always has the right bytes. Never returns a partial entry's bytes.
+        None also when the item was evicted meanwhile, or when its file is missing, of another size than the
+        item or unreadable, which drops the entry (see the module docstring): the caller then fetches from the
+        backend, which always has the right bytes. Never returns a partial entry's bytes.
         """
         if offset < 0 or length < 0:
             raise ValueError(f"item {item}: read offset and length must be >= 0")
@@ -205,23 +221,31 @@ class DatasetCache:
             return b""
         try:
             fd = os.open(self._item_path(item), os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None  # evicted between the bit check and the open
         except OSError as exc:
-            self._warn_once("read", exc)
+            if exc.errno in _SHORTAGES:  # this process is out of descriptors or memory: the entry is fine
+                self._warn_once("read", exc)
+            else:  # missing: evicted since the bit check (then _drop does nothing), or deleted
+                self._drop(item, _reason(exc))
             return None
+        chunks: list[bytes] = []
+        got = 0
         try:
-            chunks: list[bytes] = []
-            got = 0
-            while got < wanted and (chunk := os.pread(fd, wanted - got, offset + got)):
+            # The size first: a file cut short (or swapped for another) may still hold the range asked for.
+            found = os.fstat(fd).st_size
+            damage = None if found == size else f"{found} bytes on disk, {size} expected"
+            while damage is None and got < wanted and (chunk := os.pread(fd, wanted - got, offset + got)):
                 chunks.append(chunk)
                 got += len(chunk)
+            if damage is None and got < wanted:
+                damage = f"cut short to {offset + got} bytes while read, {size} expected"
         except OSError as exc:
-            self._warn_once("read", exc)
-            return None
+            damage = _reason(exc)
         finally:
             os.close(fd)
-        return b"".join(chunks) if got == wanted else None
+        if damage is not None:
+            self._drop(item, damage)
+            return None
+        return b"".join(chunks)
 
     def admit(self, item: int, data: bytes) -> bool:
         """Store a freshly fetched item if it fits under the quota; True if it is cached on return.
@@ -229,7 +253,7 @@ class DatasetCache:
         A cached item is left alone (True). False when the quota has no room for it (counted in
         `rejected_full`; nothing is evicted to make room), when the disk refuses the write (counted in
         `write_errors`, one WARNING per errno per cache), when another thread is admitting or evicting the
-        same item at this moment, or after `close`.
+        same item at this moment, after `close`, or once the cache directory is lost.
         """
         size = self._manifest.item_size(item)
         if len(data) != size:
@@ -237,7 +261,7 @@ class DatasetCache:
         with self._lock:
             if self._cached[item]:
                 return True
-            if self._closed or item in self._busy:
+            if self._closed or self._lost or item in self._busy:
                 return False
             if self._used + self._reserved + size > self._quota:
                 self._rejected_full += 1
@@ -248,20 +272,23 @@ class DatasetCache:
             self._write(item, data)
         except OSError as exc:
             self._release(item, size, write_error=True)
-            self._warn_once("write", exc)
+            if self._directory_gone():
+                self._lose_directory(_reason(exc))
+            else:
+                self._warn_once("write", exc)
             return False
         except BaseException:
             self._release(item, size, write_error=False)
             raise
         with self._lock:
             self._reserved -= size
-            fits = self._used + size <= self._quota  # the quota may have shrunk during the write
+            fits = not self._lost and self._used + size <= self._quota  # the quota may have shrunk meanwhile
             if fits:
                 self._used += size
                 self._cached[item] = 1
                 self._admitted += 1
                 self._busy.discard(item)
-            else:
+            elif not self._lost:
                 self._rejected_full += 1
         if not fits:
             self._unlink(item)  # still busy: no other admission can have put a file there meanwhile
@@ -328,6 +355,68 @@ class DatasetCache:
         self._evicted += len(victims)
         return victims
 
+    def _drop(self, item: int, reason: str) -> None:
+        """Take cached `item`, whose file turned out missing, of the wrong size or unreadable, out of the
+        accounting and the bitset (and its file off the disk), so that nothing claims it and a fetch may admit it
+        again; or lose the whole cache if its directory is gone. Does nothing if the item was evicted meanwhile:
+        its file was deleted on purpose."""
+        if not self._cached[item]:
+            return
+        if self._directory_gone():
+            self._lose_directory(reason)
+            return
+        with self._lock:
+            if not self._cached[item]:
+                return
+            self._cached[item] = 0
+            self._used -= self._manifest.item_size(item)
+            self._dropped += 1
+            self._busy.add(item)  # no admission may write it until the damaged file is gone
+        self._unlink(item)
+        with self._lock:
+            self._busy.discard(item)
+        if self._first_time(("drop", 0)):
+            log.warning(
+                "cache of %s: dropped item %d, its cache file in %s is unusable (%s); reading it from the backend "
+                "and caching it again; further such entries are counted (dropped), not logged",
+                self._name,
+                item,
+                self._directory,
+                reason,
+                extra=self._log_ids,
+            )
+
+    def _directory_gone(self) -> bool:
+        """Whether the items directory is no longer the one this cache opened: its disk unmounted (the path now
+        leads to the mountpoint's own file system), its tree deleted (or made again), or unreachable."""
+        try:
+            found = os.stat(self._items_dir)
+        except OSError:
+            return True
+        return (found.st_dev, found.st_ino) != self._items_dir_id
+
+    def _lose_directory(self, reason: str) -> None:
+        """Drop every entry at once and refuse admissions until restart (see the module docstring)."""
+        with self._lock:
+            if self._lost:
+                return
+            self._lost = True
+            items = (self._cached & self._nonempty).count()
+            held = self._used
+            self._cached &= ~self._nonempty  # in place: `cached` is a live view; empty items need no file
+            self._used = 0
+            self._dropped += items
+        log.warning(
+            "cache of %s: its directory %s is gone (%s): the cache disk was unmounted or the cache's files deleted; "
+            "dropped its %d items (%d bytes), reading from the backend and caching nothing until silod restarts",
+            self._name,
+            self._directory,
+            reason,
+            items,
+            held,
+            extra=self._log_ids,
+        )
+
     def _check_item(self, item: int) -> None:
         if not 0 <= item < len(self._cached):
             raise IndexError(f"item {item} is outside 0..{len(self._cached) - 1}")
@@ -347,8 +436,13 @@ class DatasetCache:
             directory.mkdir(exist_ok=True)
             self._made_buckets.add(bucket)
         temp = directory / f"{item}.tmp-{os.getpid()}-{next(self._temp_names)}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
         try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                fd = os.open(temp, flags, 0o644)
+            except FileNotFoundError:  # the bucket's folder was deleted under us: make it again (never `items`,
+                directory.mkdir(exist_ok=True)  # whose loss means the cache directory is gone)
+                fd = os.open(temp, flags, 0o644)
             try:
                 view = memoryview(data)
                 while view:
@@ -384,19 +478,24 @@ class DatasetCache:
     def _item_path(self, item: int) -> str:
         return f"{self._items_dir}/{item // FANOUT}/{item}"
 
-    def _warn_once(self, action: str, exc: OSError) -> None:
-        """One WARNING per action and errno for this cache: a full disk must not log once per read."""
-        key = (action, exc.errno or 0)
+    def _first_time(self, key: tuple[str, int]) -> bool:
+        """True the first time `key` is asked about: each kind of trouble is logged once per cache, then counted."""
         with self._lock:
             if key in self._warned:
-                return
+                return False
             self._warned.add(key)
+            return True
+
+    def _warn_once(self, action: str, exc: OSError) -> None:
+        """One WARNING per action and errno for this cache: a full disk must not log once per read."""
+        if not self._first_time((action, exc.errno or 0)):
+            return
         log.warning(
             "cache of %s: cannot %s cache files in %s (%s); further such errors are counted, not logged",
             self._name,
             action,
             self._directory,
-            os.strerror(exc.errno) if exc.errno else exc,
+            _reason(exc),
             extra=self._log_ids,
         )
 
@@ -468,6 +567,14 @@ class DatasetCache:
 def _check_quota(quota_bytes: int) -> None:
     if quota_bytes < 0:
         raise ValueError(f"cache quota must be >= 0 bytes, got {quota_bytes}")
+
+
+# Errors that say this process is short of something, not that an entry is damaged.
+_SHORTAGES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+
+
+def _reason(exc: OSError) -> str:
+    return os.strerror(exc.errno) if exc.errno else str(exc)
 
 
 def _is_number(name: str) -> bool:

@@ -43,9 +43,9 @@ class MetricsEndpoint:
 
 
 class MountMetrics(MetricsEndpoint, Collector):
-    """Per dataset: cache bytes, items, quota, admissions, rejections, evictions, write errors, backend reads and
-    their latency. Per job: bytes read and from remote, hits, misses, throttle wait, rate, epoch, throughput.
-    `reconnects` (if given) counts the node agent's watch-stream reconnects."""
+    """Per dataset: cache bytes, items, quota, admissions, rejections, evictions, write errors, dropped entries,
+    backend reads and their latency. Per job: bytes read and from remote, hits, misses, throttle wait, rate, epoch,
+    throughput. `reconnects` (if given) counts the node agent's watch-stream reconnects."""
 
     def __init__(
         self, mount: MountState, token: trio.lowlevel.TrioToken, reconnects: Callable[[], int] | None = None
@@ -86,6 +86,12 @@ class MountMetrics(MetricsEndpoint, Collector):
         )
         evicted = _family(CounterMetricFamily, "silod_cache_evicted_items", "Items evicted by quota shrinks", "dataset")
         errors = _family(CounterMetricFamily, "silod_cache_write_errors", "Admissions that failed on disk", "dataset")
+        dropped = _family(
+            CounterMetricFamily,
+            "silod_cache_dropped_items",
+            "Cached items dropped because their file went missing, short or unreadable",
+            "dataset",
+        )
         fetched = _family(CounterMetricFamily, "silod_backend_bytes", "Bytes read from the storage backend", "dataset")
         latency = _family(
             SummaryMetricFamily, "silod_backend_read_seconds", "Backend reads and the time they took", "dataset"
@@ -99,9 +105,10 @@ class MountMetrics(MetricsEndpoint, Collector):
             rejected.add_metric([uri], stats.rejected_full)
             evicted.add_metric([uri], stats.evicted)
             errors.add_metric([uri], stats.write_errors)
+            dropped.add_metric([uri], stats.dropped)
             fetched.add_metric([uri], dataset.fetch_bytes)
             latency.add_metric([uri], count_value=dataset.fetches, sum_value=dataset.fetch_seconds)
-        yield from (cached, items, quota, admitted, rejected, evicted, errors, fetched, latency)
+        yield from (cached, items, quota, admitted, rejected, evicted, errors, dropped, fetched, latency)
 
     def _jobs(self) -> Iterator[Metric]:
         read = _family(CounterMetricFamily, "silod_job_read_bytes", "Bytes the job read through the mount", "job")

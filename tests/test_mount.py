@@ -135,6 +135,15 @@ def test_a_thousand_concurrent_readers_of_one_item_all_get_its_bytes_from_one_fe
     assert stats["jobs"]["job1"]["bytes_from_remote"] == len(content)  # fetched once, then served from cache
 
 
+def _forget_pages(path: Path) -> None:
+    """Drop a file's pages from the kernel's page cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def _open_file_limits(pid: int) -> tuple[int, int]:
     """A process's (soft, hard) limit on open files, from /proc/PID/limits."""
     for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
@@ -170,7 +179,9 @@ def test_a_mount_out_of_file_descriptors_fails_reads_with_eio_stays_up_and_recov
     pid = mount.process.pid
     job_root = mount.job_dir("job1")
     warm = "part0/file00000.bin"
-    assert (job_root / warm).read_bytes() == files[warm]  # cached, and in the kernel's page cache
+    assert (job_root / warm).read_bytes() == files[warm]  # cached
+    _forget_pages(job_root / warm)  # so that reading it again asks the mount, which opens its cache file
+    cached = mount.wait_for_stats(lambda s: s["datasets"][uri]["cached_items"] == 1)["datasets"][uri]
     soft, hard = _open_file_limits(pid)
     subprocess.run(["prlimit", f"--pid={pid}", f"--nofile=1:{hard}"], check=True)  # no new descriptor at all
     try:
@@ -191,9 +202,11 @@ def test_a_mount_out_of_file_descriptors_fails_reads_with_eio_stays_up_and_recov
         assert mount.process.poll() is None
     finally:
         subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={soft}:{hard}"], check=True)
+    polling.eventually(lambda: "statistics written to" in mount.log_path.read_text(), what="statistics resumed")
+    resumed = mount.wait_for_stats(lambda s: s["written_at"] > time.time() - 1)["datasets"][uri]
+    assert (resumed["cached_items"], resumed["dropped"]) == (cached["cached_items"], 0)  # a shortage is not damage
     for path, data in files.items():
         assert (job_root / path).read_bytes() == data, path
-    polling.eventually(lambda: "statistics written to" in mount.log_path.read_text(), what="statistics resumed")
 
 
 def _local_dataset(root: Path, files: int, size: int, seed: int = 0) -> dict[str, bytes]:

@@ -1,0 +1,266 @@
+"""Cache-disk faults under a running `silod mount`: the disk unmounted, the cache's files deleted, an entry cut
+short. Each drives the real entry point over a `file://` dataset and checks what a training job relies on:
+every read returns the backend's bytes (never EIO for an item the backend has, never a short or wrong read),
+the mount goes on and unmounts cleanly, one warning names the cache dir, and the cache's numbers (the same
+`statistics()` behind the stats file and /metrics) never claim bytes the cache no longer holds.
+
+A damaged entry of the right size (a flipped bit) cannot be told from a good one without checksums, which the
+cache does not keep; it is not driven here.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import random
+import re
+import subprocess
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from datamgr.devservers import free_port
+from tests.datamgr_fixtures import SILOD
+from tests.mount_fixtures import MountFactory, MountProcess
+
+CHUNK = 64 * 1024  # the smallest chunk size: several items a file, for a small dataset
+FILE_SIZE = 2 * CHUNK + 5000  # 3 items; a file of several items is opened without the kernel's keep_cache,
+# so every open after a fault reaches the daemon instead of the kernel's page cache
+FILES = 16
+_LOG_LINE = re.compile(r" (WARNING|ERROR|CRITICAL) ([\w.]+): (.*)")
+
+Dataset = tuple[str, dict[str, bytes]]
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Dataset:
+    """A `file://` dataset of FILES files of 3 items each, random bytes (an item's bytes occur nowhere else)."""
+    root = tmp_path / "dataset"
+    rng = random.Random(7)
+    files = {f"part{i % 3}/file{i:03d}.bin": rng.randbytes(FILE_SIZE) for i in range(FILES)}
+    for path, data in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
+    return f"file://{root}", files
+
+
+@pytest.fixture
+def tmpfs() -> Iterator[Callable[[Path], Path]]:
+    """`mount(path)` puts a 16 MiB tmpfs at `path`: a real disk that a test can pull from under the daemon.
+
+    Ask for this fixture before `mount_factory`, so that its teardown runs after the daemons have stopped.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted: list[Path] = []
+
+    def mount(path: Path) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=16m,mode=0755", "tmpfs", str(path)], capture_output=True, text=True
+        )
+        if result.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        if os.path.ismount(path) and subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def start_mount(mount_factory: MountFactory, uri: str) -> tuple[MountProcess, int]:
+    """A mount caching the whole dataset if it can (quota 100 MB), with its metrics on a free port."""
+    port = free_port()
+    mount = mount_factory(
+        {"job1": uri}, "--chunk-size", str(CHUNK), "--cache-size", f"{uri}=100MB", "--metrics-port", str(port)
+    )
+    return mount, port
+
+
+def numbers(port: int) -> dict[str, float]:
+    """The daemon's live numbers from /metrics (one dataset, one job): sample name -> value."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {sample.name: sample.value for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def read_all(mount: MountProcess, files: dict[str, bytes], paths: list[str]) -> None:
+    """Read `paths` whole through the mount and compare with the backend's bytes (an EIO fails the test)."""
+    root = mount.job_dir("job1")
+    for path in paths:
+        assert (root / path).read_bytes() == files[path], path
+
+
+def item_files(cache_dir: Path) -> dict[Path, int]:
+    """Complete entries on disk (path -> size): named by their item number, unlike admissions in progress."""
+    entries = (p for p in cache_dir.rglob("*") if p.name.isdigit() and p.parent.name.isdigit())
+    return {p: p.stat().st_size for p in entries if p.is_file()}
+
+
+def warnings_in_log(mount: MountProcess) -> list[tuple[str, str]]:
+    """(logger, message) of every WARNING or worse the daemon logged."""
+    found = (_LOG_LINE.search(line) for line in mount.log_path.read_text().splitlines())
+    return [(match[2], match[3]) for match in found if match]
+
+
+def assert_one_cache_warning_naming(mount: MountProcess, cache_dir: Path) -> None:
+    """One warning from the cache, naming the cache dir; any other names it too (the statistics file, which lives
+    there, warns once while it cannot be written: the cache dir gone, or an `rm` racing the write)."""
+    warnings = warnings_in_log(mount)
+    from_cache = [message for logger, message in warnings if logger == "fuseclient.cache"]
+    assert len(from_cache) == 1 and str(cache_dir) in from_cache[0], warnings
+    assert all(str(cache_dir) in message for _, message in warnings), warnings
+
+
+def unmount_cleanly(mount: MountProcess) -> None:
+    """`silod umount` succeeds and the daemon exits 0, leaving nothing mounted."""
+    assert mount.process is not None
+    result = subprocess.run([*SILOD, "umount", str(mount.mountpoint)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert mount.process.wait(timeout=30) == 0, mount.log_path.read_text()[-3000:]
+    assert not os.path.ismount(mount.mountpoint)
+    assert "Traceback" not in mount.log_path.read_text()
+
+
+def cached_and_fresh(files: dict[str, bytes]) -> tuple[list[str], list[str]]:
+    """Half the files (read before the fault, so cached) and the other half, in a fixed shuffled order."""
+    order = sorted(files)
+    random.Random(3).shuffle(order)
+    return order[: FILES // 2], order[FILES // 2 :]
+
+
+@pytest.mark.expected_warnings
+@pytest.mark.parametrize("layout", ["the cache dir is the disk", "the cache dir is a folder on the disk"])
+def test_a_cache_disk_unmounted_under_a_running_mount_serves_every_read_from_the_backend_and_claims_nothing(
+    tmpfs: Callable[[Path], Path], mount_factory: MountFactory, tmp_path: Path, dataset: Dataset, layout: str
+) -> None:
+    uri, files = dataset
+    root = tmp_path / "m"  # the mount's own folder (mount_factory's name "m")
+    if layout == "the cache dir is the disk":
+        disk = tmpfs(root / "cache")
+    else:  # --cache-dir /mnt/nvme/silod: once the disk is gone, the cache dir does not even exist
+        disk = tmpfs(root / "disk")
+        (root / "cache").symlink_to(disk / "silod")  # the daemon resolves it to the folder on the disk
+    mount, port = start_mount(mount_factory, uri)
+    cache_dir = mount.cache_dir.resolve()
+    before, after = cached_and_fresh(files)
+    read_all(mount, files, before)
+    held = numbers(port)
+    assert (held["silod_cache_items"], held["silod_cache_bytes"]) == (3 * len(before), FILE_SIZE * len(before))
+
+    subprocess.run(["umount", "-l", str(disk)], check=True)  # as an operator, or a failing disk's removal
+
+    read_all(mount, files, before + after)  # the cached half from the backend now, and the half never cached
+    read_all(mount, files, sorted(files))
+    assert mount.process is not None and mount.process.poll() is None
+    now = numbers(port)
+    assert (now["silod_cache_items"], now["silod_cache_bytes"]) == (0, 0)  # nothing claimed: the disk is gone
+    assert now["silod_cache_dropped_items_total"] == 3 * len(before)
+    total = FILE_SIZE * FILES
+    assert now["silod_backend_bytes_total"] == FILE_SIZE * len(before) + 2 * total  # every read after the loss
+    # Nothing is written where the disk was (the root file system, under an unmounted disk's mountpoint)
+    # except the statistics file when the cache dir itself was the mountpoint.
+    assert set(os.listdir(disk)) <= {"stats.json", "stats.tmp"}
+    assert_one_cache_warning_naming(mount, cache_dir)
+    unmount_cleanly(mount)
+
+
+@pytest.mark.expected_warnings
+@pytest.mark.parametrize("deleted", ["everything in the cache dir", "the dataset's item folders"])
+def test_cache_files_deleted_under_a_running_mount_are_read_from_the_backend_and_leave_the_accounting(
+    mount_factory: MountFactory, dataset: Dataset, deleted: str
+) -> None:
+    uri, files = dataset
+    mount, port = start_mount(mount_factory, uri)
+    before, after = cached_and_fresh(files)
+    read_all(mount, files, before)
+    assert numbers(port)["silod_cache_items"] == 3 * len(before)
+
+    if deleted == "everything in the cache dir":  # rm -rf <cache dir>/*
+        doomed = list(mount.cache_dir.iterdir())
+    else:  # rm -rf <cache dir>/<dataset>/items/*
+        doomed = list(mount.cache_dir.glob("*/items/*"))
+    assert doomed
+    for path in doomed:
+        subprocess.run(["rm", "-rf", str(path)], check=True)
+
+    read_all(mount, files, before + after)
+    read_all(mount, files, sorted(files))
+    assert mount.process is not None and mount.process.poll() is None
+    now = numbers(port)
+    on_disk = item_files(mount.cache_dir)
+    total = FILE_SIZE * FILES
+    assert now["silod_cache_dropped_items_total"] == 3 * len(before)
+    if deleted == "everything in the cache dir":
+        # The dataset's cache folder is gone with its vouching metadata (and the cache dir's lock): caching
+        # stops until a restart instead of writing where the cache no longer is.
+        assert (now["silod_cache_items"], now["silod_cache_bytes"]) == (0, 0)
+        assert on_disk == {}
+        assert now["silod_backend_bytes_total"] == FILE_SIZE * len(before) + 2 * total
+    else:
+        # Each missing entry is dropped when a read finds it gone, then fetched and admitted again.
+        assert (now["silod_cache_items"], now["silod_cache_bytes"]) == (3 * FILES, total)
+        assert sum(on_disk.values()) == total and len(on_disk) == 3 * FILES
+        assert now["silod_backend_bytes_total"] == FILE_SIZE * len(before) + total
+    assert_one_cache_warning_naming(mount, mount.cache_dir.resolve())
+    unmount_cleanly(mount)
+
+
+def _locate(entry: bytes, files: dict[str, bytes]) -> tuple[str, int]:
+    """The file and offset whose bytes a (complete) cache entry holds: random bytes occur once."""
+    for path, data in files.items():
+        at = data.find(entry)
+        if at >= 0:
+            return path, at
+    raise AssertionError("a cache entry holds bytes of no file")
+
+
+def direct_read(path: Path, offset: int) -> bytes:
+    """One page at `offset` (page-aligned) with O_DIRECT: the daemon is asked for exactly this page, not the
+    kernel's read-ahead window, so a cache entry cut short past it would be read, not found short."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        with mmap.mmap(-1, 4096) as buffer:  # page-aligned, as O_DIRECT wants
+            return buffer[: os.preadv(fd, [buffer], offset)]
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.expected_warnings
+def test_a_cache_entry_cut_short_on_disk_is_never_served_but_dropped_and_fetched_again(
+    mount_factory: MountFactory, dataset: Dataset
+) -> None:
+    uri, files = dataset
+    mount, port = start_mount(mount_factory, uri)
+    before, _ = cached_and_fresh(files)
+    read_all(mount, files, before)
+    entries = sorted(item_files(mount.cache_dir).items())
+    assert len(entries) == 3 * len(before)
+    whole_chunks = [path for path, size in entries if size == CHUNK]
+    halved, emptied, replaced = whole_chunks[0], whole_chunks[3], whole_chunks[6]
+    where = {path: _locate(path.read_bytes(), files) for path in (halved, emptied, replaced)}
+    os.truncate(halved, CHUNK // 2)  # a partial file where a complete entry was
+    os.truncate(emptied, 0)
+    replaced.write_bytes(b"\xff" * (CHUNK - 4096))  # shorter, and other bytes
+
+    for path in (halved, emptied, replaced):  # a page that the shortened file still holds (not the emptied)
+        name, offset = where[path]
+        assert direct_read(mount.job_dir("job1") / name, offset + 4096) == files[name][offset + 4096 : offset + 8192]
+    read_all(mount, files, sorted(files))
+    assert mount.process is not None and mount.process.poll() is None
+
+    on_disk = item_files(mount.cache_dir)
+    assert sum(on_disk.values()) == FILE_SIZE * FILES and len(on_disk) == 3 * FILES
+    for path, size in on_disk.items():  # every entry whole again: the damaged three dropped and fetched again
+        name, offset = _locate(path.read_bytes(), files)
+        assert offset % CHUNK == 0 and size == len(files[name][offset : offset + CHUNK]), path
+    now = numbers(port)
+    assert (now["silod_cache_items"], now["silod_cache_bytes"]) == (3 * FILES, FILE_SIZE * FILES)
+    assert now["silod_cache_dropped_items_total"] == 3
+    assert now["silod_backend_bytes_total"] == FILE_SIZE * FILES + 3 * CHUNK  # each damaged entry once more
+    assert_one_cache_warning_naming(mount, mount.cache_dir.resolve())
+    unmount_cleanly(mount)
