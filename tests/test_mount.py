@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import multiprocessing
 import os
 import random
 import resource
@@ -392,6 +393,43 @@ def test_unmount_does_not_hang_on_reads_blocked_by_a_zero_rate(
     assert not reader.is_alive()
     assert isinstance(outcome[0], OSError)
     assert not os.path.ismount(mount.mountpoint)
+
+
+def _loader_worker(job_root: Path, batches: multiprocessing.Queue[list[str] | None]) -> None:
+    """A data loader's worker process: take the next batch, open, read and close each of its files."""
+    while (batch := batches.get()) is not None:
+        for path in batch:
+            (job_root / path).read_bytes()
+
+
+def test_forked_loader_workers_on_a_step_based_sampler_count_one_epoch_per_pass(
+    mount_factory: MountFactory, tmp_path: Path
+) -> None:
+    # PyTorch's DataLoader without torch: worker processes forked from the trainer take batches from one
+    # stream of shuffle after shuffle (detectron2's TrainingSampler), so batches on either side of a
+    # shuffle's end are read at the same time.
+    root = tmp_path / "dataset"
+    files = _local_dataset(root, files=600, size=2000)
+    uri, passes, workers, batch = f"file://{root}", 4, 6, 16
+    mount = mount_factory({"job1": uri})
+    rng = random.Random(2)
+    stream = [path for _ in range(passes) for path in rng.sample(sorted(files), len(files))]
+    context = multiprocessing.get_context("fork")
+    batches: multiprocessing.Queue[list[str] | None] = context.Queue()
+    for start in range(0, len(stream), batch):
+        batches.put(stream[start : start + batch])
+    for _ in range(workers):
+        batches.put(None)
+    processes = [context.Process(target=_loader_worker, args=(mount.job_dir("job1"), batches)) for _ in range(workers)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+    assert [process.exitcode for process in processes] == [0] * workers
+    stats = mount.wait_for_stats(lambda s: s["jobs"]["job1"]["bytes_read"] == len(stream) * 2000)
+    epochs = stats["jobs"]["job1"]["finished_epochs"]
+    assert [e["epoch"] for e in epochs] == list(range(1, passes + 1))
+    assert [e["accessed_bytes"] for e in epochs] == [len(files) * 2000] * passes
 
 
 def test_two_shuffled_epochs_through_the_mount_hit_the_cached_fraction(
