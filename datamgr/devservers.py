@@ -102,12 +102,16 @@ class ServerNotReady(RuntimeError):
 @contextlib.contextmanager
 def running_azurite(workdir: Path) -> Iterator[AzuriteServer]:
     """Azurite's blob service on a free loopback port with its data in `workdir`, until the block exits."""
-    script = REPO_ROOT / "node_modules" / ".bin" / "azurite-blob"
-    if not script.exists() or shutil.which("node") is None:
-        raise FileNotFoundError("Azurite is not installed (needs node and `npm ci`; `make setup` does both)")
     port = free_port()
+    server, argv = azurite_server(port), azurite_argv(workdir, port)
+    with _running("Azurite", argv, workdir, ready=lambda: azure_client(server).get_service_properties()):
+        yield server
+
+
+def azurite_server(port: int) -> AzuriteServer:
+    """How to reach an Azurite blob service listening on loopback `port` with the development account."""
     endpoint = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
-    server = AzuriteServer(
+    return AzuriteServer(
         account_name=AZURITE_ACCOUNT,
         account_key=AZURITE_KEY,
         account_url=endpoint,
@@ -116,11 +120,17 @@ def running_azurite(workdir: Path) -> Iterator[AzuriteServer]:
             f"AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};"
         ),
     )
+
+
+def azurite_argv(workdir: Path, port: int) -> list[str]:
+    """The command that runs Azurite's blob service on loopback `port` with its data in `workdir`: a server
+    started again with the same arguments (after a crash, say) finds the data where it left it."""
+    script = REPO_ROOT / "node_modules" / ".bin" / "azurite-blob"
+    if not script.exists() or shutil.which("node") is None:
+        raise FileNotFoundError("Azurite is not installed (needs node and `npm ci`; `make setup` does both)")
     argv = [str(script), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(workdir)]
     # --disableTelemetry: Azurite otherwise phones home, and tests may only contact loopback.
-    argv += ["--silent", "--skipApiVersionCheck", "--loose", "--disableTelemetry"]
-    with _running("Azurite", argv, workdir, ready=lambda: azure_client(server).get_service_properties()):
-        yield server
+    return [*argv, "--silent", "--skipApiVersionCheck", "--loose", "--disableTelemetry"]
 
 
 @contextlib.contextmanager

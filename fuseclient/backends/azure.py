@@ -20,6 +20,7 @@ from azure.identity import DefaultAzureCredential
 from azure.storage.blob import BlobProperties, BlobServiceClient, LinearRetry
 
 from fuseclient.backends.base import (
+    READ_TIMEOUT_OPTION,
     AccessDenied,
     Backend,
     BackendError,
@@ -31,6 +32,7 @@ from fuseclient.backends.base import (
     datetime_to_ns,
     join_key,
     parse_url_option,
+    read_timeout_option,
     relative_key,
     unquote_etag,
 )
@@ -41,16 +43,17 @@ _CREDENTIAL_OPTIONS = ("connection_string", "account_key", "sas_token")
 
 class AzureBackend(Backend):
     """`az://account/container/prefix`. Options: `account_url` (default
-    `https://{account}.blob.core.windows.net`; Azurite's is `http://host:port/{account}`) and at most
-    one of `connection_string` (which also gives the endpoint), `account_key`, `sas_token`; with none of
-    them, `DefaultAzureCredential` (environment, managed identity, Azure CLI, ...).
+    `https://{account}.blob.core.windows.net`; Azurite's is `http://host:port/{account}`), `read_timeout`
+    (seconds to wait for the next bytes of an answer; default 30) and at most one of `connection_string`
+    (which also gives the endpoint), `account_key`, `sas_token`; with none of them, `DefaultAzureCredential`
+    (environment, managed identity, Azure CLI, ...).
 
     Explicit folders are blobs whose name ends in '/' and, on hierarchical-namespace accounts, blobs
     with metadata `hdi_isfolder=true`.
     """
 
     scheme: ClassVar[str] = "az"
-    option_names: ClassVar[frozenset[str]] = frozenset({"account_url", *_CREDENTIAL_OPTIONS})
+    option_names: ClassVar[frozenset[str]] = frozenset({"account_url", READ_TIMEOUT_OPTION, *_CREDENTIAL_OPTIONS})
     secret_options: ClassVar[frozenset[str]] = frozenset(_CREDENTIAL_OPTIONS)
     list_page_size: ClassVar[int] = 5000
     """Blobs per List Blobs request; 5000 is the service maximum."""
@@ -85,15 +88,16 @@ class AzureBackend(Backend):
         if not self._wants_bytes(key, offset, length):
             return b""
         blob = join_key(self.uri.prefix, key)
+        # retry_total=0: the SDK's pipeline does not retry a read by itself, so every retry of a read is the
+        # shared wrapper's, jittered, counted and logged like every other backend's. (The SDK's downloader still
+        # re-sends a GET whose body fails, up to 3 tries 1 s apart; nothing turns that off.)
+        options: dict[str, Any] = {"retry_total": 0}
+        if version is not None:  # (an `etag` without `match_condition` would reach the HTTP layer and fail)
+            options |= {"etag": f'"{version}"', "match_condition": MatchConditions.IfNotModified}
         with self._translated_errors(self.object_uri(key)):
             try:
-                if version is None:  # (an `etag` without `match_condition` would reach the HTTP layer and fail)
-                    download = self._container.download_blob(blob, offset, length)
-                else:
-                    download = self._container.download_blob(
-                        blob, offset, length, etag=f'"{version}"', match_condition=MatchConditions.IfNotModified
-                    )
-                return download.readall()
+                data: bytes = self._container.download_blob(blob, offset, length, **options).readall()
+                return data
             except HttpResponseError as exc:
                 if exc.status_code == 416:  # the range starts at or after the end of the blob
                     return b""
@@ -107,8 +111,13 @@ class AzureBackend(Backend):
             self._credential.close()
 
     def _translate(self, exc: Exception, what: str) -> BackendError:
-        cause = self._describe(exc)
         status = exc.status_code if isinstance(exc, HttpResponseError) else None
+        inner = exc.inner_exception if isinstance(exc, HttpResponseError) else None
+        if status is None and isinstance(inner, Exception) and inner is not exc:
+            # The SDK's downloader gives up on a body that keeps failing (a read timeout, a lost connection) by
+            # wrapping the last failure in an HttpResponseError without a status: that failure is what happened.
+            return self._translate(inner, what)
+        cause = self._describe(exc)
         if isinstance(exc, ClientAuthenticationError) or status == 403:
             return AccessDenied(f"{what}: access denied ({cause})")
         if isinstance(exc, IncompleteReadError):
@@ -136,7 +145,7 @@ class AzureBackend(Backend):
         settings: dict[str, Any] = {
             "retry_policy": LinearRetry(backoff=1, retry_total=1, random_jitter_range=1),
             "connection_timeout": 3,
-            "read_timeout": 30,
+            "read_timeout": read_timeout_option(uri, options),
         }
         if "connection_string" in options:
             if "account_url" in options:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import logging
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -27,6 +28,12 @@ REDACTED = "<redacted>"
 # Secret-bearing fragments SDKs may echo in URLs or connection strings, whatever option supplied them.
 _SECRET_PATTERNS = re.compile(r"(?i)(sig=|accountkey=|x-amz-security-token=|x-amz-signature=)[^&;\s'\"]*")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+READ_TIMEOUT_OPTION = "read_timeout"
+DEFAULT_READ_TIMEOUT = 30.0
+"""Seconds a remote backend waits for the next bytes of an answer (headers or body) before the try fails as
+transient; each retry waits as long again."""
+_MAX_READ_TIMEOUT = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +83,8 @@ def changed_object(uri: str, version: str, current: str | None = None) -> Change
 
 
 class InvalidBackendOption(BackendError, ValueError):
-    """A backend option is unknown or has an invalid value; the message names the option, never its value."""
+    """A backend option is unknown or has an invalid value; the message names the option, and never the value of
+    one that may hold a secret."""
 
 
 class Backend(abc.ABC):
@@ -240,6 +248,29 @@ def parse_bool_option(uri: DatasetURI, name: str, value: str) -> bool:
     if lowered not in ("true", "false"):
         raise InvalidBackendOption(f"{uri}: option {name!r} must be 'true' or 'false'")
     return lowered == "true"
+
+
+def parse_seconds_option(uri: DatasetURI, name: str, value: str, maximum: float) -> float:
+    """A number of seconds in (0, `maximum`], else `InvalidBackendOption` naming the option and the bad value (a
+    duration is never secret; the value is cut short, as options arrive from the wire too)."""
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= maximum:  # NaN fails too
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        raise InvalidBackendOption(
+            f"{uri}: option {name!r} must be a number of seconds greater than 0 and at most {maximum:g}, got {shown!r}"
+        )
+    return seconds
+
+
+def read_timeout_option(uri: DatasetURI, options: Mapping[str, str]) -> float:
+    """The `read_timeout` option in seconds (`DEFAULT_READ_TIMEOUT` when not given), validated."""
+    value = options.get(READ_TIMEOUT_OPTION)
+    if value is None:
+        return DEFAULT_READ_TIMEOUT
+    return parse_seconds_option(uri, READ_TIMEOUT_OPTION, value, _MAX_READ_TIMEOUT)
 
 
 def parse_url_option(uri: DatasetURI, name: str, value: str) -> str:

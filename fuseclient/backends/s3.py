@@ -35,6 +35,7 @@ from botocore.httpsession import URLLib3Session
 from botocore.utils import get_environ_proxies
 
 from fuseclient.backends.base import (
+    READ_TIMEOUT_OPTION,
     AccessDenied,
     Backend,
     BackendError,
@@ -47,6 +48,7 @@ from fuseclient.backends.base import (
     join_key,
     parse_bool_option,
     parse_url_option,
+    read_timeout_option,
     relative_key,
     unquote_etag,
 )
@@ -74,23 +76,34 @@ _THROTTLED = frozenset({"SlowDown", "Throttling", "ThrottlingException", "Reques
 
 class S3Backend(Backend):
     """`s3://bucket/prefix`. Options: `endpoint_url` (non-AWS servers), `region`, `path_style`
-    ("true" for servers without virtual-host buckets), and either `access_key_id` + `secret_access_key`
-    (+ `session_token`) or a `profile`; with neither, boto3's standard credential chain applies.
+    ("true" for servers without virtual-host buckets), `read_timeout` (seconds to wait for the next bytes of
+    an answer; default 30), and either `access_key_id` + `secret_access_key` (+ `session_token`) or a
+    `profile`; with neither, boto3's standard credential chain applies.
 
     A key ending in '/' (the S3 console's folder marker) is listed as an explicit folder.
     """
 
     scheme: ClassVar[str] = "s3"
     option_names: ClassVar[frozenset[str]] = frozenset(
-        {"endpoint_url", "region", "path_style", "access_key_id", "secret_access_key", "session_token", "profile"}
+        {
+            "endpoint_url",
+            "region",
+            "path_style",
+            READ_TIMEOUT_OPTION,
+            "access_key_id",
+            "secret_access_key",
+            "session_token",
+            "profile",
+        }
     )
     secret_options: ClassVar[frozenset[str]] = frozenset({"secret_access_key", "session_token"})
 
     def __init__(self, uri: DatasetURI, options: Mapping[str, str]) -> None:
         super().__init__(uri, options)
         self._bucket = uri.location[0]
-        session, self._client = _make_client(uri, options)
-        self._ranged_get = _RangedGet(session, self._client, self._bucket)
+        read_timeout = read_timeout_option(uri, options)
+        session, self._client = _make_client(uri, options, read_timeout)
+        self._ranged_get = _RangedGet(session, self._client, self._bucket, read_timeout)
 
     def list(self) -> Iterator[ObjectInfo]:
         prefix = self.uri.prefix
@@ -183,10 +196,11 @@ class _RangedGet:
 
     _PLACEHOLDER = "k"
 
-    def __init__(self, session: botocore.session.Session, client: S3Client, bucket: str) -> None:
+    def __init__(self, session: botocore.session.Session, client: S3Client, bucket: str, read_timeout: float) -> None:
         self._session = session
         self._client = client
         self._bucket = bucket
+        self._read_timeout = read_timeout
         self._lock = threading.Lock()
         self._route: _Route | None = None
 
@@ -230,7 +244,7 @@ class _RangedGet:
                 http = URLLib3Session(
                     verify=cast(bool, ca_bundle or True),
                     proxies=get_environ_proxies(base_url),
-                    timeout=cast(int, (_CONNECT_TIMEOUT, _READ_TIMEOUT)),
+                    timeout=cast(int, (_CONNECT_TIMEOUT, self._read_timeout)),
                     max_pool_connections=_MAX_CONNECTIONS,
                 )
                 signer = S3SigV4Auth(credentials, "s3", self._client.meta.region_name)
@@ -248,11 +262,13 @@ class _Route:
 
 
 # An unreachable endpoint must fail in seconds; the caller's retry wrapper decides about retrying.
-_CONNECT_TIMEOUT, _READ_TIMEOUT = 3, 30
+_CONNECT_TIMEOUT = 3
 _MAX_CONNECTIONS = 32
 
 
-def _make_client(uri: DatasetURI, options: Mapping[str, str]) -> tuple[botocore.session.Session, S3Client]:
+def _make_client(
+    uri: DatasetURI, options: Mapping[str, str], read_timeout: float
+) -> tuple[botocore.session.Session, S3Client]:
     """A session and a thread-safe client for the options, validated; no request is made yet."""
     keys = {"access_key_id", "secret_access_key"} & options.keys()
     pair = "'access_key_id' and 'secret_access_key'"
@@ -280,7 +296,7 @@ def _make_client(uri: DatasetURI, options: Mapping[str, str]) -> tuple[botocore.
         raise InvalidBackendOption(f"{uri}: option 'profile': no such AWS profile") from None
     config = Config(
         connect_timeout=_CONNECT_TIMEOUT,
-        read_timeout=_READ_TIMEOUT,
+        read_timeout=read_timeout,
         retries={"mode": "standard", "total_max_attempts": 2},
         max_pool_connections=_MAX_CONNECTIONS,
         s3={"addressing_style": "path" if path_style else "auto"},

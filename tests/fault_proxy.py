@@ -1,0 +1,380 @@
+"""Faults a real storage server does not produce on demand, injected by a proxy in front of it; and an Azurite
+that a test can kill and restart.
+
+`FaultProxy` is a loopback HTTP/1.1 proxy in front of a real server (moto, Azurite): it forwards every request and
+answer byte for byte, except the GETs of an object a test picks, which it can answer "busy" (503 with the
+service's own error document: S3's SlowDown, Azure's ServerBusy) without bothering the server, or forward the
+server's answer for only up to a point and then stall, as a storage node that hangs mid-body does. It records
+every request it saw, so a test counts how often an object was asked for. It understands just enough HTTP to
+know where one request or answer ends (Content-Length, chunked, or until the connection closes).
+
+`RestartableAzurite` is Azurite's blob service on a port that stays the same across a SIGKILL and a restart,
+with its data directory kept, as a storage server that crashes and comes back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import signal
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import BinaryIO
+
+from datamgr.devservers import AzuriteServer, azure_client, azurite_argv, azurite_server, free_port
+from tests import polling
+
+# The error documents the services send when they shed load (S3 "SlowDown", Azure Blob "ServerBusy").
+S3_SLOW_DOWN = (
+    "SlowDown",
+    b"<?xml version='1.0' encoding='UTF-8'?>\n<Error><Code>SlowDown</Code>"
+    b"<Message>Please reduce your request rate.</Message></Error>",
+)
+AZURE_SERVER_BUSY = (
+    "ServerBusy",
+    b"<?xml version='1.0' encoding='utf-8'?>\n<Error><Code>ServerBusy</Code>"
+    b"<Message>The server is currently unable to receive requests. Please retry your request.</Message></Error>",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SeenRequest:
+    """One request the proxy received: its method, its path without the query, and the fault it got, if any."""
+
+    method: str
+    path: str
+    fault: str | None
+
+
+@dataclass(slots=True)
+class _Rule:
+    """Spoil the next `remaining` GETs of the object whose path ends in `/name`."""
+
+    name: str
+    fault: str  # "busy" or "stall"
+    remaining: int
+    stall_after: int = 0
+    busy_answer: tuple[str, bytes] = S3_SLOW_DOWN
+
+
+@dataclass(slots=True)
+class _Head:
+    """A request or status line, then the headers (names lower-cased), exactly as received."""
+
+    raw: bytes
+    first_line: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class FaultProxy:
+    """A loopback proxy to `upstream` (host, port); use as a context manager, or `close()` it.
+
+    `busy` and `stall` arm faults for the next GETs of one object; every other request passes through untouched.
+    Closing ends every stall and connection at once, so a client stuck on a stalled answer is released.
+    """
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self._upstream = upstream
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._rules: list[_Rule] = []
+        self._seen: list[SeenRequest] = []
+        self._sockets: set[socket.socket] = set()
+        self._threads: list[threading.Thread] = []
+        self._closed = threading.Event()
+        self._stalling = 0
+        acceptor = threading.Thread(target=self._accept, name="fault-proxy-accept", daemon=True)
+        acceptor.start()
+        self._threads.append(acceptor)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def busy(self, name: str, count: int, answer: tuple[str, bytes] = S3_SLOW_DOWN) -> None:
+        """Answer the next `count` GETs of `name` with 503 and `answer` (error code, body); the server never sees
+        them."""
+        with self._lock:
+            self._rules.append(_Rule(name, "busy", count, busy_answer=answer))
+
+    def stall(self, name: str, count: int, after_bytes: int) -> None:
+        """Forward the server's headers and the first `after_bytes` bytes of the body of the next `count` answers
+        to GETs of `name`, then send nothing more until the client hangs up or the proxy closes."""
+        with self._lock:
+            self._rules.append(_Rule(name, "stall", count, stall_after=after_bytes))
+
+    def heal(self) -> None:
+        """Disarm every fault not yet used: from now on, every request passes through."""
+        with self._lock:
+            self._rules.clear()
+
+    def gets(self, name: str) -> list[SeenRequest]:
+        """The GETs of the object `name` received so far, in order."""
+        with self._lock:
+            return [r for r in self._seen if r.method == "GET" and r.path.endswith("/" + name)]
+
+    def stalls_in_progress(self) -> int:
+        """How many answers are stalled right now, the client still connected."""
+        with self._lock:
+            return self._stalling
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            sockets = [self._listener, *self._sockets]
+        for sock in sockets:
+            _shut(sock)
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # ---- serving ----
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                self._sockets.add(client)
+                thread = threading.Thread(target=self._serve, args=(client,), name="fault-proxy-conn", daemon=True)
+                self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, client: socket.socket) -> None:
+        """One client connection: its requests in turn, each forwarded or spoiled, on one upstream connection."""
+        upstream: socket.socket | None = None
+        try:
+            from_client = client.makefile("rb")
+            from_upstream: BinaryIO | None = None
+            while not self._closed.is_set():
+                request = _read_head(from_client)
+                if request is None:
+                    return
+                method, target = request.first_line.split(" ", 2)[:2]
+                body = _read_whole_body(from_client, request.headers)
+                rule = self._take_rule(method, target.split("?", 1)[0])
+                if rule is not None and rule.fault == "busy":
+                    code, document = rule.busy_answer
+                    client.sendall(_busy_answer(code, document))
+                    continue
+                if upstream is None:
+                    upstream = socket.create_connection(self._upstream)
+                    with self._lock:
+                        self._sockets.add(upstream)
+                    from_upstream = upstream.makefile("rb")
+                assert from_upstream is not None
+                upstream.sendall(request.raw + body)
+                answer = _read_head(from_upstream)
+                if answer is None:
+                    return
+                if rule is not None:  # a stall
+                    client.sendall(answer.raw)
+                    length = int(answer.headers.get("content-length", "0"))
+                    client.sendall(from_upstream.read(min(rule.stall_after, length)))
+                    self._stall_until_hang_up(client)
+                    return
+                client.sendall(answer.raw)
+                status = int(answer.first_line.split(" ", 2)[1])
+                if not _forward_body(from_upstream, client, answer.headers, method, status):
+                    return
+                if answer.headers.get("connection", "").lower() == "close":
+                    return
+        except OSError:
+            return  # a side hung up, or the proxy is closing
+        finally:
+            for sock in (client, upstream):
+                if sock is not None:
+                    _shut(sock)
+                    with self._lock:
+                        self._sockets.discard(sock)
+
+    def _take_rule(self, method: str, path: str) -> _Rule | None:
+        """Record the request and the fault it gets: the first armed rule for its object, if any."""
+        with self._lock:
+            chosen = None
+            if method == "GET":
+                for rule in self._rules:
+                    if rule.remaining > 0 and path.endswith("/" + rule.name):
+                        rule.remaining -= 1
+                        chosen = rule
+                        break
+            self._seen.append(SeenRequest(method, path, chosen.fault if chosen else None))
+            return chosen
+
+    def _stall_until_hang_up(self, client: socket.socket) -> None:
+        with self._lock:
+            self._stalling += 1
+        try:
+            while client.recv(4096):  # nothing more is sent; wait for the client to give up (EOF) or close()
+                pass
+        finally:
+            with self._lock:
+                self._stalling -= 1
+
+
+def _shut(sock: socket.socket) -> None:
+    """Wake anything blocked on `sock` and close it."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+
+
+def _read_head(reader: BinaryIO) -> _Head | None:
+    """A request or status line and its headers; None at a clean end of the connection."""
+    first = reader.readline(65536)
+    if not first:
+        return None
+    raw = [first]
+    headers: dict[str, str] = {}
+    while True:
+        line = reader.readline(65536)
+        if not line:
+            raise ConnectionError("connection closed inside a message head")
+        raw.append(line)
+        if line in (b"\r\n", b"\n"):
+            break
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return _Head(b"".join(raw), first.decode("latin-1").strip(), headers)
+
+
+def _read_whole_body(reader: BinaryIO, headers: dict[str, str]) -> bytes:
+    """A request's body (Content-Length framed; the clients here send no chunked requests through the proxy)."""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        raise ConnectionError("chunked request bodies are not supported by the fault proxy")
+    return reader.read(int(headers.get("content-length", "0")))
+
+
+def _forward_body(reader: BinaryIO, client: socket.socket, headers: dict[str, str], method: str, status: int) -> bool:
+    """Copy an answer's body to the client; False when the body ran to the end of the connection."""
+    if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+        return True
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        while True:
+            size_line = reader.readline(65536)
+            client.sendall(size_line)
+            size = int(size_line.split(b";", 1)[0].strip(), 16)
+            client.sendall(reader.read(size + 2))  # the chunk and its CRLF
+            if size == 0:  # trailers, if any, end with an empty line (already sent if there were none)
+                return True
+    if "content-length" in headers:
+        remaining = int(headers["content-length"])
+        while remaining:
+            piece = reader.read(min(remaining, 1 << 16))
+            if not piece:
+                raise ConnectionError("upstream closed inside a body")
+            client.sendall(piece)
+            remaining -= len(piece)
+        return True
+    while piece := reader.read(1 << 16):
+        client.sendall(piece)
+    return False
+
+
+def _busy_answer(code: str, document: bytes) -> bytes:
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\n"
+        "Content-Type: application/xml\r\n"
+        f"Content-Length: {len(document)}\r\n"
+        f"x-ms-error-code: {code}\r\n"
+        "\r\n"
+    )
+    return head.encode() + document
+
+
+class RestartableAzurite:
+    """Azurite's blob service in `workdir` on one fixed free port: `kill()` (SIGKILL, as a crash) and `start()`
+    again keep the port and the data directory, so clients that knew the server find it where it was.
+
+    Azurite saves its metadata every few seconds, so `persist()` restarts it gently once after the test's
+    uploads: what a crash may lose is then only what changed after that (reads change nothing).
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.server: AzuriteServer = azurite_server(self.port)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._starts = 0
+
+    def start(self) -> RestartableAzurite:
+        """Start the server and return once it answers a real request."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._starts += 1
+        log = (self.workdir / f"server-{self._starts}.log").open("wb")
+        with log:
+            self._process = subprocess.Popen(
+                azurite_argv(self.workdir, self.port),
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                preexec_fn=_die_with_parent,
+            )
+        process = self._process
+
+        def answers() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"Azurite exited with {process.returncode}; see {log.name}")
+            azure_client(self.server).get_service_properties()
+            return True
+
+        polling.eventually(answers, what="Azurite answering", timeout=30, interval=0.1, ignore=_not_yet_up)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: connections reset mid-answer, nothing saved."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGKILL)
+            self._process.wait()
+
+    def persist(self) -> None:
+        """Stop the server gently (SIGTERM: Azurite saves its metadata) and start it again."""
+        assert self._process is not None
+        self._process.terminate()
+        self._process.wait(timeout=30)
+        self.start()
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+
+    @classmethod
+    def running(cls, workdir: Path) -> Iterator[RestartableAzurite]:
+        """A started server, stopped when the generator is closed (for a fixture)."""
+        azurite = cls(workdir)
+        try:
+            yield azurite.start()
+        finally:
+            azurite.stop()
+
+
+def _not_yet_up(exc: Exception) -> bool:
+    return not isinstance(exc, AssertionError)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the test process dies without cleaning up (Linux prctl), so no
+    server outlives the tests."""
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGTERM)

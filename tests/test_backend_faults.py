@@ -1,0 +1,332 @@
+"""Storage faults a deployment sees, driven against the real servers (moto, Azurite) through a real mount.
+
+A proxy in front of the real server (tests/fault_proxy.py) stalls an answer mid-body or answers "busy" (503),
+as an overloaded or hanging storage node does; a dedicated Azurite is killed and restarted under a running
+epoch. Whatever happens, a reader gets the object's exact bytes or EIO, never a short or wrong read, and the
+retries silod makes are the ones its log reports.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from datamgr.devservers import azure_client
+from fuseclient.backends import InvalidBackendOption, RetryPolicy, open_backend
+from tests import polling
+from tests.fault_proxy import AZURE_SERVER_BUSY, S3_SLOW_DOWN, FaultProxy, RestartableAzurite
+from tests.mount_fixtures import MountFactory, MountProcess, options_args
+from tests.storage_servers import DatasetTarget, DatasetTargetFactory
+
+# Seconds a mount that meets stalls waits for the next bytes of an answer: short, so the tests do not wait long,
+# and far above what a loopback server under load takes to answer.
+READ_TIMEOUT = 1.0
+ATTEMPTS = RetryPolicy().attempts  # what the mount uses
+FAULTY = "faulty.bin"
+OTHER = "other.bin"
+
+
+@dataclass
+class ProxiedDataset:
+    """A dataset on a real server, reached through a fault proxy: `options` point the backend at the proxy."""
+
+    backend: str
+    target: DatasetTarget
+    proxy: FaultProxy
+    options: dict[str, str]
+    files: dict[str, bytes]
+
+    @property
+    def busy_answer(self) -> tuple[str, bytes]:
+        return S3_SLOW_DOWN if self.backend == "s3" else AZURE_SERVER_BUSY
+
+
+@pytest.fixture(params=["s3", "az"])
+def proxied(request: pytest.FixtureRequest, dataset_target_factory: DatasetTargetFactory) -> Iterator[ProxiedDataset]:
+    """Two 256 KiB objects (seeded random bytes) on moto or Azurite, and a fault proxy in front of the server."""
+    backend: str = request.param
+    target = dataset_target_factory(backend)
+    rng = random.Random(20)
+    files = {FAULTY: rng.randbytes(256 * 1024), OTHER: rng.randbytes(256 * 1024)}
+    for key, data in files.items():
+        target.put(key, data)
+    url_option = "endpoint_url" if backend == "s3" else "account_url"
+    server = urlsplit(target.options[url_option])
+    assert server.hostname is not None and server.port is not None
+    with FaultProxy((server.hostname, server.port)) as proxy:
+        options = {**target.options, url_option: proxy.url + server.path}
+        yield ProxiedDataset(backend, target, proxy, options, files)
+
+
+class BackgroundRead:
+    """Reads a whole file through the mount in a thread, so that a read that hangs fails the test at a deadline
+    instead of hanging it."""
+
+    def __init__(self, path: Path) -> None:
+        self.data: bytes | None = None
+        self.error: OSError | None = None
+        self._done = threading.Event()
+        threading.Thread(target=self._run, args=(path,), daemon=True).start()
+
+    def _run(self, path: Path) -> None:
+        try:
+            self.data = path.read_bytes()
+        except OSError as exc:
+            self.error = exc
+        finally:
+            self._done.set()
+
+    def finished(self, within: float, what: str) -> BackgroundRead:
+        polling.eventually(self._done.is_set, what=what, timeout=within, interval=0.05)
+        return self
+
+
+def retries_logged(mount: MountProcess, object_uri: str) -> int:
+    """How many retries of reads of `object_uri` the mount's log reports (one INFO line per retry)."""
+    pattern = re.compile(rf"read {re.escape(object_uri)} \[\d+, \+\d+\] failed on attempt \d+ of \d+, retrying")
+    return len(pattern.findall(mount.log_path.read_text()))
+
+
+def slowest_failure(read_timeout: float, tries: int, fuse_reads: int = 1) -> float:
+    """Seconds for `fuse_reads` reads through the mount that each make `tries` backend reads that each time out,
+    with every backoff delay the retry policy may add, plus slack for a loaded machine: the deadline of a poll,
+    not a measured bound."""
+    policy = RetryPolicy()
+    backoff = sum(policy.delay_cap(n) for n in range(1, policy.attempts))
+    return fuse_reads * (tries * read_timeout + backoff) + 20.0
+
+
+def failed_reads_logged(mount: MountProcess, object_uri: str) -> int:
+    """How many reads through the mount failed on `object_uri` (one WARNING line each)."""
+    return mount.log_path.read_text().count(f"read failed: {object_uri}:")
+
+
+# --- the read timeout ------------------------------------------------------------------------------------------
+
+AZURE_KEY = "c2lsb2Qta2V5"  # any base64: no request is made
+
+
+@pytest.mark.parametrize("uri", ["s3://bucket/data", "az://account/container/data"])
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "3601", "30s", "soon", "9" * 100])
+def test_a_read_timeout_that_is_not_seconds_in_range_is_refused_naming_the_value(uri: str, value: str) -> None:
+    options = {"read_timeout": value} | ({"account_key": AZURE_KEY} if uri.startswith("az") else {})
+    with pytest.raises(InvalidBackendOption) as raised:
+        open_backend(uri, options)
+    message = str(raised.value)
+    assert message.startswith(f"{uri}: option 'read_timeout' must be a number of seconds greater than 0")
+    assert repr(value if len(value) <= 40 else value[:40] + "...") in message  # long values cut short
+
+
+@pytest.mark.parametrize("uri", ["s3://bucket/data", "az://account/container/data"])
+def test_a_read_timeout_in_seconds_is_accepted_by_both_remote_backends(uri: str) -> None:
+    options = {"read_timeout": "0.5"} | ({"account_key": AZURE_KEY} if uri.startswith("az") else {})
+    open_backend(uri, options).close()
+
+
+# --- a server that stalls mid-body ------------------------------------------------------------------------------
+
+# Azure's SDK downloader itself re-sends a GET whose body fails, up to 3 tries 1 s apart, before it gives up to
+# silod: 3 stalled answers reach silod's retry as one failure there, and as three on S3.
+STALLS = 3
+SILOD_RETRIES_AFTER_STALLS = {"s3": 3, "az": 1}
+
+
+def test_an_answer_stalling_mid_body_times_out_is_retried_and_the_reader_gets_the_exact_bytes(
+    mount_factory: MountFactory, proxied: ProxiedDataset
+) -> None:
+    data = proxied.files[FAULTY]
+    proxied.proxy.stall(FAULTY, STALLS, after_bytes=len(data) // 2)
+    mount = mount_factory(
+        {"job": proxied.target.uri}, *options_args({**proxied.options, "read_timeout": str(READ_TIMEOUT)})
+    )
+
+    read = BackgroundRead(mount.job_dir("job") / FAULTY).finished(
+        slowest_failure(READ_TIMEOUT, STALLS + 1), "the read of the stalled object to finish"
+    )
+
+    assert read.error is None and read.data == data  # exactly the bytes: the half body was never served
+    gets = proxied.proxy.gets(FAULTY)
+    assert [g.fault for g in gets] == ["stall"] * STALLS + [None]
+    polling.eventually(  # the client hung up on every stalled answer: it timed out
+        lambda: proxied.proxy.stalls_in_progress() == 0, what="the client hanging up on every stalled answer"
+    )
+    object_uri = f"{proxied.target.uri}/{FAULTY}"
+    assert retries_logged(mount, object_uri) == SILOD_RETRIES_AFTER_STALLS[proxied.backend]
+    assert failed_reads_logged(mount, object_uri) == 0  # not even an EIO that the kernel's own re-read hid
+
+
+@pytest.mark.parametrize("proxied", ["s3"], indirect=True)
+def test_a_stall_longer_than_timeout_times_attempts_ends_in_eio_and_the_mount_serves_on(
+    mount_factory: MountFactory, proxied: ProxiedDataset
+) -> None:
+    # S3 only: Azure's downloader triples every try (see STALLS), which would make this test minutes long.
+    data = proxied.files[FAULTY]
+    proxied.proxy.stall(FAULTY, 1_000_000, after_bytes=len(data) // 2)  # stalls for as long as the test runs
+    mount = mount_factory(
+        {"job": proxied.target.uri}, *options_args({**proxied.options, "read_timeout": str(READ_TIMEOUT)})
+    )
+
+    # The kernel asks again for a page its read-ahead failed to get: the reader's EIO may take two reads.
+    read = BackgroundRead(mount.job_dir("job") / FAULTY).finished(
+        slowest_failure(READ_TIMEOUT, ATTEMPTS, fuse_reads=2), "the read of the stalled object to end in EIO"
+    )
+
+    assert read.data is None and read.error is not None and read.error.errno == errno.EIO
+    object_uri = f"{proxied.target.uri}/{FAULTY}"
+    failed = failed_reads_logged(mount, object_uri)
+    assert failed >= 1
+    gets = proxied.proxy.gets(FAULTY)
+    assert [g.fault for g in gets] == ["stall"] * ATTEMPTS * failed  # each tried exactly the attempts, timing out
+    polling.eventually(
+        lambda: proxied.proxy.stalls_in_progress() == 0, what="the client hanging up on every stalled answer"
+    )
+    assert retries_logged(mount, object_uri) == (ATTEMPTS - 1) * failed
+    # The failure poisons nothing: the other object, and the stalled one once the server answers, read right.
+    proxied.proxy.heal()
+    assert (mount.job_dir("job") / OTHER).read_bytes() == proxied.files[OTHER]
+    assert (mount.job_dir("job") / FAULTY).read_bytes() == data
+
+
+# --- a server that sheds load (503) -----------------------------------------------------------------------------
+
+BUSY_ANSWERS = 3
+
+
+def test_the_first_n_busy_answers_are_retried_n_times_as_logged_and_the_reader_gets_the_exact_bytes(
+    mount_factory: MountFactory, proxied: ProxiedDataset
+) -> None:
+    proxied.proxy.busy(FAULTY, BUSY_ANSWERS, proxied.busy_answer)
+    mount = mount_factory({"job": proxied.target.uri}, *options_args(proxied.options))
+
+    read = BackgroundRead(mount.job_dir("job") / FAULTY).finished(
+        slowest_failure(0, BUSY_ANSWERS + 1), "the read of the object answered busy to finish"
+    )
+
+    assert read.error is None and read.data == proxied.files[FAULTY]
+    gets = proxied.proxy.gets(FAULTY)
+    assert [g.fault for g in gets] == ["busy"] * BUSY_ANSWERS + [None]
+    object_uri = f"{proxied.target.uri}/{FAULTY}"
+    assert retries_logged(mount, object_uri) == BUSY_ANSWERS  # every retry silod's own, none hidden in an SDK
+    assert failed_reads_logged(mount, object_uri) == 0
+
+
+# --- the server killed and restarted mid-epoch ------------------------------------------------------------------
+
+
+@dataclass
+class EpochReader:
+    """Reads every file of a job's directory, epoch after epoch in an order of its own, in a thread, recording each
+    outcome: "ok" (the exact bytes), "EIO", or what else it got (wrong bytes, another error)."""
+
+    root: Path
+    files: dict[str, bytes]
+    seed: int
+    outcomes: list[tuple[int, str, str]] = field(default_factory=list)  # (epoch, file, outcome)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> EpochReader:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        order, rng, epoch = sorted(self.files), random.Random(self.seed), 0
+        while not self._stop.is_set():
+            rng.shuffle(order)
+            for name in order:
+                self.outcomes.append((epoch, name, self._read(name)))
+                if self._stop.is_set():
+                    return
+            epoch += 1
+
+    def _read(self, name: str) -> str:
+        try:
+            data = (self.root / name).read_bytes()
+        except OSError as exc:
+            return "EIO" if exc.errno == errno.EIO else f"error {exc!r}"
+        if data != self.files[name]:
+            return f"wrong bytes ({len(data)} of {len(self.files[name])})"
+        return "ok"
+
+    def whole_epoch_after(self, index: int) -> list[str] | None:
+        """The outcomes of the first epoch read entirely after outcome number `index` was recorded, once it is
+        done (the read recorded as number `index` may have started before)."""
+        outcomes = list(self.outcomes)
+        started_before = {epoch for epoch, _, _ in outcomes[: index + 1]}
+        later = outcomes[index + 1 :]
+        for epoch in sorted({epoch for epoch, _, _ in later} - started_before):
+            reads = [outcome for e, _, outcome in later if e == epoch]
+            if len(reads) == len(self.files):
+                return reads
+        return None
+
+
+@pytest.fixture
+def restartable_azurite(tmp_path: Path) -> Iterator[RestartableAzurite]:
+    yield from RestartableAzurite.running(tmp_path / "azurite")
+
+
+READERS = 4
+
+
+def test_azurite_killed_and_restarted_mid_epoch_reads_are_right_or_eio_then_all_right_on_the_same_mount(
+    mount_factory: MountFactory, restartable_azurite: RestartableAzurite
+) -> None:
+    server = restartable_azurite.server
+    container = azure_client(server).create_container("restarted")
+    rng = random.Random(21)
+    files = {f"train/item_{i:03d}.bin": rng.randbytes(rng.randint(16_000, 96_000)) for i in range(40)}
+    for name, data in files.items():
+        container.upload_blob(f"data/{name}", data)
+    restartable_azurite.persist()  # the uploads saved: a crash now may only lose what reads change (nothing)
+    uri = f"az://{server.account_name}/restarted/data"
+    mount = mount_factory({"job": uri}, *options_args({**server.backend_options(), "read_timeout": "5"}))
+    readers = [EpochReader(mount.job_dir("job"), files, seed).start() for seed in range(READERS)]
+    try:
+        polling.eventually(
+            lambda: all(len(r.outcomes) >= len(files) + 5 for r in readers), what="every reader into its 2nd epoch"
+        )
+        restartable_azurite.kill()
+        killed_at = [len(r.outcomes) for r in readers]
+        polling.eventually(  # the outage reaches the readers: a read in flight or after it fails (as EIO, below)
+            lambda: any(o != "ok" for r, n in zip(readers, killed_at, strict=True) for _, _, o in r.outcomes[n:]),
+            what="a read failing while the server is down",
+        )
+        restartable_azurite.start()
+        back_at = [len(r.outcomes) for r in readers]
+        remote_at_restart = _bytes_from_remote(mount.stats())
+        after = [
+            polling.eventually(partial(r.whole_epoch_after, n), what="a whole epoch read after the restart", timeout=60)
+            for r, n in zip(readers, back_at, strict=True)
+        ]
+        # ... from the server, not from a cache: at least the dataset's size fetched per reader since the restart
+        total = READERS * sum(map(len, files.values()))
+        mount.wait_for_stats(lambda stats: _bytes_from_remote(stats) - remote_at_restart >= total)
+    finally:
+        for reader in readers:
+            reader.stop()
+
+    surprises = [outcome for r in readers for _, _, outcome in r.outcomes if outcome not in ("ok", "EIO")]
+    assert surprises == []  # during the outage too: the right bytes or EIO, never anything else
+    assert any(o == "EIO" for r, n in zip(readers, killed_at, strict=True) for _, _, o in r.outcomes[n:])
+    assert after == [["ok"] * len(files)] * READERS  # the same mount, without a remount, serves everything again
+
+
+def _bytes_from_remote(stats: dict[str, Any]) -> int:
+    return int(stats["jobs"]["job"]["bytes_from_remote"])
