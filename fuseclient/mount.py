@@ -20,7 +20,7 @@ import pyfuse3
 import trio
 
 from fuseclient.access import AccessTracker
-from fuseclient.backends import Backend, RetryingBackend, open_backend
+from fuseclient.backends import Backend, BackendError, RetryingBackend, open_backend
 from fuseclient.cache import DatasetCache
 from fuseclient.fs import SilodFS
 from fuseclient.logfields import log_ids
@@ -54,6 +54,10 @@ class MountConfig:
     read_ahead: int = DEFAULT_READ_AHEAD
     stats_interval: float | None = None
     metrics_port: int | None = None
+
+
+class MountError(RuntimeError):
+    """The mount cannot start as configured: a dataset cannot be listed (unreachable, denied, missing)."""
 
 
 class CacheDirInUse(Exception):
@@ -110,12 +114,16 @@ def add_job(mount: MountState, job_id: str, dataset: DatasetState, rate: int | N
 
 
 async def build_state(config: MountConfig) -> MountState:
-    """The standalone mount's state: each dataset listed once, jobs with their fixed allocations."""
+    """The standalone mount's state: each dataset listed once, jobs with their fixed allocations. Raises
+    `MountError` for a dataset that cannot be listed."""
     mount = MountState()
     for uri in sorted(set(config.jobs.values())):
         backend = RetryingBackend(open_backend(uri, config.backend_options))
         log.info("listing %s", uri, extra=log_ids(dataset_uri=uri))
-        manifest = await trio.to_thread.run_sync(_list_manifest, backend, config.chunk_size)
+        try:
+            manifest = await trio.to_thread.run_sync(_list_manifest, backend, config.chunk_size)
+        except BackendError as exc:
+            raise MountError(f"cannot list the dataset: {exc}") from None
         quota = config.cache_sizes.get(uri, 0)
         mount.datasets[uri] = await open_dataset(config.cache_dir, uri, backend, manifest, quota)
     for job_id, uri in config.jobs.items():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from datamgr.devservers import free_port
 from tests import polling
 from tests.datamgr_fixtures import silod_cli
 
@@ -37,6 +38,10 @@ def dataset(tmp_path: Path) -> str:
         (("--job", "j"), "must be NAME=VALUE"),
         (("--job", "j=DATA", "--chunk-size", "1KiB"), "--chunk-size"),
         (("--job", "j=DATA", "--kernel-read-ahead", "1000"), "must be a whole number of KiB"),
+        (("--job", "j=s3://bucket/x", "--option", "path_style=maybe"), "option 'path_style' must be 'true' or"),
+        (("--job", "j=s3://bucket/x", "--option", "read_timeout=0"), "option 'read_timeout' must be a number"),
+        (("--job", "j=s3://bucket/x", "--option", "bogus=1"), "unknown option 'bogus' for s3://"),
+        (("--job", "j=DATA/missing"), "missing: No such file or directory"),
     ],
 )
 def test_bad_mount_arguments_exit_2_naming_the_problem(
@@ -49,6 +54,23 @@ def test_bad_mount_arguments_exit_2_naming_the_problem(
     result = silod_cli("mount", str(mountpoint), "--cache-dir", str(tmp_path / "cache"), "--foreground", *argv)
     assert result.returncode == 2, result.stderr
     assert fragment in result.stderr
+    assert not os.path.ismount(mountpoint)
+
+
+def _unreachable_s3_options() -> list[str]:
+    """Options that point an s3:// dataset at a loopback port nothing listens on."""
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    return ["--option", f"endpoint_url={endpoint}", "--option", "access_key_id=a", "--option", "secret_access_key=s"]
+
+
+def test_a_dataset_that_cannot_be_listed_fails_the_mount_with_its_reason_not_a_traceback(tmp_path: Path) -> None:
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    argv = ["--cache-dir", str(tmp_path / "cache"), "--foreground", "--job", "j=s3://bkt/x"]
+    result = silod_cli("mount", str(mountpoint), *argv, *_unreachable_s3_options())
+    assert result.returncode == 1
+    assert "silod mount: cannot list the dataset: s3://bkt/x: endpoint unreachable" in result.stderr
+    assert "Traceback" not in result.stderr
     assert not os.path.ismount(mountpoint)
 
 
@@ -109,12 +131,12 @@ def test_a_daemon_sent_sighup_keeps_serving_and_reopens_its_log_for_logrotate(tm
 def test_a_daemon_that_cannot_start_fails_the_command_and_says_where_to_look(tmp_path: Path) -> None:
     mountpoint = tmp_path / "mnt"
     mountpoint.mkdir()
-    args = ["--cache-dir", str(tmp_path / "cache"), "--job", "j=file:///no/such/dataset"]
+    args = ["--cache-dir", str(tmp_path / "cache"), "--job", "j=s3://bkt/x", *_unreachable_s3_options()]
     result = silod_cli("mount", str(mountpoint), *args)
     assert result.returncode == 1
     log = tmp_path / "cache" / "mount.log"
     assert str(log) in result.stderr
-    assert "/no/such/dataset" in log.read_text()
+    assert "cannot list the dataset: s3://bkt/x: endpoint unreachable" in log.read_text()
     assert not os.path.ismount(mountpoint)
 
 

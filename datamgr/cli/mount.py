@@ -27,6 +27,7 @@ from datamgr.security import add_client_flags, client_flags
 from datamgr.units import parse_size
 from datamgr.validation import check_chunk_size, check_dataset_uri, check_id
 from fuseclient import agent, mount
+from fuseclient.backends import InvalidBackendOption, NoSuchObject, open_backend
 from fuseclient.grpc_channel import ChannelSecurity, SecurityConfigError
 from fuseclient.manifest import DEFAULT_CHUNK_SIZE
 from fuseclient.readahead import DEFAULT_READ_AHEAD, check_read_ahead
@@ -141,6 +142,17 @@ def _check_mountpoint(field: str, path: Path) -> None:
         raise InvalidArgument(f"{field} {path} {reason}") from None
 
 
+def _check_backend(uri: str, options: dict[str, str]) -> None:
+    """Refuse options the dataset's backend does not take, or a local dataset directory that is not there,
+    before the daemon starts: opening a backend checks both and makes no request."""
+    try:
+        open_backend(uri, options).close()
+    except (InvalidBackendOption, NoSuchObject) as exc:
+        raise InvalidArgument(
+            f"--job DATASET_URI {exc}" if isinstance(exc, NoSuchObject) else f"--option {exc}"
+        ) from None
+
+
 def _config(args: argparse.Namespace) -> mount.MountConfig:
     """Cross-check the arguments; raises InvalidArgument naming the offending one."""
     _check_mountpoint("mountpoint", args.mountpoint)
@@ -157,13 +169,16 @@ def _config(args: argparse.Namespace) -> mount.MountConfig:
     unknown = sorted(io_rates.keys() - jobs.keys())
     if unknown:
         raise InvalidArgument(f"--io-rate names job {unknown[0]!r}, which is not a --job")
+    backend_options = dict(args.option + args.option_env)
+    for uri in sorted(set(jobs.values())):
+        _check_backend(uri, backend_options)
     return mount.MountConfig(
         mountpoint=args.mountpoint.resolve(),
         cache_dir=args.cache_dir.resolve(),
         jobs=jobs,
         cache_sizes=cache_sizes,
         io_rates=io_rates,
-        backend_options=dict(args.option + args.option_env),
+        backend_options=backend_options,
         chunk_size=check_chunk_size("--chunk-size", args.chunk_size),
         allow_other=args.allow_other,
         read_ahead=args.kernel_read_ahead,
@@ -230,7 +245,7 @@ def _run_daemon(
     if args.foreground:
         try:
             serve(lambda: None)
-        except agent.AgentError as exc:
+        except (agent.AgentError, mount.MountError) as exc:
             print(f"silod {command}: {exc}", file=sys.stderr)
             return 1
         return 0
