@@ -2,14 +2,15 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := fuse3 libfuse3-dev pkg-config
+APT_PACKAGES := fuse3 libfuse3-dev pkg-config faketime
 PROTO_SRC := proto/silodpb/v1/datamgr.proto
 
 .PHONY: setup system-packages run test lint unit bench proto clean
 
 setup: system-packages $(VENV)/.installed node_modules/.installed
 
-# Debian packages: FUSE 3 for mounts and pyfuse3's build, Node.js for Azurite. Installs only what is missing.
+# Debian packages: FUSE 3 for mounts and pyfuse3's build, libfaketime for the clock-jump test, Node.js for Azurite.
+# Installs only what is missing.
 system-packages:
 	@missing=""; \
 	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -24,10 +24,11 @@ from datamgr.model import (
     Job,
     Node,
     NotFound,
+    ResourceExhausted,
     Worker,
 )
 from datamgr.state import Change, ClusterState, diff_views
-from datamgr.store import Commit, StateStore
+from datamgr.store import Commit, StateStore, StoreFull
 from datamgr.units import format_rate, format_size
 from datamgr.validation import (
     check_address,
@@ -454,17 +455,31 @@ class DataManager:
 
     def _abandon_pending(self, exc: Exception) -> None:
         """A batch could not be written: undo it and everything applied after it, newest first, and fail
-        all of their callers. Revision numbers are not reused."""
-        log.error("could not persist revisions %d-%d: %s", self._pending[0].revision, self._pending[-1].revision, exc)
+        all of their callers. None of these changes was acknowledged or sent to a node, so their revision
+        numbers go to the next changes, as they would after a restart: the store's revision is the last
+        durable one, and a node told it is current must never skip a change numbered as one it saw."""
+        first, last = self._pending[0].revision, self._pending[-1].revision
+        log.error("could not persist revisions %d-%d: %s", first, last, exc)
         for p in reversed(self._pending):
             self.state.apply(p.undo)
-            p.durable.set_exception(exc)
+            p.durable.set_exception(_refusal(exc))
         self._pending.clear()
+        self.state.revision = first - 1
 
     async def close(self) -> None:
         """Wait for pending changes to be written (call before closing the store)."""
         if self._flusher is not None:
             await asyncio.wait([self._flusher])
+
+
+def _refusal(exc: Exception) -> Exception:
+    """What a caller whose change could not be written is told. A full state disk is a refusal with its own
+    status (RESOURCE_EXHAUSTED); any other failure is passed on as it is."""
+    if isinstance(exc, StoreFull):
+        return ResourceExhausted(
+            "the data manager's state disk is full: nothing was changed; free space in its state dir and call again"
+        )
+    return exc
 
 
 def _workers_text(workers: Sequence[Worker]) -> str:

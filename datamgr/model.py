@@ -38,6 +38,11 @@ class Unavailable(DataManagerError):
     """The storage backend could not be reached; the same call may succeed later."""
 
 
+class ResourceExhausted(DataManagerError):
+    """The data manager has no room to record the change (its state disk is full). Retrying does not help
+    until an operator frees space; then the same call succeeds, without a restart."""
+
+
 @dataclass(frozen=True, slots=True)
 class Dataset:
     """A registered dataset: its frozen manifest's summary and its per-node cache quota."""

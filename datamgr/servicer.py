@@ -18,6 +18,7 @@ from datamgr.model import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     Unavailable,
     Worker,
 )
@@ -32,6 +33,8 @@ STATUS_OF: dict[type[DataManagerError], grpc.StatusCode] = {
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
+    # Not UNAVAILABLE: that tells clients to retry with backoff, and no retry succeeds until space is freed.
+    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 MANIFEST_CHUNK_BYTES = 1024 * 1024
 

@@ -310,7 +310,9 @@ async def _report_statistics(mount: MountState, interval: float, stats_file: Pat
             )
         caches = {uri: asdict(d.cache.statistics()) for uri, d in mount.datasets.items()}
         document = {
-            "written_at": time.time(),
+            "written_at": time.time(),  # for people: the wall clock, which NTP may step by any amount
+            # For rates: two files of one daemon are this many seconds apart, whatever the wall clock did.
+            "monotonic_seconds": now,
             "jobs": {job_id: asdict(stats) for job_id, stats in snapshot.items()},
             "datasets": caches,
         }

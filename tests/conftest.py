@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest_plugins = ("tests.storage_servers", "tests.datamgr_fixtures", "tests.mount_fixtures")
+pytest_plugins = ("tests.storage_servers", "tests.datamgr_fixtures", "tests.mount_fixtures", "tests.disks")
 
 OUR_LOGGERS = ("silod", "datamgr", "fuseclient")
 

@@ -117,7 +117,7 @@ def _session_server(
         try:
             server = stack.enter_context(starter(workdir))
         except FileNotFoundError as exc:
-            _missing_dependency(str(exc))
+            missing_dependency(str(exc))
         except ServerNotReady as exc:
             pytest.fail(str(exc), pytrace=False)
         yield server
@@ -174,8 +174,9 @@ def dataset_target(request: pytest.FixtureRequest, dataset_target_factory: Datas
     return dataset_target_factory(backend)
 
 
-def _missing_dependency(reason: str) -> NoReturn:
-    """A missing server fails the test in CI, where it must be installed, and skips it elsewhere."""
+def missing_dependency(reason: str) -> NoReturn:
+    """Something a test needs is missing (a server, root, a library): a failure in CI (`CI=true`), where it must
+    be there, a skip elsewhere."""
     if os.environ.get("CI") == "true":
         pytest.fail(f"{reason}; CI must provide it", pytrace=False)
     pytest.skip(reason)

@@ -16,7 +16,6 @@ import random
 import re
 import subprocess
 import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from datamgr.devservers import free_port
 from tests.datamgr_fixtures import SILOD
+from tests.disks import TmpfsFactory
 from tests.mount_fixtures import MountFactory, MountProcess
 
 CHUNK = 64 * 1024  # the smallest chunk size: several items a file, for a small dataset
@@ -45,32 +45,6 @@ def dataset(tmp_path: Path) -> Dataset:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(data)
     return f"file://{root}", files
-
-
-@pytest.fixture
-def tmpfs() -> Iterator[Callable[[Path], Path]]:
-    """`mount(path)` puts a 16 MiB tmpfs at `path`: a real disk that a test can pull from under the daemon.
-
-    Ask for this fixture before `mount_factory`, so that its teardown runs after the daemons have stopped.
-    """
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mounted: list[Path] = []
-
-    def mount(path: Path) -> Path:
-        path.mkdir(parents=True, exist_ok=True)
-        result = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=16m,mode=0755", "tmpfs", str(path)], capture_output=True, text=True
-        )
-        if result.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
-        mounted.append(path)
-        return path
-
-    yield mount
-    for path in reversed(mounted):
-        if os.path.ismount(path) and subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 def start_mount(mount_factory: MountFactory, uri: str) -> tuple[MountProcess, int]:
@@ -136,14 +110,14 @@ def cached_and_fresh(files: dict[str, bytes]) -> tuple[list[str], list[str]]:
 @pytest.mark.expected_warnings
 @pytest.mark.parametrize("layout", ["the cache dir is the disk", "the cache dir is a folder on the disk"])
 def test_a_cache_disk_unmounted_under_a_running_mount_serves_every_read_from_the_backend_and_claims_nothing(
-    tmpfs: Callable[[Path], Path], mount_factory: MountFactory, tmp_path: Path, dataset: Dataset, layout: str
+    tmpfs: TmpfsFactory, mount_factory: MountFactory, tmp_path: Path, dataset: Dataset, layout: str
 ) -> None:
     uri, files = dataset
     root = tmp_path / "m"  # the mount's own folder (mount_factory's name "m")
     if layout == "the cache dir is the disk":
-        disk = tmpfs(root / "cache")
+        disk = tmpfs(root / "cache", "16m")
     else:  # --cache-dir /mnt/nvme/silod: once the disk is gone, the cache dir does not even exist
-        disk = tmpfs(root / "disk")
+        disk = tmpfs(root / "disk", "16m")
         (root / "cache").symlink_to(disk / "silod")  # the daemon resolves it to the folder on the disk
     mount, port = start_mount(mount_factory, uri)
     cache_dir = mount.cache_dir.resolve()

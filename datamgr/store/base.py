@@ -10,6 +10,11 @@ from datamgr.model import Dataset, Job, Node
 from datamgr.state import Change
 
 
+class StoreFull(Exception):
+    """The state's file system has no room for a commit. The commit was rolled back whole: none of it is on disk,
+    and the store takes the next commit as if this one had never been tried."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoredState:
     """Everything a restarted data manager serves, as of `revision`."""
@@ -39,7 +44,8 @@ class StateStore(Protocol):
     def load(self) -> StoredState: ...
 
     def commit(self, commits: Sequence[Commit]) -> None:
-        """Persist `commits`, in order, atomically and durably: all are on disk when it returns, or none."""
+        """Persist `commits`, in order, atomically and durably: all are on disk when it returns, or none (and it
+        raises; StoreFull when the state's file system has no room left)."""
         ...
 
     def events_since(self, node_id: str, revision: int) -> list[bytes] | None:

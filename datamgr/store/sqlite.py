@@ -17,7 +17,7 @@ from typing import Any
 
 from datamgr.model import Dataset, Job, Node, Worker
 from datamgr.state import Change
-from datamgr.store.base import Commit, StoredState
+from datamgr.store.base import Commit, StoredState, StoreFull
 
 SCHEMA_VERSION = 2
 DEFAULT_RETAINED_REVISIONS = 100_000
@@ -67,7 +67,7 @@ class SQLiteStore:
             self._lock_fd = _lock_state_dir(state_dir)
         except OSError as exc:  # a path under /proc, a file in the way, a read-only file system, no permission
             raise StateDirError(f"cannot use state dir {state_dir}: {exc.strerror or exc}") from None
-        path = state_dir / "silod.db"
+        path = self._path = state_dir / "silod.db"
         # One connection writes (from the committing thread), one reads (from the event loop): with WAL the
         # reader sees only committed transactions, never a batch that is still being written.
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -146,8 +146,11 @@ class SQLiteStore:
                 db.execute("DELETE FROM events WHERE revision <= ?", (floor,))
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('event_floor', ?)", (floor,))
             db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
+        except BaseException as exc:
+            if db.in_transaction:  # SQLite rolls back by itself on some errors (SQLITE_FULL among them)
+                db.execute("ROLLBACK")
+            if _result_code(exc) == sqlite3.SQLITE_FULL:
+                raise StoreFull(f"the state disk is full: no room to write {self._path} ({exc})") from exc
             raise
         if last >= self._next_prune:
             self._next_prune = last + _PRUNE_EVERY
@@ -197,6 +200,13 @@ def _write_change(db: sqlite3.Connection, change: Change) -> None:
     for sql, rows in statements:
         if rows:
             db.executemany(sql, rows)
+
+
+def _result_code(exc: BaseException) -> int | None:
+    """SQLite's primary result code for an error SQLite itself reported (None for any other, such as a value
+    the sqlite3 module could not bind)."""
+    code = getattr(exc, "sqlite_errorcode", None) if isinstance(exc, sqlite3.Error) else None
+    return None if code is None else int(code) & 0xFF  # extended codes carry the primary one in their low byte
 
 
 def _dataset_row(d: Dataset) -> tuple[object, ...]:

@@ -1,0 +1,350 @@
+"""Control-plane faults driven against the real data manager (`silod datamgr serve` as a subprocess) and, where
+the fault concerns nodes, a real node agent with its FUSE mount.
+
+- The data manager's state disk fills up: allocations are refused with RESOURCE_EXHAUSTED and change nothing;
+  the server keeps serving its state and accepts the next allocation once space is freed.
+- The wall clock is stepped a day forward and back (an NTP step) under a running data manager and node agent,
+  with libfaketime: liveness, allocations, watches and token buckets go by monotonic clocks and do not notice.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import random
+import re
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import grpc
+import pytest
+
+from datamgr.client import ClientError, DataManagerClient
+from silodpb.v1 import datamgr_pb2 as pb
+from tests import polling
+from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, silod_cli
+from tests.disks import TmpfsFactory
+from tests.mount_fixtures import MountProcess
+from tests.storage_servers import free_port, missing_dependency
+from tests.test_agent import FILES, SIZE, eventually
+from tests.test_rate_change import WINDOW, Sample, assert_held_to, readers_demanding_more
+from tests.test_watch import watch
+
+STATE_DISK_SIZE = "512k"  # room for the state dir of a small cluster, and little more
+PAGE = 4096
+REFUSED_ROUNDS = 2  # the first refusal must leave the store able to refuse the next one as cleanly
+
+
+# --- the state disk fills up ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def state_disk(tmpfs: TmpfsFactory, tmp_path: Path) -> Path:
+    """A tmpfs of STATE_DISK_SIZE: a real file system that fills up (ENOSPC), for the data manager's state."""
+    return tmpfs(tmp_path / "state-disk", STATE_DISK_SIZE)
+
+
+@pytest.fixture
+def datamgr_on_state_disk(state_disk: Path, tmp_path: Path) -> Iterator[DataManagerProcess]:
+    """A not-yet-started data manager whose state dir is on `state_disk` (its log is not), stopped before the
+    disk is unmounted."""
+    proc = DataManagerProcess(state_disk / "state", tmp_path / "datamgr.log", "--remote-io-limit", "1GB/s")
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def fill(disk: Path) -> Path:
+    """Write a file on `disk` until the file system refuses more (ENOSPC), then give back one page: the next
+    commit starts and runs out of room midway, leaving a partial write in the log. Returns the file."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    block = b"\xff" * PAGE
+    try:
+        while True:
+            os.write(fd, block)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+    os.truncate(filler, filler.stat().st_size - PAGE)
+    assert os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize == PAGE
+    return filler
+
+
+def _cluster(client: DataManagerClient, tmp_path: Path) -> str:
+    """A node, a dataset with a quota and a job with a rate on it; returns the dataset's URI."""
+    client.register_node("n1", "h1:1", 1_000_000)
+    uri = make_local_dataset(tmp_path / "ds", files=12, size=4000)
+    client.register_dataset(uri)
+    client.register_job("j1", uri, 50_000_000, [("n1", 1)])
+    client.allocate_cache_size(uri, 20_000)
+    client.allocate_remote_io("j1", 30_000_000)
+    return uri
+
+
+def _manifest(client: DataManagerClient, uri: str) -> bytes:
+    return b"".join(c.data for c in client.stub.GetManifest(pb.GetManifestRequest(dataset_uri=uri), timeout=10))
+
+
+def _node_view(client: DataManagerClient) -> tuple[int, int, int]:
+    """What a node watching afresh is told: (revision, its job's rate, its dataset's quota)."""
+    stream = watch(client, "n1")
+    event = stream.next()
+    stream.cancel()
+    return event.revision, event.snapshot.jobs[0].io_bytes_per_sec, event.snapshot.datasets[0].cache_quota_bytes
+
+
+def _resumed(client: DataManagerClient, since: int) -> pb.WatchEvent:
+    """The first event a node resuming its watch from revision `since` gets."""
+    stream = watch(client, "n1", since=since)
+    event = stream.next()
+    stream.cancel()
+    return event
+
+
+def _assert_refused(client: DataManagerClient, uri: str) -> None:
+    """Both allocation calls, with values never acknowledged, are refused as a full state disk."""
+    for refused in (lambda: client.allocate_remote_io("j1", 7_000_000), lambda: client.allocate_cache_size(uri, 5_000)):
+        with pytest.raises(ClientError) as caught:
+            refused()
+        assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED, caught.value
+        assert "state disk is full" in str(caught.value)
+
+
+def test_a_full_state_disk_refuses_allocations_cleanly_keeps_serving_and_recovers_when_freed(
+    datamgr_on_state_disk: DataManagerProcess, state_disk: Path, tmp_path: Path
+) -> None:
+    """SQLite answers SQLITE_FULL; callers get RESOURCE_EXHAUSTED, not UNAVAILABLE, which would tell clients to
+    retry with backoff when no retry can succeed before an operator frees space. Refused changes are undone in
+    memory and on disk, so the state served, and the state a kill -9 and restart finds, is the last acknowledged
+    one, even over the partial write the first refusal leaves behind."""
+    datamgr = datamgr_on_state_disk.start()
+    with DataManagerClient(datamgr.address, timeout=10) as client:
+        uri = _cluster(client, tmp_path)
+        acknowledged, manifest, view = full_state(client), _manifest(client, uri), _node_view(client)
+        filler = fill(state_disk)
+
+        for _ in range(REFUSED_ROUNDS):
+            _assert_refused(client, uri)
+        for argv in (("alloc", "io", "j1", "9MB/s"), ("alloc", "cache", uri, "6000")):
+            cli = silod_cli(*argv, datamgr=datamgr.address)
+            assert cli.returncode == 1, cli.stderr
+            assert "RESOURCE_EXHAUSTED" in cli.stderr and "state disk is full" in cli.stderr, cli.stderr
+            assert "Traceback" not in cli.stderr
+
+        assert datamgr.process is not None and datamgr.process.poll() is None, "the data manager died"
+        assert full_state(client) == acknowledged  # the revision too: a refused change leaves no number behind
+        assert _manifest(client, uri) == manifest
+        assert _node_view(client) == view
+        assert _resumed(client, view[0]).revision == view[0]  # told it is current at the last durable revision
+        log = datamgr.log_path.read_text()
+        assert "state disk is full" in log
+        assert "Traceback" not in log, log
+
+    datamgr.kill()  # on the still-full disk, over the partial write the first refusal left
+    with DataManagerClient(datamgr.start().address, timeout=10) as client:
+        assert full_state(client) == acknowledged
+        _assert_refused(client, uri)
+
+        filler.unlink()
+        assert client.allocate_remote_io("j1", 11_000_000).revision == view[0] + 1
+        assert client.allocate_cache_size(uri, 12_000).revision == view[0] + 2
+        last = full_state(client)
+        # A node that resumed during the outage gets the first change after it, numbered as no refusal was.
+        resumed = _resumed(client, view[0])
+        assert (resumed.revision, resumed.changes[0].job_set.io_bytes_per_sec) == (view[0] + 1, 11_000_000)
+
+    datamgr.kill()
+    with DataManagerClient(datamgr.start().address, timeout=10) as client:
+        assert full_state(client) == last
+        assert _node_view(client) == (view[0] + 2, 11_000_000, 12_000)
+    assert "Traceback" not in datamgr.log_path.read_text()
+
+
+# --- the wall clock steps a day forward, then back -----------------------------------------------------------
+
+DAY = 86_400.0
+# The node reports its usage far less often than the data manager sweeps for silent nodes (every second), and the
+# timeout outlasts the test: if liveness went by the wall clock, the sweep after a step would come before any
+# report could save the node, every time.
+NODE_TIMEOUT, REPORT_INTERVAL, SWEEP_INTERVAL = 120.0, 100.0, 1.0
+LIBFAKETIME_GLOBS = ("/usr/lib/*/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1")
+_LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ ")
+
+
+class SteppedWallClock:
+    """The wall clock of every process the test starts from now on, stepped while they run (libfaketime with an
+    offset file read on every call). Only CLOCK_REALTIME is faked: monotonic clocks and file times stay real."""
+
+    def __init__(self, offset_file: Path) -> None:
+        self.offset_file = offset_file
+        self.offset = 0.0
+        self.step_to(0.0)
+
+    def step_to(self, offset: float) -> float:
+        """Set the processes' wall clock `offset` seconds from the real one; returns when (monotonic) it was."""
+        self.offset_file.write_text(f"{offset:+.0f}\n")
+        self.offset = offset
+        return time.monotonic()
+
+    def seen_in(self, wall_time: float) -> bool:
+        """Whether `wall_time`, read by a faked process just now, shows the current offset (within an hour)."""
+        return abs(wall_time - time.time() - self.offset) < 3600
+
+
+@pytest.fixture
+def stepped_wall_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SteppedWallClock:
+    """Processes started after this fixture run with libfaketime preloaded; a missing libfaketime fails in CI."""
+    found = sorted(path for pattern in LIBFAKETIME_GLOBS for path in glob.glob(pattern))
+    if not found:
+        missing_dependency("libfaketime is not installed (Debian package faketime; `make setup` installs it)")
+    clock = SteppedWallClock(tmp_path / "faketime-offset")
+    preload = " ".join(filter(None, [found[0], os.environ.get("LD_PRELOAD")]))
+    monkeypatch.setenv("LD_PRELOAD", preload)
+    monkeypatch.setenv("FAKETIME_TIMESTAMP_FILE", str(clock.offset_file))
+    monkeypatch.setenv("FAKETIME_NO_CACHE", "1")  # read the offset on every call: a step lands at once
+    for name in ("DONT_FAKE_MONOTONIC", "FAKETIME_DONT_FAKE_MONOTONIC"):  # an NTP step moves CLOCK_REALTIME only
+        monkeypatch.setenv(name, "1")
+    # Left on (libfaketime turns it on for this glibc), its "monotonic fix" ends timed waits on monotonic
+    # condition variables early or late: Python's GIL hand-off among them, which halved the node's reads.
+    monkeypatch.setenv("FAKETIME_FORCE_MONOTONIC_FIX", "0")
+    monkeypatch.setenv("NO_FAKE_STAT", "1")  # nor does it change the times of files (the file backend's versions)
+    return clock
+
+
+class ClockCluster:
+    """A data manager and one node agent (`n1`, with its mount) on loopback, both under the stepped wall clock,
+    and a dataset directory of FILES random files of SIZE bytes."""
+
+    def __init__(self, root: Path) -> None:
+        self.datamgr = DataManagerProcess(
+            root / "state", root / "datamgr.log", "--node-timeout", f"{NODE_TIMEOUT:g}",
+            listen=f"127.0.0.1:{free_port()}",
+        )  # fmt: skip
+        self.datamgr.start()
+        self.client = DataManagerClient(self.datamgr.address, timeout=10)
+        rng = random.Random(11)
+        self.files = {f"c{i % 4}/f{i:03d}.bin": rng.randbytes(SIZE) for i in range(FILES)}
+        for path, data in self.files.items():
+            (root / "dataset" / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / "dataset" / path).write_bytes(data)
+        self.uri = f"file://{root / 'dataset'}"
+        # The last --report-interval on the command line wins over the one MountProcess.node gives.
+        self.node = MountProcess.node(
+            root / "n1", self.datamgr.address, "n1", "--cache-capacity", "1GiB",
+            "--report-interval", f"{REPORT_INTERVAL:g}",
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        self.node.stop()
+        self.client.close()
+        self.datamgr.stop()
+
+    def sample(self) -> Sample:
+        """Job j1 on the node, timed by the node's monotonic clock."""
+        stats = self.node.stats()
+        job = stats["jobs"]["j1"]
+        return Sample(stats["monotonic_seconds"], job["io_bytes_per_sec"], job["bytes_from_remote"])
+
+    def enforced(self) -> tuple[float, int]:
+        """(rate, cache quota) the node enforces for j1 and its dataset."""
+        stats = self.node.stats()
+        return stats["jobs"]["j1"]["io_bytes_per_sec"], stats["datasets"][self.uri]["quota_bytes"]
+
+    def allocate(self, rate: int, quota: int) -> int:
+        """Both allocations, through the real client; waits until the node enforces them. Returns the revision."""
+        self.client.allocate_cache_size(self.uri, quota)
+        revision = self.client.allocate_remote_io("j1", rate).revision
+        eventually(lambda: self.enforced() == (rate, quota), what=f"rate {rate} and quota {quota} on the node")
+        return revision
+
+    def logged_at(self, revision: int) -> float:
+        """The data manager's wall clock when it logged `revision` as accepted."""
+        for line in self.datamgr.log_path.read_text().splitlines():
+            match = _LOG_TIME.match(line)
+            if match and f" revision {revision}: " in line:
+                return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").timestamp()
+        raise AssertionError(f"revision {revision} not in the data manager's log")
+
+
+@pytest.fixture
+def clock_cluster(stepped_wall_clock: SteppedWallClock, tmp_path: Path) -> Iterator[ClockCluster]:
+    cluster = ClockCluster(tmp_path)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _step(cluster: ClockCluster, clock: SteppedWallClock, offset: float) -> float:
+    """Step the processes' wall clock to `offset` and wait until the node's shows it; returns when (monotonic)."""
+    stepped = clock.step_to(offset)
+    eventually(lambda: clock.seen_in(cluster.node.stats()["written_at"]), what="the node's wall clock stepped")
+    return stepped
+
+
+def _window(cluster: ClockCluster, rate: int, clock: SteppedWallClock | None = None, offset: float = 0.0) -> float:
+    """Check the node's fetched bytes over WINDOW seconds of its monotonic clock under `rate`; with `clock`, step
+    it to `offset` as the window opens, so that the window spans the step. Returns when (monotonic) it stepped."""
+    start: Sample = eventually(lambda: (s := cluster.sample()).rate == rate and s, what=f"rate {rate} on the node")
+    stepped = time.monotonic() if clock is None else _step(cluster, clock, offset)
+    end: Sample = eventually(lambda: (s := cluster.sample()).at >= start.at + WINDOW and s, what="the window's end")
+    assert end.rate == rate, "the rate changed within the window"
+    assert_held_to(rate, start, end)
+    return stepped
+
+
+def _assert_node_live_and_allocations_kept(cluster: ClockCluster, stepped: float, rate: int, quota: int) -> None:
+    """Once the data manager has swept for silent nodes since the step: n1 was never marked unavailable, its
+    silence is counted in real seconds, and the rate and quota are as allocated, there and on the node."""
+    # CLOCK_MONOTONIC is one clock for the whole machine: the test's reading says the sweeps have come due.
+    polling.eventually(lambda: time.monotonic() >= stepped + 2 * SWEEP_INTERVAL, what="two sweeps since the step")
+    node = cluster.client.call(cluster.client.stub.GetNode, pb.GetNodeRequest(node_id="n1"))
+    assert node.available
+    assert 0 <= node.seconds_since_seen < NODE_TIMEOUT, node.seconds_since_seen
+    assert "stopped reporting" not in cluster.datamgr.log_path.read_text()
+    assert cluster.client.call(cluster.client.stub.GetJob, pb.GetJobRequest(job_id="j1")).io_bytes_per_sec == rate
+    dataset = cluster.client.call(cluster.client.stub.GetDataset, pb.GetDatasetRequest(uri=cluster.uri))
+    assert dataset.cache_quota_bytes == quota
+    assert cluster.enforced() == (rate, quota)
+
+
+def test_a_wall_clock_stepped_a_day_forward_and_back_changes_no_liveness_allocation_watch_or_rate_libfaketime_fake(
+    clock_cluster: ClockCluster, stepped_wall_clock: SteppedWallClock
+) -> None:
+    """libfaketime fakes only the clock the fault is about, CLOCK_REALTIME, in the data manager and the node agent
+    (and nothing else: monotonic clocks and file times are real). The forward step lands while readers hold the
+    job's remote IO to its rate, inside a measurement window timed by the node's monotonic clock (the stats file's
+    `monotonic_seconds`: its `written_at` jumps with the step). The backward step lands while the job is idle: a
+    bucket that counted elapsed time on the wall clock would then owe a day of tokens and stall the next reads,
+    where waiting readers would have hidden it (their timers run on trio's clock and top the bucket up)."""
+    cluster, clock = clock_cluster, stepped_wall_clock
+    cluster.node.start()
+    eventually(lambda: cluster.client.call(cluster.client.stub.GetNode, pb.GetNodeRequest(node_id="n1")), what="n1")
+    cluster.client.register_dataset(cluster.uri)
+    cluster.client.register_job("j1", cluster.uri, 100_000_000, [("n1", 1)])
+    job_dir = eventually(lambda: cluster.node.job_dir("j1").is_dir() and cluster.node.job_dir("j1"), what="j1's dir")
+    cluster.allocate(2_000_000, 2 * SIZE)  # a cache of two items: nearly every read still fetches
+
+    with readers_demanding_more(job_dir, cluster.files):
+        stepped = _window(cluster, 2_000_000, clock, +DAY)
+    _assert_node_live_and_allocations_kept(cluster, stepped, 2_000_000, 2 * SIZE)
+    revision = cluster.allocate(3_000_000, 3 * SIZE)  # a change after the step reaches the node's watch
+    assert clock.seen_in(cluster.logged_at(revision)), "the data manager's wall clock was not stepped"
+
+    stepped = _step(cluster, clock, 0.0)  # a day back, the job idle
+    _assert_node_live_and_allocations_kept(cluster, stepped, 3_000_000, 3 * SIZE)
+    revision = cluster.allocate(1_000_000, SIZE)
+    assert clock.seen_in(cluster.logged_at(revision))
+    with readers_demanding_more(job_dir, cluster.files):
+        _window(cluster, 1_000_000)
+    _assert_node_live_and_allocations_kept(cluster, stepped, 1_000_000, SIZE)
+
+    for log in (cluster.datamgr.log_path, cluster.node.log_path):
+        loud = [line for line in log.read_text().splitlines() if " WARNING " in line or " ERROR " in line]
+        assert not loud, f"{log.name}: {loud}"
