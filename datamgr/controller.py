@@ -35,6 +35,7 @@ from datamgr.scheduler.registry import Scheduler
 from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot
 from datamgr.state import ClusterState
 from datamgr.units import format_rate, format_size
+from fuseclient.access import pass_share
 from silodpb.v1 import datamgr_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -132,19 +133,22 @@ def _job_state(manager: DataManager, job_id: str, submit_time: float, now: float
         irregular=job.irregular,
         placement=MappingProxyType(placement),
         io_bytes_per_sec=job.io_bytes_per_sec,
-        epoch_hit_ratio=_epoch_hit_ratio(manager.liveness.job_usage(job_id), dataset_bytes),
+        epoch_hit_ratio=_epoch_hit_ratio(manager.liveness.job_usage(job_id), dataset_bytes, placement),
     )
 
 
-def _epoch_hit_ratio(usage: Sequence[pb.JobUsage], dataset_bytes: int) -> float | None:
+def _epoch_hit_ratio(usage: Sequence[pb.JobUsage], dataset_bytes: int, workers: Mapping[str, int]) -> float | None:
     """The share of the rest of its epoch the job's cache serves, from its nodes' access bitsets: cached items
     not read yet this epoch over all items not read yet; the least over its nodes (each caches on its own).
+    A node of a job whose `workers` span nodes reads its workers' share of the items each pass and reports
+    its progress through that share, so the items it has not read are 1 - progress x share of them.
     None when no node has reported or an epoch has just ended (then the dataset's cached bytes stand in)."""
-    ratios = [
-        min(1.0, u.effective_cache_bytes / ((1.0 - u.epoch_progress) * dataset_bytes))
-        for u in usage
-        if u.epoch_progress < 1.0 and dataset_bytes > 0
-    ]
+    total = sum(workers.values())
+    ratios = []
+    for u in usage:
+        unread = 1.0 - u.epoch_progress * pass_share(workers.get(u.node_id, 0), total)
+        if u.epoch_progress < 1.0 and dataset_bytes > 0:
+            ratios.append(min(1.0, u.effective_cache_bytes / (unread * dataset_bytes)))
     return min(ratios, default=None)
 
 

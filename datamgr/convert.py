@@ -32,6 +32,7 @@ def node_job(view: NodeJobView) -> pb.NodeJob:
         workers=view.workers,
         job_io_bytes_per_sec=view.job.io_bytes_per_sec,
         ideal_bytes_per_sec=view.job.ideal_bytes_per_sec,
+        job_workers=sum(w.count for w in view.job.workers),
     )
 
 

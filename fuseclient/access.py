@@ -21,6 +21,14 @@ from bitarray.util import count_and
 _BUCKETS_PER_WINDOW = 50
 
 
+def pass_share(node_workers: int, job_workers: int) -> float:
+    """The part of a job's items one node reads each pass: its workers over all of the job's, as PyTorch's
+    DistributedSampler deals the items to ranks; all of them when either count is not known (0)."""
+    if node_workers <= 0 or job_workers <= 0:
+        return 1.0
+    return min(1.0, node_workers / job_workers)
+
+
 @dataclass(frozen=True, slots=True)
 class AccessStats:
     """A job's position in its epochs and its cache use; the same numbers feed logs, metrics and status."""
@@ -32,7 +40,7 @@ class AccessStats:
     """Distinct items read in the current epoch."""
     item_count: int
     progress: float
-    """items_read / item_count."""
+    """items_read over the items a pass reads on this node (all of them, or the node's share)."""
     effective_cache_items: int
     """Cached items not yet read in this epoch: the cache hits still to come."""
     remote_demand_bytes_per_sec: float
@@ -65,11 +73,15 @@ class AccessTracker:
     `MIN_OVERLAP_ACCESSES`): stragglers are the reads in flight when the shuffle turned, so they arrive within
     a span set by the loader's concurrency, which this measures rather than assumes.
 
+    A job whose workers span nodes reads on each node only that node's `share` of the items per pass (PyTorch's
+    DistributedSampler deals each rank 1/world_size of them, another random part each pass): there a pass is
+    complete, and progress counted, at that share of the items.
+
     Statistics describe the pass in progress: during an overlap, the next one (the old pass has only its
     stragglers left, already in flight). Call `record` once per access to an item, not once per read(2).
     """
 
-    def __init__(self, item_count: int) -> None:
+    def __init__(self, item_count: int, share: float = 1.0) -> None:
         if item_count < 1:
             raise ValueError(f"item_count must be >= 1, got {item_count}")
         self._read = bitarray(item_count)  # the epoch's items read
@@ -82,6 +94,14 @@ class AccessTracker:
         self._accesses = 0
         self._overlap_start: int | None = None  # access count at the repeat that opened the overlap
         self._last_straggler = 0
+        self._expected = item_count  # items a pass reads on this node
+        self.set_share(share)
+
+    def set_share(self, share: float) -> None:
+        """Expect this node to read `share` (in (0, 1]) of the items each pass: its workers over the job's."""
+        if not 0.0 < share <= 1.0:
+            raise ValueError(f"share must be in (0, 1], got {share}")
+        self._expected = max(1, round(share * len(self._read)))
 
     @property
     def closed_epochs(self) -> int:
@@ -113,7 +133,7 @@ class AccessTracker:
         if not self._overlapping:
             if not self._read[item]:
                 return self._count_in_epoch(item)
-            if len(self._read) - self._items_read > OVERLAP_MAX_UNREAD_SHARE * len(self._read):
+            if self._expected - self._items_read > OVERLAP_MAX_UNREAD_SHARE * self._expected:
                 self._end_epoch()
                 return self._count_in_epoch(item)
             self._overlap_start = self._last_straggler = self._accesses
@@ -122,10 +142,7 @@ class AccessTracker:
             self._last_straggler = self._accesses
             return self._count_in_epoch(item)
         epoch = self._count_in_next(item)
-        assert self._overlap_start is not None
-        if self._accesses - self._last_straggler > max(
-            MIN_OVERLAP_ACCESSES, self._last_straggler - self._overlap_start
-        ):
+        if self._stragglers_done():
             self._end_epoch()
         return epoch
 
@@ -144,14 +161,15 @@ class AccessTracker:
             raise ValueError(f"throughput_bytes_per_sec must be >= 0, got {throughput_bytes_per_sec}")
         items_read = self._next_read if self._overlapping else self._items_read
         effective = cached.count() - count_and(cached, read)
-        # Never zero: the record that reads the last item of an epoch starts the next one.
+        # Never zero: the record that completes a pass starts the next one. Over every item unread, not only
+        # this node's share: which of them its next reads are is random.
         unread = item_count - items_read
         return AccessStats(
             epoch=self.epoch,
             completed_epochs=self.epoch - 1,
             items_read=items_read,
             item_count=item_count,
-            progress=items_read / item_count,
+            progress=min(1.0, items_read / self._expected),
             effective_cache_items=effective,
             remote_demand_bytes_per_sec=throughput_bytes_per_sec * (unread - effective) / unread,
             throughput_bytes_per_sec=throughput_bytes_per_sec,
@@ -167,7 +185,7 @@ class AccessTracker:
         epoch = self._closed_epochs + 1
         self._read[item] = 1
         self._items_read += 1
-        if self._items_read == len(self._read):
+        if self._items_read >= self._expected:
             self._end_epoch()
         return epoch
 
@@ -183,7 +201,7 @@ class AccessTracker:
         self._items_read, self._next_read = self._next_read, 0
         self._next.setall(0)
         self._overlap_start = None
-        if self._items_read == len(self._read):  # the overlap read every item again: a pass of its own
+        if self._items_read >= self._expected:  # the overlap read a whole pass again: a pass of its own
             self._end_epoch()
 
 

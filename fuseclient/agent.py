@@ -28,6 +28,7 @@ import grpc
 import pyfuse3
 import trio
 
+from fuseclient.access import pass_share
 from fuseclient.backends import BackendError, RetryingBackend, open_backend
 from fuseclient.grpc_channel import ChannelSecurity, explain_refusal, open_channel
 from fuseclient.logfields import log_ids
@@ -193,15 +194,26 @@ class NodeAgent:
     def _set_job(self, wanted: pb.NodeJob) -> None:
         job = self._mount.jobs.get(wanted.job_id)
         rate = wanted.io_bytes_per_sec
+        share = pass_share(wanted.workers, wanted.job_workers)  # job_workers 0: an older data manager
         if job is None:
             dataset = self._mount.datasets.get(wanted.dataset_uri)
             ids = self._ids(job_id=wanted.job_id, dataset_uri=wanted.dataset_uri)
             if dataset is None:
                 log.error("job %s reads %s, which this node cannot serve", wanted.job_id, wanted.dataset_uri, extra=ids)
                 return
-            add_job(self._mount, wanted.job_id, dataset, rate)
-            log.info("job %s: %s at %d bytes/s", wanted.job_id, wanted.dataset_uri, rate, extra=ids)
-        elif job.bucket is not None and job.bucket.rate != rate:
+            add_job(self._mount, wanted.job_id, dataset, rate, share)
+            log.info(
+                "job %s: %s at %d bytes/s, %d of its %d workers here",
+                wanted.job_id,
+                wanted.dataset_uri,
+                rate,
+                wanted.workers,
+                max(wanted.job_workers, wanted.workers),
+                extra=ids,
+            )
+            return
+        job.tracker.set_share(share)
+        if job.bucket is not None and job.bucket.rate != rate:
             job.bucket.set_rate(rate, default_burst(rate, job.dataset.manifest.largest_item))
             log.info(
                 "remote IO of job %s = %d bytes/s",

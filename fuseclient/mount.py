@@ -105,10 +105,12 @@ async def open_dataset(cache_root: Path, uri: str, backend: Backend, manifest: M
     return DatasetState(uri, manifest, DatasetTree(manifest), backend, cache, trio.CapacityLimiter(FETCH_CONCURRENCY))
 
 
-def add_job(mount: MountState, job_id: str, dataset: DatasetState, rate: int | None) -> JobState:
-    """Add a job reading `dataset`, throttled at `rate` bytes/s (None: unthrottled)."""
+def add_job(mount: MountState, job_id: str, dataset: DatasetState, rate: int | None, share: float = 1.0) -> JobState:
+    """Add a job reading `dataset`, throttled at `rate` bytes/s (None: unthrottled), that reads `share` of the
+    items each pass here (its workers on this node over all of its workers; `AccessTracker`)."""
     bucket = None if rate is None else TokenBucket(rate, default_burst(rate, dataset.manifest.largest_item))
-    job = JobState(job_id, mount.next_slot(), dataset, bucket, AccessTracker(dataset.manifest.item_count))
+    tracker = AccessTracker(dataset.manifest.item_count, share)
+    job = JobState(job_id, mount.next_slot(), dataset, bucket, tracker)
     mount.add_job(job)
     return job
 

@@ -11,7 +11,7 @@ import trio
 import trio.testing
 from bitarray import bitarray
 
-from fuseclient.access import AccessStats, AccessTracker, RateMeter
+from fuseclient.access import AccessStats, AccessTracker, RateMeter, pass_share
 
 
 def bits(n: int, ones: Iterable[int] = ()) -> bitarray:
@@ -57,17 +57,26 @@ def test_epochs_keep_counting_across_passes() -> None:
 
 
 def loader_accesses(
-    items: int, passes: int, workers: int, batch: int, *, seed: int = 0, drop_last: bool = False
+    items: int,
+    passes: int,
+    workers: int,
+    batch: int,
+    *,
+    seed: int = 0,
+    drop_last: bool = False,
+    ranks: tuple[int, int] = (0, 1),
 ) -> list[tuple[int, int]]:
     """Item accesses as a mount sees a data loader's: a step-based sampler (detectron2's TrainingSampler)
     draws shuffle after shuffle in one stream of batches, without each pass's last partial batch if
-    `drop_last`. Returns (pass, item) per access, passes counted from 0.
+    `drop_last`, and with `ranks` = (rank, world size) only that rank's items of each shuffle, as
+    DistributedSampler deals them. Returns (pass, item) per access, passes counted from 0.
     Each of `workers` workers takes the next batch when done with its own and reads its items in order; the
     workers advance at random relative speeds, so batches on either side of a shuffle's end interleave."""
     rng = random.Random(seed)
     stream: list[list[tuple[int, int]]] = []
     for number in range(passes):
-        order = [(number, item) for item in rng.sample(range(items), items)]
+        rank, world = ranks
+        order = [(number, item) for item in rng.sample(range(items), items)[rank::world]]
         whole = len(order) - len(order) % batch if drop_last else len(order)
         stream.extend(order[start : start + batch] for start in range(0, whole, batch))
     cursors = {worker: (worker, 0) for worker in range(min(workers, len(stream)))}  # worker -> (batch, position)
@@ -131,6 +140,42 @@ def test_passes_that_drop_their_last_partial_batch_count_one_epoch_each() -> Non
         if index % per_pass == per_pass // 2:
             epochs_mid_pass.append(tracker.epoch)
     assert epochs_mid_pass == list(range(1, passes + 1))
+
+
+@pytest.mark.parametrize("world", [2, 8])
+def test_a_node_reading_its_share_of_each_pass_counts_one_epoch_per_pass(world: int) -> None:
+    # One rank of a DistributedSampler job per node: another random 1/world of the items each pass.
+    items, passes = 8000, 5
+    accesses = loader_accesses(items, passes, workers=1, batch=32, seed=5, ranks=(1, world))
+    per_pass = items // world
+    tracker = AccessTracker(items, share=pass_share(1, world))
+    seen = []
+    for index, (_, item) in enumerate(accesses):
+        tracker.record(item)
+        if index % per_pass == per_pass // 2:
+            stats = tracker.statistics(bits(items), 0.0)
+            seen.append((stats.epoch, round(stats.progress, 1)))
+    assert seen == [(number, 0.5) for number in range(1, passes + 1)]
+    assert tracker.closed_epochs == passes
+
+
+@pytest.mark.parametrize("world", [2, 8])
+def test_a_node_reading_its_share_with_parallel_workers_counts_about_one_epoch_per_pass(world: int) -> None:
+    # Workers overlapping at the shuffle boundary, as above, on a node's share: the old pass's stragglers
+    # cannot always be told from the new pass's items there, so a stray epoch may be counted (each repeat
+    # ending an epoch counted 16-18 for these 10 passes).
+    items, passes = 8000, 10
+    accesses = loader_accesses(items, passes, workers=4, batch=32, seed=5, ranks=(0, world))
+    tracker = AccessTracker(items, share=pass_share(1, world))
+    for _, item in accesses:
+        tracker.record(item)
+    assert passes <= tracker.closed_epochs <= passes + 1
+
+
+def test_a_nodes_share_of_a_job_is_its_workers_over_the_jobs() -> None:
+    assert pass_share(2, 8) == 0.25
+    assert pass_share(3, 3) == 1.0
+    assert pass_share(2, 0) == pass_share(0, 4) == 1.0  # not known: every item
 
 
 def test_progress_is_the_fraction_of_items_read_this_epoch() -> None:
@@ -230,6 +275,9 @@ def test_invalid_arguments_are_refused_by_name() -> None:
         tracker.statistics(bits(9), 1.0)
     with pytest.raises(ValueError, match=r"^throughput_bytes_per_sec must be"):
         tracker.statistics(bits(10), -1.0)
+    for share in (0.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match=r"^share must be in \(0, 1\]"):
+            AccessTracker(10, share)
     with pytest.raises(ValueError, match=r"^window_seconds must be"):
         RateMeter(0)
 

@@ -216,6 +216,38 @@ def test_a_restarted_node_agent_restores_job_directories_and_reuses_its_cache(sy
     assert system.node_stats(restarted, "j1")["bytes_from_remote"] == 0  # every read a reused cache entry
 
 
+def test_a_job_on_two_nodes_reading_a_distributed_samplers_shares_counts_its_passes_on_each(system: System) -> None:
+    # Data-parallel training on two nodes: every pass, PyTorch's DistributedSampler shuffles the items with the
+    # pass's seed and deals rank r the items at r, r + 2, ...; each node reads only its half, another half
+    # each pass, and must count a pass (and the data manager see it) when its half is read.
+    nodes = [system.start_node("n1"), system.start_node("n2")]
+    system.client.register_dataset(system.uri)
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1), ("n2", 1)])
+    system.client.allocate_remote_io("j1", 100_000_000)
+    roots = [eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job dir") for node in nodes]  # noqa: B023
+
+    def usage() -> dict[str, pb.JobUsage]:
+        job = system.client.call(system.client.stub.GetJob, pb.GetJobRequest(job_id="j1"))
+        return {u.node_id: u for u in job.usage}
+
+    paths = sorted(system.files)
+    passes = 3
+    for number in range(passes):
+        order = random.Random(number).sample(paths, len(paths))
+        for rank, root in enumerate(roots):
+            for path in order[rank::2]:
+                assert (root / path).read_bytes() == system.files[path]
+        eventually(
+            lambda: [(u.epoch, u.epoch_progress) for u in usage().values()] == [(number + 2, 0.0)] * 2,  # noqa: B023
+            what=f"both nodes reporting pass {number + 1} done",
+        )
+    for node in nodes:
+        read = passes * FILES // 2 * SIZE
+        epochs = node.wait_for_stats(lambda s: s["jobs"]["j1"]["bytes_read"] == read)["jobs"]["j1"]["finished_epochs"]  # noqa: B023
+        assert [(e["epoch"], e["accessed_bytes"]) for e in epochs] == [(n, FILES // 2 * SIZE) for n in (1, 2, 3)]
+    assert sum(u.bytes_read for u in usage().values()) == passes * FILES * SIZE
+
+
 def test_a_job_on_two_nodes_gets_half_its_rate_on_each(system: System) -> None:
     nodes = [system.start_node("n1"), system.start_node("n2")]
     system.client.register_dataset(system.uri)

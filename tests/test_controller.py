@@ -132,9 +132,12 @@ def test_the_snapshot_places_jobs_on_their_workers_and_budgets_the_smallest_cach
             assert (jb.total_bytes, jb.irregular) == (5000, True)  # 2.5 epochs of its 2000-byte dataset
             assert (ja.submit_time, ja.attained_gpu_seconds) == (1.0, 30.0)
             assert (jb.submit_time, jb.attained_gpu_seconds, jb.done_bytes) == (11.0, 0.0, 0)  # seen now
-            # Hits still to come over reads still to come, the least over ja's nodes: n1 2000 of the 4000 bytes
-            # it has left this epoch, n2 600 of 2000. Nothing reported for jb: its dataset's cache stands in.
-            assert ja.epoch_hit_ratio == pytest.approx(0.3) and jb.epoch_hit_ratio is None
+            # Hits still to come over items not read yet, the least over ja's nodes. Each node reads its workers'
+            # share of the items per pass and reports its progress through that share: n1 (2 of 3 workers) is
+            # half through its 2/3, so 2000 cached of the 8000 x (1 - 1/3) bytes it has not read; n2 (1 of 3)
+            # three quarters through its 1/3: 600 of 8000 x (1 - 1/4). Nothing reported for jb: its dataset's
+            # cache stands in.
+            assert ja.epoch_hit_ratio == pytest.approx(0.1) and jb.epoch_hit_ratio is None
             assert snapshot.datasets[a] == DatasetState(a, 8000, 0, 400)  # the least cached on a node mounting it
             assert snapshot.datasets[b] == DatasetState(b, 2000, 0, 100)
 

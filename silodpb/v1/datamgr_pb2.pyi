@@ -907,12 +907,17 @@ class NodeJob(_message.Message):
     WORKERS_FIELD_NUMBER: _builtins.int
     JOB_IO_BYTES_PER_SEC_FIELD_NUMBER: _builtins.int
     IDEAL_BYTES_PER_SEC_FIELD_NUMBER: _builtins.int
+    JOB_WORKERS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     dataset_uri: _builtins.str
     io_bytes_per_sec: _builtins.int
     workers: _builtins.int
     job_io_bytes_per_sec: _builtins.int
     ideal_bytes_per_sec: _builtins.int
+    job_workers: _builtins.int
+    """The job's workers on every node: this node reads workers / job_workers of the items each pass, as
+    PyTorch's DistributedSampler splits them between ranks. 0 (an older data manager): all of them.
+    """
     def __init__(
         self,
         *,
@@ -922,10 +927,11 @@ class NodeJob(_message.Message):
         workers: _builtins.int = ...,
         job_io_bytes_per_sec: _builtins.int = ...,
         ideal_bytes_per_sec: _builtins.int = ...,
+        job_workers: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "io_bytes_per_sec", b"io_bytes_per_sec", "job_id", b"job_id", "job_io_bytes_per_sec", b"job_io_bytes_per_sec", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "io_bytes_per_sec", b"io_bytes_per_sec", "job_id", b"job_id", "job_io_bytes_per_sec", b"job_io_bytes_per_sec", "job_workers", b"job_workers", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
