@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import pytest
 import trio
@@ -12,6 +13,8 @@ import trio.testing
 from bitarray import bitarray
 
 from fuseclient.access import AccessStats, AccessTracker, RateMeter, pass_share
+
+T = TypeVar("T")
 
 
 def bits(n: int, ones: Iterable[int] = ()) -> bitarray:
@@ -96,17 +99,31 @@ def loader_accesses(
     return accesses
 
 
+def mid_pass(
+    tracker: AccessTracker,
+    accesses: list[tuple[int, int]],
+    per_pass: int,
+    observe: Callable[[AccessTracker], T],
+) -> list[T]:
+    """Record `accesses` and return what `observe` says halfway through each pass of `per_pass` accesses."""
+    seen = []
+    for index, (_, item) in enumerate(accesses):
+        tracker.record(item)
+        if index % per_pass == per_pass // 2:
+            seen.append(observe(tracker))
+    return seen
+
+
+def epoch(tracker: AccessTracker) -> int:
+    return tracker.epoch
+
+
 def test_parallel_workers_overlapping_at_shuffle_boundaries_count_one_epoch_per_pass() -> None:
     # The case found on a GPU node: 16 workers, a step-based sampler, 14 passes counted as 101 epochs.
     items, passes = 20_000, 14
     accesses = loader_accesses(items, passes, workers=16, batch=256, seed=7)
     tracker = AccessTracker(items)
-    epochs_mid_pass = []
-    for index, (_, item) in enumerate(accesses):
-        tracker.record(item)
-        if index % items == items // 2:
-            epochs_mid_pass.append(tracker.epoch)
-    assert epochs_mid_pass == list(range(1, passes + 1))
+    assert mid_pass(tracker, accesses, items, epoch) == list(range(1, passes + 1))
     assert tracker.closed_epochs == passes
 
 
@@ -132,14 +149,7 @@ def test_passes_that_drop_their_last_partial_batch_count_one_epoch_each() -> Non
     # drop_last leaves a few items out of each pass, another few each time: no pass reads every item.
     items, passes = 4000, 6
     accesses = loader_accesses(items, passes, workers=4, batch=64, seed=11, drop_last=True)
-    per_pass = len(accesses) // passes
-    tracker = AccessTracker(items)
-    epochs_mid_pass = []
-    for index, (_, item) in enumerate(accesses):
-        tracker.record(item)
-        if index % per_pass == per_pass // 2:
-            epochs_mid_pass.append(tracker.epoch)
-    assert epochs_mid_pass == list(range(1, passes + 1))
+    assert mid_pass(AccessTracker(items), accesses, len(accesses) // passes, epoch) == list(range(1, passes + 1))
 
 
 @pytest.mark.parametrize("world", [2, 8])
@@ -149,12 +159,12 @@ def test_a_node_reading_its_share_of_each_pass_counts_one_epoch_per_pass(world: 
     accesses = loader_accesses(items, passes, workers=1, batch=32, seed=5, ranks=(1, world))
     per_pass = items // world
     tracker = AccessTracker(items, share=pass_share(1, world))
-    seen = []
-    for index, (_, item) in enumerate(accesses):
-        tracker.record(item)
-        if index % per_pass == per_pass // 2:
-            stats = tracker.statistics(bits(items), 0.0)
-            seen.append((stats.epoch, round(stats.progress, 1)))
+
+    def epoch_and_progress(tracker: AccessTracker) -> tuple[int, float]:
+        stats = tracker.statistics(bits(items), 0.0)
+        return stats.epoch, round(stats.progress, 1)
+
+    seen = mid_pass(tracker, accesses, per_pass, epoch_and_progress)
     assert seen == [(number, 0.5) for number in range(1, passes + 1)]
     assert tracker.closed_epochs == passes
 
