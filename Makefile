@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := fuse3 libfuse3-dev pkg-config faketime
 PROTO_SRC := proto/silodpb/v1/datamgr.proto
 
-.PHONY: setup system-packages run test lint unit bench proto clean
+.PHONY: setup system-packages run test lint unit bench bench-pytorch proto clean
 
 setup: system-packages $(VENV)/.installed node_modules/.installed
 
@@ -56,10 +56,23 @@ bench: setup
 	PYTHONPATH=$(CURDIR) $(PY) bench/scheduler_round.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/sim_scenario.py
 
+# The real-client benchmark needs torch and torchvision, which the suite must not: they go into an environment of
+# their own (a large download the first time: PyPI's torch wheels carry CUDA libraries).
+PYTORCH_VENV := .venv-pytorch
+
+$(PYTORCH_VENV)/.installed: pyproject.toml setup.py $(SCHEDULER_SOURCES)
+	@test -x $(PYTORCH_VENV)/bin/python || python3 -m venv $(PYTORCH_VENV)
+	$(PYTORCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PYTORCH_VENV)/bin/python -m pip install -q -e '.[test]' torch torchvision
+	@touch $@
+
+bench-pytorch: setup $(PYTORCH_VENV)/.installed
+	PYTHONPATH=$(CURDIR) $(PYTORCH_VENV)/bin/python bench/pytorch_loader.py $(BENCH_ARGS)
+
 # Regenerate the gRPC stubs (committed, so installs need no protoc).
 proto: setup
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -Iproto --python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. $(PROTO_SRC)
 
 clean:
-	rm -rf $(VENV) node_modules .mypy_cache .pytest_cache .ruff_cache build
+	rm -rf $(VENV) $(PYTORCH_VENV) node_modules .mypy_cache .pytest_cache .ruff_cache build
 	find datamgr -name '*.so' -delete
