@@ -23,12 +23,22 @@ from tests.test_logs import read_lines
 HEADER = "Every 0.5s: silod status"
 
 
+def interruptible() -> None:
+    """Run in the child before exec: Ctrl-C's SIGINT back to its default. A suite started in the background
+    (`make test &`) has SIGINT ignored, the child inherits that, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @contextmanager
 def watching(address: str, *args: str) -> Iterator[tuple[IO[bytes], subprocess.Popen[bytes]]]:
     """`silod status --watch 0.5 ARGS` with stdout a pipe (not a TTY); ended with SIGINT, as Ctrl-C would."""
     env = {**os.environ, "SILOD_DATAMGR": address}
     process = subprocess.Popen(
-        [*SILOD, "status", "--watch", "0.5", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        [*SILOD, "status", "--watch", "0.5", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        preexec_fn=interruptible,
     )
     try:
         assert process.stdout is not None
@@ -113,6 +123,7 @@ def test_on_a_terminal_each_frame_clears_the_screen_and_shows_the_current_tables
             stdout=terminal.slave,
             stderr=subprocess.PIPE,
             env=env,
+            preexec_fn=interruptible,
         )
         try:
             (before,) = terminal.wait_for(lambda frames: len(frames) >= 1)
