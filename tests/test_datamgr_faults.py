@@ -30,7 +30,7 @@ from tests.disks import TmpfsFactory
 from tests.mount_fixtures import MountProcess
 from tests.storage_servers import free_port, missing_dependency
 from tests.test_agent import FILES, SIZE, eventually
-from tests.test_rate_change import WINDOW, Sample, assert_held_to, readers_demanding_more
+from tests.test_rate_change import WINDOW, Sample, assert_held_to, readers_demanding_more, sample
 from tests.test_watch import watch
 
 STATE_DISK_SIZE = "512k"  # room for the state dir of a small cluster, and little more
@@ -247,9 +247,7 @@ class ClockCluster:
 
     def sample(self) -> Sample:
         """Job j1 on the node, timed by the node's monotonic clock."""
-        stats = self.node.stats()
-        job = stats["jobs"]["j1"]
-        return Sample(stats["monotonic_seconds"], job["io_bytes_per_sec"], job["bytes_from_remote"])
+        return sample(self.node)
 
     def enforced(self) -> tuple[float, int]:
         """(rate, cache quota) the node enforces for j1 and its dataset."""

@@ -33,7 +33,7 @@ IN_FLIGHT = READERS * SIZE
 class Sample:
     """One statistics snapshot of the job on the node."""
 
-    at: float  # the node's clock (seconds since the epoch)
+    at: float  # the node's monotonic clock, seconds: rates stay right whatever the wall clock does
     rate: float  # the job's token bucket rate, bytes/s
     fetched: int  # bytes fetched from the backend for the job so far
 
@@ -41,7 +41,7 @@ class Sample:
 def sample(node: MountProcess) -> Sample:
     stats = node.stats()
     job = stats["jobs"]["j1"]
-    return Sample(stats["written_at"], job["io_bytes_per_sec"], job["bytes_from_remote"])
+    return Sample(stats["monotonic_seconds"], job["io_bytes_per_sec"], job["bytes_from_remote"])
 
 
 def window_under(node: MountProcess, rate: int) -> tuple[Sample, Sample]:
