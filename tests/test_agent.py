@@ -39,11 +39,12 @@ def eventually(check: Callable[[], Any], timeout: float = 20.0, what: str = "con
 class System:
     """A data manager on a fixed port, a dataset directory, and node agents started on demand."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, node_timeout: float = 5.0) -> None:
         self.root = root
         self.datamgr = DataManagerProcess(
-            root / "state", root / "datamgr.log", "--node-timeout", "5", listen=f"127.0.0.1:{free_port()}"
-        )
+            root / "state", root / "datamgr.log", "--node-timeout", f"{node_timeout:g}",
+            listen=f"127.0.0.1:{free_port()}",
+        )  # fmt: skip
         self.datamgr.start()
         self.client = DataManagerClient(self.datamgr.address, timeout=10)
         self.nodes: list[MountProcess] = []

@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import glob
 import os
-import random
 import re
 import time
 from collections.abc import Iterator
@@ -28,8 +27,8 @@ from tests import polling
 from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, silod_cli
 from tests.disks import TmpfsFactory
 from tests.mount_fixtures import MountProcess
-from tests.storage_servers import free_port, missing_dependency
-from tests.test_agent import FILES, SIZE, eventually
+from tests.storage_servers import missing_dependency
+from tests.test_agent import SIZE, System, eventually
 from tests.test_rate_change import WINDOW, Sample, assert_held_to, readers_demanding_more, sample
 from tests.test_watch import watch
 
@@ -217,33 +216,18 @@ def stepped_wall_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Stepp
     return clock
 
 
-class ClockCluster:
-    """A data manager and one node agent (`n1`, with its mount) on loopback, both under the stepped wall clock,
-    and a dataset directory of FILES random files of SIZE bytes."""
+class ClockCluster(System):
+    """A data manager and one node agent (`n1`, with its mount, started by the test) on loopback, both under the
+    stepped wall clock, and a dataset directory of FILES random files of SIZE bytes."""
 
     def __init__(self, root: Path) -> None:
-        self.datamgr = DataManagerProcess(
-            root / "state", root / "datamgr.log", "--node-timeout", f"{NODE_TIMEOUT:g}",
-            listen=f"127.0.0.1:{free_port()}",
-        )  # fmt: skip
-        self.datamgr.start()
-        self.client = DataManagerClient(self.datamgr.address, timeout=10)
-        rng = random.Random(11)
-        self.files = {f"c{i % 4}/f{i:03d}.bin": rng.randbytes(SIZE) for i in range(FILES)}
-        for path, data in self.files.items():
-            (root / "dataset" / path).parent.mkdir(parents=True, exist_ok=True)
-            (root / "dataset" / path).write_bytes(data)
-        self.uri = f"file://{root / 'dataset'}"
+        super().__init__(root, node_timeout=NODE_TIMEOUT)
         # The last --report-interval on the command line wins over the one MountProcess.node gives.
         self.node = MountProcess.node(
             root / "n1", self.datamgr.address, "n1", "--cache-capacity", "1GiB",
             "--report-interval", f"{REPORT_INTERVAL:g}",
         )  # fmt: skip
-
-    def stop(self) -> None:
-        self.node.stop()
-        self.client.close()
-        self.datamgr.stop()
+        self.nodes.append(self.node)  # stopped with the rest
 
     def sample(self) -> Sample:
         """Job j1 on the node, timed by the node's monotonic clock."""
