@@ -144,12 +144,17 @@ def _epoch_hit_ratio(usage: Sequence[pb.JobUsage], dataset_bytes: int, workers: 
     its progress through that share, so the items it has not read are 1 - progress x share of them.
     None when no node has reported or an epoch has just ended (then the dataset's cached bytes stand in)."""
     total = sum(workers.values())
-    ratios = []
-    for u in usage:
-        unread = 1.0 - u.epoch_progress * pass_share(workers.get(u.node_id, 0), total)
-        if u.epoch_progress < 1.0 and dataset_bytes > 0:
-            ratios.append(min(1.0, u.effective_cache_bytes / (unread * dataset_bytes)))
+    ratios = [
+        min(1.0, u.effective_cache_bytes / (_unread_share(u, workers, total) * dataset_bytes))
+        for u in usage
+        if u.epoch_progress < 1.0 and dataset_bytes > 0
+    ]
     return min(ratios, default=None)
+
+
+def _unread_share(usage: pb.JobUsage, workers: Mapping[str, int], total_workers: int) -> float:
+    """The share of all items the reporting node has not read this pass (it reads only its own share)."""
+    return 1.0 - usage.epoch_progress * pass_share(workers.get(usage.node_id, 0), total_workers)
 
 
 def _cached_bytes(manager: DataManager, uri: str) -> int:

@@ -94,14 +94,16 @@ class AccessTracker:
         self._accesses = 0
         self._overlap_start: int | None = None  # access count at the repeat that opened the overlap
         self._last_straggler = 0
-        self._expected = item_count  # items a pass reads on this node
-        self.set_share(share)
+        self._expected = self._items_per_pass(share)
 
     def set_share(self, share: float) -> None:
         """Expect this node to read `share` (in (0, 1]) of the items each pass: its workers over the job's."""
+        self._expected = self._items_per_pass(share)
+
+    def _items_per_pass(self, share: float) -> int:
         if not 0.0 < share <= 1.0:
             raise ValueError(f"share must be in (0, 1], got {share}")
-        self._expected = max(1, round(share * len(self._read)))
+        return max(1, round(share * len(self._read)))
 
     @property
     def closed_epochs(self) -> int:
