@@ -1,6 +1,7 @@
 """Serving a read of a job's file: from the local cache, or fetched from the backend under the job's throttle.
 
-A read is split into the items it covers. A cached item is read from local disk with `pread`; a missing one
+A read is split into the items it covers. A cached item is read from local disk with `pread` (inline when the
+page cache holds it, in a worker thread when the disk must be read); a missing one
 is fetched whole (uniform caching caches whole items), once however many readers want it at the same time
 (single-flight; the fetch is charged to the job that started it), and offered to the cache, which admits it
 only while the dataset is under its quota.
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 import trio
 
 from fuseclient.backends import BackendError, ChangedObject
+from fuseclient.cache import DatasetCache, WouldBlock
 from fuseclient.state import DatasetState, Flight, JobState
 
 
@@ -60,7 +62,7 @@ async def _item_bytes(
 ) -> bytes:
     cache = job.dataset.cache
     if cache.contains(item):
-        data = cache.read(item, offset, length)  # local disk: a pread, not worth a thread hop
+        data = await _cached_bytes(cache, item, offset, length)
         if data is not None:
             job.cache_hits += 1
             return data
@@ -78,6 +80,16 @@ async def _item_bytes(
         whole = await fetch_item(job, item)
     fetched.keep(item, whole)
     return whole[offset : offset + length]
+
+
+async def _cached_bytes(cache: DatasetCache, item: int, offset: int, length: int) -> bytes | None:
+    """A cached item's bytes: read inline while the page cache holds them (a thread hop would cost more than
+    the copy), in a worker thread when they must come from the disk, so that one reader waiting on the disk
+    does not hold up every other request the event loop serves."""
+    try:
+        return cache.read(item, offset, length, nowait=True)
+    except WouldBlock:
+        return await trio.to_thread.run_sync(cache.read, item, offset, length)
 
 
 async def _read_ahead(job: JobState, item: int, fetched: FetchedItems) -> None:

@@ -1,4 +1,5 @@
-"""Real disks a test can fill up or pull away: tmpfs file systems mounted for the test and unmounted after it."""
+"""Real disks a test can fill up, pull away or read from cold: file systems mounted for the test (tmpfs, or
+ext4 on a loop device) and unmounted after it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,32 @@ import pytest
 from tests.storage_servers import missing_dependency
 
 TmpfsFactory = Callable[[Path, str], Path]
+Ext4Factory = Callable[[Path, int], Path]
+
+
+class _Mounts:
+    """File systems mounted by one test, unmounted (lazily if still busy) in reverse order at its end."""
+
+    def __init__(self) -> None:
+        self.mounted: list[Path] = []
+
+    def run(self, command: list[str], what: str) -> None:
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            missing_dependency(f"cannot {what} here: {result.stderr.strip()}")
+
+    def mount(self, command: list[str], path: Path, what: str) -> Path:
+        if os.geteuid() != 0:
+            missing_dependency(f"{what} needs root")
+        path.mkdir(parents=True, exist_ok=True)
+        self.run([*command, str(path)], what)
+        self.mounted.append(path)
+        return path
+
+    def unmount_all(self) -> None:
+        for path in reversed(self.mounted):
+            if os.path.ismount(path) and subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+                subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 @pytest.fixture
@@ -21,20 +48,30 @@ def tmpfs() -> Iterator[TmpfsFactory]:
     Ask for this fixture before daemons that use the disk (`mount_factory`, a data manager), so that its
     teardown, which unmounts (lazily if the disk is still busy), runs after theirs.
     """
-    if os.geteuid() != 0:
-        missing_dependency("mounting a tmpfs needs root")
-    mounted: list[Path] = []
+    mounts = _Mounts()
 
     def mount(path: Path, size: str) -> Path:
-        path.mkdir(parents=True, exist_ok=True)
-        command = ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            missing_dependency(f"cannot mount a tmpfs here: {result.stderr.strip()}")
-        mounted.append(path)
-        return path
+        command = ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs"]
+        return mounts.mount(command, path, "mounting a tmpfs")
 
     yield mount
-    for path in reversed(mounted):
-        if os.path.ismount(path) and subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(path)], check=True)
+    mounts.unmount_all()
+
+
+@pytest.fixture
+def ext4() -> Iterator[Ext4Factory]:
+    """`mount(path, size_bytes)` puts a fresh ext4 on a loop device at `path` (its image beside it) and returns
+    it: a block-device file system, whose reads come from the disk once a file's pages are dropped and which
+    answers `RWF_NOWAIT` reads, as a node's cache disk does and tmpfs does not. Teardown as `tmpfs`'s."""
+    mounts = _Mounts()
+
+    def mount(path: Path, size_bytes: int) -> Path:
+        image = path.with_name(path.name + ".img")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(image, "wb") as file:
+            file.truncate(size_bytes)
+        mounts.run(["mkfs.ext4", "-q", "-F", str(image)], "make an ext4 file system")
+        return mounts.mount(["mount", "-o", "loop", str(image)], path, "mounting an ext4 image on a loop device")
+
+    yield mount
+    mounts.unmount_all()

@@ -5,7 +5,9 @@ the mount goes on and unmounts cleanly, one warning names the cache dir, and the
 `statistics()` behind the stats file and /metrics) never claim bytes the cache no longer holds.
 
 A damaged entry of the right size (a flipped bit) cannot be told from a good one without checksums, which the
-cache does not keep; it is not driven here.
+cache does not keep; it is not driven here. Not a fault but the same machinery: a cold cache disk (its files'
+pages dropped, as on a node whose datasets outgrow its memory) is read in worker threads and still serves
+every hit.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from datamgr.devservers import free_port
 from tests.datamgr_fixtures import SILOD
-from tests.disks import TmpfsFactory
+from tests.disks import Ext4Factory, TmpfsFactory
 from tests.mount_fixtures import MountFactory, MountProcess
 
 CHUNK = 64 * 1024  # the smallest chunk size: several items a file, for a small dataset
@@ -237,4 +239,29 @@ def test_a_cache_entry_cut_short_on_disk_is_never_served_but_dropped_and_fetched
     assert now["silod_cache_dropped_items_total"] == 3
     assert now["silod_backend_bytes_total"] == FILE_SIZE * FILES + 3 * CHUNK  # each damaged entry once more
     assert_one_cache_warning_naming(mount, mount.cache_dir.resolve())
+    unmount_cleanly(mount)
+
+
+def test_a_cold_cache_disk_serves_every_cached_item_without_refetching_or_dropping_it(
+    ext4: Ext4Factory, mount_factory: MountFactory, tmp_path: Path, dataset: Dataset
+) -> None:
+    uri, files = dataset
+    ext4(tmp_path / "m" / "cache", 64 * 1024 * 1024)  # the mount's cache dir (mount_factory's name "m")
+    mount, port = start_mount(mount_factory, uri)
+    read_all(mount, files, sorted(files))
+    cached = numbers(port)
+    assert cached["silod_cache_items"] == 3 * FILES
+
+    for path in item_files(mount.cache_dir):  # a read now waits for the disk: the daemon hands it to a thread
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    read_all(mount, files, sorted(files))
+
+    now = numbers(port)
+    assert now["silod_backend_bytes_total"] == cached["silod_backend_bytes_total"] == FILE_SIZE * FILES
+    assert now["silod_cache_items"] == 3 * FILES and now["silod_cache_dropped_items_total"] == 0
+    assert now["silod_job_cache_hits_total"] >= cached["silod_job_cache_hits_total"] + 3 * FILES
+    assert warnings_in_log(mount) == []
     unmount_cleanly(mount)
