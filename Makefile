@@ -52,6 +52,7 @@ test: lint unit
 bench: setup
 	PYTHONPATH=$(CURDIR) $(PY) bench/control_plane.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/epoch_read.py
+	PYTHONPATH=$(CURDIR) $(PY) bench/fuse_floor.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/manifest_memory.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/scheduler_round.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/sim_scenario.py

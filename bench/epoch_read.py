@@ -112,6 +112,12 @@ def settle() -> None:
     os.sync()
 
 
+def drop_caches() -> None:
+    """Empty the kernel's page cache (root only), after writing back what is dirty."""
+    settle()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
 def sdk_epoch(server: S3Server, bucket: str, keys: list[str], threads: int, ranges: list[str]) -> EpochResult:
     """One pass with boto3 at the same concurrency: each object whole (ranges == [""]) or by those ranges."""
     settle()

@@ -43,7 +43,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision import datasets, transforms
 
-from bench.epoch_read import cpu_seconds, settle
+from bench.epoch_read import cpu_seconds, drop_caches, settle
 from tests.mount_fixtures import MountProcess, options_args
 from tests.storage_servers import S3Server, running_s3_server, s3_client
 
@@ -130,12 +130,6 @@ def run_epochs(
         results.append(Epoch(source, workers, epoch, seconds, images, cpu))
         print(f"  {source:<16} workers {workers}  epoch {epoch}: {images / seconds:7.1f} images/s", file=sys.stderr)
     return results
-
-
-def drop_caches() -> None:
-    """Empty the kernel's page cache (root only), after writing back what is dirty."""
-    settle()
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
 @contextmanager
