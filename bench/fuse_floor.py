@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.epoch_read import cpu_seconds, drop_caches, settle
-from datamgr.cli.tables import render_table
+from silodcli.tables import render_table
 from tests.mount_fixtures import MountProcess, is_live_mount
 
 HERE = Path(__file__).resolve().parent

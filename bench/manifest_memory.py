@@ -22,9 +22,9 @@ from pathlib import Path
 from bitarray import bitarray
 
 from fuseclient.access import AccessTracker
-from fuseclient.backends.base import ObjectInfo
-from fuseclient.manifest import Manifest, build_manifest
 from fuseclient.tree import DatasetTree
+from silodlib.backends.base import ObjectInfo
+from silodlib.manifest import Manifest, build_manifest
 
 IMAGENET_FILES = 1_281_167
 

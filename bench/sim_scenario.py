@@ -22,12 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from datamgr.cli.sim import SimInputs, simulate_into
-from datamgr.cli.tables import render_table
 from datamgr.scheduler.registry import UnknownPolicy, available_policies, build_scheduler
 from datamgr.scheduler.sim.fields import format_duration
 from datamgr.scheduler.sim.model import SimConfig
 from datamgr.scheduler.sim.scenarios import available_scenarios, load_scenario
+from silodcli.sim import SimInputs, simulate_into
+from silodcli.tables import render_table
 
 FASTEST_POLICIES = frozenset({"fifo", "greedy"})
 FAST_GOAL_SECONDS = 20.0

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from fuseclient.grpc_channel import ChannelSecurity, explain_refusal, open_channel
+from silodlib.grpc_channel import ChannelSecurity, explain_refusal, open_channel
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 

@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Literal
 
+from datamgr.entities import DataManagerError
 from datamgr.manager import DataManager
-from datamgr.model import DataManagerError
 from datamgr.scheduler import perf
 from datamgr.scheduler.partition import ByRegularity
 from datamgr.scheduler.perf import Estimator, VanillaPerf
@@ -34,8 +34,8 @@ from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.registry import Scheduler
 from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot
 from datamgr.state import ClusterState
-from datamgr.units import format_rate, format_size
-from fuseclient.access import pass_share
+from silodlib.sharding import pass_share
+from silodlib.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb
 
 log = logging.getLogger(__name__)

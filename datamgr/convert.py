@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from datamgr.model import Dataset, Job, Node, NodeJobView, NodeView
+from datamgr.entities import Dataset, Job, Node, NodeJobView, NodeView
 from datamgr.state import DatasetRemoved, JobRemoved, NodeChange
-from fuseclient.backends import redact_options
-from fuseclient.backends.uri import parse_dataset_uri
+from silodlib.backends import redact_options
+from silodlib.backends.uri import parse_dataset_uri
 from silodpb.v1 import datamgr_pb2 as pb
 
 

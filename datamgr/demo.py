@@ -33,7 +33,7 @@ from datamgr.devservers import azure_client, running_azurite, running_s3_server,
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.scheduler.policies.greedy import Allocation, JobDemand, greedy
 from datamgr.server import ServerConfig
-from datamgr.units import format_rate, format_size
+from silodlib.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb
 
 MB = 10**6
@@ -134,7 +134,7 @@ def upload(storage: DemoStorage, jobs: tuple[DemoJob, ...]) -> None:
 # ---- the node agent ----
 
 
-class NodeAgent:
+class DemoNode:
     """`silod node` as a child process with its mount under `root`."""
 
     def __init__(self, root: Path, datamgr: str, cache_capacity: int) -> None:
@@ -143,7 +143,7 @@ class NodeAgent:
         self.log_path = root / "node.log"
         self.mountpoint.mkdir(parents=True)
         argv = [
-            sys.executable, "-m", "datamgr.cli.main", "node", "--foreground", "--datamgr", datamgr,
+            sys.executable, "-m", "silodcli.main", "node", "--foreground", "--datamgr", datamgr,
             "--node-id", NODE_ID, "--mountpoint", str(self.mountpoint), "--cache-dir", str(self.cache_dir),
             "--cache-capacity", str(cache_capacity), "--report-interval", "1", "--stats-interval", "0.5",
         ]  # fmt: skip
@@ -257,7 +257,7 @@ def allocate(client: DataManagerClient, jobs: list[DemoJob], uris: dict[str, str
 # ---- the run ----
 
 
-def _live_line(trainers: dict[str, Trainer], node: NodeAgent, last: dict[str, tuple[int, int]], elapsed: float) -> str:
+def _live_line(trainers: dict[str, Trainer], node: DemoNode, last: dict[str, tuple[int, int]], elapsed: float) -> str:
     """One line a second: per job, its epoch, read rate (the trainer's), epoch hit ratio and remote rate
     (the node's; the kernel's page cache may answer reads of cached files without the node seeing them)."""
     stats = node.stats()["jobs"]
@@ -304,7 +304,7 @@ def _run(stack: contextlib.ExitStack, backend: str, scale: Scale) -> int:
     dm = stack.enter_context(EmbeddedDataManager(config))
     client = stack.enter_context(DataManagerClient(dm.address))
     say(f"== data manager at {dm.address} (remote IO limit {format_rate(scale.remote_io_limit)})")
-    node = NodeAgent(root / "node", dm.address, scale.node_cache)
+    node = DemoNode(root / "node", dm.address, scale.node_cache)
     stack.callback(node.stop)
     say(f"== node agent {NODE_ID}: {format_size(scale.node_cache)} of cache, mounted at {node.mountpoint}")
 
@@ -356,7 +356,7 @@ def _run(stack: contextlib.ExitStack, backend: str, scale: Scale) -> int:
     return 0
 
 
-def _finished_epochs(node: NodeAgent, job_id: str) -> list[dict[str, Any]]:
+def _finished_epochs(node: DemoNode, job_id: str) -> list[dict[str, Any]]:
     """The node's record of the job's epochs, once its statistics show all of them (or after 5 s)."""
     deadline = time.monotonic() + 5
     while True:

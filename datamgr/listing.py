@@ -7,8 +7,8 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from datamgr.model import FailedPrecondition, InvalidArgument, PermissionDenied, Unavailable
-from fuseclient.backends import (
+from datamgr.entities import FailedPrecondition, InvalidArgument, PermissionDenied, Unavailable
+from silodlib.backends import (
     AccessDenied,
     BackendError,
     BackendUnavailable,
@@ -16,8 +16,8 @@ from fuseclient.backends import (
     NoSuchObject,
     open_backend,
 )
-from fuseclient.logfields import log_ids
-from fuseclient.manifest import Manifest, ManifestError, build_manifest
+from silodlib.logfields import log_ids
+from silodlib.manifest import Manifest, ManifestError, build_manifest
 
 log = logging.getLogger(__name__)
 

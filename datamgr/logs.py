@@ -1,6 +1,6 @@
 """Logging for the `silod` commands: the human format, or one JSON object per line (`--log-json`).
 
-An event about a job, dataset or node carries its ids as fields (`extra=fuseclient.logfields.log_ids(...)`:
+An event about a job, dataset or node carries its ids as fields (`extra=silodlib.logfields.log_ids(...)`:
 `job_id`, `dataset_uri`, `node_id`), which the JSON format shows next to the message.
 """
 

@@ -14,9 +14,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequen
 from dataclasses import dataclass, replace
 
 from datamgr import convert
-from datamgr.listing import freeze_manifest
-from datamgr.liveness import NodeLiveness
-from datamgr.model import (
+from datamgr.entities import (
     AlreadyExists,
     Dataset,
     FailedPrecondition,
@@ -27,9 +25,10 @@ from datamgr.model import (
     ResourceExhausted,
     Worker,
 )
+from datamgr.listing import freeze_manifest
+from datamgr.liveness import NodeLiveness
 from datamgr.state import Change, ClusterState, diff_views
 from datamgr.store import Commit, StateStore, StoreFull
-from datamgr.units import format_rate, format_size
 from datamgr.validation import (
     check_address,
     check_bytes,
@@ -41,7 +40,8 @@ from datamgr.validation import (
     check_worker_count,
 )
 from datamgr.watch import WatchHub
-from fuseclient.manifest import DEFAULT_CHUNK_SIZE, Manifest
+from silodlib.manifest import DEFAULT_CHUNK_SIZE, Manifest
+from silodlib.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from datamgr.manager import DataManager
-from fuseclient.metrics import MetricsEndpoint
+from silodlib.metrics_endpoint import MetricsEndpoint
 
 _Handler = Any  # grpc.RpcMethodHandler, generic in the stubs only
 

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, TypeAlias
 
 import grpc
 
-from fuseclient.grpc_channel import (
+from silodlib.grpc_channel import (
     TLS_CA_ENV,
     TLS_CERT_ENV,
     TLS_KEY_ENV,

@@ -10,8 +10,7 @@ import grpc
 
 from datamgr import convert
 from datamgr.controller import EXTERNAL_POLICY, Controller
-from datamgr.manager import DataManager
-from datamgr.model import (
+from datamgr.entities import (
     AlreadyExists,
     DataManagerError,
     FailedPrecondition,
@@ -22,6 +21,7 @@ from datamgr.model import (
     Unavailable,
     Worker,
 )
+from datamgr.manager import DataManager
 from datamgr.watch import WatchOverflow
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc

@@ -11,7 +11,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from datamgr.model import Dataset, Job, Node, NodeJobView, NodeView
+from datamgr.entities import Dataset, Job, Node, NodeJobView, NodeView
 
 
 @dataclass(frozen=True, slots=True)

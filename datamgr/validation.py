@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 import re
 
-from datamgr.model import InvalidArgument
-from datamgr.units import format_rate, format_size
-from fuseclient.backends.uri import InvalidDatasetURI, parse_dataset_uri
+from datamgr.entities import InvalidArgument
+from silodlib.backends.uri import InvalidDatasetURI, parse_dataset_uri
+from silodlib.units import format_rate, format_size
 
 ID_RULE = "[A-Za-z0-9._-]{1,128}"
 _ID = re.compile(ID_RULE)

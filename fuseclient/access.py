@@ -21,14 +21,6 @@ from bitarray.util import count_and
 _BUCKETS_PER_WINDOW = 50
 
 
-def pass_share(node_workers: int, job_workers: int) -> float:
-    """The part of a job's items one node reads each pass: its workers over all of the job's, as PyTorch's
-    DistributedSampler deals the items to ranks; all of them when either count is not known (0)."""
-    if node_workers <= 0 or job_workers <= 0:
-        return 1.0
-    return min(1.0, node_workers / job_workers)
-
-
 @dataclass(frozen=True, slots=True)
 class AccessStats:
     """A job's position in its epochs and its cache use; the same numbers feed logs, metrics and status."""

@@ -28,15 +28,15 @@ import grpc
 import pyfuse3
 import trio
 
-from fuseclient.access import pass_share
-from fuseclient.backends import BackendError, RetryingBackend, open_backend
-from fuseclient.grpc_channel import ChannelSecurity, explain_refusal, open_channel
-from fuseclient.logfields import log_ids
-from fuseclient.manifest import Manifest
 from fuseclient.mount import ReadyCallback, add_job, open_dataset, run_filesystem, stats_reporting
+from fuseclient.mounted import MountState
 from fuseclient.readahead import DEFAULT_READ_AHEAD
-from fuseclient.state import MountState
 from fuseclient.throttle import default_burst
+from silodlib.backends import BackendError, RetryingBackend, open_backend
+from silodlib.grpc_channel import ChannelSecurity, explain_refusal, open_channel
+from silodlib.logfields import log_ids
+from silodlib.manifest import Manifest
+from silodlib.sharding import pass_share
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 

@@ -61,8 +61,8 @@ from pathlib import Path
 
 from bitarray import bitarray
 
-from fuseclient.logfields import log_ids
-from fuseclient.manifest import Manifest
+from silodlib.logfields import log_ids
+from silodlib.manifest import Manifest
 
 log = logging.getLogger(__name__)
 

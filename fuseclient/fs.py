@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import pyfuse3
 
 from fuseclient import readpath
-from fuseclient.backends import AccessDenied, BackendError
-from fuseclient.logfields import log_ids
-from fuseclient.state import JobState, MountState
+from fuseclient.mounted import MountedJob, MountState
+from silodlib.backends import AccessDenied, BackendError
+from silodlib.logfields import log_ids
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ ROOT_TIMEOUT = 1.0  # the set of jobs changes as jobs come and go
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
 
 
-def _fuse_error(exc: BackendError, job: JobState) -> pyfuse3.FUSEError:
+def _fuse_error(exc: BackendError, job: MountedJob) -> pyfuse3.FUSEError:
     """The errno the reader sees for a storage failure (EACCES when denied, else EIO), logged with the job
     and dataset it struck."""
     denied = isinstance(exc, AccessDenied)
@@ -50,7 +50,7 @@ def _fuse_error(exc: BackendError, job: JobState) -> pyfuse3.FUSEError:
 
 @dataclass(eq=False, slots=True)
 class _Handle:
-    job: JobState
+    job: MountedJob
     file_index: int
     chunked: bool
     items_seen: set[int] = field(default_factory=set)  # chunks already counted for this open
@@ -69,7 +69,7 @@ class SilodFS(pyfuse3.Operations):
 
     # ---- inodes ----
 
-    def _resolve(self, inode: int) -> tuple[JobState, int]:
+    def _resolve(self, inode: int) -> tuple[MountedJob, int]:
         job = self._mount.jobs_by_slot.get((inode >> SLOT_SHIFT) - 1)
         node = inode & ((1 << SLOT_SHIFT) - 1)
         if job is None or node >= job.dataset.tree.node_count:
@@ -77,7 +77,7 @@ class SilodFS(pyfuse3.Operations):
         return job, node
 
     @staticmethod
-    def _inode(job: JobState, node: int) -> int:
+    def _inode(job: MountedJob, node: int) -> int:
         return ((job.slot + 1) << SLOT_SHIFT) | node
 
     def _attributes(self, inode: int) -> pyfuse3.EntryAttributes:

@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import trio
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
-from fuseclient.state import MountState
+from fuseclient.mounted import MountState
+from silodlib.metrics_endpoint import MetricsEndpoint
 
 Metric = CounterMetricFamily | GaugeMetricFamily | SummaryMetricFamily
 
@@ -22,24 +22,6 @@ Metric = CounterMetricFamily | GaugeMetricFamily | SummaryMetricFamily
 def _family(kind: type[Metric], name: str, documentation: str, label: str) -> Any:
     """A metric family keyed by one label: "dataset" or "job"."""
     return kind(name, documentation, labels=[label])
-
-
-class MetricsEndpoint:
-    """A registry of its own (several daemons may share a process, as in tests) and the HTTP server that
-    exposes it."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self._http: Any = None
-
-    def serve(self, host: str, port: int) -> int:
-        """Expose /metrics on host:port (0: any free port); returns the port."""
-        self._http, _ = start_http_server(port, addr=host, registry=self.registry)
-        return int(self._http.server_port)
-
-    def close(self) -> None:
-        if self._http is not None:
-            self._http.shutdown()
 
 
 class MountMetrics(MetricsEndpoint, Collector):

@@ -20,16 +20,16 @@ import pyfuse3
 import trio
 
 from fuseclient.access import AccessTracker
-from fuseclient.backends import Backend, BackendError, RetryingBackend, open_backend
 from fuseclient.cache import DatasetCache
 from fuseclient.fs import SilodFS
-from fuseclient.logfields import log_ids
-from fuseclient.manifest import DEFAULT_CHUNK_SIZE, Manifest, build_manifest
 from fuseclient.metrics import MountMetrics
+from fuseclient.mounted import MountedDataset, MountedJob, MountState
 from fuseclient.readahead import DEFAULT_READ_AHEAD, NotMounted, mount_device, set_read_ahead
-from fuseclient.state import DatasetState, JobState, MountState
 from fuseclient.throttle import TokenBucket, default_burst
 from fuseclient.tree import DatasetTree
+from silodlib.backends import Backend, BackendError, RetryingBackend, open_backend
+from silodlib.logfields import log_ids
+from silodlib.manifest import DEFAULT_CHUNK_SIZE, Manifest, build_manifest
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def dataset_cache_dir(cache_dir: Path, uri: str) -> Path:
     return cache_dir / hashlib.sha256(uri.encode()).hexdigest()[:24]
 
 
-async def open_dataset(cache_root: Path, uri: str, backend: Backend, manifest: Manifest, quota: int) -> DatasetState:
+async def open_dataset(cache_root: Path, uri: str, backend: Backend, manifest: Manifest, quota: int) -> MountedDataset:
     """A dataset ready to serve: its cache opened (restoring complete entries from an earlier run)."""
     directory = dataset_cache_dir(cache_root, uri)
     cache = await trio.to_thread.run_sync(lambda: DatasetCache(directory, manifest, quota, dataset_uri=uri))
@@ -102,15 +102,17 @@ async def open_dataset(cache_root: Path, uri: str, backend: Backend, manifest: M
         cache.statistics().cached_items,
         extra=log_ids(dataset_uri=uri),
     )
-    return DatasetState(uri, manifest, DatasetTree(manifest), backend, cache, trio.CapacityLimiter(FETCH_CONCURRENCY))
+    return MountedDataset(uri, manifest, DatasetTree(manifest), backend, cache, trio.CapacityLimiter(FETCH_CONCURRENCY))
 
 
-def add_job(mount: MountState, job_id: str, dataset: DatasetState, rate: int | None, share: float = 1.0) -> JobState:
+def add_job(
+    mount: MountState, job_id: str, dataset: MountedDataset, rate: int | None, share: float = 1.0
+) -> MountedJob:
     """Add a job reading `dataset`, throttled at `rate` bytes/s (None: unthrottled), that reads `share` of the
     items each pass here (its workers on this node over all of its workers; `AccessTracker`)."""
     bucket = None if rate is None else TokenBucket(rate, default_burst(rate, dataset.manifest.largest_item))
     tracker = AccessTracker(dataset.manifest.item_count, share)
-    job = JobState(job_id, mount.next_slot(), dataset, bucket, tracker)
+    job = MountedJob(job_id, mount.next_slot(), dataset, bucket, tracker)
     mount.add_job(job)
     return job
 

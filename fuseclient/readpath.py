@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import trio
 
-from fuseclient.backends import BackendError, ChangedObject
 from fuseclient.cache import DatasetCache, WouldBlock
-from fuseclient.state import DatasetState, Flight, JobState
+from fuseclient.mounted import Flight, MountedDataset, MountedJob
+from silodlib.backends import BackendError, ChangedObject
 
 
 @dataclass(slots=True)
@@ -37,7 +37,7 @@ class FetchedItems:
         self.items[item] = data
 
 
-async def read(job: JobState, file_index: int, offset: int, size: int, fetched: FetchedItems | None = None) -> bytes:
+async def read(job: MountedJob, file_index: int, offset: int, size: int, fetched: FetchedItems | None = None) -> bytes:
     """Up to `size` bytes of the job's file `file_index` from `offset` (short at the end of the file)."""
     manifest = job.dataset.manifest
     items = manifest.items_covering(file_index, offset, size)
@@ -58,7 +58,7 @@ async def read(job: JobState, file_index: int, offset: int, size: int, fetched: 
 
 
 async def _item_bytes(
-    job: JobState, item: int, last_item: int, offset: int, length: int, fetched: FetchedItems | None
+    job: MountedJob, item: int, last_item: int, offset: int, length: int, fetched: FetchedItems | None
 ) -> bytes:
     cache = job.dataset.cache
     if cache.contains(item):
@@ -92,13 +92,13 @@ async def _cached_bytes(cache: DatasetCache, item: int, offset: int, length: int
         return await trio.to_thread.run_sync(cache.read, item, offset, length)
 
 
-async def _read_ahead(job: JobState, item: int, fetched: FetchedItems) -> None:
+async def _read_ahead(job: MountedJob, item: int, fetched: FetchedItems) -> None:
     # On failure the reader fetches the item itself if it gets there, and sees the error then.
     with contextlib.suppress(BackendError):
         fetched.items[item] = await fetch_item(job, item)
 
 
-async def fetch_item(job: JobState, item: int) -> bytes:
+async def fetch_item(job: MountedJob, item: int) -> bytes:
     """The bytes of `item` from the backend, fetched once for all concurrent readers of it."""
     dataset = job.dataset
     while True:
@@ -113,7 +113,7 @@ async def fetch_item(job: JobState, item: int) -> bytes:
         # the reader that led the fetch went away: lead a new one
 
 
-async def _lead_fetch(job: JobState, dataset: DatasetState, item: int) -> bytes:
+async def _lead_fetch(job: MountedJob, dataset: MountedDataset, item: int) -> bytes:
     flight = dataset.inflight[item] = Flight()
     try:
         length = dataset.manifest.item_size(item)
@@ -134,7 +134,7 @@ async def _lead_fetch(job: JobState, dataset: DatasetState, item: int) -> bytes:
         flight.done.set()
 
 
-def _fetch_and_offer(dataset: DatasetState, item: int) -> tuple[bytes, float]:
+def _fetch_and_offer(dataset: MountedDataset, item: int) -> tuple[bytes, float]:
     """In a worker thread: read the item from the backend and offer it to the cache (one thread hop for both).
     Returns the bytes and the seconds the backend read took."""
     file_index, offset, length = dataset.manifest.item_extent(item)

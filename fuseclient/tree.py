@@ -12,7 +12,7 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from fuseclient.manifest import Manifest
+from silodlib.manifest import Manifest
 
 
 @dataclass(slots=True)

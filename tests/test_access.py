@@ -12,7 +12,8 @@ import trio
 import trio.testing
 from bitarray import bitarray
 
-from fuseclient.access import AccessStats, AccessTracker, RateMeter, pass_share
+from fuseclient.access import AccessStats, AccessTracker, RateMeter
+from silodlib.sharding import pass_share
 
 T = TypeVar("T")
 

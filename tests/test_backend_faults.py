@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from datamgr.devservers import azure_client
-from fuseclient.backends import InvalidBackendOption, RetryPolicy, open_backend
+from silodlib.backends import InvalidBackendOption, RetryPolicy, open_backend
 from tests import polling
 from tests.fault_proxy import AZURE_SERVER_BUSY, S3_SLOW_DOWN, FaultProxy, RestartableAzurite
 from tests.mount_fixtures import MountFactory, MountProcess, options_args

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import base64
 import contextlib
 import errno
@@ -10,6 +11,8 @@ import logging
 import os
 import random
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,10 +26,10 @@ from azure.core.exceptions import HttpResponseError, ResourceNotFoundError, Serv
 from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
-from fuseclient.backends import (
+from silodlib.backends import (
     REDACTED,
+    SCHEMES,
     AccessDenied,
-    AzureBackend,
     Backend,
     BackendError,
     BackendUnavailable,
@@ -36,10 +39,13 @@ from fuseclient.backends import (
     InvalidDatasetURI,
     NoSuchObject,
     ObjectInfo,
+    backend_class,
     open_backend,
     parse_dataset_uri,
     redact_options,
 )
+from silodlib.backends.azure import AzureBackend
+from silodlib.backends.uri import SUPPORTED_FORMS
 from tests.datasets import generate_dataset, upload_dataset
 from tests.storage_servers import AzuriteServer, DatasetTarget, DatasetTargetFactory, free_port, rewrite_same_size
 
@@ -549,3 +555,33 @@ def test_fake_s3_endpoint_losing_the_connection_mid_body_is_a_transient_error() 
             backend.read("a.bin", 0, 10)
         assert backend.is_transient(raised.value)
         assert SECRET_KEY not in str(raised.value)
+
+
+def test_every_scheme_a_uri_may_name_has_a_backend_class_of_that_scheme() -> None:
+    for form in SUPPORTED_FORMS:
+        scheme = form.partition("://")[0]
+        assert backend_class(scheme).scheme == scheme
+    assert set(SCHEMES) == {form.partition("://")[0] for form in SUPPORTED_FORMS}
+
+
+REPO = Path(__file__).resolve().parent.parent
+SDK_PACKAGES = ("boto3", "botocore", "azure")
+_IMPORTED_SDKS = "import sys; {imports}; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({packages!r})))"
+
+
+def sdks_imported_by(imports: str) -> list[str]:
+    """The SDK packages a fresh interpreter has imported after running `imports`."""
+    code = _IMPORTED_SDKS.format(imports=imports, packages=SDK_PACKAGES)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    found: list[str] = ast.literal_eval(result.stdout.strip())
+    return found
+
+
+def test_the_control_plane_and_the_simulator_never_import_a_storage_sdk_and_opening_a_backend_does() -> None:
+    control_plane = "import silodcli.main, datamgr.server, datamgr.client, datamgr.scheduler.sim.engine"
+    assert sdks_imported_by(control_plane) == []
+    assert sdks_imported_by("from silodlib.backends import open_backend, redact_options") == []
+    opened = "from silodlib.backends import open_backend; open_backend('s3://bucket/prefix', {'region': 'x'})"
+    assert sdks_imported_by(opened) == ["boto3", "botocore"]
+    redacted = "from silodlib.backends import redact_options; redact_options('az', {'account_key': 'k'})"
+    assert sdks_imported_by(redacted) == ["azure"]

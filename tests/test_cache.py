@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fuseclient.cache import FANOUT, WRITE_PIECE, CacheStats, DatasetCache, WouldBlock
-from fuseclient.manifest import Manifest
+from silodlib.manifest import Manifest
 from tests.disks import Ext4Factory, TmpfsFactory
 
 REPO = Path(__file__).resolve().parent.parent
@@ -579,7 +579,7 @@ CRASHING_CHILD = """
 import sys
 from pathlib import Path
 from fuseclient.cache import DatasetCache
-from fuseclient.manifest import Manifest
+from silodlib.manifest import Manifest
 
 size = 256 * 1024
 manifest = Manifest(size, ["data"], [400 * size], [0], ["v1"])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from datamgr.cli.main import main
+from silodcli.main import main
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.datamgr_fixtures import RunningDataManager, full_state, make_local_dataset, silod_cli
 

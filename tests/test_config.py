@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from datamgr.cli.config import ConfigError
-from datamgr.cli.main import main, parse_args
+from silodcli.config import ConfigError
+from silodcli.main import main, parse_args
 from tests.datamgr_fixtures import silod_cli
 
 

@@ -19,11 +19,10 @@ from typing import Any
 
 import pytest
 
-from datamgr.cli.main import parse_args
 from datamgr.client import DataManagerClient
 from datamgr.controller import Controller, RoundRequests, Step, plan, snapshot_of
+from datamgr.entities import Dataset, FailedPrecondition, Job, Node, Worker
 from datamgr.manager import DataManager
-from datamgr.model import Dataset, FailedPrecondition, Job, Node, Worker
 from datamgr.scheduler.perf import Estimator, SiloDPerf
 from datamgr.scheduler.policies.fifo import FifoPolicy
 from datamgr.scheduler.policies.greedy import GreedyStorage
@@ -32,6 +31,7 @@ from datamgr.scheduler.registry import Scheduler, available_policies, build_sche
 from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot
 from datamgr.state import ClusterState
 from datamgr.store import SQLiteStore
+from silodcli.main import parse_args
 from silodpb.v1 import datamgr_pb2 as pb
 from tests import polling
 from tests.datamgr_fixtures import DataManagerProcess, make_local_dataset, silod_cli

@@ -14,7 +14,7 @@ import pytest
 from datamgr.client import ClientError, DataManagerClient
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.server import ServerConfig
-from fuseclient.manifest import Manifest
+from silodlib.manifest import Manifest
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.datamgr_fixtures import REMOTE_IO_LIMIT, RunningDataManager, full_state, make_local_dataset
 from tests.storage_servers import DatasetTargetFactory

@@ -33,12 +33,12 @@ import pytest
 import yaml
 from cryptography import x509
 
-from datamgr.cli.config import ConfigError
-from datamgr.cli.main import parse_args
 from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR, DataManagerClient
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.server import DEFAULT_LISTEN, ServerConfig
-from fuseclient.grpc_channel import read_token
+from silodcli.config import ConfigError
+from silodcli.main import parse_args
+from silodlib.grpc_channel import read_token
 from silodpb.v1 import datamgr_pb2 as pb
 
 REPO = Path(__file__).resolve().parents[1]
@@ -1072,7 +1072,7 @@ def test_the_build_context_sends_the_sources_and_nothing_else() -> None:
         path = source.rstrip("/")
         assert (REPO / path).exists(), f"COPY {source}: not in the repository"
         assert not excluded(path), f"COPY {source} is excluded by {ignore.name}"
-    for kept in ["datamgr/cli/main.py", "fuseclient/agent.py", "silodpb/v1/datamgr_pb2.py"]:
+    for kept in ["silodcli/main.py", "fuseclient/agent.py", "silodpb/v1/datamgr_pb2.py"]:
         assert not excluded(kept), kept
     for dropped in [".venv/bin/python", "node_modules/azurite/package.json", ".git/HEAD", ".mypy_cache/x",
                     "datamgr/__pycache__/main.cpython-311.pyc", "tests/test_deploy.py"]:  # fmt: skip

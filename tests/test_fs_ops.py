@@ -13,10 +13,10 @@ import pytest
 import trio
 
 from fuseclient import readpath
-from fuseclient.backends import Backend
 from fuseclient.fs import SilodFS
 from fuseclient.mount import MountConfig, build_state
-from fuseclient.state import JobState, MountState
+from fuseclient.mounted import MountedJob, MountState
+from silodlib.backends import Backend
 
 CTX = cast(pyfuse3.RequestContext, None)  # the operations never look at the request context
 FILES, SIZE = 100, 5000
@@ -44,7 +44,7 @@ def _run(tmp_path: Path, quota: int, scenario: Callable[[MountState, SilodFS], A
     trio.run(main)
 
 
-async def _read_epoch(fs: SilodFS, job: JobState, rng: random.Random) -> None:
+async def _read_epoch(fs: SilodFS, job: MountedJob, rng: random.Random) -> None:
     """Open and read every file once, in a fresh random order, as a DL data loader does."""
     job_dir = await fs.lookup(pyfuse3.ROOT_INODE, job.job_id.encode(), CTX)
     inodes = []
@@ -150,7 +150,7 @@ CHUNK, BIG = 64 * 1024, 4 * 64 * 1024 + 1000  # a file of four full chunks and a
 
 
 def _run_big_file(
-    tmp_path: Path, quota: int, scenario: Callable[[JobState, SilodFS, int, bytes], Awaitable[None]]
+    tmp_path: Path, quota: int, scenario: Callable[[MountedJob, SilodFS, int, bytes], Awaitable[None]]
 ) -> None:
     """Run `scenario(job, fs, inode, content)` over a dataset of one chunked file, its reads counted."""
     (tmp_path / "ds").mkdir()
@@ -182,7 +182,7 @@ async def _read_sequentially(fs: SilodFS, inode: int) -> bytes:
 
 @pytest.mark.parametrize("quota", [0, 1 << 20])
 def test_a_missed_chunk_costs_one_backend_read_however_many_reads_cover_it(tmp_path: Path, quota: int) -> None:
-    async def scenario(job: JobState, fs: SilodFS, inode: int, content: bytes) -> None:
+    async def scenario(job: MountedJob, fs: SilodFS, inode: int, content: bytes) -> None:
         assert await _read_sequentially(fs, inode) == content
         assert len(cast(_CountingBackend, job.dataset.backend).reads) == 5  # one per chunk, the tail included
         assert job.bytes_from_remote == BIG
@@ -193,7 +193,7 @@ def test_a_missed_chunk_costs_one_backend_read_however_many_reads_cover_it(tmp_p
 def test_chunks_the_reader_read_ahead_count_as_misses_and_cached_ones_as_hits_next_epoch(tmp_path: Path) -> None:
     # Each chunk the reader starts fetches the next one too, which reaches the cache before the reader does;
     # its bytes still came from remote for this reader, so the first epoch has no hits at all.
-    async def scenario(job: JobState, fs: SilodFS, inode: int, content: bytes) -> None:
+    async def scenario(job: MountedJob, fs: SilodFS, inode: int, content: bytes) -> None:
         for _ in range(2):  # each pass reads every item: it completes an epoch
             assert await _read_sequentially(fs, inode) == content
         assert [(e.accessed_bytes, e.hit_bytes) for e in job.finished_epochs] == [(BIG, 0), (BIG, BIG)]

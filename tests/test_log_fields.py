@@ -19,7 +19,7 @@ import pytest
 
 from datamgr.logs import JsonFormatter
 from fuseclient.cache import DatasetCache
-from fuseclient.manifest import Manifest
+from silodlib.manifest import Manifest
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.test_agent import FILES, SIZE, System, eventually
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from datamgr.listing import freeze_manifest
 from datamgr.manager import DataManager
 from datamgr.store import SQLiteStore
-from fuseclient.manifest import Manifest
+from silodlib.manifest import Manifest
 from tests.datamgr_fixtures import make_local_dataset
 
 

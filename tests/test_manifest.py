@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fuseclient.backends.base import ObjectInfo
-from fuseclient.manifest import Manifest, ManifestError, build_manifest, items_in_file
+from silodlib.backends.base import ObjectInfo
+from silodlib.manifest import Manifest, ManifestError, build_manifest, items_in_file
 
 CHUNK = 1024
 

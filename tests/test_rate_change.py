@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from datamgr.units import parse_rate
 from fuseclient.throttle import default_burst
+from silodlib.units import parse_rate
 from tests.datamgr_fixtures import silod_cli
 from tests.mount_fixtures import MountProcess
 from tests.test_agent import SIZE, System, eventually

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from datamgr.client import ClientError
-from fuseclient.manifest import Manifest, items_in_file
+from silodlib.manifest import Manifest, items_in_file
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.datamgr_fixtures import RunningDataManager
 from tests.datasets import generate_dataset, upload_dataset

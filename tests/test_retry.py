@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fuseclient.backends import (
+from silodlib.backends import (
     AccessDenied,
     Backend,
     BackendUnavailable,
@@ -19,8 +19,8 @@ from fuseclient.backends import (
     open_backend,
     parse_dataset_uri,
 )
-from fuseclient.backends.retry import RetryingBackend, RetryPolicy, call_with_retries
-from fuseclient.backends.uri import DatasetURI
+from silodlib.backends.retry import RetryingBackend, RetryPolicy, call_with_retries
+from silodlib.backends.uri import DatasetURI
 from tests.storage_servers import free_port
 
 POLICY = RetryPolicy(attempts=5, base_delay=0.1, max_delay=0.3)
@@ -141,7 +141,7 @@ def test_each_retry_logs_one_info_line_with_the_attempt_and_delay_and_no_foreign
         rng=random.Random(3),
         describe="read s3://b/k",
     )
-    lines = [r for r in caplog.records if r.name == "fuseclient.backends.retry"]
+    lines = [r for r in caplog.records if r.name == "silodlib.backends.retry"]
     assert [r.levelno for r in lines] == [logging.INFO, logging.INFO]
     first, second = (r.getMessage() for r in lines)
     assert first.startswith("read s3://b/k failed on attempt 1 of 5, retrying in 0.")

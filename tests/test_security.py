@@ -19,12 +19,12 @@ import grpc
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from datamgr.cli.main import main
 from datamgr.client import ClientError, DataManagerClient
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.security import TOKEN_FREE_METHODS, ServerSecurity
 from datamgr.server import ServerConfig
-from fuseclient.grpc_channel import ChannelSecurity, SecurityConfigError, explain_refusal, open_channel
+from silodcli.main import main
+from silodlib.grpc_channel import ChannelSecurity, SecurityConfigError, explain_refusal, open_channel
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 from tests import polling

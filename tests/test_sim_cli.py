@@ -3,7 +3,7 @@ line, running calls in worker processes, and the command end to end (generate, o
 compare on a tiny trace, one at a time and in worker processes). The percentiles, groups and the files that
 carry them: test_sim_report.py. test_sim_sweep.py shares the tiny trace and the failing site policy from here.
 
-The command-line tests go through `datamgr.cli.main.main`, so they need `silod sim` wired into main.py.
+The command-line tests go through `silodcli.main.main`, so they need `silod sim` wired into main.py.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 from matplotlib.image import imread
 
-from datamgr.cli.main import build_parser, main
-from datamgr.cli.processes import run_in_processes
-from datamgr.cli.sim import ProgressLine
 from datamgr.scheduler.registry import CACHE_SYSTEMS, PAPER_CACHE_SYSTEMS
 from datamgr.scheduler.sim import report
 from datamgr.scheduler.sim.fields import format_duration
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, RemoteIoLedger, Sample, SimResult
 from datamgr.scheduler.sim.trace import load_trace
+from silodcli.main import build_parser, main
+from silodcli.processes import run_in_processes
+from silodcli.sim import ProgressLine
 from tests.site_packages import install_site_package
 
 CLUSTER = ClusterSpec(nodes=2, gpus_per_node=4, cache_bytes_per_node=10**12, remote_io_bytes_per_sec=250e6)
@@ -447,7 +447,7 @@ def test_one_run_at_a_time_each_run_has_a_progress_line_and_in_workers_none(
             super().__init__(label)
             drawn.append(label)
 
-    monkeypatch.setattr("datamgr.cli.sim.ProgressLine", Recorded)
+    monkeypatch.setattr("silodcli.sim.ProgressLine", Recorded)
     argv = ["sim", *action, *tiny_inputs(tmp_path), "--policy" if action[0] == "sweep" else "--policies", "fifo"]
     assert main([*argv, "--jobs", "1", "--out", str(tmp_path / "one")]) == 0
     assert drawn == labels

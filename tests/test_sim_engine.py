@@ -25,7 +25,7 @@ from datamgr.scheduler.sim.jobs import JobRun, Segment
 from datamgr.scheduler.sim.measures import EqualShare, EqualShareRates
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimConfig, SimResult, TraceJob
 from datamgr.scheduler.sim.report import makespan
-from datamgr.scheduler.sim.uniform import _Reader, _Space
+from datamgr.scheduler.sim.uniform import _PlacedReader, _Space
 from datamgr.scheduler.snapshot import JobState, Snapshot
 
 MB = 10**6
@@ -436,7 +436,7 @@ def test_the_remembered_equal_share_rates_follow_the_number_of_jobs_present() ->
 
 def test_a_space_recounts_its_fetch_rates_after_any_change_and_only_then() -> None:
     space = _Space("ds", 10 * GB, 0.0)
-    reader = _Reader(JobRun(job("a")), space)
+    reader = _PlacedReader(JobRun(job("a")), space)
     space.readers["a"] = reader
     for fetch in (0.1, 0.7, 0.3):  # incremental updates leave float drift behind
         space.add_fetch(reader.region, -reader.fetch)

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from datamgr.cli.main import main
 from datamgr.scheduler.registry import build_scheduler
 from datamgr.scheduler.sim import sweep
 from datamgr.scheduler.sim.cluster import with_remote_io_scale
@@ -21,6 +20,7 @@ from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig
 from datamgr.scheduler.sim.report import summarize
 from datamgr.scheduler.sim.scenarios import load_scenario
+from silodcli.main import main
 from tests.test_sim_cli import install_missing_node_policy, is_png, tiny_inputs
 
 CLUSTER = ClusterSpec(nodes=1, gpus_per_node=4, cache_bytes_per_node=500 * 10**9, remote_io_bytes_per_sec=100e6)

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from datamgr.model import Dataset, Job, Node, NodeJobView, Worker
+from datamgr.entities import Dataset, Job, Node, NodeJobView, Worker
 from datamgr.state import Change, ClusterState, DatasetRemoved, JobRemoved, diff_views
 
 DATASET = Dataset("file:///data/a", {}, 1000, 10, 10, 4 << 20, "digest", 100)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO
 
-from datamgr.cli.commands import CLEAR_SCREEN
+from silodcli.commands import CLEAR_SCREEN
 from tests.datamgr_fixtures import SILOD, RunningDataManager
 from tests.test_logs import read_lines
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from datamgr.entities import Dataset, Job, Node, Worker
 from datamgr.manager import DataManager
-from datamgr.model import Dataset, Job, Node, Worker
 from datamgr.state import Change
 from datamgr.store import Commit, SQLiteStore
 from datamgr.store.sqlite import SCHEMA_VERSION, StateDirError
-from fuseclient.backends.base import ObjectInfo
-from fuseclient.manifest import Manifest, build_manifest
+from silodlib.backends.base import ObjectInfo
+from silodlib.manifest import Manifest, build_manifest
 
 DATASET = Dataset("s3://bkt/train", {"region": "eu-west-1"}, 1000, 3, 4, 4 << 20, "d1", 500)
 NODE = Node("n1", "h1:7421", 10_000)

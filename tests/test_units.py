@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from datamgr.units import UnitError, format_rate, format_size, parse_rate, parse_size
+from silodlib.units import UnitError, format_rate, format_size, parse_rate, parse_size
 
 
 @pytest.mark.parametrize(

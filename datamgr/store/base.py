@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from datamgr.model import Dataset, Job, Node
+from datamgr.entities import Dataset, Job, Node
 from datamgr.state import Change
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from datamgr.model import Dataset, Job, Node, Worker
+from datamgr.entities import Dataset, Job, Node, Worker
 from datamgr.state import Change
 from datamgr.store.base import Commit, StoredState, StoreFull
 

@@ -155,7 +155,7 @@ class DataManagerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetManifest(self, request, context):
-        """The frozen manifest, as the compact encoding of `fuseclient.manifest`, in chunks.
+        """The frozen manifest, as the compact encoding of `silodlib.manifest`, in chunks.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

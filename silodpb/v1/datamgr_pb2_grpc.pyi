@@ -41,7 +41,7 @@ class DataManagerStub:
     RegisterDataset: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterDatasetRequest, _datamgr_pb2.RegisterDatasetResponse]
     UnregisterDataset: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.UnregisterDatasetRequest, _datamgr_pb2.UnregisterDatasetResponse]
     GetManifest: _grpc.UnaryStreamMultiCallable[_datamgr_pb2.GetManifestRequest, _datamgr_pb2.ManifestChunk]
-    """The frozen manifest, as the compact encoding of `fuseclient.manifest`, in chunks."""
+    """The frozen manifest, as the compact encoding of `silodlib.manifest`, in chunks."""
     RegisterJob: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterJobRequest, _datamgr_pb2.RegisterJobResponse]
     FinishJob: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.FinishJobRequest, _datamgr_pb2.FinishJobResponse]
     RegisterNode: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterNodeRequest, _datamgr_pb2.RegisterNodeResponse]
@@ -66,7 +66,7 @@ class DataManagerAsyncStub(DataManagerStub):
     RegisterDataset: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterDatasetRequest, _datamgr_pb2.RegisterDatasetResponse]  # type: ignore[assignment]
     UnregisterDataset: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.UnregisterDatasetRequest, _datamgr_pb2.UnregisterDatasetResponse]  # type: ignore[assignment]
     GetManifest: _aio.UnaryStreamMultiCallable[_datamgr_pb2.GetManifestRequest, _datamgr_pb2.ManifestChunk]  # type: ignore[assignment]
-    """The frozen manifest, as the compact encoding of `fuseclient.manifest`, in chunks."""
+    """The frozen manifest, as the compact encoding of `silodlib.manifest`, in chunks."""
     RegisterJob: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterJobRequest, _datamgr_pb2.RegisterJobResponse]  # type: ignore[assignment]
     FinishJob: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.FinishJobRequest, _datamgr_pb2.FinishJobResponse]  # type: ignore[assignment]
     RegisterNode: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterNodeRequest, _datamgr_pb2.RegisterNodeResponse]  # type: ignore[assignment]
@@ -118,7 +118,7 @@ class DataManagerServicer(metaclass=_abc_1.ABCMeta):
         request: _datamgr_pb2.GetManifestRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_datamgr_pb2.ManifestChunk], _abc.AsyncIterator[_datamgr_pb2.ManifestChunk]]:
-        """The frozen manifest, as the compact encoding of `fuseclient.manifest`, in chunks."""
+        """The frozen manifest, as the compact encoding of `silodlib.manifest`, in chunks."""
 
     @_abc_1.abstractmethod
     def RegisterJob(

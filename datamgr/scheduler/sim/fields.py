@@ -3,7 +3,7 @@
 Each reader takes the raw value as the file format gives it (a CSV cell is always a string, JSON and TOML
 also give numbers) and returns it typed, or raises `ValueError` with the rule it broke; the file readers add
 the file, the line and the field name and re-raise it as `SimInputError`. Sizes and rates use the same units
-as the rest of silod (`datamgr.units`); durations accept s, m, h, d and w.
+as the rest of silod (`silodlib.units`); durations accept s, m, h, d and w.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
-from datamgr.units import UnitError, parse_rate, parse_size
+from silodlib.units import UnitError, parse_rate, parse_size
 
 T = TypeVar("T")
 Reader = Callable[[object], T]  # raw value -> typed value, or ValueError stating the rule

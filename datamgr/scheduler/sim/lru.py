@@ -56,7 +56,7 @@ class _Chunking:
         return range(region.first_bin * self.per_bin, (region.first_bin + region.bins) * self.per_bin)
 
 
-class _Reader:
+class _PassWalk:
     """A job's walk through its current pass: the permutation, how far it has got, and its window size."""
 
     __slots__ = ("chunking", "job", "order", "position", "region", "rng", "window")
@@ -101,7 +101,7 @@ class LruPool:
         self._datasets: dict[str, _Chunking] = {}  # datasets with chunks in the pool or jobs reading them
         self._by_index: dict[int, _Chunking] = {}  # the same, by the index their chunk keys carry
         self._indices = itertools.count()
-        self._readers: dict[str, _Reader] = {}
+        self._readers: dict[str, _PassWalk] = {}
 
     def allocate(
         self, now: float, cache_bytes: Mapping[str, int], job_cache_bytes: Mapping[str, int], running: Iterable[JobRun]
@@ -112,7 +112,7 @@ class LruPool:
     def begin_segment(self, job: JobRun, now: float) -> None:
         reader = self._readers.get(job.job_id)
         if reader is None:
-            reader = self._readers[job.job_id] = _Reader(job, self._chunking(job), self._seed)
+            reader = self._readers[job.job_id] = _PassWalk(job, self._chunking(job), self._seed)
         window = reader.next_window()
         hits = self._touch(reader.chunking, window)
         read = len(window) * reader.chunking.chunk_bytes

@@ -45,7 +45,7 @@ from matplotlib.ticker import FuncFormatter
 from datamgr.scheduler.sim.fields import format_duration
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimResult
 from datamgr.scheduler.sim.trace import LABELS
-from datamgr.units import format_rate
+from silodlib.units import format_rate
 
 _LINE_STYLES = ("-", "--", ":", "-.")
 _PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 50, not 5 x 10^1, on log axes

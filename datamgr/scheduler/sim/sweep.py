@@ -9,7 +9,7 @@ varies egress bandwidth (its Figure 14a) and dataset sharing (its Figure 15).
 
 This module is the pure part: which runs a sweep consists of, what each runs on, and how their summaries
 become rows (with SiloD's speedup over each baseline at the same value), CSV and Markdown text and a plot.
-Running them is the command's business (`datamgr/cli/sim_sweep.py`). Nothing here imports matplotlib, nor
+Running them is the command's business (`silodcli/sim_sweep.py`). Nothing here imports matplotlib, nor
 `report` (which does), until a plot or the Markdown is drawn, since `silod` loads this module for its command
 line.
 """
@@ -28,7 +28,7 @@ from datamgr.scheduler.sim.cluster import with_remote_io_scale
 from datamgr.scheduler.sim.fields import format_duration
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, TraceJob
-from datamgr.units import format_rate
+from silodlib.units import format_rate
 
 Kind = Literal["bandwidth", "sharing"]
 KINDS: tuple[Kind, ...] = ("bandwidth", "sharing")

@@ -31,7 +31,7 @@ from pathlib import Path
 from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
 from datamgr.scheduler.sim.model import TraceJob
-from datamgr.units import SIZE_UNITS, parse_rate, parse_size
+from silodlib.units import SIZE_UNITS, parse_rate, parse_size
 
 REQUIRED = ("job_id", "arrival", "gpus", "model", "ideal_rate", "dataset", "dataset_size")
 LABELS = {"tenant": "tenant", "class": "job_class"}  # optional label column -> its TraceJob/JobOutcome field

@@ -64,7 +64,7 @@ class _Space:
         self.whole_fetch = 0.0  # bytes/s fetched by readers of the whole dataset
         self.bin_fetch = [0.0] * STAGES  # bytes/s fetched by curriculum readers, per bin
         self.total_fetch = 0.0
-        self.readers: dict[str, _Reader] = {}
+        self.readers: dict[str, _PlacedReader] = {}
         self.recounted = True  # the fetch rates are what `recount_fetches` would make them
 
     def filling(self, now: float) -> bool:
@@ -167,7 +167,7 @@ class _Space:
         self.held = sum(cached)
 
 
-class _Reader:
+class _PlacedReader:
     """A job bound to the space it reads through, with the region and fetch rate it last reported."""
 
     __slots__ = ("fetch", "job", "region", "space")
@@ -185,7 +185,7 @@ class UniformCache:
     def __init__(self) -> None:
         self._shared: dict[str, _Space] = {}  # dataset -> its shared cache
         self._private: dict[str, _Space] = {}  # job -> its own copy
-        self._readers: dict[str, _Reader] = {}  # job -> where it reads; kept while it is preempted
+        self._readers: dict[str, _PlacedReader] = {}  # job -> where it reads; kept while it is preempted
 
     def allocate(
         self, now: float, cache_bytes: Mapping[str, int], job_cache_bytes: Mapping[str, int], running: Iterable[JobRun]
@@ -281,7 +281,7 @@ class UniformCache:
             return False
         moved = False
         if reader is None:
-            reader = self._readers[job_id] = _Reader(job, space)
+            reader = self._readers[job_id] = _PlacedReader(job, space)
         else:
             reader.space.settle(now)
             space.settle(now)
@@ -299,6 +299,6 @@ class UniformCache:
         space.recounted = False
         return moved
 
-    def _withdraw(self, reader: _Reader) -> None:
+    def _withdraw(self, reader: _PlacedReader) -> None:
         reader.space.add_fetch(reader.region, -reader.fetch)
         reader.fetch = 0.0

@@ -11,9 +11,14 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from datamgr.cli import commands, config
-from datamgr.cli import mount as mount_commands
-from datamgr.cli.args import (
+from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR, ClientError, DataManagerClient
+from datamgr.controller import DEFAULT_ROUND_SECONDS, EXTERNAL_POLICY
+from datamgr.logs import setup_logging
+from datamgr.security import add_client_flags, add_server_flags, client_flags
+from datamgr.server import DEFAULT_LISTEN, ServeError, ServerConfig, serve
+from datamgr.store.sqlite import StateDirError
+from silodcli import commands, config, fuse_client
+from silodcli.args import (
     epochs_arg,
     option_arg,
     option_env_arg,
@@ -24,15 +29,9 @@ from datamgr.cli.args import (
     size_arg,
     worker_arg,
 )
-from datamgr.cli.config import ConfigError, ConfigurableParser
-from datamgr.cli.sim import add_sim_parser
-from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR, ClientError, DataManagerClient
-from datamgr.controller import DEFAULT_ROUND_SECONDS, EXTERNAL_POLICY
-from datamgr.logs import setup_logging
-from datamgr.security import add_client_flags, add_server_flags, client_flags
-from datamgr.server import DEFAULT_LISTEN, ServeError, ServerConfig, serve
-from datamgr.store.sqlite import StateDirError
-from fuseclient.grpc_channel import SecurityConfigError
+from silodcli.config import ConfigError, ConfigurableParser
+from silodcli.sim import add_sim_parser
+from silodlib.grpc_channel import SecurityConfigError
 
 EXIT_REJECTED = 1
 EXIT_USAGE = 2
@@ -191,7 +190,7 @@ def build_parser() -> ConfigurableParser:
     )
     _client_command(status_p, commands.status)
 
-    mount_commands.add_commands(sub)
+    fuse_client.add_commands(sub)
     add_sim_parser(sub)
 
     demo_p = sub.add_parser(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datamgr.cli.args import path_arg
+from silodcli.args import path_arg
 
 CONFIG_FLAG = "--config"
 CONFIG_ENV = "SILOD_CONFIG"

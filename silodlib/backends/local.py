@@ -9,7 +9,7 @@ import stat as statmod
 from collections.abc import Generator, Iterator, Mapping
 from typing import ClassVar
 
-from fuseclient.backends.base import (
+from silodlib.backends.base import (
     AccessDenied,
     Backend,
     BackendError,
@@ -18,7 +18,7 @@ from fuseclient.backends.base import (
     ObjectInfo,
     changed_object,
 )
-from fuseclient.backends.uri import DatasetURI
+from silodlib.backends.uri import DatasetURI
 
 log = logging.getLogger(__name__)
 

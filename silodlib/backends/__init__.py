@@ -3,15 +3,17 @@
 Options are plain strings (they come from the CLI, the data manager's database and the wire), checked
 by the backend: unknown keys and bad values raise `InvalidBackendOption` naming the option. Values of a
 scheme's `secret_options` must only ever be shown through `redact_options`.
+
+A scheme's module, and with it its SDK (boto3, azure), is imported on first use, so that code which never
+opens a backend (the control-plane commands, the simulator) never pays for importing the SDKs.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
-from types import MappingProxyType
 
-from fuseclient.backends.azure import AzureBackend
-from fuseclient.backends.base import (
+from silodlib.backends.base import (
     REDACTED,
     AccessDenied,
     Backend,
@@ -22,16 +24,14 @@ from fuseclient.backends.base import (
     NoSuchObject,
     ObjectInfo,
 )
-from fuseclient.backends.local import LocalBackend
-from fuseclient.backends.retry import RetryingBackend, RetryPolicy, call_with_retries
-from fuseclient.backends.s3 import S3Backend
-from fuseclient.backends.uri import DatasetURI, InvalidDatasetURI, parse_dataset_uri
+from silodlib.backends.local import LocalBackend
+from silodlib.backends.retry import RetryingBackend, RetryPolicy, call_with_retries
+from silodlib.backends.uri import DatasetURI, InvalidDatasetURI, parse_dataset_uri
 
 __all__ = [
-    "BACKENDS",
     "REDACTED",
+    "SCHEMES",
     "AccessDenied",
-    "AzureBackend",
     "Backend",
     "BackendError",
     "BackendUnavailable",
@@ -44,16 +44,26 @@ __all__ = [
     "ObjectInfo",
     "RetryPolicy",
     "RetryingBackend",
-    "S3Backend",
+    "backend_class",
     "call_with_retries",
     "open_backend",
     "parse_dataset_uri",
     "redact_options",
 ]
 
-BACKENDS: Mapping[str, type[Backend]] = MappingProxyType(
-    {cls.scheme: cls for cls in (S3Backend, AzureBackend, LocalBackend)}
-)
+# scheme -> "module:class" of its backend, imported by `backend_class` when first needed.
+SCHEMES: Mapping[str, str] = {
+    "s3": "silodlib.backends.s3:S3Backend",
+    "az": "silodlib.backends.azure:AzureBackend",
+    "file": "silodlib.backends.local:LocalBackend",
+}
+
+
+def backend_class(scheme: str) -> type[Backend]:
+    """The backend class of a URI scheme (one `parse_dataset_uri` accepts), importing its module."""
+    module, _, name = SCHEMES[scheme].partition(":")
+    found: type[Backend] = getattr(importlib.import_module(module), name)
+    return found
 
 
 def open_backend(uri: DatasetURI | str, options: Mapping[str, str] | None = None) -> Backend:
@@ -64,10 +74,10 @@ def open_backend(uri: DatasetURI | str, options: Mapping[str, str] | None = None
     """
     if isinstance(uri, str):
         uri = parse_dataset_uri(uri)
-    return BACKENDS[uri.scheme](uri, options or {})
+    return backend_class(uri.scheme)(uri, options or {})
 
 
 def redact_options(scheme: str, options: Mapping[str, str]) -> dict[str, str]:
     """A copy of `options` safe to log or display: values of the scheme's secret options replaced."""
-    secret = BACKENDS[scheme].secret_options
+    secret = backend_class(scheme).secret_options
     return {name: REDACTED if name in secret else value for name, value in options.items()}

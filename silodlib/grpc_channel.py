@@ -2,9 +2,9 @@
 on every call.
 
 One module for the `silod` client commands and the node agent, so both reach a secured data manager the same
-way and explain its refusals the same way. It lives in fuseclient because the agent needs it and fuseclient
-does not import datamgr. The files are checked when a command starts, so a wrong file is reported by name
-rather than as a failed handshake later. Token and key never appear in a repr, a log line or a message.
+way and explain its refusals the same way. The files are checked when a command starts, so a wrong file is
+reported by name rather than as a failed handshake later. Token and key never appear in a repr, a log line or
+a message.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from botocore.exceptions import (
 from botocore.httpsession import URLLib3Session
 from botocore.utils import get_environ_proxies
 
-from fuseclient.backends.base import (
+from silodlib.backends.base import (
     READ_TIMEOUT_OPTION,
     AccessDenied,
     Backend,
@@ -52,7 +52,7 @@ from fuseclient.backends.base import (
     relative_key,
     unquote_etag,
 )
-from fuseclient.backends.uri import DatasetURI
+from silodlib.backends.uri import DatasetURI
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -23,7 +23,7 @@ from functools import cached_property
 from itertools import accumulate
 from typing import overload
 
-from fuseclient.backends.base import ObjectInfo
+from silodlib.backends.base import ObjectInfo
 
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
 _FORMAT_TAG = b"silod-manifest/1\n"

@@ -19,7 +19,7 @@ from azure.core.exceptions import (
 from azure.identity import DefaultAzureCredential
 from azure.storage.blob import BlobProperties, BlobServiceClient, LinearRetry
 
-from fuseclient.backends.base import (
+from silodlib.backends.base import (
     READ_TIMEOUT_OPTION,
     AccessDenied,
     Backend,
@@ -36,7 +36,7 @@ from fuseclient.backends.base import (
     relative_key,
     unquote_etag,
 )
-from fuseclient.backends.uri import DatasetURI
+from silodlib.backends.uri import DatasetURI
 
 _CREDENTIAL_OPTIONS = ("connection_string", "account_key", "sas_token")
 

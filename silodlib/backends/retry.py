@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from fuseclient.backends.base import Backend, BackendError, ObjectInfo
-from fuseclient.logfields import log_ids
+from silodlib.backends.base import Backend, BackendError, ObjectInfo
+from silodlib.logfields import log_ids
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def call_with_retries(
 
     An exception for which `is_transient` is False is re-raised at once; after `policy.attempts` tries the
     last exception is re-raised. Each retry logs one INFO line with the attempt number and the delay, and
-    `log_fields` (fuseclient.logfields) as its fields.
+    `log_fields` (silodlib.logfields) as its fields.
     Only `BaseException`s that are not `Exception`s (KeyboardInterrupt, cancellation) are never retried.
     """
     failed = 0

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from fuseclient.backends.uri import DatasetURI
+from silodlib.backends.uri import DatasetURI
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ from typing import Any, NamedTuple
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
-from datamgr.cli.tables import (
+from datamgr.client import ClientError, DataManagerClient
+from silodcli.tables import (
     controller_line,
     datasets_table,
     estimate_line,
@@ -25,8 +26,7 @@ from datamgr.cli.tables import (
     summary_line,
     training_text,
 )
-from datamgr.client import ClientError, DataManagerClient
-from datamgr.units import format_rate, format_size
+from silodlib.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb
 
 CLEAR_SCREEN = "\033[H\033[2J"

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 import trio
 
 from fuseclient.access import AccessStats, AccessTracker, RateMeter
-from fuseclient.backends import Backend
 from fuseclient.cache import DatasetCache
-from fuseclient.manifest import Manifest
 from fuseclient.throttle import TokenBucket
 from fuseclient.tree import DatasetTree
+from silodlib.backends import Backend
+from silodlib.manifest import Manifest
 
 
 @dataclass(slots=True)
@@ -28,7 +28,7 @@ class Flight:
 
 
 @dataclass(eq=False)
-class DatasetState:
+class MountedDataset:
     """One dataset on this node: shared by every job that reads it."""
 
     uri: str
@@ -72,12 +72,12 @@ class JobStats:
 
 
 @dataclass(eq=False)
-class JobState:
+class MountedJob:
     """One job's view of its dataset on this node, with its remote IO throttle and access bitset."""
 
     job_id: str
     slot: int
-    dataset: DatasetState
+    dataset: MountedDataset
     bucket: TokenBucket | None  # None: not throttled
     tracker: AccessTracker
     meter: RateMeter = field(default_factory=RateMeter)
@@ -124,9 +124,9 @@ class MountState:
     """Jobs by id and by slot; datasets by URI."""
 
     def __init__(self) -> None:
-        self.datasets: dict[str, DatasetState] = {}
-        self.jobs: dict[str, JobState] = {}
-        self.jobs_by_slot: dict[int, JobState] = {}
+        self.datasets: dict[str, MountedDataset] = {}
+        self.jobs: dict[str, MountedJob] = {}
+        self.jobs_by_slot: dict[int, MountedJob] = {}
         self._next_slot = 0
 
     def next_slot(self) -> int:
@@ -134,11 +134,11 @@ class MountState:
         self._next_slot += 1
         return slot
 
-    def add_job(self, job: JobState) -> None:
+    def add_job(self, job: MountedJob) -> None:
         self.jobs[job.job_id] = job
         self.jobs_by_slot[job.slot] = job
 
-    def remove_job(self, job_id: str) -> JobState:
+    def remove_job(self, job_id: str) -> MountedJob:
         """Forget a job; files it has open keep working (their handles hold the job)."""
         job = self.jobs.pop(job_id)
         del self.jobs_by_slot[job.slot]

@@ -9,8 +9,14 @@ from pathlib import Path
 
 import trio
 
-from datamgr.cli import config
-from datamgr.cli.args import (
+from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR
+from datamgr.entities import InvalidArgument
+from datamgr.security import add_client_flags, client_flags
+from datamgr.validation import check_chunk_size, check_dataset_uri, check_id
+from fuseclient import agent, mount
+from fuseclient.readahead import DEFAULT_READ_AHEAD, check_read_ahead
+from silodcli import config
+from silodcli.args import (
     argument_type,
     option_arg,
     option_env_arg,
@@ -20,17 +26,11 @@ from datamgr.cli.args import (
     rate_arg,
     size_arg,
 )
-from datamgr.cli.config import ConfigurableParser
-from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR
-from datamgr.model import InvalidArgument
-from datamgr.security import add_client_flags, client_flags
-from datamgr.units import parse_size
-from datamgr.validation import check_chunk_size, check_dataset_uri, check_id
-from fuseclient import agent, mount
-from fuseclient.backends import InvalidBackendOption, NoSuchObject, open_backend
-from fuseclient.grpc_channel import ChannelSecurity, SecurityConfigError
-from fuseclient.manifest import DEFAULT_CHUNK_SIZE
-from fuseclient.readahead import DEFAULT_READ_AHEAD, check_read_ahead
+from silodcli.config import ConfigurableParser
+from silodlib.backends import InvalidBackendOption, NoSuchObject, open_backend
+from silodlib.grpc_channel import ChannelSecurity, SecurityConfigError
+from silodlib.manifest import DEFAULT_CHUNK_SIZE
+from silodlib.units import parse_size
 
 read_ahead_arg = argument_type(lambda text: check_read_ahead(parse_size(text)), "read-ahead")
 READ_AHEAD_HELP = (

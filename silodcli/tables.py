@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from datamgr.controller import EXTERNAL_POLICY
 from datamgr.scheduler.perf import hit_ratio
-from datamgr.units import format_rate, format_size
+from silodlib.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb
 
 

@@ -2,8 +2,7 @@
 
 One spelling for both daemons, so that JSON logs (`--log-json`, `datamgr.logs.JsonFormatter`) can be filtered by
 job, dataset or node whichever component wrote the line. The human format shows only the message, so messages
-keep naming the ids too. It lives in fuseclient because fuseclient does not import datamgr; datamgr uses it
-from here.
+keep naming the ids too.
 """
 
 from __future__ import annotations

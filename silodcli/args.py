@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from datamgr.units import parse_rate, parse_size
 from datamgr.validation import MAX_EPOCHS, MAX_WORKERS
+from silodlib.units import parse_rate, parse_size
 
 T = TypeVar("T")
 

@@ -26,10 +26,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from datamgr.cli.args import argument_type, path_arg, positive_seconds
-from datamgr.cli.config import ConfigurableParser
-from datamgr.cli.processes import add_jobs_option, in_workers, run_in_processes
-from datamgr.cli.tables import render_table
 from datamgr.scheduler.registry import CACHE_SYSTEMS, PAPER_CACHE_SYSTEMS, Scheduler, UnknownPolicy, build_scheduler
 from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale
@@ -40,6 +36,10 @@ from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimResult, SimulationStalled, TraceJob
 from datamgr.scheduler.sim.scenarios import available_scenarios, load_scenario
 from datamgr.scheduler.sim.trace import load_trace, write_trace
+from silodcli.args import argument_type, path_arg, positive_seconds
+from silodcli.config import ConfigurableParser
+from silodcli.processes import add_jobs_option, in_workers, run_in_processes
+from silodcli.tables import render_table
 
 if TYPE_CHECKING:
     from datamgr.scheduler.sim.report import Summary
@@ -80,7 +80,7 @@ def add_sim_parser(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
 
     actions = sim_p.add_subparsers(dest="sim_action", metavar="ACTION", action=_ActionAfterItsOptions)
     _add_compare_parser(actions)
-    from datamgr.cli.sim_sweep import add_sweep_parser  # here, not at the top: sim_sweep imports this module
+    from silodcli.sim_sweep import add_sweep_parser  # here, not at the top: sim_sweep imports this module
 
     add_sweep_parser(actions)
     _add_generate_parser(actions)

@@ -6,7 +6,7 @@
 
 Which runs a sweep makes and how their results become rows is `datamgr.scheduler.sim.sweep`; this module
 parses, checks everything before the first run (exit 2 naming the option and the rule), runs them in worker
-processes as `silod sim compare` does (`datamgr.cli.processes`; exit 1 if one fails), and writes `sweep.csv`,
+processes as `silod sim compare` does (`silodcli.processes`; exit 1 if one fails), and writes `sweep.csv`,
 `sweep.md` and the plot.
 """
 
@@ -19,10 +19,18 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from datamgr.cli.args import argument_type, path_arg
-from datamgr.cli.config import ConfigurableParser
-from datamgr.cli.processes import add_jobs_option, in_workers, run_in_processes
-from datamgr.cli.sim import (
+from datamgr.scheduler.registry import CACHE_SYSTEMS, PAPER_CACHE_SYSTEMS, UnknownPolicy, build_scheduler
+from datamgr.scheduler.sim import fields, sweep
+from datamgr.scheduler.sim.cluster import with_remote_io_scale
+from datamgr.scheduler.sim.decisions import InvalidDecision
+from datamgr.scheduler.sim.engine import check_inputs
+from datamgr.scheduler.sim.fields import SimInputError, format_duration
+from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimulationStalled, TraceJob
+from datamgr.scheduler.sim.scenarios import available_scenarios, load_scenario
+from silodcli.args import argument_type, path_arg
+from silodcli.config import ConfigurableParser
+from silodcli.processes import add_jobs_option, in_workers, run_in_processes
+from silodcli.sim import (
     EXIT_FAILED,
     _add_inputs,
     _add_run_options,
@@ -32,15 +40,7 @@ from datamgr.cli.sim import (
     _names,
     simulate_showing_progress,
 )
-from datamgr.cli.tables import render_table
-from datamgr.scheduler.registry import CACHE_SYSTEMS, PAPER_CACHE_SYSTEMS, UnknownPolicy, build_scheduler
-from datamgr.scheduler.sim import fields, sweep
-from datamgr.scheduler.sim.cluster import with_remote_io_scale
-from datamgr.scheduler.sim.decisions import InvalidDecision
-from datamgr.scheduler.sim.engine import check_inputs
-from datamgr.scheduler.sim.fields import SimInputError, format_duration
-from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimulationStalled, TraceJob
-from datamgr.scheduler.sim.scenarios import available_scenarios, load_scenario
+from silodcli.tables import render_table
 
 if TYPE_CHECKING:
     from datamgr.scheduler.sim.report import Summary

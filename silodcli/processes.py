@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from typing import TypeVar
 
-from datamgr.cli.args import argument_type
 from datamgr.scheduler.sim import fields
+from silodcli.args import argument_type
 
 T = TypeVar("T")
 

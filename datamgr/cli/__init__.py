@@ -1,1 +1,0 @@
-"""The `silod` command line."""

@@ -1,0 +1,25 @@
+"""The Prometheus endpoint both daemons serve their /metrics on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+
+class MetricsEndpoint:
+    """A registry of its own (several daemons may share a process, as in tests) and the HTTP server that
+    exposes it."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._http: Any = None
+
+    def serve(self, host: str, port: int) -> int:
+        """Expose /metrics on host:port (0: any free port); returns the port."""
+        self._http, _ = start_http_server(port, addr=host, registry=self.registry)
+        return int(self._http.server_port)
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
