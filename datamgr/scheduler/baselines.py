@@ -111,11 +111,11 @@ class CoorDLStorage:
         private: dict[str, int] = {}
         for job in running:
             slice_bytes = sum(share[node_id] for node_id in job.placement)
-            private[job.job_id] = slice_bytes if slice_bytes < job.dataset_bytes else job.dataset_bytes
+            private[job.job_id] = min(job.dataset_bytes, slice_bytes)
 
         def usable(job: JobState) -> float:
             hit = hit_bytes(job)
-            return hit if hit < private[job.job_id] else private[job.job_id]
+            return min(private[job.job_id], hit)
 
         io = fair_shared_io(running, snapshot.remote_io_bytes_per_sec, usable)
         notes = {

@@ -5,9 +5,7 @@ hits its dataset's cache with probability c/d whichever items are cached, so rem
 the uncached fraction of the data the job consumes. The vanilla estimator is what cache-oblivious schedulers
 assume: every job runs at its compute-bound rate f*. Both are pure functions of their arguments.
 
-Rates are in bytes/s of training data consumed, sizes in bytes. The helpers clamp with comparisons rather
-than `min` and `max` (with the builtins' results, ties and NaN included): policies call them several times
-per job per round, and a simulated month runs some 25,000 rounds.
+Rates are in bytes/s of training data consumed, sizes in bytes.
 """
 
 from __future__ import annotations
@@ -23,32 +21,46 @@ def ideal_rate(job: JobState, gpus: int) -> float:
     """f*(job, gpus): the job's compute-bound data rate on `gpus` GPUs, linear in its share of its demand."""
     if gpus <= 0 or job.gpus <= 0:
         return 0.0
-    held = job.gpus if job.gpus < gpus else gpus  # min(gpus, job.gpus)
-    return job.ideal_bytes_per_sec * held / job.gpus
+    return job.ideal_bytes_per_sec * min(gpus, job.gpus) / job.gpus
+
+
+def clamp_ratio(ratio: float) -> float:
+    """`ratio` within [0, 1]; NaN (0/0 upstream) as 0."""
+    if not ratio > 0.0:
+        return 0.0
+    return min(1.0, ratio)
 
 
 def hit_ratio(cache_bytes: float, dataset_bytes: float) -> float:
     """c/d, clamped to [0, 1]: the share of reads a uniformly cached dataset serves locally."""
     if dataset_bytes <= 0:
         return 1.0
-    ratio = cache_bytes / dataset_bytes
-    if not ratio > 0.0:
-        return 0.0
-    return ratio if ratio < 1.0 else 1.0
+    return clamp_ratio(cache_bytes / dataset_bytes)
+
+
+def io_rate_at_hit_ratio(hit: float, io_bytes_per_sec: float) -> float:
+    """b / (1 - hit): the training rate remote IO sustains when a share `hit` of the reads is served from cache;
+    unbounded when all of them are."""
+    miss = 1.0 - clamp_ratio(hit)
+    if miss <= 0.0:
+        return math.inf
+    return max(0.0, io_bytes_per_sec) / miss
 
 
 def io_bound_rate(cache_bytes: float, dataset_bytes: float, io_bytes_per_sec: float) -> float:
     """IOPerf (Eq. 3), b / (1 - c/d): the rate remote IO sustains; unbounded once the dataset is cached."""
-    miss = 1.0 - hit_ratio(cache_bytes, dataset_bytes)
-    if miss <= 0.0:
-        return math.inf
-    return (io_bytes_per_sec if io_bytes_per_sec > 0.0 else 0.0) / miss
+    return io_rate_at_hit_ratio(hit_ratio(cache_bytes, dataset_bytes), io_bytes_per_sec)
+
+
+def rate_at_hit_ratio(ideal_bytes_per_sec: float, hit: float, io_bytes_per_sec: float) -> float:
+    """SiloDPerf at a known hit ratio, min(f*, b / (1 - hit)): what the simulator runs a job at, with the hit
+    ratio its cache model measures rather than the c/d a quota promises."""
+    return min(ideal_bytes_per_sec, io_rate_at_hit_ratio(hit, io_bytes_per_sec))
 
 
 def silod_perf(ideal_bytes_per_sec: float, cache_bytes: float, dataset_bytes: float, io_bytes_per_sec: float) -> float:
     """SiloDPerf (Eq. 4): the slower of compute and data loading, which run as a pipeline."""
-    io_bound = io_bound_rate(cache_bytes, dataset_bytes, io_bytes_per_sec)
-    return io_bound if io_bound < ideal_bytes_per_sec else ideal_bytes_per_sec
+    return rate_at_hit_ratio(ideal_bytes_per_sec, hit_ratio(cache_bytes, dataset_bytes), io_bytes_per_sec)
 
 
 def remote_demand(rate_bytes_per_sec: float, cache_bytes: float, dataset_bytes: float) -> float:

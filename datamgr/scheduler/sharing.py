@@ -38,8 +38,7 @@ def water_fill(caps: Mapping[str, float], budget: float, floor: Mapping[str, int
         still_hungry = []
         for key in hungry:
             room = limits[key] - shares[key]
-            extra = share if share < room else room  # min(share, room, left), compared in place
-            extra = extra if extra < left else left
+            extra = min(min(share, room), left)  # two-argument min compiles to comparisons; three would not
             shares[key] += extra
             left -= extra
             if shares[key] < limits[key]:
@@ -93,7 +92,7 @@ def fill_in_order(caps: Mapping[str, float], budget: float, floor: Mapping[str, 
             break  # the budget is spent: the keys after this one keep their floors
         extra = int(cap) - shares[key]
         if extra > 0:
-            extra = extra if extra < left else left
+            extra = min(extra, left)
             shares[key] += extra
             left -= extra
     return shares

@@ -178,7 +178,7 @@ class JobRun:
         if not self.running or self.segment is None:
             return 0.0, 0.0
         hit = self.segment.hit_ratio
-        rate = perf.silod_perf(self.ideal, hit, 1.0, self.io)
+        rate = perf.rate_at_hit_ratio(self.ideal, hit, self.io)
         return rate, rate * (1.0 - hit)
 
     def time_to_boundary(self) -> tuple[float, bool]:

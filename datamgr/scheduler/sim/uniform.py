@@ -91,21 +91,19 @@ class _Space:
         it.
 
         Worked out at every change of a reader's fetch rate and at every sample, over a space per running job
-        under coordl or with unshared datasets: clamps are comparisons, not min() and max() calls, and each
-        bin's inflow is clamped as it is worked out."""
+        under coordl or with unshared datasets: each bin's inflow is clamped as it is worked out."""
         elapsed = now - self.settled_at
         bin_bytes, whole = self.bin_bytes, self.whole_fetch
-        uncached = [bin_bytes - c if bin_bytes - c > 0.0 else 0.0 for c in self.cached]
+        uncached = [max(0.0, bin_bytes - c) for c in self.cached]
         free = sum(uncached)
         if free <= 0.0:
             return self.cached
         inflow = [  # no bin fills beyond its size
-            fill if (fill := (whole * u / free + f) * elapsed) < u else u
-            for u, f in zip(uncached, self.bin_fetch, strict=True)
+            min(u, (whole * u / free + f) * elapsed) for u, f in zip(uncached, self.bin_fetch, strict=True)
         ]
         total = sum(inflow)
         scale = (self.quota - self.held) / total if total > 0.0 else 0.0
-        scale = scale if scale < 1.0 else 1.0  # the quota stops admissions
+        scale = min(1.0, scale)  # the quota stops admissions
         return [c + i * scale for c, i in zip(self.cached, inflow, strict=True)]
 
     def set_quota(self, quota: float, now: float) -> list[JobRun]:
@@ -256,10 +254,9 @@ class UniformCache:
                 segment = reader.job.segment
                 if segment is not None and reader.job.gpus > 0:
                     hits = segment.hit_ratio * (space.bin_bytes * reader.region.bins)
-                    if hits > best:
-                        best = hits
+                    best = max(best, hits)
             cached += held
-            effective += held if held < best else best
+            effective += min(best, held)
         return CacheTotals(cached, effective)
 
     def _spaces(self) -> list[_Space]:
