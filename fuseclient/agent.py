@@ -16,8 +16,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import os
-import random
 import shutil
 import socket
 import threading
@@ -25,14 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-import pyfuse3
 import trio
 
-from fuseclient.mount import ReadyCallback, add_job, open_dataset, run_filesystem, stats_reporting
+from fuseclient.assembly import add_job, open_dataset
+from fuseclient.daemon import ReadyCallback
+from fuseclient.fs import forget_job_directory
 from fuseclient.mounted import MountState
 from fuseclient.readahead import DEFAULT_READ_AHEAD
+from fuseclient.runtime import run_filesystem, stats_reporting
 from fuseclient.throttle import default_burst
 from silodlib.backends import BackendError, RetryingBackend, open_backend
+from silodlib.backoff import Backoff
 from silodlib.grpc_channel import ChannelSecurity, explain_refusal, open_channel
 from silodlib.logfields import log_ids
 from silodlib.manifest import Manifest
@@ -43,7 +44,7 @@ from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 CALL_TIMEOUT = 10.0
-RECONNECT_MIN, RECONNECT_MAX = 0.2, 10.0
+RECONNECT = Backoff(base_delay=0.2, max_delay=10.0, floor=0.5)  # waits before registering or watching again
 CHANNEL_OPTIONS = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeout_ms", 10_000)]
 
 
@@ -183,13 +184,15 @@ class NodeAgent:
             return
         manifest = self._manifests[wanted.manifest_digest]
         try:
-            self._mount.datasets[wanted.uri] = await open_dataset(
+            dataset = await open_dataset(
                 self._config.cache_dir, wanted.uri, backend, manifest, wanted.cache_quota_bytes
             )
         except OSError as exc:
             log.error(
                 "cannot open the cache of dataset %s: %s", wanted.uri, exc, extra=self._ids(dataset_uri=wanted.uri)
             )
+            return
+        self._mount.add_dataset(dataset)
 
     def _set_job(self, wanted: pb.NodeJob) -> None:
         job = self._mount.jobs.get(wanted.job_id)
@@ -225,13 +228,13 @@ class NodeAgent:
     def _remove_job(self, job_id: str) -> None:
         if job_id in self._mount.jobs:
             self._mount.remove_job(job_id)
-            pyfuse3.invalidate_entry_async(pyfuse3.ROOT_INODE, os.fsencode(job_id), ignore_enoent=True)
+            forget_job_directory(job_id)
             log.info("job %s finished here; its directory is gone", job_id, extra=self._ids(job_id=job_id))
 
     async def _remove_dataset(self, uri: str) -> None:
         """Free the disk a dataset no job here reads any more. Files still open keep reading through its
         backend, which is released with the last of them."""
-        dataset = self._mount.datasets.pop(uri, None)
+        dataset = self._mount.remove_dataset(uri)
         if dataset is not None:
             evicted = await trio.to_thread.run_sync(dataset.cache.set_quota, 0)
             dataset.cache.close()
@@ -245,7 +248,7 @@ class NodeAgent:
     # ---- watch thread ----
 
     def _watch_forever(self, token: trio.lowlevel.TrioToken) -> None:
-        delay, outage = RECONNECT_MIN, False
+        failures, outage = 0, False
         self._register()
         while not self._stop.is_set():
             try:
@@ -263,7 +266,7 @@ class NodeAgent:
                         )
                         outage = False
                         self.reconnects += 1
-                    delay = RECONNECT_MIN
+                    failures = 0
             except (grpc.RpcError, ManifestMismatch) as exc:
                 if self._stop.is_set():
                     return
@@ -281,8 +284,8 @@ class NodeAgent:
                     outage = True
             except (trio.RunFinishedError, trio.Cancelled):
                 return
-            self._stop.wait(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, RECONNECT_MAX)
+            failures += 1
+            self._stop.wait(RECONNECT.delay(failures))
 
     def _register(self) -> None:
         """Register this node, waiting (with backoff) for the data manager to be reachable."""
@@ -293,7 +296,7 @@ class NodeAgent:
         request = pb.RegisterNodeRequest(
             node_id=config.node_id, address=config.address or socket.gethostname(), cache_capacity_bytes=capacity
         )
-        delay, waiting = RECONNECT_MIN, False
+        failures, waiting = 0, False
         while not self._stop.is_set():
             try:
                 self._stub.RegisterNode(request, timeout=CALL_TIMEOUT)
@@ -320,8 +323,8 @@ class NodeAgent:
                         "waiting for the data manager %s (%s)", config.datamgr, self._why(exc), extra=self._ids()
                     )
                     waiting = True
-            self._stop.wait(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, RECONNECT_MAX)
+            failures += 1
+            self._stop.wait(RECONNECT.delay(failures))
 
     def _ids(self, *, job_id: str | None = None, dataset_uri: str | None = None) -> dict[str, str]:
         """Log fields for an event on this node, about the job or dataset given."""

@@ -17,12 +17,11 @@ import errno
 import logging
 import os
 import stat
-from dataclasses import dataclass, field
 
 import pyfuse3
 
-from fuseclient import readpath
 from fuseclient.mounted import MountedJob, MountState
+from fuseclient.openfile import OpenFile
 from silodlib.backends import AccessDenied, BackendError
 from silodlib.logfields import log_ids
 
@@ -48,22 +47,13 @@ def _fuse_error(exc: BackendError, job: MountedJob) -> pyfuse3.FUSEError:
     return pyfuse3.FUSEError(errno.EACCES if denied else errno.EIO)
 
 
-@dataclass(eq=False, slots=True)
-class _Handle:
-    job: MountedJob
-    file_index: int
-    chunked: bool
-    items_seen: set[int] = field(default_factory=set)  # chunks already counted for this open
-    fetched: readpath.FetchedItems = field(default_factory=readpath.FetchedItems)
-
-
 class SilodFS(pyfuse3.Operations):
     """pyfuse3 operations over a `MountState`."""
 
     def __init__(self, mount: MountState) -> None:
         super().__init__()
         self._mount = mount
-        self._handles: dict[int, _Handle] = {}
+        self._handles: dict[int, OpenFile] = {}
         self._next_handle = 1
         self._uid, self._gid = os.getuid(), os.getgid()
 
@@ -169,34 +159,24 @@ class SilodFS(pyfuse3.Operations):
         job, node = self._resolve(inode)
         if job.dataset.tree.is_dir(node):
             raise pyfuse3.FUSEError(errno.EISDIR)
-        file_index = job.dataset.tree.file_index(node)
-        manifest = job.dataset.manifest
-        whole_file = manifest.first_items[file_index + 1] - manifest.first_items[file_index] == 1
-        keep_cache = False
-        if whole_file:
-            # Reads of this open may never reach us (page cache): opening is the access.
-            item = manifest.first_items[file_index]
-            job.record_access(item)
-            keep_cache = job.dataset.cache.contains(item)
+        opened = OpenFile(job, job.dataset.tree.file_index(node))
         handle = self._next_handle
         self._next_handle += 1
-        self._handles[handle] = _Handle(job, file_index, chunked=not whole_file)
-        return pyfuse3.FileInfo(fh=handle, keep_cache=keep_cache)
+        self._handles[handle] = opened
+        return pyfuse3.FileInfo(fh=handle, keep_cache=opened.keep_cache)
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
-        handle = self._handles[fh]
-        if handle.chunked:
-            self._count_chunks(handle, off, size)
+        opened = self._handles[fh]
         try:
-            return await readpath.read(handle.job, handle.file_index, off, size, handle.fetched)
+            return await opened.read(off, size)
         except BackendError as exc:
-            raise _fuse_error(exc, handle.job) from None
-
-    def _count_chunks(self, handle: _Handle, off: int, size: int) -> None:
-        for item in handle.job.dataset.manifest.items_covering(handle.file_index, off, size):
-            if item not in handle.items_seen:
-                handle.items_seen.add(item)
-                handle.job.record_access(item, read_ahead=item in handle.fetched.items)
+            raise _fuse_error(exc, opened.job) from None
 
     async def release(self, fh: int) -> None:
         del self._handles[fh]
+
+
+def forget_job_directory(job_id: str) -> None:
+    """Tell the kernel that MOUNTPOINT/JOB_ID is gone (the job left this node), so that a lookup of it fails at
+    once rather than when the root's entry timeout runs out; call on the trio loop that serves the mount."""
+    pyfuse3.invalidate_entry_async(pyfuse3.ROOT_INODE, os.fsencode(job_id), ignore_enoent=True)

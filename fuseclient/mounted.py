@@ -129,6 +129,13 @@ class MountState:
         self.jobs_by_slot: dict[int, MountedJob] = {}
         self._next_slot = 0
 
+    def add_dataset(self, dataset: MountedDataset) -> None:
+        self.datasets[dataset.uri] = dataset
+
+    def remove_dataset(self, uri: str) -> MountedDataset | None:
+        """Forget a dataset (None if it was not served); files still open keep reading through it."""
+        return self.datasets.pop(uri, None)
+
     def next_slot(self) -> int:
         slot = self._next_slot
         self._next_slot += 1

@@ -13,7 +13,7 @@ from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR
 from datamgr.entities import InvalidArgument
 from datamgr.security import add_client_flags, client_flags
 from datamgr.validation import check_chunk_size, check_dataset_uri, check_id
-from fuseclient import agent, mount
+from fuseclient import agent, assembly, daemon, runtime
 from fuseclient.readahead import DEFAULT_READ_AHEAD, check_read_ahead
 from silodcli import config
 from silodcli.args import (
@@ -136,7 +136,7 @@ def add_commands(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
 
 def _check_mountpoint(field: str, path: Path) -> None:
     try:
-        mount.prepare_mountpoint(path)
+        daemon.prepare_mountpoint(path)
     except OSError as exc:
         reason = "is not a directory" if isinstance(exc, (FileNotFoundError, NotADirectoryError)) else exc.strerror
         raise InvalidArgument(f"{field} {path} {reason}") from None
@@ -153,7 +153,7 @@ def _check_backend(uri: str, options: dict[str, str]) -> None:
         ) from None
 
 
-def _config(args: argparse.Namespace) -> mount.MountConfig:
+def _config(args: argparse.Namespace) -> assembly.MountConfig:
     """Cross-check the arguments; raises InvalidArgument naming the offending one."""
     _check_mountpoint("mountpoint", args.mountpoint)
     jobs: dict[str, str] = {}
@@ -172,7 +172,7 @@ def _config(args: argparse.Namespace) -> mount.MountConfig:
     backend_options = dict(args.option + args.option_env)
     for uri in sorted(set(jobs.values())):
         _check_backend(uri, backend_options)
-    return mount.MountConfig(
+    return assembly.MountConfig(
         mountpoint=args.mountpoint.resolve(),
         cache_dir=args.cache_dir.resolve(),
         jobs=jobs,
@@ -193,7 +193,9 @@ def run_mount(args: argparse.Namespace) -> int:
     except InvalidArgument as exc:
         print(f"silod mount: {exc}", file=sys.stderr)
         return 2
-    return _run_daemon(args, "mount", config.cache_dir, "mount.log", lambda ready: trio.run(mount.serve, config, ready))
+    return _run_daemon(
+        args, "mount", config.cache_dir, "mount.log", lambda ready: trio.run(runtime.serve, config, ready)
+    )
 
 
 def run_node(args: argparse.Namespace) -> int:
@@ -227,15 +229,15 @@ def _run_daemon(
     command: str,
     cache_dir: Path,
     log_name: str,
-    serve: Callable[[mount.ReadyCallback], None],
+    serve: Callable[[daemon.ReadyCallback], None],
 ) -> int:
     """Take the cache directory (exit 2 if another daemon has it), then serve in the foreground, or detach
     once the mount is live (exit 1, naming the log, if it is not). The lock's descriptor stays open for as
     long as this process, or the detached daemon it forks, serves."""
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
-        mount.lock_cache_dir(cache_dir)  # never closed: the lock lasts as long as the serving process
-    except mount.CacheDirInUse as exc:
+        assembly.lock_cache_dir(cache_dir)  # never closed: the lock lasts as long as the serving process
+    except assembly.CacheDirInUse as exc:
         print(f"silod {command}: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a path under /proc, a file in the way, a read-only file system, no permission
@@ -245,12 +247,12 @@ def _run_daemon(
     if args.foreground:
         try:
             serve(lambda: None)
-        except (agent.AgentError, mount.MountError) as exc:
+        except (agent.AgentError, assembly.MountError) as exc:
             print(f"silod {command}: {exc}", file=sys.stderr)
             return 1
         return 0
     log_file = args.log_file or default_log
-    code = mount.run_detached(serve, log_file)
+    code = daemon.run_detached(serve, log_file)
     if code:
         print(f"silod {command}: the mount did not start; see {log_file}", file=sys.stderr)
     return code
@@ -258,7 +260,7 @@ def _run_daemon(
 
 def run_umount(args: argparse.Namespace) -> int:
     try:
-        mount.unmount(args.mountpoint, lazy=args.lazy)
+        daemon.unmount(args.mountpoint, lazy=args.lazy)
     except OSError as exc:
         print(f"silod umount: {exc}", file=sys.stderr)
         return 1

@@ -13,8 +13,8 @@ import pytest
 import trio
 
 from fuseclient import readpath
+from fuseclient.assembly import MountConfig, build_state
 from fuseclient.fs import SilodFS
-from fuseclient.mount import MountConfig, build_state
 from fuseclient.mounted import MountedJob, MountState
 from silodlib.backends import Backend
 

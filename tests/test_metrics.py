@@ -17,8 +17,8 @@ from datamgr.devservers import free_port
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.server import ServerConfig
 from fuseclient import readpath
+from fuseclient.assembly import MountConfig, build_state
 from fuseclient.metrics import MountMetrics
-from fuseclient.mount import MountConfig, build_state
 from tests.datamgr_fixtures import make_local_dataset
 
 

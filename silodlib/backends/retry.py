@@ -2,9 +2,8 @@
 
 Backends classify failures (`Backend.is_transient`: only `BackendUnavailable` is worth retrying) and keep
 their SDK-level retries short; the decision to wait and try again is made here, once, for every backend.
-Full jitter (a uniform delay between 0 and an exponentially growing cap) keeps many nodes that lost the same
-endpoint at the same moment from retrying in lockstep. The sleep and the random source are injected so
-tests run without waiting and deterministically.
+The waits are `silodlib.backoff`'s with full jitter (a uniform delay between 0 and an exponentially growing
+cap). The sleep and the random source are injected so tests run without waiting and deterministically.
 """
 
 from __future__ import annotations
@@ -17,13 +16,12 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from silodlib.backends.base import Backend, BackendError, ObjectInfo
+from silodlib.backoff import Backoff
 from silodlib.logfields import log_ids
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-_DEFAULT_RNG = random.Random()
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +42,13 @@ class RetryPolicy:
         if self.base_delay < 0 or self.max_delay < 0:
             raise ValueError("retry delays must be >= 0 seconds")
 
+    @property
+    def backoff(self) -> Backoff:
+        return Backoff(self.base_delay, self.max_delay)
+
     def delay_cap(self, failed_attempt: int) -> float:
         """The largest delay after try number `failed_attempt` (1-based) failed."""
-        return min(self.max_delay, self.base_delay * 2.0 ** min(failed_attempt - 1, 64))
+        return self.backoff.cap(failed_attempt)
 
 
 def call_with_retries(
@@ -86,7 +88,7 @@ def _wait_before_retry(
     describe: str,
     log_fields: Mapping[str, str] | None,
 ) -> None:
-    delay = (rng or _DEFAULT_RNG).uniform(0.0, policy.delay_cap(failed))
+    delay = policy.backoff.delay(failed, rng)
     log.info(
         "%s failed on attempt %d of %d, retrying in %.3f s: %s",
         describe or "storage operation",

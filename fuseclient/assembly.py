@@ -1,0 +1,129 @@
+"""Assembling what a mount serves: its configuration, its cache directory (locked to one daemon), its datasets
+(listed, their caches opened) and its jobs (throttled, tracked). The node agent builds the same state live."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from fuseclient.access import AccessTracker
+from fuseclient.cache import DatasetCache
+from fuseclient.mounted import MountedDataset, MountedJob, MountState
+from fuseclient.readahead import DEFAULT_READ_AHEAD
+from fuseclient.throttle import TokenBucket, default_burst
+from fuseclient.tree import DatasetTree
+from silodlib.backends import Backend, BackendError, RetryingBackend, open_backend
+from silodlib.logfields import log_ids
+from silodlib.manifest import DEFAULT_CHUNK_SIZE, Manifest, build_manifest
+
+log = logging.getLogger(__name__)
+
+FETCH_CONCURRENCY = 16  # backend reads in flight per dataset
+LOCK_FILE = "silod.lock"
+
+
+@dataclass(frozen=True)
+class MountConfig:
+    """A standalone mount: jobs and allocations given up front (the node agent feeds the same state live)."""
+
+    mountpoint: Path
+    cache_dir: Path
+    jobs: Mapping[str, str]  # job id -> canonical dataset URI
+    cache_sizes: Mapping[str, int] = field(default_factory=dict)  # dataset URI -> quota bytes (default 0)
+    io_rates: Mapping[str, int] = field(default_factory=dict)  # job id -> bytes/s (default: unthrottled)
+    backend_options: Mapping[str, str] = field(default_factory=dict)
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    allow_other: bool = False
+    read_ahead: int = DEFAULT_READ_AHEAD
+    stats_interval: float | None = None
+    metrics_port: int | None = None
+
+
+class MountError(RuntimeError):
+    """The mount cannot start as configured: a dataset cannot be listed (unreachable, denied, missing)."""
+
+
+class CacheDirInUse(Exception):
+    """Another live silod mount or node agent holds the cache directory."""
+
+
+def lock_cache_dir(cache_dir: Path) -> int:
+    """Take `cache_dir` for this process: an exclusive lock on CACHE_DIR/silod.lock, held as long as the
+    returned descriptor is open in this process or a child it forks (the detached daemon).
+
+    Two daemons on one cache directory would each count, admit, evict and restore entries behind the other's
+    back (and one's startup would delete the other's admissions in progress as leftovers). The kernel drops
+    the lock when its holder dies, kill -9 included, so a crash never leaves the directory claimed.
+    """
+    fd = os.open(cache_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise CacheDirInUse(
+            f"--cache-dir {cache_dir} is in use by another running silod mount or node; give each its own"
+        ) from None
+    return fd
+
+
+def dataset_cache_dir(cache_dir: Path, uri: str) -> Path:
+    """Each dataset's cache lives in its own directory, named by a hash of its URI."""
+    return cache_dir / hashlib.sha256(uri.encode()).hexdigest()[:24]
+
+
+async def open_dataset(cache_root: Path, uri: str, backend: Backend, manifest: Manifest, quota: int) -> MountedDataset:
+    """A dataset ready to serve: its cache opened (restoring complete entries from an earlier run)."""
+    directory = dataset_cache_dir(cache_root, uri)
+    cache = await trio.to_thread.run_sync(lambda: DatasetCache(directory, manifest, quota, dataset_uri=uri))
+    log.info(
+        "dataset %s: %d files, %d items, %d bytes; cache quota %d bytes, %d items already cached",
+        uri,
+        manifest.file_count,
+        manifest.item_count,
+        manifest.size_bytes,
+        quota,
+        cache.statistics().cached_items,
+        extra=log_ids(dataset_uri=uri),
+    )
+    return MountedDataset(uri, manifest, DatasetTree(manifest), backend, cache, trio.CapacityLimiter(FETCH_CONCURRENCY))
+
+
+def add_job(
+    mount: MountState, job_id: str, dataset: MountedDataset, rate: int | None, share: float = 1.0
+) -> MountedJob:
+    """Add a job reading `dataset`, throttled at `rate` bytes/s (None: unthrottled), that reads `share` of the
+    items each pass here (its workers on this node over all of its workers; `AccessTracker`)."""
+    bucket = None if rate is None else TokenBucket(rate, default_burst(rate, dataset.manifest.largest_item))
+    tracker = AccessTracker(dataset.manifest.item_count, share)
+    job = MountedJob(job_id, mount.next_slot(), dataset, bucket, tracker)
+    mount.add_job(job)
+    return job
+
+
+async def build_state(config: MountConfig) -> MountState:
+    """The standalone mount's state: each dataset listed once, jobs with their fixed allocations. Raises
+    `MountError` for a dataset that cannot be listed."""
+    mount = MountState()
+    for uri in sorted(set(config.jobs.values())):
+        backend = RetryingBackend(open_backend(uri, config.backend_options))
+        log.info("listing %s", uri, extra=log_ids(dataset_uri=uri))
+        try:
+            manifest = await trio.to_thread.run_sync(_list_manifest, backend, config.chunk_size)
+        except BackendError as exc:
+            raise MountError(f"cannot list the dataset: {exc}") from None
+        quota = config.cache_sizes.get(uri, 0)
+        mount.add_dataset(await open_dataset(config.cache_dir, uri, backend, manifest, quota))
+    for job_id, uri in config.jobs.items():
+        add_job(mount, job_id, mount.datasets[uri], config.io_rates.get(job_id))
+    return mount
+
+
+def _list_manifest(backend: Backend, chunk_size: int) -> Manifest:
+    return build_manifest(backend.list(), chunk_size)

@@ -1,0 +1,126 @@
+"""Process plumbing of the FUSE client: the mountpoint made ready (a dead mount detached, a live one refused),
+the open-file limit, detaching into a daemon with its log (reopened on SIGHUP), and unmounting."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import resource
+import signal
+import subprocess
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from fuseclient.readahead import NotMounted, mount_device
+
+log = logging.getLogger(__name__)
+
+ReadyCallback = Callable[[], None]  # called once the mount serves: a detached daemon's parent may then exit
+
+
+def raise_open_file_limit(ids: Mapping[str, str]) -> None:
+    """Raise this process's soft limit on open files to its hard limit.
+
+    Every concurrent reader holds a cache file, a backend connection or both, and a node serves the data
+    loaders of all its jobs: the soft limit a service manager hands out (often 1,024) is far below the hard
+    one, and running out fails reads with EIO. Go's runtime does the same for every Go program since 1.19; an
+    unlimited hard limit is left alone rather than turned into an unbounded soft one.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft >= hard:
+        return
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    log.info("open files limit raised from %d to %d", soft, hard, extra=ids)
+
+
+def prepare_mountpoint(mountpoint: Path) -> None:
+    """Make sure `mountpoint` is a directory to mount on; raise OSError (e.g. NotADirectoryError) if not.
+
+    A daemon killed with SIGKILL leaves its mount behind, dead ("transport endpoint is not connected"); it is
+    detached here, so that a restarted daemon can mount there again. A live silod mount is refused (EBUSY):
+    mounting over it would hide it from its jobs while its daemon goes on serving nobody.
+    """
+    try:
+        os.listdir(mountpoint)  # not stat: the kernel may answer that from cached attributes
+    except OSError as exc:
+        if exc.errno != errno.ENOTCONN:
+            raise
+        log.info("%s is a dead mount left by a previous run; detaching it", mountpoint)
+        unmount(mountpoint, lazy=True)
+        if not mountpoint.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(mountpoint)) from None
+        return
+    if _is_live_silod_mount(mountpoint):
+        raise OSError(errno.EBUSY, f"is a live silod mount; unmount it first (silod umount {mountpoint})")
+
+
+def _is_live_silod_mount(mountpoint: Path) -> bool:
+    """Whether the kernel's mount table has a silod mount at `mountpoint`."""
+    try:
+        mount_device(Path(os.path.realpath(mountpoint)))
+    except NotMounted:
+        return False
+    return True
+
+
+def _log_to(log_file: Path) -> None:
+    """Send this process's stdout and stderr (where its log handler writes) to the end of `log_file`."""
+    log_fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+
+
+def _reopen_log(log_file: Path) -> None:
+    """SIGHUP to a detached daemon: logrotate's signal to reopen the log it has just renamed. The default
+    action would kill the daemon and leave its jobs a dead mount; a log that cannot be reopened (its
+    directory gone) keeps the old one."""
+    try:
+        _log_to(log_file)
+    except OSError as exc:
+        log.warning("SIGHUP: could not reopen the log %s, still writing to the old one: %s", log_file, exc)
+        return
+    log.info("SIGHUP: reopened the log %s", log_file)
+
+
+def unmount(mountpoint: Path, *, lazy: bool = False) -> None:
+    """Unmount with fusermount3 (works for root and for the user who mounted); raises OSError with its reason."""
+    command = ["fusermount3", "-u", *(["-z"] if lazy else []), str(mountpoint)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        reason = result.stderr.strip() or f"fusermount3 exited with {result.returncode}"
+        if "busy" in reason.lower():
+            reason += " (files are open in it; close them or use --lazy)"
+        raise OSError(reason)
+
+
+def run_detached(main: Callable[[ReadyCallback], None], log_file: Path) -> int:
+    """Run `main(on_ready)` in a daemon process; return 0 once it calls `on_ready`, 1 if it dies first."""
+    ready_read, ready_write = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(ready_write)
+        signalled = os.read(ready_read, 1)
+        os.close(ready_read)
+        if signalled == b"1":
+            return 0
+        os.waitpid(pid, 0)
+        return 1
+    os.close(ready_read)
+    os.setsid()
+    null_fd = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null_fd, 0)
+    _log_to(log_file)
+    signal.signal(signal.SIGHUP, lambda signum, frame: _reopen_log(log_file))
+
+    def on_ready() -> None:
+        os.write(ready_write, b"1")
+        os.close(ready_write)
+
+    try:
+        main(on_ready)
+    except BaseException:
+        log.exception("mount failed")
+        os._exit(1)
+    os._exit(0)

@@ -1,0 +1,182 @@
+"""Serving a mount: the FUSE request loop with its side tasks (signals, kernel read-ahead, statistics, metrics,
+the node agent's), until a signal or an external unmount, then a clean close."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import pyfuse3
+import trio
+
+from fuseclient.assembly import MountConfig, build_state
+from fuseclient.daemon import ReadyCallback, prepare_mountpoint, raise_open_file_limit
+from fuseclient.fs import SilodFS
+from fuseclient.metrics import MountMetrics
+from fuseclient.mounted import MountState
+from fuseclient.readahead import DEFAULT_READ_AHEAD, set_read_ahead
+from silodlib.logfields import log_ids
+
+log = logging.getLogger(__name__)
+
+STATS_FILE = "stats.json"
+
+
+def stats_reporting(interval: float | None, cache_dir: Path) -> tuple[float, Path] | None:
+    """Statistics every `interval` seconds into CACHE_DIR/stats.json, or none without an interval."""
+    return (interval, cache_dir / STATS_FILE) if interval else None
+
+
+async def serve(config: MountConfig, on_ready: ReadyCallback = lambda: None) -> None:
+    """Mount standalone, serve until SIGTERM/SIGINT or an external unmount, then unmount and close."""
+    mount = await build_state(config)
+    await run_filesystem(
+        config.mountpoint,
+        mount,
+        allow_other=config.allow_other,
+        read_ahead=config.read_ahead,
+        stats=stats_reporting(config.stats_interval, config.cache_dir),
+        on_ready=on_ready,
+        metrics_port=config.metrics_port,
+    )
+
+
+Task = Callable[[], Awaitable[None]]
+
+
+async def run_filesystem(
+    mountpoint: Path,
+    mount: MountState,
+    *,
+    allow_other: bool = False,
+    read_ahead: int = DEFAULT_READ_AHEAD,
+    stats: tuple[float, Path] | None = None,
+    tasks: Sequence[Task] = (),
+    on_ready: ReadyCallback = lambda: None,
+    metrics_port: int | None = None,
+    reconnects: Callable[[], int] | None = None,
+    node_id: str | None = None,
+) -> None:
+    """Serve `mount` at `mountpoint` with `tasks` running alongside, until a signal or an external unmount.
+
+    `read_ahead` is the kernel's read-ahead window in bytes (0: the kernel's default; see `readahead`).
+    `stats` is (interval, file) for periodic statistics; `metrics_port` serves Prometheus /metrics on all
+    interfaces (node metrics hold no secrets, and Prometheus scrapes nodes from elsewhere), with `reconnects`
+    counting the node agent's watch reconnects. `node_id` is the node a managed mount serves, a field of its
+    log lines. The mount state may change while served (the node agent adds and removes jobs); every dataset
+    still open at the end is closed.
+    """
+    ids = log_ids(node_id=node_id)
+    raise_open_file_limit(ids)
+    options = set(pyfuse3.default_options) | {"fsname=silod", "subtype=silod", "ro"}
+    if allow_other:
+        options.add("allow_other")
+    prepare_mountpoint(mountpoint)
+    metrics = None
+    if metrics_port is not None:
+        metrics = MountMetrics(mount, trio.lowlevel.current_trio_token(), reconnects)
+        log.info("metrics at http://0.0.0.0:%d/metrics", metrics.serve("0.0.0.0", metrics_port), extra=ids)
+    pyfuse3.init(SilodFS(mount), str(mountpoint), options)
+    log.info("mounted %s with jobs %s", mountpoint, ", ".join(mount.jobs) or "(none yet)", extra=ids)
+    unmounted_outside = False
+    try:
+        on_ready()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_on_signal, nursery.cancel_scope, ids)
+            if read_ahead:
+                nursery.start_soon(_set_read_ahead, mountpoint, read_ahead, ids)
+            if stats is not None:
+                nursery.start_soon(_report_statistics, mount, *stats, node_id)
+            for task in tasks:
+                nursery.start_soon(task)
+            await pyfuse3.main()
+            unmounted_outside = True  # main returns only when the kernel says the mount is gone
+            nursery.cancel_scope.cancel()
+    finally:
+        pyfuse3.close(unmount=not unmounted_outside)
+        if metrics is not None:
+            metrics.close()
+        for dataset in mount.datasets.values():
+            dataset.cache.close()
+            dataset.backend.close()
+    log.info("unmounted %s", mountpoint, extra=ids)
+
+
+async def _cancel_on_signal(scope: trio.CancelScope, ids: Mapping[str, str]) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("received %s: unmounting", signal.Signals(signum).name, extra=ids)
+            scope.cancel()
+            return
+
+
+async def _set_read_ahead(mountpoint: Path, size: int, ids: Mapping[str, str]) -> None:
+    """Set the kernel's read-ahead once the mount answers; without root the kernel's default stays."""
+    try:
+        setting = await trio.to_thread.run_sync(set_read_ahead, mountpoint, size, abandon_on_cancel=True)
+    except OSError as exc:
+        log.info("kernel read-ahead on %s left at the kernel's default: %s", mountpoint, exc, extra=ids)
+        return
+    log.info("kernel read-ahead on %s: %d KiB (%s)", mountpoint, size // 1024, setting, extra=ids)
+
+
+async def _report_statistics(mount: MountState, interval: float, stats_file: Path, node_id: str | None) -> None:
+    """Every `interval` seconds: one log line per job, and all numbers as JSON in `stats_file`.
+
+    A file left by an earlier daemon (killed, so it could not clean up) is removed first: until this daemon
+    writes its own, no numbers are better than a dead process's. A file that cannot be written (a full or
+    vanished disk, no file descriptor left) is warned about once and tried again every interval: statistics
+    are never worth a mount its readers depend on."""
+    stats_file.unlink(missing_ok=True)
+    failing = False
+    while True:
+        await trio.sleep(interval)
+        now = trio.current_time()
+        jobs = list(mount.jobs.values())
+        snapshot = {job.job_id: job.statistics(now) for job in jobs}
+        for job in jobs:
+            stats = snapshot[job.job_id]
+            access = stats.access
+            log.info(
+                "job %s: epoch %d (%.0f%% read), epoch hit ratio %.2f, %.1f MB/s read, %d B from remote, "
+                "effective cache %d items, remote demand %.1f MB/s",
+                job.job_id,
+                access.epoch,
+                100 * access.progress,
+                stats.epoch_hit_ratio,
+                access.throughput_bytes_per_sec / 1e6,
+                stats.bytes_from_remote,
+                access.effective_cache_items,
+                access.remote_demand_bytes_per_sec / 1e6,
+                extra=log_ids(job_id=job.job_id, dataset_uri=job.dataset.uri, node_id=node_id),
+            )
+        caches = {uri: asdict(d.cache.statistics()) for uri, d in mount.datasets.items()}
+        document = {
+            "written_at": time.time(),  # for people: the wall clock, which NTP may step by any amount
+            # For rates: two files of one daemon are this many seconds apart, whatever the wall clock did.
+            "monotonic_seconds": now,
+            "jobs": {job_id: asdict(stats) for job_id, stats in snapshot.items()},
+            "datasets": caches,
+        }
+        try:
+            _write_atomically(stats_file, json.dumps(document, indent=1))
+        except OSError as exc:
+            if not failing:
+                log.warning("statistics not written to %s (trying every %g s): %s", stats_file, interval, exc)
+            failing = True
+            continue
+        if failing:
+            log.info("statistics written to %s again", stats_file)
+        failing = False
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text` so that a reader sees the old file or the new one, never a partial one."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
