@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from datamgr import convert
 from datamgr.entities import (
@@ -22,13 +22,13 @@ from datamgr.entities import (
     Job,
     Node,
     NotFound,
-    ResourceExhausted,
     Worker,
 )
+from datamgr.journal import GroupCommitJournal, JournalEntry
 from datamgr.listing import freeze_manifest
 from datamgr.liveness import NodeLiveness
 from datamgr.state import Change, ClusterState, diff_views
-from datamgr.store import Commit, StateStore, StoreFull
+from datamgr.store import StateStore
 from datamgr.validation import (
     check_address,
     check_bytes,
@@ -77,24 +77,23 @@ class DataManager:
         self.state = ClusterState(stored.revision, stored.datasets, stored.jobs, stored.nodes)
         self.hub = WatchHub()
         self.liveness = NodeLiveness(node_timeout, clock, self.state.nodes)
-        self._pending: list[_Pending] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._journal = GroupCommitJournal(store, self.hub.publish, self._roll_back)
 
-    # ---- lookups that raise NOT_FOUND ----
+    # ---- lookups that raise NOT_FOUND, naming the request field that asked ----
 
-    def _dataset(self, field: str, uri: str) -> Dataset:
+    def dataset(self, field: str, uri: str) -> Dataset:
         canonical = check_dataset_uri(field, uri)
         if canonical not in self.state.datasets:
             raise NotFound(f"{field}: dataset {canonical} is not registered")
         return self.state.datasets[canonical]
 
-    def _job(self, job_id: str) -> Job:
+    def job(self, job_id: str) -> Job:
         check_id("job_id", job_id)
         if job_id not in self.state.jobs:
             raise NotFound(f"job_id: job {job_id!r} is not registered")
         return self.state.jobs[job_id]
 
-    def _node(self, field: str, node_id: str) -> Node:
+    def node(self, field: str, node_id: str) -> Node:
         check_id(field, node_id)
         if node_id not in self.state.nodes:
             raise NotFound(f"{field}: node {node_id!r} is not registered")
@@ -117,7 +116,7 @@ class DataManager:
         """Set a dataset's cache quota on every node that mounts it. `policy` names the caller when it is the
         live controller's policy."""
         self._check_allocator("AllocateCacheSize", policy)
-        dataset = self._dataset("dataset_uri", dataset_uri)
+        dataset = self.dataset("dataset_uri", dataset_uri)
         size = check_bytes("cache_size_bytes", cache_size_bytes)
         if size > dataset.size_bytes:
             raise FailedPrecondition(
@@ -146,7 +145,7 @@ class DataManager:
     ) -> tuple[Job, int]:
         """Set a job's remote IO rate, split among its workers. `policy` as for `allocate_cache_size`."""
         self._check_allocator("AllocateRemoteIO", policy)
-        job = self._job(job_id)
+        job = self.job(job_id)
         rate = check_rate("io_bytes_per_sec", io_bytes_per_sec)
         if self.remote_io_limit is not None:
             left = self.remote_io_limit - (self.state.io_allocated_bytes_per_sec - job.io_bytes_per_sec)
@@ -201,14 +200,14 @@ class DataManager:
         return dataset
 
     async def unregister_dataset(self, uri: str) -> int:
-        dataset = self._dataset("uri", uri)
+        dataset = self.dataset("uri", uri)
         users = sorted(self.state.jobs_of_dataset(dataset.uri))
         if users:
             raise FailedPrecondition(f"uri: dataset {dataset.uri} is in use by jobs {users}; finish them first")
         return await self._commit(Change(datasets_deleted=(dataset.uri,)), (), f"unregistered dataset {dataset.uri}")
 
     def manifest(self, dataset_uri: str) -> tuple[bytes, str]:
-        dataset = self._dataset("dataset_uri", dataset_uri)
+        dataset = self.dataset("dataset_uri", dataset_uri)
         return self._store.manifest(dataset.uri), dataset.manifest_digest
 
     # ---- jobs ----
@@ -226,7 +225,7 @@ class DataManager:
         """Register a job. Repeating a registration exactly is a no-op; changing any of its parameters (the
         dataset, f*, workers, epochs, irregular) is ALREADY_EXISTS, as for datasets and nodes."""
         check_id("job_id", job_id)
-        dataset = self._dataset("dataset_uri", dataset_uri)
+        dataset = self.dataset("dataset_uri", dataset_uri)
         ideal = check_rate("ideal_bytes_per_sec", ideal_bytes_per_sec, positive=True)
         job = Job(
             job_id,
@@ -258,7 +257,7 @@ class DataManager:
             raise InvalidArgument("workers must name at least one node")
         seen: set[str] = set()
         for i, worker in enumerate(workers):
-            self._node(f"workers[{i}].node_id", worker.node_id)
+            self.node(f"workers[{i}].node_id", worker.node_id)
             check_worker_count(f"workers[{i}].count", worker.count)
             if worker.node_id in seen:
                 raise InvalidArgument(
@@ -279,7 +278,7 @@ class DataManager:
             )
 
     async def finish_job(self, job_id: str) -> int:
-        job = self._job(job_id)
+        job = self.job(job_id)
         revision = await self._commit(Change(jobs_deleted=(job_id,)), job.node_ids, f"finished job {job_id}")
         self._on_jobs_changed(f"finished job {job_id}")
         return revision
@@ -305,7 +304,7 @@ class DataManager:
         return node, True, await self._commit(Change(nodes_put=(node,)), (), summary)
 
     async def unregister_node(self, node_id: str) -> int:
-        self._node("node_id", node_id)
+        self.node("node_id", node_id)
         users = sorted(self.state.jobs_on_node(node_id))
         if users:
             raise FailedPrecondition(f"node_id: node {node_id!r} runs workers of jobs {users}; finish them first")
@@ -315,7 +314,7 @@ class DataManager:
 
     async def watch(self, node_id: str, since_revision: int) -> AsyncIterator[pb.WatchEvent]:
         """The node's events after `since_revision`, or a snapshot if that is 0 or no longer in the log."""
-        self._node("node_id", node_id)
+        self.node("node_id", node_id)
         self._note_contact(node_id)
         with self.hub.subscribe(node_id) as subscription:
             # No await between subscribing and reading the log or state: nothing can slip in between.
@@ -340,7 +339,7 @@ class DataManager:
                     yield event
 
     def report_usage(self, node_id: str, datasets: Sequence[pb.DatasetUsage], jobs: Sequence[pb.JobUsage]) -> None:
-        self._node("node_id", node_id)
+        self.node("node_id", node_id)
         if self.liveness.report(node_id, datasets, jobs):
             log.info("node %s is available again", node_id, extra={"node_id": node_id})
 
@@ -357,56 +356,13 @@ class DataManager:
 
     # ---- queries ----
 
-    def cluster_summary(self) -> pb.ClusterSummary:
-        nodes = self.state.nodes
-        return pb.ClusterSummary(
-            revision=self.state.revision,
-            dataset_count=len(self.state.datasets),
-            job_count=len(self.state.jobs),
-            node_count=len(nodes),
-            nodes_available=sum(self.liveness.available(n) for n in nodes),
-            remote_io_limit_bytes_per_sec=self.remote_io_limit or 0,
-            remote_io_allocated_bytes_per_sec=self.state.io_allocated_bytes_per_sec,
-            cache_capacity_bytes=sum(n.cache_capacity_bytes for n in nodes.values()),
-            cache_allocated_bytes=sum(self.state.node_cache_allocated(n) for n in nodes),
-        )
-
-    def dataset_info(self, uri: str) -> pb.Dataset:
-        dataset = self._dataset("uri", uri)
-        return convert.dataset_message(
-            dataset, self.state.jobs_of_dataset(dataset.uri), self.liveness.dataset_usage(dataset.uri)
-        )
-
-    def job_info(self, job_id: str) -> pb.Job:
-        return convert.job_message(self._job(job_id), self.liveness.job_usage(job_id))
-
-    def node_info(self, node_id: str) -> pb.Node:
-        node = self._node("node_id", node_id)
-        return convert.node_message(
-            node,
-            cache_allocated=self.state.node_cache_allocated(node_id),
-            available=self.liveness.available(node_id),
-            seconds_since_seen=self.liveness.seconds_since_seen(node_id),
-            job_ids=self.state.jobs_on_node(node_id),
-        )
-
-    def list_datasets(self) -> list[pb.Dataset]:
-        return [self.dataset_info(uri) for uri in sorted(self.state.datasets)]
-
-    def list_jobs(self) -> list[pb.Job]:
-        return [self.job_info(job_id) for job_id in sorted(self.state.jobs)]
-
-    def list_nodes(self) -> list[pb.Node]:
-        return [self.node_info(node_id) for node_id in sorted(self.state.nodes)]
-
     # ---- the one way state changes ----
 
     async def _commit(self, change: Change, affected_nodes: Collection[str], description: str) -> int:
-        """Apply `change` as the next revision now, and return once it is durable.
+        """Apply `change` as the next revision now, and return once it is durable (`journal`).
 
         Changes are applied in memory at once, in call order, so the next call is validated against them;
-        they are written in batches (group commit), so concurrent callers share one fsync. Watch events go
-        out only after their batch is on disk.
+        the journal writes them in batches and sends their watch events once they are on disk.
         """
         touched_jobs = {job.job_id for job in change.jobs_put}.union(change.jobs_deleted)
         before = {node_id: self.state.node_view(node_id, touched_jobs) for node_id in affected_nodes}
@@ -417,69 +373,32 @@ class DataManager:
             changes = diff_views(old_view, self.state.node_view(node_id, touched_jobs))
             if changes:
                 events[node_id] = convert.watch_event(self.state.revision, changes)
-        loop = asyncio.get_running_loop()
-        pending = _Pending(self.state.revision, change, undo, events, description, loop.create_future())
-        self._pending.append(pending)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = loop.create_task(self._flush())
-        await asyncio.shield(pending.durable)  # a caller that goes away must not cancel a shared commit
-        return pending.revision
+        revision = self.state.revision
+        await self._journal.write(JournalEntry(revision, change, undo, events, description))
+        return revision
 
     def _durable_revision(self) -> int:
-        return self._pending[0].revision - 1 if self._pending else self.state.revision
+        pending = self._journal.oldest_pending()
+        return self.state.revision if pending is None else pending - 1
 
     async def _settled(self) -> int:
         """The current revision, once every change up to it is durable."""
         revision = self.state.revision
-        if self._pending:
-            await asyncio.shield(self._pending[-1].durable)
+        await self._journal.settled()
         return revision
 
-    async def _flush(self) -> None:
-        while self._pending:
-            batch = list(self._pending)
-            commits = [
-                Commit(p.revision, p.change, [(n, e.SerializeToString()) for n, e in p.events.items()]) for p in batch
-            ]
-            try:
-                await asyncio.to_thread(self._store.commit, commits)
-            except Exception as exc:
-                self._abandon_pending(exc)
-                return
-            del self._pending[: len(batch)]
-            for p in batch:
-                for node_id, event in p.events.items():
-                    self.hub.publish(node_id, event)
-                log.info("revision %d: %s", p.revision, p.description, extra=_log_fields(p.revision, p.change))
-                p.durable.set_result(None)
-
-    def _abandon_pending(self, exc: Exception) -> None:
-        """A batch could not be written: undo it and everything applied after it, newest first, and fail
-        all of their callers. None of these changes was acknowledged or sent to a node, so their revision
-        numbers go to the next changes, as they would after a restart: the store's revision is the last
-        durable one, and a node told it is current must never skip a change numbered as one it saw."""
-        first, last = self._pending[0].revision, self._pending[-1].revision
-        log.error("could not persist revisions %d-%d: %s", first, last, exc)
-        for p in reversed(self._pending):
-            self.state.apply(p.undo)
-            p.durable.set_exception(_refusal(exc))
-        self._pending.clear()
-        self.state.revision = first - 1
+    def _roll_back(self, entries: Sequence[JournalEntry]) -> None:
+        """Undo changes the journal could not write, newest first. None of them was acknowledged or sent to a
+        node, so their revision numbers go to the next changes, as they would after a restart: the store's
+        revision is the last durable one, and a node told it is current must never skip a change numbered as
+        one it saw."""
+        for entry in entries:
+            self.state.apply(entry.undo)
+        self.state.revision = entries[-1].revision - 1
 
     async def close(self) -> None:
         """Wait for pending changes to be written (call before closing the store)."""
-        if self._flusher is not None:
-            await asyncio.wait([self._flusher])
-
-
-def _refusal(exc: Exception) -> Exception:
-    """What a caller whose change could not be written is told. A full state disk is a refusal with its own
-    status (RESOURCE_EXHAUSTED); any other failure is passed on as it is."""
-    if isinstance(exc, StoreFull):
-        return ResourceExhausted(
-            "the data manager's state disk is full: nothing was changed; free space in its state dir and call again"
-        )
-    return exc
+        await self._journal.close()
 
 
 def _workers_text(workers: Sequence[Worker]) -> str:
@@ -496,28 +415,3 @@ def _describe(job: Job) -> str:
     length = f"{job.epochs:g} epochs" if job.epochs else "length unknown"
     access = ", irregular access" if job.irregular else ""
     return f"{job.job_id} on {job.dataset_uri} with workers {_workers_text(job.workers)} ({length}{access})"
-
-
-def _log_fields(revision: int, change: Change) -> dict[str, object]:
-    """The ids a change touches, as structured log fields (comma-joined when it touches several)."""
-    fields: dict[str, object] = {"revision": revision}
-    for name, keys in (
-        ("dataset_uri", [d.uri for d in change.datasets_put] + list(change.datasets_deleted)),
-        ("job_id", [j.job_id for j in change.jobs_put] + list(change.jobs_deleted)),
-        ("node_id", [n.node_id for n in change.nodes_put] + list(change.nodes_deleted)),
-    ):
-        if keys:
-            fields[name] = ",".join(keys)
-    return fields
-
-
-@dataclass(slots=True)
-class _Pending:
-    """A change applied in memory and waiting for its batch to be durable."""
-
-    revision: int
-    change: Change
-    undo: Change
-    events: dict[str, pb.WatchEvent]
-    description: str
-    durable: asyncio.Future[None]

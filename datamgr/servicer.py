@@ -8,7 +8,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from datamgr import convert
+from datamgr import convert, queries
 from datamgr.controller import EXTERNAL_POLICY, Controller
 from datamgr.entities import (
     AlreadyExists,
@@ -107,7 +107,7 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
             request.uri, request.options, request.chunk_size_bytes
         )
         return pb.RegisterDatasetResponse(
-            dataset=self._manager.dataset_info(dataset.uri), created=created, revision=revision
+            dataset=queries.dataset_info(self._manager, dataset.uri), created=created, revision=revision
         )
 
     @_unary
@@ -139,7 +139,7 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
             irregular=request.irregular,
         )
         return pb.RegisterJobResponse(
-            job=self._with_estimate(self._manager.job_info(job.job_id)), created=created, revision=revision
+            job=self._with_estimate(queries.job_info(self._manager, job.job_id)), created=created, revision=revision
         )
 
     @_unary
@@ -151,7 +151,9 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
         node, created, revision = await self._manager.register_node(
             request.node_id, request.address, request.cache_capacity_bytes
         )
-        return pb.RegisterNodeResponse(node=self._manager.node_info(node.node_id), created=created, revision=revision)
+        return pb.RegisterNodeResponse(
+            node=queries.node_info(self._manager, node.node_id), created=created, revision=revision
+        )
 
     @_unary
     async def UnregisterNode(self, request: pb.UnregisterNodeRequest, context: Any) -> pb.UnregisterNodeResponse:
@@ -177,7 +179,7 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
 
     @_unary
     async def GetClusterSummary(self, request: pb.GetClusterSummaryRequest, context: Any) -> pb.ClusterSummary:
-        summary = self._manager.cluster_summary()
+        summary = queries.cluster_summary(self._manager)
         if self._controller is None:
             summary.controller.policy = EXTERNAL_POLICY
         else:
@@ -186,24 +188,24 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
 
     @_unary
     async def GetDataset(self, request: pb.GetDatasetRequest, context: Any) -> pb.Dataset:
-        return self._manager.dataset_info(request.uri)
+        return queries.dataset_info(self._manager, request.uri)
 
     @_unary
     async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.Job:
-        return self._with_estimate(self._manager.job_info(request.job_id))
+        return self._with_estimate(queries.job_info(self._manager, request.job_id))
 
     @_unary
     async def GetNode(self, request: pb.GetNodeRequest, context: Any) -> pb.Node:
-        return self._manager.node_info(request.node_id)
+        return queries.node_info(self._manager, request.node_id)
 
     @_unary
     async def ListDatasets(self, request: pb.ListDatasetsRequest, context: Any) -> pb.ListDatasetsResponse:
-        return pb.ListDatasetsResponse(datasets=self._manager.list_datasets())
+        return pb.ListDatasetsResponse(datasets=queries.list_datasets(self._manager))
 
     @_unary
     async def ListJobs(self, request: pb.ListJobsRequest, context: Any) -> pb.ListJobsResponse:
-        return pb.ListJobsResponse(jobs=[self._with_estimate(job) for job in self._manager.list_jobs()])
+        return pb.ListJobsResponse(jobs=[self._with_estimate(job) for job in queries.list_jobs(self._manager)])
 
     @_unary
     async def ListNodes(self, request: pb.ListNodesRequest, context: Any) -> pb.ListNodesResponse:
-        return pb.ListNodesResponse(nodes=self._manager.list_nodes())
+        return pb.ListNodesResponse(nodes=queries.list_nodes(self._manager))

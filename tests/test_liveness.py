@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from datamgr import queries
 from datamgr.client import DataManagerClient
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.manager import DataManager
@@ -41,12 +42,12 @@ def test_a_silent_node_becomes_unavailable_and_returns_when_it_reports(tmp_path:
     clock.now += 6
     assert manager.expire_nodes() == ["n1"]
     assert manager.expire_nodes() == []  # reported once, not on every sweep
-    assert not manager.node_info("n1").available
-    assert manager.node_info("n1").seconds_since_seen == pytest.approx(12.0)
-    assert manager.cluster_summary().node_count == 2
-    assert manager.cluster_summary().nodes_available == 1
+    assert not queries.node_info(manager, "n1").available
+    assert queries.node_info(manager, "n1").seconds_since_seen == pytest.approx(12.0)
+    assert queries.cluster_summary(manager).node_count == 2
+    assert queries.cluster_summary(manager).nodes_available == 1
     manager.report_usage("n1", [], [])
-    assert manager.node_info("n1").available
+    assert queries.node_info(manager, "n1").available
     store.close()
 
 
@@ -57,7 +58,7 @@ def test_nodes_known_at_startup_get_a_full_timeout_of_grace(tmp_path: Path) -> N
     clock.now += 3600
     restarted = DataManager(store, node_timeout=10.0, clock=clock)
     assert restarted.expire_nodes() == []
-    assert restarted.node_info("n1").available
+    assert queries.node_info(restarted, "n1").available
     store.close()
 
 

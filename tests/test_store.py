@@ -1,11 +1,14 @@
-"""The state store: atomic durable commits, the resumable event log, and one owner per state dir."""
+"""The state store: atomic durable commits, the resumable event log, and one owner per state dir.
+
+The contract tests (`store` fixture) run over both implementations, SQLite and in memory; what only a
+database on disk can do (survive a reopen, lock its state dir, migrate a schema) is tested on SQLite alone."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +17,8 @@ import pytest
 from datamgr.entities import Dataset, Job, Node, Worker
 from datamgr.manager import DataManager
 from datamgr.state import Change
-from datamgr.store import Commit, SQLiteStore
+from datamgr.store import Commit, SQLiteStore, StateStore
+from datamgr.store.memory import MemoryStore
 from datamgr.store.sqlite import SCHEMA_VERSION, StateDirError
 from silodlib.backends.base import ObjectInfo
 from silodlib.manifest import Manifest, build_manifest
@@ -22,6 +26,36 @@ from silodlib.manifest import Manifest, build_manifest
 DATASET = Dataset("s3://bkt/train", {"region": "eu-west-1"}, 1000, 3, 4, 4 << 20, "d1", 500)
 NODE = Node("n1", "h1:7421", 10_000)
 JOB = Job("j1", DATASET.uri, 100, (Worker("n1", 2),), 50, epochs=0.07, irregular=True)
+
+
+StoreFactory = Callable[..., StateStore]
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
+    """`make_store(**options)`: a fresh store of the parametrized kind (options: `retained_revisions`)."""
+    made: list[StateStore] = []
+
+    def make(**options: int) -> StateStore:
+        store: StateStore = SQLiteStore(tmp_path, **options) if request.param == "sqlite" else MemoryStore(**options)
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        store.close()
+
+
+def test_what_is_committed_is_what_load_returns(make_store: StoreFactory) -> None:
+    store = make_store()
+    store.commit([Commit(1, Change(nodes_put=(NODE,), datasets_put=(DATASET,), manifest=(DATASET.uri, b"M")), [])])
+    store.commit([Commit(2, Change(jobs_put=(JOB,)), [("n1", b"event-2")])])
+    state = store.load()
+    assert (state.revision, state.datasets, state.jobs, state.nodes) == (2, (DATASET,), (JOB,), (NODE,))
+    assert store.manifest(DATASET.uri) == b"M"
+    assert store.events_since("n1", 1) == [b"event-2"]
+    store.commit([Commit(3, Change(jobs_deleted=(JOB.job_id,), nodes_deleted=(NODE.node_id,)))])
+    assert (store.load().revision, store.load().jobs, store.load().nodes) == (3, (), ())
 
 
 def test_commits_survive_reopening_the_store(tmp_path: Path) -> None:
@@ -82,31 +116,29 @@ def test_a_state_dir_of_schema_1_opens_with_its_jobs_of_unknown_length_and_regul
     db.close()
 
 
-def test_deleting_a_dataset_deletes_its_manifest(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path)
+def test_deleting_a_dataset_deletes_its_manifest(make_store: StoreFactory) -> None:
+    store = make_store()
     store.commit([Commit(1, Change(datasets_put=(DATASET,), manifest=(DATASET.uri, b"M")), [])])
     store.commit([Commit(2, Change(datasets_deleted=(DATASET.uri,)), [])])
     assert store.load().datasets == ()
     with pytest.raises(KeyError):
         store.manifest(DATASET.uri)
-    store.close()
 
 
-def test_a_failing_batch_writes_nothing(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path)
+def test_a_failing_batch_writes_nothing(make_store: StoreFactory) -> None:
+    store = make_store()
     store.commit([Commit(1, Change(nodes_put=(NODE,)))])
     unstorable: Sequence[tuple[str, bytes]] = [("n1", object())]  # type: ignore[list-item]
     batch = [Commit(2, Change(datasets_put=(DATASET,))), Commit(3, Change(jobs_put=(JOB,)), unstorable)]
-    with pytest.raises(sqlite3.Error):
+    with pytest.raises((sqlite3.Error, TypeError)):
         store.commit(batch)
     state = store.load()
     assert (state.revision, state.datasets, state.jobs) == (1, (), ())
     assert store.events_since("n1", 1) == []
-    store.close()
 
 
-def test_event_log_answers_only_for_revisions_it_still_holds(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path, retained_revisions=100)
+def test_event_log_answers_only_for_revisions_it_still_holds(make_store: StoreFactory) -> None:
+    store = make_store(retained_revisions=100)
     for revision in range(1, 2049):
         store.commit([Commit(revision, Change(), [("n1", str(revision).encode())])])
     assert store.events_since("n1", 2040) == [str(r).encode() for r in range(2041, 2049)]
@@ -114,7 +146,6 @@ def test_event_log_answers_only_for_revisions_it_still_holds(tmp_path: Path) -> 
     assert store.events_since("n1", 2049) is None  # ahead of the store: the node must resync
     assert store.events_since("n1", 10) is None  # pruned
     assert store.events_since("n2", 2040) == []
-    store.close()
 
 
 def test_a_second_owner_of_the_state_dir_is_refused(tmp_path: Path) -> None:

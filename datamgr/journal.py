@@ -1,0 +1,133 @@
+"""Group commit: the data manager's accepted changes written to the store in batches, each caller answered
+once its change is durable.
+
+The data manager applies a change in memory at once (so the next call is validated against it) and hands
+it here as a `JournalEntry`. The contract, pinned by tests/test_journal.py:
+- `write` returns once its entry is durable, or raises what its batch failed with (a full state disk as
+  `ResourceExhausted`, anything else as it is). A caller that goes away does not cancel the shared write.
+- Entries are written in the order given. One writer commits every entry waiting when it starts a batch,
+  so concurrent callers share one store commit (one fsync).
+- An entry's watch events are published, and its change logged, only once its batch is durable.
+- A batch that fails fails every waiting entry (it and every later one, which were applied on top of it):
+  `rollback` gets them newest first, before any of their callers hears, so that nothing that reached no disk
+  stays applied. None of them was acknowledged or sent to a node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from datamgr.entities import ResourceExhausted
+from datamgr.state import Change
+from datamgr.store import Commit, StateStore, StoreFull
+from silodpb.v1 import datamgr_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class JournalEntry:
+    """A change applied in memory as `revision`, with what undoes it and the watch event of each node it
+    affects; `description` is its line in the change log."""
+
+    revision: int
+    change: Change
+    undo: Change
+    events: dict[str, pb.WatchEvent]
+    description: str
+    durable: asyncio.Future[None] | None = field(default=None, repr=False)
+
+
+class GroupCommitJournal:
+    def __init__(
+        self,
+        store: StateStore,
+        publish: Callable[[str, pb.WatchEvent], None],
+        rollback: Callable[[Sequence[JournalEntry]], None],
+    ) -> None:
+        self._store = store
+        self._publish = publish
+        self._rollback = rollback
+        self._pending: list[JournalEntry] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    async def write(self, entry: JournalEntry) -> None:
+        loop = asyncio.get_running_loop()
+        entry.durable = loop.create_future()
+        self._pending.append(entry)
+        if self._writer is None or self._writer.done():
+            self._writer = loop.create_task(self._write_batches())
+        await asyncio.shield(entry.durable)  # a caller that goes away must not cancel a shared commit
+
+    def oldest_pending(self) -> int | None:
+        """The revision of the oldest entry not yet durable; None when every entry is."""
+        return self._pending[0].revision if self._pending else None
+
+    async def settled(self) -> None:
+        """Return once every entry written so far is durable; raise what the last one failed with, if it did
+        (whatever the caller read from the state may have been part of it)."""
+        if self._pending:
+            last = self._pending[-1].durable
+            assert last is not None
+            await asyncio.shield(last)
+
+    async def close(self) -> None:
+        """Wait for the entries written so far (call before closing the store)."""
+        if self._writer is not None:
+            await asyncio.wait([self._writer])
+
+    async def _write_batches(self) -> None:
+        while self._pending:
+            batch = list(self._pending)
+            commits = [
+                Commit(e.revision, e.change, [(n, event.SerializeToString()) for n, event in e.events.items()])
+                for e in batch
+            ]
+            try:
+                await asyncio.to_thread(self._store.commit, commits)
+            except Exception as exc:
+                self._fail_pending(exc)
+                return
+            del self._pending[: len(batch)]
+            for entry in batch:
+                for node_id, event in entry.events.items():
+                    self._publish(node_id, event)
+                log.info("revision %d: %s", entry.revision, entry.description, extra=_log_fields(entry))
+                assert entry.durable is not None
+                entry.durable.set_result(None)
+
+    def _fail_pending(self, exc: Exception) -> None:
+        failed = list(reversed(self._pending))
+        self._pending.clear()
+        log.error("could not persist revisions %d-%d: %s", failed[-1].revision, failed[0].revision, exc)
+        self._rollback(failed)
+        for entry in failed:
+            assert entry.durable is not None
+            entry.durable.set_exception(_refusal(exc))
+
+
+def _refusal(exc: Exception) -> Exception:
+    """What a caller whose change could not be written is told. A full state disk is a refusal with its own
+    status (RESOURCE_EXHAUSTED); any other failure is passed on as it is."""
+    if isinstance(exc, StoreFull):
+        return ResourceExhausted(
+            "the data manager's state disk is full: nothing was changed; free space in its state dir and call again"
+        )
+    return exc
+
+
+def _log_fields(entry: JournalEntry) -> dict[str, object]:
+    """The ids a change touches, as structured log fields (comma-joined when it touches several)."""
+    change = entry.change
+    fields: dict[str, object] = {"revision": entry.revision}
+    for name, keys in (
+        ("dataset_uri", [d.uri for d in change.datasets_put] + list(change.datasets_deleted)),
+        ("job_id", [j.job_id for j in change.jobs_put] + list(change.jobs_deleted)),
+        ("node_id", [n.node_id for n in change.nodes_put] + list(change.nodes_deleted)),
+    ):
+        if keys:
+            fields[name] = ",".join(keys)
+    return fields
