@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from datamgr.entities import DataManagerError
+from datamgr.liveness import JobUsage
 from datamgr.manager import DataManager
 from datamgr.scheduler import perf
 from datamgr.scheduler.partition import ByRegularity
@@ -137,7 +138,7 @@ def _job_state(manager: DataManager, job_id: str, submit_time: float, now: float
     )
 
 
-def _epoch_hit_ratio(usage: Sequence[pb.JobUsage], dataset_bytes: int, workers: Mapping[str, int]) -> float | None:
+def _epoch_hit_ratio(usage: Sequence[JobUsage], dataset_bytes: int, workers: Mapping[str, int]) -> float | None:
     """The share of the rest of its epoch the job's cache serves, from its nodes' access bitsets: cached items
     not read yet this epoch over all items not read yet; the least over its nodes (each caches on its own).
     A node of a job whose `workers` span nodes reads its workers' share of the items each pass and reports
@@ -152,7 +153,7 @@ def _epoch_hit_ratio(usage: Sequence[pb.JobUsage], dataset_bytes: int, workers: 
     return min(ratios, default=None)
 
 
-def _unread_share(usage: pb.JobUsage, workers: Mapping[str, int], total_workers: int) -> float:
+def _unread_share(usage: JobUsage, workers: Mapping[str, int], total_workers: int) -> float:
     """The share of all items the reporting node has not read this pass (it reads only its own share)."""
     return 1.0 - usage.epoch_progress * pass_share(workers.get(usage.node_id, 0), total_workers)
 
@@ -287,9 +288,10 @@ class Controller:
         settle_seconds: float = SETTLE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if manager.policy is None or manager.remote_io_limit is None:
+        if manager.policy is None or manager.policy_allocations is None or manager.remote_io_limit is None:
             raise ValueError("a controller needs a data manager created with its policy and a remote IO limit")
         self.policy = manager.policy
+        self._allocations = manager.policy_allocations
         self._remote_io_limit = manager.remote_io_limit
         self.round_seconds = round_seconds
         self._manager = manager
@@ -368,9 +370,9 @@ class Controller:
 
     async def _apply(self, step: Step) -> None:
         if step.resource == "cache":
-            await self._manager.allocate_cache_size(step.target, step.wanted, policy=self.policy)
+            await self._allocations.cache_size(step.target, step.wanted)
         else:
-            await self._manager.allocate_remote_io(step.target, step.wanted, policy=self.policy)
+            await self._allocations.remote_io(step.target, step.wanted)
 
     # ---- what `silod status` shows ----
 

@@ -4,8 +4,10 @@ carries what a node needs to read the dataset, does not."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict, fields
 
 from datamgr.entities import Dataset, Job, Node, NodeJobView, NodeView
+from datamgr.liveness import DatasetUsage, JobUsage
 from datamgr.state import DatasetRemoved, JobRemoved, NodeChange
 from silodlib.backends import redact_options
 from silodlib.backends.uri import parse_dataset_uri
@@ -60,7 +62,7 @@ def snapshot_event(revision: int, view: NodeView) -> pb.WatchEvent:
     return pb.WatchEvent(revision=revision, snapshot=snapshot)
 
 
-def dataset_message(dataset: Dataset, job_ids: Iterable[str], usage: Iterable[pb.DatasetUsage]) -> pb.Dataset:
+def dataset_message(dataset: Dataset, job_ids: Iterable[str], usage: Iterable[DatasetUsage]) -> pb.Dataset:
     scheme = parse_dataset_uri(dataset.uri).scheme
     return pb.Dataset(
         uri=dataset.uri,
@@ -72,7 +74,7 @@ def dataset_message(dataset: Dataset, job_ids: Iterable[str], usage: Iterable[pb
         cache_quota_bytes=dataset.cache_quota_bytes,
         manifest_digest=dataset.manifest_digest,
         job_ids=sorted(job_ids),
-        usage=usage,
+        usage=[pb.DatasetUsage(**asdict(u)) for u in usage],
     )
 
 
@@ -80,7 +82,7 @@ def node_rates(job: Job) -> list[pb.NodeRate]:
     return [pb.NodeRate(node_id=n, io_bytes_per_sec=r) for n, r in job.node_rates().items()]
 
 
-def job_message(job: Job, usage: Iterable[pb.JobUsage]) -> pb.Job:
+def job_message(job: Job, usage: Iterable[JobUsage]) -> pb.Job:
     return pb.Job(
         job_id=job.job_id,
         dataset_uri=job.dataset_uri,
@@ -88,7 +90,7 @@ def job_message(job: Job, usage: Iterable[pb.JobUsage]) -> pb.Job:
         workers=[pb.Worker(node_id=w.node_id, count=w.count) for w in job.workers],
         io_bytes_per_sec=job.io_bytes_per_sec,
         node_rates=node_rates(job),
-        usage=usage,
+        usage=[pb.JobUsage(**asdict(u)) for u in usage],
         epochs=job.epochs,
         irregular=job.irregular,
     )
@@ -106,3 +108,13 @@ def node_message(
         seconds_since_seen=seconds_since_seen,
         job_ids=sorted(job_ids),
     )
+
+
+def dataset_usage(message: pb.DatasetUsage) -> DatasetUsage:
+    """A node's report of a dataset as a plain value (its `node_id` is the reporting node's, set on query)."""
+    return DatasetUsage(message.dataset_uri, message.cached_bytes, message.cached_items)
+
+
+def job_usage(message: pb.JobUsage) -> JobUsage:
+    """A node's report of a job as a plain value, every field but `node_id` as sent."""
+    return JobUsage(**{f.name: getattr(message, f.name) for f in fields(JobUsage) if f.name != "node_id"})

@@ -7,20 +7,43 @@ it again within one report interval. Every known node starts with a full timeout
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, replace
 
-from silodpb.v1 import datamgr_pb2 as pb
 
-_Usage = TypeVar("_Usage", pb.DatasetUsage, pb.JobUsage)
+@dataclass(frozen=True, slots=True)
+class DatasetUsage:
+    """What one node last reported of a dataset's cache; `node_id` is filled in by `NodeLiveness`."""
+
+    dataset_uri: str
+    cached_bytes: int = 0
+    cached_items: int = 0
+    node_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobUsage:
+    """What one node last reported of a job: its reads, its place in its epochs and the cache it can still hit
+    (`fuseclient.access`); `node_id` is filled in by `NodeLiveness`."""
+
+    job_id: str
+    bytes_read: int = 0
+    bytes_from_remote: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    epoch: int = 0
+    epoch_progress: float = 0.0
+    throughput_bytes_per_sec: float = 0.0
+    effective_cache_bytes: int = 0
+    remote_demand_bytes_per_sec: float = 0.0
+    node_id: str = ""
 
 
 @dataclass(slots=True)
 class _NodeRecord:
     last_seen: float
     available: bool = True
-    datasets: Sequence[pb.DatasetUsage] = ()
-    jobs: Sequence[pb.JobUsage] = ()
+    datasets: Sequence[DatasetUsage] = ()
+    jobs: Sequence[JobUsage] = ()
 
 
 class NodeLiveness:
@@ -39,7 +62,7 @@ class NodeLiveness:
         record.available = True
         return returned
 
-    def report(self, node_id: str, datasets: Sequence[pb.DatasetUsage], jobs: Sequence[pb.JobUsage]) -> bool:
+    def report(self, node_id: str, datasets: Sequence[DatasetUsage], jobs: Sequence[JobUsage]) -> bool:
         record = self._nodes.setdefault(node_id, _NodeRecord(self._clock()))
         record.datasets, record.jobs = datasets, jobs
         return self.seen(node_id)
@@ -67,25 +90,18 @@ class NodeLiveness:
         record = self._nodes.get(node_id)
         return 0.0 if record is None else self._clock() - record.last_seen
 
-    def dataset_usage(self, uri: str) -> list[pb.DatasetUsage]:
+    def dataset_usage(self, uri: str) -> list[DatasetUsage]:
         return [
-            _with_node(usage, node_id)
+            replace(usage, node_id=node_id)
             for node_id, record in sorted(self._nodes.items())
             for usage in record.datasets
             if usage.dataset_uri == uri
         ]
 
-    def job_usage(self, job_id: str) -> list[pb.JobUsage]:
+    def job_usage(self, job_id: str) -> list[JobUsage]:
         return [
-            _with_node(usage, node_id)
+            replace(usage, node_id=node_id)
             for node_id, record in sorted(self._nodes.items())
             for usage in record.jobs
             if usage.job_id == job_id
         ]
-
-
-def _with_node(usage: _Usage, node_id: str) -> _Usage:
-    copy = type(usage)()
-    copy.CopyFrom(usage)
-    copy.node_id = node_id
-    return copy

@@ -26,7 +26,7 @@ from datamgr.entities import (
 )
 from datamgr.journal import GroupCommitJournal, JournalEntry
 from datamgr.listing import freeze_manifest
-from datamgr.liveness import NodeLiveness
+from datamgr.liveness import DatasetUsage, JobUsage, NodeLiveness
 from datamgr.state import Change, ClusterState, diff_views
 from datamgr.store import StateStore
 from datamgr.validation import (
@@ -53,8 +53,9 @@ class DataManager:
     """The single source of truth for datasets, jobs, nodes and their allocations.
 
     With `policy` set, allocations belong to that policy (the live controller runs it): the allocation calls
-    refuse any other caller. `on_jobs_changed` hears, once each is durable, of every job registered or
-    finished, with a short description; the controller runs a round on it.
+    refuse every caller, and the controller allocates through `policy_allocations`. `on_jobs_changed` hears,
+    once each is durable, of every job registered or finished, with a short description; the controller runs
+    a round on it.
     """
 
     def __init__(
@@ -78,6 +79,8 @@ class DataManager:
         self.hub = WatchHub()
         self.liveness = NodeLiveness(node_timeout, clock, self.state.nodes)
         self._journal = GroupCommitJournal(store, self.hub.publish, self._roll_back)
+        # The right to allocate while the policy owns allocations: handed to the live controller alone.
+        self.policy_allocations = None if policy is None else PolicyAllocations(self)
 
     # ---- lookups that raise NOT_FOUND, naming the request field that asked ----
 
@@ -101,21 +104,27 @@ class DataManager:
 
     # ---- the paper's two calls ----
 
-    def _check_allocator(self, call: str, policy: str | None) -> None:
-        """Only the policy that owns allocations may make them (anyone, when none does)."""
-        if self.policy is not None and policy != self.policy:
+    def _check_allocator(self, call: str) -> None:
+        """By hand (through these calls) only when no policy owns allocations; the policy allocates through
+        `policy_allocations`."""
+        if self.policy is not None:
             raise FailedPrecondition(
                 f"{call}: the {self.policy} policy allocates cache and remote IO on this data manager "
                 f"(--policy {self.policy}) and would undo a manual change at its next round; "
                 "restart it with --policy external to allocate by hand"
             )
 
-    async def allocate_cache_size(
-        self, dataset_uri: str, cache_size_bytes: int, *, policy: str | None = None
-    ) -> tuple[Dataset, int]:
-        """Set a dataset's cache quota on every node that mounts it. `policy` names the caller when it is the
-        live controller's policy."""
-        self._check_allocator("AllocateCacheSize", policy)
+    async def allocate_cache_size(self, dataset_uri: str, cache_size_bytes: int) -> tuple[Dataset, int]:
+        """Set a dataset's cache quota on every node that mounts it (refused while a policy owns allocations)."""
+        self._check_allocator("AllocateCacheSize")
+        return await self._allocate_cache_size(dataset_uri, cache_size_bytes)
+
+    async def allocate_remote_io(self, job_id: str, io_bytes_per_sec: int) -> tuple[Job, int]:
+        """Set a job's remote IO rate, split among its workers (refused while a policy owns allocations)."""
+        self._check_allocator("AllocateRemoteIO")
+        return await self._allocate_remote_io(job_id, io_bytes_per_sec)
+
+    async def _allocate_cache_size(self, dataset_uri: str, cache_size_bytes: int) -> tuple[Dataset, int]:
         dataset = self.dataset("dataset_uri", dataset_uri)
         size = check_bytes("cache_size_bytes", cache_size_bytes)
         if size > dataset.size_bytes:
@@ -140,11 +149,7 @@ class DataManager:
         )
         return updated, revision
 
-    async def allocate_remote_io(
-        self, job_id: str, io_bytes_per_sec: int, *, policy: str | None = None
-    ) -> tuple[Job, int]:
-        """Set a job's remote IO rate, split among its workers. `policy` as for `allocate_cache_size`."""
-        self._check_allocator("AllocateRemoteIO", policy)
+    async def _allocate_remote_io(self, job_id: str, io_bytes_per_sec: int) -> tuple[Job, int]:
         job = self.job(job_id)
         rate = check_rate("io_bytes_per_sec", io_bytes_per_sec)
         if self.remote_io_limit is not None:
@@ -338,7 +343,7 @@ class DataManager:
                     last = event.revision
                     yield event
 
-    def report_usage(self, node_id: str, datasets: Sequence[pb.DatasetUsage], jobs: Sequence[pb.JobUsage]) -> None:
+    def report_usage(self, node_id: str, datasets: Sequence[DatasetUsage], jobs: Sequence[JobUsage]) -> None:
         self.node("node_id", node_id)
         if self.liveness.report(node_id, datasets, jobs):
             log.info("node %s is available again", node_id, extra={"node_id": node_id})
@@ -415,3 +420,20 @@ def _describe(job: Job) -> str:
     length = f"{job.epochs:g} epochs" if job.epochs else "length unknown"
     access = ", irregular access" if job.irregular else ""
     return f"{job.job_id} on {job.dataset_uri} with workers {_workers_text(job.workers)} ({length}{access})"
+
+
+class PolicyAllocations:
+    """The capability to allocate cache and remote IO on a data manager whose allocations a policy owns: the
+    same checks and commits as `allocate_cache_size` and `allocate_remote_io`, minus the refusal. Only the
+    manager creates it (`DataManager.policy_allocations`), so no caller can claim to be the policy."""
+
+    __slots__ = ("_manager",)
+
+    def __init__(self, manager: DataManager) -> None:
+        self._manager = manager
+
+    async def cache_size(self, dataset_uri: str, cache_size_bytes: int) -> tuple[Dataset, int]:
+        return await self._manager._allocate_cache_size(dataset_uri, cache_size_bytes)
+
+    async def remote_io(self, job_id: str, io_bytes_per_sec: int) -> tuple[Job, int]:
+        return await self._manager._allocate_remote_io(job_id, io_bytes_per_sec)

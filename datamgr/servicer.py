@@ -174,7 +174,8 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
 
     @_unary
     async def ReportUsage(self, request: pb.ReportUsageRequest, context: Any) -> pb.ReportUsageResponse:
-        self._manager.report_usage(request.node_id, request.datasets, request.jobs)
+        datasets = [convert.dataset_usage(usage) for usage in request.datasets]
+        self._manager.report_usage(request.node_id, datasets, [convert.job_usage(usage) for usage in request.jobs])
         return pb.ReportUsageResponse()
 
     @_unary

@@ -22,7 +22,8 @@ import pytest
 from datamgr.client import DataManagerClient
 from datamgr.controller import Controller, RoundRequests, Step, plan, snapshot_of
 from datamgr.entities import Dataset, FailedPrecondition, Job, Node, Worker
-from datamgr.manager import DataManager
+from datamgr.liveness import DatasetUsage, JobUsage
+from datamgr.manager import DataManager, PolicyAllocations
 from datamgr.scheduler.perf import Estimator, SiloDPerf
 from datamgr.scheduler.policies.fifo import FifoPolicy
 from datamgr.scheduler.policies.greedy import GreedyStorage
@@ -53,6 +54,12 @@ async def owned_manager(
     finally:
         await manager.close()
         store.close()
+
+
+def allocations(manager: DataManager) -> PolicyAllocations:
+    """What the policy that owns `manager`'s allocations allocates through, as its controller does."""
+    assert manager.policy_allocations is not None
+    return manager.policy_allocations
 
 
 async def add_dataset(manager: DataManager, root: Path, files: int, size: int) -> str:
@@ -110,13 +117,13 @@ def test_the_snapshot_places_jobs_on_their_workers_and_budgets_the_smallest_cach
             await manager.register_job("jb", b, 500, [Worker("n2", 1)], epochs=2.5, irregular=True)
             manager.report_usage(
                 "n1",
-                [pb.DatasetUsage(dataset_uri=a, cached_bytes=700)],
-                [pb.JobUsage(job_id="ja", bytes_read=300, effective_cache_bytes=2000, epoch_progress=0.5)],
+                [DatasetUsage(dataset_uri=a, cached_bytes=700)],
+                [JobUsage(job_id="ja", bytes_read=300, effective_cache_bytes=2000, epoch_progress=0.5)],
             )
             manager.report_usage(
                 "n2",
-                [pb.DatasetUsage(dataset_uri=a, cached_bytes=400), pb.DatasetUsage(dataset_uri=b, cached_bytes=100)],
-                [pb.JobUsage(job_id="ja", bytes_read=200, effective_cache_bytes=600, epoch_progress=0.75)],
+                [DatasetUsage(dataset_uri=a, cached_bytes=400), DatasetUsage(dataset_uri=b, cached_bytes=100)],
+                [JobUsage(job_id="ja", bytes_read=200, effective_cache_bytes=600, epoch_progress=0.75)],
             )
 
             snapshot = snapshot_of(manager, 7000, {"ja": 1.0}, now=11.0)
@@ -236,14 +243,14 @@ def test_decreases_go_first_so_every_step_of_a_swap_is_within_the_limits(tmp_pat
             await manager.register_job("ja", a, 5000, [Worker("n1", 1)])
             await manager.register_job("jb", b, 5000, [Worker("n1", 1)])
             for allocate in (
-                manager.allocate_cache_size(a, 800, policy="fixed"),
-                manager.allocate_cache_size(b, 200, policy="fixed"),
-                manager.allocate_remote_io("ja", 900, policy="fixed"),
-                manager.allocate_remote_io("jb", 100, policy="fixed"),
+                allocations(manager).cache_size(a, 800),
+                allocations(manager).cache_size(b, 200),
+                allocations(manager).remote_io("ja", 900),
+                allocations(manager).remote_io("jb", 100),
             ):
                 await allocate
             with pytest.raises(FailedPrecondition):  # an increase first would break the node's capacity
-                await manager.allocate_cache_size(b, 800, policy="fixed")
+                await allocations(manager).cache_size(b, 800)
             policy = FixedPolicy(cache={a: 200, b: 800}, io={"ja": 100, "jb": 900})
 
             report = await Controller(manager, scheduler_of(policy), requests).run_round("test")
@@ -380,7 +387,7 @@ def test_a_policy_that_leaves_storage_undecided_fails_its_round_instead_of_freei
             await manager.register_node("n1", "h1:1", 10_000)
             a = await add_dataset(manager, tmp_path / "a", files=2, size=500)
             await manager.register_job("ja", a, 5000, [Worker("n1", 1)])
-            await manager.allocate_remote_io("ja", 300, policy="fifo")
+            await allocations(manager).remote_io("ja", 300)
             compute_only = Scheduler(FifoPolicy(), SiloDPerf(), "silod")  # not filled in by build_scheduler
 
             report = await Controller(manager, compute_only, requests).run_round("test")
