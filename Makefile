@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := fuse3 libfuse3-dev pkg-config faketime e2fsprogs
 PROTO_SRC := proto/silodpb/v1/datamgr.proto
 
-.PHONY: setup system-packages run test lint unit bench bench-pytorch proto clean
+.PHONY: setup system-packages run test test-fast lint unit bench bench-pytorch proto clean
 
 setup: system-packages $(VENV)/.installed node_modules/.installed
 
@@ -48,6 +48,10 @@ unit: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test: lint unit
+
+# The first two test tiers (tests/conftest.py): no servers, no mounts, about a minute; `make test` runs them all.
+test-fast: setup
+	$(PY) -m pytest -m "unit or fuse_ops" $(PYTEST_ARGS)
 
 bench: setup
 	PYTHONPATH=$(CURDIR) $(PY) bench/control_plane.py

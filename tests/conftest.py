@@ -1,4 +1,11 @@
-"""Suite-wide test policy: fail on unexpected warnings from our own code."""
+"""Suite-wide test policy: fail on unexpected warnings from our own code, and every test module in one tier.
+
+Tiers, by what a module's tests need at most (select with `-m`; `make test-fast` runs the first two):
+- `unit`: in-process code on temporary files;
+- `fuse_ops`: the FUSE operations driven directly, without a kernel mount;
+- `process`: daemons, servers (the data manager, moto, Azurite) or commands as processes, no FUSE mount;
+- `mount`: real FUSE mounts, usually with the processes above.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ import pytest
 
 pytest_plugins = ("tests.storage_servers", "tests.datamgr_fixtures", "tests.mount_fixtures", "tests.disks")
 
-OUR_LOGGERS = ("silod", "datamgr", "fuseclient")
+OUR_LOGGERS = ("silod", "datamgr", "fuseclient", "silodcli", "silodlib")
 
 
 @pytest.fixture(autouse=True)
@@ -23,3 +30,34 @@ def _no_unexpected_warnings(caplog: pytest.LogCaptureFixture, request: pytest.Fi
         r for r in caplog.get_records("call") if r.levelno >= logging.WARNING and r.name.split(".")[0] in OUR_LOGGERS
     ]
     assert not loud, "unexpected warnings: " + "; ".join(f"{r.name}: {r.getMessage()}" for r in loud)
+
+
+TIERS: dict[str, tuple[str, ...]] = {
+    "unit": (
+        "test_access", "test_backoff", "test_baselines", "test_compiled", "test_greedy", "test_journal",
+        "test_layout", "test_manager", "test_manifest", "test_perf", "test_policies", "test_policy_conformance",
+        "test_registry", "test_sim_cli", "test_sim_engine", "test_sim_inputs", "test_sim_report", "test_sim_sweep",
+        "test_snapshot", "test_state", "test_store", "test_throttle", "test_units",
+    ),
+    "fuse_ops": ("test_fs_ops",),
+    "process": (
+        "test_backends", "test_cache", "test_cli", "test_concurrency", "test_config", "test_datamgr_rpc",
+        "test_demo", "test_deploy", "test_liveness", "test_logs", "test_mount_cli", "test_registration",
+        "test_restart", "test_retry", "test_status_watch", "test_watch",
+    ),
+    "mount": (
+        "test_agent", "test_backend_faults", "test_cache_disk_faults", "test_controller", "test_datamgr_faults",
+        "test_estimator_live", "test_log_fields", "test_metrics", "test_mount", "test_rate_change",
+        "test_readahead", "test_security",
+    ),
+}  # fmt: skip
+TIER_OF = {module: tier for tier, modules in TIERS.items() for module in modules}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its module's tier; a module in no tier fails collection, so none is left out."""
+    for item in items:
+        module = item.path.stem
+        if module not in TIER_OF:
+            raise pytest.UsageError(f"tests/{module}.py is in no tier: add it to TIERS in tests/conftest.py")
+        item.add_marker(getattr(pytest.mark, TIER_OF[module]))

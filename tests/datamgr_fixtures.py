@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 
 from datamgr.client import DataManagerClient
@@ -138,3 +139,25 @@ def silod_cli(*args: str, datamgr: str | None = None) -> subprocess.CompletedPro
     if datamgr is not None:
         env["SILOD_DATAMGR"] = datamgr
     return subprocess.run([*SILOD, *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+STREAM_DEADLINE = 30.0
+
+
+class NodeWatch:
+    """A node's watch stream as a test drives it: `next()` waits, up to the stream's deadline, for an event."""
+
+    def __init__(self, call: grpc.CallIterator[pb.WatchEvent]) -> None:
+        self._call = call
+        self._events = iter(call)
+
+    def next(self) -> pb.WatchEvent:
+        return next(self._events)
+
+    def cancel(self) -> None:
+        self._call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves cancel() untyped
+
+
+def watch(client: DataManagerClient, node_id: str, since: int = 0) -> NodeWatch:
+    request = pb.WatchAllocationsRequest(node_id=node_id, since_revision=since)
+    return NodeWatch(client.stub.WatchAllocations(request, timeout=STREAM_DEADLINE))

@@ -1,10 +1,12 @@
-"""Waiting for something a test can observe (a file, a mount, a registration) with a bounded poll."""
+"""Waiting for something a test can observe (a file, a mount, a registration, a line a child process writes),
+bounded by a deadline."""
 
 from __future__ import annotations
 
+import selectors
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 
 def eventually(
@@ -30,3 +32,18 @@ def eventually(
             description = what() if callable(what) else what
             raise AssertionError(f"{description} not reached within {timeout} s")
         time.sleep(interval)  # polling observable state, bounded by the deadline
+
+
+def read_lines(stream: IO[bytes], until: str, timeout: float = 15.0) -> list[str]:
+    """Lines from a child's pipe up to and including the first containing `until`, within `timeout`."""
+    lines: list[str] = []
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while not lines or until not in lines[-1]:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0 and selector.select(remaining), f"no {until!r} within {timeout}s: {lines}"
+            line = stream.readline()
+            assert line, f"the stream ended before {until!r}: {lines}"
+            lines.append(line.decode())
+    return lines

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import FrozenInstanceError
 from pathlib import Path
@@ -548,7 +547,9 @@ def test_items_not_vouched_for_by_this_manifest_are_wiped(
     assert cached_items(third) == {3}
 
 
-def test_restoring_200k_entries_takes_seconds(tmp_path: Path, make_cache: Callable[..., DatasetCache]) -> None:
+def test_a_cache_of_200k_entries_on_disk_is_restored_whole(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
     count = 200_000
     directory = tmp_path / "cache"
     manifest = one_file_manifest(count, 1)
@@ -565,11 +566,8 @@ def test_restoring_200k_entries_takes_seconds(tmp_path: Path, make_cache: Callab
         for item in range(bucket * FANOUT, min(count, (bucket + 1) * FANOUT)):
             os.link(source, bucket_dir / str(item))
 
-    started = time.perf_counter()
     cache = make_cache(manifest, count)
-    elapsed = time.perf_counter() - started
 
-    print(f"restored {count} cache entries in {elapsed:.2f} s")
     assert cache.cached.all()
     assert cache.used_bytes == count
     shutil.rmtree(directory)  # do not leave 200 k entries behind in the kept base temp directories

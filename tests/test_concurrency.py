@@ -10,8 +10,7 @@ from pathlib import Path
 
 from datamgr.client import ClientError, DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
-from tests.datamgr_fixtures import REMOTE_IO_LIMIT, RunningDataManager, make_local_dataset
-from tests.test_watch import watch
+from tests.datamgr_fixtures import REMOTE_IO_LIMIT, RunningDataManager, make_local_dataset, watch
 
 CLIENTS = 8
 CALLS = 200

@@ -24,13 +24,12 @@ import pytest
 from datamgr.client import ClientError, DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
 from tests import polling
-from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, silod_cli
+from tests.cluster_fixtures import SIZE, System, eventually
+from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, silod_cli, watch
 from tests.disks import TmpfsFactory
 from tests.mount_fixtures import MountProcess
+from tests.rate_sampling import WINDOW, Sample, assert_held_to, readers_demanding_more, sample
 from tests.storage_servers import missing_dependency
-from tests.test_agent import SIZE, System, eventually
-from tests.test_rate_change import WINDOW, Sample, assert_held_to, readers_demanding_more, sample
-from tests.test_watch import watch
 
 STATE_DISK_SIZE = "512k"  # room for the state dir of a small cluster, and little more
 PAGE = 4096

@@ -21,7 +21,7 @@ from datamgr.logs import JsonFormatter
 from fuseclient.cache import DatasetCache
 from silodlib.manifest import Manifest
 from silodpb.v1 import datamgr_pb2 as pb
-from tests.test_agent import FILES, SIZE, System, eventually
+from tests.cluster_fixtures import FILES, SIZE, System, eventually
 
 Event = dict[str, Any]
 ID_FIELDS = ("job_id", "dataset_uri", "node_id")

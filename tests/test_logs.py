@@ -6,35 +6,18 @@ from __future__ import annotations
 import io
 import json
 import logging
-import selectors
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import IO
 
 import pytest
 
 from datamgr.client import DataManagerClient
 from datamgr.logs import NOISY_LOGGERS, JsonFormatter, setup_logging
 from tests.datamgr_fixtures import SILOD
-
-
-def read_lines(stream: IO[bytes], until: str, timeout: float = 15.0) -> list[str]:
-    """Lines from a child's pipe up to and including the first containing `until`, within `timeout`."""
-    lines: list[str] = []
-    with selectors.DefaultSelector() as selector:
-        selector.register(stream, selectors.EVENT_READ)
-        deadline = time.monotonic() + timeout
-        while not lines or until not in lines[-1]:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0 and selector.select(remaining), f"no {until!r} within {timeout}s: {lines}"
-            line = stream.readline()
-            assert line, f"the stream ended before {until!r}: {lines}"
-            lines.append(line.decode())
-    return lines
+from tests.polling import read_lines
 
 
 def test_the_data_manager_logs_json_lines(tmp_path: Path) -> None:

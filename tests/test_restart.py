@@ -9,8 +9,7 @@ import pytest
 
 from datamgr.client import DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
-from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset
-from tests.test_watch import watch
+from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, watch
 
 
 def _populate(client: DataManagerClient, tmp_path: Path) -> tuple[str, int]:

@@ -17,7 +17,6 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from matplotlib.image import imread
 
 from datamgr.scheduler.registry import CACHE_SYSTEMS, PAPER_CACHE_SYSTEMS
 from datamgr.scheduler.sim import report
@@ -28,10 +27,9 @@ from datamgr.scheduler.sim.trace import load_trace
 from silodcli.main import build_parser, main
 from silodcli.processes import run_in_processes
 from silodcli.sim import ProgressLine
-from tests.site_packages import install_site_package
+from tests.sim_fixtures import install_missing_node_policy, is_png, tiny_inputs
 
 CLUSTER = ClusterSpec(nodes=2, gpus_per_node=4, cache_bytes_per_node=10**12, remote_io_bytes_per_sec=250e6)
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def outcome(
@@ -60,10 +58,6 @@ def result(policy: str = "fifo", cache_system: str = "silod", *jobs: JobOutcome)
         ledger.record(time, rate)  # a one-second burst at 30 s, between samples
     ledger.end = 220
     return SimResult(policy, cache_system, outcomes, samples, unfinished=["z"], remote_io=ledger)
-
-
-def is_png(path: Path) -> bool:
-    return path.read_bytes().startswith(PNG_MAGIC) and imread(path).shape[2] == 4
 
 
 # --- report math -----------------------------------------------------------------------------------------------
@@ -351,20 +345,6 @@ def test_the_decision_log_is_written_gzipped_only_when_asked(
     assert not (out / "decisions.jsonl.gz").exists()  # the first run's log would pass for the second's
 
 
-def tiny_inputs(tmp_path: Path) -> list[str]:
-    """--trace and --cluster arguments for three jobs on one 4-GPU node."""
-    trace = tmp_path / "tiny.csv"
-    trace.write_text(
-        "job_id,arrival,gpus,model,ideal_rate,dataset,dataset_size,epochs\n"
-        "a,0,1,resnet50,100MB/s,small,100GB,3\n"
-        "b,60,2,resnet50,200MB/s,large,1TB,1\n"
-        "c,120,1,bert,2MB/s,huge,20TB,0.001\n"
-    )
-    cluster = tmp_path / "c.toml"
-    cluster.write_text('nodes = 1\ngpus_per_node = 4\ncache_per_node = "500GB"\nremote_io = "100MB/s"\n')
-    return ["--trace", str(trace), "--cluster", str(cluster)]
-
-
 def test_trace_labels_reach_jobs_csv_and_the_group_breakdowns(tmp_path: Path) -> None:
     # Through the engine: JobRun.outcome carries the trace's labels onto each JobOutcome.
     argv = tiny_inputs(tmp_path)
@@ -473,27 +453,6 @@ def test_compare_in_worker_processes_writes_what_one_run_at_a_time_writes(
     files = ("compare.csv", "compare.md", "sjf-coordl/jobs.csv", "fifo-silod/decisions.jsonl.gz")
     for name in (*files, "sjf-silod/timeline.csv", "fifo-coordl/summary.json", "sjf-silod/groups.csv"):
         assert (tmp_path / "three" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
-
-
-OVER_PLACING_POLICY = """
-from datamgr.scheduler.policy import Decision
-
-
-class OnAMissingNode:
-    name = "missing-node"
-
-    def schedule(self, snapshot, estimator):
-        return Decision(placements={job_id: {"no-such-node": job.gpus} for job_id, job in snapshot.jobs.items()})
-"""
-
-
-def install_missing_node_policy(site: Path, monkeypatch: pytest.MonkeyPatch, module: str) -> None:
-    """A site's policy `missing-node` in `module` (an entry point in `site`, as `pip install` leaves one, and
-    `site` on sys.path) that places jobs on a node that does not exist: the engine refuses its decision, in a
-    worker process too, and the command reports it as a failed run. `module` names it apart from other tests'."""
-    entry_points = f"[silod.policies]\nmissing-node = {module}:OnAMissingNode\n"
-    install_site_package(site, module.replace("_", "-"), module, OVER_PLACING_POLICY, entry_points)
-    monkeypatch.syspath_prepend(str(site))  # spawned workers start with the same sys.path
 
 
 def test_compare_stops_with_exit_1_when_a_run_in_a_worker_process_fails(

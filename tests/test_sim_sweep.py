@@ -21,7 +21,7 @@ from datamgr.scheduler.sim.model import ClusterSpec, SimConfig
 from datamgr.scheduler.sim.report import summarize
 from datamgr.scheduler.sim.scenarios import load_scenario
 from silodcli.main import main
-from tests.test_sim_cli import install_missing_node_policy, is_png, tiny_inputs
+from tests.sim_fixtures import install_missing_node_policy, is_png, tiny_inputs
 
 CLUSTER = ClusterSpec(nodes=1, gpus_per_node=4, cache_bytes_per_node=500 * 10**9, remote_io_bytes_per_sec=100e6)
 

@@ -18,7 +18,7 @@ from typing import IO
 
 from silodcli.commands import CLEAR_SCREEN
 from tests.datamgr_fixtures import SILOD, RunningDataManager
-from tests.test_logs import read_lines
+from tests.polling import read_lines
 
 HEADER = "Every 0.5s: silod status"
 

@@ -6,34 +6,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import grpc
 import pytest
 
 from datamgr.client import DataManagerClient
 from datamgr.watch import WatchHub, WatchOverflow
 from silodpb.v1 import datamgr_pb2 as pb
-from tests.datamgr_fixtures import RunningDataManager, make_local_dataset
-
-STREAM_DEADLINE = 30.0
-
-
-class NodeWatch:
-    """A node's watch stream as a test drives it: `next()` waits, up to the stream's deadline, for an event."""
-
-    def __init__(self, call: grpc.CallIterator[pb.WatchEvent]) -> None:
-        self._call = call
-        self._events = iter(call)
-
-    def next(self) -> pb.WatchEvent:
-        return next(self._events)
-
-    def cancel(self) -> None:
-        self._call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves cancel() untyped
-
-
-def watch(client: DataManagerClient, node_id: str, since: int = 0) -> NodeWatch:
-    request = pb.WatchAllocationsRequest(node_id=node_id, since_revision=since)
-    return NodeWatch(client.stub.WatchAllocations(request, timeout=STREAM_DEADLINE))
+from tests.datamgr_fixtures import RunningDataManager, make_local_dataset, watch
 
 
 def kinds(event: pb.WatchEvent) -> list[tuple[str, str]]:
