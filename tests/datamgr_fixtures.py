@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from datamgr.client import DataManagerClient
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.server import ServerConfig
 from silodpb.v1 import datamgr_pb2 as pb
+from tests import polling
 
 REMOTE_IO_LIMIT = 1_000_000_000
 SILOD = [str(Path(sys.executable).parent / "silod")]  # the installed console script itself
@@ -92,16 +92,18 @@ class DataManagerProcess:
     def start(self, timeout: float = 30.0) -> DataManagerProcess:
         """Start the process and wait until it logs the address it listens on."""
         process = self.launch()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            match = _LISTENING.search(self.log_path.read_text()[self._log_offset :])
-            if match:
-                self.address = match.group(1)
-                return self
-            if process.poll() is not None:
-                break
-            time.sleep(0.05)  # polling the log for readiness, bounded by the deadline
-        raise AssertionError(f"data manager did not start:\n{self.log_path.read_text()[self._log_offset :]}")
+
+        def log() -> str:
+            return self.log_path.read_text()[self._log_offset :]
+
+        def listening() -> str | None:
+            match = _LISTENING.search(log())
+            if match is None and process.poll() is not None:
+                raise AssertionError(f"data manager exited before it listened:\n{log()}")
+            return None if match is None else match.group(1)
+
+        self.address = polling.eventually(listening, what=lambda: f"data manager listening:\n{log()}", timeout=timeout)
+        return self
 
     def wait(self, timeout: float = 30.0) -> int:
         assert self.process is not None

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,11 +48,14 @@ class MountProcess:
     def start(self) -> MountProcess:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(self.argv, stdout=log, stderr=log)
-        deadline = time.monotonic() + START_TIMEOUT
-        while not is_live_mount(self.mountpoint):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"mount did not come up:\n{self.log_path.read_text()}")
-            time.sleep(0.05)  # polling for the mount, bounded by the deadline
+        process = self.process
+
+        def live() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"the mount exited before it came up:\n{self.log_path.read_text()}")
+            return is_live_mount(self.mountpoint)
+
+        polling.eventually(live, what=lambda: f"the mount up:\n{self.log_path.read_text()}", timeout=START_TIMEOUT)
         return self
 
     def job_dir(self, job_id: str) -> Path:

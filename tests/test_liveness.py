@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from datamgr.manager import DataManager
 from datamgr.server import ServerConfig
 from datamgr.store import SQLiteStore
 from silodpb.v1 import datamgr_pb2 as pb
+from tests import polling
 
 
 class FakeClock:
@@ -67,8 +67,9 @@ def test_the_server_sweeps_silent_nodes_on_its_own(tmp_path: Path) -> None:
     config = ServerConfig("127.0.0.1:0", tmp_path / "state", None, node_timeout=0.2)
     with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address) as client:
         client.register_node("n1", "h1:1", 100)
-        deadline = time.monotonic() + 10
-        while client.call(client.stub.GetNode, pb.GetNodeRequest(node_id="n1")).available:
-            assert time.monotonic() < deadline, "node never marked unavailable"
-            time.sleep(0.05)  # polling an observable state, bounded by the deadline
+        polling.eventually(
+            lambda: not client.call(client.stub.GetNode, pb.GetNodeRequest(node_id="n1")).available,
+            what="the node marked unavailable",
+            timeout=10,
+        )
         assert client.call(client.stub.ListNodes, pb.ListNodesRequest()).nodes[0].node_id == "n1"

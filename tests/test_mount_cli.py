@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -80,10 +79,7 @@ def _daemons(mountpoint: Path) -> list[str]:
 
 
 def _wait_for_exit(mountpoint: Path) -> None:
-    deadline = time.monotonic() + 20
-    while _daemons(mountpoint):
-        assert time.monotonic() < deadline, "the daemon did not exit after umount"
-        time.sleep(0.1)  # polling for the daemon's exit, bounded by the deadline
+    polling.eventually(lambda: not _daemons(mountpoint), what="the daemon's exit after umount", timeout=20)
 
 
 def test_the_mount_daemonizes_once_live_and_umount_stops_it(tmp_path: Path, dataset: str) -> None:
