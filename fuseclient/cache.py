@@ -22,26 +22,7 @@ Promises (each pinned by tests/test_cache.py):
   restart: the path may now lead to another disk (the root file system under an unmounted disk's mountpoint),
   which the quota was never meant for. One WARNING per cache says which (tests/test_cache_disk_faults.py).
 
-On-disk layout, inside the directory the caller dedicates to this dataset:
-- `cache.json`: format tag, manifest digest and chunk size. A restart that finds another digest (the
-  dataset was re-registered with different content or numbering) drops every item instead of serving
-  bytes that belong to another numbering.
-- `items/<item // 1024>/<item>`: the item's bytes, exactly `manifest.item_size(item)` of them. The fan-out
-  keeps directories at 1024 entries or fewer (ImageNet-1k is 1.28 M items).
-- `items/<item // 1024>/<item>.tmp-<pid>-<n>`: an admission in progress; renamed to the final name when
-  complete, deleted by a restart that finds it.
-Items of size 0 have no file: their content is known from the manifest, so they count as cached from the
-start and cost nothing.
-
-Crash safety and the fsync policy: items are written to a temporary name and renamed, never fsynced. A
-crash of the process (kill -9 included) at any point leaves either a complete final file or a temporary
-one, because data already written sits in the kernel page cache and reaches the disk regardless of the
-process. After a power loss or kernel crash, a renamed file may come back truncated or empty (the rename
-can reach the disk before the data); the restart check that each file's size equals the manifest's item
-size discards those. What it cannot catch is a file of the right size whose blocks were not written (a
-filesystem that exposes unwritten extents after a crash; ext4 and XFS in their default modes do not) —
-fsyncing every item would close that gap at a large cost in write throughput, for a cache whose entries
-can always be fetched again. Only `cache.json` is fsynced, since it decides whether items are trusted.
+The on-disk layout, what a restart trusts and the fsync policy: `cache_disk`.
 """
 
 from __future__ import annotations
@@ -49,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import itertools
-import json
 import logging
 import os
 import random
@@ -61,16 +41,12 @@ from pathlib import Path
 
 from bitarray import bitarray
 
+from fuseclient import cache_disk
 from silodlib.logfields import log_ids
 from silodlib.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
-FANOUT = 1024
-METADATA_NAME = "cache.json"
-ITEMS_NAME = "items"
-_FORMAT = "silod-cache/1"
-_STALE_PREFIX = "items.stale-"
 # Cache files are written in pieces of this size. One large write makes the file system (ext4 and XFS on
 # Linux 6.x, with large folios) take high-order page-cache folios, which the page allocator serves far more
 # slowly than order-3 ones (kept on per-CPU lists): on the development VM a 4 MiB item costs 10-12 ms of CPU
@@ -122,7 +98,7 @@ class DatasetCache:
         self._directory = Path(directory)
         self._name = dataset_uri or str(self._directory)
         self._log_ids = log_ids(dataset_uri=dataset_uri)
-        self._items_dir = self._directory / ITEMS_NAME
+        self._items_dir = self._directory / cache_disk.ITEMS_NAME
         self._manifest = manifest
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -150,11 +126,13 @@ class DatasetCache:
         self._cached = ~self._nonempty  # empty items are cached from the start; see the module docstring
 
         self._directory.mkdir(parents=True, exist_ok=True)
-        self._open_directory()
+        cache_disk.open_directory(self._directory, manifest, self._name, self._log_ids, self._delete_quietly)
         found = os.stat(self._items_dir)
         self._items_dir_id = (found.st_dev, found.st_ino)  # to tell a lost directory from a lost entry
         started = time.monotonic()
-        restored = self._restore()
+        restored, self._used = cache_disk.restore(
+            self._items_dir, manifest, self._cached, self._made_buckets, self._delete_quietly
+        )
         log.info(
             "cache of %s: restored %d items (%d bytes) from %s in %.2f s",
             self._name,
@@ -224,7 +202,7 @@ class DatasetCache:
         if wanted == 0:
             return b""
         try:
-            fd = os.open(self._item_path(item), os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(cache_disk.item_path(self._items_dir, item), os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             if exc.errno in _SHORTAGES:  # this process is out of descriptors or memory: the entry is fine
                 self._warn_once("read", exc)
@@ -436,7 +414,7 @@ class DatasetCache:
 
     def _write(self, item: int, data: bytes) -> None:
         """Write `item` under a temporary name and rename it into place; no temporary file survives errors."""
-        bucket = item // FANOUT
+        bucket = item // cache_disk.FANOUT
         directory = self._items_dir / str(bucket)
         if bucket not in self._made_buckets:
             directory.mkdir(exist_ok=True)
@@ -463,26 +441,23 @@ class DatasetCache:
 
     def _unlink(self, item: int) -> None:
         try:
-            os.unlink(self._item_path(item))
+            os.unlink(cache_disk.item_path(self._items_dir, item))
         except FileNotFoundError:
             pass
         except OSError as exc:
             self._warn_once("delete", exc)
 
-    def _discard(self, entry: os.DirEntry[str]) -> None:
-        """Delete a file or tree found at restore that is not a complete entry; a failure only warns."""
+    def _delete_quietly(self, path: str, is_dir: bool) -> None:
+        """Delete a file or tree a restart found to be no complete entry; a failure only warns (once)."""
         try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
+            if is_dir:
+                shutil.rmtree(path)
             else:
-                os.unlink(entry.path)
+                os.unlink(path)
         except FileNotFoundError:
             pass
         except OSError as exc:
             self._warn_once("delete", exc)
-
-    def _item_path(self, item: int) -> str:
-        return f"{self._items_dir}/{item // FANOUT}/{item}"
 
     def _first_time(self, key: tuple[str, int]) -> bool:
         """True the first time `key` is asked about: each kind of trouble is logged once per cache, then counted."""
@@ -504,70 +479,6 @@ class DatasetCache:
             _reason(exc),
             extra=self._log_ids,
         )
-
-    def _open_directory(self) -> None:
-        """Drop the items unless `cache.json` vouches for them with this manifest; then write it."""
-        metadata_path = self._directory / METADATA_NAME
-        wanted = {"format": _FORMAT, "manifest_digest": self._manifest.digest, "chunk_size": self._manifest.chunk_size}
-        try:
-            found = json.loads(metadata_path.read_text())
-        except FileNotFoundError:
-            found = None
-        except (OSError, ValueError):
-            found = {}
-        if found != wanted:
-            if found is not None or self._items_dir.exists():
-                log.info(
-                    "cache of %s: %s was written for another manifest (or is unreadable), dropping its items",
-                    self._name,
-                    self._directory,
-                    extra=self._log_ids,
-                )
-            # The items go before the new metadata is written: a crash in between must not vouch for them.
-            if self._items_dir.exists():
-                os.rename(self._items_dir, self._directory / f"{_STALE_PREFIX}{os.getpid()}-{time.time_ns()}")
-                _fsync_directory(self._directory)
-            temp = self._directory / f"{METADATA_NAME}.tmp"
-            with open(temp, "w") as file:
-                json.dump(wanted, file)
-                file.flush()
-                os.fsync(file.fileno())
-            os.rename(temp, metadata_path)
-            _fsync_directory(self._directory)
-        with os.scandir(self._directory) as entries:
-            for entry in entries:
-                if entry.name.startswith(_STALE_PREFIX):
-                    self._discard(entry)
-        self._items_dir.mkdir(exist_ok=True)
-
-    def _restore(self) -> int:
-        """Index the complete entries found on disk (one scandir per bucket, one lstat per file)."""
-        item_count = self._manifest.item_count
-        item_size = self._manifest.item_size
-        cached = self._cached
-        restored = 0
-        with os.scandir(self._items_dir) as buckets:
-            for bucket_entry in buckets:
-                name = bucket_entry.name
-                if not (_is_number(name) and bucket_entry.is_dir(follow_symlinks=False)):
-                    self._discard(bucket_entry)
-                    continue
-                bucket = int(name)
-                self._made_buckets.add(bucket)
-                with os.scandir(bucket_entry.path) as entries:
-                    for entry in entries:
-                        name = entry.name
-                        if _is_number(name) and entry.is_file(follow_symlinks=False):
-                            item = int(name)
-                            if item // FANOUT == bucket and item < item_count and not cached[item]:
-                                size = item_size(item)
-                                if entry.stat(follow_symlinks=False).st_size == size:
-                                    cached[item] = 1
-                                    self._used += size
-                                    restored += 1
-                                    continue
-                        self._discard(entry)  # temporary, truncated, foreign or out of range
-        return restored
 
 
 def _check_quota(quota_bytes: int) -> None:
@@ -602,16 +513,3 @@ def _pread(fd: int, length: int, offset: int, nowait: bool) -> bytes:
 
 def _reason(exc: OSError) -> str:
     return os.strerror(exc.errno) if exc.errno else str(exc)
-
-
-def _is_number(name: str) -> bool:
-    """A canonical decimal number: what item and bucket names are (no sign, no leading zeros)."""
-    return name.isascii() and name.isdigit() and (name == "0" or not name.startswith("0"))
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

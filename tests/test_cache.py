@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from fuseclient.cache import FANOUT, WRITE_PIECE, CacheStats, DatasetCache, WouldBlock
+from fuseclient.cache import WRITE_PIECE, CacheStats, DatasetCache, WouldBlock
+from fuseclient.cache_disk import FANOUT
 from silodlib.manifest import Manifest
 from tests.disks import Ext4Factory, TmpfsFactory
 
