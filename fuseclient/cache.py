@@ -181,16 +181,12 @@ class DatasetCache:
 
     # --- the read path ---------------------------------------------------------------------------------
 
-    def read(self, item: int, offset: int, length: int, *, nowait: bool = False) -> bytes | None:
+    def read(self, item: int, offset: int, length: int) -> bytes | None:
         """Up to `length` bytes of cached `item` from `offset` (short at its end), or None if not cached.
 
         None also when the item was evicted meanwhile, or when its file is missing, of another size than the
         item or unreadable, which drops the entry (see the module docstring): the caller then fetches from the
         backend, which always has the right bytes. Never returns a partial entry's bytes.
-
-        `nowait`: read only what the page cache holds (`RWF_NOWAIT`) and raise `WouldBlock` where the bytes
-        would have to come from the disk, so that an event loop can serve the read inline when it is fast and
-        hand it to a thread when it is not (opening the file may still wait for its inode).
         """
         if offset < 0 or length < 0:
             raise ValueError(f"item {item}: read offset and length must be >= 0")
@@ -215,13 +211,11 @@ class DatasetCache:
             # The size first: a file cut short (or swapped for another) may still hold the range asked for.
             found = os.fstat(fd).st_size
             damage = None if found == size else f"{found} bytes on disk, {size} expected"
-            while damage is None and got < wanted and (chunk := _pread(fd, wanted - got, offset + got, nowait)):
+            while damage is None and got < wanted and (chunk := os.pread(fd, wanted - got, offset + got)):
                 chunks.append(chunk)
                 got += len(chunk)
             if damage is None and got < wanted:
                 damage = f"cut short to {offset + got} bytes while read, {size} expected"
-        except BlockingIOError:
-            raise WouldBlock(f"item {item}: not in the page cache") from None
         except OSError as exc:
             damage = _reason(exc)
         finally:
@@ -488,27 +482,6 @@ def _check_quota(quota_bytes: int) -> None:
 
 # Errors that say this process is short of something, not that an entry is damaged.
 _SHORTAGES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
-
-
-class WouldBlock(Exception):
-    """A `read(nowait=True)` needs the disk: the bytes are not all in the page cache."""
-
-
-def _pread(fd: int, length: int, offset: int, nowait: bool) -> bytes:
-    """`pread`, or with `nowait` the part of it the page cache holds; BlockingIOError when it holds none.
-
-    A file system that cannot tell (`RWF_NOWAIT` unsupported: tmpfs, FUSE, some network file systems) is
-    read as before, blocking: on tmpfs that never waits for a disk, and the others make poor cache disks."""
-    if nowait:
-        buffer = bytearray(length)
-        try:
-            got = os.preadv(fd, [buffer], offset, os.RWF_NOWAIT)
-        except OSError as exc:
-            if exc.errno != errno.EOPNOTSUPP:
-                raise
-        else:
-            return bytes(memoryview(buffer)[:got])
-    return os.pread(fd, length, offset)
 
 
 def _reason(exc: OSError) -> str:

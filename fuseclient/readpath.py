@@ -1,10 +1,10 @@
 """Serving a read of a job's file: from the local cache, or fetched from the backend under the job's throttle.
 
-A read is split into the items it covers. A cached item is read from local disk with `pread` (inline when the
-page cache holds it, in a worker thread when the disk must be read); a missing one
-is fetched whole (uniform caching caches whole items), once however many readers want it at the same time
-(single-flight; the fetch is charged to the job that started it), and offered to the cache, which admits it
-only while the dataset is under its quota.
+A read is split into the items it covers. A cached item is read from local disk with `pread` on the event loop
+(a worker thread for reads that miss the page cache was measured slower on a fast disk: docs/benchmarks.md);
+a missing one is fetched whole (uniform caching caches whole items), once however many readers want it at the
+same time (single-flight; the fetch is charged to the job that started it), and offered to the cache, which
+admits it only while the dataset is under its quota.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 import trio
 
-from fuseclient.cache import DatasetCache, WouldBlock
 from fuseclient.mounted import Flight, MountedDataset, MountedJob
 from silodlib.backends import BackendError, ChangedObject
 
@@ -62,7 +61,7 @@ async def _item_bytes(
 ) -> bytes:
     cache = job.dataset.cache
     if cache.contains(item):
-        data = await _cached_bytes(cache, item, offset, length)
+        data = cache.read(item, offset, length)  # local disk: a pread, cheaper inline than a thread hop
         if data is not None:
             job.cache_hits += 1
             return data
@@ -80,16 +79,6 @@ async def _item_bytes(
         whole = await fetch_item(job, item)
     fetched.keep(item, whole)
     return whole[offset : offset + length]
-
-
-async def _cached_bytes(cache: DatasetCache, item: int, offset: int, length: int) -> bytes | None:
-    """A cached item's bytes: read inline while the page cache holds them (a thread hop would cost more than
-    the copy), in a worker thread when they must come from the disk, so that one reader waiting on the disk
-    does not hold up every other request the event loop serves."""
-    try:
-        return cache.read(item, offset, length, nowait=True)
-    except WouldBlock:
-        return await trio.to_thread.run_sync(cache.read, item, offset, length)
 
 
 async def _read_ahead(job: MountedJob, item: int, fetched: FetchedItems) -> None:

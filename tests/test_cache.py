@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from fuseclient.cache import WRITE_PIECE, CacheStats, DatasetCache, WouldBlock
+from fuseclient.cache import WRITE_PIECE, CacheStats, DatasetCache
 from fuseclient.cache_disk import FANOUT
 from silodlib.manifest import Manifest
-from tests.disks import Ext4Factory, TmpfsFactory
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -106,46 +105,6 @@ def test_admitted_items_are_files_under_the_documented_layout_and_read_back(
     assert cache.used_bytes == 280
     assert [cache.contains(item) for item in range(5)] == [True] * 5
     check_consistent(cache, tmp_path / "cache", manifest)
-
-
-def drop_pages(path: Path) -> None:
-    """Evict a file's pages from the page cache, so that its next read comes from the disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # dirty pages are not dropped
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def test_a_nowait_read_of_an_item_the_page_cache_lacks_would_block_and_a_plain_read_serves_it(
-    tmp_path: Path, ext4: Ext4Factory, make_cache: Callable[..., DatasetCache]
-) -> None:
-    directory = ext4(tmp_path / "disk", 64 * 1024 * 1024) / "cache"
-    manifest = one_file_manifest(4, 64 * 1024)
-    cache = make_cache(manifest, 1024 * 1024, directory=directory)
-    for item in range(4):
-        assert cache.admit(item, content(manifest, item))
-    drop_pages(item_file(directory, 1))
-
-    assert cache.read(0, 100, 1000, nowait=True) == content(manifest, 0)[100:1100]  # still in the page cache
-    with pytest.raises(WouldBlock):
-        cache.read(1, 0, 64 * 1024, nowait=True)
-    assert cache.contains(1) and cache.statistics().dropped == 0  # waiting is not damage
-    assert cache.read(1, 0, 64 * 1024) == content(manifest, 1)
-    assert cache.read(1, 0, 64 * 1024, nowait=True) == content(manifest, 1)  # paged in by the plain read
-
-
-def test_a_nowait_read_on_a_file_system_that_cannot_tell_reads_as_before(
-    tmp_path: Path, tmpfs: TmpfsFactory, make_cache: Callable[..., DatasetCache]
-) -> None:
-    directory = tmpfs(tmp_path / "disk", "1m") / "cache"  # tmpfs refuses RWF_NOWAIT (EOPNOTSUPP)
-    manifest = one_file_manifest(2, 4096)
-    cache = make_cache(manifest, 1024 * 1024, directory=directory)
-    assert cache.admit(1, content(manifest, 1))
-
-    assert cache.read(1, 10, 100, nowait=True) == content(manifest, 1)[10:110]
-    assert cache.contains(1) and cache.statistics().dropped == 0
 
 
 def test_items_larger_than_one_write_piece_are_written_whole(

@@ -6,8 +6,7 @@ the mount goes on and unmounts cleanly, one warning names the cache dir, and the
 
 A damaged entry of the right size (a flipped bit) cannot be told from a good one without checksums, which the
 cache does not keep; it is not driven here. Not a fault but the same machinery: a cold cache disk (its files'
-pages dropped, as on a node whose datasets outgrow its memory) is read in worker threads and still serves
-every hit.
+pages dropped, as on a node whose datasets outgrow its memory) still serves every hit from disk.
 """
 
 from __future__ import annotations
@@ -252,7 +251,7 @@ def test_a_cold_cache_disk_serves_every_cached_item_without_refetching_or_droppi
     cached = numbers(port)
     assert cached["silod_cache_items"] == 3 * FILES
 
-    for path in item_files(mount.cache_dir):  # a read now waits for the disk: the daemon hands it to a thread
+    for path in item_files(mount.cache_dir):  # a read now waits for the disk
         fd = os.open(path, os.O_RDONLY)
         os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
