@@ -14,7 +14,13 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest_plugins = ("tests.storage_servers", "tests.datamgr_fixtures", "tests.mount_fixtures", "tests.disks")
+pytest_plugins = (
+    "tests.storage_servers",
+    "tests.datamgr_fixtures",
+    "tests.mount_fixtures",
+    "tests.disks",
+    "tests.cache_fixtures",
+)
 
 OUR_LOGGERS = ("silod", "datamgr", "fuseclient", "silodcli", "silodlib")
 
@@ -42,9 +48,9 @@ TIERS: dict[str, tuple[str, ...]] = {
     ),
     "fuse_ops": ("test_fs_ops",),
     "process": (
-        "test_backends", "test_cache", "test_cli", "test_concurrency", "test_config", "test_datamgr_rpc",
-        "test_demo", "test_deploy", "test_liveness", "test_logs", "test_mount_cli", "test_registration",
-        "test_restart", "test_retry", "test_status_watch", "test_watch",
+        "test_backends", "test_cache", "test_cache_durability", "test_cli", "test_concurrency", "test_config",
+        "test_datamgr_rpc", "test_demo", "test_deploy", "test_liveness", "test_logs", "test_mount_cli",
+        "test_registration", "test_restart", "test_retry", "test_status_watch", "test_watch",
     ),
     "mount": (
         "test_agent", "test_backend_faults", "test_cache_disk_faults", "test_controller", "test_datamgr_faults",

@@ -1,0 +1,243 @@
+"""The uniform cache across restarts, crashes and failing disks: what a restart reuses, discards and evicts,
+what a kill -9 leaves, and admissions on a disk that fills up or turns read-only."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fuseclient.cache import DatasetCache
+from fuseclient.cache_disk import FANOUT
+from tests.cache_fixtures import (
+    cached_items,
+    check_consistent,
+    content,
+    files_on_disk,
+    item_file,
+    one_file_manifest,
+)
+from tests.disks import TmpfsFactory
+
+# --- restore ------------------------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_restore_reuses_complete_entries_and_discards_partial_ones(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    directory = tmp_path / "cache"
+    manifest = one_file_manifest(2000, 100)
+    first = make_cache(manifest, 100_000)
+    for item in (*range(10), 1500):
+        first.admit(item, content(manifest, item))
+    first.close()
+    # What a crash (or a power loss, or a stranger) can leave behind.
+    (directory / "items" / "0" / "11.tmp-999-0").write_bytes(content(manifest, 11)[:40])  # write in progress
+    item_file(directory, 5).write_bytes(content(manifest, 5)[:60])  # truncated entry
+    item_file(directory, 12).write_bytes(content(manifest, 12) + b"x")  # too long
+    (directory / "items" / "0" / "junk").write_bytes(b"?")
+    (directory / "items" / "0" / "0007").write_bytes(content(manifest, 7))  # not the canonical name
+    (directory / "items" / "1" / "5").write_bytes(content(manifest, 5))  # wrong bucket
+    (directory / "items" / "0" / "2000").write_bytes(b"x" * 100)  # beyond the manifest
+    (directory / "items" / "stray").mkdir()
+
+    second = make_cache(manifest, 100_000)
+
+    assert cached_items(second) == {0, 1, 2, 3, 4, 6, 7, 8, 9, 1500}
+    assert sorted(files_on_disk(directory)) == sorted(f"{item // FANOUT}/{item}" for item in cached_items(second))
+    assert not (directory / "items" / "stray").exists()
+    for item in cached_items(second):
+        assert second.read(item, 0, 100) == content(manifest, item)
+    check_consistent(second, directory, manifest)
+    assert second.admit(5, content(manifest, 5))
+    stats = second.statistics()
+    assert (stats.admitted, stats.evicted, stats.cached_items) == (1, 0, 11)
+
+
+def test_a_restore_above_the_quota_evicts_random_entries_down_to_it(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    manifest = one_file_manifest(100, 10)
+    first = make_cache(manifest, 1000)
+    for item in range(100):
+        first.admit(item, content(manifest, item))
+    first.close()
+
+    second = make_cache(manifest, 300, seed=5)
+
+    kept = cached_items(second)
+    assert len(kept) == 30 and second.statistics().evicted == 70
+    assert kept != set(range(30)) and kept != set(range(70, 100))  # not by number (nor scandir order)
+    check_consistent(second, tmp_path / "cache", manifest)
+
+
+@pytest.mark.parametrize("fault", ["other manifest", "missing metadata", "corrupt metadata"])
+def test_items_not_vouched_for_by_this_manifest_are_wiped(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache], fault: str
+) -> None:
+    directory = tmp_path / "cache"
+    manifest = one_file_manifest(10, 10)
+    first = make_cache(manifest, 100)
+    for item in range(10):
+        first.admit(item, content(manifest, item))
+    first.close()
+    reopened_with = manifest
+    if fault == "other manifest":
+        reopened_with = one_file_manifest(10, 10, version="v2")  # same shape, another ETag: other bytes
+        assert reopened_with.digest != manifest.digest
+    elif fault == "missing metadata":
+        (directory / "cache.json").unlink()
+    else:
+        (directory / "cache.json").write_text("{not json")
+
+    second = make_cache(reopened_with, 100)
+
+    assert not second.cached.any()
+    assert files_on_disk(directory) == {}
+    assert sorted(path.name for path in directory.iterdir()) == ["cache.json", "items"]
+    second.admit(3, content(reopened_with, 3))
+    second.close()
+    third = make_cache(reopened_with, 100)  # the new metadata now vouches for the new entries
+    assert cached_items(third) == {3}
+
+
+def test_a_cache_of_200k_entries_on_disk_is_restored_whole(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    count = 200_000
+    directory = tmp_path / "cache"
+    manifest = one_file_manifest(count, 1)
+    make_cache(manifest, count).close()
+    # Hard links to one 1-byte file per bucket: 200 k directory entries in about a second, where creating
+    # 200 k files takes 5-20 s on ext4. The restore still does one lstat per entry.
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    for bucket in range(-(-count // FANOUT)):
+        source = sources / str(bucket)
+        source.write_bytes(b"x")
+        bucket_dir = directory / "items" / str(bucket)
+        bucket_dir.mkdir()
+        for item in range(bucket * FANOUT, min(count, (bucket + 1) * FANOUT)):
+            os.link(source, bucket_dir / str(item))
+
+    cache = make_cache(manifest, count)
+
+    assert cache.cached.all()
+    assert cache.used_bytes == count
+    shutil.rmtree(directory)  # do not leave 200 k entries behind in the kept base temp directories
+
+
+CRASHING_CHILD = """
+import sys
+from pathlib import Path
+from fuseclient.cache import DatasetCache
+from silodlib.manifest import Manifest
+
+size = 256 * 1024
+manifest = Manifest(size, ["data"], [400 * size], [0], ["v1"])
+cache = DatasetCache(Path(sys.argv[1]), manifest, 400 * size)
+for item in range(400):
+    pattern = item.to_bytes(4, "big") + b"silod"
+    assert cache.admit(item, (pattern * (size // len(pattern) + 1))[:size])
+    print(item, flush=True)
+"""
+
+
+def test_a_kill_9_during_admissions_loses_no_complete_entry_and_serves_no_partial_one(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    directory = tmp_path / "cache"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_CHILD, str(directory)], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    try:
+        admitted = [int(line) for line, _ in zip(child.stdout, range(40), strict=False)]
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+        child.stdout.close()
+    assert admitted == list(range(40)), "the child died before admitting 40 items"
+
+    manifest = one_file_manifest(400, 256 * 1024)
+    cache = make_cache(manifest, 400 * 256 * 1024)
+
+    restored = cached_items(cache)
+    assert set(admitted) <= restored  # every admission that returned survived the crash
+    for item in restored:
+        assert cache.read(item, 0, 256 * 1024) == content(manifest, item)
+    check_consistent(cache, directory, manifest)
+
+
+# --- disk faults (real ones, on a small tmpfs) ---------------------------------------------------------
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path, tmpfs: TmpfsFactory) -> Path:
+    """A 256 KiB tmpfs: a real filesystem that fills up (ENOSPC) and can be remounted read-only (EROFS)."""
+    return tmpfs(tmp_path / "small", "256k")
+
+
+def warnings_from_cache(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "fuseclient.cache" and r.levelno >= logging.WARNING]
+
+
+@pytest.mark.expected_warnings
+def test_a_full_disk_fails_admissions_cleanly_and_warns_once(
+    small_tmpfs: Path, make_cache: Callable[..., DatasetCache], caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = small_tmpfs / "cache"
+    manifest = one_file_manifest(40, 32 * 1024)
+    cache = make_cache(manifest, 10 * 1024 * 1024, directory=directory)  # the quota is not what stops us
+
+    results = {item: cache.admit(item, content(manifest, item)) for item in range(40)}
+
+    admitted = {item for item, ok in results.items() if ok}
+    assert 0 < len(admitted) < 40
+    assert cached_items(cache) == admitted
+    stats = cache.statistics()
+    assert stats.write_errors == 40 - len(admitted) and stats.rejected_full == 0
+    check_consistent(cache, directory, manifest)  # no temporary file left, reservations given back
+    assert len(warnings_from_cache(caplog)) == 1
+    assert os.strerror(errno.ENOSPC) in warnings_from_cache(caplog)[0]
+    for item in admitted:
+        assert cache.read(item, 0, 32 * 1024) == content(manifest, item)
+
+    cache.set_quota(cache.used_bytes // 2)  # frees disk space
+    cache.set_quota(10 * 1024 * 1024)
+    failed = min(set(range(40)) - admitted)
+    assert cache.admit(failed, content(manifest, failed))
+    assert len(warnings_from_cache(caplog)) == 1
+
+
+@pytest.mark.expected_warnings
+def test_a_read_only_filesystem_fails_admissions_and_evictions_without_breaking_reads(
+    small_tmpfs: Path, make_cache: Callable[..., DatasetCache], caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = small_tmpfs / "cache"
+    manifest = one_file_manifest(10, 1024)
+    cache = make_cache(manifest, 100 * 1024, directory=directory)
+    assert cache.admit(0, content(manifest, 0))
+    assert cache.admit(1, content(manifest, 1))
+    subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+
+    assert not cache.admit(2, content(manifest, 2))
+    assert not cache.admit(3, content(manifest, 3))
+    assert cache.read(0, 0, 1024) == content(manifest, 0)
+    assert cache.set_quota(1024) == 1  # the accounting shrinks even though the file cannot be deleted
+
+    stats = cache.statistics()
+    assert (stats.write_errors, stats.cached_items, stats.used_bytes) == (2, 1, 1024)
+    messages = warnings_from_cache(caplog)
+    assert len(messages) == 2, messages  # one for writes, one for deletions
+    assert all(os.strerror(errno.EROFS) in message for message in messages)
