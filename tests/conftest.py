@@ -53,7 +53,8 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_registration", "test_restart", "test_retry", "test_status_watch", "test_watch",
     ),
     "mount": (
-        "test_agent", "test_backend_faults", "test_cache_disk_faults", "test_controller", "test_datamgr_faults",
+        "test_agent", "test_backend_faults", "test_cache_disk_faults", "test_controller", "test_controller_live",
+        "test_datamgr_faults",
         "test_estimator_live", "test_log_fields", "test_metrics", "test_mount", "test_rate_change",
         "test_readahead", "test_security",
     ),
