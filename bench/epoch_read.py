@@ -214,14 +214,7 @@ def run_dataset(
     local = workdir / f"local-{dataset.name}"
     keys = [f"train/class{i % 10:02d}/file{i:05d}.bin" for i in range(dataset.files)]
 
-    def put(key: str) -> None:
-        body = random.Random(key).randbytes(dataset.size)
-        client.put_object(Bucket=bucket, Key=key, Body=body)
-        (local / key).parent.mkdir(parents=True, exist_ok=True)
-        (local / key).write_bytes(body)
-
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(put, keys))
+    upload(client, bucket, local, keys, dataset.size)
     total = dataset.files * dataset.size
     local_paths = sorted(p for p in local.rglob("*") if p.is_file())
     local_results = []
@@ -278,6 +271,33 @@ def run_dataset(
     shutil.rmtree(local)
     delete_bucket(client, bucket, keys)
 
+    summarise(dataset, options, local_results, full, half, throttled, cold_ratios)
+
+
+def upload(client: Any, bucket: str, local: Path, keys: list[str], size: int) -> None:
+    """Put `size` seeded random bytes under each key in the bucket, and the same bytes under `local`."""
+
+    def put(key: str) -> None:
+        body = random.Random(key).randbytes(size)
+        client.put_object(Bucket=bucket, Key=key, Body=body)
+        (local / key).parent.mkdir(parents=True, exist_ok=True)
+        (local / key).write_bytes(body)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(put, keys))
+
+
+def summarise(
+    dataset: Dataset,
+    options: Options,
+    local_results: list[EpochResult],
+    full: list[EpochResult],
+    half: list[EpochResult],
+    throttled: list[EpochResult],
+    cold_ratios: list[float],
+) -> None:
+    """The ratios the targets are stated in, from one dataset's runs."""
+    total = dataset.files * dataset.size
     warm = sum(r.files_per_sec for r in full[1:]) / len(full[1:])
     local_warm = sum(r.files_per_sec for r in local_results[1:]) / len(local_results[1:])
     print(f"  -> warm epochs vs local disk: {warm / local_warm:.2f} x files/s")

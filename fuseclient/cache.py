@@ -117,13 +117,8 @@ class DatasetCache:
         self._made_buckets: set[int] = set()
         self._temp_names = itertools.count()
 
-        count = manifest.item_count
-        self._nonempty = bitarray(count)
-        self._nonempty.setall(1)
-        for index, size in enumerate(manifest.sizes):
-            if size == 0:
-                self._nonempty[manifest.first_items[index]] = 0
-        self._cached = ~self._nonempty  # empty items are cached from the start; see the module docstring
+        self._nonempty = cache_disk.items_with_files(manifest)
+        self._cached = ~self._nonempty  # empty items are cached from the start (`cache_disk`)
 
         self._directory.mkdir(parents=True, exist_ok=True)
         cache_disk.open_directory(self._directory, manifest, self._name, self._log_ids, self._delete_quietly)

@@ -47,6 +47,16 @@ _STALE_PREFIX = "items.stale-"
 Delete = Callable[[str, bool], None]  # (path, is a directory): deletes, and only warns when it cannot
 
 
+def items_with_files(manifest: Manifest) -> bitarray:
+    """Bit k is set iff item k has a file when cached: every item but those of size 0."""
+    nonempty = bitarray(manifest.item_count)
+    nonempty.setall(1)
+    for index, size in enumerate(manifest.sizes):
+        if size == 0:
+            nonempty[manifest.first_items[index]] = 0
+    return nonempty
+
+
 def item_path(items_dir: Path, item: int) -> str:
     return f"{items_dir}/{item // FANOUT}/{item}"
 
