@@ -4,7 +4,9 @@ Tiers, by what a module's tests need at most (select with `-m`; `make test-fast`
 - `unit`: in-process code on temporary files;
 - `fuse_ops`: the FUSE operations driven directly, without a kernel mount;
 - `process`: daemons, servers (the data manager, moto, Azurite) or commands as processes, no FUSE mount;
-- `mount`: real FUSE mounts, usually with the processes above.
+- `mount`: real FUSE mounts, usually with the processes above;
+- `external`: needs a tool that neither Debian's registry nor PyPI has (kubectl 1.21+): not in `make test`,
+  run by `make test-external` where the tool is installed.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_datamgr_rpc", "test_demo", "test_deploy", "test_deploy_security", "test_liveness", "test_logs",
         "test_mount_cli", "test_registration", "test_restart", "test_retry", "test_status_watch", "test_watch",
     ),
+    "external": ("test_deploy_kubectl",),
     "mount": (
         "test_agent", "test_backend_faults", "test_cache_disk_faults", "test_controller", "test_controller_live",
         "test_datamgr_faults",

@@ -5,7 +5,7 @@ calls inside their `sh -c` scripts) is parsed by the real CLI parser with the co
 as the real command applies it, so a renamed or removed flag or `SILOD_*` variable fails here. The Kubernetes
 kustomizations (the base, the secure overlay, the example job and its secure overlay) are rendered by a small
 kustomize of the features they use (the readers live in tests/deploy_model.py, with tests of their own),
-checked against `kubectl kustomize` where kubectl is installed. The rest
+checked against `kubectl kustomize` by test_deploy_kubectl.py (tier `external`). The rest
 pins what the deployment depends on: the gRPC and metrics ports, one image, the privileges and mount
 propagation the node agent needs, volumes where the state and cache live, and a Dockerfile that builds what
 they run; the secure overlays are test_deploy_security.py's. No docker engine and no cluster: only the files.
@@ -16,14 +16,11 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR
 from datamgr.server import DEFAULT_LISTEN
@@ -75,7 +72,6 @@ from tests.deploy_model import (
     silod_calls,
     the_container,
     under,
-    unordered,
 )
 
 
@@ -111,20 +107,6 @@ def test_overlays_patch_their_base_and_add_nothing(overlay: Path) -> None:
     base, patched = kustomize_build(OVERLAID[overlay]), kustomize_build(overlay)
     assert names(patched) == names(base)
     assert patched != base, "every patch changes something"
-
-
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
-@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda d: str(d.relative_to(K8S)))
-def test_kubectl_kustomize_renders_what_these_tests_check(directory: Path) -> None:
-    """The tests here read `kustomize_build`; this pins it to the real kustomize (offline: no cluster needed)."""
-    result = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    rendered = [doc for doc in yaml.safe_load_all(result.stdout) if doc is not None]
-
-    def by_name(resources: list[dict[str, Any]]) -> dict[tuple[str, str], Any]:
-        return {(r["kind"], r["metadata"]["name"]): unordered(r) for r in resources}
-
-    assert by_name(rendered) == by_name(kustomize_build(directory))
 
 
 def test_the_silod_commands_found_cover_every_subcommand_the_deployment_uses() -> None:
