@@ -1,4 +1,4 @@
-"""Inputs and checks shared by the simulator's command-line tests."""
+"""Inputs and checks shared by the simulator's tests: trace jobs and clusters in a line, tiny scenarios, plots."""
 
 from __future__ import annotations
 
@@ -7,9 +7,30 @@ from pathlib import Path
 import pytest
 from matplotlib.image import imread
 
+from datamgr.scheduler.sim.model import ClusterSpec, TraceJob
 from tests.site_packages import install_site_package
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+MB = 10**6
+GB = 10**9
+
+
+def job(
+    job_id: str,
+    arrival: float = 0.0,
+    gpus: int = 1,
+    rate: float = 100 * MB,
+    dataset: str = "ds",
+    size: int = 10 * GB,
+    epochs: float = 1.0,
+    irregular: bool = False,
+) -> TraceJob:
+    return TraceJob(job_id, arrival, gpus, "model", rate, dataset, size, epochs, irregular)
+
+
+def cluster(nodes: int = 1, gpus: int = 1, cache: int = 0, io: float = 100 * MB) -> ClusterSpec:
+    return ClusterSpec(nodes, gpus, cache, io)
+
 
 OVER_PLACING_POLICY = """
 from datamgr.scheduler.policy import Decision
