@@ -30,7 +30,7 @@ from fuseclient.daemon import ReadyCallback
 from fuseclient.fs import forget_job_directory
 from fuseclient.mounted import MountState
 from fuseclient.readahead import DEFAULT_READ_AHEAD
-from fuseclient.runtime import run_filesystem, stats_reporting
+from fuseclient.runtime import run_filesystem
 from fuseclient.throttle import default_burst
 from silodlib.backends import BackendError, RetryingBackend, open_backend
 from silodlib.backoff import Backoff
@@ -357,14 +357,10 @@ async def run_agent(config: AgentConfig, on_ready: ReadyCallback = lambda: None)
     with open_channel(config.datamgr, config.security, CHANNEL_OPTIONS) as channel:
         agent = NodeAgent(config, mount, pb_grpc.DataManagerStub(channel))
         await run_filesystem(
-            config.mountpoint,
+            config,
             mount,
-            allow_other=config.allow_other,
-            read_ahead=config.read_ahead,
-            stats=stats_reporting(config.stats_interval, config.cache_dir),
             tasks=[agent.follow_allocations, agent.report_usage],
             on_ready=on_ready,
-            metrics_port=config.metrics_port,
             reconnects=lambda: agent.reconnects,
             node_id=config.node_id,
         )

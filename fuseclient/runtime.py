@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Protocol
 
 import pyfuse3
 import trio
@@ -19,7 +20,7 @@ from fuseclient.daemon import ReadyCallback, prepare_mountpoint, raise_open_file
 from fuseclient.fs import SilodFS
 from fuseclient.metrics import MountMetrics
 from fuseclient.mounted import MountState
-from fuseclient.readahead import DEFAULT_READ_AHEAD, set_read_ahead
+from fuseclient.readahead import set_read_ahead
 from silodlib.logfields import log_ids
 
 log = logging.getLogger(__name__)
@@ -27,54 +28,52 @@ log = logging.getLogger(__name__)
 STATS_FILE = "stats.json"
 
 
-def stats_reporting(interval: float | None, cache_dir: Path) -> tuple[float, Path] | None:
-    """Statistics every `interval` seconds into CACHE_DIR/stats.json, or none without an interval."""
-    return (interval, cache_dir / STATS_FILE) if interval else None
+class ServeSettings(Protocol):
+    """How a mount is served, as both a standalone mount (`MountConfig`) and a node agent (`AgentConfig`) say."""
+
+    @property
+    def mountpoint(self) -> Path: ...
+    @property
+    def cache_dir(self) -> Path: ...  # statistics go to CACHE_DIR/stats.json
+    @property
+    def allow_other(self) -> bool: ...
+    @property
+    def read_ahead(self) -> int: ...  # the kernel's read-ahead window in bytes (0: its default; `readahead`)
+    @property
+    def stats_interval(self) -> float | None: ...  # None: no periodic statistics
+    @property
+    def metrics_port(self) -> int | None: ...  # None: no /metrics
 
 
 async def serve(config: MountConfig, on_ready: ReadyCallback = lambda: None) -> None:
     """Mount standalone, serve until SIGTERM/SIGINT or an external unmount, then unmount and close."""
-    mount = await build_state(config)
-    await run_filesystem(
-        config.mountpoint,
-        mount,
-        allow_other=config.allow_other,
-        read_ahead=config.read_ahead,
-        stats=stats_reporting(config.stats_interval, config.cache_dir),
-        on_ready=on_ready,
-        metrics_port=config.metrics_port,
-    )
+    await run_filesystem(config, await build_state(config), on_ready=on_ready)
 
 
 Task = Callable[[], Awaitable[None]]
 
 
 async def run_filesystem(
-    mountpoint: Path,
+    settings: ServeSettings,
     mount: MountState,
     *,
-    allow_other: bool = False,
-    read_ahead: int = DEFAULT_READ_AHEAD,
-    stats: tuple[float, Path] | None = None,
     tasks: Sequence[Task] = (),
     on_ready: ReadyCallback = lambda: None,
-    metrics_port: int | None = None,
     reconnects: Callable[[], int] | None = None,
     node_id: str | None = None,
 ) -> None:
-    """Serve `mount` at `mountpoint` with `tasks` running alongside, until a signal or an external unmount.
+    """Serve `mount` as `settings` say, with `tasks` running alongside, until a signal or an external unmount.
 
-    `read_ahead` is the kernel's read-ahead window in bytes (0: the kernel's default; see `readahead`).
-    `stats` is (interval, file) for periodic statistics; `metrics_port` serves Prometheus /metrics on all
-    interfaces (node metrics hold no secrets, and Prometheus scrapes nodes from elsewhere), with `reconnects`
-    counting the node agent's watch reconnects. `node_id` is the node a managed mount serves, a field of its
-    log lines. The mount state may change while served (the node agent adds and removes jobs); every dataset
-    still open at the end is closed.
+    /metrics, when asked for, is served on all interfaces (node metrics hold no secrets, and Prometheus
+    scrapes nodes from elsewhere), with `reconnects` counting the node agent's watch reconnects. `node_id` is
+    the node a managed mount serves, a field of its log lines. The mount state may change while served (the
+    node agent adds and removes jobs); every dataset still open at the end is closed.
     """
+    mountpoint, read_ahead, metrics_port = settings.mountpoint, settings.read_ahead, settings.metrics_port
     ids = log_ids(node_id=node_id)
     raise_open_file_limit(ids)
     options = set(pyfuse3.default_options) | {"fsname=silod", "subtype=silod", "ro"}
-    if allow_other:
+    if settings.allow_other:
         options.add("allow_other")
     prepare_mountpoint(mountpoint)
     metrics = None
@@ -90,8 +89,9 @@ async def run_filesystem(
             nursery.start_soon(_cancel_on_signal, nursery.cancel_scope, ids)
             if read_ahead:
                 nursery.start_soon(_set_read_ahead, mountpoint, read_ahead, ids)
-            if stats is not None:
-                nursery.start_soon(_report_statistics, mount, *stats, node_id)
+            if settings.stats_interval:
+                stats_file = settings.cache_dir / STATS_FILE
+                nursery.start_soon(_report_statistics, mount, settings.stats_interval, stats_file, node_id)
             for task in tasks:
                 nursery.start_soon(task)
             await pyfuse3.main()
