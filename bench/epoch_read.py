@@ -258,20 +258,29 @@ def run_dataset(
 
     # The cold epoch against the backend's ceiling, in pairs run back to back so that both sides of a ratio
     # see the same machine (a VM's speed drifts under sustained load).
-    cold_ratios = []
-    for pair in range(1, options.cold_pairs + 1):
-        sdk = sdk_epoch(server, bucket, keys, threads, ranges)
-        (cold,) = mount_run(f"cold{pair}", 1.0, None, epochs=1)
-        cold_ratios.append(cold.mb_per_sec / sdk.mb_per_sec)
-        print(
-            f"  {f'cold pair {pair}: {sdk_label}':<50} {sdk.mb_per_sec:8.1f} MB/s; mount's cold epoch "
-            f"{cold.mb_per_sec:8.1f} MB/s, mount CPU {cold.mount_cpu or 0:5.2f} s: {cold_ratios[-1]:.2f} x",
-            flush=True,
-        )
+    cold_ratios = [
+        cold_pair(pair, lambda: sdk_epoch(server, bucket, keys, threads, ranges), sdk_label, mount_run)
+        for pair in range(1, options.cold_pairs + 1)
+    ]
     shutil.rmtree(local)
     delete_bucket(client, bucket, keys)
 
     summarise(dataset, options, local_results, full, half, throttled, cold_ratios)
+
+
+def cold_pair(
+    pair: int, sdk_pass: Callable[[], EpochResult], sdk_label: str, mount_run: Callable[..., list[EpochResult]]
+) -> float:
+    """One SDK pass, then a fresh mount's cold epoch; the mount's MB/s over the SDK's."""
+    sdk = sdk_pass()
+    (cold,) = mount_run(f"cold{pair}", 1.0, None, epochs=1)
+    ratio = cold.mb_per_sec / sdk.mb_per_sec
+    print(
+        f"  {f'cold pair {pair}: {sdk_label}':<50} {sdk.mb_per_sec:8.1f} MB/s; mount's cold epoch "
+        f"{cold.mb_per_sec:8.1f} MB/s, mount CPU {cold.mount_cpu or 0:5.2f} s: {ratio:.2f} x",
+        flush=True,
+    )
+    return ratio
 
 
 def upload(client: Any, bucket: str, local: Path, keys: list[str], size: int) -> None:
