@@ -116,7 +116,7 @@ class _Arrival:
     job: JobRun
 
 
-class _Boundary(NamedTuple):  # scheduled at every rate change, like `Event`: a tuple is cheaper to build
+class _Boundary(NamedTuple):  # scheduled at every rate change: a tuple is cheaper to build than a dataclass
     job: JobRun
     version: int  # stale once the job's version moves on
 
@@ -143,7 +143,7 @@ class _Run:
         self.config = config
         self.decision_log = decision_log
         self.progress = progress
-        self.queue = EventQueue()
+        self.queue: EventQueue[_Arrival | _Boundary | _Round] = EventQueue()
         self.cache = cache_model_for(scheduler.cache_system, cluster, config)
         self.nodes = cluster.node_states()
         self.jobs = [JobRun(job) for job in trace]
@@ -183,15 +183,14 @@ class _Run:
             upcoming = self.queue.peek_time()
             if upcoming is None or (limit is not None and upcoming > limit):
                 break
-            event = self.queue.pop()
-            match event.payload:
+            match self.queue.pop():
                 case _Boundary(job, version) if version == job.version:
                     self._boundary(job)
                 case _Arrival(job):
                     self._arrive(job)
                 case _Round(timer) if timer in (0, self.timer):
                     self._round(timed=timer > 0)
-                case None:
+                case None:  # a timeline sample
                     self._sample()
         end = self.now if limit is None or len(self.finished) == len(self.jobs) else limit
         for job in self.running.values():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from enum import IntEnum
-from typing import Any, NamedTuple
+from typing import Generic, TypeVar
 
 
 class EventKind(IntEnum):
@@ -24,21 +24,16 @@ class EventKind(IntEnum):
     SAMPLE = 3  # the timeline records the cluster
 
 
-class Event(NamedTuple):
-    """A scheduled happening. A named tuple rather than a frozen dataclass: a run schedules one at every job
-    rate change, about a million in a simulated month, and a tuple is built at half the cost."""
-
-    time: float
-    kind: EventKind
-    payload: Any = None  # the engine's; `Any`, as mypyc (setup.py) cannot build a named tuple with an `object` field
+P = TypeVar("P")  # what the engine attaches to an event
 
 
-class EventQueue:
+class EventQueue(Generic[P]):
     """The clock and its future events, earliest first; popping one advances `now` to its time (never
-    backwards)."""
+    backwards). An event is (time, kind) and a payload of the engine's, which is all `pop` hands back: the
+    heap's tuples are the events, with no object built per event (a run schedules about a million)."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, int, Event]] = []
+        self._heap: list[tuple[float, int, int, P | None]] = []
         self._seq = itertools.count()
         self._now = 0.0
 
@@ -46,17 +41,18 @@ class EventQueue:
     def now(self) -> float:
         return self._now
 
-    def schedule(self, time: float, kind: EventKind, payload: object = None) -> None:
+    def schedule(self, time: float, kind: EventKind, payload: P | None = None) -> None:
         """Add an event; one in the past is an error, as it would break the integration of rates over time."""
         if time < self._now:
             raise ValueError(f"cannot schedule a {kind.name} event at {time}, before the current time {self._now}")
-        heapq.heappush(self._heap, (time, kind, next(self._seq), Event(time, kind, payload)))
+        heapq.heappush(self._heap, (time, kind, next(self._seq), payload))
 
-    def pop(self) -> Event:
-        """The earliest event, removed; the clock moves to its time. Raises IndexError when none is left."""
-        event = heapq.heappop(self._heap)[3]
-        self._now = event.time
-        return event
+    def pop(self) -> P | None:
+        """The earliest event's payload, the event removed and the clock moved to its time. Raises IndexError
+        when none is left."""
+        time, _, _, payload = heapq.heappop(self._heap)
+        self._now = time
+        return payload
 
     def peek_time(self) -> float | None:
         """When the next event happens, or None if none is scheduled."""

@@ -16,8 +16,9 @@ from datamgr.scheduler.snapshot import NodeState
 class SimulationStalled(RuntimeError):
     """Jobs are left, none can make progress and nothing is due to arrive: the run would never end.
 
-    Defined here, not in the engine that raises it: the engine is compiled (setup.py), and mypyc cannot
-    compile a subclass of RuntimeError."""
+    One of the outcomes a run can have, so it lives with the others here rather than in the engine that
+    raises it (which, compiled by mypyc, could define a RuntimeError subclass only as a non-native class,
+    with a dependency on mypy_extensions at run time)."""
 
 
 @dataclass(frozen=True, slots=True)
