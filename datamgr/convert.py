@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, fields
+from typing import Any
 
 from datamgr.entities import Dataset, Job, Node, NodeJobView, NodeView
 from datamgr.liveness import DatasetUsage, JobUsage
@@ -111,10 +112,16 @@ def node_message(
 
 
 def dataset_usage(message: pb.DatasetUsage) -> DatasetUsage:
-    """A node's report of a dataset as a plain value (its `node_id` is the reporting node's, set on query)."""
-    return DatasetUsage(message.dataset_uri, message.cached_bytes, message.cached_items)
+    """A node's report of a dataset as a plain value."""
+    return DatasetUsage(**_reported_fields(DatasetUsage, message))
 
 
 def job_usage(message: pb.JobUsage) -> JobUsage:
-    """A node's report of a job as a plain value, every field but `node_id` as sent."""
-    return JobUsage(**{f.name: getattr(message, f.name) for f in fields(JobUsage) if f.name != "node_id"})
+    """A node's report of a job as a plain value."""
+    return JobUsage(**_reported_fields(JobUsage, message))
+
+
+def _reported_fields(value: type[DatasetUsage | JobUsage], message: Any) -> dict[str, Any]:
+    """Every field of a usage value as the message carries it, but `node_id`: a node does not name itself in
+    its report; the reporting node's id is filled in when the usage is queried (`NodeLiveness`)."""
+    return {f.name: getattr(message, f.name) for f in fields(value) if f.name != "node_id"}

@@ -9,6 +9,9 @@ from typing import Protocol
 from datamgr.entities import Dataset, Job, Node
 from datamgr.state import Change
 
+# How many revisions back a store's event log reaches by default: a node further behind resyncs from a snapshot.
+DEFAULT_RETAINED_REVISIONS = 100_000
+
 
 class StoreFull(Exception):
     """The state's file system has no room for a commit. The commit was rolled back whole: none of it is on disk,

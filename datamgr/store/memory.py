@@ -12,8 +12,7 @@ from collections.abc import Sequence
 
 from datamgr.entities import Dataset, Job, Node
 from datamgr.state import Change
-from datamgr.store.base import Commit, StoredState
-from datamgr.store.sqlite import DEFAULT_RETAINED_REVISIONS
+from datamgr.store.base import DEFAULT_RETAINED_REVISIONS, Commit, StoredState
 
 
 class MemoryStore:

@@ -17,10 +17,9 @@ from typing import Any
 
 from datamgr.entities import Dataset, Job, Node, Worker
 from datamgr.state import Change
-from datamgr.store.base import Commit, StoredState, StoreFull
+from datamgr.store.base import DEFAULT_RETAINED_REVISIONS, Commit, StoredState, StoreFull
 
 SCHEMA_VERSION = 2
-DEFAULT_RETAINED_REVISIONS = 100_000
 _PRUNE_EVERY = 1024
 
 _SCHEMA = """
