@@ -24,8 +24,9 @@ def job(
     size: int = 10 * GB,
     epochs: float = 1.0,
     irregular: bool = False,
+    model: str = "model",
 ) -> TraceJob:
-    return TraceJob(job_id, arrival, gpus, "model", rate, dataset, size, epochs, irregular)
+    return TraceJob(job_id, arrival, gpus, model, rate, dataset, size, epochs, irregular)
 
 
 def cluster(nodes: int = 1, gpus: int = 1, cache: int = 0, io: float = 100 * MB) -> ClusterSpec:

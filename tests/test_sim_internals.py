@@ -44,7 +44,7 @@ def test_a_space_recounts_its_fetch_rates_after_any_change_and_only_then() -> No
 
 
 def test_a_jobs_state_carries_each_field_where_the_snapshot_expects_it() -> None:
-    run_ = JobRun(job("a", arrival=5.0, gpus=2, epochs=3.0, irregular=True))
+    run_ = JobRun(job("a", arrival=5.0, gpus=2, epochs=3.0, irregular=True, model="VGG16"))
     queued = run_.state()
     assert queued == JobState(
         job_id="a",
@@ -55,18 +55,37 @@ def test_a_jobs_state_carries_each_field_where_the_snapshot_expects_it() -> None
         ideal_bytes_per_sec=100 * MB,
         total_bytes=30 * GB,
         irregular=True,
+        pending_since=5.0,
+        skew=0.743,  # vgg16's, from the model table
     )
     assert run_.state() is queued  # unchanged while it waits
-    run_.place({"n": 2}, 40 * MB, 5.0)
+    run_.place({"n": 2}, 40 * MB, 7.0)
     run_.segment = Segment(0.25, 10 * GB)
     run_.rate, run_.remote_rate = 50 * MB, 37.5 * MB
-    run_.advance(15.0)
-    assert run_.state() == queued._replace(
+    run_.advance(17.0)
+    running = run_.state()
+    assert running == queued._replace(
         done_bytes=500 * MB,
         attained_gpu_seconds=20.0,
         placement=MappingProxyType({"n": 2}),
         io_bytes_per_sec=40 * MB,
         epoch_hit_ratio=0.25,
+        first_start_time=7.0,
+        last_start_time=7.0,
+        pending_since=None,
+        queued_seconds_before=2.0,
+    )
+    run_.place({}, 0.0, 20.0)
+    run_.rate, run_.remote_rate = 0.0, 0.0  # as the engine's rate update leaves a stopped job
+    run_.hand_state({"queue": 1.0})
+    run_.place({"n": 2}, 40 * MB, 26.0)
+    assert run_.state() == running._replace(
+        done_bytes=running.done_bytes + 3 * 50 * MB,
+        attained_gpu_seconds=26.0,
+        last_start_time=26.0,
+        queued_seconds_before=8.0,
+        preemptions=1,
+        policy_state=MappingProxyType({"queue": 1.0}),
     )
 
 

@@ -4,9 +4,9 @@ SiloDPerf assumes every item is read once per epoch in uniform random order; cur
 like break that, so their estimates cannot be trusted and must not steer the cache and remote IO that
 regular jobs depend on. When irregular jobs are present:
 
-- Compute is decided once over all jobs by the wrapped policy, with irregular jobs estimated by the
-  vanilla estimator (their rate is taken to be f*, as a cache-oblivious scheduler would) and regular jobs
-  by the policy's own estimator. GPUs are not partitioned.
+- Compute is decided once over all jobs by the wrapped policy (with the state it carries and the wake-up it
+  asks for), with irregular jobs estimated by the vanilla estimator (their rate is taken to be f*, as a
+  cache-oblivious scheduler would) and regular jobs by the policy's own estimator. GPUs are not partitioned.
 - Cache and remote IO are split in proportion to the GPUs each partition's jobs hold this round. Storage
   matters only while a job reads, and a job's appetite for data grows with its GPUs (f* is linear in them),
   so the GPU share is the best stand-in for each side's demand that needs no performance model, and it is
@@ -102,7 +102,8 @@ class IrregularPartition:
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
         if not any(job.irregular for job in snapshot.jobs.values()):
             return self.policy.schedule(snapshot, estimator)
-        placements = self.policy.schedule(snapshot, ByRegularity(estimator, VanillaPerf())).placements
+        compute = self.policy.schedule(snapshot, ByRegularity(estimator, VanillaPerf()))
+        placements = compute.placements
         if placements is None:
             placements = current_placements(snapshot)
         placed = snapshot.with_placements(placements)
@@ -124,6 +125,8 @@ class IrregularPartition:
             io_bytes_per_sec=dict(regular.io_bytes_per_sec or {}) | irregular.io_bytes_per_sec,
             job_cache_bytes=regular.job_cache_bytes,
             notes={**regular.notes, **notes},
+            job_states=compute.job_states,
+            wake_at=compute.wake_at,
         )
 
 

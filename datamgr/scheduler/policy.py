@@ -28,10 +28,16 @@ T = TypeVar("T")
 class Decision:
     """One round's allocation.
 
-    `placements` lists every job that should hold GPUs after the round (a running job left out is
-    preempted). `cache_bytes` is the cache quota per dataset, shared by all its jobs; `job_cache_bytes` is
-    cache private to one job (CoorDL-style copies), counted against the same capacity. `notes` carries the
-    estimator inputs and outputs the policy based its choice on, for logs and `silod status`.
+    `placements` lists every job that should hold GPUs after the round, each on all the GPUs it asks for (a
+    running job left out is preempted). `cache_bytes` is the cache quota per dataset, shared by all its jobs;
+    `job_cache_bytes` is cache private to one job (CoorDL-style copies), counted against the same capacity.
+    `notes` carries the estimator inputs and outputs the policy based its choice on, for logs and `silod
+    status`.
+
+    What a policy remembers between rounds it hands back here rather than keeping in itself, so that it stays
+    pure and the driver can persist, show and replay it: `job_states` is the new state of each job it names
+    (`JobState.policy_state` in the next snapshot; jobs it leaves out keep theirs), and `wake_at` the time of
+    the next round it needs whatever else happens (a demotion, a promotion, a grace period's end).
     """
 
     placements: Placements | None = None
@@ -39,6 +45,8 @@ class Decision:
     io_bytes_per_sec: Mapping[str, int] | None = None
     job_cache_bytes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     notes: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    job_states: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: MappingProxyType({}))
+    wake_at: float | None = None
 
     @property
     def decides_compute(self) -> bool:

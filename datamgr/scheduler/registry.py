@@ -150,4 +150,10 @@ class FilledIn:
         if decision.decides_storage and not self.storage_overrides:
             return replace(decision, placements=placements)
         storage = self.storage.schedule(snapshot.with_placements(placements), estimator)
-        return replace(storage, placements=placements, notes=MergedNotes(decision.notes, storage.notes))
+        return replace(
+            storage,
+            placements=placements,
+            notes=MergedNotes(decision.notes, storage.notes),
+            job_states=decision.job_states,
+            wake_at=decision.wake_at,
+        )

@@ -49,6 +49,18 @@ class JobState(NamedTuple):
     placement: Mapping[str, int] = MappingProxyType({})  # node -> GPUs; empty if queued
     io_bytes_per_sec: float = 0.0  # current remote IO allocation
     epoch_hit_ratio: float | None = None  # share of the rest of this epoch's reads the cache serves; None: unknown
+    # Its history, for policies that preempt (Tiresias, FitGpp): when it first and last started (None: never),
+    # since when it has waited (None while running; its submit time until it first runs), how long it waited
+    # before that, and how often it was preempted.
+    first_start_time: float | None = None
+    last_start_time: float | None = None
+    pending_since: float | None = None
+    queued_seconds_before: float = 0.0
+    preemptions: int = 0
+    # What the policy handed back for this job last round (`Decision.job_states`): state it carries from round
+    # to round, such as Tiresias's queue. Empty until the policy first sets it.
+    policy_state: Mapping[str, float] = MappingProxyType({})
+    skew: float = 0.0  # its model's largest tensor over the model's size (Tiresias's placement); 0: unknown
 
     @property
     def running(self) -> bool:
@@ -61,6 +73,11 @@ class JobState(NamedTuple):
     @property
     def remaining_bytes(self) -> float:
         return max(0.0, self.total_bytes - self.done_bytes)
+
+    def queued_seconds(self, now: float) -> float:
+        """How long it has waited in all, up to `now`: before it first ran and after each preemption."""
+        waiting = 0.0 if self.pending_since is None else max(0.0, now - self.pending_since)
+        return self.queued_seconds_before + waiting
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,8 +63,10 @@ def _check_placements(placements: Placements, snapshot: Snapshot, where: str) ->
                 raise InvalidDecision(f"{where}: placed job {job_id!r} on {gpus} GPUs of node {node_id!r}")
             used[node_id] = used.get(node_id, 0) + gpus
             held += gpus
-        if held > job.gpus:
-            raise InvalidDecision(f"{where}: gave job {job_id!r} {held} GPUs, more than the {job.gpus} it asks for")
+        if held and held != job.gpus:
+            raise InvalidDecision(
+                f"{where}: gave job {job_id!r} {held} GPUs; a job runs on all the {job.gpus} it asks for or on none"
+            )
     for node_id, gpus in used.items():
         if gpus > snapshot.nodes[node_id].gpus:
             raise InvalidDecision(

@@ -10,7 +10,11 @@ its own period only; job boundaries, where a running job ends a segment of its r
 curriculum pass under uniform caching, a window under LRU) or finishes; and timeline samples every
 `config.sample_seconds`. A running job left out of a round's placements is preempted: it stops, keeps its
 progress (and its place in its epoch), and counts a preemption; a placement that changes but stays
-non-empty is not a preemption.
+non-empty is not a preemption. When a preempted job resumes it first restores its checkpoint for
+`config.preemption_seconds`, holding its GPUs and reading nothing (the whole preempt-and-resume cost is paid
+at the resume: Tiresias measured the pair, and charging it there frees the preempted GPUs at once for the job
+that preempted it). A decision's `job_states` reach the named jobs' next snapshots (`JobState.policy_state`), and
+its `wake_at` schedules a round then, however quiet the cluster is.
 
 Between events every rate is constant, so progress integrates exactly. A running job's rate is
 `min(f*(job, gpus), io / (1 - hit))` with `hit` its segment's hit ratio from the cache model (`caches`), not
@@ -33,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, TextIO
 
+from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.registry import Scheduler
 from datamgr.scheduler.sim.caches import LRU_CACHE_SYSTEMS, CacheModel
 from datamgr.scheduler.sim.decisions import check_decision, decision_record
@@ -121,6 +126,11 @@ class _Boundary(NamedTuple):  # scheduled at every rate change: a tuple is cheap
     version: int  # stale once the job's version moves on
 
 
+class _Restored(NamedTuple):
+    job: JobRun
+    until: float  # the restore it ends; stale if the job was preempted and resumed since
+
+
 @dataclass(frozen=True, slots=True)
 class _Round:
     timer: int  # the round timer's generation this round was set by; 0: triggered by an arrival or finish
@@ -143,10 +153,10 @@ class _Run:
         self.config = config
         self.decision_log = decision_log
         self.progress = progress
-        self.queue: EventQueue[_Arrival | _Boundary | _Round] = EventQueue()
+        self.queue: EventQueue[_Arrival | _Boundary | _Restored | _Round] = EventQueue()
         self.cache = cache_model_for(scheduler.cache_system, cluster, config)
         self.nodes = cluster.node_states()
-        self.jobs = [JobRun(job) for job in trace]
+        self.jobs = [JobRun(job, config.preemption_seconds) for job in trace]
         self.present: dict[str, JobRun] = {}  # arrived, not finished
         self.running: dict[str, JobRun] = {}
         self.arrivals_left = len(self.jobs)
@@ -167,6 +177,7 @@ class _Run:
         # A round-based policy (Gavel) decides on its own grid only; arrivals and finishes wait for it.
         self.fixed_round = scheduler.round_seconds
         self.dataset_states: dict[str, DatasetState] = {}  # the last snapshot's, reused while unchanged
+        self.wake_at = math.inf  # the wake-up the policy last asked for (a round is scheduled for it)
 
     @property
     def now(self) -> float:
@@ -188,6 +199,11 @@ class _Run:
                     self._boundary(job)
                 case _Arrival(job):
                     self._arrive(job)
+                case _Restored(job, until) if until == job.restoring_until:
+                    job.advance(self.now)
+                    job.restored(self.now)
+                    self._update_rates(job, segment_changed=False)
+                    self.ledger.record(self.now, self.remote)
                 case _Round(timer) if timer in (0, self.timer):
                     self._round(timed=timer > 0)
                 case None:  # a timeline sample
@@ -275,7 +291,10 @@ class _Run:
                 job = self.present[job_id]
                 if job.place(placement, float(io.get(job_id, 0)), now):
                     changed.add(job_id)
+                    if job.restoring_until > now:
+                        self.queue.schedule(job.restoring_until, EventKind.JOB, _Restored(job, job.restoring_until))
                 self.running[job_id] = job
+        self._carry_policy_state(decision)
         storage = decision.cache_bytes or {}
         changed.update(
             job.job_id for job in self.cache.allocate(now, storage, decision.job_cache_bytes, self.running.values())
@@ -303,9 +322,21 @@ class _Run:
                 "progress and none is due to arrive; set a time limit to cut such a run short"
             )
 
+    def _carry_policy_state(self, decision: Decision) -> None:
+        """Keep the state the policy handed back for each job, and wake it when it asked to be."""
+        for job_id, state in decision.job_states.items():
+            job = self.present.get(job_id)
+            if job is not None:
+                job.hand_state(state)
+        wake_at = decision.wake_at
+        if wake_at is not None and self.now < wake_at < math.inf and wake_at != self.wake_at:
+            self.wake_at = wake_at
+            self.queue.schedule(wake_at, EventKind.ROUND, _Round(timer=0))
+
     def _stalled(self) -> bool:
         idle = self.throughput <= 0.0 and not self.arrivals_left
-        return idle and bool(self.present) and self.config.time_limit is None
+        restoring = any(job.restoring_until > self.now for job in self.running.values())
+        return idle and not restoring and bool(self.present) and self.config.time_limit is None
 
     def _update_rates(self, job: JobRun, segment_changed: bool) -> None:
         """Recompute a job's rates after its allocation or segment changed (it must be up to date)."""

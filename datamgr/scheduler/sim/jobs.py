@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from datamgr.scheduler import perf
+from datamgr.scheduler.models import model_skew
 from datamgr.scheduler.sim.model import JobOutcome, TraceJob
 from datamgr.scheduler.snapshot import JobState
 
 _NOWHERE: Mapping[str, int] = MappingProxyType({})
+_NO_STATE: Mapping[str, float] = MappingProxyType({})
 
 
 @dataclass(slots=True, eq=False)
@@ -35,7 +37,11 @@ class Segment:
 
 
 class JobRun:
-    """A trace job's state in the simulation, from arrival to finish."""
+    """A trace job's state in the simulation, from arrival to finish.
+
+    A job resumed after a preemption first restores its checkpoint for `resume_seconds` (the configured
+    preemption cost): it holds its GPUs and reads nothing until `restored` is called.
+    """
 
     __slots__ = (
         "_queued_state",
@@ -51,9 +57,16 @@ class JobRun:
         "hit_bytes",
         "ideal",
         "io",
+        "last_started_at",
+        "overhead_seconds",
+        "pending_since",
         "placement",
+        "policy_state",
         "preemptions",
+        "queued_before",
         "rate",
+        "restoring_until",
+        "resume_seconds",
         "remote_bytes",
         "remote_rate",
         "segment",
@@ -63,8 +76,9 @@ class JobRun:
         "version",
     )
 
-    def __init__(self, trace: TraceJob) -> None:
+    def __init__(self, trace: TraceJob, resume_seconds: float = 0.0) -> None:
         self.trace = trace
+        self.resume_seconds = resume_seconds
         self.base = JobState(
             job_id=trace.job_id,
             submit_time=trace.arrival,
@@ -74,6 +88,7 @@ class JobRun:
             ideal_bytes_per_sec=trace.ideal_bytes_per_sec,
             total_bytes=trace.total_bytes,
             irregular=trace.irregular,
+            skew=model_skew(trace.model),
         )
         base = self.base
         # JobState's leading fields, which never change, in its field order (see `state`).
@@ -100,7 +115,13 @@ class JobRun:
         self.updated_at = trace.arrival
         self.started_at: float | None = None
         self.finished_at: float | None = None
+        self.last_started_at: float | None = None
+        self.pending_since: float | None = trace.arrival  # None while it runs
+        self.queued_before = 0.0  # seconds waited before `pending_since`
         self.preemptions = 0
+        self.policy_state: Mapping[str, float] = _NO_STATE
+        self.restoring_until = -math.inf  # while later than now, it restores a checkpoint and reads nothing
+        self.overhead_seconds = 0.0  # spent restoring checkpoints
         self.version = 0  # bumped whenever its scheduled boundary event is superseded
         self.finish_pending = False  # its scheduled boundary event is its finish
         self.equal_share_mark = 0.0  # `measures.EqualShareWork`'s integral for its shape when it arrived
@@ -148,17 +169,45 @@ class JobRun:
             self._queued_state = None
             return True
         self.advance(now)
-        preempted = self.running and not placement
+        was_running = self.running
         self.placement = MappingProxyType(dict(placement)) if placement else _NOWHERE
         self.gpus = sum(placement.values())
         self.ideal = perf.ideal_rate(self.base, self.gpus)
         self.io = io if self.gpus else 0.0
-        if self.gpus and self.started_at is None:
-            self.started_at = now
-        if preempted:
-            self.preemptions += 1
+        if self.gpus and not was_running:
+            self._start(now)
+        elif was_running and not self.gpus:
+            self._stop(now)
         self._queued_state = None
         return True
+
+    def _start(self, now: float) -> None:
+        """It starts running: for the first time, or resumed after a preemption (then it restores first)."""
+        if self.started_at is None:
+            self.started_at = now
+        elif self.resume_seconds > 0.0:
+            self.restoring_until = now + self.resume_seconds
+        self.last_started_at = now
+        if self.pending_since is not None:
+            self.queued_before += now - self.pending_since
+        self.pending_since = None
+
+    def _stop(self, now: float) -> None:
+        """It is preempted: it keeps its progress and waits; a restore cut short counts as far as it got."""
+        self.preemptions += 1
+        self.pending_since = now
+        if self.restoring_until > now:
+            self.overhead_seconds += now - (self.restoring_until - self.resume_seconds)
+            self.restoring_until = -math.inf
+
+    @property
+    def restoring(self) -> bool:
+        return self.restoring_until > self.updated_at
+
+    def restored(self, now: float) -> None:
+        """Its checkpoint is back (at `restoring_until`, after `advance`): it reads from now on."""
+        self.overhead_seconds += self.resume_seconds
+        self.restoring_until = -math.inf
 
     def finish(self, now: float, equal_share_bytes: float) -> None:
         """Stop for good (after `advance`): the job releases everything and reads no more. `equal_share_bytes`
@@ -175,7 +224,7 @@ class JobRun:
 
     def current_rates(self) -> tuple[float, float]:
         """(training rate, remote IO rate) in bytes/s under the current allocation and segment."""
-        if not self.running or self.segment is None:
+        if not self.running or self.segment is None or self.restoring:
             return 0.0, 0.0
         hit = self.segment.hit_ratio
         rate = perf.rate_at_hit_ratio(self.ideal, hit, self.io)
@@ -207,10 +256,22 @@ class JobRun:
             self.placement,
             self.io,  # io_bytes_per_sec
             None if self.segment is None else self.segment.hit_ratio,  # epoch_hit_ratio
+            self.started_at,  # first_start_time
+            self.last_started_at,
+            self.pending_since,
+            self.queued_before,  # queued_seconds_before
+            self.preemptions,
+            self.policy_state,
+            self.base.skew,
         )
         if self.gpus == 0:
             self._queued_state = state
         return state
+
+    def hand_state(self, state: Mapping[str, float]) -> None:
+        """Keep what the policy handed back for this job (`Decision.job_states`) for its next snapshot."""
+        self.policy_state = MappingProxyType(dict(state))
+        self._queued_state = None
 
     def outcome(self) -> JobOutcome:
         """The finished job's record."""
@@ -227,6 +288,9 @@ class JobRun:
             hit_bytes=self.hit_bytes,
             remote_bytes=self.remote_bytes,
             preemptions=self.preemptions,
+            overhead_seconds=self.overhead_seconds,
+            queued_seconds=self.queued_before,
+            ideal_seconds=self.trace.total_bytes / self.trace.ideal_bytes_per_sec,
             equal_share_bytes=self.equal_share_bytes,
             tenant=self.trace.tenant,
             job_class=self.trace.job_class,

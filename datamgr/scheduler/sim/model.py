@@ -76,7 +76,9 @@ class SimConfig:
     last one, a timeline sample every `sample_seconds`, caches modelled in `chunk_bytes` units where items
     matter (LRU), with at most `max_chunks_per_dataset` chunks per dataset (bigger datasets get bigger chunks,
     so the LRU model's cost is bounded). `time_limit` (seconds from the trace start) cuts the run short;
-    None runs every job to its finish."""
+    None runs every job to its finish. `preemption_seconds` is what a preemption costs: a preempted job, when it
+    resumes, holds its GPUs that long without progress while its checkpoint is saved and restored (Tiresias
+    measured about 60 s per preempt-and-resume; 0, the default, is the paper simulators' assumption)."""
 
     round_seconds: float = 300.0
     sample_seconds: float = 60.0
@@ -84,6 +86,7 @@ class SimConfig:
     seed: int = 0
     max_chunks_per_dataset: int = 128
     time_limit: float | None = None
+    preemption_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("round_seconds", "sample_seconds", "chunk_bytes"):
@@ -91,6 +94,8 @@ class SimConfig:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)!r}")
         if self.max_chunks_per_dataset < 4:
             raise ValueError(f"max_chunks_per_dataset must be at least 4, not {self.max_chunks_per_dataset}")
+        if not self.preemption_seconds >= 0:
+            raise ValueError(f"preemption_seconds must be at least 0, not {self.preemption_seconds!r}")
         if self.time_limit is not None and not self.time_limit >= 0:
             raise ValueError(f"time_limit must be a time of at least 0 seconds, not {self.time_limit!r}")
 
@@ -113,6 +118,9 @@ class JobOutcome:
     equal_share_bytes: float = 0.0  # what an equal share of the cluster would have read over its stay
     tenant: str = ""
     job_class: str = ""
+    overhead_seconds: float = 0.0  # spent restoring checkpoints after preemptions, holding GPUs
+    queued_seconds: float = 0.0  # waiting in all: before it first ran and after each preemption
+    ideal_seconds: float = 0.0  # its work at full speed on all its GPUs: its training time with nothing in its way
 
     @property
     def jct(self) -> float:
