@@ -26,7 +26,15 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from datamgr.scheduler.registry import CACHE_SYSTEMS, PAPER_CACHE_SYSTEMS, Scheduler, UnknownPolicy, build_scheduler
+from datamgr.scheduler.policies.options import PolicyOptions
+from datamgr.scheduler.registry import (
+    CACHE_SYSTEMS,
+    PAPER_CACHE_SYSTEMS,
+    Scheduler,
+    UnknownPolicy,
+    accepts_options,
+    build_scheduler,
+)
 from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale
 from datamgr.scheduler.sim.decisions import InvalidDecision
@@ -34,7 +42,7 @@ from datamgr.scheduler.sim.engine import check_inputs, simulate
 from datamgr.scheduler.sim.fields import SimInputError, format_duration
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimResult, SimulationStalled, TraceJob
-from datamgr.scheduler.sim.scenarios import available_scenarios, load_scenario
+from datamgr.scheduler.sim.scenarios import Scenario, available_scenarios, load_scenario
 from datamgr.scheduler.sim.trace import load_trace, write_trace
 from silodcli.args import argument_type, path_arg, positive_seconds
 from silodcli.config import ConfigurableParser
@@ -205,13 +213,33 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="seed of the policies' randomness (default %(default)s)",
     )  # fmt: skip
     parser.add_argument(
-        "--round", dest="round_seconds", type=positive_seconds, default=SimConfig().round_seconds, metavar="SECONDS",
-        help="longest time between policy rounds; arrivals and finishes start one at once (default %(default)g)",
+        "--round", dest="round_seconds", type=positive_seconds, metavar="SECONDS",
+        help="longest time between policy rounds; arrivals and finishes start one at once (default: the scenario's, "
+        f"else {SimConfig().round_seconds:g})",
     )  # fmt: skip
+    parser.add_argument(
+        "--preemption-cost", dest="preemption_seconds", type=argument_type(fields.duration, "duration"), metavar="D",
+        help="time a preempted job spends restoring its checkpoint when it resumes, holding its GPUs, e.g. 60s "
+        "(default: the scenario's, else 0)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--policy-option", dest="policy_options", type=_policy_option, action="append", default=[],
+        metavar="KEY=VALUE",
+        help="a knob of the policies that take knobs (Tiresias: queues=1h or 1h,2h or continuous, promote_knob, "
+        "pack_limit, history); repeat for more; overrides the scenario's [policy] table",
+    )  # fmt: skip
+
     parser.add_argument(
         "--time-limit", type=argument_type(fields.duration, "duration"), metavar="D",
         help="stop the run at this simulated time, e.g. 2w; unfinished jobs are counted (default: run to the end)",
     )  # fmt: skip
+
+
+def _policy_option(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not equals or not key.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key.strip(), value.strip()
 
 
 @dataclass(frozen=True)
@@ -219,6 +247,7 @@ class SimInputs:
     name: str  # the scenario, or the trace file's stem: names the default output directory
     cluster: ClusterSpec
     trace: list[TraceJob]
+    scenario: Scenario | None = None  # the scenario named, with its simulation settings and policy knobs
 
 
 def _inputs(args: argparse.Namespace) -> SimInputs:
@@ -227,7 +256,7 @@ def _inputs(args: argparse.Namespace) -> SimInputs:
         if args.trace is not None or args.cluster is not None:
             raise SimInputError("--scenario replaces --trace and --cluster; give one or the other")
         scenario = load_scenario(args.scenario)
-        inputs = SimInputs(scenario.name, scenario.cluster, scenario.trace)
+        inputs = SimInputs(scenario.name, scenario.cluster, scenario.trace, scenario)
     elif args.trace is None or args.cluster is None:
         raise SimInputError("give --trace FILE and --cluster FILE, or --scenario NAME")
     else:
@@ -237,11 +266,46 @@ def _inputs(args: argparse.Namespace) -> SimInputs:
         check_inputs(inputs.trace, cluster)
     except ValueError as exc:
         raise SimInputError(str(exc)) from None
-    return SimInputs(inputs.name, cluster, inputs.trace)
+    return SimInputs(inputs.name, cluster, inputs.trace, inputs.scenario)
 
 
-def _config(args: argparse.Namespace) -> SimConfig:
-    return SimConfig(round_seconds=args.round_seconds, seed=args.seed, time_limit=args.time_limit)
+def _config(args: argparse.Namespace, inputs: SimInputs | None = None) -> SimConfig:
+    """The run's settings: the command line's, else the scenario's, else the simulator's defaults."""
+    scenario = None if inputs is None else inputs.scenario
+    default = SimConfig()
+    round_seconds = args.round_seconds or (scenario and scenario.round_seconds) or default.round_seconds
+    preemption = args.preemption_seconds
+    if preemption is None:
+        preemption = (
+            default.preemption_seconds
+            if scenario is None or scenario.preemption_seconds is None
+            else scenario.preemption_seconds
+        )
+    return SimConfig(
+        round_seconds=round_seconds, seed=args.seed, time_limit=args.time_limit, preemption_seconds=preemption
+    )
+
+
+def scheduler_for(args: argparse.Namespace, inputs: SimInputs | None, policy: str, cache_system: str) -> Scheduler:
+    """`build_scheduler` with the knobs (the scenario's `[policy]` table, then `--policy-option`) for a policy
+    that takes knobs; raises UnknownPolicy."""
+    return build_scheduler(policy, cache_system, knobs_for(args, inputs, policy))
+
+
+def knobs_for(args: argparse.Namespace, inputs: SimInputs | None, policy: str) -> PolicyOptions | None:
+    """The knobs `policy` runs with: the scenario's `[policy]` table overridden by `--policy-option`, or None
+    for a policy that takes none (a scenario's knobs are for the policies that take them)."""
+    if not accepts_options(policy):
+        return None
+    scenario = None if inputs is None else inputs.scenario
+    options = {**(scenario.policy_options if scenario is not None else {}), **dict(args.policy_options)}
+    return options or None
+
+
+def check_policy_options(args: argparse.Namespace, policies: Sequence[str]) -> None:
+    """Refuse `--policy-option` when no policy of the run takes knobs: it would change nothing."""
+    if args.policy_options and not any(accepts_options(policy) for policy in policies):
+        raise SimInputError(f"--policy-option: none of {', '.join(policies)} takes options")
 
 
 def _fail(command: str, exc: Exception, code: int = EXIT_USAGE) -> int:
@@ -252,14 +316,15 @@ def _fail(command: str, exc: Exception, code: int = EXIT_USAGE) -> int:
 def run_sim(args: argparse.Namespace) -> int:
     try:
         inputs = _inputs(args)
-        scheduler = build_scheduler(args.policy, args.cache_system)
+        check_policy_options(args, [args.policy])
+        scheduler = scheduler_for(args, inputs, args.policy, args.cache_system)
     except (SimInputError, UnknownPolicy) as exc:
         return _fail("sim", exc)
     from datamgr.scheduler.sim import report
 
     out = args.out or Path(f"sim-{inputs.name}-{args.policy}-{args.cache_system}")
     try:
-        run = simulate_into(inputs, scheduler, _config(args), out, args.decision_log)
+        run = simulate_into(inputs, scheduler, _config(args, inputs), out, args.decision_log)
     except (SimulationStalled, InvalidDecision) as exc:
         return _fail("sim", exc, EXIT_FAILED)
     print(report.summary_text(run.summary))
@@ -276,15 +341,17 @@ def run_compare(args: argparse.Namespace) -> int:
             raise SimInputError(f"--baseline {baseline} is not one of --cache-systems {','.join(args.cache_systems)}")
         inputs = _inputs(args)
         pairs = [(p, c) for p in args.policies for c in args.cache_systems]
+        check_policy_options(args, args.policies)
         for policy, cache_system in pairs:
-            build_scheduler(policy, cache_system)  # refuse an unknown name before anything runs
+            scheduler_for(args, inputs, policy, cache_system)  # refuse an unknown name or knob before anything runs
     except (SimInputError, UnknownPolicy) as exc:
         return _fail("sim compare", exc)
     from datamgr.scheduler.sim import report
 
     out = args.out or Path(f"sim-{inputs.name}-compare")
     try:
-        simulated = _simulate_pairs(inputs, pairs, _config(args), out, args.decision_log, args.jobs)
+        runs = [(policy, cache_system, knobs_for(args, inputs, policy)) for policy, cache_system in pairs]
+        simulated = _simulate_pairs(inputs, runs, _config(args, inputs), out, args.decision_log, args.jobs)
     except (SimulationStalled, InvalidDecision) as exc:
         return _fail("sim compare", exc, EXIT_FAILED)
     runs = [(run.result, run.summary) for run in simulated]
@@ -309,29 +376,28 @@ class _Run:
 
 def _simulate_pairs(
     inputs: SimInputs,
-    pairs: Sequence[tuple[str, str]],
+    runs: Sequence[tuple[str, str, PolicyOptions | None]],
     config: SimConfig,
     out: Path,
     decision_log: bool,
     processes: int,
 ) -> list[_Run]:
-    """Each (policy, cache system) pair's run, its outputs in a subdirectory of `out`, in the order of `pairs`.
+    """Each (policy, cache system, knobs) run, its outputs in a subdirectory of `out`, in the order of `runs`
+    (names, not schedulers, go to the workers: they build their own).
 
     With `processes` > 1 the runs go to that many worker processes (`run_in_processes`) and a line reports each
     as it ends; one at a time, each shows its own progress line. The first run to fail stops the rest."""
-    workers = in_workers(len(pairs), processes)
-    calls = [
-        partial(_simulate_pair, inputs, policy, cache_system, config, out, decision_log, not workers)
-        for policy, cache_system in pairs
-    ]
+    workers = in_workers(len(runs), processes)
+    calls = [partial(_simulate_pair, inputs, run, config, out, decision_log, not workers) for run in runs]
     started = time.monotonic()
 
     def finished(index: int, count: int, run: _Run) -> None:
         if workers:
-            policy, cache_system = pairs[index]
             seconds = time.monotonic() - started
             print(
-                f"{policy}/{cache_system} done ({count} of {len(pairs)}, {seconds:.0f} s)", file=sys.stderr, flush=True
+                f"{runs[index][0]}/{runs[index][1]} done ({count} of {len(runs)}, {seconds:.0f} s)",
+                file=sys.stderr,
+                flush=True,
             )
 
     return run_in_processes(calls, processes, finished)
@@ -339,15 +405,14 @@ def _simulate_pairs(
 
 def _simulate_pair(
     inputs: SimInputs,
-    policy: str,
-    cache_system: str,
+    run: tuple[str, str, PolicyOptions | None],
     config: SimConfig,
     out: Path,
     decision_log: bool,
     show_progress: bool,
 ) -> _Run:
     """`simulate_into` of one pair into a subdirectory of `out` named after it: what a `compare` worker runs."""
-    scheduler = build_scheduler(policy, cache_system)
+    scheduler = build_scheduler(*run)
     return simulate_into(inputs, scheduler, config, out / scheduler.name.replace("/", "-"), decision_log, show_progress)
 
 

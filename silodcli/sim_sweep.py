@@ -137,7 +137,7 @@ def run_sweep(args: argparse.Namespace) -> int:
 
     runs = sweep.sweep_runs(kind, points, args.policy, args.cache_systems)
     at = {point.value: point for point in points}
-    config = _config(args)
+    config = _config(args, None)
     one_at_a_time = not in_workers(len(runs), args.jobs)
     calls = [
         partial(

@@ -2,7 +2,8 @@
 
 Built-in policies are listed here; a site adds its own by installing a package that declares an entry point
 in the `silod.policies` group whose object is a zero-argument callable returning a `Policy` (a class with
-a no-argument constructor is one). A cache system is the storage side of the paper's comparisons: `silod`
+a no-argument constructor is one); a factory with a parameter named `options` also takes knobs from a scenario
+or the command line (`policies/options.py`). A cache system is the storage side of the paper's comparisons: `silod`
 lets the policy allocate cache and remote IO with SiloDPerf (falling back to SiloD's greedy storage when
 the policy decides compute only), keeping irregular jobs in a storage partition of their own
 (`partition.py`); the baselines run the policy cache-oblivious (vanilla estimator) and allocate storage
@@ -12,18 +13,20 @@ their own way.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 
 from datamgr.scheduler.partition import IrregularPartition
 from datamgr.scheduler.perf import Estimator, SiloDPerf, VanillaPerf
+from datamgr.scheduler.policies.options import PolicyOptions
 from datamgr.scheduler.policy import Decision, MergedNotes, Policy, current_placements
 from datamgr.scheduler.snapshot import Snapshot
 
 ENTRY_POINT_GROUP = "silod.policies"
 
-PolicyFactory = Callable[[], Policy]
+PolicyFactory = Callable[..., Policy]  # no arguments, or `options` (a `PolicyOptions`) where it takes knobs
 
 # name -> "module:attribute" of a zero-argument factory; imported on first use.
 BUILTIN_POLICIES: dict[str, str] = {
@@ -31,6 +34,13 @@ BUILTIN_POLICIES: dict[str, str] = {
     "greedy": "datamgr.scheduler.policies.greedy:GreedyStorage",
     "sjf": "datamgr.scheduler.policies.sjf:MultiResourceSJF",
     "gavel": "datamgr.scheduler.policies.gavel:GavelMaxMin",
+    "tiresias-las": "datamgr.scheduler.policies.tiresias:tiresias_las",
+    "tiresias-gittins": "datamgr.scheduler.policies.tiresias:tiresias_gittins",
+    "tiresias-silod": "datamgr.scheduler.policies.tiresias:tiresias_silod",
+    "yarn-cs": "datamgr.scheduler.policies.yarn:yarn_cs",
+    "best-effort": "datamgr.scheduler.policies.yarn:best_effort",
+    "srtf": "datamgr.scheduler.policies.remaining:srtf",
+    "srsf": "datamgr.scheduler.policies.remaining:srsf",
 }
 
 # cache system -> the storage policy its baseline allocates with ("silod": the policy's own, SiloDPerf).
@@ -46,7 +56,8 @@ PAPER_CACHE_SYSTEMS = ("silod", "alluxio", "coordl", "quiver")
 
 
 class UnknownPolicy(ValueError):
-    """A policy or cache-system name that nothing registers; the message lists the known ones."""
+    """A policy or cache-system name that nothing registers (the message lists the known ones), or options a
+    policy does not take (the message names the policy and the option)."""
 
 
 def _import(target: str) -> PolicyFactory:
@@ -64,14 +75,37 @@ def available_policies() -> list[str]:
     return sorted(set(BUILTIN_POLICIES) | set(_entry_point_factories()))
 
 
-def load_policy(name: str) -> Policy:
-    """A fresh policy object by name; a built-in wins over an entry point of the same name."""
+def load_policy(name: str, options: PolicyOptions | None = None) -> Policy:
+    """A fresh policy object by name; a built-in wins over an entry point of the same name. `options` go to a
+    factory that takes them (a parameter named `options`); giving them to one that does not is an error."""
     if name in BUILTIN_POLICIES:
-        return _import(BUILTIN_POLICIES[name])()
+        factory = _import(BUILTIN_POLICIES[name])
+    else:
+        plugins = _entry_point_factories()
+        if name not in plugins:
+            raise UnknownPolicy(f"unknown policy {name!r}; known policies: {', '.join(available_policies())}")
+        factory = plugins[name]()
+    if not options:
+        return factory()
+    if not takes_options(factory):
+        raise UnknownPolicy(f"policy {name!r} takes no options (given {', '.join(sorted(options))})")
+    try:
+        return factory(options)
+    except ValueError as exc:
+        raise UnknownPolicy(f"policy {name!r}: {exc}") from None
+
+
+def takes_options(factory: Callable[..., object]) -> bool:
+    """Whether a policy factory accepts knobs (`policies/options.py`)."""
+    return "options" in inspect.signature(factory).parameters
+
+
+def accepts_options(name: str) -> bool:
+    """Whether the policy `name` accepts knobs."""
+    if name in BUILTIN_POLICIES:
+        return takes_options(_import(BUILTIN_POLICIES[name]))
     plugins = _entry_point_factories()
-    if name in plugins:
-        return plugins[name]()()
-    raise UnknownPolicy(f"unknown policy {name!r}; known policies: {', '.join(available_policies())}")
+    return name in plugins and takes_options(plugins[name]())
 
 
 @dataclass(frozen=True)
@@ -94,7 +128,7 @@ class Scheduler:
         return self.policy.schedule(snapshot, self.estimator)
 
 
-def build_scheduler(policy_name: str, cache_system: str = "silod") -> Scheduler:
+def build_scheduler(policy_name: str, cache_system: str = "silod", options: PolicyOptions | None = None) -> Scheduler:
     """Pair a policy with a cache system, as the paper evaluates every scheduler x cache-system pair.
 
     A policy that decides storage only (such as `greedy`) gets FIFO compute, so it can drive a simulation.
@@ -103,7 +137,7 @@ def build_scheduler(policy_name: str, cache_system: str = "silod") -> Scheduler:
     """
     if cache_system not in CACHE_SYSTEMS:
         raise UnknownPolicy(f"unknown cache system {cache_system!r}; known: {', '.join(CACHE_SYSTEMS)}")
-    policy = load_policy(policy_name)
+    policy = load_policy(policy_name, options)
     compute = load_policy("fifo")
     baseline = CACHE_SYSTEMS[cache_system]
     if baseline is None:

@@ -82,6 +82,7 @@ class GeneratorConfig:
     gpu_speed_scale: float = 1.0
     irregular: float = 0.0
     seed: int = 0
+    gpu_demand: tuple[tuple[int, float], ...] = GPU_DEMAND  # (GPUs, probability); probabilities sum to 1
 
     def __post_init__(self) -> None:
         if (self.jobs is None) == (self.duration_seconds is None):
@@ -96,6 +97,12 @@ class GeneratorConfig:
         for name in ("sharing", "irregular"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1, not {getattr(self, name)}")
+        if not self.gpu_demand or any(gpus < 1 or not p > 0 for gpus, p in self.gpu_demand):
+            raise ValueError(
+                f"gpu_demand needs GPU counts of at least 1 with positive probabilities: {self.gpu_demand}"
+            )
+        if abs(sum(p for _, p in self.gpu_demand) - 1.0) > 1e-6:
+            raise ValueError(f"gpu_demand's probabilities must sum to 1, not {sum(p for _, p in self.gpu_demand):g}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +133,7 @@ def generate(config: GeneratorConfig) -> list[TraceJob]:
 
 
 def _draw(rng: random.Random, arrival: float, config: GeneratorConfig) -> _Draw:
-    gpus = _pick(rng.random(), [(gpus, p) for gpus, p in GPU_DEMAND])
+    gpus = _pick(rng.random(), config.gpu_demand)
     workload = _pick(rng.random(), [(w, w.weight) for w in WORKLOADS])
     _, low, high = _pick(rng.random(), [(band, band[0]) for band in DURATION_BANDS])
     minutes = 10 ** (low + (high - low) * rng.random())
@@ -165,3 +172,20 @@ def _job(job_id: str, draw: _Draw, gpu_speed_scale: float) -> TraceJob:
         epochs=epochs,
         irregular=draw.irregular,
     )
+
+
+def service_distribution(
+    gpu_demand: Sequence[tuple[int, float]] = GPU_DEMAND, points_per_band: int = 64
+) -> tuple[list[float], list[float]]:
+    """The distribution of a generated job's service in GPU-seconds (GPUs x duration on V100s), as weighted
+    points: each GPU count x each duration band's log-uniform range at `points_per_band` evenly spaced
+    quantiles. What 2D-Gittins takes as the history of past jobs when none is given."""
+    services: list[float] = []
+    weights: list[float] = []
+    for gpus, gpu_share in gpu_demand:
+        for band_share, low, high in DURATION_BANDS:
+            for k in range(points_per_band):
+                minutes = 10 ** (low + (high - low) * (k + 0.5) / points_per_band)
+                services.append(gpus * 60.0 * minutes)
+                weights.append(gpu_share * band_share / points_per_band)
+    return services, weights

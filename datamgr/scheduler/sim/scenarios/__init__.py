@@ -2,26 +2,30 @@
 
 Each scenario is a `NAME.toml` in this package: a `description`, a `[cluster]` table (the keys of a cluster
 file) and either `trace = "FILE"` (a trace file next to it) or a `[generate]` table, a generator recipe whose
-keys are `GeneratorConfig`'s fields (`duration` takes "4w"-style durations) and whose seed makes it
-reproducible.
+keys are `GeneratorConfig`'s fields (`duration` takes "4w"-style durations, `gpu_demand` is a table of GPU
+count to probability) and whose seed makes it reproducible. Optional: a `[simulation]` table (`round`, the
+longest time between rounds, and `preemption_cost`, both durations), and a `[policy]` table of knobs for the
+policies that take them (`policies/options.py`); the command line overrides both.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.cluster import cluster_from_table
 from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
-from datamgr.scheduler.sim.generator import GeneratorConfig, generate
+from datamgr.scheduler.sim.generator import GPU_DEMAND, GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, TraceJob
 from datamgr.scheduler.sim.trace import load_trace
 
-_KEYS = ("description", "cluster", "trace", "generate")
+_KEYS = ("description", "cluster", "trace", "generate", "simulation", "policy")
 _RECIPE_REQUIRED = ("arrivals_per_hour", "sharing", "gpu_speed_scale", "irregular", "seed")
-_GENERATE_KEYS = ("jobs", "duration", *_RECIPE_REQUIRED)
+_GENERATE_KEYS = ("jobs", "duration", "gpu_demand", *_RECIPE_REQUIRED)
+_SIMULATION_KEYS = ("round", "preemption_cost")
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,9 @@ class Scenario:
     cluster: ClusterSpec
     trace: list[TraceJob]
     recipe: GeneratorConfig | None = None  # how the trace was generated; None for a scenario with a trace file
+    round_seconds: float | None = None  # None: the simulator's default
+    preemption_seconds: float | None = None
+    policy_options: Mapping[str, object] = field(default_factory=dict)
 
 
 def available_scenarios() -> list[str]:
@@ -62,12 +69,37 @@ def _load(name: str, path: Path) -> Scenario:
     else:
         recipe = _recipe(document["generate"], f"{where}: [generate]")
         trace = generate(recipe)
+    simulation = _table(document.get("simulation", {}), f"{where}: [simulation]")
+    check_keys(simulation, _SIMULATION_KEYS, (), f"{where}: [simulation]")
+
+    def setting(key: str) -> float | None:
+        raw = simulation.get(key)
+        return None if raw is None else read_field(fields.duration, raw, f"{where}: [simulation] {key}")
+
     return Scenario(
         name=name,
         description=read_field(fields.text, document["description"], f"{where}: description"),
         cluster=cluster_from_table(cluster, f"{where}: [cluster]"),
         trace=trace,
         recipe=recipe,
+        round_seconds=setting("round"),
+        preemption_seconds=setting("preemption_cost"),
+        policy_options=_table(document.get("policy", {}), f"{where}: [policy]"),
+    )
+
+
+def _table(value: object, where: str) -> dict[str, object]:
+    if not isinstance(value, dict):
+        raise SimInputError(f"{where}: expected a table")
+    return value
+
+
+def _gpu_demand(value: object, where: str) -> tuple[tuple[int, float], ...]:
+    """`{1 = 0.5, 2 = 0.1, ...}`: GPU counts (as TOML keys) to probabilities."""
+    table = _table(value, where)
+    return tuple(
+        (read_field(fields.positive_int, gpus, where), read_field(fields.fraction, share, f"{where}: {gpus}"))
+        for gpus, share in table.items()
     )
 
 
@@ -93,6 +125,9 @@ def _recipe(table: object, where: str) -> GeneratorConfig:
             gpu_speed_scale=need("gpu_speed_scale", fields.positive_number),
             irregular=need("irregular", fields.fraction),
             seed=need("seed", fields.whole_number),
+            gpu_demand=_gpu_demand(table["gpu_demand"], f"{where}: gpu_demand")
+            if "gpu_demand" in table
+            else GPU_DEMAND,
         )
     except ValueError as exc:
         raise SimInputError(f"{where}: {exc}") from None

@@ -1,0 +1,67 @@
+"""Knobs a policy takes from a scenario (`[policy]` in its TOML) or the command line (`--policy-option K=V`).
+
+Values arrive as TOML gives them (numbers, strings, lists) or as command-line strings; a policy reads each
+knob it accepts through `read_options`, and any other key, or a value its reader refuses, is a ValueError
+that names the key, so a typo never runs a simulation with a default the user meant to change.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from pathlib import Path
+
+from datamgr.scheduler.sim.fields import duration
+
+PolicyOptions = Mapping[str, object]
+
+
+class OptionReader:
+    """Typed access to a policy's options; every method returns the default when the key is absent."""
+
+    def __init__(self, options: PolicyOptions) -> None:
+        self._options = options
+
+    def text(self, key: str) -> str | None:
+        value = self._options.get(key)
+        return None if value is None else str(value)
+
+    def number(self, key: str, default: float) -> float:
+        value = self._options.get(key)
+        if value is None:
+            return default
+        try:
+            number = float(value) if isinstance(value, int | float | str) and not isinstance(value, bool) else math.nan
+        except ValueError:
+            number = math.nan
+        if math.isnan(number):
+            raise ValueError(f"option {key}: {value!r} is not a number")
+        return number
+
+    def durations(self, key: str) -> tuple[float, ...]:
+        """A list of durations (a TOML list, or comma-separated: "1h,2h"); each a number of seconds or with a unit."""
+        value = self._options.get(key)
+        items = value if isinstance(value, list) else str(value).split(",")
+        try:
+            return tuple(duration(item.strip() if isinstance(item, str) else item) for item in items)
+        except ValueError as exc:
+            raise ValueError(f"option {key}: {exc}") from None
+
+    def durations_or_file(self, key: str) -> tuple[float, ...] | None:
+        """`durations`, or those in a file named by the value (one per line, # comments) if it names one."""
+        value = self._options.get(key)
+        if value is None:
+            return None
+        if isinstance(value, str) and Path(value).is_file():
+            lines = Path(value).read_text(encoding="utf-8").splitlines()
+            items = [line.split("#", 1)[0].strip() for line in lines]
+            return OptionReader({key: [item for item in items if item]}).durations(key)
+        return self.durations(key)
+
+
+def read_options(options: PolicyOptions, accepted: Collection[str]) -> OptionReader:
+    """A reader over `options`, once every key is known to be one of `accepted`."""
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r}; accepted options: {', '.join(accepted)}")
+    return OptionReader(options)
