@@ -330,6 +330,8 @@ def run_sim(args: argparse.Namespace) -> int:
     print(report.summary_text(run.summary))
     gpu_table = render_table(("GPUS", *report.GROUP_HEADERS), report.group_rows(run.summary, "gpus"))
     print(textwrap.indent(gpu_table, "  "))
+    bin_table = render_table(("BIN", *report.GROUP_HEADERS), report.group_rows(run.summary, "bin"))
+    print(textwrap.indent(bin_table, "  "))
     print(f"wrote {out}/: {', '.join(run.files)}")
     return 0
 

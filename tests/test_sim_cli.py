@@ -366,6 +366,7 @@ def test_trace_labels_reach_jobs_csv_and_the_group_breakdowns(tmp_path: Path) ->
     assert groups == [
         ("gpus", "1", "2"),
         ("gpus", "2", "1"),
+        ("bin", "SS", "3"),  # Tiresias's bins: every job here is small (<= 8 GPUs) and short (< 4 h)
         ("tenant", "vc-a", "2"),
         ("tenant", "vc-b", "1"),
         ("class", "", "1"),

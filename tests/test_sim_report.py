@@ -10,6 +10,7 @@ import csv
 import json
 import math
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -108,9 +109,23 @@ def test_a_label_column_is_a_breakdown_only_when_some_job_has_a_value() -> None:
     assert by_tenant["vc-b"].average_jct == 600 and by_tenant["vc-a"].average_queueing_delay == 5
     assert not groups(summary, "class")  # no job has a class
     unlabelled = summary_of(job("x", 0, 0, 10))
-    assert {g.kind for g in unlabelled.groups} == {"gpus"}
+    assert {g.kind for g in unlabelled.groups} == {"gpus", "bin"}
     classes = groups(summary_of(job("x", 0, 0, 10, job_class="best-effort"), job("y", 0, 5, 10)), "class")
     assert list(classes) == ["", "best-effort"]
+
+
+def test_jobs_fall_in_tiresias_bins_by_gpus_and_training_time_at_full_speed() -> None:
+    def binned(gpus: int, hours: float) -> str:
+        outcome = replace(job("j", 0, 0, 1, gpus=gpus), ideal_seconds=hours * 3600)
+        return report.job_bin(outcome)
+
+    assert [binned(8, 3.99), binned(8, 4.0), binned(9, 0.1), binned(16, 40)] == ["SS", "SL", "LS", "LL"]
+    summary = summary_of(
+        replace(job("a", 0, 0, 100, gpus=1), ideal_seconds=60, preemptions=2, overhead_seconds=120),
+        replace(job("b", 0, 50, 300, gpus=16), ideal_seconds=5 * 3600, preemptions=1, overhead_seconds=60),
+    )
+    assert {value: g.finished for value, g in groups(summary, "bin").items()} == {"LL": 1, "SS": 1}
+    assert (summary.preemptions, summary.preemption_overhead) == (3, 180)
 
 
 def test_group_rows_are_the_groups_of_one_kind_in_human_units() -> None:
@@ -142,6 +157,8 @@ def test_summary_json_is_strict_json_in_plain_units_with_null_for_nothing_measur
         "average_queueing_delay": 50,
     }
     assert [(g["kind"], g["value"]) for g in full["groups"]][3:] == [
+        ("bin", "LS"),
+        ("bin", "SS"),
         ("tenant", ""),
         ("tenant", "vc-a"),
         ("tenant", "vc-b"),
@@ -159,11 +176,13 @@ def test_groups_csv_has_one_row_per_group(tmp_path: Path) -> None:
         ("gpus", "1", "2"),
         ("gpus", "2", "2"),
         ("gpus", "16", "1"),
+        ("bin", "LS", "1"),
+        ("bin", "SS", "4"),
         ("tenant", "", "1"),
         ("tenant", "vc-a", "2"),
         ("tenant", "vc-b", "2"),
     ]
-    assert float(rows[4]["average_queueing_delay"]) == 5
+    assert float(rows[6]["average_queueing_delay"]) == 5
 
 
 def test_jobs_csv_names_the_labels_by_their_trace_columns(tmp_path: Path) -> None:
@@ -189,7 +208,7 @@ def test_compare_md_is_the_printed_table_with_the_percentiles_added(tmp_path: Pa
     assert cells(lines[0]) == [*report.COMPARISON_HEADERS, *report.DETAIL_HEADERS]
     assert cells(lines[1]) == ["---"] * len(cells(lines[0]))
     printed = report.comparison_rows(runs, "alluxio")
-    assert cells(lines[2]) == [*printed[0], "5.0m", "14.7m", "16.3m", "40s", "40s", "1.5m"]
+    assert cells(lines[2]) == [*printed[0], "5.0m", "14.7m", "16.3m", "40s", "40s", "1.5m", "0"]
     assert cells(lines[3])[: len(printed[1])] == list(printed[1])
     assert report.speedup_note("alluxio") in lines
 

@@ -57,7 +57,7 @@ class GroupSummary:
     """The finished jobs of one group, as `Summary` has them for the run: the groups show whether a policy's
     average hides a class of jobs (the 8-GPU jobs, a tenant) that waits or runs much longer than the rest."""
 
-    kind: str  # "gpus", or a label column of the trace: "tenant", "class"
+    kind: str  # "gpus", "bin" (Tiresias's small/large x short/long), or a label column: "tenant", "class"
     value: str  # the GPU count or the label ("" for the jobs without one)
     finished: int
     average_jct: float
@@ -88,7 +88,9 @@ class Summary:
     io_bound_share: float  # of the samples with jobs running, the share whose IO demand exceeded the limit
     hit_ratio: float
     effective_cache: float
-    groups: tuple[GroupSummary, ...]  # by GPU count, then by each label column in use
+    preemptions: int  # over the finished jobs
+    preemption_overhead: float  # seconds the finished jobs spent restoring checkpoints after preemptions
+    groups: tuple[GroupSummary, ...]  # by GPU count, by bin, then by each label column in use
 
 
 # The single numbers of a `Summary`: the columns of compare.csv.
@@ -163,14 +165,26 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
         io_bound_share=io_bound_share(result.samples, cluster.remote_io_bytes_per_sec),
         hit_ratio=sum(j.hit_bytes for j in jobs) / read if read else math.nan,
         effective_cache=sum(s.effective_cached_bytes for s in result.samples) / cached if cached else math.nan,
+        preemptions=sum(j.preemptions for j in jobs),
+        preemption_overhead=sum(j.overhead_seconds for j in jobs),
         groups=group_summaries(jobs),
     )
 
 
+SMALL_GPUS = 8  # Tiresias's bins (its Table 3, for the production trace): small up to an 8-GPU machine,
+SHORT_SECONDS = 4 * 3600.0  # short if it trains under 4 hours (here: its work at full speed)
+
+
+def job_bin(job: JobOutcome) -> str:
+    """Tiresias's bin of a job: S or L by GPUs, then S or L by training time ("SS" small and short, ...)."""
+    size = "S" if job.gpus <= SMALL_GPUS else "L"
+    return size + ("S" if job.ideal_seconds < SHORT_SECONDS else "L")
+
+
 def group_summaries(jobs: Sequence[JobOutcome]) -> tuple[GroupSummary, ...]:
-    """The jobs by GPU count (ascending), then by each label column that some job has a value of (in label
-    order, the jobs without one under "")."""
-    groups = _groups("gpus", jobs, attrgetter("gpus"))
+    """The jobs by GPU count (ascending), by Tiresias's bin (`job_bin`), then by each label column that some
+    job has a value of (in label order, the jobs without one under "")."""
+    groups = _groups("gpus", jobs, attrgetter("gpus")) + _groups("bin", jobs, job_bin)
     for column, name in LABELS.items():
         label: Callable[[JobOutcome], str] = attrgetter(name)
         if any(label(j) for j in jobs):
@@ -239,6 +253,7 @@ def summary_text(summary: Summary) -> str:
             f"demand with no cache above it {_share(summary.io_bound_share, 1.0)} of the busy time",
             f"  cache         {_ratio(summary.hit_ratio)} hit ratio, "
             f"{_share(summary.effective_cache, 1.0)} of cached bytes effective",
+            f"  preemptions   {summary.preemptions}, {_time(summary.preemption_overhead)} restoring checkpoints in all",
         ]
     )
 
@@ -257,7 +272,7 @@ def group_rows(summary: Summary, kind: str) -> list[tuple[str, ...]]:
 
 COMPARISON_HEADERS = ("POLICY", "CACHE", "FINISHED", "AVG JCT", "MAKESPAN", "FAIRNESS", "REMOTE IO", "SPEEDUP")
 # What compare.md adds to the printed table: the distribution of JCTs and of queueing delays.
-DETAIL_HEADERS = ("P50 JCT", "P95 JCT", "P99 JCT", "AVG QUEUEING", "P50 QUEUEING", "P95 QUEUEING")
+DETAIL_HEADERS = ("P50 JCT", "P95 JCT", "P99 JCT", "AVG QUEUEING", "P50 QUEUEING", "P95 QUEUEING", "PREEMPTIONS")
 
 
 def speedup_note(baseline_cache_system: str) -> str:
@@ -326,17 +341,15 @@ def write_comparison_markdown(
 
 
 def _detail_cells(summary: Summary) -> tuple[str, ...]:
-    return tuple(
-        _time(seconds)
-        for seconds in (
-            summary.median_jct,
-            summary.p95_jct,
-            summary.p99_jct,
-            summary.average_queueing_delay,
-            summary.median_queueing_delay,
-            summary.p95_queueing_delay,
-        )
+    times = (
+        summary.median_jct,
+        summary.p95_jct,
+        summary.p99_jct,
+        summary.average_queueing_delay,
+        summary.median_queueing_delay,
+        summary.p95_queueing_delay,
     )
+    return (*(_time(seconds) for seconds in times), str(summary.preemptions))
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
