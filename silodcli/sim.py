@@ -352,8 +352,8 @@ def run_compare(args: argparse.Namespace) -> int:
 
     out = args.out or Path(f"sim-{inputs.name}-compare")
     try:
-        runs = [(policy, cache_system, knobs_for(args, inputs, policy)) for policy, cache_system in pairs]
-        simulated = _simulate_pairs(inputs, runs, _config(args, inputs), out, args.decision_log, args.jobs)
+        knobbed = [(policy, cache_system, knobs_for(args, inputs, policy)) for policy, cache_system in pairs]
+        simulated = _simulate_pairs(inputs, knobbed, _config(args, inputs), out, args.decision_log, args.jobs)
     except (SimulationStalled, InvalidDecision) as exc:
         return _fail("sim compare", exc, EXIT_FAILED)
     runs = [(run.result, run.summary) for run in simulated]

@@ -45,9 +45,9 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_access", "test_backend_uris", "test_backoff", "test_baselines", "test_compiled", "test_deploy_model",
         "test_greedy", "test_journal", "test_layout", "test_manager", "test_manifest", "test_perf", "test_policies",
         "test_policy_conformance", "test_registry", "test_sim_cli", "test_sim_engine", "test_sim_inputs",
-        "test_sim_internals",
+        "test_sim_internals", "test_sim_preemption",
         "test_sim_report", "test_sim_sweep", "test_snapshot", "test_state", "test_store", "test_throttle",
-        "test_units",
+        "test_tiresias", "test_units",
     ),
     "fuse_ops": ("test_fs_ops",),
     "process": (
