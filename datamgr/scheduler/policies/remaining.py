@@ -26,8 +26,6 @@ def remaining_seconds(job: JobState) -> float:
 class ShortestRemaining:
     """Preemptive shortest-remaining-first by time (`by_service=False`, SRTF) or by GPUs x time (SRSF)."""
 
-    round_seconds = None
-
     def __init__(self, name: str, by_service: bool) -> None:
         self.name = name
         self.by_service = by_service

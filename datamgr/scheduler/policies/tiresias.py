@@ -132,8 +132,6 @@ class Ranked(NamedTuple):
 class Tiresias:
     """Discretized 2D-LAS or 2D-Gittins over `TiresiasConfig`; decides compute only unless `silod`."""
 
-    round_seconds = None  # it decides at arrivals, finishes and its own wake-ups, not on a grid
-
     def __init__(self, name: str, config: TiresiasConfig, gittins: bool, silod: bool = False) -> None:
         self.name = name
         self.config = config
