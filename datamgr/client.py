@@ -95,9 +95,10 @@ class DataManagerClient:
         *,
         epochs: float = 0.0,
         irregular: bool = False,
+        gpus: int = 0,
     ) -> pb.RegisterJobResponse:
         """`epochs`: how long the job trains, in passes over its dataset (0: unknown); `irregular`: its access
-        is not uniform once per epoch."""
+        is not uniform once per epoch; `gpus` (with no `workers`): the policy places it on that many GPUs."""
         request = pb.RegisterJobRequest(
             job_id=job_id,
             dataset_uri=dataset_uri,
@@ -105,11 +106,12 @@ class DataManagerClient:
             workers=[pb.Worker(node_id=n, count=c) for n, c in workers],
             epochs=epochs,
             irregular=irregular,
+            gpus=gpus,
         )
         return self.call(self.stub.RegisterJob, request)
 
-    def register_node(self, node_id: str, address: str, capacity: int) -> pb.RegisterNodeResponse:
-        request = pb.RegisterNodeRequest(node_id=node_id, address=address, cache_capacity_bytes=capacity)
+    def register_node(self, node_id: str, address: str, capacity: int, gpus: int = 0) -> pb.RegisterNodeResponse:
+        request = pb.RegisterNodeRequest(node_id=node_id, address=address, cache_capacity_bytes=capacity, gpus=gpus)
         return self.call(self.stub.RegisterNode, request)
 
 

@@ -1,16 +1,25 @@
-"""The live controller: the data manager runs a scheduler policy and applies its storage decisions.
+"""The live controller: the data manager runs a scheduler policy, applies its storage decisions, and carries
+out its compute decisions for the jobs it places.
 
 `silod datamgr serve --policy NAME` runs `registry.build_scheduler(NAME, "silod")` when a job is registered
-or finished, and at least every `--round` seconds, over a snapshot of the registered jobs and nodes. Only
-the storage part of a decision is applied (a cache quota per dataset, a remote IO rate per job): where jobs
-run is the cluster scheduler's business, so a job's placement is always the workers it registered with. What
-a job's registration says about its training reaches the policy too: its epochs as the work it has in all
-(`JobState.total_bytes`), and its irregular flag, which keeps it in a storage partition of its own.
+or finished, at least every `--round` seconds, and at the time a decision asks to be woken (`wake_at`), over
+a snapshot of the registered jobs and nodes. What a job's registration says about its training reaches the
+policy too: its epochs as the work it has in all (`JobState.total_bytes`), and its irregular flag, which
+keeps it in a storage partition of its own.
 
-Changes go through the manager's own allocation calls, so they get the same validation, persistence and
-watch push as AllocateCacheSize and AllocateRemoteIO; decreases go first, so every intermediate state keeps
-within the node capacities and the remote IO limit. A refused change is logged and tried again by the next
-round; nothing a round does stops the server.
+Compute. A job registered with its workers runs where it was registered: its placement is the cluster
+scheduler's business, and a policy that would move or preempt it is only reported (`unapplied_placements`).
+A job registered with GPUs instead is the policy's to place: the controller moves it as the decision says
+(`PolicyAllocations.place`), which makes the placement its workers (the nodes mount its dataset for it) and
+publishes the decision on WatchDecisions for the cluster's launcher to carry out. The state a policy hands
+back per job (`Decision.job_states`) is kept in the job's history, persisted with it, and reaches the next
+snapshot as `JobState.policy_state`.
+
+Changes go through the manager's own calls, so they get the same validation, persistence and watch push as
+AllocateCacheSize and AllocateRemoteIO. Within a round, preemptions go first, then storage decreases, then
+starts and migrations, then storage increases, so every intermediate state keeps within the node GPUs and
+capacities and the remote IO limit. A refused change is logged and tried again by the next round; nothing a
+round does stops the server.
 """
 
 from __future__ import annotations
@@ -25,7 +34,9 @@ from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Literal
 
-from datamgr.entities import DataManagerError
+from datamgr import lifecycle
+from datamgr.entities import DataManagerError, Job
+from datamgr.lifecycle import Move
 from datamgr.liveness import JobUsage
 from datamgr.manager import DataManager
 from datamgr.scheduler import perf
@@ -75,18 +86,19 @@ class RoundRequests:
         return f"{shown} and {hidden} more" if hidden > 0 else shown
 
 
-def snapshot_of(
-    manager: DataManager, remote_io_bytes_per_sec: int, submit_times: Mapping[str, float], now: float
-) -> Snapshot:
-    """The data manager's jobs, datasets and nodes as a policy sees them, sharing `remote_io_bytes_per_sec`.
+def snapshot_of(manager: DataManager, remote_io_bytes_per_sec: int, now: float) -> Snapshot:
+    """The data manager's jobs, datasets and nodes as a policy sees them at `now` (the manager's wall clock),
+    sharing `remote_io_bytes_per_sec`.
 
-    - A job's placement is its workers, counted as GPUs, and `gpus` is their total, so its f* applies in
-      full. `done_bytes` is what its nodes last reported reading. `total_bytes` is the epochs it registered
+    - A job's placement is its workers, counted as GPUs. `gpus` is their total for a job registered with its
+      workers, and the GPUs it asked for for a job the policy places (its f* is for all of them).
+      `done_bytes` is what its nodes last reported reading. `total_bytes` is the epochs it registered
       times its dataset's size, or infinite if it registered none (a length-aware policy such as SJF then
-      ranks it behind every job that said how long it trains), and `irregular` is as registered.
-      `submit_time` comes from `submit_times` (`now` if missing), and as placements never change, the job
-      has held its GPUs since then (`attained_gpu_seconds`).
-    - A node's GPUs are the workers placed on it: the controller places nothing, so none are free.
+      ranks it behind every job that said how long it trains), and `irregular` is as registered. Its
+      history (submit time, starts, waits, preemptions, attained service, policy state) is the one the data
+      manager keeps for it (`JobHistory`).
+    - A node's GPUs are those it registered for the policy, or the workers registered on it if more (a node
+      that registered none has no GPU free for the policy).
     - A dataset's `cached_bytes` is the least that a node mounting it reported: like its quota, per node.
     - The cache capacity is the smallest cache of the nodes running jobs. A quota is per dataset per node
       and a node holds the quotas of the datasets its jobs read, so quotas that add up to at most that
@@ -95,13 +107,13 @@ def snapshot_of(
     - The seed is the state's revision, so a randomized policy decides the same on the same state.
     """
     state = manager.state
-    jobs = {job_id: _job_state(manager, job_id, submit_times.get(job_id, now), now) for job_id in state.jobs}
+    jobs = {job_id: _job_state(manager, job_id, now) for job_id in state.jobs}
     datasets = {
         uri: DatasetState(uri, d.size_bytes, d.cache_quota_bytes, _cached_bytes(manager, uri))
         for uri, d in state.datasets.items()
     }
     nodes = {
-        node_id: NodeState(node_id, _workers_on(state, node_id), node.cache_capacity_bytes)
+        node_id: NodeState(node_id, max(node.gpus, _workers_on(state, node_id)), node.cache_capacity_bytes)
         for node_id, node in state.nodes.items()
     }
     hosting = [nodes[node_id].cache_bytes for node_id in state.nodes if state.jobs_on_node(node_id)]
@@ -116,25 +128,31 @@ def snapshot_of(
     )
 
 
-def _job_state(manager: DataManager, job_id: str, submit_time: float, now: float) -> JobState:
+def _job_state(manager: DataManager, job_id: str, now: float) -> JobState:
     job = manager.state.jobs[job_id]
+    history = manager.history(job_id)
     dataset_bytes = manager.state.datasets[job.dataset_uri].size_bytes
-    placement = {w.node_id: w.count for w in job.workers}
-    gpus = sum(placement.values())
+    placement = lifecycle.placement_of(job)
     return JobState(
         job_id=job_id,
-        submit_time=submit_time,
-        gpus=gpus,
+        submit_time=history.submit_time,
+        gpus=job.gpus if job.placed_by_policy else sum(placement.values()),
         dataset_uri=job.dataset_uri,
         dataset_bytes=dataset_bytes,
         ideal_bytes_per_sec=job.ideal_bytes_per_sec,
         total_bytes=job.epochs * dataset_bytes if job.epochs > 0 else math.inf,
         done_bytes=sum(u.bytes_read for u in manager.liveness.job_usage(job_id)),
-        attained_gpu_seconds=gpus * (now - submit_time),
+        attained_gpu_seconds=lifecycle.attained_gpu_seconds(job, history, now),
         irregular=job.irregular,
         placement=MappingProxyType(placement),
         io_bytes_per_sec=job.io_bytes_per_sec,
         epoch_hit_ratio=_epoch_hit_ratio(manager.liveness.job_usage(job_id), dataset_bytes, placement),
+        first_start_time=history.first_start_time,
+        last_start_time=history.last_start_time,
+        pending_since=history.pending_since,
+        queued_seconds_before=history.queued_seconds_before,
+        preemptions=history.preemptions,
+        policy_state=MappingProxyType(dict(history.policy_state)),
     )
 
 
@@ -164,8 +182,13 @@ def _cached_bytes(manager: DataManager, uri: str) -> int:
 
 
 def _workers_on(state: ClusterState, node_id: str) -> int:
+    """The workers registered on a node by jobs registered with their workers."""
     return sum(
-        w.count for job_id in state.jobs_on_node(node_id) for w in state.jobs[job_id].workers if w.node_id == node_id
+        w.count
+        for job_id in state.jobs_on_node(node_id)
+        if not state.jobs[job_id].placed_by_policy
+        for w in state.jobs[job_id].workers
+        if w.node_id == node_id
     )
 
 
@@ -249,13 +272,14 @@ def estimates(snapshot: Snapshot, decision: Decision, estimator: Estimator) -> d
     return result
 
 
-def unapplied_placements(snapshot: Snapshot, decision: Decision) -> tuple[str, ...]:
-    """The jobs a compute-deciding policy would move or preempt. Placement is the cluster scheduler's, so
-    these jobs stay where they are, and the storage the policy chose for them assumed otherwise."""
+def compute_changes(jobs: Mapping[str, Job], snapshot: Snapshot, decision: Decision) -> tuple[list[Move], list[str]]:
+    """The moves of the policy-placed jobs that carry out the decision's placements, stops first, and the
+    jobs registered with their workers it would move or preempt (placed by the cluster scheduler, they stay
+    where they are, and the storage the policy chose for them assumed otherwise). A decision that leaves
+    compute undecided moves nothing."""
     if decision.placements is None:
-        return ()
-    placements = decision.placements
-    return tuple(j for j in sorted(snapshot.jobs) if dict(placements.get(j, {})) != dict(snapshot.jobs[j].placement))
+        return [], []
+    return lifecycle.compute_moves(jobs, snapshot.jobs, decision.placements)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,11 +292,12 @@ class RoundReport:
     revision: int  # of the state the policy saw
     cache_budget_bytes: int
     estimates: Mapping[str, JobEstimate]
-    applied: tuple[Step, ...]
-    refused: tuple[tuple[Step, str], ...]  # with the data manager's reason
+    applied: tuple[Step | Move, ...]
+    refused: tuple[tuple[Step | Move, str], ...]  # with the data manager's reason
     unapplied_placements: tuple[str, ...]
     notes: Mapping[str, str]
     error: str  # why the round stopped early ("" if it did not)
+    wake_at: float | None = None  # when the policy asked for its next round (the manager's wall clock)
 
 
 class Controller:
@@ -299,24 +324,29 @@ class Controller:
         self._requests = requests
         self._settle_seconds = settle_seconds
         self._clock = clock
-        self._submit_times: dict[str, float] = {}
         self._last: RoundReport | None = None
         self._one_round = asyncio.Lock()
 
     async def run(self) -> None:
-        """Rounds until cancelled: one at once, then one per burst of requests, or after `round_seconds`
-        without any. A round cut short by cancellation leaves valid allocations that the next start redoes."""
+        """Rounds until cancelled: one at once, then one per burst of requests, at the wake-up the last
+        decision asked for, or after `round_seconds` without either. A round cut short by cancellation leaves
+        valid allocations that the next start redoes."""
         trigger = "start"
         while True:
-            await self.run_round(trigger)
-            if await self._requests.wait(self.round_seconds):
+            report = await self.run_round(trigger)
+            timeout, timed = self.round_seconds, "timer"
+            if report.wake_at is not None:
+                until_wake = report.wake_at - self._manager.wall_clock()
+                if until_wake < timeout:
+                    timeout, timed = max(0.0, until_wake), "wake-up"
+            if await self._requests.wait(timeout):
                 await asyncio.sleep(self._settle_seconds)  # let the rest of a burst arrive
                 trigger = self._requests.take()
             else:
-                trigger = "timer"
+                trigger = timed
 
     async def run_round(self, trigger: str) -> RoundReport:
-        """Decide on the current state and apply the storage part; log and keep the report."""
+        """Decide on the current state and carry out the decision; log and keep the report."""
         async with self._one_round:
             number = (self._last.number if self._last else 0) + 1
             report, failure = await self._round(number, trigger)
@@ -325,26 +355,36 @@ class Controller:
             return report
 
     async def _round(self, number: int, trigger: str) -> tuple[RoundReport, Exception | None]:
-        snapshot = self._snapshot()
+        snapshot = snapshot_of(self._manager, self._remote_io_limit, self._manager.wall_clock())
         expected: dict[str, JobEstimate] = {}
         notes: dict[str, str] = {}
-        unplaced: tuple[str, ...] = ()
-        applied: list[Step] = []
-        refused: list[tuple[Step, str]] = []
+        unplaced: list[str] = []
+        applied: list[Step | Move] = []
+        refused: list[tuple[Step | Move, str]] = []
         failure: Exception | None = None
+        wake_at: float | None = None
         try:
             # Policies are pure functions of the immutable snapshot: a thread keeps the server answering.
             decision = await asyncio.to_thread(self._scheduler.decide, snapshot)
+            if decision.wake_at is not None and snapshot.time < decision.wake_at < math.inf:
+                wake_at = decision.wake_at  # one in the past would have the controller spin
             steps = plan(self._manager.state, snapshot, decision)
-            expected, notes = estimates(snapshot, decision, self._scheduler.estimator), dict(decision.notes)
-            unplaced = unapplied_placements(snapshot, decision)
-            for step in steps:
+            moves, unplaced = compute_changes(self._manager.state.jobs, snapshot, decision)
+            placed = snapshot.with_placements(_carried_out(snapshot, decision, unplaced))
+            expected, notes = estimates(placed, decision, self._scheduler.estimator), dict(decision.notes)
+            stops = [m for m in moves if m.stops]
+            starts = [m for m in moves if not m.stops]
+            decreases = [s for s in steps if s.decreases]
+            increases = [s for s in steps if not s.decreases]
+            ordered: list[Step | Move] = [*stops, *decreases, *starts, *increases]
+            for change in ordered:
                 try:
-                    await self._apply(step)
+                    await self._apply(change)
                 except DataManagerError as exc:
-                    refused.append((step, str(exc)))
+                    refused.append((change, str(exc)))
                 else:
-                    applied.append(step)
+                    applied.append(change)
+            await self._allocations.hand_back(decision.job_states)
         except Exception as exc:  # a plugin policy's bug or a failed commit must not stop the server
             failure = exc
         report = RoundReport(
@@ -356,23 +396,20 @@ class Controller:
             estimates=expected,
             applied=tuple(applied),
             refused=tuple(refused),
-            unapplied_placements=unplaced,
+            unapplied_placements=tuple(unplaced),
             notes=notes,
             error="" if failure is None else f"{type(failure).__name__}: {failure}",
+            wake_at=wake_at,
         )
         return report, failure
 
-    def _snapshot(self) -> Snapshot:
-        now = self._clock()
-        jobs = self._manager.state.jobs
-        self._submit_times = {job_id: self._submit_times.get(job_id, now) for job_id in jobs}
-        return snapshot_of(self._manager, self._remote_io_limit, self._submit_times, now)
-
-    async def _apply(self, step: Step) -> None:
-        if step.resource == "cache":
-            await self._allocations.cache_size(step.target, step.wanted)
+    async def _apply(self, change: Step | Move) -> None:
+        if isinstance(change, Move):
+            await self._allocations.place(change.job_id, change.wanted)
+        elif change.resource == "cache":
+            await self._allocations.cache_size(change.target, change.wanted)
         else:
-            await self._allocations.remote_io(step.target, step.wanted)
+            await self._allocations.remote_io(change.target, change.wanted)
 
     # ---- what `silod status` shows ----
 
@@ -402,6 +439,18 @@ class Controller:
             throughput_bytes_per_sec=e.throughput_bytes_per_sec,
             round=self._last.number,
         )
+
+
+def _carried_out(snapshot: Snapshot, decision: Decision, unapplied: Sequence[str]) -> dict[str, Mapping[str, int]]:
+    """The placements once the round is carried out: the decision's, but where jobs registered with their
+    workers stay (`unapplied`)."""
+    placements = dict(decision.placements or {})
+    for job_id in unapplied:
+        placements.pop(job_id, None)
+        job = snapshot.jobs[job_id]
+        if job.placement:
+            placements[job_id] = job.placement
+    return placements
 
 
 def _log_round(policy: str, report: RoundReport, failure: Exception | None) -> None:

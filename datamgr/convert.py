@@ -7,7 +7,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
-from datamgr.entities import Dataset, Job, Node, NodeJobView, NodeView
+from datamgr import lifecycle
+from datamgr.entities import Dataset, Job, JobHistory, Node, NodeJobView, NodeView
 from datamgr.liveness import DatasetUsage, JobUsage
 from datamgr.state import DatasetRemoved, JobRemoved, NodeChange
 from silodlib.backends import redact_options
@@ -83,7 +84,43 @@ def node_rates(job: Job) -> list[pb.NodeRate]:
     return [pb.NodeRate(node_id=n, io_bytes_per_sec=r) for n, r in job.node_rates().items()]
 
 
-def job_message(job: Job, usage: Iterable[JobUsage]) -> pb.Job:
+def job_schedule(job: Job, history: JobHistory, now: float) -> pb.JobSchedule:
+    """A job's history as `silod status` shows it, with its attained service and time queued up to `now`."""
+    return pb.JobSchedule(
+        phase=pb.JobPhase.ValueType(lifecycle.phase(job, history).value),
+        submit_time=history.submit_time,
+        first_start_time=history.first_start_time or 0.0,
+        last_start_time=history.last_start_time or 0.0,
+        attained_gpu_seconds=lifecycle.attained_gpu_seconds(job, history, now),
+        queued_seconds=lifecycle.queued_seconds(history, now),
+        preemptions=history.preemptions,
+        policy_state=dict(history.policy_state),
+    )
+
+
+def job_decision(view: lifecycle.DecisionView, revision: int) -> pb.JobDecision:
+    return pb.JobDecision(
+        job_id=view.job_id,
+        phase=pb.JobPhase.ValueType(view.phase.value),
+        placement=[pb.Worker(node_id=node_id, count=gpus) for node_id, gpus in view.placement],
+        gpus=view.gpus,
+        dataset_uri=view.dataset_uri,
+        revision=revision,
+    )
+
+
+def decision_event(
+    revision: int, views: Sequence[lifecycle.DecisionView], finished: Sequence[str], snapshot: bool
+) -> pb.DecisionEvent:
+    return pb.DecisionEvent(
+        revision=revision,
+        snapshot=snapshot,
+        jobs=[job_decision(view, revision) for view in views],
+        jobs_finished=list(finished),
+    )
+
+
+def job_message(job: Job, usage: Iterable[JobUsage], schedule: pb.JobSchedule | None = None) -> pb.Job:
     return pb.Job(
         job_id=job.job_id,
         dataset_uri=job.dataset_uri,
@@ -94,6 +131,8 @@ def job_message(job: Job, usage: Iterable[JobUsage]) -> pb.Job:
         usage=[pb.JobUsage(**asdict(u)) for u in usage],
         epochs=job.epochs,
         irregular=job.irregular,
+        gpus=job.gpus,
+        schedule=schedule,
     )
 
 
@@ -108,6 +147,7 @@ def node_message(
         available=available,
         seconds_since_seen=seconds_since_seen,
         job_ids=sorted(job_ids),
+        gpus=node.gpus,
     )
 
 

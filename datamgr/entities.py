@@ -76,6 +76,10 @@ class Job:
     `epochs` (passes over the dataset, 0 when unknown) and `irregular` (its access is not uniform once per
     epoch) are what the job's registration tells a policy about it: how much work is left, and whether
     SiloDPerf describes it.
+
+    A job is placed one of two ways. Registered with its `workers` (`gpus` 0), it runs where whoever registered
+    it put it, from registration to finish. Registered with `gpus` instead, the data manager's policy places it:
+    `workers` is then the policy's latest placement (none while it waits), not part of its registration.
     """
 
     job_id: str
@@ -86,14 +90,23 @@ class Job:
     _: KW_ONLY
     epochs: float = 0.0
     irregular: bool = False
+    gpus: int = 0  # the GPUs it asks the policy for; 0: placed by whoever registered it (`workers`)
+
+    @property
+    def placed_by_policy(self) -> bool:
+        return self.gpus > 0
 
     def registration_differences(self, other: Job) -> list[str]:
-        """The registered parameters (every field but the id and the allocation) in which `other` differs
-        from this job: a repeated RegisterJob is idempotent when there are none."""
+        """The registered parameters (every field but the id and the allocation, and the workers of a job the
+        policy places) in which `other` differs from this job: a repeated RegisterJob is idempotent when there
+        are none."""
+        unregistered = (
+            ("job_id", "io_bytes_per_sec", "workers") if self.placed_by_policy else ("job_id", "io_bytes_per_sec")
+        )
         return [
             f.name
             for f in fields(self)
-            if f.name not in ("job_id", "io_bytes_per_sec") and getattr(self, f.name) != getattr(other, f.name)
+            if f.name not in unregistered and getattr(self, f.name) != getattr(other, f.name)
         ]
 
     @property
@@ -122,6 +135,27 @@ class Node:
     node_id: str
     address: str
     cache_capacity_bytes: int
+    gpus: int = 0  # the GPUs the policy may place jobs on; 0: none (it runs registered workers only)
+
+
+@dataclass(frozen=True, slots=True)
+class JobHistory:
+    """A job's scheduling history: what a preemptive policy's snapshot needs (`JobState`'s fields of the same
+    names) and what it handed back last round (`policy_state`). Kept with the job and persisted with it, so a
+    restarted data manager ranks its jobs as before: times are seconds since the Unix epoch, not a monotonic
+    clock. Attained service is `attained_gpu_seconds_before` plus the GPUs held since `last_start_time` while
+    the job runs (`datamgr.lifecycle`), so the record changes only when the job starts or stops, or its
+    policy state changes, not as time passes."""
+
+    job_id: str
+    submit_time: float
+    first_start_time: float | None = None
+    last_start_time: float | None = None
+    pending_since: float | None = None  # None while it runs
+    queued_seconds_before: float = 0.0  # waited before `pending_since`
+    attained_gpu_seconds_before: float = 0.0  # GPU time held before `last_start_time` (all of it while stopped)
+    preemptions: int = 0
+    policy_state: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,8 @@ it here as a `JournalEntry`. The contract, pinned by tests/test_journal.py:
   `ResourceExhausted`, anything else as it is). A caller that goes away does not cancel the shared write.
 - Entries are written in the order given. One writer commits every entry waiting when it starts a batch,
   so concurrent callers share one store commit (one fsync).
-- An entry's watch events are published, and its change logged, only once its batch is durable.
+- An entry's watch events are published (and its `on_durable` called), and its change logged, only once its
+  batch is durable.
 - A batch that fails fails every waiting entry (it and every later one, which were applied on top of it):
   `rollback` gets them newest first, before any of their callers hears, so that nothing that reached no disk
   stays applied. None of them was acknowledged or sent to a node.
@@ -39,6 +40,7 @@ class JournalEntry:
     events: dict[str, pb.WatchEvent]
     description: str
     durable: asyncio.Future[None] | None = field(default=None, repr=False)
+    on_durable: Callable[[], None] | None = field(default=None, repr=False)  # other publishing (decisions)
 
 
 class GroupCommitJournal:
@@ -95,6 +97,8 @@ class GroupCommitJournal:
             for entry in batch:
                 for node_id, event in entry.events.items():
                     self._publish(node_id, event)
+                if entry.on_durable is not None:
+                    entry.on_durable()
                 log.info("revision %d: %s", entry.revision, entry.description, extra=_log_fields(entry))
                 assert entry.durable is not None
                 entry.durable.set_result(None)

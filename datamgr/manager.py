@@ -8,18 +8,20 @@ revision, is durable before the call returns, and reaches watching nodes as one 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
-from datamgr import convert
+from datamgr import convert, lifecycle
 from datamgr.entities import (
     AlreadyExists,
     Dataset,
     FailedPrecondition,
     InvalidArgument,
     Job,
+    JobHistory,
     Node,
     NotFound,
     Worker,
@@ -35,6 +37,7 @@ from datamgr.validation import (
     check_chunk_size,
     check_dataset_uri,
     check_epochs,
+    check_gpus,
     check_id,
     check_rate,
     check_worker_count,
@@ -47,6 +50,7 @@ from silodpb.v1 import datamgr_pb2 as pb
 log = logging.getLogger(__name__)
 
 ManifestFreezer = Callable[[str, Mapping[str, str], int], Manifest]
+DECISIONS = "decisions"  # the one key of the decisions hub
 
 
 class DataManager:
@@ -56,6 +60,11 @@ class DataManager:
     refuse every caller, and the controller allocates through `policy_allocations`. `on_jobs_changed` hears,
     once each is durable, of every job registered or finished, with a short description; the controller runs
     a round on it.
+
+    Jobs registered with GPUs instead of workers are the policy's to place (`PolicyAllocations.place`); each
+    change to their decisions reaches WatchDecisions (`watch_decisions`) once durable. Every job has a
+    scheduling history (`JobHistory`, kept in `state.histories`), timed by `wall_clock` so that it survives a
+    restart; `clock` times node liveness only.
     """
 
     def __init__(
@@ -68,6 +77,7 @@ class DataManager:
         freeze: ManifestFreezer = freeze_manifest,
         policy: str | None = None,
         on_jobs_changed: Callable[[str], None] = lambda description: None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         stored = store.load()
         self._store = store
@@ -75,8 +85,10 @@ class DataManager:
         self._on_jobs_changed = on_jobs_changed
         self.remote_io_limit = remote_io_limit
         self.policy = policy
-        self.state = ClusterState(stored.revision, stored.datasets, stored.jobs, stored.nodes)
-        self.hub = WatchHub()
+        self.wall_clock = wall_clock
+        self.state = ClusterState(stored.revision, stored.datasets, stored.jobs, stored.nodes, stored.histories)
+        self.hub: WatchHub[pb.WatchEvent] = WatchHub()
+        self.decision_hub: WatchHub[pb.DecisionEvent] = WatchHub()
         self.liveness = NodeLiveness(node_timeout, clock, self.state.nodes)
         self._journal = GroupCommitJournal(store, self.hub.publish, self._roll_back)
         # The right to allocate while the policy owns allocations: handed to the live controller alone.
@@ -95,6 +107,12 @@ class DataManager:
         if job_id not in self.state.jobs:
             raise NotFound(f"job_id: job {job_id!r} is not registered")
         return self.state.jobs[job_id]
+
+    def history(self, job_id: str) -> JobHistory:
+        """A registered job's scheduling history (every job has one; a state that lacks it, which no store
+        returns, gets one that starts now rather than a crash)."""
+        history = self.state.histories.get(job_id)
+        return history if history is not None else lifecycle.registered(self.state.jobs[job_id], self.wall_clock())
 
     def node(self, field: str, node_id: str) -> Node:
         check_id(field, node_id)
@@ -226,9 +244,13 @@ class DataManager:
         *,
         epochs: float = 0.0,
         irregular: bool = False,
+        gpus: int = 0,
     ) -> tuple[Job, bool, int]:
         """Register a job. Repeating a registration exactly is a no-op; changing any of its parameters (the
-        dataset, f*, workers, epochs, irregular) is ALREADY_EXISTS, as for datasets and nodes."""
+        dataset, f*, workers or GPUs, epochs, irregular) is ALREADY_EXISTS, as for datasets and nodes.
+
+        With `workers`, the job runs there from now on; with `gpus` instead, it waits for the policy to place
+        it, which only a data manager that runs a policy does."""
         check_id("job_id", job_id)
         dataset = self.dataset("dataset_uri", dataset_uri)
         ideal = check_rate("ideal_bytes_per_sec", ideal_bytes_per_sec, positive=True)
@@ -236,9 +258,10 @@ class DataManager:
             job_id,
             dataset.uri,
             ideal,
-            self._checked_workers(workers),
+            self._checked_workers(workers) if not gpus else self._checked_demand(workers, gpus),
             epochs=check_epochs("epochs", epochs),
             irregular=irregular,
+            gpus=gpus,
         )
         existing = self.state.jobs.get(job_id)
         if existing is not None:
@@ -253,13 +276,29 @@ class DataManager:
             return existing, False, await self._settled()
         for node_id in job.node_ids:
             self._check_room_for(node_id, dataset)
-        revision = await self._commit(Change(jobs_put=(job,)), job.node_ids, f"registered job {_describe(job)}")
+        change = Change(jobs_put=(job,), histories_put=(lifecycle.registered(job, self.wall_clock()),))
+        revision = await self._commit(change, job.node_ids, f"registered job {_describe(job)}")
         self._on_jobs_changed(f"registered job {job_id}")
         return job, True, revision
 
+    def _checked_demand(self, workers: Sequence[Worker], gpus: int) -> tuple[Worker, ...]:
+        """A job for the policy to place: its GPU demand, and no workers (it has run nowhere yet)."""
+        if workers:
+            raise InvalidArgument(
+                f"gpus {gpus} and workers {_workers_text(workers)} are both given: give workers for a job that "
+                "runs where they are, or gpus for a job the policy places, not both"
+            )
+        check_gpus("gpus", gpus)
+        if self.policy is None:
+            raise FailedPrecondition(
+                f"gpus {gpus}: no policy places jobs on this data manager (--policy external); register the job "
+                "with its workers, or run the data manager with a policy (--policy sjf, ...)"
+            )
+        return ()
+
     def _checked_workers(self, workers: Sequence[Worker]) -> tuple[Worker, ...]:
         if not workers:
-            raise InvalidArgument("workers must name at least one node")
+            raise InvalidArgument("workers must name at least one node (or give gpus for the policy to place the job)")
         seen: set[str] = set()
         for i, worker in enumerate(workers):
             self.node(f"workers[{i}].node_id", worker.node_id)
@@ -284,23 +323,78 @@ class DataManager:
 
     async def finish_job(self, job_id: str) -> int:
         job = self.job(job_id)
-        revision = await self._commit(Change(jobs_deleted=(job_id,)), job.node_ids, f"finished job {job_id}")
+        change = Change(jobs_deleted=(job_id,), histories_deleted=(job_id,) if job_id in self.state.histories else ())
+        revision = await self._commit(change, job.node_ids, f"finished job {job_id}")
         self._on_jobs_changed(f"finished job {job_id}")
         return revision
 
+    async def _place(self, job_id: str, placement: Mapping[str, int]) -> int:
+        """Run a job the policy places on `placement` (node -> GPUs; empty: stop it) from now on.
+
+        Refused, naming what is wrong, for a job registered with its workers, a node that is not registered or
+        has not that many GPUs free for the policy, a placement that is not all of the job's GPUs, or a node
+        without room for its dataset's cache quota. A stop is never refused."""
+        job = self.job(job_id)
+        if not job.placed_by_policy:
+            raise FailedPrecondition(
+                f"job_id: job {job_id!r} was registered with its workers; where it runs is up to whoever registered it"
+            )
+        wanted = {node_id: gpus for node_id, gpus in placement.items() if gpus}
+        if wanted and sum(wanted.values()) != job.gpus:
+            raise InvalidArgument(
+                f"placement of job {job_id!r}: {sum(wanted.values())} GPUs ({_placement_text(wanted)}); it runs on "
+                f"all the {job.gpus} it asks for or on none"
+            )
+        dataset = self.state.datasets[job.dataset_uri]
+        for node_id, gpus in sorted(wanted.items()):
+            self.node("placement", node_id)
+            free = self.state.node_gpus_for_policy(node_id) - self.state.node_gpus_placed(node_id, except_job=job_id)
+            if gpus > free:
+                raise FailedPrecondition(
+                    f"placement of job {job_id!r}: node {node_id!r} has {max(0, free)} GPUs free for the policy, "
+                    f"not {gpus}"
+                )
+            self._check_room_for(node_id, dataset)
+        if wanted == lifecycle.placement_of(job):
+            return await self._settled()
+        updated, history = lifecycle.moved(job, self.history(job_id), wanted, self.wall_clock())
+        nodes = set(job.node_ids) | set(wanted)
+        verb = "preempted" if not wanted else "placed"
+        where = f" on {_placement_text(wanted)}" if wanted else ""
+        change = Change(jobs_put=(updated,), histories_put=(history,))
+        return await self._commit(change, sorted(nodes), f"{verb} job {job_id}{where}")
+
+    async def _hand_back(self, states: Mapping[str, Mapping[str, float]]) -> int | None:
+        """Keep what the policy handed back per job (`Decision.job_states`) for its next snapshot, in one
+        change; jobs no longer registered are skipped (they finished during the round). None: nothing changed."""
+        histories = []
+        for job_id, state in sorted(states.items()):
+            if job_id in self.state.jobs:
+                updated = lifecycle.with_policy_state(self.history(job_id), state)
+                if updated is not None:
+                    histories.append(updated)
+        if not histories:
+            return None
+        names = ", ".join(h.job_id for h in histories)
+        return await self._commit(Change(histories_put=tuple(histories)), (), f"policy state of {names}")
+
     # ---- nodes ----
 
-    async def register_node(self, node_id: str, address: str, cache_capacity_bytes: int) -> tuple[Node, bool, int]:
+    async def register_node(
+        self, node_id: str, address: str, cache_capacity_bytes: int, gpus: int = 0
+    ) -> tuple[Node, bool, int]:
+        """Register a node; `gpus` are those the policy may place jobs on (0: none)."""
         node = Node(
             check_id("node_id", node_id),
             check_address("address", address),
             check_bytes("cache_capacity_bytes", cache_capacity_bytes),
+            check_gpus("gpus", gpus, allow_zero=True),
         )
         existing = self.state.nodes.get(node_id)
         if existing is not None and existing != node:
             raise AlreadyExists(
-                f"node_id: node {node_id!r} is registered with address {existing.address} and capacity "
-                f"{existing.cache_capacity_bytes} bytes; unregister it first to change them"
+                f"node_id: node {node_id!r} is registered with address {existing.address}, capacity "
+                f"{existing.cache_capacity_bytes} bytes and {existing.gpus} GPUs; unregister it first to change them"
             )
         self._note_contact(node_id)
         if existing is not None:
@@ -343,6 +437,29 @@ class DataManager:
                     last = event.revision
                     yield event
 
+    async def watch_decisions(self) -> AsyncGenerator[pb.DecisionEvent, None]:
+        """The policy's decisions for the jobs it places: all of them first, then each revision's changes."""
+        if self.policy is None:
+            raise FailedPrecondition(
+                "WatchDecisions: no policy places jobs on this data manager (--policy external), so there are no "
+                "decisions to follow; run it with a policy (--policy sjf, ...)"
+            )
+        with self.decision_hub.subscribe(DECISIONS) as subscription:
+            # No await between subscribing and reading the state: nothing can slip in between.
+            views = [self._decision_view(job_id) for job_id in sorted(self.state.jobs)]
+            snapshot = convert.decision_event(self.state.revision, [v for v in views if v is not None], [], True)
+            last = await self._settled()  # never show a decision that is not yet on disk
+            yield snapshot
+            while True:
+                event = await subscription.next()
+                if event.revision > last:
+                    last = event.revision
+                    yield event
+
+    def _decision_view(self, job_id: str) -> lifecycle.DecisionView | None:
+        job = self.state.jobs.get(job_id)
+        return None if job is None else lifecycle.decision_view(job, self.history(job_id))
+
     def report_usage(self, node_id: str, datasets: Sequence[DatasetUsage], jobs: Sequence[JobUsage]) -> None:
         self.node("node_id", node_id)
         if self.liveness.report(node_id, datasets, jobs):
@@ -371,6 +488,8 @@ class DataManager:
         """
         touched_jobs = {job.job_id for job in change.jobs_put}.union(change.jobs_deleted)
         before = {node_id: self.state.node_view(node_id, touched_jobs) for node_id in affected_nodes}
+        decided = touched_jobs.union(h.job_id for h in change.histories_put)
+        decided_before = {job_id: self._decision_view(job_id) for job_id in decided}
         undo = self.state.apply(change)
         self.state.revision += 1
         events = {}
@@ -379,7 +498,14 @@ class DataManager:
             if changes:
                 events[node_id] = convert.watch_event(self.state.revision, changes)
         revision = self.state.revision
-        await self._journal.write(JournalEntry(revision, change, undo, events, description))
+        changed, finished = lifecycle.changed_decisions(
+            decided_before, {job_id: self._decision_view(job_id) for job_id in decided}
+        )
+        on_durable = None
+        if changed or finished:
+            decisions = convert.decision_event(revision, changed, finished, False)
+            on_durable = functools.partial(self.decision_hub.publish, DECISIONS, decisions)
+        await self._journal.write(JournalEntry(revision, change, undo, events, description, on_durable=on_durable))
         return revision
 
     def _durable_revision(self) -> int:
@@ -410,6 +536,10 @@ def _workers_text(workers: Sequence[Worker]) -> str:
     return ",".join(f"{w.node_id}:{w.count}" for w in workers)
 
 
+def _placement_text(placement: Mapping[str, int]) -> str:
+    return ",".join(f"{node_id}:{gpus}" for node_id, gpus in sorted(placement.items()))
+
+
 def _parameter(job: Job, name: str) -> str:
     """One registered parameter of a job, written as a registration gives it."""
     return _workers_text(job.workers) if name == "workers" else str(getattr(job, name))
@@ -419,7 +549,8 @@ def _describe(job: Job) -> str:
     """A registered job for the change log: id, dataset, workers, and what it said about its training."""
     length = f"{job.epochs:g} epochs" if job.epochs else "length unknown"
     access = ", irregular access" if job.irregular else ""
-    return f"{job.job_id} on {job.dataset_uri} with workers {_workers_text(job.workers)} ({length}{access})"
+    where = f"waiting for {job.gpus} GPUs" if job.placed_by_policy else f"with workers {_workers_text(job.workers)}"
+    return f"{job.job_id} on {job.dataset_uri} {where} ({length}{access})"
 
 
 class PolicyAllocations:
@@ -437,3 +568,9 @@ class PolicyAllocations:
 
     async def remote_io(self, job_id: str, io_bytes_per_sec: int) -> tuple[Job, int]:
         return await self._manager._allocate_remote_io(job_id, io_bytes_per_sec)
+
+    async def place(self, job_id: str, placement: Mapping[str, int]) -> int:
+        return await self._manager._place(job_id, placement)
+
+    async def hand_back(self, states: Mapping[str, Mapping[str, float]]) -> int | None:
+        return await self._manager._hand_back(states)

@@ -17,7 +17,7 @@ import grpc
 from datamgr.controller import DEFAULT_ROUND_SECONDS, EXTERNAL_POLICY, Controller, RoundRequests
 from datamgr.manager import DataManager
 from datamgr.metrics import DataManagerMetrics
-from datamgr.scheduler.registry import Scheduler, available_policies, build_scheduler
+from datamgr.scheduler.registry import Scheduler, UnknownPolicy, accepts_options, available_policies, build_scheduler
 from datamgr.security import ServerSecurity
 from datamgr.servicer import DataManagerServicer
 from datamgr.store import SQLiteStore
@@ -56,6 +56,7 @@ class ServerConfig:
     metrics_port: int | None = None  # serve Prometheus /metrics on the --listen host at this port (0: any)
     policy: str = EXTERNAL_POLICY  # the policy the data manager runs (datamgr.controller); external: none
     round_seconds: float = DEFAULT_ROUND_SECONDS  # the longest time between two of the policy's rounds
+    policy_options: tuple[tuple[str, str], ...] = ()  # knobs of the policy (`--policy-option KEY=VALUE`)
 
 
 async def serve(
@@ -131,8 +132,12 @@ def _scheduler(config: ServerConfig) -> Scheduler | None:
             f"--policy {config.policy} shares out the cluster's remote IO, so it needs --remote-io-limit "
             "(or use --policy external)"
         )
+    if config.policy_options and not accepts_options(config.policy):
+        raise ServeError(f"--policy-option: policy {config.policy} takes no options")
     try:
-        return build_scheduler(config.policy, "silod")
+        return build_scheduler(config.policy, "silod", dict(config.policy_options) or None)
+    except UnknownPolicy as exc:
+        raise ServeError(f"--policy-option: {exc}") from None
     except Exception as exc:  # a plugin's import or constructor: whatever it raises, the server cannot run it
         raise ServeError(f"--policy {config.policy}: cannot load the policy: {type(exc).__name__}: {exc}") from exc
 

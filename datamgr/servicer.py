@@ -137,6 +137,7 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
             workers,
             epochs=request.epochs,
             irregular=request.irregular,
+            gpus=request.gpus,
         )
         return pb.RegisterJobResponse(
             job=self._with_estimate(queries.job_info(self._manager, job.job_id)), created=created, revision=revision
@@ -149,7 +150,7 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
     @_unary
     async def RegisterNode(self, request: pb.RegisterNodeRequest, context: Any) -> pb.RegisterNodeResponse:
         node, created, revision = await self._manager.register_node(
-            request.node_id, request.address, request.cache_capacity_bytes
+            request.node_id, request.address, request.cache_capacity_bytes, request.gpus
         )
         return pb.RegisterNodeResponse(
             node=queries.node_info(self._manager, node.node_id), created=created, revision=revision
@@ -171,6 +172,17 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
             await context.abort(
                 grpc.StatusCode.ABORTED, "watch stream fell behind; reconnect with the last applied revision"
             )
+
+    async def WatchDecisions(
+        self, request: pb.WatchDecisionsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.DecisionEvent]:
+        try:
+            async for event in self._manager.watch_decisions():
+                yield event
+        except DataManagerError as error:
+            await _abort(context, error)
+        except WatchOverflow:
+            await context.abort(grpc.StatusCode.ABORTED, "decision stream fell behind; reconnect for a fresh snapshot")
 
     @_unary
     async def ReportUsage(self, request: pb.ReportUsageRequest, context: Any) -> pb.ReportUsageResponse:

@@ -11,7 +11,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from datamgr.entities import Dataset, Job, Node, NodeJobView, NodeView
+from datamgr.entities import Dataset, Job, JobHistory, Node, NodeJobView, NodeView
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,9 @@ class Change:
     nodes_deleted: tuple[str, ...] = ()
     # The encoded manifest of a newly registered dataset; a deleted dataset's manifest goes with it.
     manifest: tuple[str, bytes] | None = None
+    # Jobs' scheduling histories, keyed by job id: one is put with every job registered and deleted with it.
+    histories_put: tuple[JobHistory, ...] = ()
+    histories_deleted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +42,7 @@ class JobRemoved:
 
 
 NodeChange = Dataset | NodeJobView | DatasetRemoved | JobRemoved
-_Entity = TypeVar("_Entity", Dataset, Job, Node)
+_Entity = TypeVar("_Entity", Dataset, Job, Node, JobHistory)
 
 
 class ClusterState:
@@ -51,15 +54,24 @@ class ClusterState:
         datasets: Iterable[Dataset] = (),
         jobs: Iterable[Job] = (),
         nodes: Iterable[Node] = (),
+        histories: Iterable[JobHistory] = (),
     ) -> None:
         self.revision = revision
         self.datasets: dict[str, Dataset] = {}
         self.jobs: dict[str, Job] = {}
         self.nodes: dict[str, Node] = {}
+        self.histories: dict[str, JobHistory] = {}
         self.io_allocated_bytes_per_sec = 0
         self._jobs_by_node: defaultdict[str, set[str]] = defaultdict(set)
         self._jobs_by_dataset: defaultdict[str, set[str]] = defaultdict(set)
-        self.apply(Change(datasets_put=tuple(datasets), jobs_put=tuple(jobs), nodes_put=tuple(nodes)))
+        self.apply(
+            Change(
+                datasets_put=tuple(datasets),
+                jobs_put=tuple(jobs),
+                nodes_put=tuple(nodes),
+                histories_put=tuple(histories),
+            )
+        )
 
     # ---- queries ----
 
@@ -75,6 +87,28 @@ class ClusterState:
 
     def datasets_on_node(self, node_id: str) -> frozenset[str]:
         return frozenset(self.jobs[job_id].dataset_uri for job_id in self.jobs_on_node(node_id))
+
+    def node_gpus_for_policy(self, node_id: str) -> int:
+        """The GPUs of a node that the policy may place jobs on: its registered GPUs less the workers of jobs
+        registered with their workers there (those hold GPUs the policy did not give out)."""
+        registered = sum(
+            w.count
+            for job_id in self.jobs_on_node(node_id)
+            if not self.jobs[job_id].placed_by_policy
+            for w in self.jobs[job_id].workers
+            if w.node_id == node_id
+        )
+        return max(0, self.nodes[node_id].gpus - registered)
+
+    def node_gpus_placed(self, node_id: str, except_job: str = "") -> int:
+        """The GPUs of a node that the policy has placed jobs on (but `except_job`)."""
+        return sum(
+            w.count
+            for job_id in self.jobs_on_node(node_id)
+            if job_id != except_job and self.jobs[job_id].placed_by_policy
+            for w in self.jobs[job_id].workers
+            if w.node_id == node_id
+        )
 
     def node_cache_allocated(self, node_id: str, datasets: Iterable[str] = ()) -> int:
         """Sum of the quotas a node must hold: its mounted datasets' plus any `datasets` it would gain."""
@@ -101,7 +135,11 @@ class ClusterState:
         undo_datasets = _restoring(self.datasets, [d.uri for d in change.datasets_put], change.datasets_deleted)
         undo_jobs = _restoring(self.jobs, [j.job_id for j in change.jobs_put], change.jobs_deleted)
         undo_nodes = _restoring(self.nodes, [n.node_id for n in change.nodes_put], change.nodes_deleted)
-        undo = Change(*undo_datasets, *undo_jobs, *undo_nodes)
+        undo_histories = _restoring(self.histories, [h.job_id for h in change.histories_put], change.histories_deleted)
+        undo = Change(*undo_datasets, *undo_jobs, *undo_nodes, None, *undo_histories)
+        for job_id in change.histories_deleted:
+            del self.histories[job_id]
+        self.histories.update((h.job_id, h) for h in change.histories_put)
         for job_id in change.jobs_deleted:
             self._unindex_job(self.jobs.pop(job_id))
         for uri in change.datasets_deleted:

@@ -59,6 +59,14 @@ def check_worker_count(field: str, value: int) -> int:
     return value
 
 
+def check_gpus(field: str, value: int, *, allow_zero: bool = False) -> int:
+    """A job's GPU demand (at least one) or a node's GPUs for the policy (0: none)."""
+    low = 0 if allow_zero else 1
+    if not low <= value <= MAX_WORKERS:
+        raise InvalidArgument(f"{field} {value} must be between {low} and {MAX_WORKERS}")
+    return value
+
+
 def check_epochs(field: str, value: float) -> float:
     """A job's length in passes over its dataset: any finite amount, fractions included (a fine-tuning job may
     train for 0.07 epochs); 0 means unknown."""

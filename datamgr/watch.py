@@ -1,8 +1,9 @@
-"""Fan-out of per-node watch events to the streams that are open right now.
+"""Fan-out of watch events to the streams that are open right now: per-node allocation events
+(WatchAllocations, keyed by node id) and the policy's compute decisions (WatchDecisions, one key).
 
 Only live delivery happens here; the durable change log in the store is what a reconnecting node resumes
-from. A stream that falls too far behind is ended rather than buffered without bound: its node reconnects
-with its last revision and catches up from the log.
+from, and the current state what a reconnecting launcher starts from. A stream that falls too far behind is
+ended rather than buffered without bound: its client reconnects and catches up.
 """
 
 from __future__ import annotations
@@ -11,45 +12,45 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from silodpb.v1 import datamgr_pb2 as pb
+from typing import Generic, TypeVar
 
 DEFAULT_BACKLOG = 10_000
+E = TypeVar("E")
 
 
 class WatchOverflow(Exception):
     """The stream's consumer fell more than the backlog behind; it must resume from its last revision."""
 
 
-class Subscription:
+class Subscription(Generic[E]):
     """One open watch stream's queue of events."""
 
     def __init__(self, backlog: int) -> None:
-        self._queue: asyncio.Queue[pb.WatchEvent] = asyncio.Queue(maxsize=backlog)
+        self._queue: asyncio.Queue[E] = asyncio.Queue(maxsize=backlog)
         self._overflowed = False
 
-    def offer(self, event: pb.WatchEvent) -> None:
+    def offer(self, event: E) -> None:
         try:
             self._queue.put_nowait(event)
         except asyncio.QueueFull:
             self._overflowed = True
 
-    async def next(self) -> pb.WatchEvent:
+    async def next(self) -> E:
         if self._overflowed and self._queue.empty():
             raise WatchOverflow
         return await self._queue.get()
 
 
-class WatchHub:
-    """Open subscriptions by node id."""
+class WatchHub(Generic[E]):
+    """Open subscriptions by key (a node id)."""
 
     def __init__(self, backlog: int = DEFAULT_BACKLOG) -> None:
         self._backlog = backlog
-        self._subscribers: defaultdict[str, set[Subscription]] = defaultdict(set)
+        self._subscribers: defaultdict[str, set[Subscription[E]]] = defaultdict(set)
 
     @contextmanager
-    def subscribe(self, node_id: str) -> Iterator[Subscription]:
-        subscription = Subscription(self._backlog)
+    def subscribe(self, node_id: str) -> Iterator[Subscription[E]]:
+        subscription: Subscription[E] = Subscription(self._backlog)
         self._subscribers[node_id].add(subscription)
         try:
             yield subscription
@@ -58,7 +59,7 @@ class WatchHub:
             if not self._subscribers[node_id]:
                 del self._subscribers[node_id]
 
-    def publish(self, node_id: str, event: pb.WatchEvent) -> None:
+    def publish(self, node_id: str, event: E) -> None:
         for subscription in self._subscribers.get(node_id, ()):
             subscription.offer(event)
 

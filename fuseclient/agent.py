@@ -63,6 +63,7 @@ class AgentConfig:
     mountpoint: Path
     cache_dir: Path
     cache_capacity: int | None = None  # None: the free space of the cache dir at first registration
+    gpus: int = 0  # GPUs the data manager's policy may place jobs on (0: none)
     address: str = ""  # informational; default: this host's name
     report_interval: float = 5.0
     allow_other: bool = False
@@ -294,7 +295,10 @@ class NodeAgent:
         if capacity is None:
             capacity = shutil.disk_usage(config.cache_dir).free
         request = pb.RegisterNodeRequest(
-            node_id=config.node_id, address=config.address or socket.gethostname(), cache_capacity_bytes=capacity
+            node_id=config.node_id,
+            address=config.address or socket.gethostname(),
+            cache_capacity_bytes=capacity,
+            gpus=config.gpus,
         )
         failures, waiting = 0, False
         while not self._stop.is_set():

@@ -72,6 +72,13 @@ def worker_arg(text: str) -> tuple[str, int]:
     return node_id, int(count)
 
 
+def gpus_arg(text: str) -> int:
+    """A number of GPUs: a whole number from 0 to MAX_WORKERS."""
+    if not text.isdigit() or int(text) > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"GPUs {text!r} must be a whole number from 0 to {MAX_WORKERS:,}")
+    return int(text)
+
+
 def option_arg(text: str) -> tuple[str, str]:
     """KEY=VALUE for a backend option."""
     key, sep, value = text.partition("=")
@@ -93,3 +100,11 @@ def port_arg(text: str) -> int:
     if not text.isdigit() or int(text) > 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535)")
     return int(text)
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """`KEY=VALUE` (a policy knob, `--policy-option`), both sides stripped and non-empty."""
+    key, equals, value = text.partition("=")
+    if not equals or not key.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key.strip(), value.strip()

@@ -80,7 +80,13 @@ def dataset_show(args: argparse.Namespace, client: DataManagerClient) -> None:
 
 def job_add(args: argparse.Namespace, client: DataManagerClient) -> None:
     reply = client.register_job(
-        args.job_id, args.dataset, args.ideal_rate, args.worker, epochs=args.epochs, irregular=args.irregular
+        args.job_id,
+        args.dataset,
+        args.ideal_rate,
+        args.worker or [],
+        epochs=args.epochs,
+        irregular=args.irregular,
+        gpus=args.gpus or 0,
     )
     job = reply.job
     verb = "registered" if reply.created else "already registered"

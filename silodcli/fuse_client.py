@@ -18,6 +18,7 @@ from fuseclient.readahead import DEFAULT_READ_AHEAD, check_read_ahead
 from silodcli import config
 from silodcli.args import (
     argument_type,
+    gpus_arg,
     option_arg,
     option_env_arg,
     path_arg,
@@ -110,6 +111,13 @@ def add_commands(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
             type=size_arg,
             metavar="SIZE",
             help="cache space to offer (default: the free space of C)",
+        )
+        node_p.add_argument(
+            "--gpus",
+            type=gpus_arg,
+            default=0,
+            metavar="N",
+            help="GPUs the data manager's policy may place jobs on (jobs registered with --gpus; default 0: none)",
         )
         node_p.add_argument("--address", default="", metavar="HOST:PORT", help="shown in status (default: hostname)")
         node_p.add_argument(
@@ -208,6 +216,7 @@ def run_node(args: argparse.Namespace) -> int:
             mountpoint=args.mountpoint.resolve(),
             cache_dir=args.cache_dir.resolve(),
             cache_capacity=args.cache_capacity,
+            gpus=args.gpus,
             address=args.address,
             report_interval=args.report_interval,
             allow_other=args.allow_other,

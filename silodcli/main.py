@@ -20,6 +20,8 @@ from datamgr.store.sqlite import StateDirError
 from silodcli import commands, config, fuse_client
 from silodcli.args import (
     epochs_arg,
+    gpus_arg,
+    key_value,
     option_arg,
     option_env_arg,
     path_arg,
@@ -111,6 +113,16 @@ def build_parser() -> ConfigurableParser:
             "(default %(default)g)",
         )
         add_server_flags(serve_p)
+    serve_p.add_argument(
+        "--policy-option",
+        dest="policy_options",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a knob of the --policy, for a policy that takes knobs (tiresias-las: queues=1h, promote_knob=4, ...; "
+        "see docs/scheduler.md); repeat for more. Command line only",
+    )
     serve_p.set_defaults(run=_serve, default_log_level="INFO")
 
     alloc = sub.add_parser("alloc", help="set allocations (the paper's two calls)").add_subparsers(
@@ -150,11 +162,27 @@ def build_parser() -> ConfigurableParser:
     _client_command(show_p, commands.dataset_show)
 
     job = sub.add_parser("job", help="register, finish and inspect jobs").add_subparsers(dest="action", required=True)
-    job_add = job.add_parser("add", help="register a job and where its workers run")
+    job_add = job.add_parser(
+        "add", help="register a job and where its workers run, or the GPUs it asks the policy to place it on"
+    )
     job_add.add_argument("job_id", metavar="JOB_ID")
     job_add.add_argument("--dataset", required=True, metavar="URI")
     job_add.add_argument("--ideal-rate", type=rate_arg, required=True, metavar="RATE", help="f*, e.g. 114MB/s")
-    job_add.add_argument("--worker", type=worker_arg, action="append", required=True, metavar="NODE_ID[:COUNT]")
+    where = job_add.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--worker",
+        type=worker_arg,
+        action="append",
+        metavar="NODE_ID[:COUNT]",
+        help="where the job's workers run (repeat per node); the job runs there until it finishes",
+    )
+    where.add_argument(
+        "--gpus",
+        type=gpus_arg,
+        metavar="N",
+        help="instead of --worker: submit the job pending, for the data manager's policy to place on N GPUs "
+        "(a launcher follows the decisions: docs/deploy.md)",
+    )
     job_add.add_argument(
         "--epochs",
         type=epochs_arg,
@@ -225,6 +253,7 @@ def _serve(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         policy=args.policy,
         round_seconds=args.round_seconds,
+        policy_options=tuple(args.policy_options),
     )
     try:
         asyncio.run(serve(config))

@@ -44,7 +44,7 @@ from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimResult, SimulationStalled, TraceJob
 from datamgr.scheduler.sim.scenarios import Scenario, available_scenarios, load_scenario
 from datamgr.scheduler.sim.trace import load_trace, write_trace
-from silodcli.args import argument_type, path_arg, positive_seconds
+from silodcli.args import argument_type, key_value, path_arg, positive_seconds
 from silodcli.config import ConfigurableParser
 from silodcli.processes import add_jobs_option, in_workers, run_in_processes
 from silodcli.tables import render_table
@@ -223,7 +223,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "(default: the scenario's, else 0)",
     )  # fmt: skip
     parser.add_argument(
-        "--policy-option", dest="policy_options", type=_policy_option, action="append", default=[],
+        "--policy-option", dest="policy_options", type=key_value, action="append", default=[],
         metavar="KEY=VALUE",
         help="a knob of the policies that take knobs (Tiresias: queues=1h or 1h,2h or continuous, promote_knob, "
         "pack_limit, history); repeat for more; overrides the scenario's [policy] table",
@@ -233,13 +233,6 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "--time-limit", type=argument_type(fields.duration, "duration"), metavar="D",
         help="stop the run at this simulated time, e.g. 2w; unfinished jobs are counted (default: run to the end)",
     )  # fmt: skip
-
-
-def _policy_option(text: str) -> tuple[str, str]:
-    key, equals, value = text.partition("=")
-    if not equals or not key.strip() or not value.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
-    return key.strip(), value.strip()
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,33 @@ def training_text(job: pb.Job) -> str:
     return f"{length}, {access_text(job)} access"
 
 
+PHASE_NAMES = {
+    pb.JOB_PHASE_PENDING: "pending",
+    pb.JOB_PHASE_RUNNING: "running",
+    pb.JOB_PHASE_PREEMPTED: "preempted",
+}
+
+
+def phase_text(job: pb.Job) -> str:
+    """`running`, `pending` or `preempted`; `-` from a data manager that does not say."""
+    return PHASE_NAMES.get(job.schedule.phase, "-")
+
+
+def queue_text(job: pb.Job) -> str:
+    """The queue the policy keeps the job in, numbered from 1 as the papers do (its policy state's `queue`,
+    which Tiresias counts from 0); `-` if none."""
+    queue = job.schedule.policy_state.get("queue")
+    return "-" if queue is None else f"{queue + 1:g}"
+
+
+def workers_text(job: pb.Job) -> str:
+    placed = ",".join(f"{w.node_id}:{w.count}" for w in job.workers)
+    return f"{placed or 'none'} (of {job.gpus})" if job.gpus else placed
+
+
 def jobs_table(jobs: Sequence[pb.Job]) -> str:
+    """One row per job: its registration, allocation, where it stands with the policy (state, queue, GPU-hours
+    attained, preemptions) and what the policy expects of it."""
     rows = [
         (
             j.job_id,
@@ -102,13 +128,31 @@ def jobs_table(jobs: Sequence[pb.Job]) -> str:
             epochs_text(j),
             access_text(j),
             format_rate(j.io_bytes_per_sec),
-            ",".join(f"{w.node_id}:{w.count}" for w in j.workers),
+            workers_text(j),
+            phase_text(j),
+            queue_text(j),
+            f"{j.schedule.attained_gpu_seconds / 3600:.3g}",
+            j.schedule.preemptions,
             format_size(sum(u.bytes_read for u in j.usage)),
             format_rate(j.estimate.throughput_bytes_per_sec) if j.HasField("estimate") else "-",
         )
         for j in jobs
     ]
-    headers = ("JOB", "DATASET", "IDEAL", "EPOCHS", "ACCESS", "REMOTE IO", "WORKERS", "READ", "EXPECTED")
+    headers = (
+        "JOB",
+        "DATASET",
+        "IDEAL",
+        "EPOCHS",
+        "ACCESS",
+        "REMOTE IO",
+        "WORKERS",
+        "STATE",
+        "QUEUE",
+        "GPU-H",
+        "PREEMPTED",
+        "READ",
+        "EXPECTED",
+    )
     return render_table(headers, rows)
 
 

@@ -43,16 +43,17 @@ def _no_unexpected_warnings(caplog: pytest.LogCaptureFixture, request: pytest.Fi
 TIERS: dict[str, tuple[str, ...]] = {
     "unit": (
         "test_access", "test_backend_uris", "test_backoff", "test_baselines", "test_compiled", "test_deploy_model",
-        "test_greedy", "test_journal", "test_layout", "test_manager", "test_manifest", "test_perf", "test_policies",
-        "test_policy_conformance", "test_registry", "test_sim_cli", "test_sim_engine", "test_sim_inputs",
-        "test_sim_internals", "test_sim_preemption",
+        "test_greedy", "test_journal", "test_layout", "test_lifecycle", "test_manager", "test_manifest", "test_perf",
+        "test_policies", "test_policy_conformance", "test_registry", "test_sim_cli", "test_sim_engine",
+        "test_sim_inputs", "test_sim_internals", "test_sim_preemption",
         "test_sim_report", "test_sim_sweep", "test_snapshot", "test_state", "test_store", "test_throttle",
         "test_tiresias", "test_units",
     ),
     "fuse_ops": ("test_fs_ops",),
     "process": (
         "test_backends", "test_cache", "test_cache_durability", "test_cli", "test_concurrency", "test_config",
-        "test_datamgr_rpc", "test_demo", "test_deploy", "test_deploy_security", "test_liveness", "test_logs",
+        "test_datamgr_rpc", "test_demo", "test_deploy", "test_deploy_security", "test_launcher", "test_liveness",
+        "test_logs",
         "test_mount_cli", "test_registration", "test_restart", "test_retry", "test_status_watch", "test_watch",
     ),
     "external": ("test_deploy_kubectl",),

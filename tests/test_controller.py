@@ -36,12 +36,14 @@ from tests.datamgr_fixtures import make_local_dataset
 
 @contextlib.asynccontextmanager
 async def owned_manager(
-    tmp_path: Path, policy: str, remote_io_limit: int = 1000
+    tmp_path: Path, policy: str, remote_io_limit: int = 1000, wall_clock: Callable[[], float] = time.time
 ) -> AsyncIterator[tuple[DataManager, RoundRequests]]:
     """A data manager on a fresh state dir whose allocations belong to `policy`, and its round requests."""
     store = SQLiteStore(tmp_path / "state")
     requests = RoundRequests()
-    manager = DataManager(store, remote_io_limit=remote_io_limit, policy=policy, on_jobs_changed=requests.request)
+    manager = DataManager(
+        store, remote_io_limit=remote_io_limit, policy=policy, on_jobs_changed=requests.request, wall_clock=wall_clock
+    )
     try:
         yield manager, requests
     finally:
@@ -99,14 +101,17 @@ def scheduler_of(policy: FixedPolicy | FailsOncePolicy) -> Scheduler:
 def test_the_snapshot_places_jobs_on_their_workers_and_budgets_the_smallest_cache_of_nodes_running_jobs(
     tmp_path: Path,
 ) -> None:
+    now = [1.0]  # the data manager's wall clock: ja is registered at 1.0, jb at 11.0
+
     async def scenario() -> None:
-        async with owned_manager(tmp_path, "greedy", remote_io_limit=7000) as (manager, _):
+        async with owned_manager(tmp_path, "greedy", remote_io_limit=7000, wall_clock=lambda: now[0]) as (manager, _):
             await manager.register_node("n1", "h1:1", 5000)
             await manager.register_node("n2", "h2:1", 3000)
             await manager.register_node("idle", "h3:1", 100)  # runs no job: its small cache does not count
             a = await add_dataset(manager, tmp_path / "a", files=8, size=1000)
             b = await add_dataset(manager, tmp_path / "b", files=4, size=500)
             await manager.register_job("ja", a, 1000, [Worker("n1", 2), Worker("n2", 1)])
+            now[0] = 11.0
             await manager.register_job("jb", b, 500, [Worker("n2", 1)], epochs=2.5, irregular=True)
             manager.report_usage(
                 "n1",
@@ -119,7 +124,7 @@ def test_the_snapshot_places_jobs_on_their_workers_and_budgets_the_smallest_cach
                 [JobUsage(job_id="ja", bytes_read=200, effective_cache_bytes=600, epoch_progress=0.75)],
             )
 
-            snapshot = snapshot_of(manager, 7000, {"ja": 1.0}, now=11.0)
+            snapshot = snapshot_of(manager, 7000, now=11.0)
 
             assert snapshot.cache_capacity_bytes == 3000
             assert snapshot.remote_io_bytes_per_sec == 7000
@@ -156,7 +161,7 @@ def test_a_greedy_round_applies_what_greedy_decides_for_the_snapshot(tmp_path: P
             await manager.register_job("ja", fast, 10_000, [Worker("n1", 1)])
             await manager.register_job("jb", slow, 1000, [Worker("n1", 1)])
             controller = Controller(manager, build_scheduler("greedy"), requests)
-            expected = GreedyStorage().schedule(snapshot_of(manager, 3000, {}, now=0.0), SiloDPerf())
+            expected = GreedyStorage().schedule(snapshot_of(manager, 3000, now=0.0), SiloDPerf())
 
             report = await controller.run_round("test")
 
@@ -167,7 +172,7 @@ def test_a_greedy_round_applies_what_greedy_decides_for_the_snapshot(tmp_path: P
             jb = report.estimates["jb"]
             assert (jb.ideal_bytes_per_sec, jb.cache_bytes, jb.dataset_bytes) == (1000, 1000, 2000)
             assert jb.throughput_bytes_per_sec == SiloDPerf().throughput(
-                snapshot_of(manager, 3000, {}, now=0.0).jobs["jb"], 1, 1000, jb.io_bytes_per_sec
+                snapshot_of(manager, 3000, now=0.0).jobs["jb"], 1, 1000, jb.io_bytes_per_sec
             )
             again = await controller.run_round("test")
             assert again.applied == () and again.number == 2  # an unchanged state changes nothing

@@ -56,6 +56,25 @@ def test_a_policy_without_a_remote_io_limit_exits_2_saying_so(tmp_path: Path) ->
     assert "--policy greedy shares out the cluster's remote IO, so it needs --remote-io-limit" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("policy", "option", "message"),
+    [
+        ("greedy", "queues=1h", "--policy-option: policy greedy takes no options"),
+        ("tiresias-las", "queue=1h", "policy 'tiresias-las': unknown option 'queue'; accepted options: queues"),
+        ("tiresias-las", "queues=later", "policy 'tiresias-las': option queues: duration 'later'"),
+    ],
+)
+def test_a_bad_policy_knob_exits_2_naming_it_before_touching_the_state_dir(
+    tmp_path: Path, policy: str, option: str, message: str
+) -> None:
+    state = tmp_path / "state"
+    argv = ["--state-dir", str(state), "--remote-io-limit", "1GB/s", "--policy", policy, "--policy-option", option]
+    result = silod_cli("datamgr", "serve", *argv)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert not state.exists()
+
+
 # ---- end to end: silod datamgr serve --policy greedy, a node agent, the CLI ----
 
 FILES, SIZE = 40, 50_000  # 2 MB per dataset

@@ -104,6 +104,8 @@ def test_a_state_dir_of_schema_1_opens_with_its_jobs_of_unknown_length_and_regul
     state = store.load()
     assert (state.revision, state.datasets, state.nodes) == (3, (DATASET,), (NODE,))
     assert state.jobs == (Job("j1", DATASET.uri, 100, (Worker("n1", 2),), 50, epochs=0.0, irregular=False),)
+    (history,) = state.histories  # schema 3: its history starts, running, at the upgrade
+    assert history.job_id == "j1" and history.first_start_time == history.submit_time > 0
     assert (store.manifest(DATASET.uri), store.events_since("n1", 2)) == (b"M", [b"e"])
     store.commit([Commit(4, Change(jobs_put=(replace(JOB, job_id="j2"),)))])  # the new columns take values
     store.close()

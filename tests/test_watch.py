@@ -99,7 +99,7 @@ def test_a_revision_the_server_never_had_gets_a_fresh_snapshot(
 
 def test_a_subscriber_that_falls_behind_is_told_to_resume_instead_of_buffering_forever() -> None:
     async def scenario() -> None:
-        hub = WatchHub(backlog=2)
+        hub: WatchHub[pb.WatchEvent] = WatchHub(backlog=2)
         with hub.subscribe("n1") as subscription:
             for revision in (1, 2, 3):
                 hub.publish("n1", pb.WatchEvent(revision=revision))

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from datamgr.entities import Dataset, Job, Node
+from datamgr.entities import Dataset, Job, JobHistory, Node
 from datamgr.state import Change
 
 # How many revisions back a store's event log reaches by default: a node further behind resyncs from a snapshot.
@@ -26,6 +26,7 @@ class StoredState:
     datasets: tuple[Dataset, ...]
     jobs: tuple[Job, ...]
     nodes: tuple[Node, ...]
+    histories: tuple[JobHistory, ...] = ()  # one per job, with the job's scheduling history
 
 
 @dataclass(frozen=True, slots=True)

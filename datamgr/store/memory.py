@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from datamgr.entities import Dataset, Job, Node
+from datamgr.entities import Dataset, Job, JobHistory, Node
 from datamgr.state import Change
 from datamgr.store.base import DEFAULT_RETAINED_REVISIONS, Commit, StoredState
 
@@ -22,6 +22,7 @@ class MemoryStore:
         self._manifests: dict[str, bytes] = {}
         self._jobs: dict[str, Job] = {}
         self._nodes: dict[str, Node] = {}
+        self._histories: dict[str, JobHistory] = {}
         self._events: dict[str, deque[tuple[int, bytes]]] = {}
         self._event_floor = 0  # the log holds every event after this revision
         self._retained = retained_revisions
@@ -32,23 +33,26 @@ class MemoryStore:
             tuple(self._datasets[uri] for uri in sorted(self._datasets)),
             tuple(self._jobs[job_id] for job_id in sorted(self._jobs)),
             tuple(self._nodes[node_id] for node_id in sorted(self._nodes)),
+            tuple(self._histories[job_id] for job_id in sorted(self._histories)),
         )
 
     def commit(self, commits: Sequence[Commit]) -> None:
-        datasets, manifests, jobs, nodes = (
+        datasets, manifests, jobs, nodes, histories = (
             dict(self._datasets),
             dict(self._manifests),
             dict(self._jobs),
             dict(self._nodes),
+            dict(self._histories),
         )
         new_events: list[tuple[str, int, bytes]] = []
         for commit in commits:
-            _apply(commit.change, datasets, manifests, jobs, nodes)
+            _apply(commit.change, datasets, manifests, jobs, nodes, histories)
             for node_id, payload in commit.events:
                 if not isinstance(payload, bytes):
                     raise TypeError(f"revision {commit.revision}: an event for {node_id} is not bytes")
                 new_events.append((node_id, commit.revision, payload))
         self._datasets, self._manifests, self._jobs, self._nodes = datasets, manifests, jobs, nodes
+        self._histories = histories
         for node_id, revision, payload in new_events:
             self._events.setdefault(node_id, deque()).append((revision, payload))
         self._revision = commits[-1].revision
@@ -81,6 +85,7 @@ def _apply(
     manifests: dict[str, bytes],
     jobs: dict[str, Job],
     nodes: dict[str, Node],
+    histories: dict[str, JobHistory],
 ) -> None:
     for job_id in change.jobs_deleted:
         jobs.pop(job_id, None)
@@ -95,3 +100,6 @@ def _apply(
         manifests[uri] = data
     jobs.update((job.job_id, job) for job in change.jobs_put)
     nodes.update((node.node_id, node) for node in change.nodes_put)
+    for job_id in change.histories_deleted:
+        histories.pop(job_id, None)
+    histories.update((history.job_id, history) for history in change.histories_put)

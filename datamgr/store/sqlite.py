@@ -12,14 +12,15 @@ import json
 import os
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from datamgr.entities import Dataset, Job, Node, Worker
+from datamgr.entities import Dataset, Job, JobHistory, Node, Worker
 from datamgr.state import Change
 from datamgr.store.base import DEFAULT_RETAINED_REVISIONS, Commit, StoredState, StoreFull
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _PRUNE_EVERY = 1024
 
 _SCHEMA = """
@@ -32,9 +33,10 @@ CREATE TABLE IF NOT EXISTS manifests (uri TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, dataset_uri TEXT NOT NULL, ideal_bytes_per_sec INTEGER NOT NULL,
     workers TEXT NOT NULL, io_bytes_per_sec INTEGER NOT NULL, epochs REAL NOT NULL DEFAULT 0,
-    irregular INTEGER NOT NULL DEFAULT 0);
+    irregular INTEGER NOT NULL DEFAULT 0, gpus INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, address TEXT NOT NULL,
-    cache_capacity_bytes INTEGER NOT NULL);
+    cache_capacity_bytes INTEGER NOT NULL, gpus INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS job_histories (job_id TEXT PRIMARY KEY, history TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS events (revision INTEGER NOT NULL, node_id TEXT NOT NULL, payload BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS events_by_node ON events (node_id, revision);
 """
@@ -48,8 +50,19 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE jobs ADD COLUMN epochs REAL NOT NULL DEFAULT 0",
         "ALTER TABLE jobs ADD COLUMN irregular INTEGER NOT NULL DEFAULT 0",
     ),
+    # 3: the policy may place jobs (registered with GPUs instead of workers) on nodes' GPUs, and every job has
+    # a scheduling history. Jobs registered before were all placed by whoever registered them; their
+    # registration time was never recorded, so their history starts (submitted and running) at the upgrade.
+    2: (
+        "ALTER TABLE jobs ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE nodes ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0",
+        "WITH now(t) AS (SELECT (julianday('now') - 2440587.5) * 86400.0) INSERT OR IGNORE INTO job_histories "
+        "SELECT job_id, json_object('job_id', job_id, 'submit_time', t, 'first_start_time', t, 'last_start_time', t) "
+        "FROM jobs, now",
+    ),
 }
-_JOB_COLUMNS = "job_id, dataset_uri, ideal_bytes_per_sec, workers, io_bytes_per_sec, epochs, irregular"
+_JOB_COLUMNS = "job_id, dataset_uri, ideal_bytes_per_sec, workers, io_bytes_per_sec, epochs, irregular, gpus"
+_NODE_COLUMNS = "node_id, address, cache_capacity_bytes, gpus"
 
 
 class StateDirError(RuntimeError):
@@ -121,13 +134,18 @@ class SQLiteStore:
                 rate,
                 epochs=float(epochs),
                 irregular=bool(irregular),
+                gpus=gpus,
             )
-            for job_id, uri, ideal, workers, rate, epochs, irregular in self._db.execute(
+            for job_id, uri, ideal, workers, rate, epochs, irregular, gpus in self._db.execute(
                 f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY job_id"
             )
         )
-        nodes = tuple(Node(*row) for row in self._db.execute("SELECT * FROM nodes ORDER BY node_id"))
-        return StoredState(self._meta("revision", 0), datasets, jobs, nodes)
+        nodes = tuple(Node(*row) for row in self._db.execute(f"SELECT {_NODE_COLUMNS} FROM nodes ORDER BY node_id"))
+        histories = tuple(
+            JobHistory(**json.loads(history))
+            for (history,) in self._db.execute("SELECT history FROM job_histories ORDER BY job_id")
+        )
+        return StoredState(self._meta("revision", 0), datasets, jobs, nodes, histories)
 
     def commit(self, commits: Sequence[Commit]) -> None:
         db = self._db
@@ -182,18 +200,23 @@ def _write_change(db: sqlite3.Connection, change: Change) -> None:
         ("DELETE FROM datasets WHERE uri = ?", [(u,) for u in change.datasets_deleted]),
         ("DELETE FROM manifests WHERE uri = ?", [(u,) for u in change.datasets_deleted]),
         ("DELETE FROM nodes WHERE node_id = ?", [(n,) for n in change.nodes_deleted]),
+        ("DELETE FROM job_histories WHERE job_id = ?", [(j,) for j in change.histories_deleted]),
         (
             "INSERT OR REPLACE INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [_dataset_row(d) for d in change.datasets_put],
         ),
         ("INSERT OR REPLACE INTO manifests VALUES (?, ?)", [change.manifest] if change.manifest else []),
         (
-            f"INSERT OR REPLACE INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT OR REPLACE INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [_job_row(j) for j in change.jobs_put],
         ),
         (
-            "INSERT OR REPLACE INTO nodes VALUES (?, ?, ?)",
-            [(n.node_id, n.address, n.cache_capacity_bytes) for n in change.nodes_put],
+            f"INSERT OR REPLACE INTO nodes ({_NODE_COLUMNS}) VALUES (?, ?, ?, ?)",
+            [(n.node_id, n.address, n.cache_capacity_bytes, n.gpus) for n in change.nodes_put],
+        ),
+        (
+            "INSERT OR REPLACE INTO job_histories VALUES (?, ?)",
+            [(h.job_id, _history_json(h)) for h in change.histories_put],
         ),
     ]
     for sql, rows in statements:
@@ -224,7 +247,13 @@ def _dataset_row(d: Dataset) -> tuple[object, ...]:
 
 def _job_row(j: Job) -> tuple[object, ...]:
     workers = json.dumps([[w.node_id, w.count] for w in j.workers])
-    return (j.job_id, j.dataset_uri, j.ideal_bytes_per_sec, workers, j.io_bytes_per_sec, j.epochs, j.irregular)
+    return (j.job_id, j.dataset_uri, j.ideal_bytes_per_sec, workers, j.io_bytes_per_sec, j.epochs, j.irregular, j.gpus)
+
+
+def _history_json(h: JobHistory) -> str:
+    """A job's history as one JSON object: its fields change together, and none is ever queried alone."""
+    values = {f.name: getattr(h, f.name) for f in fields(h)}
+    return json.dumps({**values, "policy_state": dict(h.policy_state)}, sort_keys=True)
 
 
 def _lock_state_dir(state_dir: Path) -> int:

@@ -11,6 +11,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -21,6 +22,32 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _JobPhase:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _JobPhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobPhase.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    JOB_PHASE_UNSPECIFIED: _JobPhase.ValueType  # 0
+    JOB_PHASE_PENDING: _JobPhase.ValueType  # 1
+    """submitted, never run: wait"""
+    JOB_PHASE_RUNNING: _JobPhase.ValueType  # 2
+    """holds GPUs: run on its placement"""
+    JOB_PHASE_PREEMPTED: _JobPhase.ValueType  # 3
+    """ran, then the policy took its GPUs back: stop (checkpoint) and wait to resume"""
+
+class JobPhase(_JobPhase, metaclass=_JobPhaseEnumTypeWrapper):
+    """Where a job stands with the policy that places it."""
+
+JOB_PHASE_UNSPECIFIED: JobPhase.ValueType  # 0
+JOB_PHASE_PENDING: JobPhase.ValueType  # 1
+"""submitted, never run: wait"""
+JOB_PHASE_RUNNING: JobPhase.ValueType  # 2
+"""holds GPUs: run on its placement"""
+JOB_PHASE_PREEMPTED: JobPhase.ValueType  # 3
+"""ran, then the policy took its GPUs back: stop (checkpoint) and wait to resume"""
+Global___JobPhase: _TypeAlias = JobPhase  # noqa: Y015
 
 @_typing.final
 class Dataset(_message.Message):
@@ -153,6 +180,8 @@ class Job(_message.Message):
     ESTIMATE_FIELD_NUMBER: _builtins.int
     EPOCHS_FIELD_NUMBER: _builtins.int
     IRREGULAR_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    SCHEDULE_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     dataset_uri: _builtins.str
     ideal_bytes_per_sec: _builtins.int
@@ -161,6 +190,10 @@ class Job(_message.Message):
     """as registered: how long the job trains, in passes over its dataset; 0: unknown"""
     irregular: _builtins.bool
     """as registered: its access is not uniform once per epoch (curriculum learning, ...)"""
+    gpus: _builtins.int
+    """As registered: the GPUs the job asks the policy for. 0: the job was registered with its workers, placed by
+    whoever registered it; else `workers` is where the policy placed it (none while it waits).
+    """
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Worker]: ...
     @_builtins.property
@@ -175,6 +208,10 @@ class Job(_message.Message):
         `--policy external` and until the job has been through a round.
         """
 
+    @_builtins.property
+    def schedule(self) -> Global___JobSchedule:
+        """its history as the policy sees it; absent from older data managers"""
+
     def __init__(
         self,
         *,
@@ -188,14 +225,88 @@ class Job(_message.Message):
         estimate: Global___JobEstimate | None = ...,
         epochs: _builtins.float = ...,
         irregular: _builtins.bool = ...,
+        gpus: _builtins.int = ...,
+        schedule: Global___JobSchedule | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["estimate", b"estimate"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["estimate", b"estimate", "schedule", b"schedule"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "epochs", b"epochs", "estimate", b"estimate", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "io_bytes_per_sec", b"io_bytes_per_sec", "irregular", b"irregular", "job_id", b"job_id", "node_rates", b"node_rates", "usage", b"usage", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "epochs", b"epochs", "estimate", b"estimate", "gpus", b"gpus", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "io_bytes_per_sec", b"io_bytes_per_sec", "irregular", b"irregular", "job_id", b"job_id", "node_rates", b"node_rates", "schedule", b"schedule", "usage", b"usage", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class JobSchedule(_message.Message):
+    """A job's scheduling history, kept with the rest of the data manager's state (it survives a restart). Times
+    are seconds since the Unix epoch on the data manager's clock; a job registered with its workers runs from
+    its registration on.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class PolicyStateEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    PHASE_FIELD_NUMBER: _builtins.int
+    SUBMIT_TIME_FIELD_NUMBER: _builtins.int
+    FIRST_START_TIME_FIELD_NUMBER: _builtins.int
+    LAST_START_TIME_FIELD_NUMBER: _builtins.int
+    ATTAINED_GPU_SECONDS_FIELD_NUMBER: _builtins.int
+    QUEUED_SECONDS_FIELD_NUMBER: _builtins.int
+    PREEMPTIONS_FIELD_NUMBER: _builtins.int
+    POLICY_STATE_FIELD_NUMBER: _builtins.int
+    phase: Global___JobPhase.ValueType
+    submit_time: _builtins.float
+    first_start_time: _builtins.float
+    """0: never started"""
+    last_start_time: _builtins.float
+    """0: never started"""
+    attained_gpu_seconds: _builtins.float
+    """GPU time it has held, up to the query (Tiresias's attained service)"""
+    queued_seconds: _builtins.float
+    """time it has waited, before it first ran and after each preemption"""
+    preemptions: _builtins.int
+    @_builtins.property
+    def policy_state(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """What the policy handed back for the job last round (Decision.job_states), e.g. {"queue": 1} for Tiresias."""
+
+    def __init__(
+        self,
+        *,
+        phase: Global___JobPhase.ValueType = ...,
+        submit_time: _builtins.float = ...,
+        first_start_time: _builtins.float = ...,
+        last_start_time: _builtins.float = ...,
+        attained_gpu_seconds: _builtins.float = ...,
+        queued_seconds: _builtins.float = ...,
+        preemptions: _builtins.int = ...,
+        policy_state: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attained_gpu_seconds", b"attained_gpu_seconds", "first_start_time", b"first_start_time", "last_start_time", b"last_start_time", "phase", b"phase", "policy_state", b"policy_state", "preemptions", b"preemptions", "queued_seconds", b"queued_seconds", "submit_time", b"submit_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobSchedule: _TypeAlias = JobSchedule  # noqa: Y015
 
 @_typing.final
 class JobEstimate(_message.Message):
@@ -250,6 +361,7 @@ class Node(_message.Message):
     AVAILABLE_FIELD_NUMBER: _builtins.int
     SECONDS_SINCE_SEEN_FIELD_NUMBER: _builtins.int
     JOB_IDS_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     address: _builtins.str
     cache_capacity_bytes: _builtins.int
@@ -257,6 +369,8 @@ class Node(_message.Message):
     """Sum of the cache quotas of the datasets that jobs on this node mount."""
     available: _builtins.bool
     seconds_since_seen: _builtins.float
+    gpus: _builtins.int
+    """as registered: the GPUs the policy may place jobs on"""
     @_builtins.property
     def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -269,10 +383,11 @@ class Node(_message.Message):
         available: _builtins.bool = ...,
         seconds_since_seen: _builtins.float = ...,
         job_ids: _abc.Iterable[_builtins.str] | None = ...,
+        gpus: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "available", b"available", "cache_allocated_bytes", b"cache_allocated_bytes", "cache_capacity_bytes", b"cache_capacity_bytes", "job_ids", b"job_ids", "node_id", b"node_id", "seconds_since_seen", b"seconds_since_seen"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "available", b"available", "cache_allocated_bytes", b"cache_allocated_bytes", "cache_capacity_bytes", b"cache_capacity_bytes", "gpus", b"gpus", "job_ids", b"job_ids", "node_id", b"node_id", "seconds_since_seen", b"seconds_since_seen"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -626,6 +741,7 @@ class RegisterJobRequest(_message.Message):
     WORKERS_FIELD_NUMBER: _builtins.int
     EPOCHS_FIELD_NUMBER: _builtins.int
     IRREGULAR_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     dataset_uri: _builtins.str
     ideal_bytes_per_sec: _builtins.int
@@ -636,6 +752,11 @@ class RegisterJobRequest(_message.Message):
     irregular: _builtins.bool
     """The job does not read its dataset uniformly once per epoch (curriculum learning, non-uniform sampling):
     SiloDPerf does not hold for it, so the policy keeps it in a storage partition of its own.
+    """
+    gpus: _builtins.int
+    """Instead of `workers`: submit the job pending, for the data manager's policy to place on this many GPUs
+    (all or none: a gang). Its placements and preemptions are published on WatchDecisions for the cluster's
+    launcher to carry out, and become its workers. Refused with --policy external (nothing would place it).
     """
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Worker]: ...
@@ -648,10 +769,11 @@ class RegisterJobRequest(_message.Message):
         workers: _abc.Iterable[Global___Worker] | None = ...,
         epochs: _builtins.float = ...,
         irregular: _builtins.bool = ...,
+        gpus: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "epochs", b"epochs", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "irregular", b"irregular", "job_id", b"job_id", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "epochs", b"epochs", "gpus", b"gpus", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "irregular", b"irregular", "job_id", b"job_id", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -730,19 +852,25 @@ class RegisterNodeRequest(_message.Message):
     NODE_ID_FIELD_NUMBER: _builtins.int
     ADDRESS_FIELD_NUMBER: _builtins.int
     CACHE_CAPACITY_BYTES_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     address: _builtins.str
     cache_capacity_bytes: _builtins.int
+    gpus: _builtins.int
+    """GPUs the policy may place jobs on (jobs registered with `gpus`); 0: none, the node only runs workers that
+    jobs registered with their `workers` name.
+    """
     def __init__(
         self,
         *,
         node_id: _builtins.str = ...,
         address: _builtins.str = ...,
         cache_capacity_bytes: _builtins.int = ...,
+        gpus: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "cache_capacity_bytes", b"cache_capacity_bytes", "node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "cache_capacity_bytes", b"cache_capacity_bytes", "gpus", b"gpus", "node_id", b"node_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1065,6 +1193,109 @@ class ReportUsageResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReportUsageResponse: _TypeAlias = ReportUsageResponse  # noqa: Y015
+
+@_typing.final
+class WatchDecisionsRequest(_message.Message):
+    """---- Compute decisions ----"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchDecisionsRequest: _TypeAlias = WatchDecisionsRequest  # noqa: Y015
+
+@_typing.final
+class JobDecision(_message.Message):
+    """The policy's decision for one job it places. The launcher makes the cluster match it:
+    - RUNNING: the job's workers run on `placement` (node -> GPUs, all of `gpus`). A placement that changes while
+      the job runs is a migration: stop the workers that are no longer placed, start the new ones.
+    - PREEMPTED: stop the job's workers (let them checkpoint); it resumes when a later decision is RUNNING.
+    - PENDING: start nothing; the job has never run.
+    The decision takes effect in the data manager when it is published (no confirmation): the job's workers are
+    the placement from then on, the nodes mount its dataset for it, and its attained service counts. A
+    launcher that cannot carry one out (a pod that does not bind) keeps trying; the next decision supersedes it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    DATASET_URI_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    phase: Global___JobPhase.ValueType
+    gpus: _builtins.int
+    """as registered"""
+    dataset_uri: _builtins.str
+    revision: _builtins.int
+    """the revision that made this decision"""
+    @_builtins.property
+    def placement(self) -> _containers.RepeatedCompositeFieldContainer[Global___Worker]:
+        """while RUNNING"""
+
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        phase: Global___JobPhase.ValueType = ...,
+        placement: _abc.Iterable[Global___Worker] | None = ...,
+        gpus: _builtins.int = ...,
+        dataset_uri: _builtins.str = ...,
+        revision: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "gpus", b"gpus", "job_id", b"job_id", "phase", b"phase", "placement", b"placement", "revision", b"revision"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobDecision: _TypeAlias = JobDecision  # noqa: Y015
+
+@_typing.final
+class DecisionEvent(_message.Message):
+    """Decisions as of `revision`. The first event of every stream has `snapshot` set and lists every job the policy
+    places: the launcher replaces what it knew (a job it knew that is missing has finished). Later events list
+    only the jobs whose decision changed at that revision, and `jobs_finished` the jobs that left (FinishJob).
+    Within an event, stops come before starts: apply them in order so freed GPUs are free for the jobs placed.
+    A stream that falls too far behind is ended with ABORTED: reconnect, and the snapshot brings it up to date.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REVISION_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    JOBS_FINISHED_FIELD_NUMBER: _builtins.int
+    revision: _builtins.int
+    snapshot: _builtins.bool
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobDecision]: ...
+    @_builtins.property
+    def jobs_finished(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        revision: _builtins.int = ...,
+        snapshot: _builtins.bool = ...,
+        jobs: _abc.Iterable[Global___JobDecision] | None = ...,
+        jobs_finished: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "jobs_finished", b"jobs_finished", "revision", b"revision", "snapshot", b"snapshot"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DecisionEvent: _TypeAlias = DecisionEvent  # noqa: Y015
 
 @_typing.final
 class GetClusterSummaryRequest(_message.Message):

@@ -89,6 +89,11 @@ class DataManagerStub:
                 request_serializer=silodpb_dot_v1_dot_datamgr__pb2.ReportUsageRequest.SerializeToString,
                 response_deserializer=silodpb_dot_v1_dot_datamgr__pb2.ReportUsageResponse.FromString,
                 _registered_method=True)
+        self.WatchDecisions = channel.unary_stream(
+                '/silod.v1.DataManager/WatchDecisions',
+                request_serializer=silodpb_dot_v1_dot_datamgr__pb2.WatchDecisionsRequest.SerializeToString,
+                response_deserializer=silodpb_dot_v1_dot_datamgr__pb2.DecisionEvent.FromString,
+                _registered_method=True)
         self.GetClusterSummary = channel.unary_unary(
                 '/silod.v1.DataManager/GetClusterSummary',
                 request_serializer=silodpb_dot_v1_dot_datamgr__pb2.GetClusterSummaryRequest.SerializeToString,
@@ -198,6 +203,15 @@ class DataManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchDecisions(self, request, context):
+        """The policy's compute decisions, for a cluster's launcher (a Kubernetes operator, a batch system) to carry
+        out: every job the policy places, its current decision first, then one event per revision that changes
+        any. See DecisionEvent and docs/deploy.md.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetClusterSummary(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -297,6 +311,11 @@ def add_DataManagerServicer_to_server(servicer, server):
                     servicer.ReportUsage,
                     request_deserializer=silodpb_dot_v1_dot_datamgr__pb2.ReportUsageRequest.FromString,
                     response_serializer=silodpb_dot_v1_dot_datamgr__pb2.ReportUsageResponse.SerializeToString,
+            ),
+            'WatchDecisions': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchDecisions,
+                    request_deserializer=silodpb_dot_v1_dot_datamgr__pb2.WatchDecisionsRequest.FromString,
+                    response_serializer=silodpb_dot_v1_dot_datamgr__pb2.DecisionEvent.SerializeToString,
             ),
             'GetClusterSummary': grpc.unary_unary_rpc_method_handler(
                     servicer.GetClusterSummary,
@@ -631,6 +650,33 @@ class DataManager:
             '/silod.v1.DataManager/ReportUsage',
             silodpb_dot_v1_dot_datamgr__pb2.ReportUsageRequest.SerializeToString,
             silodpb_dot_v1_dot_datamgr__pb2.ReportUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchDecisions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/silod.v1.DataManager/WatchDecisions',
+            silodpb_dot_v1_dot_datamgr__pb2.WatchDecisionsRequest.SerializeToString,
+            silodpb_dot_v1_dot_datamgr__pb2.DecisionEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -49,6 +49,11 @@ class DataManagerStub:
     WatchAllocations: _grpc.UnaryStreamMultiCallable[_datamgr_pb2.WatchAllocationsRequest, _datamgr_pb2.WatchEvent]
     """A node's slice of the allocations: a snapshot first (unless resuming), then one event per revision."""
     ReportUsage: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.ReportUsageRequest, _datamgr_pb2.ReportUsageResponse]
+    WatchDecisions: _grpc.UnaryStreamMultiCallable[_datamgr_pb2.WatchDecisionsRequest, _datamgr_pb2.DecisionEvent]
+    """The policy's compute decisions, for a cluster's launcher (a Kubernetes operator, a batch system) to carry
+    out: every job the policy places, its current decision first, then one event per revision that changes
+    any. See DecisionEvent and docs/deploy.md.
+    """
     GetClusterSummary: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.GetClusterSummaryRequest, _datamgr_pb2.ClusterSummary]
     GetDataset: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.GetDatasetRequest, _datamgr_pb2.Dataset]
     GetJob: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.GetJobRequest, _datamgr_pb2.Job]
@@ -74,6 +79,11 @@ class DataManagerAsyncStub(DataManagerStub):
     WatchAllocations: _aio.UnaryStreamMultiCallable[_datamgr_pb2.WatchAllocationsRequest, _datamgr_pb2.WatchEvent]  # type: ignore[assignment]
     """A node's slice of the allocations: a snapshot first (unless resuming), then one event per revision."""
     ReportUsage: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.ReportUsageRequest, _datamgr_pb2.ReportUsageResponse]  # type: ignore[assignment]
+    WatchDecisions: _aio.UnaryStreamMultiCallable[_datamgr_pb2.WatchDecisionsRequest, _datamgr_pb2.DecisionEvent]  # type: ignore[assignment]
+    """The policy's compute decisions, for a cluster's launcher (a Kubernetes operator, a batch system) to carry
+    out: every job the policy places, its current decision first, then one event per revision that changes
+    any. See DecisionEvent and docs/deploy.md.
+    """
     GetClusterSummary: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.GetClusterSummaryRequest, _datamgr_pb2.ClusterSummary]  # type: ignore[assignment]
     GetDataset: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.GetDatasetRequest, _datamgr_pb2.Dataset]  # type: ignore[assignment]
     GetJob: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.GetJobRequest, _datamgr_pb2.Job]  # type: ignore[assignment]
@@ -162,6 +172,17 @@ class DataManagerServicer(metaclass=_abc_1.ABCMeta):
         request: _datamgr_pb2.ReportUsageRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_datamgr_pb2.ReportUsageResponse, _abc.Awaitable[_datamgr_pb2.ReportUsageResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchDecisions(
+        self,
+        request: _datamgr_pb2.WatchDecisionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_datamgr_pb2.DecisionEvent], _abc.AsyncIterator[_datamgr_pb2.DecisionEvent]]:
+        """The policy's compute decisions, for a cluster's launcher (a Kubernetes operator, a batch system) to carry
+        out: every job the policy places, its current decision first, then one event per revision that changes
+        any. See DecisionEvent and docs/deploy.md.
+        """
 
     @_abc_1.abstractmethod
     def GetClusterSummary(

@@ -1,0 +1,135 @@
+"""End to end: `silod datamgr serve --policy tiresias-las` places jobs registered with GPUs, and a launcher
+(tests/launcher.py) follows its WatchDecisions stream: jobs start, one is preempted when a job of a higher
+queue arrives, and resumed when that one finishes; a launcher that reconnects, to the same data manager or to
+a restarted one, picks up the current decisions; `silod status` shows each job's state, queue, attained
+service and preemptions.
+
+Tiresias runs with 2 queues and a threshold of 2 GPU-seconds (`--policy-option queues=2s`), so a job on 2 GPUs
+is demoted a second after it starts; demotions come only from the wake-ups the policy asks for (`--round 3600`
+rules out periodic rounds)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from datamgr.client import DataManagerClient
+from tests import polling
+from tests.datamgr_fixtures import DataManagerProcess, make_local_dataset, silod_cli
+from tests.launcher import Launcher
+
+GPUS = 2  # one node's, and each job's: one job runs at a time, and crosses the 2 GPU-second threshold in 1 s
+
+
+@pytest.fixture
+def tiresias(tmp_path: Path) -> Iterator[DataManagerProcess]:
+    datamgr = DataManagerProcess(
+        tmp_path / "state",
+        tmp_path / "datamgr.log",
+        *("--policy", "tiresias-las", "--policy-option", "queues=2s", "--remote-io-limit", "1MB/s", "--round", "3600"),
+    )
+    try:
+        yield datamgr.start()
+    finally:
+        datamgr.stop()
+
+
+@pytest.fixture
+def launcher() -> Iterator[Launcher]:
+    following = Launcher()
+    try:
+        yield following
+    finally:
+        following.disconnect()
+
+
+def cli(datamgr: DataManagerProcess, *args: str) -> str:
+    result = silod_cli(*args, datamgr=datamgr.address)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def jobs(datamgr: DataManagerProcess) -> dict[str, dict[str, Any]]:
+    """`silod status --json`'s jobs by id."""
+    return {job["job_id"]: job for job in json.loads(cli(datamgr, "status", "--json"))["jobs"]}
+
+
+def queue(job: dict[str, Any]) -> float | None:
+    state: dict[str, float] = job["schedule"]["policy_state"]
+    return state.get("queue")
+
+
+def test_a_launcher_follows_placements_preemptions_and_resumptions_across_reconnects_and_restarts(
+    tiresias: DataManagerProcess, launcher: Launcher, tmp_path: Path
+) -> None:
+    with DataManagerClient(tiresias.address, timeout=10) as client:
+        client.register_node("n1", "n1:1", 10_000_000, gpus=GPUS)
+    uri = make_local_dataset(tmp_path / "data", files=4, size=500)
+    cli(tiresias, "dataset", "add", uri)
+    launcher.connect(tiresias.address)
+
+    def add(job_id: str) -> None:
+        cli(tiresias, "job", "add", job_id, "--dataset", uri, "--ideal-rate", "1MB/s", "--gpus", str(GPUS))
+
+    def launched(pods: dict[str, tuple[tuple[str, int], ...]], actions: list[str]) -> bool:
+        return launcher.state() == (pods, actions)
+
+    add("first")
+    started = ["start first on n1:2"]
+    polling.eventually(lambda: launched({"first": (("n1", GPUS),)}, started), what=lambda: f"{launcher.state()}")
+
+    # It attains 2 GPU-seconds a second after it starts: the policy's wake-up demotes it to the second queue.
+    polling.eventually(lambda: queue(jobs(tiresias)["first"]) == 1.0, what=lambda: f"demotion: {jobs(tiresias)}")
+
+    add("second")  # enters the first queue, ahead of the demoted job: it takes the GPUs
+    preempted = [*started, "stop first", "start second on n1:2"]
+    polling.eventually(lambda: launched({"second": (("n1", GPUS),)}, preempted), what=lambda: f"{launcher.state()}")
+    status = jobs(tiresias)
+    assert status["first"]["schedule"]["phase"] == "JOB_PHASE_PREEMPTED"
+    assert status["first"]["schedule"]["preemptions"] == 1 and status["first"]["workers"] == []
+    assert status["second"]["schedule"]["phase"] == "JOB_PHASE_RUNNING"
+    assert float(status["first"]["schedule"]["attained_gpu_seconds"]) >= 2  # its demotion's threshold
+    table = cli(tiresias, "status")
+    header, row = (next(line for line in table.splitlines() if line.startswith(w)) for w in ("JOB", "first"))
+    shown = {column: row[header.index(column) :].split()[0] for column in ("STATE", "QUEUE", "GPU-H", "PREEMPTED")}
+    assert shown["STATE"] == "preempted" and shown["QUEUE"] == "2" and shown["PREEMPTED"] == "1"  # Q2, from 1
+    assert float(shown["GPU-H"]) >= 2 / 3600
+
+    # The launcher goes away and comes back: the snapshot it gets first changes nothing it runs.
+    launcher.disconnect()
+    launcher.connect(tiresias.address)
+    polling.eventually(lambda: launcher.snapshots == 2, what="a second snapshot")
+    assert launcher.state() == ({"second": (("n1", GPUS),)}, preempted)
+
+    # The second job is demoted too, and stays ahead of the first in the second queue while it runs.
+    polling.eventually(lambda: queue(jobs(tiresias)["second"]) == 1.0, what=lambda: f"demotion: {jobs(tiresias)}")
+    assert launcher.state() == ({"second": (("n1", GPUS),)}, preempted)
+
+    cli(tiresias, "job", "finish", "second")  # its pods completed: the launcher's job is to say so
+    resumed = [*preempted, "stop second", "start first on n1:2"]
+    polling.eventually(lambda: launched({"first": (("n1", GPUS),)}, resumed), what=lambda: f"{launcher.state()}")
+
+    # A restarted data manager keeps every job's decision and history: the launcher, reconnected, has nothing to do.
+    launcher.disconnect()
+    assert tiresias.terminate() == 0
+    tiresias.start()
+    launcher.connect(tiresias.address)
+    polling.eventually(lambda: launcher.snapshots == 3, what="a snapshot from the restarted data manager")
+    assert launcher.state() == ({"first": (("n1", GPUS),)}, resumed)
+    first = jobs(tiresias)["first"]["schedule"]
+    assert (first["phase"], first["preemptions"], queue(jobs(tiresias)["first"])) == ("JOB_PHASE_RUNNING", 1, 1.0)
+    assert launcher.error is None
+
+
+def test_a_launcher_of_a_data_manager_without_a_policy_is_told_there_is_nothing_to_follow(
+    datamgr_process: DataManagerProcess, launcher: Launcher
+) -> None:
+    launcher.connect(datamgr_process.start().address)
+    polling.eventually(lambda: launcher.error is not None, what="the stream refused")
+    assert launcher.error is not None
+    assert launcher.error.code().name == "FAILED_PRECONDITION"
+    assert "no policy places jobs on this data manager (--policy external)" in (launcher.error.details() or "")
