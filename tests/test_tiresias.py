@@ -93,19 +93,28 @@ def test_a_new_job_enters_queue_1_and_preempts_a_demoted_job() -> None:
     assert decision.job_states["new"] == queue_state(0, 9000)
 
 
-def test_a_waiting_job_never_preempts_a_running_job_of_its_own_queue() -> None:
-    """FIFO by entry would put `early` first; it was skipped when `late` started, and must not take its GPUs."""
+def test_a_job_that_never_ran_never_preempts_a_running_job_of_its_own_queue() -> None:
+    """FIFO by submission would put `early` first; it was skipped when `late` started, and must not take its GPUs."""
     late = job("late", 4, submit=10, on={"n0": 4}, attained=100, state=queue_state(0, 10))
     early = job("early", 4, submit=0, state=queue_state(0, 0))
     decision = las().schedule(snapshot(late, early, time=50), VanillaPerf())
     assert running(decision.placements or {}) == {"late"}
 
 
-def test_within_a_queue_waiting_jobs_start_in_the_order_they_entered_it() -> None:
-    first = job("b-first", 4, submit=5, state=queue_state(1, 100))
-    second = job("a-second", 4, submit=0, state=queue_state(1, 200))  # submitted earlier, demoted later
+def test_within_a_queue_jobs_that_ran_line_up_in_the_order_they_entered_it() -> None:
+    first = job("b-first", 4, submit=5, attained=2 * HOUR, started=60, state=queue_state(1, 100))
+    second = job("a-second", 4, submit=0, attained=2 * HOUR, started=10, state=queue_state(1, 200))
     decision = las().schedule(snapshot(second, first, time=300), VanillaPerf())
-    assert running(decision.placements or {}) == {"b-first"}
+    assert running(decision.placements or {}) == {"b-first"}  # started later, demoted sooner
+
+
+def test_a_job_just_demoted_lines_up_behind_the_jobs_that_reached_its_queue_before_it() -> None:
+    """A demotion preempts: `new` crosses 1 GPU-hour while `old`, demoted earlier, waits in queue 2."""
+    old = job("old", 4, attained=8 * HOUR, started=0.0, state=queue_state(1, 2 * HOUR))
+    new = job("new", 4, submit=3 * HOUR, on={"n0": 4}, attained=HOUR, state=queue_state(0, 3 * HOUR))
+    decision = las().schedule(snapshot(old, new, time=3.25 * HOUR), VanillaPerf())
+    assert running(decision.placements or {}) == {"old"}
+    assert decision.job_states["new"] == queue_state(1, 3.25 * HOUR)
 
 
 def test_each_round_keeps_every_job_that_fits_and_skips_the_rest() -> None:
@@ -136,7 +145,8 @@ def test_attained_service_counts_from_the_last_promotion() -> None:
 def test_promote_knob_returns_a_long_waiting_job_to_queue_1_and_restarts_its_service_and_wait() -> None:
     # Ran 2 h on 1 GPU (t = 2 h), demoted, then waited: waiting since 2 h after its start at 0.
     waiting = job("w", 1, attained=2 * HOUR, state=queue_state(1, 2 * HOUR), started=0.0)
-    blocker = job("b", 1, submit=2 * HOUR, on={"n0": 1}, attained=2 * HOUR, state=queue_state(1, 3 * HOUR))
+    # Demoted before it, so ahead of it in queue 2, and running.
+    blocker = job("b", 1, on={"n0": 1}, attained=2 * HOUR, started=0.5 * HOUR, state=queue_state(1, HOUR))
     policy = las(promote_knob=1.0)
     early = policy.schedule(snapshot(waiting, blocker, time=3 * HOUR, gpus=1), VanillaPerf())
     assert "w" not in (early.placements or {}) and "w" not in early.job_states
@@ -247,8 +257,23 @@ def test_the_silod_variant_charges_ideal_gpu_time_not_time_stalled_on_io() -> No
     assert decision.wake_at == pytest.approx(HOUR + HOUR / 2 / 2)  # the soonest it could cross: at full speed
 
 
+def test_the_silod_variant_times_a_demotion_by_the_rate_the_job_reads_at() -> None:
+    """Half its f* of remote IO and nothing cached: it gains ideal service at half speed, so the half GPU-hour
+    it lacks takes an hour on its 1 GPU, not the half hour full speed would take."""
+    throttled = job("j", 1, on={"n0": 1}, attained=HOUR, done_bytes=0.5 * HOUR * RATE, state=queue_state(0, 0))
+    throttled = throttled._replace(io_bytes_per_sec=RATE / 2, epoch_hit_ratio=0.0)
+    assert tiresias_silod().schedule(snapshot(throttled, time=HOUR), SiloDPerf()).wake_at == pytest.approx(2 * HOUR)
+    cached = throttled._replace(epoch_hit_ratio=0.5)  # half its reads hit: the same IO carries it at full speed
+    assert tiresias_silod().schedule(snapshot(cached, time=HOUR), SiloDPerf()).wake_at == pytest.approx(1.5 * HOUR)
+
+
+def test_wake_ups_come_at_least_a_second_apart() -> None:
+    almost = job("j", 1, on={"n0": 1}, attained=HOUR - 0.25, state=queue_state(0, 0))
+    assert las().schedule(snapshot(almost, time=100), VanillaPerf()).wake_at == 101
+
+
 def test_a_preempted_waiting_jobs_cache_quota_is_held_for_it() -> None:
-    preempted = job("p", 1, attained=HOUR, started=0.0, preemptions=1)
+    preempted = job("p", 1, submit=5, attained=HOUR, started=5.0, preemptions=1)
     fresh = job("f", 1, submit=10)
     runner = job("r", 1, on={"n0": 1}, attained=10.0)
     datasets = {

@@ -10,10 +10,12 @@ queues split by thresholds on a (`thresholds`, GPU-seconds; the paper's simulati
   effect when it happens, not at the next periodic round.
 - With PROMOTEKNOB (`promote_knob`; infinite, the paper's default, turns it off) a job that has run before and
   has waited knob x t since its last promotion is promoted back to Q1, and both t and its waiting time restart.
-- **2D-LAS** (`tiresias-las`): queues in order, and within a queue first-in first-out by the time a job entered
-  it, with the running jobs of a queue ahead of its waiting ones. The paper orders a queue by start time so
-  that a job skipped for lack of GPUs does not come back to preempt the job that started in its place; keeping
-  running jobs ahead states that rule outright: a waiting job never preempts a running job of its own queue.
+- **2D-LAS** (`tiresias-las`): queues in order, and within a queue first-in first-out by the time a job that
+  has run entered it (its start for a job still in Q1, its demotion or promotion after that), jobs that never
+  ran behind them by submission. The paper orders a queue by start time so that a job skipped for lack of GPUs
+  does not come back to preempt the job that started in its place: a job that never ran never preempts a
+  running job of its own queue. A job just demoted lines up behind the jobs that reached its queue before it,
+  so a demotion preempts it when they fit (the paper: arrivals, promotions and demotions trigger preemptions).
 - **2D-Gittins** (`tiresias-gittins`): within queues 1..K-1, by descending Gittins index of a under the
   service distribution (`gittins.py`, quantum = the queue's upper threshold); the last queue FIFO as in LAS.
   Ties (and the whole order of equal indices) go to the job submitted first.
@@ -45,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from datamgr.scheduler import perf
 from datamgr.scheduler.gittins import ServiceDistribution
 from datamgr.scheduler.perf import Estimator
 from datamgr.scheduler.placement import gpus_per_node, place_by_priority, profile_based
@@ -55,6 +58,10 @@ from datamgr.scheduler.snapshot import JobState, Snapshot
 
 HOUR = 3600.0
 DEMOTION_SLACK = 1e-6  # GPU-seconds: a job woken at its crossing has crossed, whatever float rounding says
+# Wake-ups come at least this far apart (seconds): a crossing predicted from a rate that then changes cannot
+# pull rounds ever closer together. Demotions and promotions land at most this late.
+MIN_WAKE_SECONDS = 1.0
+MIN_SPEED = 1e-3  # of f*: a job reading almost nothing is predicted to cross far off, not never
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +187,8 @@ class Tiresias:
         if self.history is not None and queue < last:
             index = self.history.index(attained, config.thresholds[queue])
             return Ranked(job, place, attained, (queue, -index, job.submit_time))
-        return Ranked(job, place, attained, (queue, 0.0 if job.placement else 1.0, place.entered, job.submit_time))
+        lined_up = math.inf if job.first_start_time is None else max(place.entered, job.first_start_time)
+        return Ranked(job, place, attained, (queue, lined_up, job.submit_time))
 
     def _starving(self, job: JobState, place: JobQueue, attained: float, now: float) -> bool:
         """PROMOTEKNOB: a waiting job that has run, below Q1, has waited knob x t since its last promotion."""
@@ -190,10 +198,8 @@ class Tiresias:
         return waited >= self.config.promote_knob * attained / job.gpus
 
     def _wake_at(self, ranked: Sequence[Ranked], placements: Mapping[str, object], now: float) -> float | None:
-        """The earliest demotion of a job that runs on, or promotion of one that waits (discretized only).
-
-        A demotion under ideal GPU time comes no sooner than under GPU time held, so it is woken then and
-        looks again."""
+        """The earliest demotion of a job that runs on, or promotion of one that waits (discretized only), and
+        never sooner than `MIN_WAKE_SECONDS` from now."""
         config = self.config
         if config.continuous:
             return None
@@ -202,11 +208,25 @@ class Tiresias:
             gpus = r.job.gpus
             if r.job.job_id in placements:
                 if r.place.queue < len(config.thresholds):
-                    soonest = min(soonest, now + (config.thresholds[r.place.queue] - r.attained) / gpus)
+                    service_per_second = gpus * self._speed(r.job)
+                    soonest = min(soonest, now + (config.thresholds[r.place.queue] - r.attained) / service_per_second)
             elif r.job.first_start_time is not None and r.place.queue > 0 and not math.isinf(config.promote_knob):
                 waited = _waited_since_first_start(r.job, now) - r.place.waited_base
                 soonest = min(soonest, now + config.promote_knob * r.attained / gpus - waited)
-        return soonest if now < soonest < math.inf else None
+        if soonest == math.inf:
+            return None
+        return max(soonest, now + MIN_WAKE_SECONDS)
+
+    def _speed(self, job: JobState) -> float:
+        """The attained service a running job gains per second per GPU: 1 for GPU time held; under ideal GPU
+        time, its current rate over f* (from the remote IO and hit ratio it runs with now; full speed when
+        those are not known yet, the soonest it could cross). Woken at a crossing predicted from a rate that
+        changes since, the policy predicts again: a job throttled by IO would otherwise be woken ever closer to
+        its crossing, never at it."""
+        if not self.silod or job.epoch_hit_ratio is None or job.io_bytes_per_sec <= 0:
+            return 1.0
+        ideal = perf.ideal_rate(job, job.gpus)
+        return max(perf.rate_at_hit_ratio(ideal, job.epoch_hit_ratio, job.io_bytes_per_sec) / ideal, MIN_SPEED)
 
 
 def _queue_of(attained: float, thresholds: Sequence[float]) -> int:
