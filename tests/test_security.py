@@ -193,6 +193,7 @@ def test_exactly_the_changes_and_the_streams_need_the_token() -> None:
         "UnregisterDataset",
         "UnregisterNode",
         "WatchAllocations",
+        "WatchDecisions",  # a launcher's stream: who runs where is not for anyone on the network
     ]
 
 

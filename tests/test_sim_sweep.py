@@ -279,7 +279,7 @@ def test_sharing_regenerates_the_scenario_at_each_fraction(
     [
         (["sharing", "--scenario", "micro"], "--scenario micro: it replays a trace file, which cannot be regenerated"),
         (["sharing", "--trace", "t.csv", "--cluster", "c.toml"], "it takes --scenario NAME of a generated scenario"),
-        (["sharing"], "it takes --scenario NAME of a generated scenario (cluster400, cluster96)"),
+        (["sharing"], "it takes --scenario NAME of a generated scenario (cluster400, cluster96, tiresias-philly)"),
         (
             ["bandwidth", "--scenario", "micro", "--cache-systems", "silod,redis"],
             "--cache-systems: unknown cache system 'redis'",
