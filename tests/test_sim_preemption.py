@@ -4,13 +4,15 @@ Tiresias's Figure 7 reproduced."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
 import pytest
 
+from datamgr.scheduler.perf import Estimator, SiloDPerf
 from datamgr.scheduler.policy import Decision
-from datamgr.scheduler.registry import build_scheduler
+from datamgr.scheduler.registry import FilledIn, Scheduler, build_scheduler, load_policy
 from datamgr.scheduler.sim.decisions import InvalidDecision, check_decision
 from datamgr.scheduler.sim.engine import simulate
 from datamgr.scheduler.sim.fields import SimInputError
@@ -61,6 +63,31 @@ def test_a_demotion_takes_effect_at_the_moment_of_crossing_not_at_the_next_round
     assert jobs["second"].start == pytest.approx(HOUR)
     assert jobs["second"].finish == pytest.approx(2 * HOUR)
     assert jobs["first"].preemptions == 1 and jobs["first"].finish == pytest.approx(6 * HOUR)
+
+
+class WakingFifo:
+    """FIFO that asks to be woken 100 s after every round, and counts its rounds."""
+
+    name = "waking-fifo"
+
+    def __init__(self) -> None:
+        self.rounds: list[float] = []
+
+    def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
+        self.rounds.append(snapshot.time)
+        fifo = load_policy("fifo").schedule(snapshot, estimator)
+        return replace(fifo, wake_at=snapshot.time + 100)
+
+
+def test_each_decisions_wake_up_replaces_the_one_before() -> None:
+    """Five arrivals, five finishes, and a wake-up every 100 s for 1,040 s: about 20 rounds. Were every wake-up
+    asked for kept, each arrival and finish would start a chain of its own, and the rounds would multiply."""
+    trace = [hours_of_work(f"j{i}", 1000 / HOUR, arrival=10.0 * i) for i in range(5)]
+    policy = WakingFifo()
+    scheduler = Scheduler(FilledIn(policy, policy, load_policy("greedy"), False), SiloDPerf(), "silod")
+    simulate(trace, cluster(nodes=5, io=1000 * MB), scheduler, SimConfig(round_seconds=10_000))
+    assert len(policy.rounds) <= 22
+    assert [t for t in policy.rounds if t > 1040] == []  # none left over once every job is done
 
 
 def test_a_decision_that_splits_a_gang_is_refused() -> None:

@@ -14,7 +14,8 @@ non-empty is not a preemption. When a preempted job resumes it first restores it
 `config.preemption_seconds`, holding its GPUs and reading nothing (the whole preempt-and-resume cost is paid
 at the resume: Tiresias measured the pair, and charging it there frees the preempted GPUs at once for the job
 that preempted it). A decision's `job_states` reach the named jobs' next snapshots (`JobState.policy_state`), and
-its `wake_at` schedules a round then, however quiet the cluster is.
+its `wake_at` schedules a round then, however quiet the cluster is (each decision's wake-up replaces the one
+before: a policy asks for its next round, not for every round it once predicted).
 
 Between events every rate is constant, so progress integrates exactly. A running job's rate is
 `min(f*(job, gpus), io / (1 - hit))` with `hit` its segment's hit ratio from the cache model (`caches`), not
@@ -136,6 +137,11 @@ class _Round:
     timer: int  # the round timer's generation this round was set by; 0: triggered by an arrival or finish
 
 
+@dataclass(frozen=True, slots=True)
+class _Wake:
+    generation: int  # the policy's wake-up this is; stale once a later decision asked for another (or none)
+
+
 class _Run:
     """One simulation's state; `run` drives it to the end."""
 
@@ -153,7 +159,7 @@ class _Run:
         self.config = config
         self.decision_log = decision_log
         self.progress = progress
-        self.queue: EventQueue[_Arrival | _Boundary | _Restored | _Round] = EventQueue()
+        self.queue: EventQueue[_Arrival | _Boundary | _Restored | _Round | _Wake] = EventQueue()
         self.cache = cache_model_for(scheduler.cache_system, cluster, config)
         self.nodes = cluster.node_states()
         self.jobs = [JobRun(job, config.preemption_seconds) for job in trace]
@@ -177,7 +183,7 @@ class _Run:
         # A round-based policy (Gavel) decides on its own grid only; arrivals and finishes wait for it.
         self.fixed_round = scheduler.round_seconds
         self.dataset_states: dict[str, DatasetState] = {}  # the last snapshot's, reused while unchanged
-        self.wake_at = math.inf  # the wake-up the policy last asked for (a round is scheduled for it)
+        self.wake = 0  # the generation of the policy's pending wake-up; an earlier one's event is stale
 
     @property
     def now(self) -> float:
@@ -206,6 +212,8 @@ class _Run:
                     self.ledger.record(self.now, self.remote)
                 case _Round(timer) if timer in (0, self.timer):
                     self._round(timed=timer > 0)
+                case _Wake(generation) if generation == self.wake:
+                    self._round(timed=False)
                 case None:  # a timeline sample
                     self._sample()
         end = self.now if limit is None or len(self.finished) == len(self.jobs) else limit
@@ -328,10 +336,10 @@ class _Run:
             job = self.present.get(job_id)
             if job is not None:
                 job.hand_state(state)
+        self.wake += 1  # the latest decision's wake-up replaces any earlier one
         wake_at = decision.wake_at
-        if wake_at is not None and self.now < wake_at < math.inf and wake_at != self.wake_at:
-            self.wake_at = wake_at
-            self.queue.schedule(wake_at, EventKind.ROUND, _Round(timer=0))
+        if wake_at is not None and self.now < wake_at < math.inf:
+            self.queue.schedule(wake_at, EventKind.ROUND, _Wake(self.wake))
 
     def _stalled(self) -> bool:
         idle = self.throughput <= 0.0 and not self.arrivals_left
