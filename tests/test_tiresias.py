@@ -331,6 +331,19 @@ def test_knobs_reach_tiresias_and_bad_ones_are_named() -> None:
         load_policy("fifo", {"queues": "1h"})
 
 
+def test_each_silod_enhancement_is_a_knob_of_its_own() -> None:
+    stalled = job("j", 2, on={"n0": 2}, attained=2 * HOUR, done_bytes=0.25 * HOUR * RATE, state=queue_state(0, 0))
+    held_only = load_policy("tiresias-silod", {"service": "gpu-time"})
+    assert isinstance(held_only, Tiresias) and held_only.attained(stalled) == 2 * HOUR
+    assert held_only.schedule(snapshot(stalled, time=HOUR), SiloDPerf()).decides_storage
+    ideal_only = load_policy("tiresias-las", {"service": "ideal"})
+    assert isinstance(ideal_only, Tiresias) and ideal_only.attained(stalled) == pytest.approx(HOUR / 2)
+    unheld = load_policy("tiresias-silod", {"hold_cache": False})  # as a TOML boolean
+    assert not unheld.schedule(snapshot(stalled, time=HOUR), SiloDPerf()).decides_storage
+    with pytest.raises(UnknownPolicy, match="option service: 'wall' is not one of ideal, gpu-time"):
+        load_policy("tiresias-silod", {"service": "wall"})
+
+
 def test_a_history_file_gives_gittins_its_distribution(tmp_path: Path) -> None:
     path = tmp_path / "history.txt"
     path.write_text("# GPU-time of past jobs\n4h\n8h  # a comment\n\n12h\n")

@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from datamgr.scheduler.sim.fields import duration
 
 PolicyOptions = Mapping[str, object]
+T = TypeVar("T")
 
 
 class OptionReader:
@@ -37,6 +39,16 @@ class OptionReader:
         if math.isnan(number):
             raise ValueError(f"option {key}: {value!r} is not a number")
         return number
+
+    def choice(self, key: str, choices: Mapping[str, T], default: T) -> T:
+        """One of `choices` by its name (case-insensitive; a TOML boolean reads as "true" or "false")."""
+        value = self._options.get(key)
+        if value is None:
+            return default
+        name = str(value).lower()
+        if name not in choices:
+            raise ValueError(f"option {key}: {value!r} is not one of {', '.join(choices)}")
+        return choices[name]
 
     def durations(self, key: str) -> tuple[float, ...]:
         """A list of durations (a TOML list, or comma-separated: "1h,2h"); each a number of seconds or with a unit."""

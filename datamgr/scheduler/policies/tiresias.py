@@ -34,7 +34,8 @@ work done would have taken at full speed (done bytes / f* x W), so a job starved
 for time it spent waiting on data; and storage by SiloD's greedy allocation in which a preempted job keeps
 its dataset's cache quota while it waits (`policies/held.py`), so that it resumes at speed instead of
 refilling its cache over an epoch. (Plain `tiresias-las` under the silod cache system already gets SiloD's
-greedy storage; this variant adds the two changes above.)
+greedy storage; this variant adds the two changes above, each a knob of every Tiresias policy: `service =
+"ideal"` or `"gpu-time"`, `hold_cache = true` or `false`, so either can be measured alone.)
 
 State carried from round to round per job (`Decision.job_states`): its queue, when it entered it, and the
 attained service and waiting time it had when it was last promoted (so both restart from there).
@@ -73,6 +74,8 @@ class TiresiasConfig:
     pack_limit: float = 0.5
     continuous: bool = False
     history: ServiceDistribution | None = None  # for Gittins; None: `default_history()`
+    ideal_service: bool = False  # attained service in ideal GPU time (work / f*), not GPU time held
+    hold_cache: bool = False  # decide storage: SiloD's greedy, with waiting preempted jobs' cache held
 
     def __post_init__(self) -> None:
         if not self.continuous and not self.thresholds:
@@ -85,10 +88,11 @@ class TiresiasConfig:
             raise ValueError(f"pack_limit is a skew, between 0 and 1, not {self.pack_limit!r}")
 
     @classmethod
-    def from_options(cls, options: PolicyOptions) -> TiresiasConfig:
+    def from_options(cls, options: PolicyOptions, silod: bool = False) -> TiresiasConfig:
         """The knobs a scenario or `--policy-option` sets: queues ("1h", "1h,2h" or "continuous"),
-        promote_knob, pack_limit and history (GPU-time services, "4h,8h,12h", or a file of one per line)."""
-        read = read_options(options, ("queues", "promote_knob", "pack_limit", "history"))
+        promote_knob, pack_limit, history (GPU-time services, "4h,8h,12h", or a file of one per line), and the
+        SiloD enhancements, service ("ideal" or "gpu-time") and hold_cache, on by default when `silod`."""
+        read = read_options(options, ("queues", "promote_knob", "pack_limit", "history", "service", "hold_cache"))
         queues = read.text("queues")
         continuous = queues is not None and queues.strip() == "continuous"
         thresholds = (HOUR,) if queues is None else () if continuous else read.durations("queues")
@@ -99,6 +103,8 @@ class TiresiasConfig:
             pack_limit=read.number("pack_limit", 0.5),
             continuous=continuous,
             history=None if history is None else ServiceDistribution(history),
+            ideal_service=read.choice("service", {"ideal": True, "gpu-time": False}, silod),
+            hold_cache=read.choice("hold_cache", {"true": True, "false": False}, silod),
         )
 
 
@@ -137,13 +143,12 @@ class Ranked(NamedTuple):
 
 
 class Tiresias:
-    """Discretized 2D-LAS or 2D-Gittins over `TiresiasConfig`; decides compute only unless `silod`."""
+    """Discretized 2D-LAS or 2D-Gittins over `TiresiasConfig`; decides compute only unless `hold_cache`."""
 
-    def __init__(self, name: str, config: TiresiasConfig, gittins: bool, silod: bool = False) -> None:
+    def __init__(self, name: str, config: TiresiasConfig, gittins: bool) -> None:
         self.name = name
         self.config = config
         self.gittins = gittins
-        self.silod = silod
         self.history = (config.history or default_history()) if gittins else None
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
@@ -160,13 +165,13 @@ class Tiresias:
         decision = Decision(
             placements=placements, job_states=states, wake_at=self._wake_at(ranked, placements, now), notes=notes
         )
-        if self.silod and estimator.storage_aware:
+        if self.config.hold_cache and estimator.storage_aware:
             return hold_waiting_quotas(snapshot.with_placements(placements), decision, estimator)
         return decision
 
     def attained(self, job: JobState) -> float:
         """W x t over the job's life: GPU time held, or (SiloD-enhanced) the ideal GPU time of its work."""
-        if self.silod:
+        if self.config.ideal_service:
             return job.done_bytes / job.ideal_bytes_per_sec * job.gpus
         return job.attained_gpu_seconds
 
@@ -223,7 +228,7 @@ class Tiresias:
         those are not known yet, the soonest it could cross). Woken at a crossing predicted from a rate that
         changes since, the policy predicts again: a job throttled by IO would otherwise be woken ever closer to
         its crossing, never at it."""
-        if not self.silod or job.epoch_hit_ratio is None or job.io_bytes_per_sec <= 0:
+        if not self.config.ideal_service or job.epoch_hit_ratio is None or job.io_bytes_per_sec <= 0:
             return 1.0
         ideal = perf.ideal_rate(job, job.gpus)
         return max(perf.rate_at_hit_ratio(ideal, job.epoch_hit_ratio, job.io_bytes_per_sec) / ideal, MIN_SPEED)
@@ -266,4 +271,4 @@ def tiresias_gittins(options: PolicyOptions | None = None) -> Tiresias:
 
 
 def tiresias_silod(options: PolicyOptions | None = None) -> Tiresias:
-    return Tiresias("tiresias-silod", TiresiasConfig.from_options(options or {}), gittins=False, silod=True)
+    return Tiresias("tiresias-silod", TiresiasConfig.from_options(options or {}, silod=True), gittins=False)
