@@ -42,7 +42,7 @@ from datamgr.validation import (
     check_rate,
     check_worker_count,
 )
-from datamgr.watch import WatchHub
+from datamgr.watch import WatchHub, events_after
 from silodlib.manifest import DEFAULT_CHUNK_SIZE, Manifest
 from silodlib.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb
@@ -431,11 +431,8 @@ class DataManager:
             for event in backlog:
                 last = event.revision
                 yield event
-            while True:
-                event = await subscription.next()
-                if event.revision > last:
-                    last = event.revision
-                    yield event
+            async for event in events_after(subscription, last):
+                yield event
 
     async def watch_decisions(self) -> AsyncGenerator[pb.DecisionEvent, None]:
         """The policy's decisions for the jobs it places: all of them first, then each revision's changes."""
@@ -450,11 +447,8 @@ class DataManager:
             snapshot = convert.decision_event(self.state.revision, [v for v in views if v is not None], [], True)
             last = await self._settled()  # never show a decision that is not yet on disk
             yield snapshot
-            while True:
-                event = await subscription.next()
-                if event.revision > last:
-                    last = event.revision
-                    yield event
+            async for event in events_after(subscription, last):
+                yield event
 
     def _decision_view(self, job_id: str) -> lifecycle.DecisionView | None:
         job = self.state.jobs.get(job_id)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 DEFAULT_BACKLOG = 10_000
 E = TypeVar("E")
@@ -39,6 +39,24 @@ class Subscription(Generic[E]):
         if self._overflowed and self._queue.empty():
             raise WatchOverflow
         return await self._queue.get()
+
+
+class _Revisioned(Protocol):
+    @property
+    def revision(self) -> int: ...
+
+
+R = TypeVar("R", bound=_Revisioned)
+
+
+async def events_after(subscription: Subscription[R], revision: int) -> AsyncIterator[R]:
+    """The subscription's events past `revision`, in order: those the backlog or snapshot a stream opened with
+    already covered are skipped."""
+    while True:
+        event = await subscription.next()
+        if event.revision > revision:
+            revision = event.revision
+            yield event
 
 
 class WatchHub(Generic[E]):
