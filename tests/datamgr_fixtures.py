@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,8 +17,11 @@ import grpc
 import pytest
 
 from datamgr.client import DataManagerClient
+from datamgr.controller import RoundRequests
 from datamgr.embedded import EmbeddedDataManager
+from datamgr.manager import DataManager, PolicyAllocations
 from datamgr.server import ServerConfig
+from datamgr.store import SQLiteStore
 from silodpb.v1 import datamgr_pb2 as pb
 from tests import polling
 
@@ -167,3 +172,30 @@ class NodeWatch:
 def watch(client: DataManagerClient, node_id: str, since: int = 0) -> NodeWatch:
     request = pb.WatchAllocationsRequest(node_id=node_id, since_revision=since)
     return NodeWatch(client.stub.WatchAllocations(request, timeout=STREAM_DEADLINE))
+
+
+# ---- an in-process data manager owned by a policy ----
+
+
+@contextlib.asynccontextmanager
+async def owned_manager(
+    tmp_path: Path, policy: str | None, remote_io_limit: int = 1000, wall_clock: Callable[[], float] = time.time
+) -> AsyncIterator[tuple[DataManager, RoundRequests]]:
+    """A data manager on a fresh state dir whose allocations belong to `policy` (None: external), and its round
+    requests."""
+    store = SQLiteStore(tmp_path / "state")
+    requests = RoundRequests()
+    manager = DataManager(
+        store, remote_io_limit=remote_io_limit, policy=policy, on_jobs_changed=requests.request, wall_clock=wall_clock
+    )
+    try:
+        yield manager, requests
+    finally:
+        await manager.close()
+        store.close()
+
+
+def allocations(manager: DataManager) -> PolicyAllocations:
+    """What the policy that owns `manager`'s allocations allocates through, as its controller does."""
+    assert manager.policy_allocations is not None
+    return manager.policy_allocations

@@ -6,11 +6,10 @@ Its flags and the end-to-end runs with real node agents are in test_controller_l
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -20,7 +19,7 @@ import pytest
 from datamgr.controller import Controller, RoundRequests, Step, plan, snapshot_of
 from datamgr.entities import Dataset, FailedPrecondition, Job, Node, Worker
 from datamgr.liveness import DatasetUsage, JobUsage
-from datamgr.manager import DataManager, PolicyAllocations
+from datamgr.manager import DataManager
 from datamgr.scheduler.perf import Estimator, SiloDPerf
 from datamgr.scheduler.policies.fifo import FifoPolicy
 from datamgr.scheduler.policies.greedy import GreedyStorage
@@ -28,33 +27,9 @@ from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.registry import Scheduler, build_scheduler
 from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot
 from datamgr.state import ClusterState
-from datamgr.store import SQLiteStore
-from tests.datamgr_fixtures import make_local_dataset
+from tests.datamgr_fixtures import allocations, make_local_dataset, owned_manager
 
 # ---- an in-process data manager owned by a policy ----
-
-
-@contextlib.asynccontextmanager
-async def owned_manager(
-    tmp_path: Path, policy: str, remote_io_limit: int = 1000, wall_clock: Callable[[], float] = time.time
-) -> AsyncIterator[tuple[DataManager, RoundRequests]]:
-    """A data manager on a fresh state dir whose allocations belong to `policy`, and its round requests."""
-    store = SQLiteStore(tmp_path / "state")
-    requests = RoundRequests()
-    manager = DataManager(
-        store, remote_io_limit=remote_io_limit, policy=policy, on_jobs_changed=requests.request, wall_clock=wall_clock
-    )
-    try:
-        yield manager, requests
-    finally:
-        await manager.close()
-        store.close()
-
-
-def allocations(manager: DataManager) -> PolicyAllocations:
-    """What the policy that owns `manager`'s allocations allocates through, as its controller does."""
-    assert manager.policy_allocations is not None
-    return manager.policy_allocations
 
 
 async def add_dataset(manager: DataManager, root: Path, files: int, size: int) -> str:

@@ -16,14 +16,13 @@ from datamgr import lifecycle
 from datamgr.controller import Controller, RoundRequests, snapshot_of
 from datamgr.entities import AlreadyExists, FailedPrecondition, InvalidArgument, Job, JobHistory, NotFound, Worker
 from datamgr.lifecycle import Phase
-from datamgr.manager import DataManager, PolicyAllocations
+from datamgr.manager import DataManager
 from datamgr.scheduler.perf import Estimator, SiloDPerf
 from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.registry import Scheduler
 from datamgr.scheduler.snapshot import Snapshot
-from datamgr.store import SQLiteStore
 from silodpb.v1 import datamgr_pb2 as pb
-from tests.datamgr_fixtures import make_local_dataset
+from tests.datamgr_fixtures import allocations, make_local_dataset, owned_manager
 
 # ---- a job's history ----
 
@@ -106,21 +105,11 @@ def test_decisions_changed_by_a_change_list_stops_before_starts_and_name_jobs_th
 @contextlib.asynccontextmanager
 async def placing_manager(tmp_path: Path, policy: str | None = "sjf") -> AsyncIterator[tuple[DataManager, str]]:
     """A data manager on a fresh state dir, two nodes with 2 GPUs each for the policy, and a dataset."""
-    store = SQLiteStore(tmp_path / "state")
-    manager = DataManager(store, remote_io_limit=1000, policy=policy)
-    try:
+    async with owned_manager(tmp_path, policy) as (manager, _):
         await manager.register_node("n1", "h1:1", 10_000, gpus=2)
         await manager.register_node("n2", "h2:1", 10_000, gpus=2)
         dataset, _, _ = await manager.register_dataset(make_local_dataset(tmp_path / "d", 2, 500), {}, 0)
         yield manager, dataset.uri
-    finally:
-        await manager.close()
-        store.close()
-
-
-def policy(manager: DataManager) -> PolicyAllocations:
-    assert manager.policy_allocations is not None
-    return manager.policy_allocations
 
 
 def test_placements_that_cannot_be_carried_out_are_refused_naming_what_is_wrong(tmp_path: Path) -> None:
@@ -129,17 +118,17 @@ def test_placements_that_cannot_be_carried_out_are_refused_naming_what_is_wrong(
             await manager.register_job("big", uri, 1000, [], gpus=2)
             await manager.register_job("pinned", uri, 1000, [Worker("n2", 1)])
             with pytest.raises(NotFound, match=r"job_id: job 'nosuch' is not registered"):
-                await policy(manager).place("nosuch", {"n1": 2})
+                await allocations(manager).place("nosuch", {"n1": 2})
             with pytest.raises(NotFound, match=r"placement: node 'n9' is not registered"):
-                await policy(manager).place("big", {"n9": 2})
+                await allocations(manager).place("big", {"n9": 2})
             with pytest.raises(InvalidArgument, match=r"job 'big': 1 GPUs \(n1:1\); it runs on all the 2 it asks"):
-                await policy(manager).place("big", {"n1": 1})
+                await allocations(manager).place("big", {"n1": 1})
             with pytest.raises(FailedPrecondition, match=r"node 'n2' has 1 GPUs free for the policy, not 2"):
-                await policy(manager).place("big", {"n2": 2})  # the pinned job's worker holds one of them
+                await allocations(manager).place("big", {"n2": 2})  # the pinned job's worker holds one of them
             with pytest.raises(FailedPrecondition, match=r"job 'pinned' was registered with its workers"):
-                await policy(manager).place("pinned", {"n1": 1})
+                await allocations(manager).place("pinned", {"n1": 1})
             assert lifecycle.placement_of(manager.state.jobs["big"]) == {}
-            await policy(manager).place("big", {"n1": 2})
+            await allocations(manager).place("big", {"n1": 2})
             assert lifecycle.placement_of(manager.state.jobs["big"]) == {"n1": 2}
 
     asyncio.run(scenario())
@@ -153,7 +142,7 @@ def test_registrations_for_the_policy_are_checked(tmp_path: Path) -> None:
             with pytest.raises(InvalidArgument, match=r"workers must name at least one node \(or give gpus"):
                 await manager.register_job("j", uri, 1000, [])
             await manager.register_job("j", uri, 1000, [], gpus=2)
-            await policy(manager).place("j", {"n1": 2})
+            await allocations(manager).place("j", {"n1": 2})
             _, created, _ = await manager.register_job("j", uri, 1000, [], gpus=2)  # placed since: still the same
             assert not created
             with pytest.raises(AlreadyExists, match=r"registered with gpus 2, not gpus 1"):
@@ -179,7 +168,7 @@ def test_the_stream_starts_with_every_decision_then_follows_changes_and_a_gone_f
             assert first.snapshot and [(d.job_id, d.phase) for d in first.jobs] == [("a", pb.JOB_PHASE_PENDING)]
             assert first.revision == manager.state.revision
 
-            await policy(manager).place("a", {"n1": 2})
+            await allocations(manager).place("a", {"n1": 2})
             started = await anext(stream)
             assert not started.snapshot and started.revision == first.revision + 1
             (decision,) = started.jobs
@@ -187,7 +176,7 @@ def test_the_stream_starts_with_every_decision_then_follows_changes_and_a_gone_f
                 pb.JOB_PHASE_RUNNING,
                 [("n1", 2)],
             )
-            await policy(manager).hand_back({"a": {"queue": 1}})  # no decision changes: nothing published
+            await allocations(manager).hand_back({"a": {"queue": 1}})  # no decision changes: nothing published
             await manager.register_job("b", uri, 1000, [], gpus=1)
             await manager.finish_job("a")
             assert [(d.job_id, d.phase) for d in (await anext(stream)).jobs] == [("b", pb.JOB_PHASE_PENDING)]
@@ -228,9 +217,7 @@ def test_a_round_preempts_then_places_keeps_policy_state_and_history_survives_a_
         assert report.error == "" and report.wake_at == clock[0] + 60.0
 
     async def first_run() -> None:
-        store = SQLiteStore(tmp_path / "state")
-        manager = DataManager(store, remote_io_limit=1000, policy="newest", wall_clock=wall_clock)
-        try:
+        async with owned_manager(tmp_path, "newest", wall_clock=wall_clock) as (manager, _):
             await manager.register_node("n1", "h1:1", 10_000, gpus=1)
             uri = (await manager.register_dataset(make_local_dataset(tmp_path / "d", 2, 500), {}, 0))[0].uri
             await manager.register_job("old", uri, 1000, [], gpus=1)
@@ -239,25 +226,17 @@ def test_a_round_preempts_then_places_keeps_policy_state_and_history_survives_a_
             await manager.register_job("new", uri, 1000, [], gpus=1)
             await round_with(manager)
             assert {j: job.node_ids for j, job in manager.state.jobs.items()} == {"old": (), "new": ("n1",)}
-        finally:
-            await manager.close()
-            store.close()
 
     asyncio.run(first_run())
     clock[0] = 140.0
 
     async def after_restart() -> None:
-        store = SQLiteStore(tmp_path / "state")
-        manager = DataManager(store, remote_io_limit=1000, policy="newest", wall_clock=wall_clock)
-        try:
+        async with owned_manager(tmp_path, "newest", wall_clock=wall_clock) as (manager, _):
             old = snapshot_of(manager, 1000, now=clock[0]).jobs["old"]
             assert (old.submit_time, old.first_start_time, old.last_start_time) == (100.0, 100.0, 100.0)
             assert (old.pending_since, old.preemptions, old.attained_gpu_seconds) == (130.0, 1, 30.0)
             assert old.queued_seconds(clock[0]) == 10.0 and dict(old.policy_state) == {"queue": 1.0}
             new = snapshot_of(manager, 1000, now=clock[0]).jobs["new"]
             assert (dict(new.placement), new.attained_gpu_seconds, new.preemptions) == ({"n1": 1}, 10.0, 0)
-        finally:
-            await manager.close()
-            store.close()
 
     asyncio.run(after_restart())
