@@ -20,11 +20,13 @@ def place_gang(free_gpus: Mapping[str, int], gpus: int) -> dict[str, int] | None
 
 def _gang(free_gpus: Mapping[str, int], gpus: int) -> dict[str, int]:
     """`place_gang` for `gpus` > 0 that the free GPUs are known to hold."""
+    return _on_one_node(free_gpus, gpus) or _fill(free_gpus, sorted(free_gpus, key=lambda n: (-free_gpus[n], n)), gpus)
+
+
+def _on_one_node(free_gpus: Mapping[str, int], gpus: int) -> dict[str, int] | None:
+    """All `gpus` on the tightest node that has them (so large holes stay free), or None if none has."""
     fitting = [node for node, free in free_gpus.items() if free >= gpus]
-    if fitting:
-        node = min(fitting, key=lambda n: (free_gpus[n], n))
-        return {node: gpus}
-    return _fill(free_gpus, sorted(free_gpus, key=lambda n: (-free_gpus[n], n)), gpus)
+    return {min(fitting, key=lambda n: (free_gpus[n], n)): gpus} if fitting else None
 
 
 def place_consolidated(free_gpus: Mapping[str, int], gpus: int, gpus_per_node: int) -> dict[str, int] | None:
@@ -38,8 +40,7 @@ def place_consolidated(free_gpus: Mapping[str, int], gpus: int, gpus_per_node: i
         return None
     nodes_needed = -(-gpus // gpus_per_node)
     if nodes_needed == 1:
-        fitting = [node for node, free in free_gpus.items() if free >= gpus]
-        return {min(fitting, key=lambda n: (free_gpus[n], n)): gpus} if fitting else None
+        return _on_one_node(free_gpus, gpus)
     roomiest = sorted(free_gpus, key=lambda n: (-free_gpus[n], n))[:nodes_needed]
     if sum(max(0, free_gpus[n]) for n in roomiest) < gpus:
         return None
@@ -54,10 +55,7 @@ def place_least_fragmenting(free_gpus: Mapping[str, int], gpus: int) -> dict[str
     """
     if gpus <= 0 or sum(max(0, n) for n in free_gpus.values()) < gpus:
         return None
-    fitting = [node for node, free in free_gpus.items() if free >= gpus]
-    if fitting:
-        return {min(fitting, key=lambda n: (free_gpus[n], n)): gpus}
-    return _fill(free_gpus, sorted(free_gpus, key=lambda n: (free_gpus[n], n)), gpus)
+    return _on_one_node(free_gpus, gpus) or _fill(free_gpus, sorted(free_gpus, key=lambda n: (free_gpus[n], n)), gpus)
 
 
 def _fill(free_gpus: Mapping[str, int], nodes: Iterable[str], gpus: int) -> dict[str, int]:
@@ -151,14 +149,11 @@ def place_by_priority(
                 placements[job.job_id] = placement
                 take(free, placement)
     for job in ranked:
-        if job.placement and job.job_id not in placements and _fits(free, job.placement):
-            placements[job.job_id] = dict(job.placement)
-            take(free, job.placement)
+        kept = None if job.job_id in placements else _still_free(free, job)
+        if kept is not None:
+            placements[job.job_id] = kept
+            take(free, kept)
     return placements
-
-
-def _fits(free_gpus: Mapping[str, int], placement: Mapping[str, int]) -> bool:
-    return all(free_gpus.get(node, 0) >= gpus for node, gpus in placement.items())
 
 
 def profile_based(gpus_per_node: int, pack_limit: float) -> Placer:

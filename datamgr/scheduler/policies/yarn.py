@@ -9,11 +9,10 @@ only; the cache system decides storage.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from datamgr.scheduler.perf import Estimator
-from datamgr.scheduler.placement import gpus_per_node, place_consolidated, take
-from datamgr.scheduler.policy import Decision, current_placements
+from datamgr.scheduler.placement import gpus_per_node, place_consolidated
+from datamgr.scheduler.policies.fifo import start_in_order
+from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.snapshot import Snapshot
 
 
@@ -25,17 +24,10 @@ class ConsolidatingFifo:
         self.backfill = backfill
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
-        placements: dict[str, Mapping[str, int]] = current_placements(snapshot)
         per_node = gpus_per_node(snapshot.free_gpus({}))
-        free = snapshot.free_gpus(placements)
-        for job in snapshot.queued_jobs():
-            placement = place_consolidated(free, job.gpus, per_node)
-            if placement is None:
-                if self.backfill:
-                    continue
-                break
-            take(free, placement)
-            placements[job.job_id] = placement
+        placements = start_in_order(
+            snapshot, lambda free, job: place_consolidated(free, job.gpus, per_node), self.backfill
+        )
         return Decision(placements=placements)
 
 
