@@ -118,10 +118,11 @@ class JobQueue(NamedTuple):
     waited_base: float = 0.0
 
     @classmethod
-    def of(cls, job: JobState) -> JobQueue:
+    def of(cls, job: JobState) -> JobQueue | None:
+        """The place the job's state records; None for a job the policy has not seen yet."""
         state = job.policy_state
         if not state:
-            return cls(0, job.submit_time)
+            return None
         return cls(int(state["queue"]), state["entered"], state["service_base"], state["waited_base"])
 
     def as_state(self) -> dict[str, float]:
@@ -134,10 +135,12 @@ class JobQueue(NamedTuple):
 
 
 class Ranked(NamedTuple):
-    """What a round knows of a job: its queue, attained service, and the key it is ranked by."""
+    """What a round knows of a job: its place in the queues (and the one its state recorded, None for a new
+    job), attained service, and the key it is ranked by."""
 
     job: JobState
     place: JobQueue
+    recorded: JobQueue | None
     attained: float
     key: tuple[float, ...]
 
@@ -148,7 +151,6 @@ class Tiresias:
     def __init__(self, name: str, config: TiresiasConfig, gittins: bool) -> None:
         self.name = name
         self.config = config
-        self.gittins = gittins
         self.history = (config.history or default_history()) if gittins else None
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
@@ -158,9 +160,7 @@ class Tiresias:
         everything = snapshot.free_gpus({})
         place = profile_based(gpus_per_node(everything), self.config.pack_limit)
         placements = place_by_priority(everything, [r.job for r in ranked], place)
-        states = {
-            r.job.job_id: r.place.as_state() for r in ranked if r.place != JobQueue.of(r.job) or not r.job.policy_state
-        }
+        states = {r.job.job_id: r.place.as_state() for r in ranked if r.place != r.recorded}
         notes = LazyNotes(by_id, _describe)
         decision = Decision(
             placements=placements, job_states=states, wake_at=self._wake_at(ranked, placements, now), notes=notes
@@ -176,31 +176,34 @@ class Tiresias:
         return job.attained_gpu_seconds
 
     def _rank(self, job: JobState, now: float) -> Ranked:
-        place = JobQueue.of(job)
+        recorded = JobQueue.of(job)
+        place = recorded or JobQueue(0, job.submit_time)
         attained = self.attained(job) - place.service_base
-        if self._starving(job, place, attained, now):
+        promotion = None if job.placement else self._promotion_in(job, place, attained, now)
+        if promotion is not None and promotion <= 0:
             place = JobQueue(0, now, self.attained(job), _waited_since_first_start(job, now))
             attained = 0.0
         config = self.config
         if config.continuous:
             priority = -self.history.supremum(attained) if self.history is not None else attained
-            return Ranked(job, place, attained, (priority, job.submit_time))
+            return Ranked(job, place, recorded, attained, (priority, job.submit_time))
         queue = max(place.queue, _queue_of(attained, config.thresholds))
         if queue != place.queue:
             place = place._replace(queue=queue, entered=now)
         last = len(config.thresholds)
         if self.history is not None and queue < last:
             index = self.history.index(attained, config.thresholds[queue])
-            return Ranked(job, place, attained, (queue, -index, job.submit_time))
+            return Ranked(job, place, recorded, attained, (queue, -index, job.submit_time))
         lined_up = math.inf if job.first_start_time is None else max(place.entered, job.first_start_time)
-        return Ranked(job, place, attained, (queue, lined_up, job.submit_time))
+        return Ranked(job, place, recorded, attained, (queue, lined_up, job.submit_time))
 
-    def _starving(self, job: JobState, place: JobQueue, attained: float, now: float) -> bool:
-        """PROMOTEKNOB: a waiting job that has run, below Q1, has waited knob x t since its last promotion."""
-        if job.placement or job.first_start_time is None or place.queue == 0 or math.isinf(self.config.promote_knob):
-            return False
+    def _promotion_in(self, job: JobState, place: JobQueue, attained: float, now: float) -> float | None:
+        """PROMOTEKNOB: the seconds until a job that has run, below Q1, has waited knob x t since its last
+        promotion (0 or less: due now), or None where no promotion applies. For a job that waits."""
+        if job.first_start_time is None or place.queue == 0 or math.isinf(self.config.promote_knob):
+            return None
         waited = _waited_since_first_start(job, now) - place.waited_base
-        return waited >= self.config.promote_knob * attained / job.gpus
+        return self.config.promote_knob * attained / job.gpus - waited
 
     def _wake_at(self, ranked: Sequence[Ranked], placements: Mapping[str, object], now: float) -> float | None:
         """The earliest demotion of a job that runs on, or promotion of one that waits (discretized only), and
@@ -215,9 +218,10 @@ class Tiresias:
                 if r.place.queue < len(config.thresholds):
                     service_per_second = gpus * self._speed(r.job)
                     soonest = min(soonest, now + (config.thresholds[r.place.queue] - r.attained) / service_per_second)
-            elif r.job.first_start_time is not None and r.place.queue > 0 and not math.isinf(config.promote_knob):
-                waited = _waited_since_first_start(r.job, now) - r.place.waited_base
-                soonest = min(soonest, now + config.promote_knob * r.attained / gpus - waited)
+            else:
+                promotion = self._promotion_in(r.job, r.place, r.attained, now)
+                if promotion is not None:
+                    soonest = min(soonest, now + promotion)
         if soonest == math.inf:
             return None
         return max(soonest, now + MIN_WAKE_SECONDS)
