@@ -207,7 +207,7 @@ class _Run:
                     self._arrive(job)
                 case _Restored(job, until) if until == job.restoring_until:
                     job.advance(self.now)
-                    job.restored(self.now)
+                    job.restored()
                     self._update_rates(job, segment_changed=False)
                     self.ledger.record(self.now, self.remote)
                 case _Round(timer) if timer in (0, self.timer):

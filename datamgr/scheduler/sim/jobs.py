@@ -204,7 +204,7 @@ class JobRun:
     def restoring(self) -> bool:
         return self.restoring_until > self.updated_at
 
-    def restored(self, now: float) -> None:
+    def restored(self) -> None:
         """Its checkpoint is back (at `restoring_until`, after `advance`): it reads from now on."""
         self.overhead_seconds += self.resume_seconds
         self.restoring_until = -math.inf
