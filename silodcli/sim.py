@@ -266,23 +266,23 @@ def _config(args: argparse.Namespace, inputs: SimInputs | None = None) -> SimCon
     """The run's settings: the command line's, else the scenario's, else the simulator's defaults."""
     scenario = None if inputs is None else inputs.scenario
     default = SimConfig()
-    round_seconds = args.round_seconds or (scenario and scenario.round_seconds) or default.round_seconds
-    preemption = args.preemption_seconds
-    if preemption is None:
-        preemption = (
-            default.preemption_seconds
-            if scenario is None or scenario.preemption_seconds is None
-            else scenario.preemption_seconds
-        )
     return SimConfig(
-        round_seconds=round_seconds, seed=args.seed, time_limit=args.time_limit, preemption_seconds=preemption
+        round_seconds=_first_given(
+            args.round_seconds, None if scenario is None else scenario.round_seconds, default.round_seconds
+        ),
+        seed=args.seed,
+        time_limit=args.time_limit,
+        preemption_seconds=_first_given(
+            args.preemption_seconds,
+            None if scenario is None else scenario.preemption_seconds,
+            default.preemption_seconds,
+        ),
     )
 
 
-def scheduler_for(args: argparse.Namespace, inputs: SimInputs | None, policy: str, cache_system: str) -> Scheduler:
-    """`build_scheduler` with the knobs (the scenario's `[policy]` table, then `--policy-option`) for a policy
-    that takes knobs; raises UnknownPolicy."""
-    return build_scheduler(policy, cache_system, knobs_for(args, inputs, policy))
+def _first_given(given: float | None, from_scenario: float | None, default: float) -> float:
+    """A setting from the command line, else the scenario, else the default (0 counts as given)."""
+    return given if given is not None else from_scenario if from_scenario is not None else default
 
 
 def knobs_for(args: argparse.Namespace, inputs: SimInputs | None, policy: str) -> PolicyOptions | None:
@@ -310,7 +310,7 @@ def run_sim(args: argparse.Namespace) -> int:
     try:
         inputs = _inputs(args)
         check_policy_options(args, [args.policy])
-        scheduler = scheduler_for(args, inputs, args.policy, args.cache_system)
+        scheduler = build_scheduler(args.policy, args.cache_system, knobs_for(args, inputs, args.policy))
     except (SimInputError, UnknownPolicy) as exc:
         return _fail("sim", exc)
     from datamgr.scheduler.sim import report
@@ -335,18 +335,17 @@ def run_compare(args: argparse.Namespace) -> int:
         if baseline not in args.cache_systems:
             raise SimInputError(f"--baseline {baseline} is not one of --cache-systems {','.join(args.cache_systems)}")
         inputs = _inputs(args)
-        pairs = [(p, c) for p in args.policies for c in args.cache_systems]
         check_policy_options(args, args.policies)
-        for policy, cache_system in pairs:
-            scheduler_for(args, inputs, policy, cache_system)  # refuse an unknown name or knob before anything runs
+        pairs = [(p, c, knobs_for(args, inputs, p)) for p in args.policies for c in args.cache_systems]
+        for pair in pairs:
+            build_scheduler(*pair)  # refuse an unknown name or knob before anything runs
     except (SimInputError, UnknownPolicy) as exc:
         return _fail("sim compare", exc)
     from datamgr.scheduler.sim import report
 
     out = args.out or Path(f"sim-{inputs.name}-compare")
     try:
-        knobbed = [(policy, cache_system, knobs_for(args, inputs, policy)) for policy, cache_system in pairs]
-        simulated = _simulate_pairs(inputs, knobbed, _config(args, inputs), out, args.decision_log, args.jobs)
+        simulated = _simulate_pairs(inputs, pairs, _config(args, inputs), out, args.decision_log, args.jobs)
     except (SimulationStalled, InvalidDecision) as exc:
         return _fail("sim compare", exc, EXIT_FAILED)
     runs = [(run.result, run.summary) for run in simulated]
