@@ -88,6 +88,8 @@ def test_with_no_qualifying_job_random_ones_are_preempted_until_the_te_job_fits(
     chosen = victims(te, halves)
     assert {"h0", "h1"} <= set(chosen) and chosen[-1] in {"h0", "h1"}  # node a fits once both halves go
     assert victims(Resources(40, GB, 1), halves) == []  # no node could ever hold it: preempt nothing
+    spent = [job._replace(preemptions=1) for job in halves[:1]] + halves[1:]
+    assert victims(te, spent) == []  # without h0 (preempted P times already) node a can never fit it
 
 
 def test_lrtp_preempts_the_longest_remaining_first_until_it_fits() -> None:

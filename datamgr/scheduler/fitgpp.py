@@ -11,13 +11,16 @@ The paper's rule (its Eqs. 1-4):
 
 where N_j is what is unallocated on j's node, and s = 4, P = 1 by default. One victim that frees enough on
 its own node, small and quick to suspend, and never a job preempted P times already. When no running BE job
-qualifies the paper preempts "a random BE job"; here, as the issue reads it, random BE jobs are preempted
-until some node has room (the random pick ignores P: the paper puts no limit on it). With every GP zero the
+qualifies the paper preempts "a random BE job"; here random BE jobs are preempted until some node has room,
+as the baselines do, and only among jobs preempted fewer than P times: the paper calls P a guarantee that no
+BE job starves, which a fallback ignoring it would break. With every GP zero the
 GP term is 0 rather than 0/0 (all jobs rewind alike). Scores depend on ratios only, so they do not change
 with the units demands are given in.
 
 The baselines preempt until some node has room for the TE job, in their own order: LRTP the running BE job
-with the longest remaining time first (with perfect knowledge), RAND at random. The grace period is not part
+with the longest remaining time first (with perfect knowledge), RAND at random. P bounds them too (the caller
+passes only jobs below it): the paper's Table 3 reports them "when P = 1", and preempts more distinct jobs
+there than with P infinite (Table 4), as a limit spreading preemptions would. The grace period is not part
 of the choice here: the driver keeps a victim's resources until its GP has passed.
 """
 
@@ -40,6 +43,13 @@ class Resources(NamedTuple):
         """Element-wise sum (a tuple's `+` concatenates)."""
         return Resources(self.cpus + other.cpus, self.ram_bytes + other.ram_bytes, self.gpus + other.gpus)
 
+    def minus(self, other: Resources) -> Resources:
+        return Resources(self.cpus - other.cpus, self.ram_bytes - other.ram_bytes, self.gpus - other.gpus)
+
+    def meet(self, other: Resources) -> Resources:
+        """Element-wise minimum: what both leave room for."""
+        return Resources(min(self.cpus, other.cpus), min(self.ram_bytes, other.ram_bytes), min(self.gpus, other.gpus))
+
     def covers(self, demand: Resources) -> bool:
         """Element-wise `demand <= self` (the paper's Eq. 2)."""
         return demand.cpus <= self.cpus and demand.ram_bytes <= self.ram_bytes and demand.gpus <= self.gpus
@@ -58,8 +68,26 @@ class RunningBe(NamedTuple):
 
 def size(demand: Resources, capacity: Resources) -> float:
     """Eq. 1: the demand as a length in units of its node's capacity."""
-    shares = (demand.cpus / capacity.cpus, demand.ram_bytes / capacity.ram_bytes, demand.gpus / capacity.gpus)
+    shares = (
+        _share(demand.cpus, capacity.cpus),
+        _share(demand.ram_bytes, capacity.ram_bytes),
+        _share(demand.gpus, capacity.gpus),
+    )
     return math.sqrt(sum(share * share for share in shares))
+
+
+def _share(amount: float, capacity: float) -> float:
+    """`amount` over `capacity`; 0 for a resource the driver does not model (infinite capacity)."""
+    return amount / capacity if math.isfinite(capacity) else 0.0
+
+
+def best_fit(demand: Resources, room: Mapping[str, Resources], capacity: Mapping[str, Resources]) -> str | None:
+    """The node with room for `demand` that it leaves least room on (by Eq. 1's size, ties by node id), or
+    None. The papers do not say how FitGpp's FIFO picks a node; best fit keeps large holes for large jobs."""
+    fitting = [node for node, free in room.items() if free.covers(demand)]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda node: (size(room[node].minus(demand), capacity[node]), node))
 
 
 def scores(running: Sequence[RunningBe], capacity: Mapping[str, Resources], s: float) -> dict[str, float]:
@@ -81,18 +109,19 @@ def fitgpp_victims(
     capacity: Mapping[str, Resources],
     *,
     s: float = 4.0,
-    limit: int = 1,
+    limit: float = 1,
     rng: random.Random,
 ) -> list[str]:
     """The BE jobs FitGpp preempts to make room for a TE job of `te_demand`, given what is `free` per node:
-    the one of Eq. 4, or (none qualifying) random ones until it fits; [] if nothing could make room."""
+    the one of Eq. 4, or (none qualifying) random ones below the limit until it fits; [] if nothing could
+    make room. Scores (Eq. 3) are over all of `running`, the jobs at the limit included."""
     score = scores(running, capacity, s)
     qualifying = [
         job for job in running if job.preemptions < limit and free[job.node].plus(job.demand).covers(te_demand)
     ]
     if qualifying:
         return [min(qualifying, key=lambda job: (score[job.job_id], job.job_id)).job_id]
-    return rand_victims(te_demand, running, free, rng=rng)
+    return rand_victims(te_demand, [job for job in running if job.preemptions < limit], free, rng=rng)
 
 
 def victims_until_fit(te_demand: Resources, ordered: Sequence[RunningBe], free: Mapping[str, Resources]) -> list[str]:

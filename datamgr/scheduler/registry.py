@@ -41,6 +41,10 @@ BUILTIN_POLICIES: dict[str, str] = {
     "best-effort": "datamgr.scheduler.policies.yarn:best_effort",
     "srtf": "datamgr.scheduler.policies.remaining:srtf",
     "srsf": "datamgr.scheduler.policies.remaining:srsf",
+    "fitgpp": "datamgr.scheduler.policies.fitgpp:fitgpp",
+    "lrtp": "datamgr.scheduler.policies.fitgpp:lrtp",
+    "rand": "datamgr.scheduler.policies.fitgpp:rand",
+    "fitgpp-fifo": "datamgr.scheduler.policies.fitgpp:fitgpp_fifo",
 }
 
 # cache system -> the storage policy its baseline allocates with ("silod": the policy's own, SiloDPerf).

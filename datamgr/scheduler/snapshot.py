@@ -16,11 +16,14 @@ from typing import NamedTuple
 
 @dataclass(frozen=True, slots=True)
 class NodeState:
-    """A machine: its GPUs and the local cache space it contributes."""
+    """A machine: its GPUs and the local cache space it contributes; its CPUs and RAM where the driver models
+    them (0: not modelled, no job asks for any)."""
 
     node_id: str
     gpus: int
     cache_bytes: int
+    cpus: float = 0.0
+    ram_bytes: int = 0
 
 
 class JobState(NamedTuple):
@@ -61,6 +64,13 @@ class JobState(NamedTuple):
     # to round, such as Tiresias's queue. Empty until the policy first sets it.
     policy_state: Mapping[str, float] = MappingProxyType({})
     skew: float = 0.0  # its model's largest tensor over the model's size (Tiresias's placement); 0: unknown
+    # While it suspends after a preemption (FitGpp's grace period) it still holds these GPUs, node -> GPUs, and
+    # can be placed again only once they are released; empty otherwise. Its placement is empty meanwhile.
+    held: Mapping[str, int] = MappingProxyType({})
+    job_class: str = ""  # "te" (trial-and-error) or anything else (best-effort), for policies that tell them apart
+    cpus: float = 0.0  # besides its GPUs, on its one node; 0: not asked for
+    ram_bytes: int = 0
+    grace_seconds: float = 0.0  # how long it suspends, holding its resources, once preempted
 
     @property
     def running(self) -> bool:
@@ -119,7 +129,12 @@ class Snapshot:
         return [j for j in self._by_submission if j.placement]
 
     def queued_jobs(self) -> list[JobState]:
-        return [j for j in self._by_submission if not j.placement]
+        """Jobs a policy may start: neither running nor still suspending (`held`), in submission order."""
+        return [j for j in self._by_submission if not j.placement and not j.held]
+
+    def suspending_jobs(self) -> list[JobState]:
+        """Preempted jobs still holding their resources through their grace period, in submission order."""
+        return [j for j in self._by_submission if j.held]
 
     def jobs_by_submission(self) -> list[JobState]:
         return list(self._by_submission)
@@ -152,11 +167,12 @@ class Snapshot:
         return [j for j in pool if j.dataset_uri == dataset_uri]
 
     def free_gpus(self, placements: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, int]:
-        """GPUs left per node once `placements` (by default the current ones) are taken."""
+        """GPUs left per node once `placements` (by default the current ones) are taken, and what suspending
+        jobs still hold, which no decision can move."""
         if placements is None:
             placements = {j.job_id: j.placement for j in self.jobs.values()}
         free = {node_id: node.gpus for node_id, node in self.nodes.items()}
-        for placement in placements.values():
+        for placement in [*placements.values(), *(j.held for j in self.suspending_jobs())]:
             for node_id, gpus in placement.items():
                 free[node_id] -= gpus
         return free

@@ -1,13 +1,16 @@
-"""Cluster files: the simulated cluster as a four-key TOML file.
+"""Cluster files: the simulated cluster as a TOML file of four required keys and two optional ones.
 
 ```toml
 nodes = 2                 # identical machines
 gpus_per_node = 4
 cache_per_node = "1TB"    # local cache each node contributes (a size: "1TB", "500GiB", bytes)
 remote_io = "200MB/s"     # the egress limit all jobs share (a rate: "200MB/s", "1Gbps", bytes/s)
+cpus_per_node = 32        # optional: CPUs and RAM per node, for traces whose jobs ask for them (FitGpp's)
+ram_per_node = "256GB"
 ```
 
-Every key is required and no other key is accepted, so a typo cannot silently leave a default in place.
+The four are required and no other key is accepted, so a typo cannot silently leave a default in place.
+CPUs and RAM go together: a cluster without them runs only jobs that ask for neither.
 """
 
 from __future__ import annotations
@@ -17,20 +20,31 @@ from dataclasses import replace
 from pathlib import Path
 
 from datamgr.scheduler.sim import fields
-from datamgr.scheduler.sim.fields import check_keys, read_field
+from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
 from datamgr.scheduler.sim.model import ClusterSpec
 
 KEYS = ("nodes", "gpus_per_node", "cache_per_node", "remote_io")
+HOST_KEYS = ("cpus_per_node", "ram_per_node")
 
 
 def cluster_from_table(table: Mapping[str, object], where: str) -> ClusterSpec:
     """The cluster a TOML table describes; `where` (the file, or the file and section) prefixes errors."""
-    check_keys(table, KEYS, KEYS, where)
+    check_keys(table, (*KEYS, *HOST_KEYS), KEYS, where)
+    host = [key for key in HOST_KEYS if key in table]
+    if len(host) == 1:
+        other = HOST_KEYS[1 - HOST_KEYS.index(host[0])]
+        raise SimInputError(f"{where}: {host[0]} is given without {other}; give both or neither")
     return ClusterSpec(
         nodes=read_field(fields.positive_int, table["nodes"], f"{where}: nodes"),
         gpus_per_node=read_field(fields.positive_int, table["gpus_per_node"], f"{where}: gpus_per_node"),
         cache_bytes_per_node=read_field(fields.size, table["cache_per_node"], f"{where}: cache_per_node"),
         remote_io_bytes_per_sec=read_field(fields.positive(fields.rate), table["remote_io"], f"{where}: remote_io"),
+        cpus_per_node=read_field(fields.positive_number, table["cpus_per_node"], f"{where}: cpus_per_node")
+        if host
+        else 0.0,
+        ram_bytes_per_node=read_field(fields.positive(fields.size), table["ram_per_node"], f"{where}: ram_per_node")
+        if host
+        else 0,
     )
 
 

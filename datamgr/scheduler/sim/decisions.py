@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 
 from datamgr.scheduler.policy import Decision, Placements
-from datamgr.scheduler.snapshot import Snapshot
+from datamgr.scheduler.snapshot import JobState, Snapshot
 
 
 class InvalidDecision(ValueError):
@@ -48,13 +48,20 @@ def check_decision(decision: Decision, snapshot: Snapshot, scheduler: str) -> No
 
 def _check_placements(placements: Placements, snapshot: Snapshot, where: str) -> None:
     """Checked every round over every running job: the snapshot's mappings are read once, a job's GPUs are
-    added up in the same loop that checks them."""
+    added up in the same loop that checks them. What suspending jobs hold counts as taken."""
     jobs, nodes = snapshot.jobs, snapshot.nodes
     used: dict[str, int] = {}
+    host: dict[str, tuple[float, int]] = {}  # node -> CPUs and RAM taken, where jobs ask for them
+    for suspending in snapshot.suspending_jobs():
+        for node_id, gpus in suspending.held.items():
+            used[node_id] = used.get(node_id, 0) + gpus
+            _take_host(suspending, node_id, host)
     for job_id, placement in placements.items():
         job = jobs.get(job_id)
         if job is None:
             raise InvalidDecision(f"{where}: placed job {job_id!r}, which is not waiting or running")
+        if job.held and placement:
+            raise InvalidDecision(f"{where}: placed job {job_id!r}, which is still suspending (its grace period)")
         held = 0
         for node_id, gpus in placement.items():
             if node_id not in nodes:
@@ -67,11 +74,30 @@ def _check_placements(placements: Placements, snapshot: Snapshot, where: str) ->
             raise InvalidDecision(
                 f"{where}: gave job {job_id!r} {held} GPUs; a job runs on all the {job.gpus} it asks for or on none"
             )
+        if (job.cpus or job.ram_bytes) and placement:
+            if len(placement) > 1:
+                raise InvalidDecision(f"{where}: spread job {job_id!r}, which asks for CPUs and RAM, over several nodes")
+            _take_host(job, next(iter(placement)), host)
     for node_id, gpus in used.items():
         if gpus > snapshot.nodes[node_id].gpus:
             raise InvalidDecision(
                 f"{where}: placed {gpus} GPUs on node {node_id!r}, which has {snapshot.nodes[node_id].gpus}"
             )
+    for node_id, (cpus, ram) in host.items():
+        node = snapshot.nodes[node_id]
+        if cpus > node.cpus or ram > node.ram_bytes:
+            raise InvalidDecision(
+                f"{where}: placed jobs needing {cpus:g} CPUs and {ram} bytes of RAM on node {node_id!r}, which has "
+                f"{node.cpus:g} and {node.ram_bytes} (a policy that ignores CPUs and RAM cannot run this trace; "
+                "fitgpp, lrtp, rand and fitgpp-fifo account for them)"
+            )
+
+
+def _take_host(job: JobState, node_id: str, host: dict[str, tuple[float, int]]) -> None:
+    """Count the CPUs and RAM `job` asks for, if any, as taken on `node_id`."""
+    if job.cpus or job.ram_bytes:
+        cpus, ram = host.get(node_id, (0.0, 0))
+        host[node_id] = (cpus + job.cpus, ram + job.ram_bytes)
 
 
 def decision_record(

@@ -13,7 +13,9 @@ progress (and its place in its epoch), and counts a preemption; a placement that
 non-empty is not a preemption. When a preempted job resumes it first restores its checkpoint for
 `config.preemption_seconds`, holding its GPUs and reading nothing (the whole preempt-and-resume cost is paid
 at the resume: Tiresias measured the pair, and charging it there frees the preempted GPUs at once for the job
-that preempted it). A decision's `job_states` reach the named jobs' next snapshots (`JobState.policy_state`), and
+that preempted it). A preempted job with a grace period (FitGpp's) suspends first: stopped and reading nothing,
+it holds its GPUs (and CPUs and RAM) until the period ends, then releases them, which triggers a round as a
+finish does; until then no decision may place it. A decision's `job_states` reach the named jobs' next snapshots (`JobState.policy_state`), and
 its `wake_at` schedules a round then, however quiet the cluster is (each decision's wake-up replaces the one
 before: a policy asks for its next round, not for every round it once predicted).
 
@@ -97,6 +99,7 @@ def check_inputs(trace: Sequence[TraceJob], cluster: ClusterSpec) -> None:
         seen.add(job.job_id)
         if not 1 <= job.gpus <= cluster.total_gpus:
             raise ValueError(f"{where}: needs {job.gpus} GPUs; the cluster has {cluster.total_gpus}")
+        _check_host_demand(job, cluster, where)
         if not job.arrival >= 0:
             raise ValueError(f"{where}: arrival {job.arrival!r} is before the trace start")
         for name in ("ideal_bytes_per_sec", "dataset_bytes", "epochs"):
@@ -107,6 +110,23 @@ def check_inputs(trace: Sequence[TraceJob], cluster: ClusterSpec) -> None:
             raise ValueError(
                 f"{where}: dataset {job.dataset!r} is {job.dataset_bytes} bytes, an earlier job says {known}"
             )
+
+
+def _check_host_demand(job: TraceJob, cluster: ClusterSpec, where: str) -> None:
+    """A job asking for CPUs or RAM runs on one node, which must have them (and a GP is not negative)."""
+    if not job.grace_seconds >= 0:
+        raise ValueError(f"{where}: grace period {job.grace_seconds!r} must not be negative")
+    if not (job.cpus or job.ram_bytes):
+        return
+    if not cluster.cpus_per_node:
+        raise ValueError(f"{where}: asks for CPUs and RAM, but the cluster gives none per node (cpus_per_node)")
+    for name, asked, has in (
+        ("GPUs", job.gpus, cluster.gpus_per_node),
+        ("CPUs", job.cpus, cluster.cpus_per_node),
+        ("bytes of RAM", job.ram_bytes, cluster.ram_bytes_per_node),
+    ):
+        if asked > has:
+            raise ValueError(f"{where}: runs on one node and needs {asked:g} {name}; a node has {has:g}")
 
 
 def cache_model_for(cache_system: str, cluster: ClusterSpec, config: SimConfig) -> CacheModel:
@@ -125,6 +145,10 @@ class _Arrival:
 class _Boundary(NamedTuple):  # scheduled at every rate change: a tuple is cheaper to build than a dataclass
     job: JobRun
     version: int  # stale once the job's version moves on
+
+
+class _Released(NamedTuple):
+    job: JobRun  # its grace period is over (a suspending job can be neither placed nor finished: never stale)
 
 
 class _Restored(NamedTuple):
@@ -159,12 +183,13 @@ class _Run:
         self.config = config
         self.decision_log = decision_log
         self.progress = progress
-        self.queue: EventQueue[_Arrival | _Boundary | _Restored | _Round | _Wake] = EventQueue()
+        self.queue: EventQueue[_Arrival | _Boundary | _Released | _Restored | _Round | _Wake] = EventQueue()
         self.cache = cache_model_for(scheduler.cache_system, cluster, config)
         self.nodes = cluster.node_states()
         self.jobs = [JobRun(job, config.preemption_seconds) for job in trace]
         self.present: dict[str, JobRun] = {}  # arrived, not finished
         self.running: dict[str, JobRun] = {}
+        self.suspending = 0  # preempted jobs holding their resources through a grace period
         self.arrivals_left = len(self.jobs)
         self.finished: list[JobOutcome] = []
         self.samples: list[Sample] = []
@@ -210,6 +235,10 @@ class _Run:
                     job.restored()
                     self._update_rates(job, segment_changed=False)
                     self.ledger.record(self.now, self.remote)
+                case _Released(job):
+                    job.released()
+                    self.suspending -= 1
+                    self._request_round()
                 case _Round(timer) if timer in (0, self.timer):
                     self._round(timed=timer > 0)
                 case _Wake(generation) if generation == self.wake:
@@ -291,8 +320,13 @@ class _Run:
         io = decision.io_bytes_per_sec or {}
         stopped = [job for job_id, job in self.running.items() if not placements.get(job_id)]
         for job in stopped:
+            held = job.placement
             job.place({}, 0.0, now)
             del self.running[job.job_id]
+            if job.trace.grace_seconds > 0.0:
+                job.suspend(held)
+                self.suspending += 1
+                self.queue.schedule(now + job.trace.grace_seconds, EventKind.JOB, _Released(job))
         changed: set[str] = set()  # running jobs whose rates may have changed; the others' provably have not
         for job_id, placement in placements.items():
             if placement:
@@ -344,7 +378,8 @@ class _Run:
     def _stalled(self) -> bool:
         idle = self.throughput <= 0.0 and not self.arrivals_left
         restoring = any(job.restoring_until > self.now for job in self.running.values())
-        return idle and not restoring and bool(self.present) and self.config.time_limit is None
+        waiting = restoring or self.suspending > 0  # a restore's or a grace period's end is still to come
+        return idle and not waiting and bool(self.present) and self.config.time_limit is None
 
     def _update_rates(self, job: JobRun, segment_changed: bool) -> None:
         """Recompute a job's rates after its allocation or segment changed (it must be up to date)."""

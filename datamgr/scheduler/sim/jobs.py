@@ -40,11 +40,13 @@ class JobRun:
     """A trace job's state in the simulation, from arrival to finish.
 
     A job resumed after a preemption first restores its checkpoint for `resume_seconds` (the configured
-    preemption cost): it holds its GPUs and reads nothing until `restored` is called.
+    preemption cost): it holds its GPUs and reads nothing until `restored` is called. A preempted job with a
+    grace period first suspends (`suspend`): stopped, reading nothing, it holds its GPUs until `released`.
     """
 
     __slots__ = (
         "_queued_state",
+        "_trailing",
         "_unchanging",
         "base",
         "done",
@@ -54,6 +56,7 @@ class JobRun:
         "finished_at",
         "gpu_seconds",
         "gpus",
+        "held",
         "hit_bytes",
         "ideal",
         "io",
@@ -67,6 +70,7 @@ class JobRun:
         "rate",
         "remote_bytes",
         "remote_rate",
+        "restart_seconds",
         "restoring_until",
         "resume_seconds",
         "segment",
@@ -89,6 +93,10 @@ class JobRun:
             total_bytes=trace.total_bytes,
             irregular=trace.irregular,
             skew=model_skew(trace.model),
+            job_class=trace.job_class,
+            cpus=trace.cpus,
+            ram_bytes=trace.ram_bytes,
+            grace_seconds=trace.grace_seconds,
         )
         base = self.base
         # JobState's leading fields, which never change, in its field order (see `state`).
@@ -101,6 +109,7 @@ class JobRun:
             base.ideal_bytes_per_sec,
             base.total_bytes,
         )
+        self._trailing = (base.job_class, base.cpus, base.ram_bytes, base.grace_seconds)  # after `held`
         self.placement: Mapping[str, int] = _NOWHERE
         self.gpus = 0
         self.ideal = 0.0  # f* on the GPUs it holds
@@ -119,6 +128,8 @@ class JobRun:
         self.pending_since: float | None = trace.arrival  # None while it runs
         self.queued_before = 0.0  # seconds waited before `pending_since`
         self.preemptions = 0
+        self.held: Mapping[str, int] = _NOWHERE  # what it holds while suspending after a preemption
+        self.restart_seconds: list[float] = []  # from each preemption to the restart after it
         self.policy_state: Mapping[str, float] = _NO_STATE
         self.restoring_until = -math.inf  # while later than now, it restores a checkpoint and reads nothing
         self.overhead_seconds = 0.0  # spent restoring checkpoints
@@ -189,6 +200,8 @@ class JobRun:
             self.restoring_until = now + self.resume_seconds
         self.last_started_at = now
         if self.pending_since is not None:
+            if self.preemptions:
+                self.restart_seconds.append(now - self.pending_since)
             self.queued_before += now - self.pending_since
         self.pending_since = None
 
@@ -199,6 +212,16 @@ class JobRun:
         if self.restoring_until > now:
             self.overhead_seconds += now - (self.restoring_until - self.resume_seconds)
             self.restoring_until = -math.inf
+
+    def suspend(self, held: Mapping[str, int]) -> None:
+        """Preempted (after `place({})`), it keeps holding `held` through its grace period, reading nothing."""
+        self.held = held
+        self._queued_state = None
+
+    def released(self) -> None:
+        """Its grace period is over: it holds nothing and may be placed again."""
+        self.held = _NOWHERE
+        self._queued_state = None
 
     @property
     def restoring(self) -> bool:
@@ -263,6 +286,8 @@ class JobRun:
             self.preemptions,
             self.policy_state,
             self.base.skew,
+            self.held,
+            *self._trailing,
         )
         if self.gpus == 0:
             self._queued_state = state
@@ -291,6 +316,7 @@ class JobRun:
             overhead_seconds=self.overhead_seconds,
             queued_seconds=self.queued_before,
             ideal_seconds=self.trace.total_bytes / self.trace.ideal_bytes_per_sec,
+            restart_seconds=tuple(self.restart_seconds),
             equal_share_bytes=self.equal_share_bytes,
             tenant=self.trace.tenant,
             job_class=self.trace.job_class,

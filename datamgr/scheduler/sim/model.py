@@ -26,7 +26,10 @@ class TraceJob:
     """One job of a trace. `ideal_bytes_per_sec` is f* on all `gpus`; the job trains for `epochs` passes
     over its dataset (fractional: BERT's 0.07). Jobs naming the same `dataset` share it. `tenant` and
     `job_class` are free-form labels ("" when the trace gives none) for the report to break its numbers down
-    by; snapshots do not carry them."""
+    by; a policy that tells classes apart (FitGpp) reads `job_class` "te" as trial-and-error, any other as
+    best-effort. `cpus` and `ram_bytes` are what it holds besides GPUs (0: not modelled; a job that asks for
+    either runs on one node), and `grace_seconds` how long it keeps its resources, suspending, once preempted
+    (FitGpp's grace period; 0: it stops at once)."""
 
     job_id: str
     arrival: float
@@ -39,6 +42,9 @@ class TraceJob:
     irregular: bool = False
     tenant: str = ""
     job_class: str = ""
+    cpus: float = 0.0
+    ram_bytes: int = 0
+    grace_seconds: float = 0.0
 
     @property
     def total_bytes(self) -> float:
@@ -47,17 +53,26 @@ class TraceJob:
 
 @dataclass(frozen=True, slots=True)
 class ClusterSpec:
-    """Identical nodes and the remote IO limit they share."""
+    """Identical nodes and the remote IO limit they share; CPUs and RAM per node only where jobs ask for them
+    (0: not modelled, so no job may ask)."""
 
     nodes: int
     gpus_per_node: int
     cache_bytes_per_node: int
     remote_io_bytes_per_sec: float
+    cpus_per_node: float = 0.0
+    ram_bytes_per_node: int = 0
 
     def node_states(self) -> dict[str, NodeState]:
         width = len(str(self.nodes - 1))
         return {
-            f"node-{i:0{width}d}": NodeState(f"node-{i:0{width}d}", self.gpus_per_node, self.cache_bytes_per_node)
+            f"node-{i:0{width}d}": NodeState(
+                f"node-{i:0{width}d}",
+                self.gpus_per_node,
+                self.cache_bytes_per_node,
+                self.cpus_per_node,
+                self.ram_bytes_per_node,
+            )
             for i in range(self.nodes)
         }
 
@@ -121,10 +136,19 @@ class JobOutcome:
     overhead_seconds: float = 0.0  # spent restoring checkpoints after preemptions, holding GPUs
     queued_seconds: float = 0.0  # waiting in all: before it first ran and after each preemption
     ideal_seconds: float = 0.0  # its work at full speed on all its GPUs: its training time with nothing in its way
+    # From each preemption to the restart that followed it (FitGpp's re-scheduling interval), grace period included.
+    restart_seconds: tuple[float, ...] = ()
 
     @property
     def jct(self) -> float:
         return self.finish - self.arrival
+
+    @property
+    def slowdown(self) -> float:
+        """FitGpp's slowdown rate (its Eq. 5): 1 + time waiting / time executing, where a preempted job's grace
+        period counts as waiting and a checkpoint restore as executing."""
+        executing = self.jct - self.queued_seconds
+        return 1.0 + self.queued_seconds / executing if executing > 0 else math.inf
 
     @property
     def fairness(self) -> float:

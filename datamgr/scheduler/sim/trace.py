@@ -14,7 +14,9 @@ Fields (CSV header names, JSON keys):
 | `epochs` | either | passes over the dataset, fractional allowed (0.07) |
 | `steps`, `step_bytes` | or both | training steps and the data one step reads ("256MB") |
 | `flags` | no | names separated by spaces or ";", or a JSON list: `irregular` (not uniform access) |
-| `tenant`, `class` | no | free-form labels ("vc-a", "best-effort") the report breaks its numbers down by |
+| `tenant`, `class` | no | free-form labels ("vc-a", "be") the report breaks its numbers down by; FitGpp reads class `te` as trial-and-error, any other as best-effort |
+| `cpus`, `ram` | no | CPUs (4, 0.5) and RAM ("16GB") the job holds besides its GPUs, on one node; the cluster must give CPUs and RAM per node |
+| `grace_period` | no | how long the job keeps its resources, suspending, once preempted ("3m"; default 0: it stops at once) |
 
 An empty CSV cell or a JSON null is an absent field. Any error names the file, the line, the field and the
 rule, and nothing of a file with an error is returned.
@@ -35,7 +37,8 @@ from silodlib.units import SIZE_UNITS, parse_rate, parse_size
 
 REQUIRED = ("job_id", "arrival", "gpus", "model", "ideal_rate", "dataset", "dataset_size")
 LABELS = {"tenant": "tenant", "class": "job_class"}  # optional label column -> its TraceJob/JobOutcome field
-COLUMNS = (*REQUIRED, "epochs", "steps", "step_bytes", "flags", *LABELS)
+HOST = ("cpus", "ram", "grace_period")  # optional columns of FitGpp's jobs, written only when some job has them
+COLUMNS = (*REQUIRED, "epochs", "steps", "step_bytes", "flags", *LABELS, *HOST)
 FLAGS = ("irregular",)
 FORMATS = (".csv", ".jsonl")
 
@@ -135,6 +138,9 @@ def _job(values: Mapping[str, object], where: str) -> TraceJob:
         dataset_bytes=dataset_bytes,
         epochs=_epochs(values, dataset_bytes, where),
         irregular="irregular" in read_field(_flags, values.get("flags", ""), f"{where}: flags"),
+        cpus=read("cpus", fields.positive_number) if "cpus" in values else 0.0,
+        ram_bytes=read("ram", fields.positive(fields.size)) if "ram" in values else 0,
+        grace_seconds=read("grace_period", fields.duration) if "grace_period" in values else 0.0,
         **{name: read(column, fields.text) for column, name in LABELS.items() if column in values},
     )
 
@@ -177,8 +183,11 @@ def write_trace(path: Path, jobs: Sequence[TraceJob]) -> None:
         path.write_text("".join(json.dumps(_json_record(job)) + "\n" for job in jobs), encoding="utf-8")
         return
     labels = [column for column, name in LABELS.items() if any(getattr(job, name) for job in jobs)]
+    host = [column for column in HOST if any(_host(job)[column] for job in jobs)]
     with path.open("w", newline="", encoding="utf-8") as file:
-        writer = csv.DictWriter(file, fieldnames=[*REQUIRED, "epochs", "flags", *labels], extrasaction="ignore")
+        writer = csv.DictWriter(
+            file, fieldnames=[*REQUIRED, "epochs", "flags", *labels, *host], extrasaction="ignore"
+        )
         writer.writeheader()
         writer.writerows(_record(job) for job in jobs)
 
@@ -195,6 +204,16 @@ def _record(job: TraceJob) -> dict[str, str]:
         "epochs": _number(job.epochs),
         "flags": "irregular" if job.irregular else "",
         **{column: getattr(job, name) for column, name in LABELS.items()},
+        **_host(job),
+    }
+
+
+def _host(job: TraceJob) -> dict[str, str]:
+    """Its CPU, RAM and grace-period cells, empty where it has none."""
+    return {
+        "cpus": _number(job.cpus) if job.cpus else "",
+        "ram": _exact(job.ram_bytes, "", parse_size) if job.ram_bytes else "",
+        "grace_period": _number(job.grace_seconds) if job.grace_seconds else "",
     }
 
 
@@ -204,7 +223,10 @@ def _json_record(job: TraceJob) -> dict[str, object]:
     flags = record.pop("flags")
     if flags:
         record["flags"] = [flags]
-    return {key: value for key, value in record.items() if key not in LABELS or value}
+    for column, number in (("cpus", job.cpus), ("grace_period", job.grace_seconds)):
+        if number:
+            record[column] = number
+    return {key: value for key, value in record.items() if (key not in LABELS and key not in HOST) or value}
 
 
 def _number(value: float) -> str:

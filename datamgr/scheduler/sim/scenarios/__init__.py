@@ -3,7 +3,9 @@
 Each scenario is a `NAME.toml` in this package: a `description`, a `[cluster]` table (the keys of a cluster
 file) and either `trace = "FILE"` (a trace file next to it) or a `[generate]` table, a generator recipe whose
 keys are `GeneratorConfig`'s fields (`duration` takes "4w"-style durations, `gpu_demand` is a table of GPU
-count to probability) and whose seed makes it reproducible. Optional: a `[simulation]` table (`round`, the
+count to probability) and whose seed makes it reproducible; with `kind = "te-be"` it is instead a recipe of
+FitGpp's trial-and-error and best-effort jobs (`te_be.TeBeConfig`'s fields: jobs, seed, te_share, load,
+grace_scale), generated on the scenario's cluster. Optional: a `[simulation]` table (`round`, the
 longest time between rounds, and `preemption_cost`, both durations), and a `[policy]` table of knobs for the
 policies that take them (`policies/options.py`); the command line overrides both.
 """
@@ -20,11 +22,15 @@ from datamgr.scheduler.sim.cluster import cluster_from_table
 from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
 from datamgr.scheduler.sim.generator import GPU_DEMAND, GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, TraceJob
+from datamgr.scheduler.sim.te_be import TeBeConfig, generate_te_be
 from datamgr.scheduler.sim.trace import load_trace
 
 _KEYS = ("description", "cluster", "trace", "generate", "simulation", "policy")
 _RECIPE_REQUIRED = ("arrivals_per_hour", "sharing", "gpu_speed_scale", "irregular", "seed")
-_GENERATE_KEYS = ("jobs", "duration", "gpu_demand", *_RECIPE_REQUIRED)
+_GENERATE_KEYS = ("kind", "jobs", "duration", "gpu_demand", *_RECIPE_REQUIRED)
+_KINDS = ("philly", "te-be")
+_TE_BE_REQUIRED = ("kind", "jobs", "seed", "te_share", "load")
+_TE_BE_KEYS = (*_TE_BE_REQUIRED, "grace_scale")
 _SIMULATION_KEYS = ("round", "preemption_cost")
 
 
@@ -34,7 +40,7 @@ class Scenario:
     description: str
     cluster: ClusterSpec
     trace: list[TraceJob]
-    recipe: GeneratorConfig | None = None  # how the trace was generated; None for a scenario with a trace file
+    recipe: GeneratorConfig | None = None  # how a Philly-like trace was generated; None for any other trace
     round_seconds: float | None = None  # None: the simulator's default
     preemption_seconds: float | None = None
     policy_options: Mapping[str, object] = field(default_factory=dict)
@@ -63,14 +69,20 @@ def _load(name: str, path: Path) -> Scenario:
     cluster = document["cluster"]
     if not isinstance(cluster, dict):
         raise SimInputError(f"{where}: cluster: expected a [cluster] table")
+    simulation = _table(document.get("simulation", {}), f"{where}: [simulation]")
+    check_keys(simulation, _SIMULATION_KEYS, (), f"{where}: [simulation]")
+    spec = cluster_from_table(cluster, f"{where}: [cluster]")
     recipe = None
     if "trace" in document:
         trace = load_trace(path.parent / read_field(fields.text, document["trace"], f"{where}: trace"))
+    elif _kind(document["generate"], f"{where}: [generate]") == "te-be":
+        try:
+            trace = generate_te_be(_te_be_recipe(document["generate"], f"{where}: [generate]"), spec)
+        except ValueError as exc:
+            raise SimInputError(f"{where}: [generate]: {exc}") from None
     else:
         recipe = _recipe(document["generate"], f"{where}: [generate]")
         trace = generate(recipe)
-    simulation = _table(document.get("simulation", {}), f"{where}: [simulation]")
-    check_keys(simulation, _SIMULATION_KEYS, (), f"{where}: [simulation]")
 
     def setting(key: str) -> float | None:
         raw = simulation.get(key)
@@ -79,7 +91,7 @@ def _load(name: str, path: Path) -> Scenario:
     return Scenario(
         name=name,
         description=read_field(fields.text, document["description"], f"{where}: description"),
-        cluster=cluster_from_table(cluster, f"{where}: [cluster]"),
+        cluster=spec,
         trace=trace,
         recipe=recipe,
         round_seconds=setting("round"),
@@ -92,6 +104,13 @@ def _table(value: object, where: str) -> dict[str, object]:
     if not isinstance(value, dict):
         raise SimInputError(f"{where}: expected a table")
     return value
+
+
+def _kind(value: object, where: str) -> str:
+    kind = _table(value, where).get("kind", "philly")
+    if kind not in _KINDS:
+        raise SimInputError(f"{where}: kind: {kind!r} is not one of {', '.join(_KINDS)}")
+    return str(kind)
 
 
 def _gpu_demand(value: object, where: str) -> tuple[tuple[int, float], ...]:
@@ -128,6 +147,24 @@ def _recipe(table: object, where: str) -> GeneratorConfig:
             gpu_demand=_gpu_demand(table["gpu_demand"], f"{where}: gpu_demand")
             if "gpu_demand" in table
             else GPU_DEMAND,
+        )
+    except ValueError as exc:
+        raise SimInputError(f"{where}: {exc}") from None
+
+
+def _te_be_recipe(table: dict[str, object], where: str) -> TeBeConfig:
+    check_keys(table, _TE_BE_KEYS, _TE_BE_REQUIRED, where)
+
+    def need(key: str, read: fields.Reader[fields.T]) -> fields.T:
+        return read_field(read, table[key], f"{where}: {key}")
+
+    try:
+        return TeBeConfig(
+            jobs=need("jobs", fields.positive_int),
+            seed=need("seed", fields.whole_number),
+            te_share=need("te_share", fields.fraction),
+            load=need("load", fields.positive_number),
+            grace_scale=need("grace_scale", fields.positive_number) if "grace_scale" in table else 1.0,
         )
     except ValueError as exc:
         raise SimInputError(f"{where}: {exc}") from None

@@ -1,0 +1,245 @@
+"""FitGpp and its baselines as policies: FIFO in which trial-and-error (TE) jobs preempt best-effort (BE) ones.
+
+FitGpp (Yabuuchi et al.) builds on FIFO. A TE job (`job_class` "te") goes ahead of every BE job; when no node
+has room for it, running BE jobs are preempted, chosen by a rule (`VictimRule`): FitGpp's Eq. 4, LRTP or RAND
+(`datamgr/scheduler/fitgpp.py`). A victim keeps its resources through its grace period (the driver holds them
+while the job suspends, `JobState.held`) and then goes back to the head of the BE queue. `fitgpp-fifo` is the
+paper's non-preemptive FIFO baseline: one queue in submission order, classes alike.
+
+Each round, in this order:
+
+1. TE jobs, in submission order. One that fits now starts (best fit, `fitgpp.best_fit`). One that fits in
+   what will be free once the suspending jobs release (less what earlier TE jobs wait for) waits for that
+   and claims it. Otherwise the rule picks victims among the running single-node BE jobs, judged against
+   that same eventual room (the paper's N, the node's unallocated resources, counts a suspending job's
+   resources as coming free). A victim with no grace period frees its resources at once, so the TE job can
+   start in the same round; otherwise the TE job claims them and starts at the round their release
+   triggers. A TE job nothing can make room for waits, and holds the BE queue behind it (FIFO).
+2. BE jobs: those preempted before (the paper puts them "back on the top of the queue") and then the rest,
+   each group in submission order; strict FIFO, stopping at the first that does not fit, since FitGpp's
+   argument is about the head-of-line blocking a large requeued job causes. A BE job starts only in room no
+   waiting TE job has claimed.
+
+Where the papers are silent: the node a job starts on is the best fit (least room left by Eq. 1's size);
+requeued jobs keep their submission order among themselves; a job that asks for more GPUs than one node has
+(never in FitGpp's traces, whose jobs are single-task) is placed as a gang across nodes, is never a victim,
+and as a TE job does not preempt. Decisions come at arrivals, finishes and releases, and at most a round
+(the `fitgpp-synthetic` scenario's one simulated minute, the paper's) after the last.
+
+Knobs (`[policy]` or `--policy-option`): `s`, the weight of the grace period in Eq. 3 (default 4.0), and
+`preemption_limit`, P (default 1; "inf" for none), which bounds every rule.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from datamgr.scheduler.fitgpp import (
+    Resources,
+    RunningBe,
+    best_fit,
+    fitgpp_victims,
+    lrtp_victims,
+    rand_victims,
+)
+from datamgr.scheduler.perf import Estimator
+from datamgr.scheduler.placement import place_gang
+from datamgr.scheduler.policies.options import PolicyOptions, read_options
+from datamgr.scheduler.policy import Decision
+from datamgr.scheduler.snapshot import JobState, NodeState, Snapshot
+
+TE_CLASS = "te"
+VICTIM_RULES = ("fitgpp", "lrtp", "rand")
+
+
+def is_trial_and_error(job: JobState) -> bool:
+    """Whether the job is a TE job: its class reads "te" (any case); every other job is best-effort."""
+    return job.job_class.lower() == TE_CLASS
+
+
+def demand(job: JobState) -> Resources:
+    return Resources(job.cpus, job.ram_bytes, job.gpus)
+
+
+def capacity(node: NodeState) -> Resources:
+    """A node's resources; CPUs and RAM the driver does not model are unlimited (and weigh nothing in Eq. 1)."""
+    return Resources(node.cpus or math.inf, node.ram_bytes or math.inf, node.gpus)
+
+
+@dataclass(frozen=True)
+class FitGppConfig:
+    s: float = 4.0  # the weight of the grace period in the score (Eq. 3); the paper's default
+    preemption_limit: float = 1.0  # P: no job is preempted more often; the paper's default
+
+    def __post_init__(self) -> None:
+        if not self.s >= 0:
+            raise ValueError(f"option s: {self.s!r} must be at least 0")
+        if not self.preemption_limit >= 1:
+            raise ValueError(f"option preemption_limit: {self.preemption_limit!r} must be at least 1 (or inf)")
+
+    @classmethod
+    def from_options(cls, options: PolicyOptions, scored: bool) -> FitGppConfig:
+        """The knobs in `options`; `s` only for a rule that scores (`scored`), P for all."""
+        reader = read_options(options, ("s", "preemption_limit") if scored else ("preemption_limit",))
+        return cls(reader.number("s", cls.s), reader.number("preemption_limit", cls.preemption_limit))
+
+
+class _Room:
+    """Resources per node: `free` now, and `eventual`, once the suspending jobs release, less what waiting TE
+    jobs have claimed. A job may start only where both have room."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.capacity = {node_id: capacity(node) for node_id, node in snapshot.nodes.items()}
+        self.free = dict(self.capacity)
+        for job in snapshot.running_jobs():
+            self._add(self.free, job, job.placement, -1)
+        self.eventual = dict(self.free)
+        for job in snapshot.suspending_jobs():
+            self._add(self.free, job, job.held, -1)
+
+    @staticmethod
+    def _add(room: dict[str, Resources], job: JobState, placement: Mapping[str, int], sign: int) -> None:
+        """Add (`sign` 1) or take (-1) the job's demand on each node of `placement`; CPUs and RAM count on the
+        one node of a job that asks for them."""
+        for node_id, gpus in placement.items():
+            share = Resources(job.cpus, job.ram_bytes, gpus) if len(placement) == 1 else Resources(0, 0, gpus)
+            room[node_id] = room[node_id].plus(share) if sign > 0 else room[node_id].minus(share)
+
+    def usable(self) -> dict[str, Resources]:
+        return {node_id: free.meet(self.eventual[node_id]) for node_id, free in self.free.items()}
+
+    def start(self, job: JobState) -> dict[str, int] | None:
+        """Where the job starts now, taking the room; None if it does not fit."""
+        usable = self.usable()
+        node = best_fit(demand(job), usable, self.capacity)
+        if node is not None:
+            placement = {node: job.gpus}
+        elif job.cpus or job.ram_bytes:
+            return None
+        else:
+            gang = place_gang({node_id: int(room.gpus) for node_id, room in usable.items()}, job.gpus)
+            if gang is None:
+                return None
+            placement = gang
+        self._add(self.free, job, placement, -1)
+        self._add(self.eventual, job, placement, -1)
+        return placement
+
+    def claim(self, job: JobState) -> bool:
+        """Reserve room that suspending jobs will release for the job; False if there is none."""
+        node = best_fit(demand(job), self.eventual, self.capacity)
+        if node is None:
+            return False
+        self._add(self.eventual, job, {node: job.gpus}, -1)
+        return True
+
+    def preempt(self, job: JobState) -> None:
+        """The job is a victim: its resources come free at once without a grace period, else when it ends."""
+        self._add(self.eventual, job, job.placement, 1)
+        if job.grace_seconds <= 0:
+            self._add(self.free, job, job.placement, 1)
+
+
+@dataclass(frozen=True)
+class TeBeScheduler:
+    """FIFO with TE jobs first and BE victims chosen by `rule` (one of `VICTIM_RULES`); `rule` None is the
+    paper's non-preemptive FIFO, classes alike."""
+
+    name: str
+    rule: str | None
+    config: FitGppConfig = FitGppConfig()
+
+    def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
+        room = _Room(snapshot)
+        placements: dict[str, Mapping[str, int]] = {job.job_id: job.placement for job in snapshot.running_jobs()}
+        notes: dict[str, str] = {}
+        queued = snapshot.queued_jobs()
+        if self.rule is None:
+            self._start_in_order(queued, room, placements)
+            return Decision(placements=placements)
+        blocked = False
+        for job in (job for job in queued if is_trial_and_error(job)):
+            placement = room.start(job)
+            if placement is not None:
+                placements[job.job_id] = placement
+            elif not room.claim(job):
+                blocked = self._preempt_for(job, snapshot, room, placements, notes) or blocked
+        if not blocked:
+            best_effort = [job for job in queued if not is_trial_and_error(job)]
+            requeued = [job for job in best_effort if job.preemptions > 0]
+            self._start_in_order([*requeued, *(job for job in best_effort if job.preemptions == 0)], room, placements)
+        return Decision(placements=placements, notes=notes)
+
+    @staticmethod
+    def _start_in_order(jobs: list[JobState], room: _Room, placements: dict[str, Mapping[str, int]]) -> None:
+        for job in jobs:
+            placement = room.start(job)
+            if placement is None:
+                return
+            placements[job.job_id] = placement
+
+    def _preempt_for(
+        self,
+        te_job: JobState,
+        snapshot: Snapshot,
+        room: _Room,
+        placements: dict[str, Mapping[str, int]],
+        notes: dict[str, str],
+    ) -> bool:
+        """Preempt victims for `te_job` and start it or claim their room; True if it is left blocking."""
+        running = [
+            _as_running_be(job)
+            for job in snapshot.running_jobs()
+            if job.job_id in placements and not is_trial_and_error(job) and len(job.placement) == 1
+        ]
+        victims = self._victims(te_job, running, room, snapshot)
+        if not victims:
+            return True
+        for victim_id in victims:
+            victim = snapshot.jobs[victim_id]
+            del placements[victim_id]
+            room.preempt(victim)
+            notes[victim_id] = f"preempted by {self.rule} for TE job {te_job.job_id}"
+        placement = room.start(te_job)
+        if placement is not None:
+            placements[te_job.job_id] = placement
+            return False
+        return not room.claim(te_job)
+
+    def _victims(self, te_job: JobState, running: list[RunningBe], room: _Room, snapshot: Snapshot) -> list[str]:
+        limit = self.config.preemption_limit
+        wanted = demand(te_job)
+        rng = random.Random(f"{snapshot.seed}:{snapshot.time}:{te_job.job_id}")
+        if self.rule == "fitgpp":
+            return fitgpp_victims(
+                wanted, running, room.eventual, room.capacity, s=self.config.s, limit=limit, rng=rng
+            )
+        eligible = [job for job in running if job.preemptions < limit]
+        if self.rule == "lrtp":
+            return lrtp_victims(wanted, eligible, room.eventual)
+        return rand_victims(wanted, eligible, room.eventual, rng=rng)
+
+
+def _as_running_be(job: JobState) -> RunningBe:
+    (node,) = job.placement
+    remaining = job.remaining_bytes / job.ideal_bytes_per_sec if job.ideal_bytes_per_sec > 0 else math.inf
+    return RunningBe(job.job_id, node, demand(job), job.grace_seconds, job.preemptions, remaining)
+
+
+def fitgpp(options: PolicyOptions | None = None) -> TeBeScheduler:
+    return TeBeScheduler("fitgpp", "fitgpp", FitGppConfig.from_options(options or {}, scored=True))
+
+
+def lrtp(options: PolicyOptions | None = None) -> TeBeScheduler:
+    return TeBeScheduler("lrtp", "lrtp", FitGppConfig.from_options(options or {}, scored=False))
+
+
+def rand(options: PolicyOptions | None = None) -> TeBeScheduler:
+    return TeBeScheduler("rand", "rand", FitGppConfig.from_options(options or {}, scored=False))
+
+
+def fitgpp_fifo() -> TeBeScheduler:
+    return TeBeScheduler("fitgpp-fifo", None)
