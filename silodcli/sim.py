@@ -58,6 +58,7 @@ DEFAULT_POLICIES = ("fifo", "sjf", "gavel")
 # The cache systems of the paper's comparisons: what `compare` and the sharing sweep run unless told otherwise.
 # A variant registered beside them (`quiver-stable`) is opt-in: it answers a question the paper does not ask.
 DECISION_LOG = "decisions.jsonl.gz"
+SLOWDOWN_CDF = "slowdown_cdf.png"  # written only when some job has a class label
 
 
 def _names(text: str) -> list[str]:
@@ -131,7 +132,8 @@ def _add_compare_parser(actions: argparse._SubParsersAction[ConfigurableParser])
         help="run every policy x cache system pair and print one table",
         description="Run every pair of --policies and --cache-systems on the same inputs; print a table of "
         "average JCT, makespan, fairness and remote IO with each run's JCT speedup over --baseline, and write "
-        "the table as CSV and as Markdown (with JCT and queueing percentiles), an overlaid JCT CDF, and each run's "
+        "the table as CSV and as Markdown (with JCT, queueing and slowdown percentiles, and slowdowns by job class "
+        "and preemptions where there are any), an overlaid JCT CDF (and slowdown CDFs by class), and each run's "
         "outputs in a subdirectory of --out.",
     )
     _add_inputs(compare_p)
@@ -325,6 +327,9 @@ def run_sim(args: argparse.Namespace) -> int:
     print(textwrap.indent(gpu_table, "  "))
     bin_table = render_table(("BIN", *report.GROUP_HEADERS), report.group_rows(run.summary, "bin"))
     print(textwrap.indent(bin_table, "  "))
+    if report.has_classes(run.result.jobs):  # FitGpp's TE and BE: its Table 1
+        class_table = render_table(("CLASS", *report.GROUP_HEADERS), report.group_rows(run.summary, "class"))
+        print(textwrap.indent(class_table, "  "))
     print(f"wrote {out}/: {', '.join(run.files)}")
     return 0
 
@@ -353,9 +358,16 @@ def run_compare(args: argparse.Namespace) -> int:
     print(report.speedup_note(baseline))
     report.write_comparison_csv(out / "compare.csv", runs, baseline)
     report.write_comparison_markdown(out / "compare.md", runs, baseline)
-    report.plot_jct_cdf(out / "jct_cdf.png", {summary.label: result for result, summary in runs})
+    plotted = {summary.label: result for result, summary in runs}
+    report.plot_jct_cdf(out / "jct_cdf.png", plotted)
+    files = ["compare.csv", "compare.md", "jct_cdf.png"]
+    if any(report.has_classes(result.jobs) for result, _ in runs):
+        report.plot_slowdown_cdf(out / SLOWDOWN_CDF, plotted)
+        files.append(SLOWDOWN_CDF)
+    else:
+        (out / SLOWDOWN_CDF).unlink(missing_ok=True)  # an earlier compare's, which would pass for this one's
     per_run = ", ".join(simulated[0].files)
-    print(f"wrote {out}/: compare.csv, compare.md, jct_cdf.png, and in each POLICY-CACHE/: {per_run}")
+    print(f"wrote {out}/: {', '.join(files)}, and in each POLICY-CACHE/: {per_run}")
     return 0
 
 
@@ -440,6 +452,10 @@ def simulate_into(
         ("timeline.png", lambda path: report.plot_timeline(path, result, inputs.cluster)),
         ("fairness.png", lambda path: report.plot_fairness(path, result)),
     ]
+    if report.has_classes(result.jobs):
+        writers.append((SLOWDOWN_CDF, lambda path: report.plot_slowdown_cdf(path, {scheduler.name: result})))
+    else:
+        (out / SLOWDOWN_CDF).unlink(missing_ok=True)  # as the decision log: every file in `out` is this run's
     for name, write in writers:
         write(out / name)
     files = [name for name, _ in writers] + ([DECISION_LOG] if decision_log else [])

@@ -314,7 +314,7 @@ def test_sim_runs_the_micro_scenario_and_writes_its_outputs(tmp_path: Path, caps
     assert f"average JCT   {format_duration(average)}" in printed
     assert "of 200.0 MB/s" in printed
     lines = printed.splitlines()
-    header = lines.index("  GPUS  JOBS  AVG JCT  P95 JCT  AVG QUEUEING")
+    header = lines.index("  GPUS  JOBS  AVG JCT  P95 JCT  AVG QUEUEING  P50 SLOWDOWN  P95 SLOWDOWN  P99 SLOWDOWN")
     assert [line.split()[:2] for line in lines[header + 1 : header + 3]] == [["1", "4"], ["4", "1"]]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["finished"] == 5 and summary["average_jct"] == pytest.approx(average)
@@ -345,8 +345,9 @@ def test_the_decision_log_is_written_gzipped_only_when_asked(
     assert not (out / "decisions.jsonl.gz").exists()  # the first run's log would pass for the second's
 
 
-def test_trace_labels_reach_jobs_csv_and_the_group_breakdowns(tmp_path: Path) -> None:
-    # Through the engine: JobRun.outcome carries the trace's labels onto each JobOutcome.
+def labelled_inputs(tmp_path: Path) -> list[str]:
+    """The tiny trace's three jobs with tenants and classes (job a has no class). They fit on the node together
+    (1 + 2 + 1 of 4 GPUs), so none waits: every slowdown is exactly 1."""
     argv = tiny_inputs(tmp_path)
     Path(argv[1]).write_text(
         "job_id,arrival,gpus,model,ideal_rate,dataset,dataset_size,epochs,tenant,class\n"
@@ -354,6 +355,12 @@ def test_trace_labels_reach_jobs_csv_and_the_group_breakdowns(tmp_path: Path) ->
         "b,60,2,resnet50,200MB/s,large,1TB,1,vc-b,best-effort\n"
         "c,120,1,bert,2MB/s,huge,20TB,0.001,vc-a,best-effort\n"
     )
+    return argv
+
+
+def test_trace_labels_reach_jobs_csv_and_the_group_breakdowns(tmp_path: Path) -> None:
+    # Through the engine: JobRun.outcome carries the trace's labels onto each JobOutcome.
+    argv = labelled_inputs(tmp_path)
     out = tmp_path / "labelled"
     assert main(["sim", *argv, "--out", str(out)]) == 0
     jobs = {row["job_id"]: row for row in csv.DictReader((out / "jobs.csv").open())}
@@ -371,6 +378,48 @@ def test_trace_labels_reach_jobs_csv_and_the_group_breakdowns(tmp_path: Path) ->
         ("tenant", "vc-b", "1"),
         ("class", "", "1"),
         ("class", "best-effort", "2"),
+    ]
+
+
+def test_a_run_with_classes_prints_their_slowdowns_and_plots_them_by_class(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "labelled"
+    assert main(["sim", *labelled_inputs(tmp_path), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    lines = printed.splitlines()
+    header = lines.index(
+        "  CLASS        JOBS  AVG JCT  P95 JCT  AVG QUEUEING  P50 SLOWDOWN  P95 SLOWDOWN  P99 SLOWDOWN"
+    )
+    unlabelled, best_effort = lines[header + 1].split(), lines[header + 2].split()
+    assert unlabelled[0] == "1" and best_effort[:2] == ["best-effort", "2"]  # job a's value is "": no cell
+    assert unlabelled[-3:] == best_effort[-3:] == ["1.00", "1.00", "1.00"]  # nobody waited
+    assert "  slowdown      1.00 median (p95 1.00, p99 1.00)" in printed
+    assert "slowdown_cdf.png" in wrote(printed, out)
+    assert is_png(out / "slowdown_cdf.png")
+
+    assert main(["sim", *tiny_inputs(tmp_path), "--out", str(out)]) == 0  # the same jobs, no labels
+    printed = capsys.readouterr().out
+    assert "  CLASS " not in printed and "slowdown_cdf.png" not in wrote(printed, out)
+    assert not (out / "slowdown_cdf.png").exists()  # the labelled run's plot would pass for this one's
+
+
+def test_compare_plots_slowdowns_by_class_when_the_trace_has_classes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cmp"
+    argv = ["sim", "compare", *labelled_inputs(tmp_path), "--policies", "fifo,sjf", "--cache-systems", "silod"]
+    assert main([*argv, "--jobs", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote {out}/: compare.csv, compare.md, jct_cdf.png, slowdown_cdf.png, and in each " in printed
+    assert is_png(out / "slowdown_cdf.png") and is_png(out / "fifo-silod" / "slowdown_cdf.png")
+    markdown = (out / "compare.md").read_text().splitlines()
+    section = markdown.index("## Slowdown by class")
+    assert [line.split(" | ")[:4] for line in markdown[section + 4 : section + 8]] == [
+        ["| fifo", "silod", "", "1"],
+        ["| fifo", "silod", "best-effort", "2"],
+        ["| sjf", "silod", "", "1"],
+        ["| sjf", "silod", "best-effort", "2"],
     ]
 
 

@@ -3,8 +3,15 @@
 Definitions (the numbers `silod sim` prints):
 - average JCT: the mean over finished jobs of finish - arrival; its percentiles (`percentile`) alongside;
 - queueing delay: start - arrival, `start` being the first time the job ran, over finished jobs;
-- groups: the same JCT and queueing numbers over the finished jobs of each GPU count, and of each value of a
-  label column (`tenant`, `class`) that any finished job has;
+- slowdown: FitGpp's slowdown rate (its Eq. 5, `JobOutcome.slowdown`): 1 + the time a job waited in all (before
+  it first ran, after each preemption, its grace periods included) / the rest of its stay (training and
+  restoring checkpoints), at the 50th, 95th and 99th percentiles over finished jobs;
+- groups: the same JCT, queueing and slowdown numbers over the finished jobs of each GPU count, and of each value
+  of a label column (`tenant`, `class`) that any finished job has: the class groups are FitGpp's Table 1;
+- preemptions: their count and restore time over finished jobs; the share of finished jobs preempted at least
+  once (FitGpp's Table 3) and exactly once, twice, three times or more (its Table 4); and the re-scheduling
+  interval, from a preemption to the restart after it (`JobOutcome.restart_seconds`), at the 50th, 75th, 95th
+  and 99th percentiles over every preemption of a finished job (its Table 2: a job never preempted adds none);
 - makespan: the last finish - the first arrival;
 - fairness: Gavel's ratio over each finished job's stay (`JobOutcome.fairness`: the bytes it read over the
   bytes an equal share of the cluster would have read from its arrival to its finish, waiting included),
@@ -40,7 +47,7 @@ from typing import TypeVar
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, LogFormatter
 
 from datamgr.scheduler.sim.fields import format_duration
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimResult
@@ -49,6 +56,9 @@ from silodlib.units import format_rate
 
 _LINE_STYLES = ("-", "--", ":", "-.")
 _PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 50, not 5 x 10^1, on log axes
+# Plain labels on a few minor ticks (2, 3, 5, 20, ...) where the axis spans under two decades, none beyond: every one
+# of them labelled crowds into its neighbours across three decades.
+_SOME_MINOR = LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5))
 _Key = TypeVar("_Key", int, str)
 
 
@@ -63,6 +73,9 @@ class GroupSummary:
     average_jct: float
     p95_jct: float
     average_queueing_delay: float
+    median_slowdown: float
+    p95_slowdown: float
+    p99_slowdown: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +92,9 @@ class Summary:
     average_queueing_delay: float
     median_queueing_delay: float
     p95_queueing_delay: float
+    median_slowdown: float  # FitGpp's slowdown rate (`JobOutcome.slowdown`): 1 + waiting / executing
+    p95_slowdown: float
+    p99_slowdown: float
     makespan: float
     fairness_median: float  # per-job fairness (`JobOutcome.fairness`) of the typical job
     fairness_p5: float  # and of the worst-off jobs, the ones Gavel's max-min objective is about
@@ -90,6 +106,15 @@ class Summary:
     effective_cache: float
     preemptions: int  # over the finished jobs
     preemption_overhead: float  # seconds the finished jobs spent restoring checkpoints after preemptions
+    preempted_share: float  # of the finished jobs, the share preempted at least once (FitGpp's Table 3)
+    preempted_once_share: float  # exactly once, twice, three times or more (its Table 4)
+    preempted_twice_share: float
+    preempted_3_plus_share: float
+    # From a preemption to the restart after it, over every preemption of a finished job (FitGpp's Table 2).
+    median_rescheduling_interval: float
+    p75_rescheduling_interval: float
+    p95_rescheduling_interval: float
+    p99_rescheduling_interval: float
     groups: tuple[GroupSummary, ...]  # by GPU count, by bin, then by each label column in use
 
 
@@ -108,8 +133,9 @@ def percentile(values: Iterable[float], percent: float) -> float:
         return math.nan
     rank = (len(ordered) - 1) * percent / 100
     below = math.floor(rank)
-    above = min(below + 1, len(ordered) - 1)
-    return ordered[below] + (rank - below) * (ordered[above] - ordered[below])
+    low, high = ordered[below], ordered[min(below + 1, len(ordered) - 1)]
+    # On a rank, or between equal values, the value itself: an infinite slowdown must not interpolate to NaN.
+    return low if rank == below or low == high else low + (rank - below) * (high - low)
 
 
 def _mean(values: Collection[float]) -> float:
@@ -123,6 +149,28 @@ def average_jct(jobs: Sequence[JobOutcome]) -> float:
 def queueing_delay(job: JobOutcome) -> float:
     """How long the job waited before it first ran."""
     return job.start - job.arrival
+
+
+def slowdowns(jobs: Iterable[JobOutcome]) -> list[float]:
+    """Each job's slowdown (`JobOutcome.slowdown`: 1 + time waiting / time executing)."""
+    return [j.slowdown for j in jobs]
+
+
+def preemption_shares(jobs: Sequence[JobOutcome]) -> tuple[float, float, float, float]:
+    """Of `jobs`, the shares preempted at least once, exactly once, exactly twice and three times or more
+    (NaN for no jobs)."""
+    if not jobs:
+        return (math.nan,) * 4
+    counts = [j.preemptions for j in jobs]
+    at_least_once = sum(c >= 1 for c in counts)
+    once, twice = counts.count(1), counts.count(2)
+    n = len(jobs)
+    return at_least_once / n, once / n, twice / n, (at_least_once - once - twice) / n
+
+
+def rescheduling_intervals(jobs: Iterable[JobOutcome]) -> list[float]:
+    """Every re-scheduling interval of `jobs`: from each preemption to the restart after it."""
+    return [seconds for j in jobs for seconds in j.restart_seconds]
 
 
 def io_bound_share(samples: Sequence[Sample], limit: float) -> float:
@@ -144,7 +192,10 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
     cached = sum(s.cached_bytes for s in result.samples)
     jcts = [j.jct for j in jobs]
     delays = [queueing_delay(j) for j in jobs]
+    slowdown = slowdowns(jobs)
     fairness = [j.fairness for j in jobs if not math.isnan(j.fairness)]
+    preempted, once, twice, more = preemption_shares(jobs)
+    intervals = rescheduling_intervals(jobs)
     return Summary(
         label=f"{result.policy}/{result.cache_system}",
         jobs=len(jobs) + len(result.unfinished),
@@ -156,6 +207,9 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
         average_queueing_delay=_mean(delays),
         median_queueing_delay=percentile(delays, 50),
         p95_queueing_delay=percentile(delays, 95),
+        median_slowdown=percentile(slowdown, 50),
+        p95_slowdown=percentile(slowdown, 95),
+        p99_slowdown=percentile(slowdown, 99),
         makespan=makespan(jobs),
         fairness_median=percentile(fairness, 50),
         fairness_p5=percentile(fairness, 5),
@@ -167,6 +221,14 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
         effective_cache=sum(s.effective_cached_bytes for s in result.samples) / cached if cached else math.nan,
         preemptions=sum(j.preemptions for j in jobs),
         preemption_overhead=sum(j.overhead_seconds for j in jobs),
+        preempted_share=preempted,
+        preempted_once_share=once,
+        preempted_twice_share=twice,
+        preempted_3_plus_share=more,
+        median_rescheduling_interval=percentile(intervals, 50),
+        p75_rescheduling_interval=percentile(intervals, 75),
+        p95_rescheduling_interval=percentile(intervals, 95),
+        p99_rescheduling_interval=percentile(intervals, 99),
         groups=group_summaries(jobs),
     )
 
@@ -194,6 +256,7 @@ def group_summaries(jobs: Sequence[JobOutcome]) -> tuple[GroupSummary, ...]:
 
 def _groups(kind: str, jobs: Sequence[JobOutcome], key: Callable[[JobOutcome], _Key]) -> list[GroupSummary]:
     def summary(value: _Key, members: list[JobOutcome]) -> GroupSummary:
+        slowdown = slowdowns(members)
         return GroupSummary(
             kind=kind,
             value=str(value),
@@ -201,6 +264,9 @@ def _groups(kind: str, jobs: Sequence[JobOutcome], key: Callable[[JobOutcome], _
             average_jct=average_jct(members),
             p95_jct=percentile((j.jct for j in members), 95),
             average_queueing_delay=_mean([queueing_delay(j) for j in members]),
+            median_slowdown=percentile(slowdown, 50),
+            p95_slowdown=percentile(slowdown, 95),
+            p99_slowdown=percentile(slowdown, 99),
         )
 
     return [summary(value, list(members)) for value, members in groupby(sorted(jobs, key=key), key)]
@@ -232,6 +298,18 @@ def _share(value: float, of: float) -> str:
     return "-" if math.isnan(value) or of <= 0 else f"{100 * value / of:.0f}%"
 
 
+def _percent(share: float) -> str:
+    """A share as a percentage to three significant digits: FitGpp's Tables 3 and 4 go down to 0.0098 %."""
+    return "-" if math.isnan(share) else f"{100 * share:.3g}%"
+
+
+def _slowdown(value: float) -> str:
+    """Three significant digits as FitGpp's Table 1 has them (1.00, 9.38, 33.4), whole numbers from 100."""
+    if math.isnan(value):
+        return "-"
+    return f"{value:.{2 if value < 10 else 1 if value < 100 else 0}f}"
+
+
 def summary_text(summary: Summary) -> str:
     """The lines `silod sim` prints for one run."""
     unfinished = summary.jobs - summary.finished
@@ -244,6 +322,8 @@ def summary_text(summary: Summary) -> str:
             f"  queueing      {_time(summary.average_queueing_delay)} average (median "
             f"{_time(summary.median_queueing_delay)}, p95 {_time(summary.p95_queueing_delay)}) "
             "from arrival to first start",
+            f"  slowdown      {_slowdown(summary.median_slowdown)} median (p95 {_slowdown(summary.p95_slowdown)}, "
+            f"p99 {_slowdown(summary.p99_slowdown)}): 1 + time waiting / time executing",
             f"  makespan      {_time(summary.makespan)}",
             f"  fairness      {_ratio(summary.fairness_p5, 3)} p5, {_ratio(summary.fairness_median)} median "
             "over jobs (bytes read / an equal share's over the job's stay)",
@@ -253,26 +333,84 @@ def summary_text(summary: Summary) -> str:
             f"demand with no cache above it {_share(summary.io_bound_share, 1.0)} of the busy time",
             f"  cache         {_ratio(summary.hit_ratio)} hit ratio, "
             f"{_share(summary.effective_cache, 1.0)} of cached bytes effective",
-            f"  preemptions   {summary.preemptions}, {_time(summary.preemption_overhead)} restoring checkpoints in all",
+            f"  preemptions   {summary.preemptions}, {_time(summary.preemption_overhead)} restoring checkpoints in all"
+            + (_preempted_jobs(summary) if summary.preemptions else ""),
+            *([_rescheduling(summary)] if summary.preemptions else []),
         ]
     )
 
 
-GROUP_HEADERS = ("JOBS", "AVG JCT", "P95 JCT", "AVG QUEUEING")
+def _preempted_jobs(summary: Summary) -> str:
+    return (
+        f"; {_percent(summary.preempted_share)} of jobs preempted ({_percent(summary.preempted_once_share)} once, "
+        f"{_percent(summary.preempted_twice_share)} twice, {_percent(summary.preempted_3_plus_share)} 3+ times)"
+    )
+
+
+def _rescheduling(summary: Summary) -> str:
+    return (
+        f"  rescheduling  {_time(summary.median_rescheduling_interval)} median "
+        f"(p75 {_time(summary.p75_rescheduling_interval)}, p95 {_time(summary.p95_rescheduling_interval)}, "
+        f"p99 {_time(summary.p99_rescheduling_interval)}) from a preemption to the restart after it"
+    )
+
+
+SLOWDOWN_HEADERS = ("P50 SLOWDOWN", "P95 SLOWDOWN", "P99 SLOWDOWN")
+GROUP_HEADERS = ("JOBS", "AVG JCT", "P95 JCT", "AVG QUEUEING", *SLOWDOWN_HEADERS)
 
 
 def group_rows(summary: Summary, kind: str) -> list[tuple[str, ...]]:
     """The groups of one `kind` as table rows: the group's value, then the cells under `GROUP_HEADERS`."""
     return [
-        (g.value, str(g.finished), _time(g.average_jct), _time(g.p95_jct), _time(g.average_queueing_delay))
+        (
+            g.value,
+            str(g.finished),
+            _time(g.average_jct),
+            _time(g.p95_jct),
+            _time(g.average_queueing_delay),
+            *_slowdown_cells(g),
+        )
         for g in summary.groups
         if g.kind == kind
     ]
 
 
+def _slowdown_cells(numbers: Summary | GroupSummary) -> tuple[str, str, str]:
+    return _slowdown(numbers.median_slowdown), _slowdown(numbers.p95_slowdown), _slowdown(numbers.p99_slowdown)
+
+
+def has_classes(jobs: Iterable[JobOutcome]) -> bool:
+    """Whether some job has a class label: the report then breaks slowdown down by class (FitGpp's TE and BE)."""
+    return any(j.job_class for j in jobs)
+
+
 COMPARISON_HEADERS = ("POLICY", "CACHE", "FINISHED", "AVG JCT", "MAKESPAN", "FAIRNESS", "REMOTE IO", "SPEEDUP")
-# What compare.md adds to the printed table: the distribution of JCTs and of queueing delays.
-DETAIL_HEADERS = ("P50 JCT", "P95 JCT", "P99 JCT", "AVG QUEUEING", "P50 QUEUEING", "P95 QUEUEING", "PREEMPTIONS")
+# What compare.md adds to the printed table: the distributions of JCTs, queueing delays and slowdowns.
+DETAIL_HEADERS = (
+    "P50 JCT",
+    "P95 JCT",
+    "P99 JCT",
+    "AVG QUEUEING",
+    "P50 QUEUEING",
+    "P95 QUEUEING",
+    *SLOWDOWN_HEADERS,
+    "PREEMPTIONS",
+)
+# compare.md's sections for FitGpp's tables: slowdown by class (Table 1), preemptions (Tables 2 to 4).
+CLASS_HEADERS = ("POLICY", "CACHE", "CLASS", "JOBS", *SLOWDOWN_HEADERS)
+PREEMPTION_HEADERS = (
+    "POLICY",
+    "CACHE",
+    "PREEMPTIONS",
+    "PREEMPTED",
+    "ONCE",
+    "TWICE",
+    "3+ TIMES",
+    "P50 INTERVAL",
+    "P75 INTERVAL",
+    "P95 INTERVAL",
+    "P99 INTERVAL",
+)
 
 
 def speedup_note(baseline_cache_system: str) -> str:
@@ -322,9 +460,10 @@ def write_comparison_csv(path: Path, runs: Sequence[tuple[SimResult, Summary]], 
 def write_comparison_markdown(
     path: Path, runs: Sequence[tuple[SimResult, Summary]], baseline_cache_system: str
 ) -> None:
-    """The printed comparison table as a GitHub-flavoured Markdown document, with the JCT and queueing
+    """The printed comparison table as a GitHub-flavoured Markdown document, with the JCT, queueing and slowdown
     percentiles it has no room for, and what SPEEDUP and the percentiles mean: a table to paste into an issue
-    or keep beside the CSV."""
+    or keep beside the CSV. When some job has a class, a section of slowdowns by class (FitGpp's Table 1), and
+    when some run preempted, one of preemptions (its Tables 2 to 4)."""
     rows = [
         (*row, *_detail_cells(summary))
         for row, (_, summary) in zip(comparison_rows(runs, baseline_cache_system), runs, strict=True)
@@ -335,9 +474,58 @@ def write_comparison_markdown(
         "interpolation between closest ranks.",
         "FAIRNESS: the 5th percentile over finished jobs of Gavel's ratio over a job's stay (bytes it read / bytes "
         "an equal share of the cluster would have read from its arrival to its finish).",
+        _SLOWDOWN_NOTE,
     ]
-    table = markdown_table((*COMPARISON_HEADERS, *DETAIL_HEADERS), rows)
-    path.write_text("\n\n".join([table, *notes]) + "\n", encoding="utf-8")
+    sections = [markdown_table((*COMPARISON_HEADERS, *DETAIL_HEADERS), rows), *notes]
+    if any(has_classes(result.jobs) for result, _ in runs):
+        sections += ["## Slowdown by class", markdown_table(CLASS_HEADERS, class_rows(runs)), _CLASS_NOTE]
+    if any(summary.preemptions for _, summary in runs):
+        sections += ["## Preemptions", markdown_table(PREEMPTION_HEADERS, preemption_rows(runs)), _PREEMPTION_NOTE]
+    path.write_text("\n\n".join(sections) + "\n", encoding="utf-8")
+
+
+_SLOWDOWN_NOTE = (
+    "SLOWDOWN: 1 + time waiting / time executing (FitGpp's Eq. 5), waiting being all the time a job was not "
+    "running, before it first ran and after preemptions (grace periods included). Percentiles over finished jobs."
+)
+_CLASS_NOTE = (
+    "SLOWDOWN as above, over the finished jobs of each class (FitGpp's Table 1 for TE and BE); a class left empty "
+    "holds the jobs without one."
+)
+_PREEMPTION_NOTE = (
+    "PREEMPTED: the share of finished jobs preempted at least once; ONCE, TWICE, 3+ TIMES: the shares preempted "
+    "that many times. INTERVAL: from a preemption to the restart after it (FitGpp's re-scheduling interval), "
+    "percentiles over every preemption of a finished job; - where there was none."
+)
+
+
+def class_rows(runs: Sequence[tuple[SimResult, Summary]]) -> list[tuple[str, ...]]:
+    """Per run, a row for each class of its jobs (the jobs without one under ""): slowdown percentiles, as
+    FitGpp's Table 1 has them for TE and BE."""
+    return [
+        (result.policy, result.cache_system, group.value, str(group.finished), *_slowdown_cells(group))
+        for result, summary in runs
+        for group in summary.groups
+        if group.kind == "class"
+    ]
+
+
+def preemption_rows(runs: Sequence[tuple[SimResult, Summary]]) -> list[tuple[str, ...]]:
+    """Per run, its preemptions: the count, the shares of jobs preempted (FitGpp's Tables 3 and 4) and the
+    re-scheduling interval's percentiles (its Table 2)."""
+
+    def row(result: SimResult, s: Summary) -> tuple[str, ...]:
+        shares = (s.preempted_share, s.preempted_once_share, s.preempted_twice_share, s.preempted_3_plus_share)
+        intervals = (
+            s.median_rescheduling_interval,
+            s.p75_rescheduling_interval,
+            s.p95_rescheduling_interval,
+            s.p99_rescheduling_interval,
+        )
+        cells = (*(_percent(share) for share in shares), *(_time(seconds) for seconds in intervals))
+        return (result.policy, result.cache_system, str(s.preemptions), *cells)
+
+    return [row(result, summary) for result, summary in runs]
 
 
 def _detail_cells(summary: Summary) -> tuple[str, ...]:
@@ -349,7 +537,7 @@ def _detail_cells(summary: Summary) -> tuple[str, ...]:
         summary.median_queueing_delay,
         summary.p95_queueing_delay,
     )
-    return (*(_time(seconds) for seconds in times), str(summary.preemptions))
+    return (*(_time(seconds) for seconds in times), *_slowdown_cells(summary), str(summary.preemptions))
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -363,17 +551,18 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str
 
 def write_summary_json(path: Path, summary: Summary) -> None:
     """`Summary` as a JSON object for scripts (seconds, bytes/s, ratios; `groups` a list of objects with
-    `GroupSummary`'s fields). Strict JSON: a number with nothing to measure (NaN) is null."""
-    path.write_text(json.dumps(_without_nan(asdict(summary)), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    `GroupSummary`'s fields). Strict JSON: a number with nothing to measure (NaN) is null, and so is an infinite
+    one (the slowdown of a job that never executed), which JSON cannot write."""
+    path.write_text(json.dumps(_finite_or_null(asdict(summary)), indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
 
-def _without_nan(value: object) -> object:
-    if isinstance(value, float) and math.isnan(value):
+def _finite_or_null(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {key: _without_nan(item) for key, item in value.items()}
+        return {key: _finite_or_null(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_without_nan(item) for item in value]
+        return [_finite_or_null(item) for item in value]
     return value
 
 
@@ -388,14 +577,19 @@ _JOB_COLUMNS = {name: column for column, name in LABELS.items()}
 
 
 def write_jobs_csv(path: Path, result: SimResult) -> None:
-    """One row per finished job: `JobOutcome`'s fields (seconds, bytes; labels under their trace column names)
-    and its JCT."""
+    """One row per finished job: `JobOutcome`'s fields (seconds, bytes; labels under their trace column names;
+    a tuple such as `restart_seconds` as its numbers joined by ";", empty when it has none) and its JCT."""
     names = [f.name for f in fields(JobOutcome)]
     _write_csv(
         path,
         (*(_JOB_COLUMNS.get(name, name) for name in names), "jct"),
-        [(*(getattr(j, name) for name in names), j.jct) for j in result.jobs],
+        [(*(_cell(getattr(j, name)) for name in names), j.jct) for j in result.jobs],
     )
+
+
+def _cell(value: object) -> object:
+    """A CSV cell: a tuple as its items joined by ";" (one cell, whatever the count), anything else as is."""
+    return ";".join(str(item) for item in value) if isinstance(value, tuple) else value
 
 
 def write_timeline_csv(path: Path, result: SimResult) -> None:
@@ -412,24 +606,13 @@ def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[object
 
 
 def plot_jct_cdf(path: Path, runs: Mapping[str, SimResult]) -> None:
-    """The cumulative distribution of job completion times, one line per run: a colour per cache system and a
-    line style per policy, so a policy x cache system matrix stays readable (log time axis: JCTs span minutes
-    to weeks)."""
-    cache_systems = list(dict.fromkeys(r.cache_system for r in runs.values()))
-    policies = list(dict.fromkeys(r.policy for r in runs.values()))
+    """The cumulative distribution of job completion times, one line per run, coloured and styled by
+    `_run_styles` (log time axis: JCTs span minutes to weeks)."""
+    style = _run_styles(runs.values())
 
     def draw(ax: Axes) -> None:
         for label, result in runs.items():
-            jcts = sorted(j.jct / 3600 for j in result.jobs)
-            shares = [i / len(jcts) for i in range(len(jcts) + 1)]
-            ax.step(
-                jcts[:1] + jcts,
-                shares,
-                where="post",
-                label=label,
-                color=f"C{cache_systems.index(result.cache_system) % 10}",
-                linestyle=_LINE_STYLES[policies.index(result.policy) % len(_LINE_STYLES)],
-            )
+            _cdf(ax, [j.jct / 3600 for j in result.jobs], label, *style(result))
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(_PLAIN)
         ax.xaxis.set_minor_formatter(_PLAIN)
@@ -441,6 +624,63 @@ def plot_jct_cdf(path: Path, runs: Mapping[str, SimResult]) -> None:
             ax.legend(fontsize="small")
 
     _save(path, "JCT CDF", [draw])
+
+
+def plot_slowdown_cdf(path: Path, runs: Mapping[str, SimResult]) -> None:
+    """The cumulative distribution of slowdowns (FitGpp's Eq. 5), a panel per job class (FitGpp's TE and BE; the
+    jobs without a class, if any, in a panel of their own) and a line per run, coloured and styled as in
+    `plot_jct_cdf`: the picture of FitGpp's Figure 3. Log slowdown axis from 1: a TE job that never waited sits
+    at 1, a queued one can reach hundreds. A job that never executed (infinite slowdown) counts in its class's
+    total but has no point on the axis, so the line ends below 1."""
+    classes = sorted({j.job_class for result in runs.values() for j in result.jobs}) or [""]
+    style = _run_styles(runs.values())
+    finite = [s for result in runs.values() for s in slowdowns(result.jobs) if math.isfinite(s)]
+    right = max(10.0, 1.2 * max(finite, default=1.0))  # a decade at least, for a labelled tick past 1
+
+    def panel(job_class: str) -> Callable[[Axes], None]:
+        def draw(ax: Axes) -> None:
+            for label, result in runs.items():
+                _cdf(ax, slowdowns(j for j in result.jobs if j.job_class == job_class), label, *style(result))
+            ax.set_xscale("log")
+            ax.set_xlim(1.0, right)
+            ax.xaxis.set_major_formatter(_PLAIN)
+            ax.xaxis.set_minor_formatter(_SOME_MINOR)
+            ax.set_title(f"class {job_class}" if job_class else "no class", fontsize="medium")
+            ax.set_ylabel("fraction of jobs")
+            ax.set_ylim(0, 1)
+            ax.grid(True, alpha=0.3)
+            if runs and job_class == classes[0]:
+                ax.legend(fontsize="small")
+            if job_class == classes[-1]:
+                ax.set_xlabel("slowdown (1 + time waiting / time executing)")
+
+        return draw
+
+    _save(path, "slowdown CDF by job class", [panel(job_class) for job_class in classes])
+
+
+def _run_styles(runs: Iterable[SimResult]) -> Callable[[SimResult], tuple[str, str]]:
+    """A run's colour and line style among `runs`: a colour per cache system and a style per policy, so a policy x
+    cache system matrix stays readable; on a single cache system, a colour per policy (styles alone would leave
+    every line the same colour)."""
+    results = list(runs)
+    cache_systems = list(dict.fromkeys(r.cache_system for r in results))
+    policies = list(dict.fromkeys(r.policy for r in results))
+
+    def style(result: SimResult) -> tuple[str, str]:
+        if len(cache_systems) <= 1:
+            return f"C{policies.index(result.policy) % 10}", "-"
+        color = f"C{cache_systems.index(result.cache_system) % 10}"
+        return color, _LINE_STYLES[policies.index(result.policy) % len(_LINE_STYLES)]
+
+    return style
+
+
+def _cdf(ax: Axes, values: Sequence[float], label: str, color: str, linestyle: str) -> None:
+    """The empirical CDF of `values` as a step line; values that cannot be drawn (infinite) count in the total."""
+    drawn = sorted(v for v in values if math.isfinite(v))
+    shares = [i / len(values) for i in range(len(drawn) + 1)] if values else []
+    ax.step(drawn[:1] + drawn, shares, where="post", label=label, color=color, linestyle=linestyle)
 
 
 def plot_timeline(path: Path, result: SimResult, cluster: ClusterSpec) -> None:
