@@ -366,12 +366,13 @@ def test_the_shipped_scenarios_are_listed() -> None:
     assert available_scenarios() == [
         "cluster400",
         "cluster96",
+        "fitgpp-io",
         "fitgpp-synthetic",
         "micro",
         "tiresias-fig7",
         "tiresias-philly",
     ]
-    known = "cluster400, cluster96, fitgpp-synthetic, micro, tiresias-fig7, tiresias-philly"
+    known = "cluster400, cluster96, fitgpp-io, fitgpp-synthetic, micro, tiresias-fig7, tiresias-philly"
     with pytest.raises(SimInputError, match=f"unknown scenario 'nano'; known scenarios: {known}$"):
         load_scenario("nano")
 

@@ -33,26 +33,29 @@ from typing import NamedTuple
 
 
 class Resources(NamedTuple):
-    """A demand or an amount free: CPUs, RAM bytes, GPUs."""
+    """A demand or an amount free: CPUs, RAM bytes, GPUs, and remote IO in bytes/s where a rule weighs it
+    (FitGpp-SiloD; 0 otherwise). IO is the cluster's, not a node's: a node's `io` is what the whole cluster
+    has left."""
 
     cpus: float
     ram_bytes: float
     gpus: float
+    io: float = 0.0
 
     def plus(self, other: Resources) -> Resources:
         """Element-wise sum (a tuple's `+` concatenates)."""
-        return Resources(self.cpus + other.cpus, self.ram_bytes + other.ram_bytes, self.gpus + other.gpus)
+        return Resources(*(mine + theirs for mine, theirs in zip(self, other, strict=True)))
 
     def minus(self, other: Resources) -> Resources:
-        return Resources(self.cpus - other.cpus, self.ram_bytes - other.ram_bytes, self.gpus - other.gpus)
+        return Resources(*(mine - theirs for mine, theirs in zip(self, other, strict=True)))
 
     def meet(self, other: Resources) -> Resources:
         """Element-wise minimum: what both leave room for."""
-        return Resources(min(self.cpus, other.cpus), min(self.ram_bytes, other.ram_bytes), min(self.gpus, other.gpus))
+        return Resources(*(min(mine, theirs) for mine, theirs in zip(self, other, strict=True)))
 
     def covers(self, demand: Resources) -> bool:
         """Element-wise `demand <= self` (the paper's Eq. 2)."""
-        return demand.cpus <= self.cpus and demand.ram_bytes <= self.ram_bytes and demand.gpus <= self.gpus
+        return all(wanted <= has for wanted, has in zip(demand, self, strict=True))
 
 
 class RunningBe(NamedTuple):
@@ -67,18 +70,13 @@ class RunningBe(NamedTuple):
 
 
 def size(demand: Resources, capacity: Resources) -> float:
-    """Eq. 1: the demand as a length in units of its node's capacity."""
-    shares = (
-        _share(demand.cpus, capacity.cpus),
-        _share(demand.ram_bytes, capacity.ram_bytes),
-        _share(demand.gpus, capacity.gpus),
-    )
-    return math.sqrt(sum(share * share for share in shares))
+    """Eq. 1: the demand as a length in units of its node's capacity (remote IO in units of the cluster's)."""
+    return math.sqrt(sum(_share(amount, of) ** 2 for amount, of in zip(demand, capacity, strict=True)))
 
 
 def _share(amount: float, capacity: float) -> float:
-    """`amount` over `capacity`; 0 for a resource the driver does not model (infinite capacity)."""
-    return amount / capacity if math.isfinite(capacity) else 0.0
+    """`amount` over `capacity`; 0 for a resource not weighed (a capacity of 0 or infinity)."""
+    return amount / capacity if 0 < capacity < math.inf else 0.0
 
 
 def best_fit(demand: Resources, room: Mapping[str, Resources], capacity: Mapping[str, Resources]) -> str | None:
@@ -102,6 +100,26 @@ def scores(running: Sequence[RunningBe], capacity: Mapping[str, Resources], s: f
     }
 
 
+def best_victim(
+    te_demand: Resources,
+    running: Sequence[RunningBe],
+    free: Mapping[str, Resources],
+    capacity: Mapping[str, Resources],
+    *,
+    s: float = 4.0,
+    limit: float = 1,
+) -> str | None:
+    """Eq. 4: the running BE job of lowest score (Eq. 3, over all of `running`, the jobs at the limit
+    included) that frees enough on its own node and was preempted fewer than `limit` times; None if none."""
+    score = scores(running, capacity, s)
+    qualifying = [
+        job for job in running if job.preemptions < limit and free[job.node].plus(job.demand).covers(te_demand)
+    ]
+    if not qualifying:
+        return None
+    return min(qualifying, key=lambda job: (score[job.job_id], job.job_id)).job_id
+
+
 def fitgpp_victims(
     te_demand: Resources,
     running: Sequence[RunningBe],
@@ -114,13 +132,10 @@ def fitgpp_victims(
 ) -> list[str]:
     """The BE jobs FitGpp preempts to make room for a TE job of `te_demand`, given what is `free` per node:
     the one of Eq. 4, or (none qualifying) random ones below the limit until it fits; [] if nothing could
-    make room. Scores (Eq. 3) are over all of `running`, the jobs at the limit included."""
-    score = scores(running, capacity, s)
-    qualifying = [
-        job for job in running if job.preemptions < limit and free[job.node].plus(job.demand).covers(te_demand)
-    ]
-    if qualifying:
-        return [min(qualifying, key=lambda job: (score[job.job_id], job.job_id)).job_id]
+    make room."""
+    chosen = best_victim(te_demand, running, free, capacity, s=s, limit=limit)
+    if chosen is not None:
+        return [chosen]
     return rand_victims(te_demand, [job for job in running if job.preemptions < limit], free, rng=rng)
 
 
@@ -130,7 +145,9 @@ def victims_until_fit(te_demand: Resources, ordered: Sequence[RunningBe], free: 
     room = dict(free)
     victims: list[str] = []
     for job in ordered:
-        room[job.node] = room[job.node].plus(job.demand)
+        if job.demand.io:  # the cluster's IO, free for a job on any node
+            room = {node: left._replace(io=left.io + job.demand.io) for node, left in room.items()}
+        room[job.node] = room[job.node].plus(job.demand._replace(io=0.0))
         victims.append(job.job_id)
         if room[job.node].covers(te_demand):
             return victims

@@ -44,6 +44,7 @@ BUILTIN_POLICIES: dict[str, str] = {
     "fitgpp": "datamgr.scheduler.policies.fitgpp:fitgpp",
     "lrtp": "datamgr.scheduler.policies.fitgpp:lrtp",
     "rand": "datamgr.scheduler.policies.fitgpp:rand",
+    "fitgpp-silod": "datamgr.scheduler.policies.fitgpp:fitgpp_silod",
     "fitgpp-fifo": "datamgr.scheduler.policies.fitgpp:fitgpp_fifo",
 }
 

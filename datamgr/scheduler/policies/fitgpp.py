@@ -26,6 +26,13 @@ requeued jobs keep their submission order among themselves; a job that asks for 
 and as a TE job does not preempt. Decisions come at arrivals, finishes and releases, and at most a round
 (the `fitgpp-synthetic` scenario's one simulated minute, the paper's) after the last.
 
+FitGpp-SiloD (`fitgpp-silod`) adds what SiloD brings. Remote IO is a fourth element of the demand: a TE job
+needs b = f* (1 - c/d), about f* since a new job's cache helps only from its next epoch, and Eq. 4 accepts a
+victim only if, once it is gone, SiloD's max-min IO sharing gives the TE job that much (`_IoView`), so the TE
+job runs at f*; when no victim can (one victim rarely frees enough in a cluster far beyond its egress), the
+choice is vanilla FitGpp's. It also decides storage: SiloD's greedy allocation, with the cache quota of a
+preempted BE job held while it suspends and waits (`policies/held.py`), so it resumes at the speed it left.
+
 Knobs (`[policy]` or `--policy-option`): `s`, the weight of the grace period in Eq. 3 (default 4.0), and
 `preemption_limit`, P (default 1; "inf" for none), which bounds every rule.
 """
@@ -37,16 +44,19 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from datamgr.scheduler import perf
 from datamgr.scheduler.fitgpp import (
     Resources,
     RunningBe,
     best_fit,
+    best_victim,
     fitgpp_victims,
     lrtp_victims,
     rand_victims,
 )
 from datamgr.scheduler.perf import Estimator
 from datamgr.scheduler.placement import place_gang
+from datamgr.scheduler.policies.held import hold_waiting_quotas
 from datamgr.scheduler.policies.options import PolicyOptions, read_options
 from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.snapshot import JobState, NodeState, Snapshot
@@ -151,8 +161,15 @@ class TeBeScheduler:
     name: str
     rule: str | None
     config: FitGppConfig = FitGppConfig()
+    io_aware: bool = False  # FitGpp-SiloD: weigh remote IO in the victim rule and decide storage
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
+        decision = self._compute(snapshot)
+        if not self.io_aware:
+            return decision
+        return hold_waiting_quotas(snapshot.with_placements(decision.placements or {}), decision, estimator)
+
+    def _compute(self, snapshot: Snapshot) -> Decision:
         room = _Room(snapshot)
         placements: dict[str, Mapping[str, int]] = {job.job_id: job.placement for job in snapshot.running_jobs()}
         notes: dict[str, str] = {}
@@ -195,7 +212,7 @@ class TeBeScheduler:
             for job in snapshot.running_jobs()
             if job.job_id in placements and not is_trial_and_error(job) and len(job.placement) == 1
         ]
-        victims = self._victims(te_job, running, room, snapshot)
+        victims = self._victims(te_job, running, room, snapshot, placements)
         if not victims:
             return True
         for victim_id in victims:
@@ -209,18 +226,62 @@ class TeBeScheduler:
             return False
         return not room.claim(te_job)
 
-    def _victims(self, te_job: JobState, running: list[RunningBe], room: _Room, snapshot: Snapshot) -> list[str]:
+    def _victims(
+        self,
+        te_job: JobState,
+        running: list[RunningBe],
+        room: _Room,
+        snapshot: Snapshot,
+        placements: Mapping[str, Mapping[str, int]],
+    ) -> list[str]:
         limit = self.config.preemption_limit
         wanted = demand(te_job)
         rng = random.Random(f"{snapshot.seed}:{snapshot.time}:{te_job.job_id}")
         if self.rule == "fitgpp":
-            return fitgpp_victims(
-                wanted, running, room.eventual, room.capacity, s=self.config.s, limit=limit, rng=rng
-            )
+            if self.io_aware:
+                io = _IoView(snapshot, placements, te_job)
+                chosen = best_victim(
+                    wanted._replace(io=io.te_need),
+                    [job._replace(demand=job.demand._replace(io=io.use(job.job_id))) for job in running],
+                    {node: left._replace(io=io.room) for node, left in room.eventual.items()},
+                    {node: full._replace(io=snapshot.remote_io_bytes_per_sec) for node, full in room.capacity.items()},
+                    s=self.config.s,
+                    limit=limit,
+                )
+                if chosen is not None:
+                    return [chosen]
+            return fitgpp_victims(wanted, running, room.eventual, room.capacity, s=self.config.s, limit=limit, rng=rng)
         eligible = [job for job in running if job.preemptions < limit]
         if self.rule == "lrtp":
             return lrtp_victims(wanted, eligible, room.eventual)
         return rand_victims(wanted, eligible, room.eventual, rng=rng)
+
+
+class _IoView:
+    """Remote IO as FitGpp-SiloD weighs it for one TE job. SiloD's storage shares IO max-min fairly up to each
+    job's need b = f* (1 - c/d), so the TE job runs at f* exactly when the water level reaches its need x, that
+    is when x plus every other running job's min(need, x) fits in the limit. So a running job uses min(need,
+    x) of what the TE job could have (`use`), the cluster has `room` left of it, and a victim gives back its
+    use. A new TE job's c is about 0 (the cache helps only from its next epoch), as the snapshot says."""
+
+    def __init__(self, snapshot: Snapshot, placements: Mapping[str, Mapping[str, int]], te_job: JobState) -> None:
+        self.te_need = _remote_need(snapshot, te_job)
+        self._uses = {
+            job_id: min(_remote_need(snapshot, snapshot.jobs[job_id]), self.te_need)
+            for job_id, placement in placements.items()
+            if placement
+        }
+        self.room = snapshot.remote_io_bytes_per_sec - sum(self._uses.values())
+
+    def use(self, job_id: str) -> float:
+        return self._uses.get(job_id, 0.0)
+
+
+def _remote_need(snapshot: Snapshot, job: JobState) -> float:
+    """b = f* (1 - c/d) on all its GPUs, c the cache it can hit now under its dataset's quota."""
+    dataset = snapshot.datasets.get(job.dataset_uri)
+    quota = 0 if dataset is None else dataset.cache_quota_bytes
+    return perf.remote_demand(job.ideal_bytes_per_sec, snapshot.usable_cache_bytes(job, quota), job.dataset_bytes)
 
 
 def _as_running_be(job: JobState) -> RunningBe:
@@ -239,6 +300,10 @@ def lrtp(options: PolicyOptions | None = None) -> TeBeScheduler:
 
 def rand(options: PolicyOptions | None = None) -> TeBeScheduler:
     return TeBeScheduler("rand", "rand", FitGppConfig.from_options(options or {}, scored=False))
+
+
+def fitgpp_silod(options: PolicyOptions | None = None) -> TeBeScheduler:
+    return TeBeScheduler("fitgpp-silod", "fitgpp", FitGppConfig.from_options(options or {}, scored=True), io_aware=True)
 
 
 def fitgpp_fifo() -> TeBeScheduler:

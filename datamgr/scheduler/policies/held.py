@@ -19,11 +19,12 @@ from datamgr.scheduler.snapshot import Snapshot
 
 
 def held_quotas(snapshot: Snapshot) -> dict[str, int]:
-    """The cache quota, per dataset, of the preempted jobs waiting in `snapshot` whose datasets no running job
-    reads: what they had when they stopped, since nothing has taken it from them."""
+    """The cache quota, per dataset, of the preempted jobs waiting in `snapshot` (suspending through a grace
+    period, or queued again) whose datasets no running job reads: what they had when they stopped, since
+    nothing has taken it from them."""
     read_by_running = {job.dataset_uri for job in snapshot.running_jobs()}
     held: dict[str, int] = {}
-    for job in snapshot.queued_jobs():
+    for job in [*snapshot.queued_jobs(), *snapshot.suspending_jobs()]:
         if job.preemptions > 0 and job.dataset_uri not in read_by_running:
             dataset = snapshot.datasets.get(job.dataset_uri)
             if dataset is not None and dataset.cache_quota_bytes > 0:

@@ -76,7 +76,9 @@ def _check_placements(placements: Placements, snapshot: Snapshot, where: str) ->
             )
         if (job.cpus or job.ram_bytes) and placement:
             if len(placement) > 1:
-                raise InvalidDecision(f"{where}: spread job {job_id!r}, which asks for CPUs and RAM, over several nodes")
+                raise InvalidDecision(
+                    f"{where}: spread job {job_id!r}, which asks for CPUs and RAM, over several nodes"
+                )
             _take_host(job, next(iter(placement)), host)
     for node_id, gpus in used.items():
         if gpus > snapshot.nodes[node_id].gpus:

@@ -15,9 +15,10 @@ non-empty is not a preemption. When a preempted job resumes it first restores it
 at the resume: Tiresias measured the pair, and charging it there frees the preempted GPUs at once for the job
 that preempted it). A preempted job with a grace period (FitGpp's) suspends first: stopped and reading nothing,
 it holds its GPUs (and CPUs and RAM) until the period ends, then releases them, which triggers a round as a
-finish does; until then no decision may place it. A decision's `job_states` reach the named jobs' next snapshots (`JobState.policy_state`), and
-its `wake_at` schedules a round then, however quiet the cluster is (each decision's wake-up replaces the one
-before: a policy asks for its next round, not for every round it once predicted).
+finish does; until then no decision may place it. A decision's `job_states` reach the named jobs' next
+snapshots (`JobState.policy_state`), and its `wake_at` schedules a round then, however quiet the cluster is
+(each decision's wake-up replaces the one before: a policy asks for its next round, not for every round it
+once predicted).
 
 Between events every rate is constant, so progress integrates exactly. A running job's rate is
 `min(f*(job, gpus), io / (1 - hit))` with `hit` its segment's hit ratio from the cache model (`caches`), not

@@ -14,19 +14,27 @@ the text we have):
 - Spreads: every normal has its standard deviation equal to its mean (a coefficient of variation of 1), a
   neutral choice for the heavy-tailed quantities the paper fits. At that spread BE's 24-hour truncation never
   binds; it is kept for fidelity.
-- Lower bounds: execution times at least 3 minutes (the paper's trace counts only jobs that lasted more than
-  180 s), GPs at least 0 (a GP of 0 is the paper's "rewind"), GPUs, CPUs and RAM at least 1 (GPU, CPU, GB).
-- Demands, per node of 32 CPUs, 256 GB and 8 GPUs (4 CPUs and 32 GB a GPU): TE 1 GPU, 4 CPUs, 16 GB; BE
-  2 GPUs, 8 CPUs, 32 GB (means), each truncated at a node's capacity (jobs are single-task, so on one node)
-  and rounded to whole GPUs, CPUs and GB. Drawn independently, as the paper fits them separately.
+- Lower bounds: execution times at least `min_seconds`, by default 180 s: the paper names only the upper
+  truncations, but the trace it fitted counts only jobs that lasted more than 180 s, so generated jobs are
+  drawn from that population (`min_duration = "1s"` in a recipe gives the other reading, any positive time;
+  docs/fitgpp.md shows both). GPs at least 0 (a GP of 0 is the paper's "rewind"); GPUs, CPUs and RAM at
+  least 1 (GPU, CPU, GB).
+- Demands: the paper gives none of their parameters, so both classes draw from the same distributions (only
+  their execution times are known to differ): 2 GPUs, 8 CPUs and 64 GB of RAM on average, 4 CPUs and 32 GB a
+  GPU as on the paper's nodes of 32 CPUs, 256 GB and 8 GPUs, each truncated at a node's capacity (jobs are
+  single-task, so on one node) and rounded to whole GPUs, CPUs and GB. Drawn independently, as the paper fits
+  them separately.
 - The load: kept at `load` by construction. The arrivals are worked out by running FIFO (strict, best fit,
   `fitgpp.best_fit`) on the cluster with each job's execution time: a job is submitted whenever the demand of
   the jobs present (running or queued) falls below `load` times the capacity, in the resource where it is
   highest. So under FIFO the cluster holds twice its capacity's worth of jobs throughout, and every policy
   replays the same arrival times.
-- Data: each job reads its own 10 GB dataset at 10 MB/s per GPU, far below any limit the scenario sets, so
-  storage never slows a job (FitGpp's world has no storage bottleneck); its work is its execution time at that
-  rate.
+- Data (`workloads`): "uniform", as FitGpp's world has no storage bottleneck: each job reads its own 10 GB
+  dataset at 10 MB/s per GPU, far below any limit a scenario sets. "figure-6", for the SiloD-enhanced
+  variant: each job is one of the SiloD paper's eleven Figure 6 jobs, equally likely (`generator.WORKLOADS`,
+  f* per GPU times its GPUs), on a private copy of its dataset (the paper's main experiments share none),
+  drawn from a generator of its own so that classes, times and demands stay those of "uniform". A job's work
+  is its execution time at its f*.
 
 `grace_scale` multiplies the GP distribution's mean, spread and truncation (the paper's Figure 7: "2.0" is
 twice the mean, the deviation and the truncation of "1.0").
@@ -40,13 +48,14 @@ from collections import deque
 from dataclasses import dataclass
 
 from datamgr.scheduler.fitgpp import Resources, best_fit
+from datamgr.scheduler.sim.generator import WORKLOADS, Workload
 from datamgr.scheduler.sim.model import ClusterSpec, TraceJob
 
 GB = 10**9
 MB = 10**6
 MINUTE = 60.0
-DATASET_BYTES = 10 * GB
-BYTES_PER_SEC_PER_GPU = 10 * MB
+UNIFORM = Workload("synthetic", 10 * MB, "data", 10 * GB, 1.0)  # "uniform": never slowed by storage
+WORKLOADS_BY_NAME = ("uniform", "figure-6")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,19 +84,20 @@ class ClassProfile:
     ram_bytes: TruncatedNormal
 
 
-def _profile(minutes: float, high_minutes: float, gpus: float) -> ClassProfile:
-    """A class with the given mean execution time and truncation, `gpus` GPUs on average, 4 CPUs and 32 GB of
-    RAM a GPU of it on average (what the paper's node has per GPU), each spread as wide as its mean."""
+def _profile(minutes: float, high_minutes: float, min_seconds: float) -> ClassProfile:
+    """A class with the given mean execution time and truncations, and the
+    demands every class shares: 2 GPUs, 8 CPUs and 64 GB of RAM on average (4 CPUs and 32 GB a GPU, what the
+    paper's node has per GPU), each spread as wide as its mean and truncated at a node's capacity."""
     return ClassProfile(
-        seconds=TruncatedNormal(minutes * MINUTE, minutes * MINUTE, 3 * MINUTE, high_minutes * MINUTE),
-        gpus=TruncatedNormal(gpus, gpus, 1, 8),
-        cpus=TruncatedNormal(4 * gpus, 4 * gpus, 1, 32),
-        ram_bytes=TruncatedNormal(16 * gpus * GB, 16 * gpus * GB, GB, 256 * GB),
+        seconds=TruncatedNormal(minutes * MINUTE, minutes * MINUTE, min_seconds, high_minutes * MINUTE),
+        gpus=TruncatedNormal(2, 2, 1, 8),
+        cpus=TruncatedNormal(8, 8, 1, 32),
+        ram_bytes=TruncatedNormal(64 * GB, 64 * GB, GB, 256 * GB),
     )
 
 
-TE_PROFILE = _profile(5, 30, 1)
-BE_PROFILE = _profile(30, 24 * 60, 2)
+TE_MINUTES = (5, 30)  # mean, truncation
+BE_MINUTES = (30, 24 * 60)
 GRACE = TruncatedNormal(3 * MINUTE, 3 * MINUTE, 0.0, 20 * MINUTE)
 
 
@@ -100,6 +110,8 @@ class TeBeConfig:
     te_share: float = 0.3
     load: float = 2.0
     grace_scale: float = 1.0
+    min_seconds: float = 180.0  # the shortest execution time drawn
+    workloads: str = "uniform"  # or "figure-6": what each job reads, and how fast
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
@@ -109,6 +121,10 @@ class TeBeConfig:
         for name in ("load", "grace_scale"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
+        if self.workloads not in WORKLOADS_BY_NAME:
+            raise ValueError(f"workloads must be one of {', '.join(WORKLOADS_BY_NAME)}, not {self.workloads!r}")
+        if not 0 < self.min_seconds < TE_MINUTES[1] * MINUTE:
+            raise ValueError(f"min_duration must be positive and below TE's truncation, not {self.min_seconds}s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,15 +141,25 @@ def generate_te_be(config: TeBeConfig, cluster: ClusterSpec) -> list[TraceJob]:
         raise ValueError("a TE/BE trace needs a cluster with CPUs and RAM per node (cpus_per_node, ram_per_node)")
     rng = random.Random(config.seed)
     grace = TruncatedNormal(*(config.grace_scale * value for value in (GRACE.mean, GRACE.sd, GRACE.low, GRACE.high)))
-    drawn = [_draw(rng, config.te_share, grace) for _ in range(config.jobs)]
+    profiles = (_profile(*TE_MINUTES, config.min_seconds), _profile(*BE_MINUTES, config.min_seconds))
+    drawn = [_draw(rng, config.te_share, profiles, grace) for _ in range(config.jobs)]
     arrivals = _fifo_arrivals(drawn, cluster, config.load)
+    picker = random.Random(f"{config.seed}:workloads")
+    workloads = [
+        UNIFORM if config.workloads == "uniform" else WORKLOADS[int(picker.random() * len(WORKLOADS))] for _ in drawn
+    ]
     width = max(4, len(str(config.jobs - 1)))
-    return [_job(f"job-{i:0{width}d}", job, arrival) for i, (job, arrival) in enumerate(zip(drawn, arrivals, strict=True))]
+    return [
+        _job(f"job-{i:0{width}d}", job, arrival, workload)
+        for i, (job, arrival, workload) in enumerate(zip(drawn, arrivals, workloads, strict=True))
+    ]
 
 
-def _draw(rng: random.Random, te_share: float, grace: TruncatedNormal) -> _Drawn:
+def _draw(
+    rng: random.Random, te_share: float, profiles: tuple[ClassProfile, ClassProfile], grace: TruncatedNormal
+) -> _Drawn:
     te = rng.random() < te_share
-    profile = TE_PROFILE if te else BE_PROFILE
+    profile = profiles[0] if te else profiles[1]
     seconds = profile.seconds.draw(rng)
     demand = Resources(
         float(round(profile.cpus.draw(rng))),
@@ -179,18 +205,18 @@ def _load(present: Resources, total: Resources) -> float:
     return max(present.cpus / total.cpus, present.ram_bytes / total.ram_bytes, present.gpus / total.gpus)
 
 
-def _job(job_id: str, job: _Drawn, arrival: float) -> TraceJob:
+def _job(job_id: str, job: _Drawn, arrival: float, workload: Workload) -> TraceJob:
     gpus = int(job.demand.gpus)
-    rate = BYTES_PER_SEC_PER_GPU * gpus
+    rate = workload.bytes_per_sec_per_gpu * gpus
     return TraceJob(
         job_id=job_id,
         arrival=float(round(arrival)),
         gpus=gpus,
-        model="te-job" if job.te else "be-job",
+        model=workload.model,
         ideal_bytes_per_sec=float(rate),
-        dataset=f"data/{job_id}",
-        dataset_bytes=DATASET_BYTES,
-        epochs=float(f"{job.seconds * rate / DATASET_BYTES:.6g}"),
+        dataset=f"{workload.dataset}/{job_id}",
+        dataset_bytes=workload.dataset_bytes,
+        epochs=float(f"{job.seconds * rate / workload.dataset_bytes:.6g}"),
         job_class="te" if job.te else "be",
         cpus=job.demand.cpus,
         ram_bytes=int(job.demand.ram_bytes),

@@ -14,9 +14,12 @@ Fields (CSV header names, JSON keys):
 | `epochs` | either | passes over the dataset, fractional allowed (0.07) |
 | `steps`, `step_bytes` | or both | training steps and the data one step reads ("256MB") |
 | `flags` | no | names separated by spaces or ";", or a JSON list: `irregular` (not uniform access) |
-| `tenant`, `class` | no | free-form labels ("vc-a", "be") the report breaks its numbers down by; FitGpp reads class `te` as trial-and-error, any other as best-effort |
-| `cpus`, `ram` | no | CPUs (4, 0.5) and RAM ("16GB") the job holds besides its GPUs, on one node; the cluster must give CPUs and RAM per node |
-| `grace_period` | no | how long the job keeps its resources, suspending, once preempted ("3m"; default 0: it stops at once) |
+| `tenant`, `class` | no | free-form labels ("vc-a", "be") the report breaks its numbers down by (1) |
+| `cpus`, `ram` | no | CPUs (4, 0.5) and RAM ("16GB") the job holds besides its GPUs, on one node (2) |
+| `grace_period` | no | how long it keeps its resources, suspending, once preempted ("3m"; default 0: none) |
+
+(1) FitGpp's policies read class `te` (any case) as trial-and-error and any other as best-effort.
+(2) The cluster must then give CPUs and RAM per node (`cluster.py`).
 
 An empty CSV cell or a JSON null is an absent field. Any error names the file, the line, the field and the
 rule, and nothing of a file with an error is returned.
@@ -185,9 +188,7 @@ def write_trace(path: Path, jobs: Sequence[TraceJob]) -> None:
     labels = [column for column, name in LABELS.items() if any(getattr(job, name) for job in jobs)]
     host = [column for column in HOST if any(_host(job)[column] for job in jobs)]
     with path.open("w", newline="", encoding="utf-8") as file:
-        writer = csv.DictWriter(
-            file, fieldnames=[*REQUIRED, "epochs", "flags", *labels, *host], extrasaction="ignore"
-        )
+        writer = csv.DictWriter(file, fieldnames=[*REQUIRED, "epochs", "flags", *labels, *host], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(_record(job) for job in jobs)
 

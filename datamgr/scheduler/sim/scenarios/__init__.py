@@ -5,9 +5,10 @@ file) and either `trace = "FILE"` (a trace file next to it) or a `[generate]` ta
 keys are `GeneratorConfig`'s fields (`duration` takes "4w"-style durations, `gpu_demand` is a table of GPU
 count to probability) and whose seed makes it reproducible; with `kind = "te-be"` it is instead a recipe of
 FitGpp's trial-and-error and best-effort jobs (`te_be.TeBeConfig`'s fields: jobs, seed, te_share, load,
-grace_scale), generated on the scenario's cluster. Optional: a `[simulation]` table (`round`, the
-longest time between rounds, and `preemption_cost`, both durations), and a `[policy]` table of knobs for the
-policies that take them (`policies/options.py`); the command line overrides both.
+grace_scale, workloads, and min_duration for `min_seconds`), generated on the scenario's cluster.
+Optional: a `[simulation]` table (`round`, the longest time between rounds, and `preemption_cost`, both
+durations), and a `[policy]` table of knobs for the policies that take them (`policies/options.py`); the
+command line overrides both.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ _RECIPE_REQUIRED = ("arrivals_per_hour", "sharing", "gpu_speed_scale", "irregula
 _GENERATE_KEYS = ("kind", "jobs", "duration", "gpu_demand", *_RECIPE_REQUIRED)
 _KINDS = ("philly", "te-be")
 _TE_BE_REQUIRED = ("kind", "jobs", "seed", "te_share", "load")
-_TE_BE_KEYS = (*_TE_BE_REQUIRED, "grace_scale")
+_TE_BE_KEYS = (*_TE_BE_REQUIRED, "grace_scale", "min_duration", "workloads")
 _SIMULATION_KEYS = ("round", "preemption_cost")
 
 
@@ -158,13 +159,20 @@ def _te_be_recipe(table: dict[str, object], where: str) -> TeBeConfig:
     def need(key: str, read: fields.Reader[fields.T]) -> fields.T:
         return read_field(read, table[key], f"{where}: {key}")
 
+    default = TeBeConfig(jobs=1, seed=0)
+
+    def get(key: str, read: fields.Reader[fields.T], otherwise: fields.T) -> fields.T:
+        return need(key, read) if key in table else otherwise
+
     try:
         return TeBeConfig(
             jobs=need("jobs", fields.positive_int),
             seed=need("seed", fields.whole_number),
             te_share=need("te_share", fields.fraction),
             load=need("load", fields.positive_number),
-            grace_scale=need("grace_scale", fields.positive_number) if "grace_scale" in table else 1.0,
+            grace_scale=get("grace_scale", fields.positive_number, default.grace_scale),
+            min_seconds=get("min_duration", fields.duration, default.min_seconds),
+            workloads=get("workloads", fields.text, default.workloads),
         )
     except ValueError as exc:
         raise SimInputError(f"{where}: {exc}") from None
