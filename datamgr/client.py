@@ -96,9 +96,13 @@ class DataManagerClient:
         epochs: float = 0.0,
         irregular: bool = False,
         gpus: int = 0,
+        job_class: pb.JobClass.ValueType = pb.JOB_CLASS_UNSPECIFIED,
+        grace_seconds: float = 0.0,
     ) -> pb.RegisterJobResponse:
         """`epochs`: how long the job trains, in passes over its dataset (0: unknown); `irregular`: its access
-        is not uniform once per epoch; `gpus` (with no `workers`): the policy places it on that many GPUs."""
+        is not uniform once per epoch; `gpus` (with no `workers`): the policy places it on that many GPUs;
+        `job_class` (unspecified: best-effort) and `grace_seconds` (how long it keeps its GPUs once preempted)
+        are for policies such as FitGpp."""
         request = pb.RegisterJobRequest(
             job_id=job_id,
             dataset_uri=dataset_uri,
@@ -107,6 +111,8 @@ class DataManagerClient:
             epochs=epochs,
             irregular=irregular,
             gpus=gpus,
+            job_class=job_class,
+            grace_seconds=grace_seconds,
         )
         return self.call(self.stub.RegisterJob, request)
 

@@ -2,10 +2,11 @@
 out its compute decisions for the jobs it places.
 
 `silod datamgr serve --policy NAME` runs `registry.build_scheduler(NAME, "silod")` when a job is registered
-or finished, at least every `--round` seconds, and at the time a decision asks to be woken (`wake_at`), over
-a snapshot of the registered jobs and nodes. What a job's registration says about its training reaches the
-policy too: its epochs as the work it has in all (`JobState.total_bytes`), and its irregular flag, which
-keeps it in a storage partition of its own.
+or finished, at least every `--round` seconds, at the time a decision asks to be woken (`wake_at`), and when
+a suspending job's grace period ends, over a snapshot of the registered jobs and nodes. What a job's
+registration says about its training reaches the policy too: its epochs as the work it has in all
+(`JobState.total_bytes`), its irregular flag, which keeps it in a storage partition of its own, and its class
+and grace period (`JobState.job_class`, `grace_seconds`: FitGpp's trial-and-error and best-effort jobs).
 
 Compute. A job registered with its workers runs where it was registered: its placement is the cluster
 scheduler's business, and a policy that would move or preempt it is only reported (`unapplied_placements`).
@@ -14,6 +15,13 @@ A job registered with GPUs instead is the policy's to place: the controller move
 publishes the decision on WatchDecisions for the cluster's launcher to carry out. The state a policy hands
 back per job (`Decision.job_states`) is kept in the job's history, persisted with it, and reaches the next
 snapshot as `JobState.policy_state`.
+
+Grace periods, for any policy. A job registered with a grace period that a round preempts suspends: the
+preemption is published at once (SUSPENDING, with the time its period ends), but it keeps holding the GPUs it
+ran on, which the snapshot shows as `JobState.held` (not free for any placement, and the manager refuses one
+that would take them or restart the job). When the period ends the controller releases them (the decision
+becomes PREEMPTED) and runs a round, as a finish does; the release time is persisted with the job's history,
+so a restart neither loses the hold nor ends it early.
 
 Changes go through the manager's own calls, so they get the same validation, persistence and watch push as
 AllocateCacheSize and AllocateRemoteIO. Within a round, preemptions go first, then storage decreases, then
@@ -94,9 +102,10 @@ def snapshot_of(manager: DataManager, remote_io_bytes_per_sec: int, now: float) 
       workers, and the GPUs it asked for for a job the policy places (its f* is for all of them).
       `done_bytes` is what its nodes last reported reading. `total_bytes` is the epochs it registered
       times its dataset's size, or infinite if it registered none (a length-aware policy such as SJF then
-      ranks it behind every job that said how long it trains), and `irregular` is as registered. Its
-      history (submit time, starts, waits, preemptions, attained service, policy state) is the one the data
-      manager keeps for it (`JobHistory`).
+      ranks it behind every job that said how long it trains), and `irregular`, `job_class` and
+      `grace_seconds` are as registered. Its history (submit time, starts, waits, preemptions, attained
+      service, policy state) is the one the data manager keeps for it (`JobHistory`); a job suspending
+      through its grace period has an empty placement and `held`, the GPUs it still holds.
     - A node's GPUs are those it registered for the policy, or the workers registered on it if more (a node
       that registered none has no GPU free for the policy).
     - A dataset's `cached_bytes` is the least that a node mounting it reported: like its quota, per node.
@@ -153,6 +162,9 @@ def _job_state(manager: DataManager, job_id: str, now: float) -> JobState:
         queued_seconds_before=history.queued_seconds_before,
         preemptions=history.preemptions,
         policy_state=MappingProxyType(dict(history.policy_state)),
+        held=MappingProxyType(dict(history.held) if history.suspending else {}),
+        job_class=job.job_class,
+        grace_seconds=job.grace_seconds,
     )
 
 
@@ -298,6 +310,7 @@ class RoundReport:
     notes: Mapping[str, str]
     error: str  # why the round stopped early ("" if it did not)
     wake_at: float | None = None  # when the policy asked for its next round (the manager's wall clock)
+    released: tuple[str, ...] = ()  # suspending jobs whose GPUs the round released first (grace period over)
 
 
 class Controller:
@@ -329,16 +342,19 @@ class Controller:
 
     async def run(self) -> None:
         """Rounds until cancelled: one at once, then one per burst of requests, at the wake-up the last
-        decision asked for, or after `round_seconds` without either. A round cut short by cancellation leaves
-        valid allocations that the next start redoes."""
+        decision asked for, when the first grace period still running ends, or after `round_seconds` without
+        any of those. A round cut short by cancellation leaves valid allocations that the next start redoes."""
         trigger = "start"
         while True:
             report = await self.run_round(trigger)
             timeout, timed = self.round_seconds, "timer"
-            if report.wake_at is not None:
-                until_wake = report.wake_at - self._manager.wall_clock()
-                if until_wake < timeout:
-                    timeout, timed = max(0.0, until_wake), "wake-up"
+            now = self._manager.wall_clock()
+            release = self._manager.next_release()
+            if release is not None and release <= now and report.error:
+                release = None  # the round that was to release it failed: the next one retries, not at once
+            for at, reason in ((report.wake_at, "wake-up"), (release, "grace period over")):
+                if at is not None and at - now < timeout:
+                    timeout, timed = max(0.0, at - now), reason
             if await self._requests.wait(timeout):
                 await asyncio.sleep(self._settle_seconds)  # let the rest of a burst arrive
                 trigger = self._requests.take()
@@ -355,7 +371,8 @@ class Controller:
             return report
 
     async def _round(self, number: int, trigger: str) -> tuple[RoundReport, Exception | None]:
-        snapshot = snapshot_of(self._manager, self._remote_io_limit, self._manager.wall_clock())
+        revision, cache_budget = self._manager.state.revision, 0
+        released: list[str] = []
         expected: dict[str, JobEstimate] = {}
         notes: dict[str, str] = {}
         unplaced: list[str] = []
@@ -364,6 +381,9 @@ class Controller:
         failure: Exception | None = None
         wake_at: float | None = None
         try:
+            released = await self._allocations.release_due()  # first, so that the GPUs they free are free for it
+            snapshot = snapshot_of(self._manager, self._remote_io_limit, self._manager.wall_clock())
+            revision, cache_budget = snapshot.seed, snapshot.cache_capacity_bytes
             # Policies are pure functions of the immutable snapshot: a thread keeps the server answering.
             decision = await asyncio.to_thread(self._scheduler.decide, snapshot)
             if decision.wake_at is not None and snapshot.time < decision.wake_at < math.inf:
@@ -391,8 +411,8 @@ class Controller:
             number=number,
             trigger=trigger,
             finished_at=self._clock(),
-            revision=snapshot.seed,
-            cache_budget_bytes=snapshot.cache_capacity_bytes,
+            revision=revision,
+            cache_budget_bytes=cache_budget,
             estimates=expected,
             applied=tuple(applied),
             refused=tuple(refused),
@@ -400,6 +420,7 @@ class Controller:
             notes=notes,
             error="" if failure is None else f"{type(failure).__name__}: {failure}",
             wake_at=wake_at,
+            released=tuple(released),
         )
         return report, failure
 
@@ -463,6 +484,8 @@ def _log_round(policy: str, report: RoundReport, failure: Exception | None) -> N
     )
     changes = ", ".join(map(str, report.applied)) or "none"
     message = f"round {report.number} ({report.trigger}) by {policy}: {jobs or 'no jobs'} | changes: {changes}"
+    if report.released:
+        message += " | released after their grace period: " + ", ".join(report.released)
     if report.unapplied_placements:
         message += " | placements not applied (the cluster scheduler's): " + ", ".join(report.unapplied_placements)
     if report.refused:
@@ -479,6 +502,7 @@ def _log_round(policy: str, report: RoundReport, failure: Exception | None) -> N
         "applied": [str(step) for step in report.applied],
         "refused": [{"change": str(step), "reason": reason} for step, reason in report.refused],
         "unapplied_placements": list(report.unapplied_placements),
+        "released": list(report.released),
         "notes": dict(report.notes),
         "error": report.error,
     }

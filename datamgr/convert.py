@@ -8,12 +8,38 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from datamgr import lifecycle
-from datamgr.entities import Dataset, Job, JobHistory, Node, NodeJobView, NodeView
+from datamgr.entities import (
+    BEST_EFFORT,
+    TRIAL_AND_ERROR,
+    Dataset,
+    InvalidArgument,
+    Job,
+    JobHistory,
+    Node,
+    NodeJobView,
+    NodeView,
+)
 from datamgr.liveness import DatasetUsage, JobUsage
 from datamgr.state import DatasetRemoved, JobRemoved, NodeChange
 from silodlib.backends import redact_options
 from silodlib.backends.uri import parse_dataset_uri
 from silodpb.v1 import datamgr_pb2 as pb
+
+JOB_CLASS_MESSAGES = {BEST_EFFORT: pb.JOB_CLASS_BEST_EFFORT, TRIAL_AND_ERROR: pb.JOB_CLASS_TRIAL_AND_ERROR}
+
+
+def job_class(message: pb.JobClass.ValueType) -> str:
+    """A request's job class as the data manager keeps it (UNSPECIFIED: best-effort, what older clients mean);
+    INVALID_ARGUMENT for a number no class has."""
+    if message == pb.JOB_CLASS_UNSPECIFIED:
+        return BEST_EFFORT
+    for name, value in JOB_CLASS_MESSAGES.items():
+        if value == message:
+            return name
+    raise InvalidArgument(
+        f"job_class {message} is not a job class: JOB_CLASS_BEST_EFFORT ({pb.JOB_CLASS_BEST_EFFORT}) or "
+        f"JOB_CLASS_TRIAL_AND_ERROR ({pb.JOB_CLASS_TRIAL_AND_ERROR})"
+    )
 
 
 def node_dataset(dataset: Dataset) -> pb.NodeDataset:
@@ -95,6 +121,8 @@ def job_schedule(job: Job, history: JobHistory, now: float) -> pb.JobSchedule:
         queued_seconds=lifecycle.queued_seconds(history, now),
         preemptions=history.preemptions,
         policy_state=dict(history.policy_state),
+        suspended_until=history.suspended_until or 0.0,
+        held=[pb.Worker(node_id=node_id, count=gpus) for node_id, gpus in sorted(history.held.items())],
     )
 
 
@@ -106,6 +134,7 @@ def job_decision(view: lifecycle.DecisionView, revision: int) -> pb.JobDecision:
         gpus=view.gpus,
         dataset_uri=view.dataset_uri,
         revision=revision,
+        suspended_until=view.suspended_until or 0.0,
     )
 
 
@@ -133,6 +162,8 @@ def job_message(job: Job, usage: Iterable[JobUsage], schedule: pb.JobSchedule | 
         irregular=job.irregular,
         gpus=job.gpus,
         schedule=schedule,
+        job_class=JOB_CLASS_MESSAGES[job.job_class],
+        grace_seconds=job.grace_seconds,
     )
 
 

@@ -69,6 +69,11 @@ class Worker:
     count: int
 
 
+TRIAL_AND_ERROR = "te"  # short and latency-sensitive: a policy may preempt best-effort jobs for it (FitGpp)
+BEST_EFFORT = "be"  # long; may be preempted for trial-and-error jobs
+JOB_CLASSES = (TRIAL_AND_ERROR, BEST_EFFORT)
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A training job reading one dataset, with its remote IO allocation.
@@ -80,6 +85,10 @@ class Job:
     A job is placed one of two ways. Registered with its `workers` (`gpus` 0), it runs where whoever registered
     it put it, from registration to finish. Registered with `gpus` instead, the data manager's policy places it:
     `workers` is then the policy's latest placement (none while it waits), not part of its registration.
+
+    `job_class` (`TRIAL_AND_ERROR` or `BEST_EFFORT`) and `grace_seconds` are what policies such as FitGpp tell
+    jobs apart by: a trial-and-error job may preempt best-effort ones, and a job the policy preempts keeps its
+    GPUs for its grace period (it suspends, `JobHistory.suspended_until`) before they go to another job.
     """
 
     job_id: str
@@ -91,6 +100,8 @@ class Job:
     epochs: float = 0.0
     irregular: bool = False
     gpus: int = 0  # the GPUs it asks the policy for; 0: placed by whoever registered it (`workers`)
+    job_class: str = BEST_EFFORT  # or TRIAL_AND_ERROR
+    grace_seconds: float = 0.0  # how long it keeps its GPUs, suspending, once the policy preempts it
 
     @property
     def placed_by_policy(self) -> bool:
@@ -145,7 +156,11 @@ class JobHistory:
     restarted data manager ranks its jobs as before: times are seconds since the Unix epoch, not a monotonic
     clock. Attained service is `attained_gpu_seconds_before` plus the GPUs held since `last_start_time` while
     the job runs (`datamgr.lifecycle`), so the record changes only when the job starts or stops, or its
-    policy state changes, not as time passes."""
+    policy state changes, not as time passes.
+
+    A job preempted with a grace period suspends: it holds `held` (node -> GPUs, the placement it was preempted
+    from) until `suspended_until`, when the data manager releases them; both are persisted, so a restart
+    neither loses the hold nor ends it early."""
 
     job_id: str
     submit_time: float
@@ -156,6 +171,12 @@ class JobHistory:
     attained_gpu_seconds_before: float = 0.0  # GPU time held before `last_start_time` (all of it while stopped)
     preemptions: int = 0
     policy_state: Mapping[str, float] = field(default_factory=dict)
+    held: Mapping[str, int] = field(default_factory=dict)  # node -> GPUs still held while it suspends
+    suspended_until: float | None = None  # when its grace period ends; None unless it suspends
+
+    @property
+    def suspending(self) -> bool:
+        return self.suspended_until is not None
 
 
 @dataclass(frozen=True, slots=True)

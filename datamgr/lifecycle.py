@@ -7,7 +7,10 @@ controller plans a round's compute changes with `compute_moves`.
 
 A job registered with its workers (`Job.placed_by_policy` false) runs from its registration to its finish
 where whoever registered it put it: its history says so and never changes but for its policy state. A job
-registered with GPUs waits until the policy places it; each placement and preemption is one `move`.
+registered with GPUs waits until the policy places it; each placement and preemption is one `move`. A job
+preempted with a grace period (`Job.grace_seconds`) suspends: it keeps holding the GPUs it ran on until the
+period ends (`released`), and no placement may take them or start it meanwhile, as in the simulator
+(`datamgr.scheduler.sim.engine`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class Phase(enum.Enum):
     PENDING = 1  # submitted, never run
     RUNNING = 2  # holds GPUs
     PREEMPTED = 3  # ran, then lost its GPUs; waits to resume
+    SUSPENDING = 4  # preempted, it still holds its GPUs through its grace period
 
 
 def registered(job: Job, now: float) -> JobHistory:
@@ -44,6 +48,8 @@ def placement_of(job: Job) -> dict[str, int]:
 def phase(job: Job, history: JobHistory) -> Phase:
     if job.workers:
         return Phase.RUNNING
+    if history.suspending:
+        return Phase.SUSPENDING
     return Phase.PENDING if history.first_start_time is None else Phase.PREEMPTED
 
 
@@ -64,8 +70,10 @@ def queued_seconds(history: JobHistory, now: float) -> float:
 def moved(job: Job, history: JobHistory, placement: Placement, now: float) -> tuple[Job, JobHistory]:
     """The job on `placement` from `now` (empty: stopped), and its history after the move.
 
-    Starting ends its wait; stopping a running job is a preemption and banks the GPU time it held. A placement
-    that changes while the job runs (a migration) changes neither: the job holds all its GPUs throughout."""
+    Starting ends its wait; stopping a running job is a preemption and banks the GPU time it held, and with a
+    grace period it suspends, holding the GPUs it ran on until `now` + the period. A placement that changes
+    while the job runs (a migration) changes neither: the job holds all its GPUs throughout. A suspending job
+    is not started (the caller refuses it)."""
     workers = tuple(Worker(node_id, gpus) for node_id, gpus in sorted(placement.items()))
     was_running, runs = bool(job.workers), bool(workers)
     if runs and not was_running:
@@ -78,13 +86,21 @@ def moved(job: Job, history: JobHistory, placement: Placement, now: float) -> tu
             queued_seconds_before=history.queued_seconds_before + waited,
         )
     elif was_running and not runs:
+        suspends = job.grace_seconds > 0
         history = replace(
             history,
             attained_gpu_seconds_before=attained_gpu_seconds(job, history, now),
             pending_since=now,
             preemptions=history.preemptions + 1,
+            held=placement_of(job) if suspends else {},
+            suspended_until=now + job.grace_seconds if suspends else None,
         )
     return replace(job, workers=workers), history
+
+
+def released(history: JobHistory) -> JobHistory:
+    """The history of a suspending job whose grace period is over: it holds nothing and may be placed again."""
+    return replace(history, held={}, suspended_until=None)
 
 
 def with_policy_state(history: JobHistory, state: Mapping[str, float]) -> JobHistory | None:
@@ -151,6 +167,7 @@ class DecisionView:
     placement: tuple[tuple[str, int], ...]  # (node, GPUs), by node
     gpus: int
     dataset_uri: str
+    suspended_until: float | None = None  # while it suspends
 
 
 def decision_view(job: Job, history: JobHistory) -> DecisionView | None:
@@ -158,7 +175,7 @@ def decision_view(job: Job, history: JobHistory) -> DecisionView | None:
     if not job.placed_by_policy:
         return None
     placement = tuple(sorted(placement_of(job).items()))
-    return DecisionView(job.job_id, phase(job, history), placement, job.gpus, job.dataset_uri)
+    return DecisionView(job.job_id, phase(job, history), placement, job.gpus, job.dataset_uri, history.suspended_until)
 
 
 def changed_decisions(

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from datamgr import convert, lifecycle
 from datamgr.entities import (
+    BEST_EFFORT,
     AlreadyExists,
     Dataset,
     FailedPrecondition,
@@ -38,7 +39,9 @@ from datamgr.validation import (
     check_dataset_uri,
     check_epochs,
     check_gpus,
+    check_grace_seconds,
     check_id,
+    check_job_class,
     check_rate,
     check_worker_count,
 )
@@ -62,9 +65,11 @@ class DataManager:
     a round on it.
 
     Jobs registered with GPUs instead of workers are the policy's to place (`PolicyAllocations.place`); each
-    change to their decisions reaches WatchDecisions (`watch_decisions`) once durable. Every job has a
-    scheduling history (`JobHistory`, kept in `state.histories`), timed by `wall_clock` so that it survives a
-    restart; `clock` times node liveness only.
+    change to their decisions reaches WatchDecisions (`watch_decisions`) once durable. One preempted with a
+    grace period keeps its GPUs until the period ends, when the policy's controller releases them
+    (`PolicyAllocations.release_due`, `next_release`). Every job has a scheduling history (`JobHistory`, kept
+    in `state.histories`), timed by `wall_clock` so that it survives a restart; `clock` times node liveness
+    only.
     """
 
     def __init__(
@@ -245,12 +250,17 @@ class DataManager:
         epochs: float = 0.0,
         irregular: bool = False,
         gpus: int = 0,
+        job_class: str = BEST_EFFORT,
+        grace_seconds: float = 0.0,
     ) -> tuple[Job, bool, int]:
         """Register a job. Repeating a registration exactly is a no-op; changing any of its parameters (the
-        dataset, f*, workers or GPUs, epochs, irregular) is ALREADY_EXISTS, as for datasets and nodes.
+        dataset, f*, workers or GPUs, epochs, irregular, class, grace period) is ALREADY_EXISTS, as for
+        datasets and nodes.
 
         With `workers`, the job runs there from now on; with `gpus` instead, it waits for the policy to place
-        it, which only a data manager that runs a policy does."""
+        it, which only a data manager that runs a policy does. `job_class` ("te" or "be") and `grace_seconds`
+        are for the policy (FitGpp's trial-and-error and best-effort jobs, and how long a preempted job keeps
+        its GPUs)."""
         check_id("job_id", job_id)
         dataset = self.dataset("dataset_uri", dataset_uri)
         ideal = check_rate("ideal_bytes_per_sec", ideal_bytes_per_sec, positive=True)
@@ -262,6 +272,8 @@ class DataManager:
             epochs=check_epochs("epochs", epochs),
             irregular=irregular,
             gpus=gpus,
+            job_class=check_job_class("job_class", job_class),
+            grace_seconds=check_grace_seconds("grace_seconds", grace_seconds),
         )
         existing = self.state.jobs.get(job_id)
         if existing is not None:
@@ -340,6 +352,13 @@ class DataManager:
                 f"job_id: job {job_id!r} was registered with its workers; where it runs is up to whoever registered it"
             )
         wanted = {node_id: gpus for node_id, gpus in placement.items() if gpus}
+        history = self.history(job_id)
+        if wanted and history.suspending:
+            raise FailedPrecondition(
+                f"placement of job {job_id!r}: it is suspending through its grace period until "
+                f"{_time_text(history.suspended_until)} and holds {_placement_text(history.held)} until then; "
+                "it can be placed once they are released"
+            )
         if wanted and sum(wanted.values()) != job.gpus:
             raise InvalidArgument(
                 f"placement of job {job_id!r}: {sum(wanted.values())} GPUs ({_placement_text(wanted)}); it runs on "
@@ -348,21 +367,51 @@ class DataManager:
         dataset = self.state.datasets[job.dataset_uri]
         for node_id, gpus in sorted(wanted.items()):
             self.node("placement", node_id)
-            free = self.state.node_gpus_for_policy(node_id) - self.state.node_gpus_placed(node_id, except_job=job_id)
+            held = self.state.node_gpus_held(node_id)
+            free = (
+                self.state.node_gpus_for_policy(node_id)
+                - self.state.node_gpus_placed(node_id, except_job=job_id)
+                - held
+            )
             if gpus > free:
+                suspending = f" ({held} held by suspending jobs)" if held else ""
                 raise FailedPrecondition(
-                    f"placement of job {job_id!r}: node {node_id!r} has {max(0, free)} GPUs free for the policy, "
-                    f"not {gpus}"
+                    f"placement of job {job_id!r}: node {node_id!r} has {max(0, free)} GPUs free for the policy"
+                    f"{suspending}, not {gpus}"
                 )
             self._check_room_for(node_id, dataset)
         if wanted == lifecycle.placement_of(job):
             return await self._settled()
-        updated, history = lifecycle.moved(job, self.history(job_id), wanted, self.wall_clock())
+        updated, history = lifecycle.moved(job, history, wanted, self.wall_clock())
         nodes = set(job.node_ids) | set(wanted)
         verb = "preempted" if not wanted else "placed"
         where = f" on {_placement_text(wanted)}" if wanted else ""
+        if history.suspending:
+            where = f", suspending on {_placement_text(history.held)} until {_time_text(history.suspended_until)}"
         change = Change(jobs_put=(updated,), histories_put=(history,))
         return await self._commit(change, sorted(nodes), f"{verb} job {job_id}{where}")
+
+    def next_release(self) -> float | None:
+        """When the first grace period still running ends (the wall clock); None if no job suspends."""
+        return min(
+            (h.suspended_until for h in self.state.histories.values() if h.suspended_until is not None), default=None
+        )
+
+    async def _release_due(self) -> list[str]:
+        """Release the GPUs of every suspending job whose grace period is over, in one change; the jobs
+        released (none: nothing changed). Their decisions become PREEMPTED on WatchDecisions."""
+        now = self.wall_clock()
+        due = [
+            h
+            for job_id, h in sorted(self.state.histories.items())
+            if h.suspended_until is not None and h.suspended_until <= now and job_id in self.state.jobs
+        ]
+        if not due:
+            return []
+        released = tuple(lifecycle.released(h) for h in due)
+        names = ", ".join(f"{h.job_id} ({_placement_text(h.held)})" for h in due)
+        await self._commit(Change(histories_put=released), (), f"grace period over: released {names}")
+        return [h.job_id for h in due]
 
     async def _hand_back(self, states: Mapping[str, Mapping[str, float]]) -> int | None:
         """Keep what the policy handed back per job (`Decision.job_states`) for its next snapshot, in one
@@ -407,6 +456,12 @@ class DataManager:
         users = sorted(self.state.jobs_on_node(node_id))
         if users:
             raise FailedPrecondition(f"node_id: node {node_id!r} runs workers of jobs {users}; finish them first")
+        suspending = sorted(self.state.suspending_on(node_id))
+        if suspending:
+            raise FailedPrecondition(
+                f"node_id: node {node_id!r} holds GPUs for jobs {suspending} through their grace period; "
+                "wait for it to end, or finish them first"
+            )
         revision = await self._commit(Change(nodes_deleted=(node_id,)), (), f"unregistered node {node_id}")
         self.liveness.forget(node_id)
         return revision
@@ -539,12 +594,20 @@ def _parameter(job: Job, name: str) -> str:
     return _workers_text(job.workers) if name == "workers" else str(getattr(job, name))
 
 
+def _time_text(wall_time: float | None) -> str:
+    """A wall-clock time for messages and the change log: UTC, to the second."""
+    if wall_time is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(wall_time))
+
+
 def _describe(job: Job) -> str:
     """A registered job for the change log: id, dataset, workers, and what it said about its training."""
     length = f"{job.epochs:g} epochs" if job.epochs else "length unknown"
     access = ", irregular access" if job.irregular else ""
+    grace = f", {job.grace_seconds:g} s grace period" if job.grace_seconds else ""
     where = f"waiting for {job.gpus} GPUs" if job.placed_by_policy else f"with workers {_workers_text(job.workers)}"
-    return f"{job.job_id} on {job.dataset_uri} {where} ({length}{access})"
+    return f"{job.job_id} on {job.dataset_uri} {where} ({length}{access}, class {job.job_class}{grace})"
 
 
 class PolicyAllocations:
@@ -568,3 +631,6 @@ class PolicyAllocations:
 
     async def hand_back(self, states: Mapping[str, Mapping[str, float]]) -> int | None:
         return await self._manager._hand_back(states)
+
+    async def release_due(self) -> list[str]:
+        return await self._manager._release_due()

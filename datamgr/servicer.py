@@ -138,6 +138,8 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
             epochs=request.epochs,
             irregular=request.irregular,
             gpus=request.gpus,
+            job_class=convert.job_class(request.job_class),
+            grace_seconds=request.grace_seconds,
         )
         return pb.RegisterJobResponse(
             job=self._with_estimate(queries.job_info(self._manager, job.job_id)), created=created, revision=revision

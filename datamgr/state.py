@@ -110,6 +110,15 @@ class ClusterState:
             if w.node_id == node_id
         )
 
+    def node_gpus_held(self, node_id: str) -> int:
+        """The GPUs of a node that jobs suspending through their grace period still hold (`JobHistory.held`):
+        taken, though no job is placed on them."""
+        return sum(h.held.get(node_id, 0) for h in self.histories.values() if h.suspending)
+
+    def suspending_on(self, node_id: str) -> frozenset[str]:
+        """The jobs that hold GPUs of a node while they suspend."""
+        return frozenset(job_id for job_id, h in self.histories.items() if h.suspending and node_id in h.held)
+
     def node_cache_allocated(self, node_id: str, datasets: Iterable[str] = ()) -> int:
         """Sum of the quotas a node must hold: its mounted datasets' plus any `datasets` it would gain."""
         uris = self.datasets_on_node(node_id) | set(datasets)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from datamgr.entities import InvalidArgument
+from datamgr.entities import JOB_CLASSES, InvalidArgument
 from silodlib.backends.uri import InvalidDatasetURI, parse_dataset_uri
 from silodlib.units import format_rate, format_size
 
@@ -18,6 +18,7 @@ MIN_CHUNK_SIZE = 64 * 1024
 MAX_CHUNK_SIZE = 1024**3
 MAX_WORKERS = 1_000_000
 MAX_EPOCHS = 1_000_000.0  # a million passes over a dataset is already no real job
+MAX_GRACE_SECONDS = 86_400.0  # a day: FitGpp's grace periods are minutes (a mean of 3, at most 20)
 _ADDRESS = re.compile(r"[^\s]{1,255}")
 
 
@@ -72,6 +73,22 @@ def check_epochs(field: str, value: float) -> float:
     train for 0.07 epochs); 0 means unknown."""
     if not (math.isfinite(value) and 0 <= value <= MAX_EPOCHS):
         raise InvalidArgument(f"{field} {value} must be a number of epochs from 0 (unknown) to {MAX_EPOCHS:,.0f}")
+    return value
+
+
+def check_job_class(field: str, value: str) -> str:
+    """A job's class: "te" (trial-and-error) or "be" (best-effort)."""
+    if value not in JOB_CLASSES:
+        raise InvalidArgument(f"{field} {value!r} must be te (trial-and-error) or be (best-effort)")
+    return value
+
+
+def check_grace_seconds(field: str, value: float) -> float:
+    """How long a preempted job keeps its GPUs: from 0 (released at once) to a day."""
+    if not (math.isfinite(value) and 0 <= value <= MAX_GRACE_SECONDS):
+        raise InvalidArgument(
+            f"{field} {value:g} must be a number of seconds from 0 to {MAX_GRACE_SECONDS:,.0f} (a day)"
+        )
     return value
 
 

@@ -9,7 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from datamgr.validation import MAX_EPOCHS, MAX_WORKERS
+from datamgr.entities import JOB_CLASSES
+from datamgr.scheduler.sim.fields import parse_duration
+from datamgr.validation import MAX_EPOCHS, MAX_GRACE_SECONDS, MAX_WORKERS
 from silodlib.units import parse_rate, parse_size
 
 T = TypeVar("T")
@@ -77,6 +79,24 @@ def gpus_arg(text: str) -> int:
     if not text.isdigit() or int(text) > MAX_WORKERS:
         raise argparse.ArgumentTypeError(f"GPUs {text!r} must be a whole number from 0 to {MAX_WORKERS:,}")
     return int(text)
+
+
+def job_class_arg(text: str) -> str:
+    """A job's class: te (trial-and-error) or be (best-effort)."""
+    if text not in JOB_CLASSES:
+        raise argparse.ArgumentTypeError(f"{text!r} must be te (trial-and-error) or be (best-effort)")
+    return text
+
+
+def grace_arg(text: str) -> float:
+    """A grace period: seconds, or a number with s, m, h ("90s", "3m", "1h"), from 0 to a day."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not (math.isfinite(seconds) and seconds <= MAX_GRACE_SECONDS):
+        raise argparse.ArgumentTypeError(f"duration {text!r} must be at most a day ({MAX_GRACE_SECONDS:,.0f}s)")
+    return seconds
 
 
 def option_arg(text: str) -> tuple[str, str]:

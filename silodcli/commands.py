@@ -16,7 +16,9 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from datamgr.client import ClientError, DataManagerClient
+from datamgr.convert import JOB_CLASS_MESSAGES
 from silodcli.tables import (
+    class_phrase,
     controller_line,
     datasets_table,
     estimate_line,
@@ -24,6 +26,7 @@ from silodcli.tables import (
     nodes_table,
     render_table,
     summary_line,
+    suspending_line,
     training_text,
 )
 from silodlib.units import format_rate, format_size
@@ -87,10 +90,14 @@ def job_add(args: argparse.Namespace, client: DataManagerClient) -> None:
         epochs=args.epochs,
         irregular=args.irregular,
         gpus=args.gpus or 0,
+        job_class=JOB_CLASS_MESSAGES[args.job_class],
+        grace_seconds=args.grace_seconds,
     )
     job = reply.job
     verb = "registered" if reply.created else "already registered"
-    print(f"{verb} job {job.job_id} on {job.dataset_uri} ({training_text(job)}) (revision {reply.revision})")
+    default_class = job.job_class != pb.JOB_CLASS_TRIAL_AND_ERROR and not job.grace_seconds
+    described = training_text(job) if default_class else f"{training_text(job)}; {class_phrase(job)}"
+    print(f"{verb} job {job.job_id} on {job.dataset_uri} ({described}) (revision {reply.revision})")
 
 
 def job_finish(args: argparse.Namespace, client: DataManagerClient) -> None:
@@ -104,6 +111,10 @@ def job_show(args: argparse.Namespace, client: DataManagerClient) -> None:
         _print_json(_as_dict(job))
         return
     print(jobs_table([job]))
+    print(f"class: {class_phrase(job)}")
+    suspending = suspending_line(job)
+    if suspending is not None:
+        print(suspending)
     if job.HasField("estimate"):
         print(estimate_line(job))
     rates = {r.node_id: r.io_bytes_per_sec for r in job.node_rates}

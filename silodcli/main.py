@@ -21,6 +21,8 @@ from silodcli import commands, config, fuse_client
 from silodcli.args import (
     epochs_arg,
     gpus_arg,
+    grace_arg,
+    job_class_arg,
     key_value,
     option_arg,
     option_env_arg,
@@ -196,6 +198,24 @@ def build_parser() -> ConfigurableParser:
         action="store_true",
         help="the job does not read its dataset uniformly once per epoch (curriculum learning, weighted "
         "sampling): the policy gives it storage apart from the jobs its performance model describes",
+    )
+    job_add.add_argument(
+        "--class",
+        dest="job_class",
+        type=job_class_arg,
+        default="be",
+        metavar="te|be",
+        help="trial-and-error (te: short, latency-sensitive) or best-effort (be, the default): policies such as "
+        "fitgpp preempt best-effort jobs for trial-and-error ones",
+    )
+    job_add.add_argument(
+        "--grace-period",
+        dest="grace_seconds",
+        type=grace_arg,
+        default=0.0,
+        metavar="DURATION",
+        help='how long the job keeps its GPUs once the policy preempts it, to checkpoint and stop ("90s", "3m", '
+        '"1h"; at most a day; default 0: they go to other jobs at once)',
     )
     _client_command(job_add, commands.job_add)
     finish_p = job.add_parser("finish", help="remove a finished job and its allocation")

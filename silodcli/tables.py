@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from datamgr.controller import EXTERNAL_POLICY
@@ -93,16 +94,55 @@ def training_text(job: pb.Job) -> str:
     return f"{length}, {access_text(job)} access"
 
 
+CLASS_NAMES = {pb.JOB_CLASS_TRIAL_AND_ERROR: "te", pb.JOB_CLASS_BEST_EFFORT: "be", pb.JOB_CLASS_UNSPECIFIED: "be"}
+
+
+def class_text(job: pb.Job) -> str:
+    """`te` (trial-and-error) or `be` (best-effort; also from a data manager that does not say)."""
+    return CLASS_NAMES.get(job.job_class, "-")
+
+
+def duration_text(seconds: float) -> str:
+    """A duration as `--grace-period` takes one, in the largest unit that keeps it whole: `90s`, `3m`, `1h`;
+    `-` for none."""
+    if seconds <= 0:
+        return "-"
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def class_phrase(job: pb.Job) -> str:
+    """The class and grace period a job registered, as a phrase: `trial-and-error`, `best-effort, 3m grace`."""
+    name = "trial-and-error" if class_text(job) == "te" else "best-effort"
+    return f"{name}, {duration_text(job.grace_seconds)} grace" if job.grace_seconds else name
+
+
 PHASE_NAMES = {
     pb.JOB_PHASE_PENDING: "pending",
     pb.JOB_PHASE_RUNNING: "running",
     pb.JOB_PHASE_PREEMPTED: "preempted",
+    pb.JOB_PHASE_SUSPENDING: "suspending",
 }
 
 
 def phase_text(job: pb.Job) -> str:
-    """`running`, `pending` or `preempted`; `-` from a data manager that does not say."""
-    return PHASE_NAMES.get(job.schedule.phase, "-")
+    """`running`, `pending`, `preempted`, or `suspending until HH:MM:SS UTC` for a job preempted with a grace
+    period that still holds its GPUs; `-` from a data manager that does not say."""
+    name = PHASE_NAMES.get(job.schedule.phase, "-")
+    if job.schedule.phase == pb.JOB_PHASE_SUSPENDING:
+        return f"{name} until {time.strftime('%H:%M:%S UTC', time.gmtime(job.schedule.suspended_until))}"
+    return name
+
+
+def suspending_line(job: pb.Job) -> str | None:
+    """For a suspending job, what it holds and until when; None for any other."""
+    if job.schedule.phase != pb.JOB_PHASE_SUSPENDING:
+        return None
+    held = ",".join(f"{w.node_id}:{w.count}" for w in job.schedule.held) or "nothing"
+    until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(job.schedule.suspended_until))
+    return f"suspending through its grace period: holds {held} until {until}, then waits to resume"
 
 
 def queue_text(job: pb.Job) -> str:
@@ -118,8 +158,8 @@ def workers_text(job: pb.Job) -> str:
 
 
 def jobs_table(jobs: Sequence[pb.Job]) -> str:
-    """One row per job: its registration, allocation, where it stands with the policy (state, queue, GPU-hours
-    attained, preemptions) and what the policy expects of it."""
+    """One row per job: its registration (class and grace period included), allocation, where it stands with
+    the policy (state, queue, GPU-hours attained, preemptions) and what the policy expects of it."""
     rows = [
         (
             j.job_id,
@@ -127,6 +167,8 @@ def jobs_table(jobs: Sequence[pb.Job]) -> str:
             format_rate(j.ideal_bytes_per_sec),
             epochs_text(j),
             access_text(j),
+            class_text(j),
+            duration_text(j.grace_seconds),
             format_rate(j.io_bytes_per_sec),
             workers_text(j),
             phase_text(j),
@@ -144,6 +186,8 @@ def jobs_table(jobs: Sequence[pb.Job]) -> str:
         "IDEAL",
         "EPOCHS",
         "ACCESS",
+        "CLASS",
+        "GRACE",
         "REMOTE IO",
         "WORKERS",
         "STATE",

@@ -16,11 +16,13 @@ Placement = tuple[tuple[str, int], ...]  # (node, GPUs), by node
 
 class Launcher:
     """Follows one data manager's decisions on a thread of its own until `disconnect`; `actions` records what it
-    did ("start a on n1:2", "stop a"), `pods` what runs now."""
+    did ("start a on n1:2", "stop a", "suspend a": stop it, letting it checkpoint through its grace period),
+    `pods` what runs now, and `decisions` every decision it was sent, in order."""
 
     def __init__(self) -> None:
         self.pods: dict[str, Placement] = {}
         self.actions: list[str] = []
+        self.decisions: list[pb.JobDecision] = []
         self.snapshots = 0  # streams opened (each begins with a snapshot)
         self.error: grpc.RpcError | None = None  # how the last stream ended, if not by `disconnect`
         self._lock = threading.Lock()
@@ -48,6 +50,10 @@ class Launcher:
         with self._lock:
             return dict(self.pods), list(self.actions)
 
+    def sent(self) -> list[pb.JobDecision]:
+        with self._lock:
+            return list(self.decisions)
+
     def _follow(self, call: grpc.CallIterator[pb.DecisionEvent]) -> None:
         try:
             for event in call:
@@ -67,6 +73,7 @@ class Launcher:
             if job_id in self.pods:
                 self._stop(job_id)
         for decision in event.jobs:  # stops come first in an event
+            self.decisions.append(decision)
             wanted = tuple((w.node_id, w.count) for w in decision.placement)
             running = self.pods.get(decision.job_id)
             if decision.phase == pb.JOB_PHASE_RUNNING:
@@ -76,11 +83,11 @@ class Launcher:
                     self.pods[decision.job_id] = wanted
                     self.actions.append(f"start {decision.job_id} on {_text(wanted)}")
             elif running is not None:
-                self._stop(decision.job_id)
+                self._stop(decision.job_id, "suspend" if decision.phase == pb.JOB_PHASE_SUSPENDING else "stop")
 
-    def _stop(self, job_id: str) -> None:
+    def _stop(self, job_id: str, verb: str = "stop") -> None:
         del self.pods[job_id]
-        self.actions.append(f"stop {job_id}")
+        self.actions.append(f"{verb} {job_id}")
 
 
 def _text(placement: Placement) -> str:

@@ -107,6 +107,63 @@ def test_job_add_with_impossible_epochs_exits_2_naming_the_value(
     assert full_state(dm.client) == before
 
 
+def test_job_add_registers_the_class_and_grace_period_that_status_and_show_then_display(
+    cluster: tuple[RunningDataManager, str],
+) -> None:
+    dm, uri = cluster
+    dm.client.register_dataset(uri)
+    add = silod_cli(
+        "job", "add", "trial", "--dataset", uri, "--ideal-rate", "12MB/s", "--worker", "n1", "--class", "te",
+        "--grace-period", "90s", datamgr=dm.address,
+    )  # fmt: skip
+    assert add.returncode == 0, add.stderr
+    assert f"registered job trial on {uri} (length unknown, uniform access; trial-and-error, 90s grace)" in add.stdout
+    long = silod_cli(
+        "job", "add", "long", "--dataset", uri, "--ideal-rate", "12MB/s", "--worker", "n2", "--grace-period", "3m",
+        datamgr=dm.address,
+    )  # fmt: skip
+    assert "best-effort, 3m grace" in long.stdout  # best-effort unless told
+    plain = silod_cli(
+        "job", "add", "plain", "--dataset", uri, "--ideal-rate", "1MB/s", "--worker", "n2", datamgr=dm.address
+    )
+    assert "(length unknown, uniform access) (revision" in plain.stdout  # best-effort without grace: as before
+
+    job = dm.client.call(dm.client.stub.GetJob, pb.GetJobRequest(job_id="long"))
+    assert (job.job_class, job.grace_seconds) == (pb.JOB_CLASS_BEST_EFFORT, 180.0)
+    lines = silod_cli("status", datamgr=dm.address).stdout.splitlines()
+    header, *rows = (next(line for line in lines if line.startswith(w)) for w in ("JOB", "trial", "long", "plain"))
+    columns = header.index("CLASS"), header.index("GRACE")
+    assert [[row[c:].split()[0] for c in columns] for row in rows] == [["te", "90s"], ["be", "3m"], ["be", "-"]]
+    shown = silod_cli("job", "show", "trial", datamgr=dm.address).stdout
+    assert "class: trial-and-error, 90s grace" in shown
+    as_json = json.loads(silod_cli("job", "show", "trial", "--json", datamgr=dm.address).stdout)
+    assert (as_json["job_class"], as_json["grace_seconds"]) == ("JOB_CLASS_TRIAL_AND_ERROR", 90.0)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "fragment"),
+    [
+        ("--class", "xx", "argument --class: 'xx' must be te (trial-and-error) or be (best-effort)"),
+        ("--grace-period", "-3m", "argument --grace-period: duration '-3m' must not be negative"),
+        ("--grace-period", "abc", "argument --grace-period: duration 'abc' is not a number of seconds or a number"),
+        ("--grace-period", "2d", "argument --grace-period: duration '2d' must be at most a day (86,400s)"),
+        ("--grace-period", "1e999", "must be at most a day"),  # infinite
+    ],
+)
+def test_job_add_with_a_bad_class_or_grace_period_exits_2_naming_the_flag_and_the_rule_and_changes_nothing(
+    cluster: tuple[RunningDataManager, str], capsys: pytest.CaptureFixture[str], flag: str, value: str, fragment: str
+) -> None:
+    dm, uri = cluster
+    dm.client.register_dataset(uri)
+    before = full_state(dm.client)
+    args = ["job", "add", "j", "--dataset", uri, "--ideal-rate", "1MB/s", "--worker", "n1", f"{flag}={value}"]
+    with pytest.raises(SystemExit) as exited:
+        main(args, environ={"SILOD_DATAMGR": dm.address})
+    assert exited.value.code == 2
+    assert fragment in capsys.readouterr().err
+    assert full_state(dm.client) == before
+
+
 def test_the_datamgr_address_comes_from_the_environment(cluster: tuple[RunningDataManager, str]) -> None:
     dm, _ = cluster
     result = silod_cli("status", "--json", datamgr=dm.address)  # passed as SILOD_DATAMGR

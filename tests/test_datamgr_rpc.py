@@ -257,6 +257,30 @@ BAD_CALLS: list[tuple[str, Call, grpc.StatusCode, str]] = [
         "file:///nope",
     ),
     (
+        "job: unknown class",
+        lambda s: s.client.register_job("j3", s.a, 1, [("n1", 1)], job_class=pb.JobClass.ValueType(7)),
+        INVALID,
+        "job_class 7 is not a job class: JOB_CLASS_BEST_EFFORT (1) or JOB_CLASS_TRIAL_AND_ERROR (2)",
+    ),
+    (
+        "job: negative grace period",
+        lambda s: s.client.register_job("j3", s.a, 1, [("n1", 1)], grace_seconds=-180),
+        INVALID,
+        "grace_seconds -180 must be a number of seconds from 0 to 86,400 (a day)",
+    ),
+    (
+        "job: grace period over a day",
+        lambda s: s.client.register_job("j3", s.a, 1, [("n1", 1)], grace_seconds=86_401),
+        INVALID,
+        "grace_seconds 86401 must be",
+    ),
+    (
+        "job: grace period not a number",
+        lambda s: s.client.register_job("j3", s.a, 1, [("n1", 1)], grace_seconds=math.nan),
+        INVALID,
+        "grace_seconds nan must be",
+    ),
+    (
         "job: duplicate, other params",
         lambda s: s.client.register_job("j1", s.a, 7, [("n1", 1)]),
         EXISTS,

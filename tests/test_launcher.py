@@ -6,7 +6,11 @@ service and preemptions.
 
 Tiresias runs with 2 queues and a threshold of 10 GPU-seconds (`--policy-option queues=10s`), so a job on both
 of the node's 2 GPUs is demoted 5 s after it starts and a job on one of them 10 s after; demotions come only
-from the wake-ups the policy asks for (`--round 3600` rules out periodic rounds)."""
+from the wake-ups the policy asks for (`--round 3600` rules out periodic rounds).
+
+`silod datamgr serve --policy fitgpp`: a trial-and-error job preempts a best-effort job registered with a grace
+period; the launcher is told at once to suspend it, but its GPUs go to the trial-and-error job only once the
+grace period is over, a restart of the data manager meanwhile notwithstanding."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from typing import Any
 import pytest
 
 from datamgr.client import DataManagerClient
+from silodpb.v1 import datamgr_pb2 as pb
 from tests import polling
 from tests.datamgr_fixtures import DataManagerProcess, make_local_dataset, silod_cli
 from tests.launcher import Launcher
@@ -135,3 +140,95 @@ def test_a_launcher_of_a_data_manager_without_a_policy_is_told_there_is_nothing_
     assert launcher.error is not None
     assert launcher.error.code().name == "FAILED_PRECONDITION"
     assert "no policy places jobs on this data manager (--policy external)" in (launcher.error.details() or "")
+
+
+GRACE_SECONDS = 10  # the BE job's: long enough to look at it suspending, and to restart the data manager meanwhile
+
+
+@pytest.fixture
+def fitgpp(tmp_path: Path) -> Iterator[DataManagerProcess]:
+    datamgr = DataManagerProcess(
+        tmp_path / "state",
+        tmp_path / "datamgr.log",
+        *("--policy", "fitgpp", "--remote-io-limit", "1MB/s", "--round", "3600"),
+    )
+    try:
+        yield datamgr.start()
+    finally:
+        datamgr.stop()
+
+
+def column(table: str, job_id: str, name: str) -> str:
+    """The cell of `silod status`'s job table in column `name` of the job's row (cells may hold spaces)."""
+    lines = table.splitlines()
+    header = next(line for line in lines if line.startswith("JOB "))
+    row = next(line for line in lines if line.startswith(f"{job_id} "))
+    names = header.split()
+    start = header.index(name)
+    following = names.index(name) + 1
+    end = header.index(names[following], start) if following < len(names) else len(row)
+    return row[start:end].strip()
+
+
+def test_fitgpp_a_te_job_preempts_a_be_job_that_keeps_its_gpus_through_its_grace_period_and_a_restart(
+    fitgpp: DataManagerProcess, launcher: Launcher, tmp_path: Path
+) -> None:
+    with DataManagerClient(fitgpp.address, timeout=10) as client:
+        client.register_node("n1", "n1:1", 10_000_000, gpus=GPUS)
+    uri = make_local_dataset(tmp_path / "data", files=4, size=500)
+    cli(fitgpp, "dataset", "add", uri)
+    launcher.connect(fitgpp.address)
+
+    def launched(pods: dict[str, tuple[tuple[str, int], ...]], actions: list[str]) -> bool:
+        return launcher.state() == (pods, actions)
+
+    be_added = cli(
+        fitgpp, *("job", "add", "be", "--dataset", uri, "--ideal-rate", "1MB/s", "--gpus", str(GPUS)),
+        *("--class", "be", "--grace-period", f"{GRACE_SECONDS}s"),
+    )  # fmt: skip
+    assert f"best-effort, {GRACE_SECONDS}s grace" in be_added
+    started = ["start be on n1:2"]
+    polling.eventually(lambda: launched({"be": (("n1", GPUS),)}, started), what=lambda: f"{launcher.state()}")
+
+    # The TE job needs both GPUs: FitGpp preempts the BE job, and the stream says so at once, with the end of its
+    # grace period; the TE job waits for the GPUs the BE job keeps until then.
+    cli(fitgpp, "job", "add", "te", "--dataset", uri, "--ideal-rate", "1MB/s", "--gpus", str(GPUS), "--class", "te")
+    suspended = [*started, "suspend be"]
+    polling.eventually(lambda: launched({}, suspended), what=lambda: f"{launcher.state()}")
+    (suspending,) = [d for d in launcher.sent() if d.phase == pb.JOB_PHASE_SUSPENDING]
+    until = suspending.suspended_until
+    status = jobs(fitgpp)
+    be, te = status["be"], status["te"]
+    assert (be["schedule"]["phase"], be["schedule"]["suspended_until"]) == ("JOB_PHASE_SUSPENDING", until)
+    assert be["schedule"]["held"] == [{"node_id": "n1", "count": GPUS}] and be["workers"] == []
+    assert (be["job_class"], be["grace_seconds"]) == ("JOB_CLASS_BEST_EFFORT", GRACE_SECONDS)
+    assert (te["schedule"]["phase"], te["job_class"]) == ("JOB_PHASE_PENDING", "JOB_CLASS_TRIAL_AND_ERROR")
+    table = cli(fitgpp, "status")
+    assert (column(table, "be", "CLASS"), column(table, "be", "GRACE"), column(table, "te", "CLASS")) == (
+        "be",
+        f"{GRACE_SECONDS}s",
+        "te",
+    )
+    assert column(table, "be", "STATE").startswith("suspending until ")
+    assert column(table, "te", "STATE") == "pending"
+
+    # Restarted mid-grace, the data manager still holds the BE job's GPUs until the same time.
+    launcher.disconnect()
+    assert fitgpp.terminate() == 0
+    fitgpp.start()
+    launcher.connect(fitgpp.address)
+    polling.eventually(lambda: launcher.snapshots == 2, what="a snapshot from the restarted data manager")
+    after_restart = [(d.job_id, d.phase, d.suspended_until) for d in launcher.sent()[len(launcher.sent()) - 2 :]]
+    assert after_restart == [("be", pb.JOB_PHASE_SUSPENDING, until), ("te", pb.JOB_PHASE_PENDING, 0.0)]
+
+    # Once the grace period is over, the BE job's GPUs are released (its decision becomes PREEMPTED) and go to
+    # the TE job, never before.
+    resumed = [*suspended, "start te on n1:2"]
+    polling.eventually(lambda: launched({"te": (("n1", GPUS),)}, resumed), what=lambda: f"{launcher.state()}")
+    order = [(d.job_id, d.phase) for d in launcher.sent()]
+    released = order.index(("be", pb.JOB_PHASE_PREEMPTED))
+    assert order.index(("be", pb.JOB_PHASE_SUSPENDING)) < released < order.index(("te", pb.JOB_PHASE_RUNNING))
+    status = jobs(fitgpp)
+    assert float(status["te"]["schedule"]["first_start_time"]) >= until
+    assert (status["be"]["schedule"]["phase"], status["be"]["schedule"]["preemptions"]) == ("JOB_PHASE_PREEMPTED", 1)
+    assert status["be"]["schedule"]["held"] == [] and launcher.error is None

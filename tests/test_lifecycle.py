@@ -1,25 +1,28 @@
 """The live compute path's pieces: a job's history as it starts and stops (`datamgr.lifecycle`), a round's moves,
 the decisions WatchDecisions publishes, and the data manager's checks on jobs the policy places (bad input
-refused naming what is wrong), with the history persisted across a restart. End to end with a launcher
-following the stream: test_launcher.py."""
+refused naming what is wrong), with the history persisted across a restart; jobs' classes and grace periods,
+and the hold a job preempted with a grace period keeps on its GPUs until it ends, across a restart too. End to
+end with a launcher following the stream: test_launcher.py."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from datamgr import lifecycle
+from datamgr import convert, lifecycle
 from datamgr.controller import Controller, RoundRequests, snapshot_of
 from datamgr.entities import AlreadyExists, FailedPrecondition, InvalidArgument, Job, JobHistory, NotFound, Worker
-from datamgr.lifecycle import Phase
+from datamgr.lifecycle import Move, Phase
 from datamgr.manager import DataManager
 from datamgr.scheduler.perf import Estimator, SiloDPerf
 from datamgr.scheduler.policy import Decision
-from datamgr.scheduler.registry import Scheduler
+from datamgr.scheduler.registry import Scheduler, build_scheduler
 from datamgr.scheduler.snapshot import Snapshot
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.datamgr_fixtures import allocations, make_local_dataset, owned_manager
@@ -240,3 +243,193 @@ def test_a_round_preempts_then_places_keeps_policy_state_and_history_survives_a_
             assert (dict(new.placement), new.attained_gpu_seconds, new.preemptions) == ({"n1": 1}, 10.0, 0)
 
     asyncio.run(after_restart())
+
+
+# ---- classes and grace periods ----
+
+
+def test_a_preemption_with_a_grace_period_suspends_the_job_holding_its_gpus_until_the_period_ends() -> None:
+    job = Job("j", "file:///d", 1000, (), gpus=2, grace_seconds=60.0)
+    job, history = lifecycle.moved(job, lifecycle.registered(job, now=0.0), {"n1": 2}, now=5.0)
+
+    job, history = lifecycle.moved(job, history, {}, now=10.0)
+
+    assert job.workers == () and lifecycle.phase(job, history) == Phase.SUSPENDING
+    assert (dict(history.held), history.suspended_until, history.preemptions) == ({"n1": 2}, 70.0, 1)
+    assert lifecycle.attained_gpu_seconds(job, history, now=50.0) == 10.0  # no service while it suspends
+    view = lifecycle.decision_view(job, history)
+    assert view is not None and (view.phase, view.suspended_until) == (Phase.SUSPENDING, 70.0)
+    released = lifecycle.released(history)
+    assert lifecycle.phase(job, released) == Phase.PREEMPTED and (dict(released.held), released.suspended_until) == (
+        {},
+        None,
+    )
+    no_grace = replace(job, workers=(Worker("n1", 2),), grace_seconds=0.0)
+    _, stopped = lifecycle.moved(no_grace, released, {}, now=80.0)  # without a grace period: released at once
+    assert (dict(stopped.held), stopped.suspended_until) == ({}, None)
+
+
+def test_class_and_grace_period_are_checked_at_registration_and_bad_ones_change_nothing(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with placing_manager(tmp_path) as (manager, uri):
+            revision = manager.state.revision
+            with pytest.raises(InvalidArgument, match=r"job_class 'xx' must be te \(trial-and-error\) or be"):
+                await manager.register_job("j", uri, 1000, [], gpus=1, job_class="xx")
+            for grace in (-180.0, math.nan, math.inf, 86_401.0):
+                with pytest.raises(InvalidArgument, match=r"grace_seconds .* must be a number of seconds from 0 to"):
+                    await manager.register_job("j", uri, 1000, [], gpus=1, grace_seconds=grace)
+            assert (manager.state.revision, list(manager.state.jobs)) == (revision, [])
+
+            job, _, _ = await manager.register_job("j", uri, 1000, [], gpus=1, job_class="te", grace_seconds=90.0)
+            assert (job.job_class, job.grace_seconds) == ("te", 90.0)
+            with pytest.raises(AlreadyExists, match=r"registered with job_class te, grace_seconds 90.0, not "):
+                await manager.register_job("j", uri, 1000, [], gpus=1)  # best-effort, no grace: another job
+            with pytest.raises(InvalidArgument, match=r"job_class 7 is not a job class"):
+                convert.job_class(pb.JobClass.ValueType(7))
+            assert convert.job_class(pb.JOB_CLASS_UNSPECIFIED) == "be"  # what a client older than classes sends
+
+    asyncio.run(scenario())
+
+
+def test_a_suspending_job_holds_its_gpus_against_every_placement_until_released(tmp_path: Path) -> None:
+    clock = [100.0]
+
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "sjf", wall_clock=lambda: clock[0]) as (manager, _):
+            await manager.register_node("n1", "h1:1", 10_000, gpus=2)
+            uri = (await manager.register_dataset(make_local_dataset(tmp_path / "d", 2, 500), {}, 0))[0].uri
+            await manager.register_job("be", uri, 1000, [], gpus=2, grace_seconds=30.0)
+            await manager.register_job("te", uri, 1000, [], gpus=2, job_class="te")
+            await allocations(manager).place("be", {"n1": 2})
+            await allocations(manager).place("be", {})  # preempted at 100: suspends until 130
+
+            with pytest.raises(FailedPrecondition, match=r"node 'n1' has 0 GPUs free for the policy \(2 held by"):
+                await allocations(manager).place("te", {"n1": 2})
+            with pytest.raises(FailedPrecondition, match=r"job 'be': it is suspending through its grace period until"):
+                await allocations(manager).place("be", {"n1": 2})
+            with pytest.raises(FailedPrecondition, match=r"node 'n1' holds GPUs for jobs \['be'\] through their"):
+                await manager.unregister_node("n1")
+            snapshot = snapshot_of(manager, 1000, now=clock[0])
+            assert [j.job_id for j in snapshot.suspending_jobs()] == ["be"] and snapshot.free_gpus() == {"n1": 0}
+            assert [j.job_id for j in snapshot.queued_jobs()] == ["te"]
+            assert manager.next_release() == 130.0
+
+            clock[0] = 129.9
+            assert await allocations(manager).release_due() == []
+            clock[0] = 130.0
+            assert await allocations(manager).release_due() == ["be"]
+            assert manager.next_release() is None
+            assert lifecycle.phase(manager.state.jobs["be"], manager.history("be")) == Phase.PREEMPTED
+            await allocations(manager).place("te", {"n1": 2})
+
+    asyncio.run(scenario())
+
+
+def test_finishing_a_suspending_job_releases_what_it_held(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with placing_manager(tmp_path) as (manager, uri):
+            await manager.register_job("be", uri, 1000, [], gpus=2, grace_seconds=600.0)
+            await allocations(manager).place("be", {"n1": 2})
+            await allocations(manager).place("be", {})
+            assert manager.state.node_gpus_held("n1") == 2
+            await manager.finish_job("be")
+            assert (manager.state.node_gpus_held("n1"), manager.next_release()) == (0, None)
+
+    asyncio.run(scenario())
+
+
+def test_fitgpp_live_a_te_job_waits_for_the_grace_period_of_the_be_job_it_preempts_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The data manager in process with its wall clock in the test's hands: the BE job's GPUs stay held, through
+    rounds and a restart, until its grace period ends, and only then go to the TE job."""
+    clock = [1000.0]
+
+    def round_with(manager: DataManager) -> Controller:
+        return Controller(manager, build_scheduler("fitgpp"), RoundRequests())
+
+    async def until_restart() -> list[pb.DecisionEvent]:
+        async with owned_manager(tmp_path, "fitgpp", wall_clock=lambda: clock[0]) as (manager, _):
+            await manager.register_node("n1", "h1:1", 10_000, gpus=2)
+            uri = (await manager.register_dataset(make_local_dataset(tmp_path / "d", 2, 500), {}, 0))[0].uri
+            await manager.register_job("be", uri, 1000, [], gpus=2, grace_seconds=60.0)
+            stream = manager.watch_decisions()
+            events = [await anext(stream)]
+            await round_with(manager).run_round("test")  # the BE job starts
+            events.append(await anext(stream))
+            clock[0] = 1010.0
+            await manager.register_job("te", uri, 1000, [], gpus=2, job_class="te")
+            events.append(await anext(stream))  # the TE job, pending
+            report = await round_with(manager).run_round("test")  # preempts the BE job, which suspends
+            assert [str(move) for move in report.applied if isinstance(move, Move)] == ["preempt be (n1:2 -> nothing)"]
+            events.append(await anext(stream))
+            clock[0] = 1069.0
+            await round_with(manager).run_round("test")  # a round within the grace period: the hold stays
+            await stream.aclose()
+            assert lifecycle.placement_of(manager.state.jobs["te"]) == {}
+            return events
+
+    events = asyncio.run(until_restart())
+    decisions = [[(d.job_id, pb.JobPhase.Name(d.phase), d.suspended_until) for d in e.jobs] for e in events]
+    assert decisions == [
+        [("be", "JOB_PHASE_PENDING", 0.0)],
+        [("be", "JOB_PHASE_RUNNING", 0.0)],
+        [("te", "JOB_PHASE_PENDING", 0.0)],
+        [("be", "JOB_PHASE_SUSPENDING", 1070.0)],  # published at once, with the end of its grace period
+    ]
+
+    async def after_restart() -> None:
+        async with owned_manager(tmp_path, "fitgpp", wall_clock=lambda: clock[0]) as (manager, _):
+            be = snapshot_of(manager, 1000, now=clock[0]).jobs["be"]
+            assert (dict(be.held), be.placement, be.job_class, be.grace_seconds) == ({"n1": 2}, {}, "be", 60.0)
+            assert snapshot_of(manager, 1000, now=clock[0]).jobs["te"].job_class == "te"
+            assert manager.next_release() == 1070.0
+            controller = round_with(manager)
+            report = await controller.run_round("start")  # restarted a second before the end: still held
+            assert report.released == () and not [move for move in report.applied if isinstance(move, Move)]
+            stream = manager.watch_decisions()
+            await anext(stream)
+            clock[0] = 1070.0
+            report = await controller.run_round("grace period over")
+            assert report.released == ("be",)
+            assert [str(move) for move in report.applied if isinstance(move, Move)] == ["start te (nothing -> n1:2)"]
+            released, started = (await anext(stream)), (await anext(stream))
+            assert [(d.job_id, d.phase) for d in released.jobs] == [("be", pb.JOB_PHASE_PREEMPTED)]
+            assert [(d.job_id, d.phase) for d in started.jobs] == [("te", pb.JOB_PHASE_RUNNING)]
+            await stream.aclose()
+
+    asyncio.run(after_restart())
+
+
+@pytest.mark.expected_warnings  # the refused start: the round that refuses a change logs it at WARNING
+def test_any_policy_is_held_to_a_grace_period_a_start_on_the_held_gpus_is_refused_until_they_are_released(
+    tmp_path: Path,
+) -> None:
+    """`PreemptsForNewest` knows nothing of grace periods: it preempts the old job and places the new one on the
+    same GPUs in one round; the start waits, refused, for the old job's grace period to end."""
+    clock = [100.0]
+
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "newest", wall_clock=lambda: clock[0]) as (manager, _):
+            controller = Controller(manager, Scheduler(PreemptsForNewest(), SiloDPerf(), "silod"), RoundRequests())
+            await manager.register_node("n1", "h1:1", 10_000, gpus=1)
+            uri = (await manager.register_dataset(make_local_dataset(tmp_path / "d", 2, 500), {}, 0))[0].uri
+            await manager.register_job("old", uri, 1000, [], gpus=1, grace_seconds=30.0)
+            await controller.run_round("test")
+            clock[0] = 110.0
+            await manager.register_job("new", uri, 1000, [], gpus=1)
+
+            report = await controller.run_round("test")
+
+            assert [str(move) for move in report.applied if isinstance(move, Move)] == ["preempt old (n1:1 -> nothing)"]
+            ((refused, reason),) = report.refused
+            assert str(refused) == "start new (nothing -> n1:1)"
+            assert "node 'n1' has 0 GPUs free for the policy (1 held by suspending jobs), not 1" in reason
+            assert lifecycle.phase(manager.state.jobs["old"], manager.history("old")) == Phase.SUSPENDING
+
+            clock[0] = 140.0
+            report = await controller.run_round("grace period over")
+            assert report.released == ("old",) and report.refused == ()
+            assert [str(move) for move in report.applied if isinstance(move, Move)] == ["start new (nothing -> n1:1)"]
+
+    asyncio.run(scenario())

@@ -118,6 +118,60 @@ def test_a_state_dir_of_schema_1_opens_with_its_jobs_of_unknown_length_and_regul
     db.close()
 
 
+# A state dir as silod wrote it at schema version 3, before jobs had a class and a grace period: its jobs
+# table without them, and a history without `held` and `suspended_until`. Frozen here, as _SCHEMA_V1.
+_SCHEMA_V3 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE datasets (
+    uri TEXT PRIMARY KEY, options TEXT NOT NULL, size_bytes INTEGER NOT NULL, file_count INTEGER NOT NULL,
+    item_count INTEGER NOT NULL, chunk_size_bytes INTEGER NOT NULL, manifest_digest TEXT NOT NULL,
+    cache_quota_bytes INTEGER NOT NULL);
+CREATE TABLE manifests (uri TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE jobs (
+    job_id TEXT PRIMARY KEY, dataset_uri TEXT NOT NULL, ideal_bytes_per_sec INTEGER NOT NULL,
+    workers TEXT NOT NULL, io_bytes_per_sec INTEGER NOT NULL, epochs REAL NOT NULL DEFAULT 0,
+    irregular INTEGER NOT NULL DEFAULT 0, gpus INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE nodes (node_id TEXT PRIMARY KEY, address TEXT NOT NULL,
+    cache_capacity_bytes INTEGER NOT NULL, gpus INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE job_histories (job_id TEXT PRIMARY KEY, history TEXT NOT NULL);
+CREATE TABLE events (revision INTEGER NOT NULL, node_id TEXT NOT NULL, payload BLOB NOT NULL);
+CREATE INDEX events_by_node ON events (node_id, revision);
+INSERT INTO meta VALUES ('schema_version', 3), ('revision', 5);
+INSERT INTO datasets VALUES ('s3://bkt/train', '{"region": "eu-west-1"}', 1000, 3, 4, 4194304, 'd1', 500);
+INSERT INTO manifests VALUES ('s3://bkt/train', X'4d');
+INSERT INTO nodes VALUES ('n1', 'h1:7421', 10000, 4);
+INSERT INTO jobs VALUES ('p1', 's3://bkt/train', 100, '[]', 0, 2.0, 0, 2);
+INSERT INTO job_histories VALUES ('p1', '{"attained_gpu_seconds_before": 20.0, "first_start_time": 10.0, "job_id": "p1",
+    "last_start_time": 10.0, "pending_since": 20.0, "policy_state": {"queue": 1.0}, "preemptions": 1,
+    "queued_seconds_before": 3.0, "submit_time": 7.0}');
+"""
+
+
+def test_a_state_dir_of_schema_3_opens_with_best_effort_jobs_without_grace_that_are_not_suspending(
+    tmp_path: Path,
+) -> None:
+    db = sqlite3.connect(tmp_path / "silod.db")
+    db.executescript(_SCHEMA_V3)
+    db.close()
+
+    store = SQLiteStore(tmp_path)
+    state = store.load()
+    assert state.jobs == (Job("p1", DATASET.uri, 100, (), 0, epochs=2.0, gpus=2, job_class="be", grace_seconds=0.0),)
+    (history,) = state.histories
+    assert (history.preemptions, history.pending_since, dict(history.policy_state)) == (1, 20.0, {"queue": 1.0})
+    assert (dict(history.held), history.suspended_until, history.suspending) == ({}, None, False)
+    suspending = replace(history, held={"n1": 2}, suspended_until=80.0)
+    te = replace(JOB, job_id="te", job_class="te", grace_seconds=90.0)
+    store.commit([Commit(6, Change(jobs_put=(te,), histories_put=(suspending,)))])  # the new fields take values
+    store.close()
+
+    reopened = SQLiteStore(tmp_path)
+    state = reopened.load()
+    assert [(j.job_id, j.job_class, j.grace_seconds) for j in state.jobs] == [("p1", "be", 0.0), ("te", "te", 90.0)]
+    assert state.histories == (suspending,)
+    reopened.close()
+
+
 def test_deleting_a_dataset_deletes_its_manifest(make_store: StoreFactory) -> None:
     store = make_store()
     store.commit([Commit(1, Change(datasets_put=(DATASET,), manifest=(DATASET.uri, b"M")), [])])

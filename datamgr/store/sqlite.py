@@ -20,7 +20,7 @@ from datamgr.entities import Dataset, Job, JobHistory, Node, Worker
 from datamgr.state import Change
 from datamgr.store.base import DEFAULT_RETAINED_REVISIONS, Commit, StoredState, StoreFull
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _PRUNE_EVERY = 1024
 
 _SCHEMA = """
@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS manifests (uri TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, dataset_uri TEXT NOT NULL, ideal_bytes_per_sec INTEGER NOT NULL,
     workers TEXT NOT NULL, io_bytes_per_sec INTEGER NOT NULL, epochs REAL NOT NULL DEFAULT 0,
-    irregular INTEGER NOT NULL DEFAULT 0, gpus INTEGER NOT NULL DEFAULT 0);
+    irregular INTEGER NOT NULL DEFAULT 0, gpus INTEGER NOT NULL DEFAULT 0,
+    job_class TEXT NOT NULL DEFAULT 'be', grace_seconds REAL NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, address TEXT NOT NULL,
     cache_capacity_bytes INTEGER NOT NULL, gpus INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS job_histories (job_id TEXT PRIMARY KEY, history TEXT NOT NULL);
@@ -60,8 +61,19 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "SELECT job_id, json_object('job_id', job_id, 'submit_time', t, 'first_start_time', t, 'last_start_time', t) "
         "FROM jobs, now",
     ),
+    # 4: jobs have a class (trial-and-error or best-effort) and a grace period, for policies such as FitGpp;
+    # jobs registered before said neither, so they are best-effort and release their GPUs at once when
+    # preempted. Histories gain `held` and `suspended_until`, which a history written before lacks and reads
+    # as not suspending (`JobHistory`'s defaults): no statement needed.
+    3: (
+        "ALTER TABLE jobs ADD COLUMN job_class TEXT NOT NULL DEFAULT 'be'",
+        "ALTER TABLE jobs ADD COLUMN grace_seconds REAL NOT NULL DEFAULT 0",
+    ),
 }
-_JOB_COLUMNS = "job_id, dataset_uri, ideal_bytes_per_sec, workers, io_bytes_per_sec, epochs, irregular, gpus"
+_JOB_COLUMNS = (
+    "job_id, dataset_uri, ideal_bytes_per_sec, workers, io_bytes_per_sec, epochs, irregular, gpus, job_class, "
+    "grace_seconds"
+)
 _NODE_COLUMNS = "node_id, address, cache_capacity_bytes, gpus"
 
 
@@ -125,24 +137,10 @@ class SQLiteStore:
             Dataset(uri, json.loads(options), *numbers)
             for uri, options, *numbers in self._db.execute("SELECT * FROM datasets ORDER BY uri")
         )
-        jobs = tuple(
-            Job(
-                job_id,
-                uri,
-                ideal,
-                tuple(Worker(n, c) for n, c in json.loads(workers)),
-                rate,
-                epochs=float(epochs),
-                irregular=bool(irregular),
-                gpus=gpus,
-            )
-            for job_id, uri, ideal, workers, rate, epochs, irregular, gpus in self._db.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY job_id"
-            )
-        )
+        jobs = tuple(_job(row) for row in self._db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY job_id"))
         nodes = tuple(Node(*row) for row in self._db.execute(f"SELECT {_NODE_COLUMNS} FROM nodes ORDER BY node_id"))
         histories = tuple(
-            JobHistory(**json.loads(history))
+            JobHistory(**json.loads(history))  # a field added since the history was written reads as its default
             for (history,) in self._db.execute("SELECT history FROM job_histories ORDER BY job_id")
         )
         return StoredState(self._meta("revision", 0), datasets, jobs, nodes, histories)
@@ -207,7 +205,7 @@ def _write_change(db: sqlite3.Connection, change: Change) -> None:
         ),
         ("INSERT OR REPLACE INTO manifests VALUES (?, ?)", [change.manifest] if change.manifest else []),
         (
-            f"INSERT OR REPLACE INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT OR REPLACE INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [_job_row(j) for j in change.jobs_put],
         ),
         (
@@ -245,15 +243,43 @@ def _dataset_row(d: Dataset) -> tuple[object, ...]:
     )
 
 
+def _job(row: tuple[Any, ...]) -> Job:
+    """A job as `_job_row` wrote it, in `_JOB_COLUMNS` order."""
+    job_id, uri, ideal, workers, rate, epochs, irregular, gpus, job_class, grace_seconds = row
+    return Job(
+        job_id,
+        uri,
+        ideal,
+        tuple(Worker(n, c) for n, c in json.loads(workers)),
+        rate,
+        epochs=float(epochs),
+        irregular=bool(irregular),
+        gpus=gpus,
+        job_class=job_class,
+        grace_seconds=float(grace_seconds),
+    )
+
+
 def _job_row(j: Job) -> tuple[object, ...]:
     workers = json.dumps([[w.node_id, w.count] for w in j.workers])
-    return (j.job_id, j.dataset_uri, j.ideal_bytes_per_sec, workers, j.io_bytes_per_sec, j.epochs, j.irregular, j.gpus)
+    return (
+        j.job_id,
+        j.dataset_uri,
+        j.ideal_bytes_per_sec,
+        workers,
+        j.io_bytes_per_sec,
+        j.epochs,
+        j.irregular,
+        j.gpus,
+        j.job_class,
+        j.grace_seconds,
+    )
 
 
 def _history_json(h: JobHistory) -> str:
     """A job's history as one JSON object: its fields change together, and none is ever queried alone."""
     values = {f.name: getattr(h, f.name) for f in fields(h)}
-    return json.dumps({**values, "policy_state": dict(h.policy_state)}, sort_keys=True)
+    return json.dumps({**values, "policy_state": dict(h.policy_state), "held": dict(h.held)}, sort_keys=True)
 
 
 def _lock_state_dir(state_dir: Path) -> int:

@@ -23,6 +23,30 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _JobClass:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _JobClassEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobClass.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    JOB_CLASS_UNSPECIFIED: _JobClass.ValueType  # 0
+    """best-effort"""
+    JOB_CLASS_BEST_EFFORT: _JobClass.ValueType  # 1
+    """long; may be preempted for trial-and-error jobs"""
+    JOB_CLASS_TRIAL_AND_ERROR: _JobClass.ValueType  # 2
+    """short and latency-sensitive: may preempt best-effort jobs"""
+
+class JobClass(_JobClass, metaclass=_JobClassEnumTypeWrapper):
+    """What policies that tell jobs apart by class (FitGpp) know of a job."""
+
+JOB_CLASS_UNSPECIFIED: JobClass.ValueType  # 0
+"""best-effort"""
+JOB_CLASS_BEST_EFFORT: JobClass.ValueType  # 1
+"""long; may be preempted for trial-and-error jobs"""
+JOB_CLASS_TRIAL_AND_ERROR: JobClass.ValueType  # 2
+"""short and latency-sensitive: may preempt best-effort jobs"""
+Global___JobClass: _TypeAlias = JobClass  # noqa: Y015
+
 class _JobPhase:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -36,6 +60,10 @@ class _JobPhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobPhase.Val
     """holds GPUs: run on its placement"""
     JOB_PHASE_PREEMPTED: _JobPhase.ValueType  # 3
     """ran, then the policy took its GPUs back: stop (checkpoint) and wait to resume"""
+    JOB_PHASE_SUSPENDING: _JobPhase.ValueType  # 4
+    """Preempted with a grace period: stop (checkpoint) within it. Its GPUs stay its own, given to no other job,
+    until `suspended_until`; then they are released and it is PREEMPTED.
+    """
 
 class JobPhase(_JobPhase, metaclass=_JobPhaseEnumTypeWrapper):
     """Where a job stands with the policy that places it."""
@@ -47,6 +75,10 @@ JOB_PHASE_RUNNING: JobPhase.ValueType  # 2
 """holds GPUs: run on its placement"""
 JOB_PHASE_PREEMPTED: JobPhase.ValueType  # 3
 """ran, then the policy took its GPUs back: stop (checkpoint) and wait to resume"""
+JOB_PHASE_SUSPENDING: JobPhase.ValueType  # 4
+"""Preempted with a grace period: stop (checkpoint) within it. Its GPUs stay its own, given to no other job,
+until `suspended_until`; then they are released and it is PREEMPTED.
+"""
 Global___JobPhase: _TypeAlias = JobPhase  # noqa: Y015
 
 @_typing.final
@@ -182,6 +214,8 @@ class Job(_message.Message):
     IRREGULAR_FIELD_NUMBER: _builtins.int
     GPUS_FIELD_NUMBER: _builtins.int
     SCHEDULE_FIELD_NUMBER: _builtins.int
+    JOB_CLASS_FIELD_NUMBER: _builtins.int
+    GRACE_SECONDS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     dataset_uri: _builtins.str
     ideal_bytes_per_sec: _builtins.int
@@ -194,6 +228,10 @@ class Job(_message.Message):
     """As registered: the GPUs the job asks the policy for. 0: the job was registered with its workers, placed by
     whoever registered it; else `workers` is where the policy placed it (none while it waits).
     """
+    job_class: Global___JobClass.ValueType
+    """as registered (UNSPECIFIED only from older data managers: best-effort)"""
+    grace_seconds: _builtins.float
+    """as registered: how long it keeps its GPUs, suspending, once preempted"""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Worker]: ...
     @_builtins.property
@@ -227,10 +265,12 @@ class Job(_message.Message):
         irregular: _builtins.bool = ...,
         gpus: _builtins.int = ...,
         schedule: Global___JobSchedule | None = ...,
+        job_class: Global___JobClass.ValueType = ...,
+        grace_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["estimate", b"estimate", "schedule", b"schedule"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "epochs", b"epochs", "estimate", b"estimate", "gpus", b"gpus", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "io_bytes_per_sec", b"io_bytes_per_sec", "irregular", b"irregular", "job_id", b"job_id", "node_rates", b"node_rates", "schedule", b"schedule", "usage", b"usage", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "epochs", b"epochs", "estimate", b"estimate", "gpus", b"gpus", "grace_seconds", b"grace_seconds", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "io_bytes_per_sec", b"io_bytes_per_sec", "irregular", b"irregular", "job_class", b"job_class", "job_id", b"job_id", "node_rates", b"node_rates", "schedule", b"schedule", "usage", b"usage", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -273,6 +313,8 @@ class JobSchedule(_message.Message):
     QUEUED_SECONDS_FIELD_NUMBER: _builtins.int
     PREEMPTIONS_FIELD_NUMBER: _builtins.int
     POLICY_STATE_FIELD_NUMBER: _builtins.int
+    SUSPENDED_UNTIL_FIELD_NUMBER: _builtins.int
+    HELD_FIELD_NUMBER: _builtins.int
     phase: Global___JobPhase.ValueType
     submit_time: _builtins.float
     first_start_time: _builtins.float
@@ -284,9 +326,15 @@ class JobSchedule(_message.Message):
     queued_seconds: _builtins.float
     """time it has waited, before it first ran and after each preemption"""
     preemptions: _builtins.int
+    suspended_until: _builtins.float
+    """while SUSPENDING: when its grace period ends and its GPUs are released"""
     @_builtins.property
     def policy_state(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """What the policy handed back for the job last round (Decision.job_states), e.g. {"queue": 1} for Tiresias."""
+
+    @_builtins.property
+    def held(self) -> _containers.RepeatedCompositeFieldContainer[Global___Worker]:
+        """while SUSPENDING: the GPUs it still holds (node -> count)"""
 
     def __init__(
         self,
@@ -299,10 +347,12 @@ class JobSchedule(_message.Message):
         queued_seconds: _builtins.float = ...,
         preemptions: _builtins.int = ...,
         policy_state: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        suspended_until: _builtins.float = ...,
+        held: _abc.Iterable[Global___Worker] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attained_gpu_seconds", b"attained_gpu_seconds", "first_start_time", b"first_start_time", "last_start_time", b"last_start_time", "phase", b"phase", "policy_state", b"policy_state", "preemptions", b"preemptions", "queued_seconds", b"queued_seconds", "submit_time", b"submit_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attained_gpu_seconds", b"attained_gpu_seconds", "first_start_time", b"first_start_time", "held", b"held", "last_start_time", b"last_start_time", "phase", b"phase", "policy_state", b"policy_state", "preemptions", b"preemptions", "queued_seconds", b"queued_seconds", "submit_time", b"submit_time", "suspended_until", b"suspended_until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -742,6 +792,8 @@ class RegisterJobRequest(_message.Message):
     EPOCHS_FIELD_NUMBER: _builtins.int
     IRREGULAR_FIELD_NUMBER: _builtins.int
     GPUS_FIELD_NUMBER: _builtins.int
+    JOB_CLASS_FIELD_NUMBER: _builtins.int
+    GRACE_SECONDS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     dataset_uri: _builtins.str
     ideal_bytes_per_sec: _builtins.int
@@ -758,6 +810,12 @@ class RegisterJobRequest(_message.Message):
     (all or none: a gang). Its placements and preemptions are published on WatchDecisions for the cluster's
     launcher to carry out, and become its workers. Refused with --policy external (nothing would place it).
     """
+    job_class: Global___JobClass.ValueType
+    """Trial-and-error or best-effort (UNSPECIFIED: best-effort), for policies that tell them apart (FitGpp)."""
+    grace_seconds: _builtins.float
+    """Seconds the job keeps its GPUs once the policy preempts it (it suspends: checkpoints and stops), from 0
+    (released at once) to a day.
+    """
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Worker]: ...
     def __init__(
@@ -770,10 +828,12 @@ class RegisterJobRequest(_message.Message):
         epochs: _builtins.float = ...,
         irregular: _builtins.bool = ...,
         gpus: _builtins.int = ...,
+        job_class: Global___JobClass.ValueType = ...,
+        grace_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "epochs", b"epochs", "gpus", b"gpus", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "irregular", b"irregular", "job_id", b"job_id", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "epochs", b"epochs", "gpus", b"gpus", "grace_seconds", b"grace_seconds", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "irregular", b"irregular", "job_class", b"job_class", "job_id", b"job_id", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1217,6 +1277,9 @@ class JobDecision(_message.Message):
     - RUNNING: the job's workers run on `placement` (node -> GPUs, all of `gpus`). A placement that changes while
       the job runs is a migration: stop the workers that are no longer placed, start the new ones.
     - PREEMPTED: stop the job's workers (let them checkpoint); it resumes when a later decision is RUNNING.
+    - SUSPENDING: preempted with a grace period: stop the job's workers, letting them checkpoint until
+      `suspended_until`. Its GPUs are no other job's until then; a later PREEMPTED says they are released (stop
+      whatever of it is left).
     - PENDING: start nothing; the job has never run.
     The decision takes effect in the data manager when it is published (no confirmation): the job's workers are
     the placement from then on, the nodes mount its dataset for it, and its attained service counts. A
@@ -1231,6 +1294,7 @@ class JobDecision(_message.Message):
     GPUS_FIELD_NUMBER: _builtins.int
     DATASET_URI_FIELD_NUMBER: _builtins.int
     REVISION_FIELD_NUMBER: _builtins.int
+    SUSPENDED_UNTIL_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     phase: Global___JobPhase.ValueType
     gpus: _builtins.int
@@ -1238,6 +1302,8 @@ class JobDecision(_message.Message):
     dataset_uri: _builtins.str
     revision: _builtins.int
     """the revision that made this decision"""
+    suspended_until: _builtins.float
+    """while SUSPENDING: when its grace period ends (seconds since the Unix epoch)"""
     @_builtins.property
     def placement(self) -> _containers.RepeatedCompositeFieldContainer[Global___Worker]:
         """while RUNNING"""
@@ -1251,10 +1317,11 @@ class JobDecision(_message.Message):
         gpus: _builtins.int = ...,
         dataset_uri: _builtins.str = ...,
         revision: _builtins.int = ...,
+        suspended_until: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "gpus", b"gpus", "job_id", b"job_id", "phase", b"phase", "placement", b"placement", "revision", b"revision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "gpus", b"gpus", "job_id", b"job_id", "phase", b"phase", "placement", b"placement", "revision", b"revision", "suspended_until", b"suspended_until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
