@@ -1,6 +1,6 @@
 """Every policy paired with every cache system keeps the invariants the data manager and the simulator rely
-on, on random clusters (fixed seeds) with shared datasets, irregular jobs, running and queued jobs, and
-tight, loose and absent storage.
+on, on random clusters (fixed seeds) with shared datasets, irregular jobs, running, queued and suspending jobs
+(preempted, holding their GPUs through a grace period), and tight, loose and absent storage.
 
 The cache systems come from `registry.CACHE_SYSTEMS` and the policies from `available_policies()`, so a new
 one is covered the moment it is registered; one that cannot be built fails here rather than being skipped.
@@ -59,6 +59,11 @@ def random_snapshot(scenario: Scenario) -> Snapshot:
         placement = place_gang(free, gpus) if rng.random() < 0.6 else None
         if placement is not None:
             take(free, placement)
+        held = None  # a preempted job still holding its GPUs through a grace period
+        if placement is None and rng.random() < 0.2:
+            held = place_gang(free, gpus)
+            if held is not None:
+                take(free, held)
         jobs[f"job-{i:02d}"] = JobState(
             job_id=f"job-{i:02d}",
             submit_time=float(rng.randint(0, 3600)),
@@ -72,6 +77,9 @@ def random_snapshot(scenario: Scenario) -> Snapshot:
             irregular=rng.random() < 0.25,
             placement=MappingProxyType(placement or {}),
             io_bytes_per_sec=rng.uniform(0, 100) * MB if placement else 0.0,
+            held=MappingProxyType(held or {}),
+            preemptions=1 if held else 0,
+            grace_seconds=60.0 if held else 0.0,
         )
     cache = int(scenario.cache_fraction * sum(sizes.values()))
     nodes = {node_id: NodeState(node_id, gpus, cache // len(node_gpus)) for node_id, gpus in node_gpus.items()}
@@ -110,16 +118,20 @@ def test_the_scenarios_cover_what_the_suite_claims() -> None:
     assert any(job.running for job in jobs) and any(not job.running for job in jobs)
     assert all(max(Counter(job.dataset_uri for job in s.jobs.values()).values()) > 1 for s in snapshots)
     assert any(job.gpus > s.total_gpus for s in snapshots for job in s.jobs.values())
+    assert any(job.held for job in jobs)
 
 
 @GRID
-def test_placements_are_whole_gangs_on_known_nodes_within_their_gpus(
+def test_placements_are_whole_gangs_on_known_nodes_within_the_gpus_suspending_jobs_leave(
     policy: str, cache_system: str, scenario: Scenario
 ) -> None:
     snapshot, decision = decided(policy, cache_system, scenario)
     assert decision.placements is not None
     assert set(decision.placements) <= set(snapshot.jobs)
     used: Counter[str] = Counter()
+    for job in snapshot.suspending_jobs():
+        assert not decision.placements.get(job.job_id), f"{job.job_id} is still suspending"
+        used.update(job.held)
     for job_id, placement in decision.placements.items():
         assert set(placement) <= set(snapshot.nodes), job_id
         assert all(gpus > 0 for gpus in placement.values()), job_id

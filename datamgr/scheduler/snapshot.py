@@ -132,6 +132,11 @@ class Snapshot:
         """Jobs a policy may start: neither running nor still suspending (`held`), in submission order."""
         return [j for j in self._by_submission if not j.placement and not j.held]
 
+    def schedulable_jobs(self) -> list[JobState]:
+        """Jobs a policy may place: running or queued, not suspending, in submission order (what a policy that
+        ranks every job and walks the ranking should rank)."""
+        return [j for j in self._by_submission if not j.held]
+
     def suspending_jobs(self) -> list[JobState]:
         """Preempted jobs still holding their resources through their grace period, in submission order."""
         return [j for j in self._by_submission if j.held]

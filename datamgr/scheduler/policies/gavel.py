@@ -89,7 +89,7 @@ class GavelMaxMin:
         solution = solve_max_min(snapshot, estimator, equal)
         shares = solution.time_share
         ranked = sorted(
-            snapshot.jobs_by_submission(),
+            snapshot.schedulable_jobs(),
             key=lambda job: _rank(job, shares.get(job.job_id, 0.0), snapshot.time),
         )
         placements = place_in_order(snapshot.free_gpus({}), ranked)

@@ -32,7 +32,7 @@ class ShortestRemaining:
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
         size = {job.job_id: self._size(job) for job in snapshot.jobs.values()}
-        ranked = sorted(snapshot.jobs_by_submission(), key=lambda job: size[job.job_id])  # stable: ties by submission
+        ranked = sorted(snapshot.schedulable_jobs(), key=lambda job: size[job.job_id])  # stable: ties by submission
         everything = snapshot.free_gpus({})
         placements = place_by_priority(everything, ranked, profile_based(gpus_per_node(everything), PACK_LIMIT))
         return Decision(placements=placements, notes=LazyNotes(size, self._describe))

@@ -66,7 +66,7 @@ class MultiResourceSJF:
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
         choices = score_jobs(snapshot, estimator)
-        ranked = sorted(snapshot.jobs_by_submission(), key=lambda job: choices[job.job_id].score)
+        ranked = sorted(snapshot.schedulable_jobs(), key=lambda job: choices[job.job_id].score)
         placements = place_in_order(snapshot.free_gpus({}), ranked)
         notes = LazyNotes(choices, _describe)
         if not estimator.storage_aware:

@@ -155,7 +155,7 @@ class Tiresias:
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
         now = snapshot.time
-        ranked = sorted((self._rank(job, now) for job in snapshot.jobs_by_submission()), key=lambda r: r.key)
+        ranked = sorted((self._rank(job, now) for job in snapshot.schedulable_jobs()), key=lambda r: r.key)
         by_id = {r.job.job_id: r for r in ranked}
         everything = snapshot.free_gpus({})
         place = profile_based(gpus_per_node(everything), self.config.pack_limit)
