@@ -34,6 +34,7 @@ from datamgr.scheduler.registry import (
     UnknownPolicy,
     accepts_options,
     build_scheduler,
+    option_keys,
 )
 from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale
@@ -288,19 +289,32 @@ def _first_given(given: float | None, from_scenario: float | None, default: floa
 
 
 def knobs_for(args: argparse.Namespace, inputs: SimInputs | None, policy: str) -> PolicyOptions | None:
-    """The knobs `policy` runs with: the scenario's `[policy]` table overridden by `--policy-option`, or None
-    for a policy that takes none (a scenario's knobs are for the policies that take them)."""
-    if not accepts_options(policy):
-        return None
+    """The knobs `policy` runs with: the scenario's `[policy]` table overridden by `--policy-option`, each
+    knob only if the policy takes it (a scenario's or a comparison's knobs are for the policies that take
+    them: Tiresias's do not reach FitGpp); None for a policy that takes none."""
+    keys = option_keys(policy)
     scenario = None if inputs is None else inputs.scenario
     options = {**(scenario.policy_options if scenario is not None else {}), **dict(args.policy_options)}
-    return options or None
+    taken = {key: value for key, value in options.items() if keys is None or key in keys}
+    return taken or None
 
 
 def check_policy_options(args: argparse.Namespace, policies: Sequence[str]) -> None:
-    """Refuse `--policy-option` when no policy of the run takes knobs: it would change nothing."""
-    if args.policy_options and not any(accepts_options(policy) for policy in policies):
-        raise SimInputError(f"--policy-option: none of {', '.join(policies)} takes options")
+    """Refuse a `--policy-option` that no policy of the run takes: it would change nothing (a typo, or the
+    wrong policy)."""
+    for key, _ in args.policy_options:
+        takers = [policy for policy in policies if _takes(policy, key)]
+        if not takers:
+            accepted = sorted({k for policy in policies for k in option_keys(policy) or ()})
+            raise SimInputError(
+                f"--policy-option: none of {', '.join(policies)} takes {key!r}"
+                + (f"; they take: {', '.join(accepted)}" if accepted else "")
+            )
+
+
+def _takes(policy: str, key: str) -> bool:
+    keys = option_keys(policy)
+    return accepts_options(policy) if keys is None else key in keys
 
 
 def _fail(command: str, exc: Exception, code: int = EXIT_USAGE) -> int:

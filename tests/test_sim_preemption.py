@@ -146,10 +146,27 @@ def test_the_command_line_runs_figure_7_and_refuses_knobs_no_policy_takes(
     assert "average JCT   11.7h" in printed and "preemptions   " in printed
     argv = ["sim", "--scenario", "tiresias-fig7", "--policy", "fifo", "--policy-option", "queues=2h"]
     assert main([*argv, "--out", str(tmp_path / "b")]) == 2
-    assert "--policy-option: none of fifo takes options" in capsys.readouterr().err
+    assert "--policy-option: none of fifo takes 'queues'" in capsys.readouterr().err
     argv = ["sim", "--scenario", "tiresias-fig7", "--policy", "tiresias-las", "--policy-option", "queues=soon"]
     assert main([*argv, "--out", str(tmp_path / "c")]) == 2
     assert "policy 'tiresias-las': option queues: duration 'soon'" in capsys.readouterr().err
+
+
+def test_each_policy_gets_only_the_knobs_it_takes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tiresias-fig7's Tiresias knobs do not reach FitGpp, a comparison's `s` reaches FitGpp alone, and a knob
+    no policy of the run takes is refused, naming what they take."""
+    argv = ["sim", "--scenario", "tiresias-fig7", "--policy", "fitgpp", "--out", str(tmp_path / "a")]
+    assert main(argv) == 0
+    assert "fitgpp/silod: 3 of 3 jobs finished" in capsys.readouterr().out
+    compare = ["sim", "compare", "--scenario", "tiresias-fig7", "--policies", "tiresias-las,fitgpp"]
+    assert main([*compare, "--cache-systems", "silod", "--policy-option", "s=8", "--out", str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    assert main([*compare, "--cache-systems", "silod", "--policy-option", "z=1", "--out", str(tmp_path / "c")]) == 2
+    error = capsys.readouterr().err
+    assert (
+        "none of tiresias-las, fitgpp takes 'z'" in error
+        and "they take: history, hold_cache, pack_limit, preemption_limit" in error
+    )
 
 
 def test_the_preemption_cost_option_reaches_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

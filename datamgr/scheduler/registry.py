@@ -20,7 +20,7 @@ from importlib.metadata import entry_points
 
 from datamgr.scheduler.partition import IrregularPartition
 from datamgr.scheduler.perf import Estimator, SiloDPerf, VanillaPerf
-from datamgr.scheduler.policies.options import PolicyOptions
+from datamgr.scheduler.policies.options import PolicyOptions, declared_keys
 from datamgr.scheduler.policy import Decision, MergedNotes, Policy, current_placements
 from datamgr.scheduler.snapshot import Snapshot
 
@@ -107,10 +107,24 @@ def takes_options(factory: Callable[..., object]) -> bool:
 
 def accepts_options(name: str) -> bool:
     """Whether the policy `name` accepts knobs."""
+    factory = _factory(name)
+    return factory is not None and takes_options(factory)
+
+
+def option_keys(name: str) -> tuple[str, ...] | None:
+    """The knobs the policy `name` declares it takes (`options.takes_keys`): () for one that takes none, None
+    for one that takes knobs without declaring which (it is given every knob)."""
+    factory = _factory(name)
+    if factory is None or not takes_options(factory):
+        return ()
+    return declared_keys(factory)
+
+
+def _factory(name: str) -> PolicyFactory | None:
     if name in BUILTIN_POLICIES:
-        return takes_options(_import(BUILTIN_POLICIES[name]))
+        return _import(BUILTIN_POLICIES[name])
     plugins = _entry_point_factories()
-    return name in plugins and takes_options(plugins[name]())
+    return plugins[name]() if name in plugins else None
 
 
 @dataclass(frozen=True)

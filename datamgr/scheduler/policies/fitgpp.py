@@ -57,12 +57,14 @@ from datamgr.scheduler.fitgpp import (
 from datamgr.scheduler.perf import Estimator
 from datamgr.scheduler.placement import place_gang
 from datamgr.scheduler.policies.held import hold_waiting_quotas
-from datamgr.scheduler.policies.options import PolicyOptions, read_options
+from datamgr.scheduler.policies.options import PolicyOptions, read_options, takes_keys
 from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.snapshot import JobState, NodeState, Snapshot
 
 TE_CLASS = "te"
 VICTIM_RULES = ("fitgpp", "lrtp", "rand")
+SCORED_KEYS = ("s", "preemption_limit")  # FitGpp's knobs
+LIMIT_KEYS = ("preemption_limit",)  # LRTP's and RAND's: they score nothing
 
 
 def is_trial_and_error(job: JobState) -> bool:
@@ -93,7 +95,7 @@ class FitGppConfig:
     @classmethod
     def from_options(cls, options: PolicyOptions, scored: bool) -> FitGppConfig:
         """The knobs in `options`; `s` only for a rule that scores (`scored`), P for all."""
-        reader = read_options(options, ("s", "preemption_limit") if scored else ("preemption_limit",))
+        reader = read_options(options, SCORED_KEYS if scored else LIMIT_KEYS)
         return cls(reader.number("s", cls.s), reader.number("preemption_limit", cls.preemption_limit))
 
 
@@ -290,18 +292,22 @@ def _as_running_be(job: JobState) -> RunningBe:
     return RunningBe(job.job_id, node, demand(job), job.grace_seconds, job.preemptions, remaining)
 
 
+@takes_keys(*SCORED_KEYS)
 def fitgpp(options: PolicyOptions | None = None) -> TeBeScheduler:
     return TeBeScheduler("fitgpp", "fitgpp", FitGppConfig.from_options(options or {}, scored=True))
 
 
+@takes_keys(*LIMIT_KEYS)
 def lrtp(options: PolicyOptions | None = None) -> TeBeScheduler:
     return TeBeScheduler("lrtp", "lrtp", FitGppConfig.from_options(options or {}, scored=False))
 
 
+@takes_keys(*LIMIT_KEYS)
 def rand(options: PolicyOptions | None = None) -> TeBeScheduler:
     return TeBeScheduler("rand", "rand", FitGppConfig.from_options(options or {}, scored=False))
 
 
+@takes_keys(*SCORED_KEYS)
 def fitgpp_silod(options: PolicyOptions | None = None) -> TeBeScheduler:
     return TeBeScheduler("fitgpp-silod", "fitgpp", FitGppConfig.from_options(options or {}, scored=True), io_aware=True)
 

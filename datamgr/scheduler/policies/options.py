@@ -8,7 +8,7 @@ that names the key, so a typo never runs a simulation with a default the user me
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -16,6 +16,24 @@ from datamgr.scheduler.sim.fields import duration
 
 PolicyOptions = Mapping[str, object]
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def takes_keys(*keys: str) -> Callable[[F], F]:
+    """Declare the knobs a policy factory takes (`declared_keys` reads them), so that a run of several
+    policies can hand each only the knobs it takes: a scenario's Tiresias knobs do not reach FitGpp."""
+
+    def declare(factory: F) -> F:
+        factory.option_keys = keys  # type: ignore[attr-defined]
+        return factory
+
+    return declare
+
+
+def declared_keys(factory: Callable[..., object]) -> tuple[str, ...] | None:
+    """The knobs `factory` declared with `takes_keys`; None if it declared none (it gets every knob given)."""
+    keys = getattr(factory, "option_keys", None)
+    return None if keys is None else tuple(keys)
 
 
 class OptionReader:

@@ -53,11 +53,12 @@ from datamgr.scheduler.gittins import ServiceDistribution
 from datamgr.scheduler.perf import Estimator
 from datamgr.scheduler.placement import gpus_per_node, place_by_priority, profile_based
 from datamgr.scheduler.policies.held import hold_waiting_quotas
-from datamgr.scheduler.policies.options import PolicyOptions, read_options
+from datamgr.scheduler.policies.options import PolicyOptions, read_options, takes_keys
 from datamgr.scheduler.policy import Decision, LazyNotes
 from datamgr.scheduler.snapshot import JobState, Snapshot
 
 HOUR = 3600.0
+OPTION_KEYS = ("queues", "promote_knob", "pack_limit", "history", "service", "hold_cache")
 DEMOTION_SLACK = 1e-6  # GPU-seconds: a job woken at its crossing has crossed, whatever float rounding says
 # Wake-ups come at least this far apart (seconds): a crossing predicted from a rate that then changes cannot
 # pull rounds ever closer together. Demotions and promotions land at most this late.
@@ -92,7 +93,7 @@ class TiresiasConfig:
         """The knobs a scenario or `--policy-option` sets: queues ("1h", "1h,2h" or "continuous"),
         promote_knob, pack_limit, history (GPU-time services, "4h,8h,12h", or a file of one per line), and the
         SiloD enhancements, service ("ideal" or "gpu-time") and hold_cache, on by default when `silod`."""
-        read = read_options(options, ("queues", "promote_knob", "pack_limit", "history", "service", "hold_cache"))
+        read = read_options(options, OPTION_KEYS)
         queues = read.text("queues")
         continuous = queues is not None and queues.strip() == "continuous"
         thresholds = (HOUR,) if queues is None else () if continuous else read.durations("queues")
@@ -266,13 +267,16 @@ def default_history() -> ServiceDistribution:
     return ServiceDistribution(services, weights)
 
 
+@takes_keys(*OPTION_KEYS)
 def tiresias_las(options: PolicyOptions | None = None) -> Tiresias:
     return Tiresias("tiresias-las", TiresiasConfig.from_options(options or {}), gittins=False)
 
 
+@takes_keys(*OPTION_KEYS)
 def tiresias_gittins(options: PolicyOptions | None = None) -> Tiresias:
     return Tiresias("tiresias-gittins", TiresiasConfig.from_options(options or {}), gittins=True)
 
 
+@takes_keys(*OPTION_KEYS)
 def tiresias_silod(options: PolicyOptions | None = None) -> Tiresias:
     return Tiresias("tiresias-silod", TiresiasConfig.from_options(options or {}, silod=True), gittins=False)
