@@ -30,17 +30,20 @@ from tests.launcher import Launcher
 GPUS = 2  # the node's
 
 
-@pytest.fixture
-def tiresias(tmp_path: Path) -> Iterator[DataManagerProcess]:
+def serving(tmp_path: Path, *policy: str) -> Iterator[DataManagerProcess]:
+    """`silod datamgr serve` with `policy` (its name and knobs), 1 MB/s of remote IO and hour-long rounds."""
     datamgr = DataManagerProcess(
-        tmp_path / "state",
-        tmp_path / "datamgr.log",
-        *("--policy", "tiresias-las", "--policy-option", "queues=10s", "--remote-io-limit", "1MB/s", "--round", "3600"),
+        tmp_path / "state", tmp_path / "datamgr.log", *policy, "--remote-io-limit", "1MB/s", "--round", "3600"
     )
     try:
         yield datamgr.start()
     finally:
         datamgr.stop()
+
+
+@pytest.fixture
+def tiresias(tmp_path: Path) -> Iterator[DataManagerProcess]:
+    yield from serving(tmp_path, "--policy", "tiresias-las", "--policy-option", "queues=10s")
 
 
 @pytest.fixture
@@ -147,15 +150,7 @@ GRACE_SECONDS = 10  # the BE job's: long enough to look at it suspending, and to
 
 @pytest.fixture
 def fitgpp(tmp_path: Path) -> Iterator[DataManagerProcess]:
-    datamgr = DataManagerProcess(
-        tmp_path / "state",
-        tmp_path / "datamgr.log",
-        *("--policy", "fitgpp", "--remote-io-limit", "1MB/s", "--round", "3600"),
-    )
-    try:
-        yield datamgr.start()
-    finally:
-        datamgr.stop()
+    yield from serving(tmp_path, "--policy", "fitgpp")
 
 
 def column(table: str, job_id: str, name: str) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import TypeVar
 
 from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.cluster import cluster_from_table
@@ -26,6 +27,7 @@ from datamgr.scheduler.sim.model import ClusterSpec, TraceJob
 from datamgr.scheduler.sim.te_be import TeBeConfig, generate_te_be
 from datamgr.scheduler.sim.trace import load_trace
 
+U = TypeVar("U")
 _KEYS = ("description", "cluster", "trace", "generate", "simulation", "policy")
 _RECIPE_REQUIRED = ("arrivals_per_hour", "sharing", "gpu_speed_scale", "irregular", "seed")
 _GENERATE_KEYS = ("kind", "jobs", "duration", "gpu_demand", *_RECIPE_REQUIRED)
@@ -107,6 +109,21 @@ def _table(value: object, where: str) -> dict[str, object]:
     return value
 
 
+class _Recipe:
+    """A `[generate]` table's keys read typed, a bad value refused naming the table and the key."""
+
+    def __init__(self, table: Mapping[str, object], where: str) -> None:
+        self._table = table
+        self._where = where
+
+    def need(self, key: str, read: fields.Reader[fields.T]) -> fields.T:
+        return read_field(read, self._table[key], f"{self._where}: {key}")
+
+    def get(self, key: str, read: fields.Reader[fields.T], otherwise: U) -> fields.T | U:
+        """The key's value, or `otherwise` when the table leaves it out."""
+        return self.need(key, read) if key in self._table else otherwise
+
+
 def _kind(value: object, where: str) -> str:
     kind = _table(value, where).get("kind", "philly")
     if kind not in _KINDS:
@@ -129,22 +146,16 @@ def _recipe(table: object, where: str) -> GeneratorConfig:
     if not isinstance(table, dict):
         raise SimInputError(f"{where}: expected a table")
     check_keys(table, _GENERATE_KEYS, _RECIPE_REQUIRED, where)
-
-    def need(key: str, read: fields.Reader[fields.T]) -> fields.T:
-        return read_field(read, table[key], f"{where}: {key}")
-
-    def get(key: str, read: fields.Reader[fields.T]) -> fields.T | None:
-        return need(key, read) if key in table else None
-
+    recipe = _Recipe(table, where)
     try:
         return GeneratorConfig(
-            jobs=get("jobs", fields.positive_int),
-            duration_seconds=get("duration", fields.duration),
-            arrivals_per_hour=need("arrivals_per_hour", fields.positive_number),
-            sharing=need("sharing", fields.fraction),
-            gpu_speed_scale=need("gpu_speed_scale", fields.positive_number),
-            irregular=need("irregular", fields.fraction),
-            seed=need("seed", fields.whole_number),
+            jobs=recipe.get("jobs", fields.positive_int, None),
+            duration_seconds=recipe.get("duration", fields.duration, None),
+            arrivals_per_hour=recipe.need("arrivals_per_hour", fields.positive_number),
+            sharing=recipe.need("sharing", fields.fraction),
+            gpu_speed_scale=recipe.need("gpu_speed_scale", fields.positive_number),
+            irregular=recipe.need("irregular", fields.fraction),
+            seed=recipe.need("seed", fields.whole_number),
             gpu_demand=_gpu_demand(table["gpu_demand"], f"{where}: gpu_demand")
             if "gpu_demand" in table
             else GPU_DEMAND,
@@ -155,24 +166,16 @@ def _recipe(table: object, where: str) -> GeneratorConfig:
 
 def _te_be_recipe(table: dict[str, object], where: str) -> TeBeConfig:
     check_keys(table, _TE_BE_KEYS, _TE_BE_REQUIRED, where)
-
-    def need(key: str, read: fields.Reader[fields.T]) -> fields.T:
-        return read_field(read, table[key], f"{where}: {key}")
-
-    default = TeBeConfig(jobs=1, seed=0)
-
-    def get(key: str, read: fields.Reader[fields.T], otherwise: fields.T) -> fields.T:
-        return need(key, read) if key in table else otherwise
-
+    recipe, default = _Recipe(table, where), TeBeConfig(jobs=1, seed=0)
     try:
         return TeBeConfig(
-            jobs=need("jobs", fields.positive_int),
-            seed=need("seed", fields.whole_number),
-            te_share=need("te_share", fields.fraction),
-            load=need("load", fields.positive_number),
-            grace_scale=get("grace_scale", fields.positive_number, default.grace_scale),
-            min_seconds=get("min_duration", fields.duration, default.min_seconds),
-            workloads=get("workloads", fields.text, default.workloads),
+            jobs=recipe.need("jobs", fields.positive_int),
+            seed=recipe.need("seed", fields.whole_number),
+            te_share=recipe.need("te_share", fields.fraction),
+            load=recipe.need("load", fields.positive_number),
+            grace_scale=recipe.get("grace_scale", fields.positive_number, default.grace_scale),
+            min_seconds=recipe.get("min_duration", fields.duration, default.min_seconds),
+            workloads=recipe.get("workloads", fields.text, default.workloads),
         )
     except ValueError as exc:
         raise SimInputError(f"{where}: {exc}") from None
