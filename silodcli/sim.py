@@ -360,7 +360,7 @@ def run_compare(args: argparse.Namespace) -> int:
             build_scheduler(*pair)  # refuse an unknown name or knob before anything runs
     except (SimInputError, UnknownPolicy) as exc:
         return _fail("sim compare", exc)
-    from datamgr.scheduler.sim import report
+    from datamgr.scheduler.sim import plots, report
 
     out = args.out or Path(f"sim-{inputs.name}-compare")
     try:
@@ -373,10 +373,10 @@ def run_compare(args: argparse.Namespace) -> int:
     report.write_comparison_csv(out / "compare.csv", runs, baseline)
     report.write_comparison_markdown(out / "compare.md", runs, baseline)
     plotted = {summary.label: result for result, summary in runs}
-    report.plot_jct_cdf(out / "jct_cdf.png", plotted)
+    plots.plot_jct_cdf(out / "jct_cdf.png", plotted)
     files = ["compare.csv", "compare.md", "jct_cdf.png"]
     if any(report.has_classes(result.jobs) for result, _ in runs):
-        report.plot_slowdown_cdf(out / SLOWDOWN_CDF, plotted)
+        plots.plot_slowdown_cdf(out / SLOWDOWN_CDF, plotted)
         files.append(SLOWDOWN_CDF)
     else:
         (out / SLOWDOWN_CDF).unlink(missing_ok=True)  # an earlier compare's, which would pass for this one's
@@ -447,7 +447,7 @@ def simulate_into(
     """One run, its outputs written into `out`: per-job, per-group and timeline CSVs, the summary as JSON,
     plots, and with `decision_log` the gzipped decision log. Without it, a log an earlier run left in `out`
     is removed, so that every file there describes this run."""
-    from datamgr.scheduler.sim import report
+    from datamgr.scheduler.sim import plots, report
 
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / DECISION_LOG
@@ -462,12 +462,12 @@ def simulate_into(
         ("groups.csv", lambda path: report.write_groups_csv(path, summary)),
         ("summary.json", lambda path: report.write_summary_json(path, summary)),
         ("timeline.csv", lambda path: report.write_timeline_csv(path, result)),
-        ("jct_cdf.png", lambda path: report.plot_jct_cdf(path, {scheduler.name: result})),
-        ("timeline.png", lambda path: report.plot_timeline(path, result, inputs.cluster)),
-        ("fairness.png", lambda path: report.plot_fairness(path, result)),
+        ("jct_cdf.png", lambda path: plots.plot_jct_cdf(path, {scheduler.name: result})),
+        ("timeline.png", lambda path: plots.plot_timeline(path, result, inputs.cluster)),
+        ("fairness.png", lambda path: plots.plot_fairness(path, result)),
     ]
     if report.has_classes(result.jobs):
-        writers.append((SLOWDOWN_CDF, lambda path: report.plot_slowdown_cdf(path, {scheduler.name: result})))
+        writers.append((SLOWDOWN_CDF, lambda path: plots.plot_slowdown_cdf(path, {scheduler.name: result})))
     else:
         (out / SLOWDOWN_CDF).unlink(missing_ok=True)  # as the decision log: every file in `out` is this run's
     for name, write in writers:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from datamgr.scheduler.registry import CACHE_SYSTEMS, PAPER_CACHE_SYSTEMS
-from datamgr.scheduler.sim import report
+from datamgr.scheduler.sim import plots, report
 from datamgr.scheduler.sim.fields import format_duration
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, RemoteIoLedger, Sample, SimResult
@@ -127,9 +127,9 @@ def test_the_csv_files_hold_one_row_per_job_sample_and_run(tmp_path: Path) -> No
 
 def test_the_plots_are_valid_png_files(tmp_path: Path) -> None:
     run = result()
-    report.plot_jct_cdf(tmp_path / "cdf.png", {"fifo/silod": run, "fifo/alluxio": result("fifo", "alluxio")})
-    report.plot_timeline(tmp_path / "timeline.png", run, CLUSTER)
-    report.plot_fairness(tmp_path / "fairness.png", run)
+    plots.plot_jct_cdf(tmp_path / "cdf.png", {"fifo/silod": run, "fifo/alluxio": result("fifo", "alluxio")})
+    plots.plot_timeline(tmp_path / "timeline.png", run, CLUSTER)
+    plots.plot_fairness(tmp_path / "fairness.png", run)
     for name in ("cdf.png", "timeline.png", "fairness.png"):
         assert is_png(tmp_path / name), name
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from matplotlib.image import imread
 
-from datamgr.scheduler.sim import report
+from datamgr.scheduler.sim import plots, report
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimResult
 from tests.sim_fixtures import is_png
 
@@ -443,10 +443,10 @@ def test_the_slowdown_cdf_is_written_with_a_panel_per_class(tmp_path: Path) -> N
         "fitgpp/silod": SimResult("fitgpp", "silod", [*SLOWED, never_ran]),
         "fifo/silod": SimResult("fifo", "silod", [job("t", 0, 100, 200, job_class="te")]),  # no BE job at all
     }
-    report.plot_slowdown_cdf(tmp_path / "slowdown_cdf.png", runs)
+    plots.plot_slowdown_cdf(tmp_path / "slowdown_cdf.png", runs)
     assert is_png(tmp_path / "slowdown_cdf.png")
     one_panel = imread(tmp_path / "slowdown_cdf.png").shape[0]
-    report.plot_slowdown_cdf(tmp_path / "unlabelled.png", {"fifo/silod": SimResult("fifo", "silod", JOBS)})
+    plots.plot_slowdown_cdf(tmp_path / "unlabelled.png", {"fifo/silod": SimResult("fifo", "silod", JOBS)})
     assert imread(tmp_path / "unlabelled.png").shape[0] < one_panel  # one panel ("no class") against two
 
 

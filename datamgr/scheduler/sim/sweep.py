@@ -9,9 +9,8 @@ varies egress bandwidth (its Figure 14a) and dataset sharing (its Figure 15).
 
 This module is the pure part: which runs a sweep consists of, what each runs on, and how their summaries
 become rows (with SiloD's speedup over each baseline at the same value), CSV and Markdown text and a plot.
-Running them is the command's business (`silodcli/sim_sweep.py`). Nothing here imports matplotlib, nor
-`report` (which does), until a plot or the Markdown is drawn, since `silod` loads this module for its command
-line.
+Running them is the command's business (`silodcli/sim_sweep.py`). Nothing here imports matplotlib until a
+plot is drawn, since `silod` loads this module for its command line.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from datamgr.scheduler.sim.cluster import with_remote_io_scale
 from datamgr.scheduler.sim.fields import format_duration
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, TraceJob
+from datamgr.scheduler.sim.report import markdown_table
 from silodlib.units import format_rate
 
 Kind = Literal["bandwidth", "sharing"]
@@ -204,8 +204,6 @@ def csv_text(kind: Kind, rows: Sequence[SweepRow]) -> str:
 def markdown_text(title: str, kind: Kind, rows: Sequence[SweepRow]) -> str:
     """The printed table as a Markdown document: a heading, the table (as `compare.md` has its), and what the
     speedup means."""
-    from datamgr.scheduler.sim.report import markdown_table  # report loads matplotlib
-
     table = markdown_table(table_headers(kind), table_rows(kind, rows))
     return "\n".join([f"# {title}", "", table, "", speedup_note(kind), ""])
 

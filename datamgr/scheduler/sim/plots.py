@@ -1,0 +1,157 @@
+"""The PNG plots of a simulation run or comparison: JCT and slowdown CDFs, the timeline, fairness.
+
+Plots are drawn on matplotlib `Figure` objects with the Agg canvas, so no display and no pyplot global state
+are involved; importing this module loads matplotlib, which the numbers in `report.py` do not need.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogFormatter
+
+from datamgr.scheduler.sim.model import ClusterSpec, SimResult
+from datamgr.scheduler.sim.report import slowdowns
+
+_LINE_STYLES = ("-", "--", ":", "-.")
+_PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 50, not 5 x 10^1, on log axes
+# Plain labels on a few minor ticks (2, 3, 5, 20, ...) where the axis spans under two decades, none beyond: every one
+# of them labelled crowds into its neighbours across three decades.
+_SOME_MINOR = LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5))
+
+
+def plot_jct_cdf(path: Path, runs: Mapping[str, SimResult]) -> None:
+    """The cumulative distribution of job completion times, one line per run, coloured and styled by
+    `_run_styles` (log time axis: JCTs span minutes to weeks)."""
+    style = _run_styles(runs.values())
+
+    def draw(ax: Axes) -> None:
+        for label, result in runs.items():
+            _cdf(ax, [j.jct / 3600 for j in result.jobs], label, *style(result))
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(_PLAIN)
+        ax.xaxis.set_minor_formatter(_PLAIN)
+        ax.set_xlabel("job completion time (hours)")
+        ax.set_ylabel("fraction of jobs")
+        ax.set_ylim(0, 1)
+        ax.grid(True, alpha=0.3)
+        if runs:
+            ax.legend(fontsize="small")
+
+    _save(path, "JCT CDF", [draw])
+
+
+def plot_slowdown_cdf(path: Path, runs: Mapping[str, SimResult]) -> None:
+    """The cumulative distribution of slowdowns (FitGpp's Eq. 5), a panel per job class (FitGpp's TE and BE; the
+    jobs without a class, if any, in a panel of their own) and a line per run, coloured and styled as in
+    `plot_jct_cdf`: the picture of FitGpp's Figure 3. Log slowdown axis from 1: a TE job that never waited sits
+    at 1, a queued one can reach hundreds. A job that never executed (infinite slowdown) counts in its class's
+    total but has no point on the axis, so the line ends below 1."""
+    classes = sorted({j.job_class for result in runs.values() for j in result.jobs}) or [""]
+    style = _run_styles(runs.values())
+    finite = [s for result in runs.values() for s in slowdowns(result.jobs) if math.isfinite(s)]
+    right = max(10.0, 1.2 * max(finite, default=1.0))  # a decade at least, for a labelled tick past 1
+
+    def panel(job_class: str) -> Callable[[Axes], None]:
+        def draw(ax: Axes) -> None:
+            for label, result in runs.items():
+                _cdf(ax, slowdowns(j for j in result.jobs if j.job_class == job_class), label, *style(result))
+            ax.set_xscale("log")
+            ax.set_xlim(1.0, right)
+            ax.xaxis.set_major_formatter(_PLAIN)
+            ax.xaxis.set_minor_formatter(_SOME_MINOR)
+            ax.set_title(f"class {job_class}" if job_class else "no class", fontsize="medium")
+            ax.set_ylabel("fraction of jobs")
+            ax.set_ylim(0, 1)
+            ax.grid(True, alpha=0.3)
+            if runs and job_class == classes[0]:
+                ax.legend(fontsize="small")
+            if job_class == classes[-1]:
+                ax.set_xlabel("slowdown (1 + time waiting / time executing)")
+
+        return draw
+
+    _save(path, "slowdown CDF by job class", [panel(job_class) for job_class in classes])
+
+
+def _run_styles(runs: Iterable[SimResult]) -> Callable[[SimResult], tuple[str, str]]:
+    """A run's colour and line style among `runs`: a colour per cache system and a style per policy, so a policy x
+    cache system matrix stays readable; on a single cache system, a colour per policy (styles alone would leave
+    every line the same colour)."""
+    results = list(runs)
+    cache_systems = list(dict.fromkeys(r.cache_system for r in results))
+    policies = list(dict.fromkeys(r.policy for r in results))
+
+    def style(result: SimResult) -> tuple[str, str]:
+        if len(cache_systems) <= 1:
+            return f"C{policies.index(result.policy) % 10}", "-"
+        color = f"C{cache_systems.index(result.cache_system) % 10}"
+        return color, _LINE_STYLES[policies.index(result.policy) % len(_LINE_STYLES)]
+
+    return style
+
+
+def _cdf(ax: Axes, values: Sequence[float], label: str, color: str, linestyle: str) -> None:
+    """The empirical CDF of `values` as a step line; values that cannot be drawn (infinite) count in the total."""
+    drawn = sorted(v for v in values if math.isfinite(v))
+    shares = [i / len(values) for i in range(len(drawn) + 1)] if values else []
+    ax.step(drawn[:1] + drawn, shares, where="post", label=label, color=color, linestyle=linestyle)
+
+
+def plot_timeline(path: Path, result: SimResult, cluster: ClusterSpec) -> None:
+    """Cluster training throughput and remote IO over time, the IO limit drawn as a line."""
+    hours = [s.time / 3600 for s in result.samples]
+
+    def throughput(ax: Axes) -> None:
+        ax.plot(hours, [s.throughput_bytes_per_sec / 1e9 for s in result.samples], label="training throughput")
+        ax.set_ylabel("GB/s")
+        ax.legend(fontsize="small")
+        ax.grid(True, alpha=0.3)
+
+    def remote_io(ax: Axes) -> None:
+        spans = result.remote_io.spans()
+        if spans:
+            starts = [start / 3600 for start, _, _ in spans]
+            rates = [rate / 1e9 for _, _, rate in spans]
+            ax.step([*starts, spans[-1][1] / 3600], [*rates, rates[-1]], where="post", label="remote IO")
+        demand = [s.demand_bytes_per_sec / 1e9 for s in result.samples]
+        ax.plot(hours, demand, color="grey", alpha=0.6, label="demand with no cache (f* of the running jobs)")
+        ax.axhline(cluster.remote_io_bytes_per_sec / 1e9, color="red", linestyle="--", label="remote IO limit")
+        ax.set_ylabel("GB/s")
+        ax.set_xlabel("time (hours)")
+        ax.legend(fontsize="small")
+        ax.grid(True, alpha=0.3)
+
+    _save(path, f"{result.policy}/{result.cache_system}: throughput and remote IO", [throughput, remote_io])
+
+
+def plot_fairness(path: Path, result: SimResult) -> None:
+    """Gavel's fairness ratio over time: the minimum and the mean over running jobs."""
+    busy = [s for s in result.samples if s.running_jobs > 0]
+
+    def draw(ax: Axes) -> None:
+        hours = [s.time / 3600 for s in busy]
+        ax.plot(hours, [s.fairness_min for s in busy], label="min over running jobs")
+        ax.plot(hours, [s.fairness_mean for s in busy], label="mean over running jobs", alpha=0.7)
+        ax.axhline(1.0, color="grey", linestyle=":")
+        ax.set_xlabel("time (hours)")
+        ax.set_ylabel("rate / equal-share rate")
+        ax.legend(fontsize="small")
+        ax.grid(True, alpha=0.3)
+
+    _save(path, f"{result.policy}/{result.cache_system}: fairness", [draw])
+
+
+def _save(path: Path, title: str, panels: Sequence[Callable[[Axes], None]]) -> None:
+    figure = Figure(figsize=(8, 3 + 2.5 * len(panels)), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, draw in zip(axes, panels, strict=True):
+        draw(ax)
+    figure.suptitle(title)
+    figure.savefig(path, format="png", dpi=100)
