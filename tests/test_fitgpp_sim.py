@@ -95,6 +95,18 @@ def test_a_te_job_waiting_on_a_suspending_victim_claims_its_room_and_preempts_no
     assert jobs["be-c"].start >= jobs["te"].finish  # the claimed GPU went to te first
 
 
+def test_without_waiting_for_release_each_round_preempts_again_while_the_victim_suspends() -> None:
+    """`wait_for_release = false`, Eq. 2's N read literally as what is unallocated now: LRTP's first victim
+    (`be-a`, the tie on remaining time broken by id) suspends 300 s, so a round within the minute finds no room
+    for the TE job and preempts `be-b` too, whose 10 s grace period lets it start long before 900 s."""
+    trace = [task("be-a", 5000, grace=300), task("be-b", 5000, grace=10), task("te", 100, arrival=600, job_class="te")]
+    scheduler = build_scheduler("lrtp", "silod", {"wait_for_release": "false"})
+    result = simulate(trace, node_cluster(nodes=2), scheduler, SimConfig(round_seconds=60))
+    jobs = {j.job_id: j for j in result.jobs}
+    assert jobs["be-a"].preemptions == jobs["be-b"].preemptions == 1
+    assert jobs["te"].start < 900
+
+
 def test_a_suspending_job_cannot_be_placed_and_its_gpus_count_as_taken() -> None:
     held = JobState("s", 0.0, 1, "d", GB, RATE, GB, held=MappingProxyType({"n": 1}), pending_since=5.0)
     waiting = JobState("w", 1.0, 1, "d", GB, RATE, GB, pending_since=1.0)

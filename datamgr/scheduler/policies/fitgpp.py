@@ -33,8 +33,9 @@ job runs at f*; when no victim can (one victim rarely frees enough in a cluster 
 choice is vanilla FitGpp's. It also decides storage: SiloD's greedy allocation, with the cache quota of a
 preempted BE job held while it suspends and waits (`policies/held.py`), so it resumes at the speed it left.
 
-Knobs (`[policy]` or `--policy-option`): `s`, the weight of the grace period in Eq. 3 (default 4.0), and
-`preemption_limit`, P (default 1; "inf" for none), which bounds every rule.
+Knobs (`[policy]` or `--policy-option`): `s`, the weight of the grace period in Eq. 3 (default 4.0),
+`preemption_limit`, P (default 1; "inf" for none), which bounds every rule, and `wait_for_release` (default
+true; false judges room by what is unallocated now, so a round preempts again while a victim suspends).
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ from datamgr.scheduler.snapshot import JobState, NodeState, Snapshot
 
 TE_CLASS = "te"
 VICTIM_RULES = ("fitgpp", "lrtp", "rand")
-SCORED_KEYS = ("s", "preemption_limit")  # FitGpp's knobs
-LIMIT_KEYS = ("preemption_limit",)  # LRTP's and RAND's: they score nothing
+SCORED_KEYS = ("s", "preemption_limit", "wait_for_release")  # FitGpp's knobs
+LIMIT_KEYS = ("preemption_limit", "wait_for_release")  # LRTP's and RAND's: they score nothing
 
 
 def is_trial_and_error(job: JobState) -> bool:
@@ -85,6 +86,9 @@ def capacity(node: NodeState) -> Resources:
 class FitGppConfig:
     s: float = 4.0  # the weight of the grace period in the score (Eq. 3); the paper's default
     preemption_limit: float = 1.0  # P: no job is preempted more often; the paper's default
+    # A TE job waits for the room suspending victims will free rather than preempt again (silod's reading);
+    # false: every round judges room by what is unallocated now, as Eq. 2's N literally is, and preempts again.
+    wait_for_release: bool = True
 
     def __post_init__(self) -> None:
         if not self.s >= 0:
@@ -96,7 +100,11 @@ class FitGppConfig:
     def from_options(cls, options: PolicyOptions, scored: bool) -> FitGppConfig:
         """The knobs in `options`; `s` only for a rule that scores (`scored`), P for all."""
         reader = read_options(options, SCORED_KEYS if scored else LIMIT_KEYS)
-        return cls(reader.number("s", cls.s), reader.number("preemption_limit", cls.preemption_limit))
+        return cls(
+            reader.number("s", cls.s),
+            reader.number("preemption_limit", cls.preemption_limit),
+            reader.choice("wait_for_release", {"true": True, "false": False}, cls.wait_for_release),
+        )
 
 
 class _Room:
@@ -184,7 +192,7 @@ class TeBeScheduler:
             placement = room.start(job)
             if placement is not None:
                 placements[job.job_id] = placement
-            elif not room.claim(job):
+            elif not (self.config.wait_for_release and room.claim(job)):
                 blocked = self._preempt_for(job, snapshot, room, placements, notes) or blocked
         if not blocked:
             best_effort = [job for job in queued if not is_trial_and_error(job)]
@@ -226,7 +234,7 @@ class TeBeScheduler:
         if placement is not None:
             placements[te_job.job_id] = placement
             return False
-        return not room.claim(te_job)
+        return not (self.config.wait_for_release and room.claim(te_job))
 
     def _victims(
         self,
@@ -239,24 +247,25 @@ class TeBeScheduler:
         limit = self.config.preemption_limit
         wanted = demand(te_job)
         rng = random.Random(f"{snapshot.seed}:{snapshot.time}:{te_job.job_id}")
+        unallocated = room.eventual if self.config.wait_for_release else room.free
         if self.rule == "fitgpp":
             if self.io_aware:
                 io = _IoView(snapshot, placements, te_job)
                 chosen = best_victim(
                     wanted._replace(io=io.te_need),
                     [job._replace(demand=job.demand._replace(io=io.use(job.job_id))) for job in running],
-                    {node: left._replace(io=io.room) for node, left in room.eventual.items()},
+                    {node: left._replace(io=io.room) for node, left in unallocated.items()},
                     {node: full._replace(io=snapshot.remote_io_bytes_per_sec) for node, full in room.capacity.items()},
                     s=self.config.s,
                     limit=limit,
                 )
                 if chosen is not None:
                     return [chosen]
-            return fitgpp_victims(wanted, running, room.eventual, room.capacity, s=self.config.s, limit=limit, rng=rng)
+            return fitgpp_victims(wanted, running, unallocated, room.capacity, s=self.config.s, limit=limit, rng=rng)
         eligible = [job for job in running if job.preemptions < limit]
         if self.rule == "lrtp":
-            return lrtp_victims(wanted, eligible, room.eventual)
-        return rand_victims(wanted, eligible, room.eventual, rng=rng)
+            return lrtp_victims(wanted, eligible, unallocated)
+        return rand_victims(wanted, eligible, unallocated, rng=rng)
 
 
 class _IoView:
