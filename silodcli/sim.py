@@ -37,13 +37,14 @@ from datamgr.scheduler.registry import (
     option_keys,
 )
 from datamgr.scheduler.sim import fields
-from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale
+from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale, with_tenants
 from datamgr.scheduler.sim.decisions import InvalidDecision
 from datamgr.scheduler.sim.engine import check_inputs, simulate
 from datamgr.scheduler.sim.fields import SimInputError, format_duration
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimResult, SimulationStalled, TraceJob
 from datamgr.scheduler.sim.scenarios import Scenario, available_scenarios, load_scenario
+from datamgr.scheduler.sim.tenants import load_tenants
 from datamgr.scheduler.sim.trace import load_trace, write_trace
 from silodcli.args import argument_type, key_value, path_arg, positive_seconds
 from silodcli.config import ConfigurableParser
@@ -200,6 +201,10 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
         "--remote-io-scale", type=argument_type(fields.positive_number, "scale"), default=1.0, metavar="X",
         help="multiply the cluster's remote IO limit (default %(default)g)",
     )  # fmt: skip
+    parser.add_argument(
+        "--tenants", type=path_arg, metavar="FILE",
+        help="the tenants' VCs (a TOML file of [NAME] tables: cells, cache, remote_io), replacing the cluster's",
+    )  # fmt: skip
 
 
 def _add_decision_log_option(parser: argparse.ArgumentParser) -> None:
@@ -258,6 +263,8 @@ def _inputs(args: argparse.Namespace) -> SimInputs:
     else:
         inputs = SimInputs(args.trace.stem, load_cluster(args.cluster), load_trace(args.trace))
     cluster = with_remote_io_scale(inputs.cluster, args.remote_io_scale)
+    if args.tenants is not None:
+        cluster = with_tenants(cluster, load_tenants(args.tenants), str(args.tenants))
     try:
         check_inputs(inputs.trace, cluster)
     except ValueError as exc:

@@ -242,15 +242,17 @@ def test_a_vc_rebuilt_from_its_pieces_is_the_vc_that_placed_them() -> None:
     rebuilt = CellAllocator(racks(), {"a": {NODE: 1, PCIE: 1}, "b": {NODE: 2}})
     again = VirtualCluster(rebuilt, "a")
     for piece in pieces:
-        again.restore(piece.virtual, piece.physical)  # type: ignore[union-attr]
+        assert again.restore(piece.virtual[0], piece.physical) == piece.virtual  # type: ignore[union-attr]
     assert low is not None
     rebuilt.take_low("x", low)
     assert rebuilt.free_cells() == alloc.free_cells() and rebuilt.low_free_cells() == alloc.low_free_cells()
     assert again.allocate(GPU) == a.allocate(GPU)
     with pytest.raises(ValueError, match="is not free"):
-        again.restore(pieces[0].virtual, pieces[0].physical)  # type: ignore[union-attr]
+        again.restore(pieces[0].virtual[0], pieces[0].physical)  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="VC has 2 cells, so no cell 5"):
-        again.restore((5,), (0,))
+        again.restore(5, (0,))
+    with pytest.raises(ValueError, match="is larger than tenant a's VC cell 0"):
+        again.restore(0, (0,))
 
 
 @pytest.mark.parametrize("seed", range(10))

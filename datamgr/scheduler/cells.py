@@ -91,6 +91,7 @@ class CellHierarchy:
             raise ValueError("node ids repeat")
         self.node_ids = ids
         self._node_of = dict(zip(nodes, ids, strict=True))
+        self._node_cell = dict(zip(ids, nodes, strict=True))
 
     @classmethod
     def over_nodes(cls, levels: Sequence[tuple[str, int]], node_ids: Sequence[str]) -> CellHierarchy:
@@ -196,6 +197,12 @@ class CellHierarchy:
         if self.level_of(cell) > self.node_level:
             raise ValueError(f"{self.name(cell)} spans several nodes")
         return self._node_of[cell[: self.top - self.node_level + 1]]
+
+    def node_cell(self, node_id: str) -> Cell:
+        """The node-level cell of a silod node."""
+        if node_id not in self._node_cell:
+            raise ValueError(f"no node {node_id!r} in the cell hierarchy")
+        return self._node_cell[node_id]
 
     def nodes_in(self, cell: Cell) -> list[str]:
         """The silod nodes a cell covers, in path order: one for a cell at or below the node level."""

@@ -260,6 +260,17 @@ class CellAllocator:
         self._low[cell] = owner
         self._mark_low(cell, +1)
 
+    def exclude(self, cell: Cell) -> None:
+        """Take a cell no job may use (a GPU a node lacks, or one held outside HiveD) out of both views, where
+        it is free; the VCs' guarantee then covers less than they reserve, and a legal request may fail."""
+        if self._high.covering(cell) is not None:
+            self._high.take(cell)
+        self._low_view.take(cell)
+
+    def low_free(self, cell: Cell) -> bool:
+        """Whether no job uses any of `cell`."""
+        return self._low_view.covering(cell) is not None
+
     def low_capacity(self, level: int) -> int:
         """How many low-priority cells of `level` could be allocated now."""
         return self._low_view.capacity(level, self._gpus)
@@ -379,13 +390,16 @@ class VirtualCluster:
         physical = self._physical(virtual)
         return Piece(virtual, physical, self._allocator.occupy(physical))
 
-    def restore(self, virtual: Cell, physical: Cell) -> None:
-        """Mark a piece in use as an `allocate` before had placed it (to rebuild state each round); a
-        ValueError when it contradicts what is already restored."""
-        root = virtual[0]
+    def restore(self, root: int, physical: Cell) -> Cell:
+        """Mark in use the piece of VC cell `root` bound at `physical`, as an `allocate` before had placed it
+        (to rebuild state each round), and return its virtual cell; a ValueError when that contradicts what
+        is already restored or the VC has no such cell."""
         if not 0 <= root < len(self._root_levels):
             raise ValueError(f"tenant {self.tenant}'s VC has {len(self._root_levels)} cells, so no cell {root}")
-        root_cell = physical[: len(physical) - len(virtual) + 1]
+        depth = self._allocator.hierarchy.top - self._root_levels[root] + 1  # the root's path length
+        if len(physical) < depth:
+            raise ValueError(f"{physical} is larger than tenant {self.tenant}'s VC cell {root}")
+        root_cell, virtual = physical[:depth], (root, *physical[depth:])
         if root not in self._bound:
             self._allocator.bind_cell(self.tenant, root_cell)
             self._bound[root] = root_cell
@@ -393,6 +407,7 @@ class VirtualCluster:
             raise ValueError(f"tenant {self.tenant}'s VC cell {root} is bound to {self._bound[root]}, not {root_cell}")
         self._free.take(virtual)
         self._allocator.occupy(physical)
+        return virtual
 
     def release(self, virtual: Cell) -> None:
         """A job leaves a piece; the VC cell is unbound once none of it is used."""

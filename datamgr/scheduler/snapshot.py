@@ -71,6 +71,8 @@ class JobState(NamedTuple):
     cpus: float = 0.0  # besides its GPUs, on its one node; 0: not asked for
     ram_bytes: int = 0
     grace_seconds: float = 0.0  # how long it suspends, holding its resources, once preempted
+    tenant: str = ""  # who submitted it, for policies that share a cluster among tenants (HiveD); "": none
+    priority: str = ""  # "low": preemptible, runs only on resources nobody's guarantee needs; else regular
 
     @property
     def running(self) -> bool:
@@ -88,6 +90,19 @@ class JobState(NamedTuple):
         """How long it has waited in all, up to `now`: before it first ran and after each preemption."""
         waiting = 0.0 if self.pending_since is None else max(0.0, now - self.pending_since)
         return self.queued_seconds_before + waiting
+
+
+LOW_PRIORITY = "low"
+
+
+@dataclass(frozen=True, slots=True)
+class TenantShare:
+    """What a tenant's virtual cluster guarantees it (HiveD's VC, and SiloD's storage beside it): cells per
+    level of the cluster's cell hierarchy, by level name ({"node": 4}), cache bytes and remote IO bytes/s."""
+
+    cells: Mapping[str, int] = field(default_factory=dict)
+    cache_bytes: int = 0
+    io_bytes_per_sec: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +126,10 @@ class Snapshot:
     jobs: Mapping[str, JobState]
     seed: int = 0
     cache_capacity_bytes: int = field(default=-1)  # -1: the sum of the nodes' cache
+    tenants: Mapping[str, TenantShare] = field(default_factory=lambda: MappingProxyType({}))  # by tenant name
+    # The GPUs' affinity hierarchy bottom up as NAME:BUDDIES ("gpu:1,pcie:2,socket:2,node:2,rack:4", `cells.py`);
+    # "": each node is one cell of its GPUs.
+    cell_levels: str = ""
     total_gpus: int = field(default=0, init=False, compare=False)  # the nodes' GPUs, summed once
     # The jobs in submission order, sorted once: a round asks for it (or its running or queued part) many times.
     _by_submission: tuple[JobState, ...] = field(default=(), init=False, repr=False, compare=False)

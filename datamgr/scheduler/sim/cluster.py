@@ -7,10 +7,13 @@ cache_per_node = "1TB"    # local cache each node contributes (a size: "1TB", "5
 remote_io = "200MB/s"     # the egress limit all jobs share (a rate: "200MB/s", "1Gbps", bytes/s)
 cpus_per_node = 32        # optional: CPUs and RAM per node, for traces whose jobs ask for them (FitGpp's)
 ram_per_node = "256GB"
+cell_levels = "gpu:1,pcie:2,socket:2,node:2,rack:4"  # optional: the GPUs' affinity hierarchy (HiveD's cells)
+tenants = "vcs.toml"      # optional: the tenants' VCs, a file next to this one or [tenants.NAME] tables
 ```
 
 The four are required and no other key is accepted, so a typo cannot silently leave a default in place.
-CPUs and RAM go together: a cluster without them runs only jobs that ask for neither.
+CPUs and RAM go together: a cluster without them runs only jobs that ask for neither. `sim/tenants.py`
+describes the cell levels and the tenants' tables.
 """
 
 from __future__ import annotations
@@ -22,19 +25,23 @@ from pathlib import Path
 from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
 from datamgr.scheduler.sim.model import ClusterSpec
+from datamgr.scheduler.sim.tenants import check_tenants, default_levels, hierarchy_for, load_tenants, tenants_from_table
+from datamgr.scheduler.snapshot import TenantShare
 
 KEYS = ("nodes", "gpus_per_node", "cache_per_node", "remote_io")
 HOST_KEYS = ("cpus_per_node", "ram_per_node")
+SHARING_KEYS = ("cell_levels", "tenants")
 
 
-def cluster_from_table(table: Mapping[str, object], where: str) -> ClusterSpec:
-    """The cluster a TOML table describes; `where` (the file, or the file and section) prefixes errors."""
-    check_keys(table, (*KEYS, *HOST_KEYS), KEYS, where)
+def cluster_from_table(table: Mapping[str, object], where: str, directory: Path) -> ClusterSpec:
+    """The cluster a TOML table describes; `where` (the file, or the file and section) prefixes errors, and
+    a tenants file is read from `directory`."""
+    check_keys(table, (*KEYS, *HOST_KEYS, *SHARING_KEYS), KEYS, where)
     host = [key for key in HOST_KEYS if key in table]
     if len(host) == 1:
         other = HOST_KEYS[1 - HOST_KEYS.index(host[0])]
         raise SimInputError(f"{where}: {host[0]} is given without {other}; give both or neither")
-    return ClusterSpec(
+    spec = ClusterSpec(
         nodes=read_field(fields.positive_int, table["nodes"], f"{where}: nodes"),
         gpus_per_node=read_field(fields.positive_int, table["gpus_per_node"], f"{where}: gpus_per_node"),
         cache_bytes_per_node=read_field(fields.size, table["cache_per_node"], f"{where}: cache_per_node"),
@@ -45,12 +52,39 @@ def cluster_from_table(table: Mapping[str, object], where: str) -> ClusterSpec:
         ram_bytes_per_node=read_field(fields.positive(fields.size), table["ram_per_node"], f"{where}: ram_per_node")
         if host
         else 0,
+        cell_levels=_cell_levels(table, where),
     )
+    if "tenants" not in table and not spec.cell_levels:
+        return spec
+    raw = table.get("tenants", {})
+    tenants = load_tenants(directory / raw) if isinstance(raw, str) else tenants_from_table(raw, f"{where}: tenants")
+    return with_tenants(spec, tenants, where)
+
+
+def _cell_levels(table: Mapping[str, object], where: str) -> str:
+    return read_field(fields.text, table["cell_levels"], f"{where}: cell_levels") if "cell_levels" in table else ""
+
+
+def with_tenants(cluster: ClusterSpec, tenants: Mapping[str, TenantShare], where: str) -> ClusterSpec:
+    """The cluster shared by `tenants`, once their VCs are known to fit it (SimInputError naming what does
+    not, prefixed by `where`)."""
+    levels = cluster.cell_levels or default_levels(cluster.gpus_per_node)
+    try:
+        hierarchy = hierarchy_for(levels, sorted(cluster.node_states()))
+    except ValueError as exc:
+        raise SimInputError(f"{where}: cell_levels: {exc}") from None
+    node_gpus = hierarchy.gpus(hierarchy.node_level)
+    if node_gpus != cluster.gpus_per_node:
+        raise SimInputError(
+            f"{where}: cell_levels: a node cell holds {node_gpus} GPUs, but gpus_per_node is {cluster.gpus_per_node}"
+        )
+    check_tenants(tenants, hierarchy, cluster.total_cache_bytes, cluster.remote_io_bytes_per_sec, where)
+    return replace(cluster, tenants=dict(tenants))
 
 
 def load_cluster(path: Path) -> ClusterSpec:
     """The cluster file at `path`; raises `SimInputError` naming the file, the key and the rule."""
-    return cluster_from_table(fields.load_toml(path), str(path))
+    return cluster_from_table(fields.load_toml(path), str(path), path.parent)
 
 
 def with_remote_io_scale(cluster: ClusterSpec, scale: float) -> ClusterSpec:

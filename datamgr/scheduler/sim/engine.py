@@ -101,6 +101,9 @@ def check_inputs(trace: Sequence[TraceJob], cluster: ClusterSpec) -> None:
         if not 1 <= job.gpus <= cluster.total_gpus:
             raise ValueError(f"{where}: needs {job.gpus} GPUs; the cluster has {cluster.total_gpus}")
         _check_host_demand(job, cluster, where)
+        if cluster.tenants and job.tenant and job.tenant not in cluster.tenants:
+            names = ", ".join(sorted(cluster.tenants))
+            raise ValueError(f"{where}: tenant {job.tenant!r} has no VC; the cluster's tenants are {names}")
         if not job.arrival >= 0:
             raise ValueError(f"{where}: arrival {job.arrival!r} is before the trace start")
         for name in ("ideal_bytes_per_sec", "dataset_bytes", "epochs"):
@@ -423,6 +426,8 @@ class _Run:
             datasets=datasets,
             jobs=jobs,
             seed=self.config.seed,
+            tenants=self.cluster.tenants,
+            cell_levels=self.cluster.cell_levels,
         )
 
     def _sample(self) -> None:

@@ -97,6 +97,8 @@ class JobRun:
             cpus=trace.cpus,
             ram_bytes=trace.ram_bytes,
             grace_seconds=trace.grace_seconds,
+            tenant=trace.tenant,
+            priority=trace.priority,
         )
         base = self.base
         # JobState's leading fields, which never change, in its field order (see `state`).
@@ -109,7 +111,14 @@ class JobRun:
             base.ideal_bytes_per_sec,
             base.total_bytes,
         )
-        self._trailing = (base.job_class, base.cpus, base.ram_bytes, base.grace_seconds)  # after `held`
+        self._trailing = (  # after `held`
+            base.job_class,
+            base.cpus,
+            base.ram_bytes,
+            base.grace_seconds,
+            base.tenant,
+            base.priority,
+        )
         self.placement: Mapping[str, int] = _NOWHERE
         self.gpus = 0
         self.ideal = 0.0  # f* on the GPUs it holds
@@ -320,4 +329,5 @@ class JobRun:
             equal_share_bytes=self.equal_share_bytes,
             tenant=self.trace.tenant,
             job_class=self.trace.job_class,
+            priority=self.trace.priority,
         )

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from datamgr.scheduler.snapshot import NodeState
+from datamgr.scheduler.snapshot import NodeState, TenantShare
 
 
 class SimulationStalled(RuntimeError):
@@ -29,7 +30,8 @@ class TraceJob:
     by; a policy that tells classes apart (FitGpp) reads `job_class` "te" as trial-and-error, any other as
     best-effort. `cpus` and `ram_bytes` are what it holds besides GPUs (0: not modelled; a job that asks for
     either runs on one node), and `grace_seconds` how long it keeps its resources, suspending, once preempted
-    (FitGpp's grace period; 0: it stops at once)."""
+    (FitGpp's grace period; 0: it stops at once). `priority` "low" marks a preemptible job that runs only on
+    resources no tenant's guarantee needs (HiveD's low-priority jobs); "" or "high" is a regular job."""
 
     job_id: str
     arrival: float
@@ -45,6 +47,7 @@ class TraceJob:
     cpus: float = 0.0
     ram_bytes: int = 0
     grace_seconds: float = 0.0
+    priority: str = ""
 
     @property
     def total_bytes(self) -> float:
@@ -54,7 +57,8 @@ class TraceJob:
 @dataclass(frozen=True, slots=True)
 class ClusterSpec:
     """Identical nodes and the remote IO limit they share; CPUs and RAM per node only where jobs ask for them
-    (0: not modelled, so no job may ask)."""
+    (0: not modelled, so no job may ask). `cell_levels` is the GPUs' affinity hierarchy ("gpu:1,pcie:2,
+    socket:2,node:2,rack:4"; "": a node is one cell) and `tenants` the tenants' VCs, for HiveD."""
 
     nodes: int
     gpus_per_node: int
@@ -62,6 +66,8 @@ class ClusterSpec:
     remote_io_bytes_per_sec: float
     cpus_per_node: float = 0.0
     ram_bytes_per_node: int = 0
+    cell_levels: str = ""
+    tenants: Mapping[str, TenantShare] = field(default_factory=dict)  # a dict: a cluster is pickled to workers
 
     def node_states(self) -> dict[str, NodeState]:
         width = len(str(self.nodes - 1))
@@ -133,6 +139,7 @@ class JobOutcome:
     equal_share_bytes: float = 0.0  # what an equal share of the cluster would have read over its stay
     tenant: str = ""
     job_class: str = ""
+    priority: str = ""
     overhead_seconds: float = 0.0  # spent restoring checkpoints after preemptions, holding GPUs
     queued_seconds: float = 0.0  # waiting in all: before it first ran and after each preemption
     ideal_seconds: float = 0.0  # its work at full speed on all its GPUs: its training time with nothing in its way

@@ -15,6 +15,7 @@ Fields (CSV header names, JSON keys):
 | `steps`, `step_bytes` | or both | training steps and the data one step reads ("256MB") |
 | `flags` | no | names separated by spaces or ";", or a JSON list: `irregular` (not uniform access) |
 | `tenant`, `class` | no | free-form labels ("vc-a", "be") the report breaks its numbers down by (1) |
+| `priority` | no | `high` (the default: a regular job) or `low` (preemptible, HiveD's low-priority jobs); a label too |
 | `cpus`, `ram` | no | CPUs (4, 0.5) and RAM ("16GB") the job holds besides its GPUs, on one node (2) |
 | `grace_period` | no | how long it keeps its resources, suspending, once preempted ("3m"; default 0: none) |
 
@@ -39,7 +40,9 @@ from datamgr.scheduler.sim.model import TraceJob
 from silodlib.units import SIZE_UNITS, parse_rate, parse_size
 
 REQUIRED = ("job_id", "arrival", "gpus", "model", "ideal_rate", "dataset", "dataset_size")
-LABELS = {"tenant": "tenant", "class": "job_class"}  # optional label column -> its TraceJob/JobOutcome field
+# Optional label column -> its TraceJob/JobOutcome field.
+LABELS = {"tenant": "tenant", "class": "job_class", "priority": "priority"}
+PRIORITIES = ("high", "low")
 HOST = ("cpus", "ram", "grace_period")  # optional columns of FitGpp's jobs, written only when some job has them
 COLUMNS = (*REQUIRED, "epochs", "steps", "step_bytes", "flags", *LABELS, *HOST)
 FLAGS = ("irregular",)
@@ -131,7 +134,7 @@ def _job(values: Mapping[str, object], where: str) -> TraceJob:
         return read_field(reader, values[field], f"{where}: {field}")
 
     dataset_bytes = read("dataset_size", fields.positive(fields.size))
-    return TraceJob(
+    job = TraceJob(
         job_id=read("job_id", fields.text),
         arrival=read("arrival", fields.duration),
         gpus=read("gpus", fields.positive_int),
@@ -146,6 +149,9 @@ def _job(values: Mapping[str, object], where: str) -> TraceJob:
         grace_seconds=read("grace_period", fields.duration) if "grace_period" in values else 0.0,
         **{name: read(column, fields.text) for column, name in LABELS.items() if column in values},
     )
+    if job.priority not in ("", *PRIORITIES):
+        raise SimInputError(f"{where}: priority: {job.priority!r} is not one of {', '.join(PRIORITIES)}")
+    return job
 
 
 def _epochs(values: Mapping[str, object], dataset_bytes: int, where: str) -> float:

@@ -74,7 +74,7 @@ def _load(name: str, path: Path) -> Scenario:
         raise SimInputError(f"{where}: cluster: expected a [cluster] table")
     simulation = _table(document.get("simulation", {}), f"{where}: [simulation]")
     check_keys(simulation, _SIMULATION_KEYS, (), f"{where}: [simulation]")
-    spec = cluster_from_table(cluster, f"{where}: [cluster]")
+    spec = cluster_from_table(cluster, f"{where}: [cluster]", path.parent)
     recipe = None
     if "trace" in document:
         trace = load_trace(path.parent / read_field(fields.text, document["trace"], f"{where}: trace"))
