@@ -43,7 +43,7 @@ def _no_unexpected_warnings(caplog: pytest.LogCaptureFixture, request: pytest.Fi
 TIERS: dict[str, tuple[str, ...]] = {
     "unit": (
         "test_access", "test_backend_uris", "test_backoff", "test_baselines", "test_compiled", "test_deploy_model",
-        "test_fitgpp", "test_fitgpp_sim", "test_hived",
+        "test_fitgpp", "test_fitgpp_sim", "test_hived", "test_hived_policy",
         "test_greedy", "test_journal", "test_layout", "test_lifecycle", "test_manager", "test_manifest", "test_perf",
         "test_policies", "test_policy_conformance", "test_registry", "test_sim_cli", "test_sim_engine",
         "test_sim_inputs", "test_sim_internals", "test_sim_preemption",

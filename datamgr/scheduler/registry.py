@@ -46,6 +46,9 @@ BUILTIN_POLICIES: dict[str, str] = {
     "rand": "datamgr.scheduler.policies.fitgpp:rand",
     "fitgpp-silod": "datamgr.scheduler.policies.fitgpp:fitgpp_silod",
     "fitgpp-fifo": "datamgr.scheduler.policies.fitgpp:fitgpp_fifo",
+    "hived": "datamgr.scheduler.policies.hived:hived",
+    "quota": "datamgr.scheduler.policies.hived:quota",
+    "private": "datamgr.scheduler.policies.hived:private",
 }
 
 # cache system -> the storage policy its baseline allocates with ("silod": the policy's own, SiloDPerf).

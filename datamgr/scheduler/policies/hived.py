@@ -1,0 +1,297 @@
+"""HiveD and its baselines as policies: tenants share a cluster of cells, each guaranteed its virtual cluster.
+
+Three policies over the same cells (`cells.py`, `hived.py`), the VCs the snapshot's tenants reserve
+(`Snapshot.tenants`) and its cell hierarchy (`Snapshot.cell_levels`):
+
+- `hived`: each tenant's regular jobs run in its VC (`VirtualCluster`), which places them as its private
+  cluster would and binds VC cells to physical ones by buddy cell allocation; low-priority jobs (and, with
+  `overflow`, regular jobs its VC has no room for) take any cell no job uses, and are preempted when a
+  tenant's job needs the cell.
+- `quota`: the quota-based scheme the paper compares against. One pool of cells for every tenant, placed by
+  the same buddy allocation (affinity packing: a job gets a cell of the level that holds its GPUs, the
+  partly used cells first), a tenant's regular jobs bounded by a GPU quota (its VC's GPUs) but by no cell
+  structure, low-priority jobs and overflow as in `hived`. So the two differ only in the VCs.
+- `private`: each tenant alone on its VC's cells, no low-priority work: the private cluster the sharing
+  safety condition compares with. A tenant's regular jobs land exactly as they would in `hived`'s VC.
+
+Inside a tenant, jobs start first come, first served (FIFO, the tenant's default scheduler): the first of its
+regular jobs its VC (or quota) cannot hold blocks its later regular jobs, as in a private cluster. Regular
+jobs of all tenants are started first, in submission order, then low-priority ones (and the regular jobs
+overflowing their VC), in submission order, each where the low-priority view has room. A low-priority job
+whose cells a regular job needs is preempted whole, and waits again.
+
+Where the paper is silent, and what silod does:
+- *Which low-priority jobs run* when there is not room for all: submission order, passing over a job that does
+  not fit (scavenging backfills), rather than the paper's weighted max-min fairness among tenants.
+- *Overflow* (`overflow`, default true): a regular job its VC cannot hold now runs as a low-priority job if
+  cells are free ("giving it chances to run low-priority jobs" when a tenant "runs out of its own capacity",
+  the paper's section 5.2.1) and stays low priority until it finishes or is preempted; preempted, it waits at
+  its place in its tenant's queue again. `overflow=false` runs only jobs the trace marks low priority so.
+- *Jobs without a VC* (no tenant, or one the snapshot does not know) run only as low-priority jobs.
+- *Jobs HiveD did not place* (live: running before the policy was switched) keep running; their GPUs are
+  taken as low-priority cells where free, so the policy plans around them and may preempt them.
+
+What the policy remembers is the cells of each running job, handed back in `Decision.job_states`
+(`policy_state`: `level`, `cells`, `c0`, `c1`, ... the cells' positions at that level, `v0`, ... the VC cell
+each lies in for a job in a VC, and `opportunistic` 1 for a low-priority one); every round rebuilds the
+allocator from them, so the policy is pure and a restarted data manager resumes where it was.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from datamgr.scheduler.cells import Cell, CellHierarchy, CellRequest, parse_levels
+from datamgr.scheduler.hived import CellAllocator, LowCell, VirtualCluster
+from datamgr.scheduler.perf import Estimator
+from datamgr.scheduler.policies.options import PolicyOptions, read_options, takes_keys
+from datamgr.scheduler.policy import Decision
+from datamgr.scheduler.snapshot import LOW_PRIORITY, JobState, Snapshot
+
+MODES = ("hived", "quota", "private")
+OPPORTUNISTIC = "opportunistic"  # policy_state key: 1.0 while the job runs preemptibly (low priority)
+SHARED = ""  # the quota scheme's one pool, as a tenant of the allocator
+_NO_STATE: Mapping[str, float] = MappingProxyType({})
+
+
+@functools.lru_cache(maxsize=8)
+def cell_hierarchy(cell_levels: str, node_gpus: tuple[tuple[str, int], ...]) -> CellHierarchy:
+    """The hierarchy of `cell_levels` over the nodes (id, GPUs), in id order. Without levels a node is one
+    cell of as many GPUs as the largest node has; with them, every node must hold a node cell's GPUs (a
+    ValueError names the node that does not)."""
+    levels = parse_levels(cell_levels) if cell_levels else (("gpu", 1), ("node", max(g for _, g in node_gpus)))
+    hierarchy = CellHierarchy.over_nodes(levels, [node for node, _ in node_gpus])
+    per_node = hierarchy.gpus(hierarchy.node_level)
+    for node, count in node_gpus:
+        if cell_levels and count != per_node:
+            raise ValueError(f"node {node} has {count} GPUs, but a node cell of {cell_levels!r} holds {per_node}")
+    return hierarchy
+
+
+@dataclass(frozen=True)
+class HivedConfig:
+    overflow: bool = True  # regular jobs their VC (quota) cannot hold run as low-priority jobs where cells are free
+
+    @classmethod
+    def from_options(cls, options: PolicyOptions) -> HivedConfig:
+        reader = read_options(options, ("overflow",))
+        return cls(reader.choice("overflow", {"true": True, "false": False}, cls.overflow))
+
+
+class _Round:
+    """One round's cells: the allocator and the VCs rebuilt from the running jobs, and what the round does."""
+
+    def __init__(self, snapshot: Snapshot, mode: str) -> None:
+        self.snapshot = snapshot
+        self.mode = mode
+        nodes = tuple(sorted((node_id, node.gpus) for node_id, node in snapshot.nodes.items()))
+        self.hierarchy = cell_hierarchy(snapshot.cell_levels, nodes)
+        vcs = {
+            tenant: {self.hierarchy.level(level): count for level, count in share.cells.items()}
+            for tenant, share in snapshot.tenants.items()
+        }
+        self.quota = {
+            tenant: sum(n * self.hierarchy.gpus(level) for level, n in vc.items()) for tenant, vc in vcs.items()
+        }
+        if mode == "quota":
+            vcs = {SHARED: {self.hierarchy.node_level: len(self.hierarchy.node_ids)}}
+        self.allocator = CellAllocator(self.hierarchy, vcs)
+        self.vcs = {tenant: VirtualCluster(self.allocator, tenant) for tenant in vcs}
+        self.regular_gpus = {tenant: 0 for tenant in self.quota}  # in use by its regular jobs (the quota's count)
+        self.placements: dict[str, Mapping[str, int]] = {}
+        self.states: dict[str, Mapping[str, float]] = {}
+        self.notes: dict[str, str] = {}
+        self.low_cells: dict[str, list[Cell]] = {}  # running low-priority job -> its cells
+        self._exclude_missing_gpus(bool(snapshot.tenants))
+        self._rebuild()
+        self._exclude_held_gpus()
+
+    def _exclude_missing_gpus(self, with_vcs: bool) -> None:
+        """A node smaller than a node cell (only without `cell_levels`) lacks its last GPUs: no job may use
+        them. VCs are refused on such a cluster: their guarantee counts cells of whole nodes."""
+        for node_id, node in sorted(self.snapshot.nodes.items()):
+            gpus = list(self.hierarchy.descendants(self.hierarchy.node_cell(node_id), 1))
+            if node.gpus < len(gpus) and with_vcs:
+                raise ValueError(f"node {node_id} has {node.gpus} GPUs, fewer than the {len(gpus)} of a node cell")
+            for gpu in gpus[node.gpus :]:
+                self.allocator.exclude(gpu)
+
+    def _exclude_held_gpus(self) -> None:
+        """GPUs a suspending job still holds (HiveD suspends none; a policy switched live may leave some)."""
+        for job in self.snapshot.suspending_jobs():
+            for node_id, count in sorted(job.held.items()):
+                if node_id in self.hierarchy.node_ids and count > 0:
+                    on_node = self.hierarchy.descendants(self.hierarchy.node_cell(node_id), 1)
+                    for gpu in [gpu for gpu in on_node if self.allocator.low_free(gpu)][-count:]:
+                        self.allocator.exclude(gpu)
+
+    def _rebuild(self) -> None:
+        running = self.snapshot.running_jobs()
+        foreign = []
+        for job in running:
+            self.placements[job.job_id] = job.placement
+            state = job.policy_state
+            if state.get(OPPORTUNISTIC) == 0.0 and self._restore_regular(job, state):
+                continue
+            if state.get(OPPORTUNISTIC) != 1.0:
+                foreign.append(job)
+        for job in running:
+            if job.policy_state.get(OPPORTUNISTIC) == 1.0:
+                self._restore_low(job, _cells(self.hierarchy, job.policy_state))
+        for job in foreign:
+            self._adopt(job)
+
+    def has_vc(self, job: JobState) -> bool:
+        """Whether the job's tenant has a VC (or, for `quota`, a quota) its regular jobs run in."""
+        return self._vc_of(job) is not None
+
+    def _vc_of(self, job: JobState) -> VirtualCluster | None:
+        if self.mode == "quota":
+            return self.vcs[SHARED] if job.tenant in self.quota else None
+        return self.vcs.get(job.tenant)
+
+    def _restore_regular(self, job: JobState, state: Mapping[str, float]) -> bool:
+        vc = self._vc_of(job)
+        if vc is None:
+            return False
+        for index, cell in enumerate(_cells(self.hierarchy, state)):
+            vc.restore(int(state[f"v{index}"]), cell)
+        self.regular_gpus[job.tenant] += job.gpus
+        return True
+
+    def _restore_low(self, job: JobState, cells: list[Cell]) -> None:
+        for cell in cells:
+            self.allocator.take_low(job.job_id, cell)
+        self.low_cells[job.job_id] = cells
+
+    def _adopt(self, job: JobState) -> None:
+        """A running job without HiveD's cells: its GPUs become low-priority GPU cells where they are free."""
+        cells: list[Cell] = []
+        for node, gpus in sorted(job.placement.items()):
+            if node in self.hierarchy.node_ids:
+                on_node = self.hierarchy.descendants(self.hierarchy.node_cell(node), 1)
+                cells.extend([gpu for gpu in on_node if self.allocator.low_free(gpu)][:gpus])
+        self._restore_low(job, cells)
+        self.states[job.job_id] = _encode(self.hierarchy, cells, None)
+
+    def start_regular(self, job: JobState, request: CellRequest) -> bool:
+        """Start the job in its tenant's VC (or, for `quota`, the shared pool within its quota); False if
+        there is no room there now."""
+        vc = self._vc_of(job)
+        if vc is None or vc.capacity(request.level) < request.number:
+            return False
+        if self.mode == "quota" and self.regular_gpus[job.tenant] + job.gpus > self.quota[job.tenant]:
+            return False
+        pieces = [vc.allocate(request.level) for _ in range(request.number)]
+        cells = [piece.physical for piece in pieces if piece is not None]
+        for piece in pieces:
+            if piece is not None:
+                self._preempt(piece.preempted, job)
+        self.regular_gpus[job.tenant] += job.gpus
+        self._start(job, cells, [piece.virtual[0] for piece in pieces if piece is not None])
+        return True
+
+    def start_low(self, job: JobState, request: CellRequest) -> bool:
+        """Start the job on cells no job uses; False if there are not enough."""
+        if self.allocator.low_capacity(request.level) < request.number:
+            return False
+        cells = [self.allocator.allocate_low(job.job_id, request.level) for _ in range(request.number)]
+        taken = [cell for cell in cells if cell is not None]
+        self.low_cells[job.job_id] = taken
+        self._start(job, taken, None)
+        return True
+
+    def _start(self, job: JobState, cells: list[Cell], roots: list[int] | None) -> None:
+        self.placements[job.job_id] = self.hierarchy.placement(cells, job.gpus)
+        self.states[job.job_id] = _encode(self.hierarchy, cells, roots)
+        kind = "low priority" if roots is None else f"in the VC of tenant {job.tenant}"
+        if self.mode == "quota" and roots is not None:
+            kind = f"in tenant {job.tenant}'s quota"
+        self.notes[job.job_id] = f"{kind} on " + ", ".join(self.hierarchy.name(cell) for cell in cells)
+
+    def _preempt(self, taken: Iterable[LowCell], by: JobState) -> None:
+        for owner, cell in taken:
+            if owner not in self.low_cells:
+                continue
+            for other in self.low_cells.pop(owner):
+                if other != cell:
+                    self.allocator.release_low(other)
+            del self.placements[owner]
+            self.states[owner] = _NO_STATE
+            self.notes[owner] = f"preempted: tenant {by.tenant}'s job {by.job_id} needs {self.hierarchy.name(cell)}"
+
+
+def _encode(hierarchy: CellHierarchy, cells: list[Cell], roots: list[int] | None) -> Mapping[str, float]:
+    state: dict[str, float] = {OPPORTUNISTIC: 1.0 if roots is None else 0.0, "cells": float(len(cells))}
+    if cells:
+        state["level"] = float(hierarchy.level_of(cells[0]))
+    for index, cell in enumerate(cells):
+        state[f"c{index}"] = float(hierarchy.index(cell))
+        if roots is not None:
+            state[f"v{index}"] = float(roots[index])
+    return MappingProxyType(state)
+
+
+def _cells(hierarchy: CellHierarchy, state: Mapping[str, float]) -> list[Cell]:
+    count = int(state.get("cells", 0))
+    if not count:
+        return []
+    level = int(state["level"])
+    return [hierarchy.cell_at(level, int(state[f"c{index}"])) for index in range(count)]
+
+
+class HivedScheduler:
+    """`hived`, `quota` or `private` (`MODES`): compute only; the cache system decides storage."""
+
+    def __init__(self, name: str, mode: str, config: HivedConfig = HivedConfig()) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+        self.name = name
+        self.mode = mode
+        self.config = config
+
+    def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
+        cells = _Round(snapshot, self.mode)
+        queued = snapshot.queued_jobs()
+        blocked: set[str] = set()  # tenants whose first waiting regular job has no room: FIFO within a tenant
+        low: set[str] = set()  # jobs to run as low-priority ones if cells are free
+        for job in queued:
+            if job.priority == LOW_PRIORITY or not cells.has_vc(job):
+                low.add(job.job_id)
+            elif job.tenant not in blocked:
+                request = _request(cells.hierarchy, job)
+                if request is None or not cells.start_regular(job, request):
+                    blocked.add(job.tenant)
+                    if self.config.overflow:
+                        low.add(job.job_id)
+        if self.mode != "private":
+            for job in queued:
+                request = _request(cells.hierarchy, job) if job.job_id in low else None
+                if request is not None:
+                    cells.start_low(job, request)
+        return Decision(placements=cells.placements, job_states=cells.states, notes=cells.notes)
+
+
+def _request(hierarchy: CellHierarchy, job: JobState) -> CellRequest | None:
+    """The cells the job asks for; None for a job no cell of the cluster can hold (it never runs)."""
+    try:
+        return hierarchy.request_for(job.gpus)
+    except ValueError:
+        return None
+
+
+@takes_keys("overflow")
+def hived(options: PolicyOptions | None = None) -> HivedScheduler:
+    return HivedScheduler("hived", "hived", HivedConfig.from_options(options or {}))
+
+
+@takes_keys("overflow")
+def quota(options: PolicyOptions | None = None) -> HivedScheduler:
+    return HivedScheduler("quota", "quota", HivedConfig.from_options(options or {}))
+
+
+def private() -> HivedScheduler:
+    return HivedScheduler("private", "private")

@@ -1,0 +1,180 @@
+"""HiveD's policies (`hived`, `quota`, `private`) driven by the simulator: the paper's Figure 2 anomaly under
+the quota scheme and its absence under HiveD, low-priority jobs scavenging idle cells and preempted by the
+owner, FIFO inside a tenant, overflow, jobs larger than a node, the private cluster, the cells each job holds
+in its policy state, and sub-node affinity (a 2-GPU job on one PCIe switch)."""
+
+from __future__ import annotations
+
+import pytest
+
+from datamgr.scheduler.cells import CellHierarchy
+from datamgr.scheduler.perf import SiloDPerf
+from datamgr.scheduler.policies.hived import OPPORTUNISTIC, hived, private, quota
+from datamgr.scheduler.registry import UnknownPolicy, build_scheduler
+from datamgr.scheduler.sim.engine import simulate
+from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, SimConfig, TraceJob
+from datamgr.scheduler.snapshot import JobState, NodeState, Snapshot, TenantShare
+from tests.sim_fixtures import GB, MB
+
+RATE = 10 * MB  # f* of every job: a 10 GB epoch takes 1,000 s
+
+
+def task(job_id: str, tenant: str, gpus: int, seconds: float, arrival: float = 0.0, priority: str = "") -> TraceJob:
+    """A job of `tenant` that trains `seconds` at full speed on `gpus` GPUs (storage never limits it)."""
+    return TraceJob(
+        job_id, arrival, gpus, "m", RATE * gpus, f"ds-{job_id}", 10 * GB, seconds * RATE * gpus / (10 * GB),
+        tenant=tenant, priority=priority,
+    )  # fmt: skip
+
+
+def figure_2_cluster(levels: str = "gpu:1,pcie:2,node:2") -> ClusterSpec:
+    """The paper's Figure 2: two 4-GPU nodes of two PCIe switches; tenants A and B, a 4-GPU node cell each."""
+    shares = {"a": TenantShare(cells={"node": 1}), "b": TenantShare(cells={"node": 1})}
+    return ClusterSpec(2, 4, 0, 1000 * GB, cell_levels=levels, tenants=shares)
+
+
+def run(trace: list[TraceJob], policy: str, cluster: ClusterSpec, **options: object) -> dict[str, JobOutcome]:
+    scheduler = build_scheduler(policy, "silod", options or None)
+    return {j.job_id: j for j in simulate(trace, cluster, scheduler, SimConfig(round_seconds=60)).jobs}
+
+
+def figure_2_trace() -> list[TraceJob]:
+    """t1: a1-a4 on four GPUs; t2: a2 and a4 finish, the 2-GPU a5 arrives; t3: B's 4-GPU b1 arrives."""
+    return [
+        task("a1", "a", 1, 10_000),
+        task("a2", "a", 1, 1_000),
+        task("a3", "a", 1, 10_000),
+        task("a4", "a", 1, 1_000),
+        task("a5", "a", 2, 5_000, arrival=1_500),
+        task("b1", "b", 4, 2_000, arrival=2_000),
+    ]
+
+
+def test_figure_2_the_quota_scheme_lets_one_tenants_fragments_delay_another_hived_does_not() -> None:
+    shared = run(figure_2_trace(), "quota", figure_2_cluster())
+    # a5 finds no free switch on A's node and takes one on the other node: b1, with all 4 of its quota unused,
+    # finds no whole node until a5 is done.
+    assert shared["a5"].start == pytest.approx(1_500)
+    assert shared["b1"].start == pytest.approx(shared["a5"].finish)
+    hived_run = run(figure_2_trace(), "hived", figure_2_cluster())
+    assert hived_run["b1"].start == pytest.approx(2_000)  # B's node cell is its own: no delay at all
+    # a5 ran as a low-priority job on B's idle node until b1 needed it, and waited again for A's own node.
+    assert hived_run["a5"].preemptions == 1 and hived_run["a5"].start == pytest.approx(1_500)
+    private_run = run(figure_2_trace(), "private", figure_2_cluster())
+    assert private_run["b1"].start == pytest.approx(2_000)
+    assert private_run["a5"].start == pytest.approx(10_000)  # in its private node a5 waits for a1 and a3
+
+
+def test_a_tenants_regular_jobs_start_as_in_its_private_cluster() -> None:
+    """Sharing safety on a busier trace: no regular job of either tenant starts later than in its private
+    cluster; low-priority work and the other tenant's load never delay it."""
+    trace = [
+        task(f"{tenant}{i}", tenant, gpus, 600 + 97 * i, arrival=45.0 * i)
+        for i, (tenant, gpus) in enumerate(
+            [("a", 1), ("b", 2), ("a", 2), ("a", 1), ("b", 4), ("a", 1), ("b", 1), ("a", 4), ("b", 1), ("a", 2)] * 3
+        )
+    ] + [task(f"low{i}", "b", 2, 3_000, arrival=10.0 * i, priority="low") for i in range(4)]
+    cluster = figure_2_cluster()
+    alone = run([j for j in trace if j.priority != "low"], "private", cluster)
+    shared = run(trace, "hived", cluster, overflow="false")
+    for job_id, outcome in alone.items():
+        assert shared[job_id].start <= outcome.start + 1e-6, job_id
+    assert sum(shared[f"low{i}"].preemptions for i in range(4)) > 0  # the low-priority work did get in the way
+    quota_run = run(trace, "quota", cluster, overflow="false")  # the same check catches the quota scheme
+    assert any(quota_run[job_id].start > outcome.start + 1 for job_id, outcome in alone.items())
+
+
+def test_low_priority_jobs_use_idle_cells_and_are_preempted_when_the_owner_needs_them() -> None:
+    trace = [
+        task("scavenger", "a", 4, 5_000, priority="low"),
+        task("scavenger2", "a", 4, 5_000, priority="low"),
+        task("owner", "b", 4, 1_000, arrival=600),
+    ]
+    outcomes = run(trace, "hived", figure_2_cluster())
+    assert outcomes["scavenger"].start == 0 and outcomes["scavenger2"].start == 0  # both nodes, no VC used
+    preempted = [job_id for job_id in ("scavenger", "scavenger2") if outcomes[job_id].preemptions]
+    assert len(preempted) == 1 and outcomes["owner"].start == pytest.approx(600)
+    assert outcomes[preempted[0]].queued_seconds == pytest.approx(1_000)  # waited until the owner was done
+
+
+def test_without_overflow_a_regular_job_waits_for_its_vc_and_blocks_its_tenants_queue() -> None:
+    trace = [task("a1", "a", 4, 1_000), task("a2", "a", 4, 1_000, arrival=10), task("a3", "a", 1, 100, arrival=20)]
+    strict = run(trace, "hived", figure_2_cluster(), overflow="false")
+    assert strict["a2"].start == pytest.approx(1_000)
+    assert strict["a3"].start == pytest.approx(2_000)  # FIFO inside the tenant: behind a2
+    spilling = run(trace, "hived", figure_2_cluster())
+    assert spilling["a2"].start == pytest.approx(10)  # on B's idle node, as a low-priority job
+    assert spilling["a3"].start == pytest.approx(1_000)
+
+
+def test_a_job_larger_than_a_node_takes_whole_node_cells() -> None:
+    cluster = ClusterSpec(
+        4, 4, 0, 1000 * GB, tenants={"a": TenantShare(cells={"node": 3}), "b": TenantShare(cells={"node": 1})}
+    )
+    outcomes = run([task("big", "a", 12, 1_000), task("b1", "b", 4, 1_000)], "hived", cluster)
+    assert outcomes["big"].start == 0 and outcomes["b1"].start == 0
+
+
+def test_a_2_gpu_job_gets_both_gpus_of_one_pcie_switch() -> None:
+    """Affinity below the node: with a PCIe level a 2-GPU job's cell is one switch, so after two single GPUs
+    on different switches of a node, the pair needs a switch that is free."""
+    cluster = ClusterSpec(
+        1, 4, 0, 1000 * GB, cell_levels="gpu:1,pcie:2,node:2", tenants={"a": TenantShare(cells={"node": 1})}
+    )
+    policy = hived()
+    nodes = {"n0": NodeState("n0", 4, 0)}
+    hierarchy = CellHierarchy.over_nodes((("gpu", 1), ("pcie", 2), ("node", 2)), ["n0"])
+    one = _running("one", 1, hierarchy.index((0, 0, 0)), roots=0)
+    two = _running("two", 1, hierarchy.index((0, 1, 0)), roots=0)
+    pair = JobState("pair", 5.0, 2, "ds", GB, RATE, GB, tenant="a")
+    snapshot = Snapshot(
+        0.0,
+        nodes,
+        1e9,
+        {},
+        {"one": one, "two": two, "pair": pair},
+        tenants=cluster.tenants,
+        cell_levels=cluster.cell_levels,
+    )
+    decision = policy.schedule(snapshot, SiloDPerf())
+    assert decision.placements is not None and "pair" not in decision.placements  # no switch has two free GPUs
+    packed = snapshot.jobs["two"]._replace(
+        policy_state={OPPORTUNISTIC: 0.0, "cells": 1.0, "level": 1.0, "c0": 1.0, "v0": 0.0}
+    )
+    snapshot = Snapshot(
+        0.0,
+        nodes,
+        1e9,
+        {},
+        {"one": one, "two": packed, "pair": pair},
+        tenants=cluster.tenants,
+        cell_levels=cluster.cell_levels,
+    )
+    decision = policy.schedule(snapshot, SiloDPerf())
+    assert decision.placements is not None and decision.placements["pair"] == {"n0": 2}
+    assert decision.job_states["pair"] == {OPPORTUNISTIC: 0.0, "cells": 1.0, "level": 2.0, "c0": 1.0, "v0": 0.0}
+
+
+def _running(job_id: str, gpus: int, gpu_index: int, roots: int) -> JobState:
+    return JobState(
+        job_id, 0.0, gpus, "ds", GB, RATE, GB, placement={"n0": gpus}, tenant="a",
+        policy_state={OPPORTUNISTIC: 0.0, "cells": 1.0, "level": 1.0, "c0": float(gpu_index), "v0": float(roots)},
+    )  # fmt: skip
+
+
+def test_a_job_running_without_hiveds_cells_is_kept_and_planned_around() -> None:
+    """Live, a job another policy placed keeps running; HiveD takes its GPUs as low-priority cells."""
+    nodes = {"n0": NodeState("n0", 4, 0), "n1": NodeState("n1", 4, 0)}
+    foreign = JobState("old", 0.0, 4, "ds", GB, RATE, GB, placement={"n0": 4})
+    new = JobState("new", 1.0, 4, "ds", GB, RATE, GB, priority="low")
+    decision = quota().schedule(Snapshot(0.0, nodes, 1e9, {}, {"old": foreign, "new": new}), SiloDPerf())
+    assert decision.placements == {"old": {"n0": 4}, "new": {"n1": 4}}
+    assert decision.job_states["old"][OPPORTUNISTIC] == 1.0
+
+
+def test_hiveds_knobs_are_checked() -> None:
+    with pytest.raises(UnknownPolicy, match="option overflow: 'maybe' is not one of true, false"):
+        build_scheduler("hived", "silod", {"overflow": "maybe"})
+    with pytest.raises(UnknownPolicy, match="takes no options"):
+        build_scheduler("private", "silod", {"overflow": "true"})
+    assert private().name == "private" and hived().config.overflow
