@@ -49,6 +49,8 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_sim_inputs", "test_sim_internals", "test_sim_preemption",
         "test_sim_report", "test_sim_sweep", "test_snapshot", "test_state", "test_store", "test_throttle",
         "test_tiresias", "test_units",
+        "test_tenant_storage",
+        "test_tenant_storage_sim",
     ),
     "fuse_ops": ("test_fs_ops",),
     "process": (

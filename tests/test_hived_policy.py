@@ -5,6 +5,8 @@ in its policy state, and sub-node affinity (a 2-GPU job on one PCIe switch)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from datamgr.scheduler.cells import CellHierarchy
@@ -178,3 +180,29 @@ def test_hiveds_knobs_are_checked() -> None:
     with pytest.raises(UnknownPolicy, match="takes no options"):
         build_scheduler("private", "silod", {"overflow": "true"})
     assert private().name == "private" and hived().config.overflow
+
+
+def test_gpus_a_node_lacks_or_a_suspending_job_holds_are_never_given_out() -> None:
+    """A node smaller than a node cell (nodes of unequal sizes, no `cell_levels`) and a suspending job's GPUs:
+    both are left out of every placement, and a regular job whose VC finds no whole cell waits."""
+    nodes = {"n0": NodeState("n0", 4, 0), "n1": NodeState("n1", 2, 0)}
+    suspending = JobState("paused", 0.0, 1, "ds", GB, RATE, GB, held={"n0": 1})
+    jobs = {"paused": suspending, "whole": JobState("whole", 1.0, 4, "ds", GB, RATE, GB, tenant="a")}
+    for i in range(6):
+        jobs[f"low{i}"] = JobState(f"low{i}", 2.0 + i, 1, "ds", GB, RATE, GB, priority="low")
+    tenants = {"a": TenantShare(cells={"node": 1})}
+    decision = hived().schedule(Snapshot(0.0, nodes, 1e9, {}, jobs, tenants=tenants), SiloDPerf())
+    assert decision.placements is not None and "whole" not in decision.placements  # no node has 4 usable GPUs
+    used: dict[str, int] = {}
+    for placement in decision.placements.values():
+        for node, gpus in placement.items():
+            used[node] = used.get(node, 0) + gpus
+    assert used == {"n0": 3, "n1": 2}  # 5 usable GPUs: the sixth low-priority job waits
+
+
+def test_irregular_jobs_under_silods_storage_partition_run_beside_tenants() -> None:
+    """The irregular-job partition re-runs the policy on nodes cut to the GPUs regular jobs hold."""
+    trace = [task("regular", "a", 4, 1_000), task("odd", "b", 2, 1_000)]
+    trace[1] = replace(trace[1], irregular=True)
+    outcomes = run(trace, "hived", figure_2_cluster())
+    assert outcomes["regular"].start == 0 and outcomes["odd"].start == 0

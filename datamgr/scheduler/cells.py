@@ -204,6 +204,10 @@ class CellHierarchy:
             raise ValueError(f"no node {node_id!r} in the cell hierarchy")
         return self._node_cell[node_id]
 
+    def node_gpus(self, node_id: str) -> list[Cell]:
+        """The GPU cells of a silod node, in path order."""
+        return list(self.descendants(self.node_cell(node_id), 1))
+
     def nodes_in(self, cell: Cell) -> list[str]:
         """The silod nodes a cell covers, in path order: one for a cell at or below the node level."""
         level = self.level_of(cell)

@@ -171,6 +171,7 @@ class CellAllocator:
         self._holder: dict[Cell, str] = {}
         self._low: dict[Cell, str] = {}
         self._low_under: dict[Cell, int] = {}  # per cell, the GPUs of low-priority cells at or below it
+        self._excluded: set[Cell] = set()
 
     @property
     def tenants(self) -> tuple[str, ...]:
@@ -221,7 +222,10 @@ class CellAllocator:
     def occupy(self, cell: Cell) -> tuple[LowCell, ...]:
         """A high-priority job uses `cell` (inside a bound cell): the low-priority cells overlapping it are
         preempted, released and returned, each with its owner. A low-priority job on several cells is the
-        caller's to stop whole: it releases the job's other cells with `release_low`."""
+        caller's to stop whole: it releases the job's other cells with `release_low`. RuntimeError, changing
+        nothing, if the cell holds an excluded GPU."""
+        if any(excluded[: len(cell)] == cell or cell[: len(excluded)] == excluded for excluded in self._excluded):
+            raise RuntimeError(f"{self.hierarchy.name(cell)} holds GPUs no job may use")
         overlapping = sorted(low for low in self._low if low[: len(cell)] == cell or cell[: len(low)] == low)
         preempted = tuple(LowCell(self._low[low], low) for low in overlapping)
         for low in overlapping:
@@ -266,6 +270,7 @@ class CellAllocator:
         if self._high.covering(cell) is not None:
             self._high.take(cell)
         self._low_view.take(cell)
+        self._excluded.add(cell)
 
     def low_free(self, cell: Cell) -> bool:
         """Whether no job uses any of `cell`."""
@@ -378,17 +383,25 @@ class VirtualCluster:
         return self._free.capacity(level, self._gpus)
 
     def allocate(self, level: int) -> Piece | None:
-        """A cell of `level` for one of the tenant's jobs, bound and occupied; None if the VC has none free."""
+        """A cell of `level` for one of the tenant's jobs, bound and occupied; None if the VC has none free.
+        RuntimeError, changing nothing, when no physical cell can serve it (only where cells are excluded)."""
         candidates = self._free.candidates(level)
         if not candidates:
             return None
         virtual = min(candidates, key=self._preference)
         root = virtual[0]
-        if root not in self._bound:
+        newly_bound = root not in self._bound
+        if newly_bound:
             self._bound[root] = self._allocator.bind(self.tenant, self._root_levels[root])
-        self._free.take(virtual)
         physical = self._physical(virtual)
-        return Piece(virtual, physical, self._allocator.occupy(physical))
+        try:
+            preempted = self._allocator.occupy(physical)
+        except RuntimeError:
+            if newly_bound:
+                self._allocator.unbind(self.tenant, self._bound.pop(root))
+            raise
+        self._free.take(virtual)
+        return Piece(virtual, physical, preempted)
 
     def restore(self, root: int, physical: Cell) -> Cell:
         """Mark in use the piece of VC cell `root` bound at `physical`, as an `allocate` before had placed it

@@ -49,6 +49,7 @@ BUILTIN_POLICIES: dict[str, str] = {
     "hived": "datamgr.scheduler.policies.hived:hived",
     "quota": "datamgr.scheduler.policies.hived:quota",
     "private": "datamgr.scheduler.policies.hived:private",
+    "hived-silod": "datamgr.scheduler.policies.hived_silod:hived_silod",
 }
 
 # cache system -> the storage policy its baseline allocates with ("silod": the policy's own, SiloDPerf).

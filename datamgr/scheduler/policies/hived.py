@@ -59,15 +59,17 @@ _NO_STATE: Mapping[str, float] = MappingProxyType({})
 
 @functools.lru_cache(maxsize=8)
 def cell_hierarchy(cell_levels: str, node_gpus: tuple[tuple[str, int], ...]) -> CellHierarchy:
-    """The hierarchy of `cell_levels` over the nodes (id, GPUs), in id order. Without levels a node is one
-    cell of as many GPUs as the largest node has; with them, every node must hold a node cell's GPUs (a
-    ValueError names the node that does not)."""
+    """The hierarchy of `cell_levels` over the nodes (id, GPUs), in id order; without levels a node is one
+    cell of as many GPUs as the largest node has. A node may have fewer GPUs than a node cell (the rest are
+    never used: `_Round`), not more (a ValueError names it)."""
     levels = parse_levels(cell_levels) if cell_levels else (("gpu", 1), ("node", max(g for _, g in node_gpus)))
     hierarchy = CellHierarchy.over_nodes(levels, [node for node, _ in node_gpus])
     per_node = hierarchy.gpus(hierarchy.node_level)
     for node, count in node_gpus:
-        if cell_levels and count != per_node:
-            raise ValueError(f"node {node} has {count} GPUs, but a node cell of {cell_levels!r} holds {per_node}")
+        if count > per_node:
+            raise ValueError(
+                f"node {node} has {count} GPUs, more than the {per_node} of a node cell of {cell_levels!r}"
+            )
     return hierarchy
 
 
@@ -105,28 +107,27 @@ class _Round:
         self.states: dict[str, Mapping[str, float]] = {}
         self.notes: dict[str, str] = {}
         self.low_cells: dict[str, list[Cell]] = {}  # running low-priority job -> its cells
-        self._exclude_missing_gpus(bool(snapshot.tenants))
+        self.preempted: set[str] = set()  # jobs this round preempted
         self._rebuild()
-        self._exclude_held_gpus()
+        self._exclude_unusable_gpus()
 
-    def _exclude_missing_gpus(self, with_vcs: bool) -> None:
-        """A node smaller than a node cell (only without `cell_levels`) lacks its last GPUs: no job may use
-        them. VCs are refused on such a cluster: their guarantee counts cells of whole nodes."""
-        for node_id, node in sorted(self.snapshot.nodes.items()):
-            gpus = list(self.hierarchy.descendants(self.hierarchy.node_cell(node_id), 1))
-            if node.gpus < len(gpus) and with_vcs:
-                raise ValueError(f"node {node_id} has {node.gpus} GPUs, fewer than the {len(gpus)} of a node cell")
-            for gpu in gpus[node.gpus :]:
-                self.allocator.exclude(gpu)
-
-    def _exclude_held_gpus(self) -> None:
-        """GPUs a suspending job still holds (HiveD suspends none; a policy switched live may leave some)."""
+    def _exclude_unusable_gpus(self) -> None:
+        """GPUs no job may use: those a node lacks (it has fewer than a node cell, as a node may in a snapshot
+        without `cell_levels`, or in the storage partition `partition.py` cuts to the GPUs its jobs hold),
+        and those a suspending job still holds (HiveD suspends none; a policy switched live may leave some).
+        They are taken out of both views where they are free, from the node's last GPUs; the VCs then cover
+        less than they reserve, and a regular job that finds no physical cell waits (`start_regular`)."""
+        unusable = {
+            node_id: len(self.hierarchy.node_gpus(node_id)) - node.gpus for node_id, node in self.snapshot.nodes.items()
+        }
         for job in self.snapshot.suspending_jobs():
-            for node_id, count in sorted(job.held.items()):
-                if node_id in self.hierarchy.node_ids and count > 0:
-                    on_node = self.hierarchy.descendants(self.hierarchy.node_cell(node_id), 1)
-                    for gpu in [gpu for gpu in on_node if self.allocator.low_free(gpu)][-count:]:
-                        self.allocator.exclude(gpu)
+            for node_id, count in job.held.items():
+                unusable[node_id] = unusable.get(node_id, 0) + count
+        for node_id, count in sorted(unusable.items()):
+            if count > 0 and node_id in self.hierarchy.node_ids:
+                free = [gpu for gpu in self.hierarchy.node_gpus(node_id) if self.allocator.low_free(gpu)]
+                for gpu in free[-count:]:
+                    self.allocator.exclude(gpu)
 
     def _rebuild(self) -> None:
         running = self.snapshot.running_jobs()
@@ -143,6 +144,10 @@ class _Round:
                 self._restore_low(job, _cells(self.hierarchy, job.policy_state))
         for job in foreign:
             self._adopt(job)
+
+    def runs_low(self, job: JobState) -> bool:
+        """Whether the job runs as a low-priority one now (preemptible)."""
+        return job.job_id in self.low_cells
 
     def has_vc(self, job: JobState) -> bool:
         """Whether the job's tenant has a VC (or, for `quota`, a quota) its regular jobs run in."""
@@ -172,8 +177,7 @@ class _Round:
         cells: list[Cell] = []
         for node, gpus in sorted(job.placement.items()):
             if node in self.hierarchy.node_ids:
-                on_node = self.hierarchy.descendants(self.hierarchy.node_cell(node), 1)
-                cells.extend([gpu for gpu in on_node if self.allocator.low_free(gpu)][:gpus])
+                cells.extend([gpu for gpu in self.hierarchy.node_gpus(node) if self.allocator.low_free(gpu)][:gpus])
         self._restore_low(job, cells)
         self.states[job.job_id] = _encode(self.hierarchy, cells, None)
 
@@ -185,13 +189,26 @@ class _Round:
             return False
         if self.mode == "quota" and self.regular_gpus[job.tenant] + job.gpus > self.quota[job.tenant]:
             return False
-        pieces = [vc.allocate(request.level) for _ in range(request.number)]
-        cells = [piece.physical for piece in pieces if piece is not None]
-        for piece in pieces:
-            if piece is not None:
-                self._preempt(piece.preempted, job)
+        for cell in self.low_cells.pop(job.job_id, ()):  # moving in from low-priority cells: leave them
+            self.allocator.release_low(cell)
+        cells: list[Cell] = []
+        roots: list[int] = []
+        pieces = []
+        try:
+            for _ in range(request.number):
+                piece = vc.allocate(request.level)
+                if piece is None:  # the capacity said there was room: cannot happen
+                    raise RuntimeError(f"tenant {job.tenant}'s VC lost room for job {job.job_id}")
+                pieces.append(piece)
+                self._preempt(piece.preempted, job)  # before the next piece, which may preempt the same job's cells
+                cells.append(piece.physical)
+                roots.append(piece.virtual[0])
+        except RuntimeError:  # no physical cell for a VC cell: only where GPUs are excluded
+            for piece in pieces:
+                vc.release(piece.virtual)
+            return False
         self.regular_gpus[job.tenant] += job.gpus
-        self._start(job, cells, [piece.virtual[0] for piece in pieces if piece is not None])
+        self._start(job, cells, roots)
         return True
 
     def start_low(self, job: JobState, request: CellRequest) -> bool:
@@ -205,12 +222,14 @@ class _Round:
         return True
 
     def _start(self, job: JobState, cells: list[Cell], roots: list[int] | None) -> None:
+        moved = job.job_id in self.placements
         self.placements[job.job_id] = self.hierarchy.placement(cells, job.gpus)
         self.states[job.job_id] = _encode(self.hierarchy, cells, roots)
         kind = "low priority" if roots is None else f"in the VC of tenant {job.tenant}"
         if self.mode == "quota" and roots is not None:
             kind = f"in tenant {job.tenant}'s quota"
-        self.notes[job.job_id] = f"{kind} on " + ", ".join(self.hierarchy.name(cell) for cell in cells)
+        where = ", ".join(self.hierarchy.name(cell) for cell in cells)
+        self.notes[job.job_id] = f"{'moved ' if moved else ''}{kind} on {where}"
 
     def _preempt(self, taken: Iterable[LowCell], by: JobState) -> None:
         for owner, cell in taken:
@@ -220,6 +239,7 @@ class _Round:
                 if other != cell:
                     self.allocator.release_low(other)
             del self.placements[owner]
+            self.preempted.add(owner)
             self.states[owner] = _NO_STATE
             self.notes[owner] = f"preempted: tenant {by.tenant}'s job {by.job_id} needs {self.hierarchy.name(cell)}"
 
@@ -255,21 +275,26 @@ class HivedScheduler:
 
     def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
         cells = _Round(snapshot, self.mode)
-        queued = snapshot.queued_jobs()
+        jobs = snapshot.schedulable_jobs()
         blocked: set[str] = set()  # tenants whose first waiting regular job has no room: FIFO within a tenant
-        low: set[str] = set()  # jobs to run as low-priority ones if cells are free
-        for job in queued:
+        low: set[str] = set()  # waiting jobs to run as low-priority ones if cells are free
+        for job in jobs:
+            placed = job.job_id in cells.placements
+            if placed and not cells.runs_low(job):
+                continue  # a regular job in its VC (or quota) stays where it is
             if job.priority == LOW_PRIORITY or not cells.has_vc(job):
-                low.add(job.job_id)
-            elif job.tenant not in blocked:
+                if not placed:
+                    low.add(job.job_id)
+            elif job.tenant not in blocked:  # waiting, or overflowing its VC: its turn in the VC is now
                 request = _request(cells.hierarchy, job)
                 if request is None or not cells.start_regular(job, request):
                     blocked.add(job.tenant)
-                    if self.config.overflow:
+                    if self.config.overflow and not placed:
                         low.add(job.job_id)
         if self.mode != "private":
-            for job in queued:
-                request = _request(cells.hierarchy, job) if job.job_id in low else None
+            for job in jobs:
+                waiting = job.job_id in low or job.job_id in cells.preempted
+                request = _request(cells.hierarchy, job) if waiting else None
                 if request is not None:
                     cells.start_low(job, request)
         return Decision(placements=cells.placements, job_states=cells.states, notes=cells.notes)
