@@ -61,6 +61,8 @@ DEFAULT_POLICIES = ("fifo", "sjf", "gavel")
 # A variant registered beside them (`quiver-stable`) is opt-in: it answers a question the paper does not ask.
 DECISION_LOG = "decisions.jsonl.gz"
 SLOWDOWN_CDF = "slowdown_cdf.png"  # written only when some job has a class label
+TENANT_DELAY = ("tenant_delay.csv", "tenant_delay.png")  # only when some job has a tenant
+SHARING_SAFETY = ("sharing_safety.csv", "sharing_safety.png")  # compare's, only beside a `private` run
 
 
 def _names(text: str) -> list[str]:
@@ -136,7 +138,8 @@ def _add_compare_parser(actions: argparse._SubParsersAction[ConfigurableParser])
         "average JCT, makespan, fairness and remote IO with each run's JCT speedup over --baseline, and write "
         "the table as CSV and as Markdown (with JCT, queueing and slowdown percentiles, and slowdowns by job class "
         "and preemptions where there are any), an overlaid JCT CDF (and slowdown CDFs by class), and each run's "
-        "outputs in a subdirectory of --out.",
+        "outputs in a subdirectory of --out. With the `private` policy among --policies, also each tenant's sharing "
+        "safety under the other policies (HiveD's excessive queueing delay against the private cluster).",
     )
     _add_inputs(compare_p)
     compare_p.add_argument(
@@ -367,7 +370,7 @@ def run_compare(args: argparse.Namespace) -> int:
             build_scheduler(*pair)  # refuse an unknown name or knob before anything runs
     except (SimInputError, UnknownPolicy) as exc:
         return _fail("sim compare", exc)
-    from datamgr.scheduler.sim import plots, report
+    from datamgr.scheduler.sim import plots, report, tenant_report
 
     out = args.out or Path(f"sim-{inputs.name}-compare")
     try:
@@ -378,7 +381,8 @@ def run_compare(args: argparse.Namespace) -> int:
     print(render_table(report.COMPARISON_HEADERS, report.comparison_rows(runs, baseline)))
     print(report.speedup_note(baseline))
     report.write_comparison_csv(out / "compare.csv", runs, baseline)
-    report.write_comparison_markdown(out / "compare.md", runs, baseline)
+    safety_section = tenant_report.sharing_safety_section(runs)
+    report.write_comparison_markdown(out / "compare.md", runs, baseline, safety_section)
     plotted = {summary.label: result for result, summary in runs}
     plots.plot_jct_cdf(out / "jct_cdf.png", plotted)
     files = ["compare.csv", "compare.md", "jct_cdf.png"]
@@ -387,6 +391,15 @@ def run_compare(args: argparse.Namespace) -> int:
         files.append(SLOWDOWN_CDF)
     else:
         (out / SLOWDOWN_CDF).unlink(missing_ok=True)  # an earlier compare's, which would pass for this one's
+    if tenant_report.has_private(runs):
+        csv_name, png_name = SHARING_SAFETY
+        safety = tenant_report.sharing_safety_rows(runs)
+        tenant_report.write_sharing_safety_csv(out / csv_name, safety)
+        plots.plot_sharing_safety(out / png_name, tenant_report.sharing_safety_runs(runs), safety)
+        files.extend(SHARING_SAFETY)
+    else:
+        for name in SHARING_SAFETY:
+            (out / name).unlink(missing_ok=True)
     per_run = ", ".join(simulated[0].files)
     print(f"wrote {out}/: {', '.join(files)}, and in each POLICY-CACHE/: {per_run}")
     return 0
@@ -454,7 +467,7 @@ def simulate_into(
     """One run, its outputs written into `out`: per-job, per-group and timeline CSVs, the summary as JSON,
     plots, and with `decision_log` the gzipped decision log. Without it, a log an earlier run left in `out`
     is removed, so that every file there describes this run."""
-    from datamgr.scheduler.sim import plots, report
+    from datamgr.scheduler.sim import plots, report, tenant_report
 
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / DECISION_LOG
@@ -477,6 +490,13 @@ def simulate_into(
         writers.append((SLOWDOWN_CDF, lambda path: plots.plot_slowdown_cdf(path, {scheduler.name: result})))
     else:
         (out / SLOWDOWN_CDF).unlink(missing_ok=True)  # as the decision log: every file in `out` is this run's
+    if tenant_report.has_tenants(result.jobs):  # HiveD's Figure 7: each tenant's queueing delay over time
+        csv_name, png_name = TENANT_DELAY
+        writers.append((csv_name, lambda path: tenant_report.write_tenant_delay_csv(path, result)))
+        writers.append((png_name, lambda path: plots.plot_tenant_delay(path, result, inputs.cluster)))
+    else:
+        for name in TENANT_DELAY:
+            (out / name).unlink(missing_ok=True)
     for name, write in writers:
         write(out / name)
     files = [name for name, _ in writers] + ([DECISION_LOG] if decision_log else [])

@@ -11,11 +11,11 @@ import pytest
 
 from datamgr.scheduler.cells import CellHierarchy
 from datamgr.scheduler.perf import SiloDPerf
-from datamgr.scheduler.policies.hived import OPPORTUNISTIC, hived, private, quota
+from datamgr.scheduler.policies.hived import hived, private, quota
 from datamgr.scheduler.registry import UnknownPolicy, build_scheduler
 from datamgr.scheduler.sim.engine import simulate
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, SimConfig, TraceJob
-from datamgr.scheduler.snapshot import JobState, NodeState, Snapshot, TenantShare
+from datamgr.scheduler.snapshot import OPPORTUNISTIC, JobState, NodeState, Snapshot, TenantShare
 from tests.sim_fixtures import GB, MB
 
 RATE = 10 * MB  # f* of every job: a 10 GB epoch takes 1,000 s
@@ -206,3 +206,21 @@ def test_irregular_jobs_under_silods_storage_partition_run_beside_tenants() -> N
     trace[1] = replace(trace[1], irregular=True)
     outcomes = run(trace, "hived", figure_2_cluster())
     assert outcomes["regular"].start == 0 and outcomes["odd"].start == 0
+
+
+def test_live_while_nodes_register_hived_places_on_the_nodes_there_are() -> None:
+    """No node yet, then fewer nodes than a rack holds: the hierarchy is padded with absent nodes."""
+    job = JobState("j", 0.0, 4, "ds", GB, RATE, GB, tenant="a")
+    tenants = {"a": TenantShare(cells={"node": 1})}
+    levels = "gpu:1,pcie:2,node:2,rack:4"
+    empty = Snapshot(0.0, {}, 1e9, {}, {"j": job}, tenants=tenants, cell_levels=levels)
+    assert hived().schedule(empty, SiloDPerf()).placements == {}
+    nodes = {"n0": NodeState("n0", 4, 0)}
+    one = Snapshot(0.0, nodes, 1e9, {}, {"j": job}, tenants=tenants, cell_levels=levels)
+    assert hived().schedule(one, SiloDPerf()).placements == {"j": {"n0": 4}}
+
+
+def test_in_a_private_cluster_a_tenants_low_priority_jobs_run_in_its_own_cells() -> None:
+    trace = [task("regular", "a", 4, 1_000), task("background", "a", 4, 1_000, arrival=10, priority="low")]
+    outcomes = run(trace, "private", figure_2_cluster())
+    assert outcomes["regular"].start == 0 and outcomes["background"].start == pytest.approx(1_000)

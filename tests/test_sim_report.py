@@ -210,7 +210,8 @@ def test_a_job_never_preempted_adds_no_rescheduling_interval() -> None:
 def test_the_summary_text_adds_preempted_shares_and_intervals_only_when_jobs_were_preempted() -> None:
     lines = report.summary_text(summary_of(*PREEMPTED)).splitlines()
     assert lines[-2] == (
-        "  preemptions   11, 0s restoring checkpoints in all; 50% of jobs preempted (20% once, 10% twice, 20% 3+ times)"
+        "  preemptions   11 (11 GPUs), 0s restoring checkpoints in all; 50% of jobs preempted (20% once, 10% twice, "
+        "20% 3+ times)"
     )
     assert (
         lines[-1]
@@ -422,11 +423,11 @@ def test_compare_md_has_slowdowns_by_class_and_preemptions_when_runs_have_them(t
         ["fitgpp", "silod", "be", "3", "5.00", "10.4", "10.9"],  # of 3, 5, 11 (see the class groups' test)
         ["fitgpp", "silod", "te", "2", "1.50", "1.95", "1.99"],
     ]
-    # fitgpp preempted s3 once, 200 s before its restart: one job of five, one interval.
+    # fitgpp preempted s3 (1 GPU) once, 200 s before its restart: one job of five, one interval, one GPU.
     assert markdown_section(lines, "## Preemptions") == [
         list(report.PREEMPTION_HEADERS),
-        ["fifo", "silod", "0", "0%", "0%", "0%", "0%", "-", "-", "-", "-"],
-        ["fitgpp", "silod", "1", "20%", "20%", "0%", "0%", "3.3m", "3.3m", "3.3m", "3.3m"],
+        ["fifo", "silod", "0", "0", "0%", "0%", "0%", "0%", "-", "-", "-", "-"],
+        ["fitgpp", "silod", "1", "1", "20%", "20%", "0%", "0%", "3.3m", "3.3m", "3.3m", "3.3m"],  # s3: one GPU
     ]
 
 

@@ -93,6 +93,10 @@ class JobState(NamedTuple):
 
 
 LOW_PRIORITY = "low"
+# The policy-state key a policy sets to 1.0 for a job it runs preemptibly, on resources others are guaranteed
+# (HiveD's low-priority jobs and the regular jobs overflowing their VC), and to 0.0 for a regular one: what the
+# simulator's fragmentation and regular utilisation and `silod status` count by.
+OPPORTUNISTIC = "opportunistic"
 
 
 @dataclass(frozen=True, slots=True)

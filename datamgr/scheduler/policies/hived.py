@@ -49,28 +49,32 @@ from datamgr.scheduler.hived import CellAllocator, LowCell, VirtualCluster
 from datamgr.scheduler.perf import Estimator
 from datamgr.scheduler.policies.options import PolicyOptions, read_options, takes_keys
 from datamgr.scheduler.policy import Decision
-from datamgr.scheduler.snapshot import LOW_PRIORITY, JobState, Snapshot
+from datamgr.scheduler.snapshot import LOW_PRIORITY, OPPORTUNISTIC, JobState, Snapshot
 
 MODES = ("hived", "quota", "private")
-OPPORTUNISTIC = "opportunistic"  # policy_state key: 1.0 while the job runs preemptibly (low priority)
 SHARED = ""  # the quota scheme's one pool, as a tenant of the allocator
+ABSENT = "<absent node>#"  # the ids of the nodes that pad a hierarchy to whole top cells (no silod node id has "<")
 _NO_STATE: Mapping[str, float] = MappingProxyType({})
 
 
 @functools.lru_cache(maxsize=8)
 def cell_hierarchy(cell_levels: str, node_gpus: tuple[tuple[str, int], ...]) -> CellHierarchy:
     """The hierarchy of `cell_levels` over the nodes (id, GPUs), in id order; without levels a node is one
-    cell of as many GPUs as the largest node has. A node may have fewer GPUs than a node cell (the rest are
-    never used: `_Round`), not more (a ValueError names it)."""
-    levels = parse_levels(cell_levels) if cell_levels else (("gpu", 1), ("node", max(g for _, g in node_gpus)))
-    hierarchy = CellHierarchy.over_nodes(levels, [node for node, _ in node_gpus])
-    per_node = hierarchy.gpus(hierarchy.node_level)
+    cell of as many GPUs as the largest node has. Nodes that do not fill the last top cell (live, while they
+    register) are padded with absent ones, and a node may have fewer GPUs than a node cell: `_Round` excludes
+    the GPUs that are not there. A node with more GPUs than a node cell is a ValueError naming it."""
+    largest = max((gpus for _, gpus in node_gpus), default=1)
+    levels = parse_levels(cell_levels) if cell_levels else (("gpu", 1), ("node", max(largest, 1)))
+    probe = CellHierarchy(levels, 1)
+    per_node = probe.gpus(probe.node_level)
     for node, count in node_gpus:
         if count > per_node:
             raise ValueError(
                 f"node {node} has {count} GPUs, more than the {per_node} of a node cell of {cell_levels!r}"
             )
-    return hierarchy
+    per_top = probe.gpus(probe.top) // per_node
+    missing = -len(node_gpus) % per_top if node_gpus else per_top
+    return CellHierarchy.over_nodes(levels, [node for node, _ in node_gpus] + [f"{ABSENT}{i}" for i in range(missing)])
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,8 @@ class _Round:
     def __init__(self, snapshot: Snapshot, mode: str) -> None:
         self.snapshot = snapshot
         self.mode = mode
-        nodes = tuple(sorted((node_id, node.gpus) for node_id, node in snapshot.nodes.items()))
+        # The nodes that offer GPUs (live, a node may register none): the node cells, in id order.
+        nodes = tuple(sorted((node_id, node.gpus) for node_id, node in snapshot.nodes.items() if node.gpus > 0))
         self.hierarchy = cell_hierarchy(snapshot.cell_levels, nodes)
         vcs = {
             tenant: {self.hierarchy.level(level): count for level, count in share.cells.items()}
@@ -113,12 +118,15 @@ class _Round:
 
     def _exclude_unusable_gpus(self) -> None:
         """GPUs no job may use: those a node lacks (it has fewer than a node cell, as a node may in a snapshot
-        without `cell_levels`, or in the storage partition `partition.py` cuts to the GPUs its jobs hold),
+        without `cell_levels`, or in the storage partition `partition.py` cuts to the GPUs its jobs hold; an
+        absent node padding the hierarchy lacks them all),
         and those a suspending job still holds (HiveD suspends none; a policy switched live may leave some).
         They are taken out of both views where they are free, from the node's last GPUs; the VCs then cover
         less than they reserve, and a regular job that finds no physical cell waits (`start_regular`)."""
+        nodes = self.snapshot.nodes
         unusable = {
-            node_id: len(self.hierarchy.node_gpus(node_id)) - node.gpus for node_id, node in self.snapshot.nodes.items()
+            node_id: len(self.hierarchy.node_gpus(node_id)) - (nodes[node_id].gpus if node_id in nodes else 0)
+            for node_id in self.hierarchy.node_ids
         }
         for job in self.snapshot.suspending_jobs():
             for node_id, count in job.held.items():
@@ -282,7 +290,7 @@ class HivedScheduler:
             placed = job.job_id in cells.placements
             if placed and not cells.runs_low(job):
                 continue  # a regular job in its VC (or quota) stays where it is
-            if job.priority == LOW_PRIORITY or not cells.has_vc(job):
+            if (job.priority == LOW_PRIORITY and self.mode != "private") or not cells.has_vc(job):
                 if not placed:
                     low.add(job.job_id)
             elif job.tenant not in blocked:  # waiting, or overflowing its VC: its turn in the VC is now

@@ -28,6 +28,11 @@ earliest of arrivals, rounds, samples and each running job's segment end or fini
 rescheduled only when its rate or segment changes, and jobs are brought up to date lazily, so a boundary
 costs work for that job and its cache space only.
 
+Each sample also counts what the running regular jobs hold (a regular job: one its policy does not mark as
+run preemptibly, `policy_state["opportunistic"] == 1`, as HiveD's policies mark their low-priority jobs): their
+GPUs and the nodes where they use any GPU (`_RegularUse`, kept up to date as placements and policy states
+change, so a sample costs nothing per running job).
+
 Results: one `JobOutcome` per finished job, the samples, the jobs a `config.time_limit` left unfinished, and
 the remote IO ledger (the cluster's total remote rate at every change). The same inputs and seed give the
 same result: randomness comes only from the seed (the LRU model's read orders) and ties break by event
@@ -37,8 +42,9 @@ sequence.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import NamedTuple, TextIO
 
 from datamgr.scheduler.policy import Decision
@@ -60,7 +66,7 @@ from datamgr.scheduler.sim.model import (
     TraceJob,
 )
 from datamgr.scheduler.sim.uniform import UniformCache
-from datamgr.scheduler.snapshot import DatasetState, JobState, Snapshot
+from datamgr.scheduler.snapshot import OPPORTUNISTIC, DatasetState, JobState, Snapshot
 
 Progress = Callable[[float, int, int], None]
 
@@ -141,6 +147,51 @@ def cache_model_for(cache_system: str, cluster: ClusterSpec, config: SimConfig) 
     return UniformCache()
 
 
+_NOWHERE: Mapping[str, int] = MappingProxyType({})
+
+
+class _RegularUse:
+    """The GPUs and nodes the running regular jobs hold, kept up to date job by job (`update`) rather than
+    recounted at each sample. A regular job is a running job its policy does not mark as run preemptibly
+    (`policy_state[OPPORTUNISTIC] == 1.0`, HiveD's low-priority jobs), so under a policy that marks none every
+    running job is regular. A node is fragmented while a regular job uses any of its GPUs: it is not available
+    for a whole-node regular job (HiveD's fragmentation level counts over regular jobs only, as low-priority
+    jobs do not affect its scheduling decisions)."""
+
+    __slots__ = ("busy_gpus", "counted", "jobs_on_node")
+
+    def __init__(self) -> None:
+        self.busy_gpus = 0
+        self.counted: dict[str, Mapping[str, int]] = {}  # regular running job -> the placement counted for it
+        self.jobs_on_node: dict[str, int] = {}  # node -> regular running jobs using any of its GPUs
+
+    @property
+    def fragmented_nodes(self) -> int:
+        return len(self.jobs_on_node)
+
+    def update(self, job: JobRun) -> None:
+        """Count `job` as it stands now: its placement if it runs as a regular job, nothing otherwise."""
+        regular = job.gpus > 0 and job.policy_state.get(OPPORTUNISTIC, 0.0) != 1.0
+        placement = job.placement if regular else _NOWHERE
+        counted = self.counted.get(job.job_id, _NOWHERE)
+        if placement is counted:  # a job's placement is replaced, never changed in place
+            return
+        on_node = self.jobs_on_node
+        for node, gpus in counted.items():
+            self.busy_gpus -= gpus
+            if on_node[node] == 1:
+                del on_node[node]
+            else:
+                on_node[node] -= 1
+        for node, gpus in placement.items():
+            self.busy_gpus += gpus
+            on_node[node] = on_node.get(node, 0) + 1
+        if regular:
+            self.counted[job.job_id] = placement
+        else:
+            self.counted.pop(job.job_id, None)
+
+
 @dataclass(frozen=True, slots=True)
 class _Arrival:
     job: JobRun
@@ -201,6 +252,7 @@ class _Run:
         self.throughput = 0.0  # bytes/s read by all running jobs
         self.remote = 0.0  # bytes/s fetched by all running jobs
         self.busy_gpus = 0
+        self.regular = _RegularUse()
         self.demand = 0.0  # bytes/s the running jobs would read at full speed (f* on the GPUs they hold)
         self.rates_changed = True  # since the last sample's fairness
         self.last_fairness = fairness([], jobs_waiting=False)
@@ -293,6 +345,7 @@ class _Run:
         job.finish(now, self.equal_share_work.finish(job.shape, now, job.equal_share_mark))
         del self.running[job.job_id]
         del self.present[job.job_id]
+        self.regular.update(job)
         self.cache.release(job, now)
         self.finished.append(job.outcome())
         self.ledger.record(now, self.remote)
@@ -327,6 +380,7 @@ class _Run:
             held = job.placement
             job.place({}, 0.0, now)
             del self.running[job.job_id]
+            self.regular.update(job)
             if job.trace.grace_seconds > 0.0:
                 job.suspend(held)
                 self.suspending += 1
@@ -339,6 +393,7 @@ class _Run:
                     changed.add(job_id)
                     if job.restoring_until > now:
                         self.queue.schedule(job.restoring_until, EventKind.JOB, _Restored(job, job.restoring_until))
+                    self.regular.update(job)
                 self.running[job_id] = job
         self._carry_policy_state(decision)
         storage = decision.cache_bytes or {}
@@ -374,6 +429,7 @@ class _Run:
             job = self.present.get(job_id)
             if job is not None:
                 job.hand_state(state)
+                self.regular.update(job)  # a running job may have turned regular or preemptible
         self.wake += 1  # the latest decision's wake-up replaces any earlier one
         wake_at = decision.wake_at
         if wake_at is not None and self.now < wake_at < math.inf:
@@ -448,6 +504,8 @@ class _Run:
                 fairness_min=fair.minimum,
                 fairness_mean=fair.mean,
                 demand_bytes_per_sec=self.demand,
+                regular_busy_gpus=self.regular.busy_gpus,
+                fragmented_nodes=self.regular.fragmented_nodes,
             )
         )
 

@@ -181,6 +181,12 @@ class Sample:
     # What the running jobs would read at full speed, all of it from remote storage without a cache: f* on the
     # GPUs each holds, summed (the IO demand of the paper's Figure 2).
     demand_bytes_per_sec: float = 0.0
+    # GPUs held by running regular jobs: those the policy does not run preemptibly (HiveD's policy state
+    # `opportunistic` 1 marks a low-priority one); `busy_gpus` under a policy that marks none.
+    regular_busy_gpus: int = 0
+    # Nodes on which a running regular job uses any GPU: the nodes not available for a whole-node regular job
+    # (HiveD's fragmentation level, counted over regular jobs only, is this over the cluster's nodes).
+    fragmented_nodes: int = 0
 
 
 class RemoteIoLedger:

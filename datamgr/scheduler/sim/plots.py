@@ -1,4 +1,5 @@
-"""The PNG plots of a simulation run or comparison: JCT and slowdown CDFs, the timeline, fairness.
+"""The PNG plots of a simulation run or comparison: JCT and slowdown CDFs, the timeline, fairness, and HiveD's
+tenant plots (queueing delay by tenant against utilisation and fragmentation, sharing safety).
 
 Plots are drawn on matplotlib `Figure` objects with the Agg canvas, so no display and no pyplot global state
 are involved; importing this module loads matplotlib, which the numbers in `report.py` do not need.
@@ -15,8 +16,18 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogFormatter
 
-from datamgr.scheduler.sim.model import ClusterSpec, SimResult
+from datamgr.scheduler.sim.fields import format_duration
+from datamgr.scheduler.sim.model import ClusterSpec, Sample, SimResult
 from datamgr.scheduler.sim.report import slowdowns
+from datamgr.scheduler.sim.tenant_report import (
+    DELAY_WINDOW,
+    SharingSafety,
+    TenantDelay,
+    delay_times,
+    is_regular,
+    tenant_delays,
+    worst_tenant,
+)
 
 _LINE_STYLES = ("-", "--", ":", "-.")
 _PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 50, not 5 x 10^1, on log axes
@@ -104,7 +115,8 @@ def _cdf(ax: Axes, values: Sequence[float], label: str, color: str, linestyle: s
 
 
 def plot_timeline(path: Path, result: SimResult, cluster: ClusterSpec) -> None:
-    """Cluster training throughput and remote IO over time, the IO limit drawn as a line."""
+    """Cluster training throughput and remote IO over time, the IO limit drawn as a line; then the GPUs busy
+    and the nodes fragmented (`_gpu_panel`)."""
     hours = [s.time / 3600 for s in result.samples]
 
     def throughput(ax: Axes) -> None:
@@ -123,11 +135,117 @@ def plot_timeline(path: Path, result: SimResult, cluster: ClusterSpec) -> None:
         ax.plot(hours, demand, color="grey", alpha=0.6, label="demand with no cache (f* of the running jobs)")
         ax.axhline(cluster.remote_io_bytes_per_sec / 1e9, color="red", linestyle="--", label="remote IO limit")
         ax.set_ylabel("GB/s")
-        ax.set_xlabel("time (hours)")
         ax.legend(fontsize="small")
         ax.grid(True, alpha=0.3)
 
-    _save(path, f"{result.policy}/{result.cache_system}: throughput and remote IO", [throughput, remote_io])
+    gpus = _gpu_panel(result.samples, cluster, 3600.0, "time (hours)")
+    _save(path, f"{result.policy}/{result.cache_system}: throughput, remote IO and GPUs", [throughput, remote_io, gpus])
+
+
+def _gpu_panel(samples: Sequence[Sample], cluster: ClusterSpec, unit: float, xlabel: str) -> Callable[[Axes], None]:
+    """A panel of the share of GPUs busy (all running jobs, and regular ones only) and of the nodes a regular job
+    uses any GPU of (HiveD's fragmentation level), in percent, over time in `unit` seconds."""
+
+    def draw(ax: Axes) -> None:
+        times = [s.time / unit for s in samples]
+        gpus, nodes = cluster.total_gpus, cluster.nodes
+        ax.plot(times, [100 * s.busy_gpus / gpus for s in samples], label="GPUs busy", alpha=0.6)
+        ax.plot(times, [100 * s.regular_busy_gpus / gpus for s in samples], label="GPUs busy with regular jobs")
+        ax.plot(times, [100 * s.fragmented_nodes / nodes for s in samples], label="nodes fragmented (a regular job)")
+        ax.set_ylabel("%")
+        ax.set_ylim(0, 105)
+        ax.set_xlabel(xlabel)
+        ax.legend(fontsize="small")
+        ax.grid(True, alpha=0.3)
+
+    return draw
+
+
+def _time_unit(seconds: float) -> tuple[float, str]:
+    """Seconds per unit and an axis label for a time axis spanning `seconds`: hours up to three days, then days
+    (HiveD plots weeks of trace in days)."""
+    return (86400.0, "time (days)") if seconds > 3 * 86400 else (3600.0, "time (hours)")
+
+
+_MOST_TENANTS = 8  # lines of a tenant delay plot: the tenants with the most finished regular jobs
+
+
+def plot_tenant_delay(path: Path, result: SimResult, cluster: ClusterSpec) -> None:
+    """HiveD's Figure 7: each tenant's moving-average queueing delay (`tenant_report.tenant_delays`, in minutes), the
+    `_MOST_TENANTS` tenants with the most finished regular jobs, over the GPUs busy and the nodes fragmented."""
+    counts: dict[str, int] = {}
+    for job in result.jobs:
+        if job.tenant and is_regular(job):
+            counts[job.tenant] = counts.get(job.tenant, 0) + 1
+    shown = sorted(sorted(counts, key=lambda tenant: -counts[tenant])[:_MOST_TENANTS])
+    points = tenant_delays(result.jobs)
+    unit, xlabel = _time_unit(max([p.time for p in points] + [s.time for s in result.samples], default=0.0))
+
+    def delays(ax: Axes) -> None:
+        for tenant in shown:
+            _delay_line(ax, [p for p in points if p.tenant == tenant], unit, tenant)
+        ax.set_ylabel(f"queueing delay (minutes), {DELAY_WINDOW / 3600:g}-hour mean")
+        ax.grid(True, alpha=0.3)
+        if shown:
+            ax.legend(fontsize="small")
+
+    title = f"{result.policy}/{result.cache_system}: queueing delay by tenant, utilisation and fragmentation"
+    _save(path, title, [delays, _gpu_panel(result.samples, cluster, unit, xlabel)])
+
+
+def plot_sharing_safety(
+    path: Path, pairs: Sequence[tuple[SimResult, SimResult]], rows: Sequence[SharingSafety]
+) -> None:
+    """HiveD's Figure 6 in spirit: for each shared run of `pairs` (shared, private), the tenant with the largest
+    excess of its moving-average queueing delay over the private cluster's (`tenant_report.worst_tenant` of its `rows`),
+    in a panel with that tenant's curve under every shared run on the same cache system and under private (dashed
+    black). A tenant that is the worst under several runs gets one panel, naming them all."""
+    panels: dict[tuple[str, str], list[str]] = {}  # (cache system, tenant) -> "policy (its excess)" it is worst under
+    for shared, _ in pairs:
+        own = [r for r in rows if (r.policy, r.cache_system) == (shared.policy, shared.cache_system)]
+        tenant = worst_tenant(own)
+        if tenant is not None:
+            excess = next(r.max_excess_delay for r in own if r.tenant == tenant)
+            panels.setdefault((shared.cache_system, tenant), []).append(f"{shared.policy} ({format_duration(excess)})")
+    everything = [j for shared, private in pairs for j in (*shared.jobs, *private.jobs)]
+    times = delay_times(everything)
+    unit, xlabel = _time_unit(max(times, default=0.0))
+
+    def panel(cache_system: str, tenant: str, worst_under: list[str]) -> Callable[[Axes], None]:
+        def draw(ax: Axes) -> None:
+            private = next(p for s, p in pairs if p.cache_system == cache_system)
+            for index, shared in enumerate(s for s, _ in pairs if s.cache_system == cache_system):
+                curve = [p for p in tenant_delays(shared.jobs, times) if p.tenant == tenant]
+                _delay_line(ax, curve, unit, shared.policy, color=f"C{index % 10}")
+            curve = [p for p in tenant_delays(private.jobs, times) if p.tenant == tenant]
+            _delay_line(ax, curve, unit, private.policy, color="black", linestyle="--")
+            ax.set_title(
+                f"tenant {tenant} on {cache_system}: the largest excess under {', '.join(worst_under)}",
+                fontsize="medium",
+            )
+            ax.set_ylabel("queueing delay (minutes)")
+            ax.set_xlabel(xlabel)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize="small")
+
+        return draw
+
+    draws = [panel(cache_system, tenant, under) for (cache_system, tenant), under in panels.items()]
+    title = f"sharing safety: {DELAY_WINDOW / 3600:g}-hour moving-average queueing delay against the private cluster"
+    _save(path, title, draws or [_nothing])
+
+
+def _nothing(ax: Axes) -> None:
+    ax.text(0.5, 0.5, "no job has a tenant", ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+
+
+def _delay_line(
+    ax: Axes, points: Sequence[TenantDelay], unit: float, label: str, color: str | None = None, linestyle: str = "-"
+) -> None:
+    """A moving-average delay curve in minutes; a window without jobs (NaN) leaves a gap."""
+    times, minutes = [p.time / unit for p in points], [p.average_delay / 60 for p in points]
+    ax.plot(times, minutes, label=label, color=color, linestyle=linestyle)
 
 
 def plot_fairness(path: Path, result: SimResult) -> None:

@@ -25,7 +25,13 @@ Definitions (the numbers `silod sim` prints):
   with jobs running in which their demand with no cache (f* summed) exceeded the limit (`io_bound_share`);
 - hit ratio: cached bytes read / bytes read, over all finished jobs;
 - effective cache: the share of cached bytes that the jobs reading them can still hit this epoch (cache is
-  only effective from the epoch after it is filled), weighted by cached bytes over the samples.
+  only effective from the epoch after it is filled), weighted by cached bytes over the samples;
+- GPU utilisation: the mean over the samples from the first arrival on of the share of the cluster's GPUs that
+  running jobs hold, and that running regular jobs hold (those not marked as run preemptibly: HiveD's
+  low-priority jobs are not regular); fragmentation: the mean share of nodes on which a regular job uses any GPU,
+  the nodes not available for a whole-node regular job (HiveD's fragmentation level, its Figures 7 and 9);
+- preempted GPUs: each finished job's preemptions times its GPUs, summed (HiveD's Figure 8);
+- tenant queueing delay and sharing safety (HiveD's Figures 6 and 7, its section 5.2): `tenant_report.py`.
 
 The plots are in `plots.py`.
 """
@@ -93,7 +99,11 @@ class Summary:
     io_bound_share: float  # of the samples with jobs running, the share whose IO demand exceeded the limit
     hit_ratio: float
     effective_cache: float
+    gpu_utilisation: float  # mean share of the GPUs held by running jobs, over the samples from the first arrival
+    regular_gpu_utilisation: float  # the same for running regular jobs (not marked as run preemptibly)
+    fragmentation: float  # mean share of the nodes on which a regular job uses any GPU (HiveD's Figures 7 and 9)
     preemptions: int  # over the finished jobs
+    preempted_gpus: int  # each finished job's preemptions times its GPUs, summed (HiveD's Figure 8)
     preemption_overhead: float  # seconds the finished jobs spent restoring checkpoints after preemptions
     preempted_share: float  # of the finished jobs, the share preempted at least once (FitGpp's Table 3)
     preempted_once_share: float  # exactly once, twice, three times or more (its Table 4)
@@ -127,12 +137,12 @@ def percentile(values: Iterable[float], percent: float) -> float:
     return low if rank == below or low == high else low + (rank - below) * (high - low)
 
 
-def _mean(values: Collection[float]) -> float:
+def mean_of(values: Collection[float]) -> float:
     return statistics.fmean(values) if values else math.nan
 
 
 def average_jct(jobs: Sequence[JobOutcome]) -> float:
-    return _mean([j.jct for j in jobs])
+    return mean_of([j.jct for j in jobs])
 
 
 def queueing_delay(job: JobOutcome) -> float:
@@ -170,6 +180,22 @@ def io_bound_share(samples: Sequence[Sample], limit: float) -> float:
     return sum(s.demand_bytes_per_sec > limit for s in busy) / len(busy) if busy else math.nan
 
 
+def gpu_use(samples: Sequence[Sample], jobs: Sequence[JobOutcome], cluster: ClusterSpec) -> tuple[float, float, float]:
+    """The means, over the samples from the first arrival on, of the share of the cluster's GPUs held by running
+    jobs, of the share held by running regular jobs, and of the share of nodes on which a regular job uses any
+    GPU (NaN for a run without jobs)."""
+    first = min((j.arrival for j in jobs), default=math.inf)
+    taken = [s for s in samples if s.time >= first]
+    if not taken:
+        return math.nan, math.nan, math.nan
+    gpus, nodes = cluster.total_gpus, cluster.nodes
+    return (
+        mean_of([s.busy_gpus / gpus for s in taken]),
+        mean_of([s.regular_busy_gpus / gpus for s in taken]),
+        mean_of([s.fragmented_nodes / nodes for s in taken]),
+    )
+
+
 def makespan(jobs: Sequence[JobOutcome]) -> float:
     """From the first arrival to the last finish."""
     return max(j.finish for j in jobs) - min(j.arrival for j in jobs) if jobs else math.nan
@@ -185,6 +211,7 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
     fairness = [j.fairness for j in jobs if not math.isnan(j.fairness)]
     preempted, once, twice, more = preemption_shares(jobs)
     intervals = rescheduling_intervals(jobs)
+    utilisation, regular_utilisation, fragmentation = gpu_use(result.samples, jobs, cluster)
     return Summary(
         label=f"{result.policy}/{result.cache_system}",
         jobs=len(jobs) + len(result.unfinished),
@@ -193,7 +220,7 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
         median_jct=percentile(jcts, 50),
         p95_jct=percentile(jcts, 95),
         p99_jct=percentile(jcts, 99),
-        average_queueing_delay=_mean(delays),
+        average_queueing_delay=mean_of(delays),
         median_queueing_delay=percentile(delays, 50),
         p95_queueing_delay=percentile(delays, 95),
         median_slowdown=percentile(slowdown, 50),
@@ -208,7 +235,11 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
         io_bound_share=io_bound_share(result.samples, cluster.remote_io_bytes_per_sec),
         hit_ratio=sum(j.hit_bytes for j in jobs) / read if read else math.nan,
         effective_cache=sum(s.effective_cached_bytes for s in result.samples) / cached if cached else math.nan,
+        gpu_utilisation=utilisation,
+        regular_gpu_utilisation=regular_utilisation,
+        fragmentation=fragmentation,
         preemptions=sum(j.preemptions for j in jobs),
+        preempted_gpus=sum(j.preemptions * j.gpus for j in jobs),
         preemption_overhead=sum(j.overhead_seconds for j in jobs),
         preempted_share=preempted,
         preempted_once_share=once,
@@ -252,7 +283,7 @@ def _groups(kind: str, jobs: Sequence[JobOutcome], key: Callable[[JobOutcome], _
             finished=len(members),
             average_jct=average_jct(members),
             p95_jct=percentile((j.jct for j in members), 95),
-            average_queueing_delay=_mean([queueing_delay(j) for j in members]),
+            average_queueing_delay=mean_of([queueing_delay(j) for j in members]),
             median_slowdown=percentile(slowdown, 50),
             p95_slowdown=percentile(slowdown, 95),
             p99_slowdown=percentile(slowdown, 99),
@@ -271,7 +302,7 @@ def mean_remote_io(result: SimResult) -> float:
     return result.remote_io.bytes_between(start, end) / (end - start) if end > start else 0.0
 
 
-def _time(seconds: float) -> str:
+def format_time(seconds: float) -> str:
     return "-" if math.isnan(seconds) else format_duration(seconds)
 
 
@@ -283,11 +314,11 @@ def _rate(value: float) -> str:
     return "-" if math.isnan(value) else format_rate(value)
 
 
-def _share(value: float, of: float) -> str:
+def format_share(value: float, of: float) -> str:
     return "-" if math.isnan(value) or of <= 0 else f"{100 * value / of:.0f}%"
 
 
-def _percent(share: float) -> str:
+def format_percent(share: float) -> str:
     """A share as a percentage to three significant digits: FitGpp's Tables 3 and 4 go down to 0.0098 %."""
     return "-" if math.isnan(share) else f"{100 * share:.3g}%"
 
@@ -306,23 +337,28 @@ def summary_text(summary: Summary) -> str:
         [
             f"{summary.label}: {summary.finished} of {summary.jobs} jobs finished"
             + (f" ({unfinished} still running when the run stopped)" if unfinished else ""),
-            f"  average JCT   {_time(summary.average_jct)} (median {_time(summary.median_jct)}, "
-            f"p95 {_time(summary.p95_jct)}, p99 {_time(summary.p99_jct)})",
-            f"  queueing      {_time(summary.average_queueing_delay)} average (median "
-            f"{_time(summary.median_queueing_delay)}, p95 {_time(summary.p95_queueing_delay)}) "
+            f"  average JCT   {format_time(summary.average_jct)} (median {format_time(summary.median_jct)}, "
+            f"p95 {format_time(summary.p95_jct)}, p99 {format_time(summary.p99_jct)})",
+            f"  queueing      {format_time(summary.average_queueing_delay)} average (median "
+            f"{format_time(summary.median_queueing_delay)}, p95 {format_time(summary.p95_queueing_delay)}) "
             "from arrival to first start",
             f"  slowdown      {_slowdown(summary.median_slowdown)} median (p95 {_slowdown(summary.p95_slowdown)}, "
             f"p99 {_slowdown(summary.p99_slowdown)}): 1 + time waiting / time executing",
-            f"  makespan      {_time(summary.makespan)}",
+            f"  makespan      {format_time(summary.makespan)}",
             f"  fairness      {_ratio(summary.fairness_p5, 3)} p5, {_ratio(summary.fairness_median)} median "
             "over jobs (bytes read / an equal share's over the job's stay)",
             f"  remote IO     {_rate(summary.remote_io_mean)} mean "
-            f"({_share(summary.remote_io_mean, summary.remote_io_limit)}), {_rate(summary.remote_io_peak)} peak "
-            f"({_share(summary.remote_io_peak, summary.remote_io_limit)}) of {_rate(summary.remote_io_limit)}; "
-            f"demand with no cache above it {_share(summary.io_bound_share, 1.0)} of the busy time",
+            f"({format_share(summary.remote_io_mean, summary.remote_io_limit)}), {_rate(summary.remote_io_peak)} peak "
+            f"({format_share(summary.remote_io_peak, summary.remote_io_limit)}) of {_rate(summary.remote_io_limit)}; "
+            f"demand with no cache above it {format_share(summary.io_bound_share, 1.0)} of the busy time",
             f"  cache         {_ratio(summary.hit_ratio)} hit ratio, "
-            f"{_share(summary.effective_cache, 1.0)} of cached bytes effective",
-            f"  preemptions   {summary.preemptions}, {_time(summary.preemption_overhead)} restoring checkpoints in all"
+            f"{format_share(summary.effective_cache, 1.0)} of cached bytes effective",
+            f"  GPUs          {format_share(summary.gpu_utilisation, 1.0)} busy on average, "
+            f"{format_share(summary.regular_gpu_utilisation, 1.0)} by regular jobs; "
+            f"{format_share(summary.fragmentation, 1.0)} of nodes fragmented (a regular job on them)",
+            f"  preemptions   {summary.preemptions}"
+            + (f" ({summary.preempted_gpus} GPUs)" if summary.preemptions else "")
+            + f", {format_time(summary.preemption_overhead)} restoring checkpoints in all"
             + (_preempted_jobs(summary) if summary.preemptions else ""),
             *([_rescheduling(summary)] if summary.preemptions else []),
         ]
@@ -331,16 +367,17 @@ def summary_text(summary: Summary) -> str:
 
 def _preempted_jobs(summary: Summary) -> str:
     return (
-        f"; {_percent(summary.preempted_share)} of jobs preempted ({_percent(summary.preempted_once_share)} once, "
-        f"{_percent(summary.preempted_twice_share)} twice, {_percent(summary.preempted_3_plus_share)} 3+ times)"
+        f"; {format_percent(summary.preempted_share)} of jobs preempted "
+        f"({format_percent(summary.preempted_once_share)} once, {format_percent(summary.preempted_twice_share)} twice, "
+        f"{format_percent(summary.preempted_3_plus_share)} 3+ times)"
     )
 
 
 def _rescheduling(summary: Summary) -> str:
     return (
-        f"  rescheduling  {_time(summary.median_rescheduling_interval)} median "
-        f"(p75 {_time(summary.p75_rescheduling_interval)}, p95 {_time(summary.p95_rescheduling_interval)}, "
-        f"p99 {_time(summary.p99_rescheduling_interval)}) from a preemption to the restart after it"
+        f"  rescheduling  {format_time(summary.median_rescheduling_interval)} median "
+        f"(p75 {format_time(summary.p75_rescheduling_interval)}, p95 {format_time(summary.p95_rescheduling_interval)}, "
+        f"p99 {format_time(summary.p99_rescheduling_interval)}) from a preemption to the restart after it"
     )
 
 
@@ -354,9 +391,9 @@ def group_rows(summary: Summary, kind: str) -> list[tuple[str, ...]]:
         (
             g.value,
             str(g.finished),
-            _time(g.average_jct),
-            _time(g.p95_jct),
-            _time(g.average_queueing_delay),
+            format_time(g.average_jct),
+            format_time(g.p95_jct),
+            format_time(g.average_queueing_delay),
             *_slowdown_cells(g),
         )
         for g in summary.groups
@@ -391,6 +428,7 @@ PREEMPTION_HEADERS = (
     "POLICY",
     "CACHE",
     "PREEMPTIONS",
+    "PREEMPTED GPUS",
     "PREEMPTED",
     "ONCE",
     "TWICE",
@@ -416,10 +454,10 @@ def comparison_rows(runs: Sequence[tuple[SimResult, Summary]], baseline_cache_sy
             result.policy,
             result.cache_system,
             f"{summary.finished}/{summary.jobs}",
-            _time(summary.average_jct),
-            _time(summary.makespan),
+            format_time(summary.average_jct),
+            format_time(summary.makespan),
             _ratio(summary.fairness_p5, 3),
-            f"{_rate(summary.remote_io_mean)} ({_share(summary.remote_io_mean, summary.remote_io_limit)})",
+            f"{_rate(summary.remote_io_mean)} ({format_share(summary.remote_io_mean, summary.remote_io_limit)})",
             "-" if math.isnan(speedup) else f"{speedup:.2f}x",
         )
         for (result, summary), speedup in zip(runs, speedups, strict=True)
@@ -436,7 +474,7 @@ def write_comparison_csv(path: Path, runs: Sequence[tuple[SimResult, Summary]], 
     """The comparison in plain units (seconds, bytes/s): `Summary`'s single numbers and the JCT speedup (the
     groups are in each run's groups.csv)."""
     speedups = jct_speedups(runs, baseline_cache_system)
-    _write_csv(
+    write_csv(
         path,
         ("policy", "cache_system", *_SCALARS, f"jct_speedup_vs_{baseline_cache_system}"),
         [
@@ -447,12 +485,13 @@ def write_comparison_csv(path: Path, runs: Sequence[tuple[SimResult, Summary]], 
 
 
 def write_comparison_markdown(
-    path: Path, runs: Sequence[tuple[SimResult, Summary]], baseline_cache_system: str
+    path: Path, runs: Sequence[tuple[SimResult, Summary]], baseline_cache_system: str, extra: Sequence[str] = ()
 ) -> None:
     """The printed comparison table as a GitHub-flavoured Markdown document, with the JCT, queueing and slowdown
     percentiles it has no room for, and what SPEEDUP and the percentiles mean: a table to paste into an issue
     or keep beside the CSV. When some job has a class, a section of slowdowns by class (FitGpp's Table 1), and
-    when some run preempted, one of preemptions (its Tables 2 to 4)."""
+    when some run preempted, one of preemptions (its Tables 2 to 4). `extra` sections go last (the sharing
+    safety of `tenant_report.sharing_safety_section`)."""
     rows = [
         (*row, *_detail_cells(summary))
         for row, (_, summary) in zip(comparison_rows(runs, baseline_cache_system), runs, strict=True)
@@ -470,6 +509,7 @@ def write_comparison_markdown(
         sections += ["## Slowdown by class", markdown_table(CLASS_HEADERS, class_rows(runs)), _CLASS_NOTE]
     if any(summary.preemptions for _, summary in runs):
         sections += ["## Preemptions", markdown_table(PREEMPTION_HEADERS, preemption_rows(runs)), _PREEMPTION_NOTE]
+    sections += extra
     path.write_text("\n\n".join(sections) + "\n", encoding="utf-8")
 
 
@@ -482,7 +522,8 @@ _CLASS_NOTE = (
     "holds the jobs without one."
 )
 _PREEMPTION_NOTE = (
-    "PREEMPTED: the share of finished jobs preempted at least once; ONCE, TWICE, 3+ TIMES: the shares preempted "
+    "PREEMPTED GPUS: each finished job's preemptions times its GPUs, summed. PREEMPTED: the share of finished "
+    "jobs preempted at least once; ONCE, TWICE, 3+ TIMES: the shares preempted "
     "that many times. INTERVAL: from a preemption to the restart after it (FitGpp's re-scheduling interval), "
     "percentiles over every preemption of a finished job; - where there was none."
 )
@@ -511,8 +552,8 @@ def preemption_rows(runs: Sequence[tuple[SimResult, Summary]]) -> list[tuple[str
             s.p95_rescheduling_interval,
             s.p99_rescheduling_interval,
         )
-        cells = (*(_percent(share) for share in shares), *(_time(seconds) for seconds in intervals))
-        return (result.policy, result.cache_system, str(s.preemptions), *cells)
+        cells = (*(format_percent(share) for share in shares), *(format_time(seconds) for seconds in intervals))
+        return (result.policy, result.cache_system, str(s.preemptions), str(s.preempted_gpus), *cells)
 
     return [row(result, summary) for result, summary in runs]
 
@@ -526,7 +567,7 @@ def _detail_cells(summary: Summary) -> tuple[str, ...]:
         summary.median_queueing_delay,
         summary.p95_queueing_delay,
     )
-    return (*(_time(seconds) for seconds in times), *_slowdown_cells(summary), str(summary.preemptions))
+    return (*(format_time(seconds) for seconds in times), *_slowdown_cells(summary), str(summary.preemptions))
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -558,7 +599,7 @@ def _finite_or_null(value: object) -> object:
 def write_groups_csv(path: Path, summary: Summary) -> None:
     """One row per group of `summary.groups`: `GroupSummary`'s fields (seconds)."""
     names = [f.name for f in fields(GroupSummary)]
-    _write_csv(path, names, [[getattr(group, name) for name in names] for group in summary.groups])
+    write_csv(path, names, [[getattr(group, name) for name in names] for group in summary.groups])
 
 
 # jobs.csv names a label by its trace column ("class"), not by the Python field that holds it ("job_class").
@@ -569,7 +610,7 @@ def write_jobs_csv(path: Path, result: SimResult) -> None:
     """One row per finished job: `JobOutcome`'s fields (seconds, bytes; labels under their trace column names;
     a tuple such as `restart_seconds` as its numbers joined by ";", empty when it has none) and its JCT."""
     names = [f.name for f in fields(JobOutcome)]
-    _write_csv(
+    write_csv(
         path,
         (*(_JOB_COLUMNS.get(name, name) for name in names), "jct"),
         [(*(_cell(getattr(j, name)) for name in names), j.jct) for j in result.jobs],
@@ -584,10 +625,10 @@ def _cell(value: object) -> object:
 def write_timeline_csv(path: Path, result: SimResult) -> None:
     """The engine's samples, one row each: `Sample`'s fields, as the timeline plots draw them."""
     names = [f.name for f in fields(Sample)]
-    _write_csv(path, names, [[getattr(sample, name) for name in names] for sample in result.samples])
+    write_csv(path, names, [[getattr(sample, name) for name in names] for sample in result.samples])
 
 
-def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     with path.open("w", newline="", encoding="utf-8") as file:
         writer = csv.writer(file)
         writer.writerow(header)
