@@ -98,11 +98,14 @@ class DataManagerClient:
         gpus: int = 0,
         job_class: pb.JobClass.ValueType = pb.JOB_CLASS_UNSPECIFIED,
         grace_seconds: float = 0.0,
+        tenant: str = "",
+        priority: pb.JobPriority.ValueType = pb.JOB_PRIORITY_UNSPECIFIED,
     ) -> pb.RegisterJobResponse:
         """`epochs`: how long the job trains, in passes over its dataset (0: unknown); `irregular`: its access
         is not uniform once per epoch; `gpus` (with no `workers`): the policy places it on that many GPUs;
         `job_class` (unspecified: best-effort) and `grace_seconds` (how long it keeps its GPUs once preempted)
-        are for policies such as FitGpp."""
+        are for policies such as FitGpp, `tenant` (a registered one; "": none) and `priority` (unspecified:
+        high) for policies such as HiveD."""
         request = pb.RegisterJobRequest(
             job_id=job_id,
             dataset_uri=dataset_uri,
@@ -113,8 +116,19 @@ class DataManagerClient:
             gpus=gpus,
             job_class=job_class,
             grace_seconds=grace_seconds,
+            tenant=tenant,
+            priority=priority,
         )
         return self.call(self.stub.RegisterJob, request)
+
+    def register_tenant(
+        self, name: str, cells: dict[str, int], cache_bytes: int = 0, io_bytes_per_sec: int = 0
+    ) -> pb.RegisterTenantResponse:
+        """A tenant and its virtual cluster: cells by level name ({"node": 2}), cache and remote IO reserved."""
+        request = pb.RegisterTenantRequest(
+            name=name, cells=cells, cache_bytes=cache_bytes, io_bytes_per_sec=io_bytes_per_sec
+        )
+        return self.call(self.stub.RegisterTenant, request)
 
     def register_node(self, node_id: str, address: str, capacity: int, gpus: int = 0) -> pb.RegisterNodeResponse:
         request = pb.RegisterNodeRequest(node_id=node_id, address=address, cache_capacity_bytes=capacity, gpus=gpus)

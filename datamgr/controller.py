@@ -5,8 +5,10 @@ out its compute decisions for the jobs it places.
 or finished, at least every `--round` seconds, at the time a decision asks to be woken (`wake_at`), and when
 a suspending job's grace period ends, over a snapshot of the registered jobs and nodes. What a job's
 registration says about its training reaches the policy too: its epochs as the work it has in all
-(`JobState.total_bytes`), its irregular flag, which keeps it in a storage partition of its own, and its class
-and grace period (`JobState.job_class`, `grace_seconds`: FitGpp's trial-and-error and best-effort jobs).
+(`JobState.total_bytes`), its irregular flag, which keeps it in a storage partition of its own, its class
+and grace period (`JobState.job_class`, `grace_seconds`: FitGpp's trial-and-error and best-effort jobs), and
+its tenant and priority (`JobState.tenant`, `priority`), with the tenants' virtual clusters and the cell
+hierarchy (`Snapshot.tenants`, `cell_levels`: HiveD's). Registering or unregistering a tenant runs a round.
 
 Compute. A job registered with its workers runs where it was registered: its placement is the cluster
 scheduler's business, and a policy that would move or preempt it is only reported (`unapplied_placements`).
@@ -52,7 +54,7 @@ from datamgr.scheduler.partition import ByRegularity
 from datamgr.scheduler.perf import Estimator, VanillaPerf
 from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.registry import Scheduler
-from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot
+from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot, TenantShare
 from datamgr.state import ClusterState
 from silodlib.sharding import pass_share
 from silodlib.units import format_rate, format_size
@@ -114,6 +116,8 @@ def snapshot_of(manager: DataManager, remote_io_bytes_per_sec: int, now: float) 
       smallest cache fit on every node, wherever the jobs run. (The paper's cache is one pool for the
       cluster; a single number that is always safe for per-node caches is this one.)
     - The seed is the state's revision, so a randomized policy decides the same on the same state.
+    - The tenants are the registered ones with their virtual clusters (cells by level name, cache, remote IO),
+      and `cell_levels` the data manager's `--cell-levels`; a job's `tenant` and `priority` are as registered.
     """
     state = manager.state
     jobs = {job_id: _job_state(manager, job_id, now) for job_id in state.jobs}
@@ -134,6 +138,13 @@ def snapshot_of(manager: DataManager, remote_io_bytes_per_sec: int, now: float) 
         jobs=jobs,
         seed=state.revision,
         cache_capacity_bytes=min(hosting, default=0),
+        tenants=MappingProxyType(
+            {
+                name: TenantShare(MappingProxyType(dict(t.cells)), t.cache_bytes, float(t.io_bytes_per_sec))
+                for name, t in sorted(state.tenants.items())
+            }
+        ),
+        cell_levels=manager.cell_levels,
     )
 
 
@@ -165,6 +176,8 @@ def _job_state(manager: DataManager, job_id: str, now: float) -> JobState:
         held=MappingProxyType(dict(history.held) if history.suspending else {}),
         job_class=job.job_class,
         grace_seconds=job.grace_seconds,
+        tenant=job.tenant,
+        priority=job.priority,
     )
 
 

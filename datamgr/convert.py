@@ -10,6 +10,8 @@ from typing import Any
 from datamgr import lifecycle
 from datamgr.entities import (
     BEST_EFFORT,
+    HIGH_PRIORITY,
+    LOW_PRIORITY,
     TRIAL_AND_ERROR,
     Dataset,
     InvalidArgument,
@@ -18,6 +20,7 @@ from datamgr.entities import (
     Node,
     NodeJobView,
     NodeView,
+    Tenant,
 )
 from datamgr.liveness import DatasetUsage, JobUsage
 from datamgr.state import DatasetRemoved, JobRemoved, NodeChange
@@ -26,6 +29,7 @@ from silodlib.backends.uri import parse_dataset_uri
 from silodpb.v1 import datamgr_pb2 as pb
 
 JOB_CLASS_MESSAGES = {BEST_EFFORT: pb.JOB_CLASS_BEST_EFFORT, TRIAL_AND_ERROR: pb.JOB_CLASS_TRIAL_AND_ERROR}
+PRIORITY_MESSAGES = {HIGH_PRIORITY: pb.JOB_PRIORITY_HIGH, LOW_PRIORITY: pb.JOB_PRIORITY_LOW}
 
 
 def job_class(message: pb.JobClass.ValueType) -> str:
@@ -39,6 +43,20 @@ def job_class(message: pb.JobClass.ValueType) -> str:
     raise InvalidArgument(
         f"job_class {message} is not a job class: JOB_CLASS_BEST_EFFORT ({pb.JOB_CLASS_BEST_EFFORT}) or "
         f"JOB_CLASS_TRIAL_AND_ERROR ({pb.JOB_CLASS_TRIAL_AND_ERROR})"
+    )
+
+
+def priority(message: pb.JobPriority.ValueType) -> str:
+    """A request's priority as the data manager keeps it (UNSPECIFIED: high, what older clients mean);
+    INVALID_ARGUMENT for a number no priority has."""
+    if message == pb.JOB_PRIORITY_UNSPECIFIED:
+        return HIGH_PRIORITY
+    for name, value in PRIORITY_MESSAGES.items():
+        if value == message:
+            return name
+    raise InvalidArgument(
+        f"priority {message} is not a job priority: JOB_PRIORITY_HIGH ({pb.JOB_PRIORITY_HIGH}) or "
+        f"JOB_PRIORITY_LOW ({pb.JOB_PRIORITY_LOW})"
     )
 
 
@@ -164,6 +182,19 @@ def job_message(job: Job, usage: Iterable[JobUsage], schedule: pb.JobSchedule | 
         schedule=schedule,
         job_class=JOB_CLASS_MESSAGES[job.job_class],
         grace_seconds=job.grace_seconds,
+        tenant=job.tenant,
+        priority=PRIORITY_MESSAGES[job.priority],
+    )
+
+
+def tenant_message(tenant: Tenant, vc_gpus: int) -> pb.Tenant:
+    """A tenant's registration; the query fills in what its jobs use."""
+    return pb.Tenant(
+        name=tenant.name,
+        cells=dict(tenant.cells),
+        cache_bytes=tenant.cache_bytes,
+        io_bytes_per_sec=tenant.io_bytes_per_sec,
+        vc_gpus=vc_gpus,
     )
 
 

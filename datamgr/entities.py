@@ -19,7 +19,7 @@ class InvalidArgument(DataManagerError):
 
 
 class NotFound(DataManagerError):
-    """The request names a dataset, job or node that is not registered."""
+    """The request names a dataset, job, node or tenant that is not registered."""
 
 
 class AlreadyExists(DataManagerError):
@@ -73,6 +73,10 @@ TRIAL_AND_ERROR = "te"  # short and latency-sensitive: a policy may preempt best
 BEST_EFFORT = "be"  # long; may be preempted for trial-and-error jobs
 JOB_CLASSES = (TRIAL_AND_ERROR, BEST_EFFORT)
 
+HIGH_PRIORITY = "high"  # regular: runs in its tenant's virtual cluster, which guarantees it (HiveD)
+LOW_PRIORITY = "low"  # preemptible: runs on GPUs no tenant's regular job needs now
+PRIORITIES = (HIGH_PRIORITY, LOW_PRIORITY)
+
 
 @dataclass(frozen=True, slots=True)
 class Job:
@@ -89,6 +93,10 @@ class Job:
     `job_class` (`TRIAL_AND_ERROR` or `BEST_EFFORT`) and `grace_seconds` are what policies such as FitGpp tell
     jobs apart by: a trial-and-error job may preempt best-effort ones, and a job the policy preempts keeps its
     GPUs for its grace period (it suspends, `JobHistory.suspended_until`) before they go to another job.
+
+    `tenant` (a registered `Tenant`, or "" for none) and `priority` (`HIGH_PRIORITY` or `LOW_PRIORITY`) are
+    what policies that share the cluster among tenants (HiveD) place it by: a regular job in its tenant's
+    virtual cluster, a low-priority one preemptibly on GPUs nobody's guarantee needs.
     """
 
     job_id: str
@@ -102,6 +110,8 @@ class Job:
     gpus: int = 0  # the GPUs it asks the policy for; 0: placed by whoever registered it (`workers`)
     job_class: str = BEST_EFFORT  # or TRIAL_AND_ERROR
     grace_seconds: float = 0.0  # how long it keeps its GPUs, suspending, once the policy preempts it
+    tenant: str = ""  # the tenant it belongs to; "": none
+    priority: str = HIGH_PRIORITY  # or LOW_PRIORITY
 
     @property
     def placed_by_policy(self) -> bool:
@@ -147,6 +157,26 @@ class Node:
     address: str
     cache_capacity_bytes: int
     gpus: int = 0  # the GPUs the policy may place jobs on; 0: none (it runs registered workers only)
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A tenant sharing the cluster, and its virtual cluster (HiveD's VC): the cells it is guaranteed, per level
+    of the data manager's cell hierarchy by level name ({"node": 2}), and the cache bytes and remote IO bytes/s
+    reserved for its jobs. Its jobs name it (`Job.tenant`), so it cannot go while it has any."""
+
+    name: str
+    cells: Mapping[str, int]
+    cache_bytes: int = 0
+    io_bytes_per_sec: int = 0
+
+    def same_registration(self, other: Tenant) -> bool:
+        """Whether a repeated RegisterTenant asks for exactly this tenant (then it is idempotent)."""
+        return (dict(self.cells), self.cache_bytes, self.io_bytes_per_sec) == (
+            dict(other.cells),
+            other.cache_bytes,
+            other.io_bytes_per_sec,
+        )
 
 
 @dataclass(frozen=True, slots=True)

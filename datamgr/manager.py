@@ -14,9 +14,10 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
-from datamgr import convert, lifecycle
+from datamgr import convert, lifecycle, tenants
 from datamgr.entities import (
     BEST_EFFORT,
+    HIGH_PRIORITY,
     AlreadyExists,
     Dataset,
     FailedPrecondition,
@@ -25,6 +26,7 @@ from datamgr.entities import (
     JobHistory,
     Node,
     NotFound,
+    Tenant,
     Worker,
 )
 from datamgr.journal import GroupCommitJournal, JournalEntry
@@ -35,6 +37,7 @@ from datamgr.store import StateStore
 from datamgr.validation import (
     check_address,
     check_bytes,
+    check_cells,
     check_chunk_size,
     check_dataset_uri,
     check_epochs,
@@ -42,6 +45,7 @@ from datamgr.validation import (
     check_grace_seconds,
     check_id,
     check_job_class,
+    check_priority,
     check_rate,
     check_worker_count,
 )
@@ -61,7 +65,8 @@ class DataManager:
 
     With `policy` set, allocations belong to that policy (the live controller runs it): the allocation calls
     refuse every caller, and the controller allocates through `policy_allocations`. `on_jobs_changed` hears,
-    once each is durable, of every job registered or finished, with a short description; the controller runs
+    once each is durable, of every job registered or finished (and every tenant registered or unregistered,
+    which changes what a policy that keeps tenants' VCs may do), with a short description; the controller runs
     a round on it.
 
     Jobs registered with GPUs instead of workers are the policy's to place (`PolicyAllocations.place`); each
@@ -70,6 +75,10 @@ class DataManager:
     (`PolicyAllocations.release_due`, `next_release`). Every job has a scheduling history (`JobHistory`, kept
     in `state.histories`), timed by `wall_clock` so that it survives a restart; `clock` times node liveness
     only.
+
+    Tenants share the cluster, each with its virtual cluster (`Tenant`), checked against `cell_levels`, the
+    GPUs' affinity hierarchy (`silod datamgr serve --cell-levels`; "": a node is one cell of its GPUs) and the
+    nodes (`datamgr.tenants`); jobs may belong to one, with a priority.
     """
 
     def __init__(
@@ -83,6 +92,7 @@ class DataManager:
         policy: str | None = None,
         on_jobs_changed: Callable[[str], None] = lambda description: None,
         wall_clock: Callable[[], float] = time.time,
+        cell_levels: str = "",
     ) -> None:
         stored = store.load()
         self._store = store
@@ -91,7 +101,10 @@ class DataManager:
         self.remote_io_limit = remote_io_limit
         self.policy = policy
         self.wall_clock = wall_clock
-        self.state = ClusterState(stored.revision, stored.datasets, stored.jobs, stored.nodes, stored.histories)
+        self.cell_levels = cell_levels
+        self.state = ClusterState(
+            stored.revision, stored.datasets, stored.jobs, stored.nodes, stored.histories, stored.tenants
+        )
         self.hub: WatchHub[pb.WatchEvent] = WatchHub()
         self.decision_hub: WatchHub[pb.DecisionEvent] = WatchHub()
         self.liveness = NodeLiveness(node_timeout, clock, self.state.nodes)
@@ -112,6 +125,12 @@ class DataManager:
         if job_id not in self.state.jobs:
             raise NotFound(f"job_id: job {job_id!r} is not registered")
         return self.state.jobs[job_id]
+
+    def tenant(self, field: str, name: str) -> Tenant:
+        check_id(field, name)
+        if name not in self.state.tenants:
+            raise NotFound(f"{field}: tenant {name!r} is not registered (silod tenant add {name} ...)")
+        return self.state.tenants[name]
 
     def history(self, job_id: str) -> JobHistory:
         """A registered job's scheduling history (every job has one; a state that lacks it, which no store
@@ -252,15 +271,18 @@ class DataManager:
         gpus: int = 0,
         job_class: str = BEST_EFFORT,
         grace_seconds: float = 0.0,
+        tenant: str = "",
+        priority: str = HIGH_PRIORITY,
     ) -> tuple[Job, bool, int]:
         """Register a job. Repeating a registration exactly is a no-op; changing any of its parameters (the
-        dataset, f*, workers or GPUs, epochs, irregular, class, grace period) is ALREADY_EXISTS, as for
-        datasets and nodes.
+        dataset, f*, workers or GPUs, epochs, irregular, class, grace period, tenant, priority) is
+        ALREADY_EXISTS, as for datasets and nodes.
 
         With `workers`, the job runs there from now on; with `gpus` instead, it waits for the policy to place
         it, which only a data manager that runs a policy does. `job_class` ("te" or "be") and `grace_seconds`
         are for the policy (FitGpp's trial-and-error and best-effort jobs, and how long a preempted job keeps
-        its GPUs)."""
+        its GPUs), as are `tenant` (a registered tenant, "" for none) and `priority` ("high" or "low": HiveD's
+        regular and preemptible jobs)."""
         check_id("job_id", job_id)
         dataset = self.dataset("dataset_uri", dataset_uri)
         ideal = check_rate("ideal_bytes_per_sec", ideal_bytes_per_sec, positive=True)
@@ -274,6 +296,8 @@ class DataManager:
             gpus=gpus,
             job_class=check_job_class("job_class", job_class),
             grace_seconds=check_grace_seconds("grace_seconds", grace_seconds),
+            tenant=self.tenant("tenant", tenant).name if tenant else "",
+            priority=check_priority("priority", priority),
         )
         existing = self.state.jobs.get(job_id)
         if existing is not None:
@@ -426,6 +450,61 @@ class DataManager:
             return None
         names = ", ".join(h.job_id for h in histories)
         return await self._commit(Change(histories_put=tuple(histories)), (), f"policy state of {names}")
+
+    # ---- tenants ----
+
+    async def register_tenant(
+        self, name: str, cells: Mapping[str, int], cache_bytes: int = 0, io_bytes_per_sec: int = 0
+    ) -> tuple[Tenant, bool, int]:
+        """Register a tenant and its virtual cluster. Repeating a registration exactly is a no-op; another VC
+        for a registered name is ALREADY_EXISTS (unregister it first, once its jobs have finished).
+
+        The VC's level names must be the hierarchy's (INVALID_ARGUMENT); with the nodes known, all the VCs must
+        fit them, and all the tenants' remote IO the limit (FAILED_PRECONDITION naming the level or the limit).
+        Cache is not checked against the nodes' (a quota is per node, and nodes come and go)."""
+        tenant = Tenant(
+            check_id("name", name),
+            check_cells("cells", cells),
+            check_bytes("cache_bytes", cache_bytes),
+            check_rate("io_bytes_per_sec", io_bytes_per_sec),
+        )
+        existing = self.state.tenants.get(name)
+        if existing is not None:
+            if not existing.same_registration(tenant):
+                raise AlreadyExists(
+                    f"name: tenant {name!r} is registered with {_vc_text(existing)}, not {_vc_text(tenant)}; "
+                    "unregister it first (once its jobs have finished) to change its virtual cluster"
+                )
+            return existing, False, await self._settled()
+        tenants.check_levels(tenant, self.cell_levels)
+        others = [t for t in self.state.tenants.values() if t.name != name]
+        tenants.check_vcs([*others, tenant], self.cell_levels, self.state.nodes.values())
+        self._check_io_reservations(tenant, others)
+        change = Change(tenants_put=(tenant,))
+        revision = await self._commit(change, (), f"registered tenant {name} ({_vc_text(tenant)})")
+        self._on_jobs_changed(f"registered tenant {name}")
+        return tenant, True, revision
+
+    def _check_io_reservations(self, tenant: Tenant, others: Sequence[Tenant]) -> None:
+        if self.remote_io_limit is None:
+            return
+        reserved = sum(t.io_bytes_per_sec for t in others)
+        if reserved + tenant.io_bytes_per_sec > self.remote_io_limit:
+            raise FailedPrecondition(
+                f"io_bytes_per_sec {tenant.io_bytes_per_sec}: the other tenants reserve {format_rate(reserved)} of "
+                f"the remote IO limit of {format_rate(self.remote_io_limit)}, so "
+                f"{format_rate(max(0, self.remote_io_limit - reserved))} are left"
+            )
+
+    async def unregister_tenant(self, name: str) -> int:
+        """Unregister a tenant; refused while it has jobs (registered jobs are unfinished ones)."""
+        self.tenant("name", name)
+        jobs = self.state.jobs_of_tenant(name)
+        if jobs:
+            raise FailedPrecondition(f"name: tenant {name!r} has unfinished jobs {jobs}; finish them first")
+        revision = await self._commit(Change(tenants_deleted=(name,)), (), f"unregistered tenant {name}")
+        self._on_jobs_changed(f"unregistered tenant {name}")
+        return revision
 
     # ---- nodes ----
 
@@ -589,9 +668,19 @@ def _placement_text(placement: Mapping[str, int]) -> str:
     return ",".join(f"{node_id}:{gpus}" for node_id, gpus in sorted(placement.items()))
 
 
+def _vc_text(tenant: Tenant) -> str:
+    """A tenant's VC as `silod tenant add` takes it: `cells node=2, cache 1.9 TiB, remote IO 400.0 MB/s`."""
+    cells = ",".join(f"{level}={count}" for level, count in sorted(tenant.cells.items()))
+    return f"cells {cells}, cache {format_size(tenant.cache_bytes)}, remote IO {format_rate(tenant.io_bytes_per_sec)}"
+
+
 def _parameter(job: Job, name: str) -> str:
-    """One registered parameter of a job, written as a registration gives it."""
-    return _workers_text(job.workers) if name == "workers" else str(getattr(job, name))
+    """One registered parameter of a job, written as a registration gives it (no tenant: `none`)."""
+    if name == "workers":
+        return _workers_text(job.workers)
+    if name == "tenant":
+        return job.tenant or "none"
+    return str(getattr(job, name))
 
 
 def _time_text(wall_time: float | None) -> str:
@@ -606,6 +695,8 @@ def _describe(job: Job) -> str:
     length = f"{job.epochs:g} epochs" if job.epochs else "length unknown"
     access = ", irregular access" if job.irregular else ""
     grace = f", {job.grace_seconds:g} s grace period" if job.grace_seconds else ""
+    grace += f", tenant {job.tenant}" if job.tenant else ""
+    grace += f", {job.priority} priority" if job.priority != HIGH_PRIORITY else ""
     where = f"waiting for {job.gpus} GPUs" if job.placed_by_policy else f"with workers {_workers_text(job.workers)}"
     return f"{job.job_id} on {job.dataset_uri} {where} ({length}{access}, class {job.job_class}{grace})"
 

@@ -6,8 +6,10 @@ each function here gathers what a message needs from the state and from liveness
 
 from __future__ import annotations
 
-from datamgr import convert
+from datamgr import convert, lifecycle, tenants
+from datamgr.entities import LOW_PRIORITY, Job
 from datamgr.manager import DataManager
+from datamgr.scheduler.snapshot import OPPORTUNISTIC
 from silodpb.v1 import datamgr_pb2 as pb
 
 
@@ -23,6 +25,8 @@ def cluster_summary(manager: DataManager) -> pb.ClusterSummary:
         remote_io_allocated_bytes_per_sec=state.io_allocated_bytes_per_sec,
         cache_capacity_bytes=sum(n.cache_capacity_bytes for n in nodes.values()),
         cache_allocated_bytes=sum(state.node_cache_allocated(n) for n in nodes),
+        cell_levels=manager.cell_levels,
+        tenant_count=len(state.tenants),
     )
 
 
@@ -60,3 +64,40 @@ def list_jobs(manager: DataManager) -> list[pb.Job]:
 
 def list_nodes(manager: DataManager) -> list[pb.Node]:
     return [node_info(manager, node_id) for node_id in sorted(manager.state.nodes)]
+
+
+def list_tenants(manager: DataManager) -> list[pb.Tenant]:
+    by_tenant: dict[str, list[str]] = {}
+    for job_id, job in sorted(manager.state.jobs.items()):  # one pass, however many tenants
+        if job.tenant:
+            by_tenant.setdefault(job.tenant, []).append(job_id)
+    return [_tenant_message(manager, name, by_tenant.get(name, [])) for name in sorted(manager.state.tenants)]
+
+
+def tenant_info(manager: DataManager, name: str) -> pb.Tenant:
+    return _tenant_message(manager, manager.tenant("name", name).name, manager.state.jobs_of_tenant(name))
+
+
+def _tenant_message(manager: DataManager, name: str, job_ids: list[str]) -> pb.Tenant:
+    """The tenant's VC with what its jobs (`job_ids`) use now: GPUs of its running regular and low-priority jobs,
+    and its jobs waiting for the policy to place them."""
+    tenant = manager.state.tenants[name]
+    gpus_per_cell = tenants.cell_gpus(manager.cell_levels, manager.state.nodes.values())
+    message = convert.tenant_message(tenant, tenants.vc_gpus(tenant, gpus_per_cell))
+    for job_id in job_ids:
+        job = manager.state.jobs[job_id]
+        message.job_ids.append(job_id)
+        held = sum(w.count for w in job.workers)
+        if held and _preemptible(manager, job):
+            message.low_priority_gpus += held
+        elif held:
+            message.regular_gpus += held
+        elif job.placed_by_policy and lifecycle.phase(job, manager.history(job_id)) != lifecycle.Phase.SUSPENDING:
+            message.jobs_queued += 1
+    return message
+
+
+def _preemptible(manager: DataManager, job: Job) -> bool:
+    """Whether a running job runs preemptibly: registered low priority, or a regular job that the policy runs as
+    a low-priority one because its tenant's VC is full (HiveD's overflow marks it in its policy state)."""
+    return job.priority == LOW_PRIORITY or manager.history(job.job_id).policy_state.get(OPPORTUNISTIC) == 1.0

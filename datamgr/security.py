@@ -47,6 +47,7 @@ TOKEN_FREE_METHODS = frozenset(
         "ListDatasets",
         "ListJobs",
         "ListNodes",
+        "ListTenants",
     )
 )
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import grpc
 
+from datamgr import tenants
 from datamgr.controller import DEFAULT_ROUND_SECONDS, EXTERNAL_POLICY, Controller, RoundRequests
+from datamgr.entities import DataManagerError
 from datamgr.manager import DataManager
 from datamgr.metrics import DataManagerMetrics
 from datamgr.scheduler.registry import Scheduler, UnknownPolicy, accepts_options, available_policies, build_scheduler
@@ -57,6 +59,9 @@ class ServerConfig:
     policy: str = EXTERNAL_POLICY  # the policy the data manager runs (datamgr.controller); external: none
     round_seconds: float = DEFAULT_ROUND_SECONDS  # the longest time between two of the policy's rounds
     policy_options: tuple[tuple[str, str], ...] = ()  # knobs of the policy (`--policy-option KEY=VALUE`)
+    # The GPUs' affinity hierarchy bottom up, NAME:BUDDIES (`--cell-levels gpu:1,pcie:2,node:4`), for tenants'
+    # virtual clusters and the policies that keep them (hived); "": each node is one cell of its GPUs.
+    cell_levels: str = ""
 
 
 async def serve(
@@ -67,14 +72,17 @@ async def serve(
 ) -> None:
     """Serve until `stop` is set or SIGTERM/SIGINT arrives. `on_ready` gets the bound port.
 
-    Raises SecurityConfigError for bad security settings and ServeError for a policy that cannot run, before
-    the state dir is touched."""
+    Raises SecurityConfigError for bad security settings and ServeError for a policy that cannot run or cell
+    levels that are no hierarchy, before the state dir is touched; ServeError too for a state dir whose tenants
+    name levels the cell levels lack."""
     stop = stop or asyncio.Event()
     security = ServerSecurity.load(config.tls_cert, config.tls_key, config.tls_ca, config.auth_token_file)
     scheduler = _scheduler(config)
+    _check_cell_levels(config.cell_levels)
     store = SQLiteStore(config.state_dir)
     try:
         manager, controller = _manager_and_controller(config, store, scheduler)
+        _check_stored_tenants(manager)
         metrics = None if config.metrics_port is None else DataManagerMetrics(manager)
         interceptors = [metrics.interceptor] if metrics else []  # first: refused calls are counted too
         server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors + security.interceptors())
@@ -142,13 +150,45 @@ def _scheduler(config: ServerConfig) -> Scheduler | None:
         raise ServeError(f"--policy {config.policy}: cannot load the policy: {type(exc).__name__}: {exc}") from exc
 
 
+def _check_cell_levels(spec: str) -> None:
+    try:
+        tenants.check_cell_levels(spec)
+    except ValueError as exc:
+        raise ServeError(
+            f"--cell-levels {spec!r}: {exc}; give the levels bottom up as NAME:BUDDIES, from one GPU to a node and "
+            "above, e.g. gpu:1,pcie:2,socket:2,node:2"
+        ) from None
+
+
+def _check_stored_tenants(manager: DataManager) -> None:
+    """Refuse cell levels that lack a level a registered tenant's VC names (restart with the levels it was
+    registered under, and unregister the tenant, to change them); warn when the VCs do not fit the nodes (a node
+    unregistered since), which the policy cannot then keep."""
+    registered = list(manager.state.tenants.values())
+    for tenant in registered:
+        try:
+            tenants.check_levels(tenant, manager.cell_levels, field=f"tenant {tenant.name}")
+        except DataManagerError as exc:
+            raise ServeError(f"--cell-levels: {exc}; unregister the tenant to change the levels") from None
+    try:
+        tenants.check_vcs(registered, manager.cell_levels, manager.state.nodes.values(), field="tenants")
+    except DataManagerError as exc:
+        log.warning("%s: policies that keep virtual clusters (hived) cannot run until they fit", exc)
+
+
 def _manager_and_controller(
     config: ServerConfig, store: SQLiteStore, scheduler: Scheduler | None
 ) -> tuple[DataManager, Controller | None]:
     """The data manager, and with a scheduler the controller that owns its allocations and hears of every job
     registered or finished."""
     if scheduler is None:
-        return DataManager(store, remote_io_limit=config.remote_io_limit, node_timeout=config.node_timeout), None
+        manager = DataManager(
+            store,
+            remote_io_limit=config.remote_io_limit,
+            node_timeout=config.node_timeout,
+            cell_levels=config.cell_levels,
+        )
+        return manager, None
     requests = RoundRequests()
     manager = DataManager(
         store,
@@ -156,6 +196,7 @@ def _manager_and_controller(
         node_timeout=config.node_timeout,
         policy=config.policy,
         on_jobs_changed=requests.request,
+        cell_levels=config.cell_levels,
     )
     return manager, Controller(manager, scheduler, requests, round_seconds=config.round_seconds)
 

@@ -140,6 +140,8 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
             gpus=request.gpus,
             job_class=convert.job_class(request.job_class),
             grace_seconds=request.grace_seconds,
+            tenant=request.tenant,
+            priority=convert.priority(request.priority),
         )
         return pb.RegisterJobResponse(
             job=self._with_estimate(queries.job_info(self._manager, job.job_id)), created=created, revision=revision
@@ -148,6 +150,19 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
     @_unary
     async def FinishJob(self, request: pb.FinishJobRequest, context: Any) -> pb.FinishJobResponse:
         return pb.FinishJobResponse(revision=await self._manager.finish_job(request.job_id))
+
+    @_unary
+    async def RegisterTenant(self, request: pb.RegisterTenantRequest, context: Any) -> pb.RegisterTenantResponse:
+        tenant, created, revision = await self._manager.register_tenant(
+            request.name, request.cells, request.cache_bytes, request.io_bytes_per_sec
+        )
+        return pb.RegisterTenantResponse(
+            tenant=queries.tenant_info(self._manager, tenant.name), created=created, revision=revision
+        )
+
+    @_unary
+    async def UnregisterTenant(self, request: pb.UnregisterTenantRequest, context: Any) -> pb.UnregisterTenantResponse:
+        return pb.UnregisterTenantResponse(revision=await self._manager.unregister_tenant(request.name))
 
     @_unary
     async def RegisterNode(self, request: pb.RegisterNodeRequest, context: Any) -> pb.RegisterNodeResponse:
@@ -224,3 +239,7 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
     @_unary
     async def ListNodes(self, request: pb.ListNodesRequest, context: Any) -> pb.ListNodesResponse:
         return pb.ListNodesResponse(nodes=queries.list_nodes(self._manager))
+
+    @_unary
+    async def ListTenants(self, request: pb.ListTenantsRequest, context: Any) -> pb.ListTenantsResponse:
+        return pb.ListTenantsResponse(tenants=queries.list_tenants(self._manager))

@@ -11,7 +11,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from datamgr.entities import Dataset, Job, JobHistory, Node, NodeJobView, NodeView
+from datamgr.entities import Dataset, Job, JobHistory, Node, NodeJobView, NodeView, Tenant
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,8 @@ class Change:
     # Jobs' scheduling histories, keyed by job id: one is put with every job registered and deleted with it.
     histories_put: tuple[JobHistory, ...] = ()
     histories_deleted: tuple[str, ...] = ()
+    tenants_put: tuple[Tenant, ...] = ()
+    tenants_deleted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +44,11 @@ class JobRemoved:
 
 
 NodeChange = Dataset | NodeJobView | DatasetRemoved | JobRemoved
-_Entity = TypeVar("_Entity", Dataset, Job, Node, JobHistory)
+_Entity = TypeVar("_Entity", Dataset, Job, Node, JobHistory, Tenant)
 
 
 class ClusterState:
-    """Datasets, jobs and nodes at `revision`, indexed for the questions validation asks."""
+    """Datasets, jobs, nodes and tenants at `revision`, indexed for the questions validation asks."""
 
     def __init__(
         self,
@@ -55,12 +57,14 @@ class ClusterState:
         jobs: Iterable[Job] = (),
         nodes: Iterable[Node] = (),
         histories: Iterable[JobHistory] = (),
+        tenants: Iterable[Tenant] = (),
     ) -> None:
         self.revision = revision
         self.datasets: dict[str, Dataset] = {}
         self.jobs: dict[str, Job] = {}
         self.nodes: dict[str, Node] = {}
         self.histories: dict[str, JobHistory] = {}
+        self.tenants: dict[str, Tenant] = {}
         self.io_allocated_bytes_per_sec = 0
         self._jobs_by_node: defaultdict[str, set[str]] = defaultdict(set)
         self._jobs_by_dataset: defaultdict[str, set[str]] = defaultdict(set)
@@ -70,6 +74,7 @@ class ClusterState:
                 jobs_put=tuple(jobs),
                 nodes_put=tuple(nodes),
                 histories_put=tuple(histories),
+                tenants_put=tuple(tenants),
             )
         )
 
@@ -84,6 +89,11 @@ class ClusterState:
     def nodes_mounting(self, uri: str) -> frozenset[str]:
         """Nodes that run a worker of a job reading this dataset: the ones that enforce its quota."""
         return frozenset(node for job_id in self.jobs_of_dataset(uri) for node in self.jobs[job_id].node_ids)
+
+    def jobs_of_tenant(self, name: str) -> list[str]:
+        """The jobs that belong to a tenant, by id: a scan of the jobs, for the rare calls that ask of one tenant
+        (unregistering it)."""
+        return sorted(job_id for job_id, job in self.jobs.items() if job.tenant == name)
 
     def datasets_on_node(self, node_id: str) -> frozenset[str]:
         return frozenset(self.jobs[job_id].dataset_uri for job_id in self.jobs_on_node(node_id))
@@ -145,7 +155,11 @@ class ClusterState:
         undo_jobs = _restoring(self.jobs, [j.job_id for j in change.jobs_put], change.jobs_deleted)
         undo_nodes = _restoring(self.nodes, [n.node_id for n in change.nodes_put], change.nodes_deleted)
         undo_histories = _restoring(self.histories, [h.job_id for h in change.histories_put], change.histories_deleted)
-        undo = Change(*undo_datasets, *undo_jobs, *undo_nodes, None, *undo_histories)
+        undo_tenants = _restoring(self.tenants, [t.name for t in change.tenants_put], change.tenants_deleted)
+        undo = Change(*undo_datasets, *undo_jobs, *undo_nodes, None, *undo_histories, *undo_tenants)
+        for name in change.tenants_deleted:
+            del self.tenants[name]
+        self.tenants.update((t.name, t) for t in change.tenants_put)
         for job_id in change.histories_deleted:
             del self.histories[job_id]
         self.histories.update((h.job_id, h) for h in change.histories_put)

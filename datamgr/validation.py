@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 
-from datamgr.entities import JOB_CLASSES, InvalidArgument
+from datamgr.entities import JOB_CLASSES, PRIORITIES, InvalidArgument
 from silodlib.backends.uri import InvalidDatasetURI, parse_dataset_uri
 from silodlib.units import format_rate, format_size
 
@@ -18,6 +19,7 @@ MIN_CHUNK_SIZE = 64 * 1024
 MAX_CHUNK_SIZE = 1024**3
 MAX_WORKERS = 1_000_000
 MAX_EPOCHS = 1_000_000.0  # a million passes over a dataset is already no real job
+MAX_CELLS = 1_000_000  # cells of one level in a tenant's virtual cluster
 MAX_GRACE_SECONDS = 86_400.0  # a day: FitGpp's grace periods are minutes (a mean of 3, at most 20)
 _ADDRESS = re.compile(r"[^\s]{1,255}")
 
@@ -81,6 +83,26 @@ def check_job_class(field: str, value: str) -> str:
     if value not in JOB_CLASSES:
         raise InvalidArgument(f"{field} {value!r} must be te (trial-and-error) or be (best-effort)")
     return value
+
+
+def check_priority(field: str, value: str) -> str:
+    """A job's priority: "high" (regular) or "low" (preemptible)."""
+    if value not in PRIORITIES:
+        raise InvalidArgument(f"{field} {value!r} must be high (regular) or low (preemptible)")
+    return value
+
+
+def check_cells(field: str, cells: Mapping[str, int]) -> dict[str, int]:
+    """A virtual cluster's cells: at least one level, each named as ids are and given a count from 0; by name.
+    Whether the names are levels of the data manager's hierarchy is `datamgr.tenants`' to say."""
+    if not cells:
+        raise InvalidArgument(f"{field} must give at least one level and its number of cells, such as node=2")
+    for name, count in sorted(cells.items()):
+        if not _ID.fullmatch(name):
+            raise InvalidArgument(f"{field}: level name {name!r} must match {ID_RULE}")
+        if not 0 <= count <= MAX_CELLS:
+            raise InvalidArgument(f"{field}: {name}={count} must be a number of cells from 0 to {MAX_CELLS:,}")
+    return dict(sorted(cells.items()))
 
 
 def check_grace_seconds(field: str, value: float) -> float:

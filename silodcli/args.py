@@ -9,12 +9,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from datamgr.entities import JOB_CLASSES
+from datamgr.entities import JOB_CLASSES, PRIORITIES
 from datamgr.scheduler.sim.fields import parse_duration
-from datamgr.validation import MAX_EPOCHS, MAX_GRACE_SECONDS, MAX_WORKERS
+from datamgr.tenants import check_cell_levels
+from datamgr.validation import MAX_CELLS, MAX_EPOCHS, MAX_GRACE_SECONDS, MAX_WORKERS
 from silodlib.units import parse_rate, parse_size
 
 T = TypeVar("T")
+
+
+class CommandLineError(Exception):
+    """Bad input that a command finds only once it runs (in a file an option names): exit 2, as a bad command line
+    is, before anything is sent."""
 
 
 def argument_type(parse: Callable[[str], T], name: str) -> Callable[[str], T]:
@@ -86,6 +92,42 @@ def job_class_arg(text: str) -> str:
     if text not in JOB_CLASSES:
         raise argparse.ArgumentTypeError(f"{text!r} must be te (trial-and-error) or be (best-effort)")
     return text
+
+
+def priority_arg(text: str) -> str:
+    """A job's priority: high (regular) or low (preemptible)."""
+    if text not in PRIORITIES:
+        raise argparse.ArgumentTypeError(f"{text!r} must be high (regular) or low (preemptible)")
+    return text
+
+
+def cells_arg(text: str) -> dict[str, int]:
+    """A virtual cluster's cells, LEVEL=COUNT[,LEVEL=COUNT...]: "node=2", "node=2,gpu=1"."""
+    cells: dict[str, int] = {}
+    for part in text.split(","):
+        level, equals, count = (piece.strip() for piece in part.partition("="))
+        if not equals or not level or not count.isdigit() or int(count) > MAX_CELLS:
+            raise argparse.ArgumentTypeError(
+                f"cells {text!r}: {part.strip()!r} is not LEVEL=COUNT with a whole COUNT from 0 to {MAX_CELLS:,} "
+                "(such as node=2,gpu=1)"
+            )
+        if level in cells:
+            raise argparse.ArgumentTypeError(f"cells {text!r}: level {level!r} is given twice")
+        cells[level] = int(count)
+    return cells
+
+
+def cell_levels_arg(text: str) -> str:
+    """The GPUs' affinity hierarchy bottom up, NAME:BUDDIES,...: checked as the data manager would, and written
+    back without spaces ("gpu:1,pcie:2,node:2")."""
+    try:
+        levels = check_cell_levels(text.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{exc}; give the levels bottom up as NAME:BUDDIES, from one GPU to a node and above, such as "
+            "gpu:1,pcie:2,socket:2,node:2"
+        ) from None
+    return ",".join(f"{name}:{buddies}" for name, buddies in levels)
 
 
 def grace_arg(text: str) -> float:

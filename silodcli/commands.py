@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+import grpc
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from datamgr.client import ClientError, DataManagerClient
-from datamgr.convert import JOB_CLASS_MESSAGES
+from datamgr.convert import JOB_CLASS_MESSAGES, PRIORITY_MESSAGES
 from silodcli.tables import (
     class_phrase,
     controller_line,
@@ -27,8 +28,12 @@ from silodcli.tables import (
     render_table,
     summary_line,
     suspending_line,
+    tenant_phrase,
+    tenants_table,
     training_text,
+    vc_text,
 )
+from silodcli.vc_file import read_vc
 from silodlib.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb
 
@@ -92,11 +97,15 @@ def job_add(args: argparse.Namespace, client: DataManagerClient) -> None:
         gpus=args.gpus or 0,
         job_class=JOB_CLASS_MESSAGES[args.job_class],
         grace_seconds=args.grace_seconds,
+        tenant=args.tenant,
+        priority=PRIORITY_MESSAGES[args.priority],
     )
     job = reply.job
     verb = "registered" if reply.created else "already registered"
     default_class = job.job_class != pb.JOB_CLASS_TRIAL_AND_ERROR and not job.grace_seconds
     described = training_text(job) if default_class else f"{training_text(job)}; {class_phrase(job)}"
+    if job.tenant or job.priority == pb.JOB_PRIORITY_LOW:
+        described += f"; {tenant_phrase(job)}"
     print(f"{verb} job {job.job_id} on {job.dataset_uri} ({described}) (revision {reply.revision})")
 
 
@@ -112,6 +121,7 @@ def job_show(args: argparse.Namespace, client: DataManagerClient) -> None:
         return
     print(jobs_table([job]))
     print(f"class: {class_phrase(job)}")
+    print(f"tenant: {tenant_phrase(job)}")
     suspending = suspending_line(job)
     if suspending is not None:
         print(suspending)
@@ -133,11 +143,37 @@ def job_show(args: argparse.Namespace, client: DataManagerClient) -> None:
     print("\n" + render_table(("NODE", "EPOCH", "PROGRESS", "READ", "FROM REMOTE"), usage))
 
 
+def tenant_add(args: argparse.Namespace, client: DataManagerClient) -> None:
+    if args.vc is not None:
+        cells, cache, remote_io = read_vc(args.vc, args.name)
+    else:
+        cells, cache, remote_io = args.cells, 0, 0
+    cache = cache if args.cache is None else args.cache  # a flag wins over the file
+    remote_io = remote_io if args.remote_io is None else args.remote_io
+    reply = client.register_tenant(args.name, cells, cache, remote_io)
+    verb = "registered" if reply.created else "already registered"
+    print(f"{verb} tenant {reply.tenant.name}: {vc_text(reply.tenant)} (revision {reply.revision})")
+
+
+def tenant_list(args: argparse.Namespace, client: DataManagerClient) -> None:
+    tenants = client.call(client.stub.ListTenants, pb.ListTenantsRequest()).tenants
+    if args.json:
+        _print_json([_as_dict(t) for t in tenants])
+        return
+    print(tenants_table(tenants))
+
+
+def tenant_remove(args: argparse.Namespace, client: DataManagerClient) -> None:
+    reply = client.call(client.stub.UnregisterTenant, pb.UnregisterTenantRequest(name=args.name))
+    print(f"unregistered tenant {args.name} (revision {reply.revision})")
+
+
 class _Status(NamedTuple):
     summary: pb.ClusterSummary
     datasets: Sequence[pb.Dataset]
     jobs: Sequence[pb.Job]
     nodes: Sequence[pb.Node]
+    tenants: Sequence[pb.Tenant]
 
 
 def _fetch_status(client: DataManagerClient) -> _Status:
@@ -146,7 +182,18 @@ def _fetch_status(client: DataManagerClient) -> _Status:
         client.call(client.stub.ListDatasets, pb.ListDatasetsRequest()).datasets,
         client.call(client.stub.ListJobs, pb.ListJobsRequest()).jobs,
         client.call(client.stub.ListNodes, pb.ListNodesRequest()).nodes,
+        _fetch_tenants(client),
     )
+
+
+def _fetch_tenants(client: DataManagerClient) -> Sequence[pb.Tenant]:
+    """The tenants; none from a data manager older than tenants (it does not know the call)."""
+    try:
+        return client.call(client.stub.ListTenants, pb.ListTenantsRequest()).tenants
+    except ClientError as exc:
+        if exc.code == grpc.StatusCode.UNIMPLEMENTED:
+            return []
+        raise
 
 
 def _status_json(status: _Status, indent: int | None) -> str:
@@ -155,19 +202,23 @@ def _status_json(status: _Status, indent: int | None) -> str:
         "datasets": [_as_dict(d) for d in status.datasets],
         "jobs": [_as_dict(j) for j in status.jobs],
         "nodes": [_as_dict(n) for n in status.nodes],
+        "tenants": [_as_dict(t) for t in status.tenants],
     }
     return json.dumps(document, indent=indent, sort_keys=True)
 
 
 def _status_tables(address: str, status: _Status) -> str:
-    return "\n\n".join(
-        (
-            f"data manager {address}: {summary_line(status.summary)}\n{controller_line(status.summary.controller)}",
-            datasets_table(status.datasets),
-            jobs_table(status.jobs),
-            nodes_table(status.nodes),
-        )
-    )
+    """The summary and the tables; the tenants' only where the data manager has tenants or cell levels."""
+    sections = [
+        f"data manager {address}: {summary_line(status.summary)}\n{controller_line(status.summary.controller)}",
+        datasets_table(status.datasets),
+        jobs_table(status.jobs),
+        nodes_table(status.nodes),
+    ]
+    if status.tenants or status.summary.cell_levels:
+        levels = status.summary.cell_levels or "each node one cell of its GPUs"
+        sections.append(f"tenants (cell levels {levels}):\n{tenants_table(status.tenants)}")
+    return "\n\n".join(sections)
 
 
 def status(args: argparse.Namespace, client: DataManagerClient) -> None:

@@ -19,6 +19,9 @@ from datamgr.server import DEFAULT_LISTEN, ServeError, ServerConfig, serve
 from datamgr.store.sqlite import StateDirError
 from silodcli import commands, config, fuse_client
 from silodcli.args import (
+    CommandLineError,
+    cell_levels_arg,
+    cells_arg,
     epochs_arg,
     gpus_arg,
     grace_arg,
@@ -29,6 +32,7 @@ from silodcli.args import (
     path_arg,
     port_arg,
     positive_seconds,
+    priority_arg,
     rate_arg,
     size_arg,
     worker_arg,
@@ -113,6 +117,16 @@ def build_parser() -> ConfigurableParser:
             metavar="SECONDS",
             help="with --policy: the longest time between two rounds; job changes start one at once "
             "(default %(default)g)",
+        )
+        serve_p.add_argument(
+            "--cell-levels",
+            type=cell_levels_arg,
+            default="",
+            metavar="LEVELS",
+            help="the GPUs' affinity hierarchy bottom up as NAME:BUDDIES, from one GPU to a node and above, e.g. "
+            "gpu:1,pcie:2,socket:2,node:2 (a node of 8 GPUs): the levels tenants' virtual clusters reserve cells "
+            "of (silod tenant add --cells node=2) and the hived policy places jobs in. Nodes with GPUs fill the "
+            "node cells in node-id order (default: each node is one cell of its GPUs, levels gpu and node)",
         )
         add_server_flags(serve_p)
     serve_p.add_argument(
@@ -217,6 +231,21 @@ def build_parser() -> ConfigurableParser:
         help='how long the job keeps its GPUs once the policy preempts it, to checkpoint and stop ("90s", "3m", '
         '"1h"; at most a day; default 0: they go to other jobs at once)',
     )
+    job_add.add_argument(
+        "--tenant",
+        default="",
+        metavar="NAME",
+        help="the registered tenant (silod tenant add) whose virtual cluster the job runs in, for policies such "
+        "as hived (default: none; under hived such a job runs only as a low-priority one)",
+    )
+    job_add.add_argument(
+        "--priority",
+        type=priority_arg,
+        default="high",
+        metavar="high|low",
+        help="high (the default: a regular job, guaranteed by its tenant's virtual cluster) or low (preemptible: "
+        "it runs on GPUs no tenant's regular job needs, and is preempted when one does)",
+    )
     _client_command(job_add, commands.job_add)
     finish_p = job.add_parser("finish", help="remove a finished job and its allocation")
     finish_p.add_argument("job_id", metavar="JOB_ID")
@@ -226,7 +255,9 @@ def build_parser() -> ConfigurableParser:
     job_show.add_argument("--json", action="store_true")
     _client_command(job_show, commands.job_show)
 
-    status_p = sub.add_parser("status", help="datasets, jobs and nodes")
+    _add_tenant_commands(sub)
+
+    status_p = sub.add_parser("status", help="datasets, jobs, nodes and tenants")
     status_p.add_argument("--json", action="store_true", help="machine-readable output")
     status_p.add_argument(
         "--watch",
@@ -260,6 +291,47 @@ def build_parser() -> ConfigurableParser:
     return parser
 
 
+def _add_tenant_commands(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
+    tenant = sub.add_parser("tenant", help="register, list and remove tenants and their virtual clusters")
+    actions = tenant.add_subparsers(dest="action", required=True)
+    add_p = actions.add_parser(
+        "add",
+        help="register a tenant and its virtual cluster: the cells it is guaranteed, and the cache and remote IO "
+        "reserved for its jobs",
+    )
+    add_p.add_argument("name", metavar="NAME")
+    vc = add_p.add_mutually_exclusive_group(required=True)
+    vc.add_argument(
+        "--vc",
+        type=path_arg,
+        metavar="FILE",
+        help='a TOML file with cells = { node = 2 } and optionally cache = "2TB", remote_io = "400MB/s" (or a '
+        "file of [NAME] tables, as silod sim --tenants takes: the table of this tenant's NAME)",
+    )
+    vc.add_argument(
+        "--cells",
+        type=cells_arg,
+        metavar="LEVEL=COUNT[,...]",
+        help="the cells the VC reserves per level of the data manager's --cell-levels, e.g. node=2,gpu=1",
+    )
+    add_p.add_argument(
+        "--cache", type=size_arg, metavar="SIZE", help="cache reserved for its jobs, e.g. 2TB (default: the file's, 0)"
+    )
+    add_p.add_argument(
+        "--remote-io",
+        type=rate_arg,
+        metavar="RATE",
+        help="remote IO reserved for its jobs, e.g. 400MB/s (default: the file's, 0)",
+    )
+    _client_command(add_p, commands.tenant_add)
+    list_p = actions.add_parser("list", help="the tenants, their virtual clusters and what their jobs use")
+    list_p.add_argument("--json", action="store_true")
+    _client_command(list_p, commands.tenant_list)
+    remove_p = actions.add_parser("remove", help="unregister a tenant that has no unfinished job")
+    remove_p.add_argument("name", metavar="NAME")
+    _client_command(remove_p, commands.tenant_remove)
+
+
 def _serve(args: argparse.Namespace) -> int:
     config = ServerConfig(
         args.listen,
@@ -274,6 +346,7 @@ def _serve(args: argparse.Namespace) -> int:
         policy=args.policy,
         round_seconds=args.round_seconds,
         policy_options=tuple(args.policy_options),
+        cell_levels=args.cell_levels,
     )
     try:
         asyncio.run(serve(config))
@@ -326,6 +399,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         except ClientError as exc:
             print(f"silod: {exc}", file=sys.stderr)
             return EXIT_UNREACHABLE if exc.unreachable else EXIT_REJECTED
+        except CommandLineError as exc:
+            print(f"silod: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     return 0
 
 

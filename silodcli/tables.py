@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from datamgr.controller import EXTERNAL_POLICY
 from datamgr.scheduler.perf import hit_ratio
@@ -145,6 +145,58 @@ def suspending_line(job: pb.Job) -> str | None:
     return f"suspending through its grace period: holds {held} until {until}, then waits to resume"
 
 
+PRIORITY_NAMES = {pb.JOB_PRIORITY_HIGH: "high", pb.JOB_PRIORITY_LOW: "low", pb.JOB_PRIORITY_UNSPECIFIED: "high"}
+
+
+def priority_text(job: pb.Job) -> str:
+    """`high` (regular; also from a data manager that does not say) or `low` (preemptible)."""
+    return PRIORITY_NAMES.get(job.priority, "-")
+
+
+def tenant_phrase(job: pb.Job) -> str:
+    """The tenant and priority a job registered, as a phrase: `tenant prod-a, high priority`, `no tenant, low
+    priority (preemptible)`."""
+    owner = f"tenant {job.tenant}" if job.tenant else "no tenant"
+    priority = priority_text(job)
+    return f"{owner}, {priority} priority" + (" (preemptible)" if priority == "low" else "")
+
+
+def cells_text(cells: Mapping[str, int]) -> str:
+    """A VC's cells as `silod tenant add --cells` takes them: `node=2,gpu=1`."""
+    return ",".join(f"{level}={count}" for level, count in sorted(cells.items())) or "-"
+
+
+def vc_text(tenant: pb.Tenant) -> str:
+    """A tenant's VC as a phrase: `cells node=2 (4 GPUs), cache 1.8 TiB, remote IO 400.0 MB/s`."""
+    gpus = f" ({tenant.vc_gpus} GPUs)" if tenant.vc_gpus else ""
+    return (
+        f"cells {cells_text(tenant.cells)}{gpus}, cache {format_size(tenant.cache_bytes)}, "
+        f"remote IO {format_rate(tenant.io_bytes_per_sec)}"
+    )
+
+
+def tenants_table(tenants: Sequence[pb.Tenant]) -> str:
+    """One row per tenant: its VC (cells, their GPUs, `-` while the data manager cannot size them, storage) and
+    what its jobs use now: GPUs of its regular and of its low-priority (preemptible) running jobs, and its jobs
+    waiting for the policy."""
+    rows = [
+        (
+            t.name,
+            cells_text(t.cells),
+            t.vc_gpus or "-",
+            format_size(t.cache_bytes),
+            format_rate(t.io_bytes_per_sec),
+            t.regular_gpus,
+            t.low_priority_gpus,
+            t.jobs_queued,
+            len(t.job_ids),
+        )
+        for t in tenants
+    ]
+    headers = ("TENANT", "CELLS", "VC GPUS", "CACHE", "REMOTE IO", "REGULAR GPUS", "LOW-PRI GPUS", "QUEUED", "JOBS")
+    return render_table(headers, rows)
+
+
 def queue_text(job: pb.Job) -> str:
     """The queue the policy keeps the job in, numbered from 1 as the papers do (its policy state's `queue`,
     which Tiresias counts from 0); `-` if none."""
@@ -158,8 +210,8 @@ def workers_text(job: pb.Job) -> str:
 
 
 def jobs_table(jobs: Sequence[pb.Job]) -> str:
-    """One row per job: its registration (class and grace period included), allocation, where it stands with
-    the policy (state, queue, GPU-hours attained, preemptions) and what the policy expects of it."""
+    """One row per job: its registration (class, grace period, tenant and priority included), allocation, where it
+    stands with the policy (state, queue, GPU-hours attained, preemptions) and what the policy expects of it."""
     rows = [
         (
             j.job_id,
@@ -169,6 +221,8 @@ def jobs_table(jobs: Sequence[pb.Job]) -> str:
             access_text(j),
             class_text(j),
             duration_text(j.grace_seconds),
+            j.tenant or "-",
+            priority_text(j),
             format_rate(j.io_bytes_per_sec),
             workers_text(j),
             phase_text(j),
@@ -188,6 +242,8 @@ def jobs_table(jobs: Sequence[pb.Job]) -> str:
         "ACCESS",
         "CLASS",
         "GRACE",
+        "TENANT",
+        "PRIORITY",
         "REMOTE IO",
         "WORKERS",
         "STATE",

@@ -85,7 +85,10 @@ def test_required_node_flags_come_from_the_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('[datamgr]\nstat-dir = "x"\n', "unknown key 'stat-dir' in [datamgr]; accepted keys: auth-token-file, listen"),
+        (
+            '[datamgr]\nstat-dir = "x"\n',
+            "unknown key 'stat-dir' in [datamgr]; accepted keys: auth-token-file, cell-levels, listen",
+        ),
         ("[dm]\nlisten = 1\n", "unknown section [dm]; the sections are [client], [datamgr], [node]"),
         ('[node]\ncache-capacity = "5G"\n', "[node] cache-capacity: "),
         ('[client]\nfoo = 1\n[datamgr]\nremote-io-limit = "1GB"\n', "unknown key 'foo' in [client]"),

@@ -189,9 +189,11 @@ def test_exactly_the_changes_and_the_streams_need_the_token() -> None:
         "RegisterDataset",
         "RegisterJob",
         "RegisterNode",
+        "RegisterTenant",
         "ReportUsage",
         "UnregisterDataset",
         "UnregisterNode",
+        "UnregisterTenant",
         "WatchAllocations",
         "WatchDecisions",  # a launcher's stream: who runs where is not for anyone on the network
     ]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from datamgr.entities import Dataset, Job, Node, Worker
+from datamgr.entities import Dataset, Job, Node, Tenant, Worker
 from datamgr.manager import DataManager
 from datamgr.state import Change
 from datamgr.store import Commit, SQLiteStore, StateStore
@@ -170,6 +170,76 @@ def test_a_state_dir_of_schema_3_opens_with_best_effort_jobs_without_grace_that_
     assert [(j.job_id, j.job_class, j.grace_seconds) for j in state.jobs] == [("p1", "be", 0.0), ("te", "te", 90.0)]
     assert state.histories == (suspending,)
     reopened.close()
+
+
+# A state dir as silod wrote it at schema version 4, before tenants: no tenants table, and jobs without a tenant
+# or a priority. Frozen here, as _SCHEMA_V1.
+_SCHEMA_V4 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE datasets (
+    uri TEXT PRIMARY KEY, options TEXT NOT NULL, size_bytes INTEGER NOT NULL, file_count INTEGER NOT NULL,
+    item_count INTEGER NOT NULL, chunk_size_bytes INTEGER NOT NULL, manifest_digest TEXT NOT NULL,
+    cache_quota_bytes INTEGER NOT NULL);
+CREATE TABLE manifests (uri TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE jobs (
+    job_id TEXT PRIMARY KEY, dataset_uri TEXT NOT NULL, ideal_bytes_per_sec INTEGER NOT NULL,
+    workers TEXT NOT NULL, io_bytes_per_sec INTEGER NOT NULL, epochs REAL NOT NULL DEFAULT 0,
+    irregular INTEGER NOT NULL DEFAULT 0, gpus INTEGER NOT NULL DEFAULT 0,
+    job_class TEXT NOT NULL DEFAULT 'be', grace_seconds REAL NOT NULL DEFAULT 0);
+CREATE TABLE nodes (node_id TEXT PRIMARY KEY, address TEXT NOT NULL,
+    cache_capacity_bytes INTEGER NOT NULL, gpus INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE job_histories (job_id TEXT PRIMARY KEY, history TEXT NOT NULL);
+CREATE TABLE events (revision INTEGER NOT NULL, node_id TEXT NOT NULL, payload BLOB NOT NULL);
+CREATE INDEX events_by_node ON events (node_id, revision);
+INSERT INTO meta VALUES ('schema_version', 4), ('revision', 6);
+INSERT INTO datasets VALUES ('s3://bkt/train', '{"region": "eu-west-1"}', 1000, 3, 4, 4194304, 'd1', 500);
+INSERT INTO manifests VALUES ('s3://bkt/train', X'4d');
+INSERT INTO nodes VALUES ('n1', 'h1:7421', 10000, 4);
+INSERT INTO jobs VALUES ('p1', 's3://bkt/train', 100, '[["n1", 2]]', 0, 2.0, 0, 2, 'te', 30.0);
+INSERT INTO job_histories VALUES ('p1', '{"job_id": "p1", "submit_time": 7.0, "first_start_time": 9.0,
+    "last_start_time": 9.0}');
+"""
+TENANT = Tenant("prod-a", {"node": 2, "gpu": 1}, 2 * 10**12, 400_000_000)
+
+
+def test_a_state_dir_of_schema_4_opens_without_tenants_and_with_regular_jobs_of_no_tenant(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "silod.db")
+    db.executescript(_SCHEMA_V4)
+    db.close()
+
+    store = SQLiteStore(tmp_path)
+    state = store.load()
+    (job,) = state.jobs
+    assert (job.job_id, job.job_class, job.grace_seconds, job.tenant, job.priority) == ("p1", "te", 30.0, "", "high")
+    assert (state.revision, state.tenants, len(state.histories)) == (6, (), 1)
+    low = replace(JOB, job_id="low", tenant=TENANT.name, priority="low")
+    store.commit([Commit(7, Change(tenants_put=(TENANT,), jobs_put=(low,)))])  # the new table and columns take values
+    store.close()
+
+    reopened = SQLiteStore(tmp_path)
+    state = reopened.load()
+    assert state.tenants == (TENANT,)
+    assert [(j.job_id, j.tenant, j.priority) for j in state.jobs] == [("low", "prod-a", "low"), ("p1", "", "high")]
+    reopened.close()
+    db = sqlite3.connect(tmp_path / "silod.db")
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (SCHEMA_VERSION,) == (5,)
+    db.close()
+
+
+def test_tenants_are_committed_replaced_and_deleted_with_their_jobs_tenant_and_priority(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()
+    low = replace(JOB, tenant=TENANT.name, priority="low")
+    store.commit([Commit(1, Change(datasets_put=(DATASET,), nodes_put=(NODE,), tenants_put=(TENANT,)))])
+    store.commit([Commit(2, Change(jobs_put=(low,)))])
+    assert (store.load().tenants, store.load().jobs) == ((TENANT,), (low,))
+    smaller = replace(TENANT, cells={"node": 1}, cache_bytes=0)
+    other = Tenant("prod-b", {"node": 1})
+    store.commit([Commit(3, Change(tenants_put=(smaller, other)))])
+    assert store.load().tenants == (smaller, other)  # by name
+    store.commit([Commit(4, Change(jobs_deleted=(low.job_id,), tenants_deleted=(TENANT.name,)))])
+    assert (store.load().tenants, store.load().jobs) == ((other,), ())
 
 
 def test_deleting_a_dataset_deletes_its_manifest(make_store: StoreFactory) -> None:

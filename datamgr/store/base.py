@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from datamgr.entities import Dataset, Job, JobHistory, Node
+from datamgr.entities import Dataset, Job, JobHistory, Node, Tenant
 from datamgr.state import Change
 
 # How many revisions back a store's event log reaches by default: a node further behind resyncs from a snapshot.
@@ -27,6 +27,7 @@ class StoredState:
     jobs: tuple[Job, ...]
     nodes: tuple[Node, ...]
     histories: tuple[JobHistory, ...] = ()  # one per job, with the job's scheduling history
+    tenants: tuple[Tenant, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from datamgr.entities import Dataset, Job, JobHistory, Node
+from datamgr.entities import Dataset, Job, JobHistory, Node, Tenant
 from datamgr.state import Change
 from datamgr.store.base import DEFAULT_RETAINED_REVISIONS, Commit, StoredState
 
@@ -23,6 +23,7 @@ class MemoryStore:
         self._jobs: dict[str, Job] = {}
         self._nodes: dict[str, Node] = {}
         self._histories: dict[str, JobHistory] = {}
+        self._tenants: dict[str, Tenant] = {}
         self._events: dict[str, deque[tuple[int, bytes]]] = {}
         self._event_floor = 0  # the log holds every event after this revision
         self._retained = retained_revisions
@@ -34,25 +35,27 @@ class MemoryStore:
             tuple(self._jobs[job_id] for job_id in sorted(self._jobs)),
             tuple(self._nodes[node_id] for node_id in sorted(self._nodes)),
             tuple(self._histories[job_id] for job_id in sorted(self._histories)),
+            tuple(self._tenants[name] for name in sorted(self._tenants)),
         )
 
     def commit(self, commits: Sequence[Commit]) -> None:
-        datasets, manifests, jobs, nodes, histories = (
+        datasets, manifests, jobs, nodes, histories, tenants = (
             dict(self._datasets),
             dict(self._manifests),
             dict(self._jobs),
             dict(self._nodes),
             dict(self._histories),
+            dict(self._tenants),
         )
         new_events: list[tuple[str, int, bytes]] = []
         for commit in commits:
-            _apply(commit.change, datasets, manifests, jobs, nodes, histories)
+            _apply(commit.change, datasets, manifests, jobs, nodes, histories, tenants)
             for node_id, payload in commit.events:
                 if not isinstance(payload, bytes):
                     raise TypeError(f"revision {commit.revision}: an event for {node_id} is not bytes")
                 new_events.append((node_id, commit.revision, payload))
         self._datasets, self._manifests, self._jobs, self._nodes = datasets, manifests, jobs, nodes
-        self._histories = histories
+        self._histories, self._tenants = histories, tenants
         for node_id, revision, payload in new_events:
             self._events.setdefault(node_id, deque()).append((revision, payload))
         self._revision = commits[-1].revision
@@ -86,6 +89,7 @@ def _apply(
     jobs: dict[str, Job],
     nodes: dict[str, Node],
     histories: dict[str, JobHistory],
+    tenants: dict[str, Tenant],
 ) -> None:
     for job_id in change.jobs_deleted:
         jobs.pop(job_id, None)
@@ -103,3 +107,6 @@ def _apply(
     for job_id in change.histories_deleted:
         histories.pop(job_id, None)
     histories.update((history.job_id, history) for history in change.histories_put)
+    for name in change.tenants_deleted:
+        tenants.pop(name, None)
+    tenants.update((tenant.name, tenant) for tenant in change.tenants_put)

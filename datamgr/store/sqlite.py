@@ -16,11 +16,11 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from datamgr.entities import Dataset, Job, JobHistory, Node, Worker
+from datamgr.entities import Dataset, Job, JobHistory, Node, Tenant, Worker
 from datamgr.state import Change
 from datamgr.store.base import DEFAULT_RETAINED_REVISIONS, Commit, StoredState, StoreFull
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _PRUNE_EVERY = 1024
 
 _SCHEMA = """
@@ -34,10 +34,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, dataset_uri TEXT NOT NULL, ideal_bytes_per_sec INTEGER NOT NULL,
     workers TEXT NOT NULL, io_bytes_per_sec INTEGER NOT NULL, epochs REAL NOT NULL DEFAULT 0,
     irregular INTEGER NOT NULL DEFAULT 0, gpus INTEGER NOT NULL DEFAULT 0,
-    job_class TEXT NOT NULL DEFAULT 'be', grace_seconds REAL NOT NULL DEFAULT 0);
+    job_class TEXT NOT NULL DEFAULT 'be', grace_seconds REAL NOT NULL DEFAULT 0,
+    tenant TEXT NOT NULL DEFAULT '', priority TEXT NOT NULL DEFAULT 'high');
 CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, address TEXT NOT NULL,
     cache_capacity_bytes INTEGER NOT NULL, gpus INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS job_histories (job_id TEXT PRIMARY KEY, history TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, cells TEXT NOT NULL, cache_bytes INTEGER NOT NULL,
+    io_bytes_per_sec INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS events (revision INTEGER NOT NULL, node_id TEXT NOT NULL, payload BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS events_by_node ON events (node_id, revision);
 """
@@ -69,11 +72,19 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE jobs ADD COLUMN job_class TEXT NOT NULL DEFAULT 'be'",
         "ALTER TABLE jobs ADD COLUMN grace_seconds REAL NOT NULL DEFAULT 0",
     ),
+    # 5: tenants and their virtual clusters (a table `_SCHEMA` has already created, empty), and jobs that belong
+    # to one with a priority, for policies such as HiveD. Jobs registered before belonged to no tenant and were
+    # regular: high priority.
+    4: (
+        "ALTER TABLE jobs ADD COLUMN tenant TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE jobs ADD COLUMN priority TEXT NOT NULL DEFAULT 'high'",
+    ),
 }
 _JOB_COLUMNS = (
     "job_id, dataset_uri, ideal_bytes_per_sec, workers, io_bytes_per_sec, epochs, irregular, gpus, job_class, "
-    "grace_seconds"
+    "grace_seconds, tenant, priority"
 )
+_TENANT_COLUMNS = "name, cells, cache_bytes, io_bytes_per_sec"
 _NODE_COLUMNS = "node_id, address, cache_capacity_bytes, gpus"
 
 
@@ -143,7 +154,13 @@ class SQLiteStore:
             JobHistory(**json.loads(history))  # a field added since the history was written reads as its default
             for (history,) in self._db.execute("SELECT history FROM job_histories ORDER BY job_id")
         )
-        return StoredState(self._meta("revision", 0), datasets, jobs, nodes, histories)
+        tenants = tuple(
+            Tenant(name, json.loads(cells), cache_bytes, io_bytes_per_sec)
+            for name, cells, cache_bytes, io_bytes_per_sec in self._db.execute(
+                f"SELECT {_TENANT_COLUMNS} FROM tenants ORDER BY name"
+            )
+        )
+        return StoredState(self._meta("revision", 0), datasets, jobs, nodes, histories, tenants)
 
     def commit(self, commits: Sequence[Commit]) -> None:
         db = self._db
@@ -199,13 +216,14 @@ def _write_change(db: sqlite3.Connection, change: Change) -> None:
         ("DELETE FROM manifests WHERE uri = ?", [(u,) for u in change.datasets_deleted]),
         ("DELETE FROM nodes WHERE node_id = ?", [(n,) for n in change.nodes_deleted]),
         ("DELETE FROM job_histories WHERE job_id = ?", [(j,) for j in change.histories_deleted]),
+        ("DELETE FROM tenants WHERE name = ?", [(t,) for t in change.tenants_deleted]),
         (
             "INSERT OR REPLACE INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [_dataset_row(d) for d in change.datasets_put],
         ),
         ("INSERT OR REPLACE INTO manifests VALUES (?, ?)", [change.manifest] if change.manifest else []),
         (
-            f"INSERT OR REPLACE INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT OR REPLACE INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [_job_row(j) for j in change.jobs_put],
         ),
         (
@@ -215,6 +233,10 @@ def _write_change(db: sqlite3.Connection, change: Change) -> None:
         (
             "INSERT OR REPLACE INTO job_histories VALUES (?, ?)",
             [(h.job_id, _history_json(h)) for h in change.histories_put],
+        ),
+        (
+            f"INSERT OR REPLACE INTO tenants ({_TENANT_COLUMNS}) VALUES (?, ?, ?, ?)",
+            [_tenant_row(t) for t in change.tenants_put],
         ),
     ]
     for sql, rows in statements:
@@ -245,7 +267,7 @@ def _dataset_row(d: Dataset) -> tuple[object, ...]:
 
 def _job(row: tuple[Any, ...]) -> Job:
     """A job as `_job_row` wrote it, in `_JOB_COLUMNS` order."""
-    job_id, uri, ideal, workers, rate, epochs, irregular, gpus, job_class, grace_seconds = row
+    job_id, uri, ideal, workers, rate, epochs, irregular, gpus, job_class, grace_seconds, tenant, priority = row
     return Job(
         job_id,
         uri,
@@ -257,6 +279,8 @@ def _job(row: tuple[Any, ...]) -> Job:
         gpus=gpus,
         job_class=job_class,
         grace_seconds=float(grace_seconds),
+        tenant=tenant,
+        priority=priority,
     )
 
 
@@ -273,7 +297,14 @@ def _job_row(j: Job) -> tuple[object, ...]:
         j.gpus,
         j.job_class,
         j.grace_seconds,
+        j.tenant,
+        j.priority,
     )
+
+
+def _tenant_row(t: Tenant) -> tuple[object, ...]:
+    """A tenant's VC as a row: its cells, by level name, as one JSON object (never queried alone)."""
+    return (t.name, json.dumps(dict(t.cells), sort_keys=True), t.cache_bytes, t.io_bytes_per_sec)
 
 
 def _history_json(h: JobHistory) -> str:

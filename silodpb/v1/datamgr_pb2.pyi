@@ -23,6 +23,30 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _JobPriority:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _JobPriorityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobPriority.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    JOB_PRIORITY_UNSPECIFIED: _JobPriority.ValueType  # 0
+    """high"""
+    JOB_PRIORITY_HIGH: _JobPriority.ValueType  # 1
+    """regular: runs in its tenant's virtual cluster, which guarantees it"""
+    JOB_PRIORITY_LOW: _JobPriority.ValueType  # 2
+    """Preemptible: runs on GPUs no tenant's regular job needs now, and is preempted when one does."""
+
+class JobPriority(_JobPriority, metaclass=_JobPriorityEnumTypeWrapper):
+    """What policies that share the cluster among tenants (HiveD) know of a job's priority."""
+
+JOB_PRIORITY_UNSPECIFIED: JobPriority.ValueType  # 0
+"""high"""
+JOB_PRIORITY_HIGH: JobPriority.ValueType  # 1
+"""regular: runs in its tenant's virtual cluster, which guarantees it"""
+JOB_PRIORITY_LOW: JobPriority.ValueType  # 2
+"""Preemptible: runs on GPUs no tenant's regular job needs now, and is preempted when one does."""
+Global___JobPriority: _TypeAlias = JobPriority  # noqa: Y015
+
 class _JobClass:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -216,6 +240,8 @@ class Job(_message.Message):
     SCHEDULE_FIELD_NUMBER: _builtins.int
     JOB_CLASS_FIELD_NUMBER: _builtins.int
     GRACE_SECONDS_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     dataset_uri: _builtins.str
     ideal_bytes_per_sec: _builtins.int
@@ -232,6 +258,10 @@ class Job(_message.Message):
     """as registered (UNSPECIFIED only from older data managers: best-effort)"""
     grace_seconds: _builtins.float
     """as registered: how long it keeps its GPUs, suspending, once preempted"""
+    tenant: _builtins.str
+    """as registered: the tenant whose virtual cluster it runs in; "": none"""
+    priority: Global___JobPriority.ValueType
+    """as registered (UNSPECIFIED only from older data managers: high)"""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Worker]: ...
     @_builtins.property
@@ -267,10 +297,12 @@ class Job(_message.Message):
         schedule: Global___JobSchedule | None = ...,
         job_class: Global___JobClass.ValueType = ...,
         grace_seconds: _builtins.float = ...,
+        tenant: _builtins.str = ...,
+        priority: Global___JobPriority.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["estimate", b"estimate", "schedule", b"schedule"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "epochs", b"epochs", "estimate", b"estimate", "gpus", b"gpus", "grace_seconds", b"grace_seconds", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "io_bytes_per_sec", b"io_bytes_per_sec", "irregular", b"irregular", "job_class", b"job_class", "job_id", b"job_id", "node_rates", b"node_rates", "schedule", b"schedule", "usage", b"usage", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "epochs", b"epochs", "estimate", b"estimate", "gpus", b"gpus", "grace_seconds", b"grace_seconds", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "io_bytes_per_sec", b"io_bytes_per_sec", "irregular", b"irregular", "job_class", b"job_class", "job_id", b"job_id", "node_rates", b"node_rates", "priority", b"priority", "schedule", b"schedule", "tenant", b"tenant", "usage", b"usage", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -794,6 +826,8 @@ class RegisterJobRequest(_message.Message):
     GPUS_FIELD_NUMBER: _builtins.int
     JOB_CLASS_FIELD_NUMBER: _builtins.int
     GRACE_SECONDS_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     dataset_uri: _builtins.str
     ideal_bytes_per_sec: _builtins.int
@@ -816,6 +850,12 @@ class RegisterJobRequest(_message.Message):
     """Seconds the job keeps its GPUs once the policy preempts it (it suspends: checkpoints and stops), from 0
     (released at once) to a day.
     """
+    tenant: _builtins.str
+    """The registered tenant (RegisterTenant) the job belongs to, for policies that share the cluster among
+    tenants (HiveD); "": none (under `hived`, such a job runs only as a low-priority one).
+    """
+    priority: Global___JobPriority.ValueType
+    """HIGH (UNSPECIFIED: high) or LOW: a low-priority job is preemptible."""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Worker]: ...
     def __init__(
@@ -830,10 +870,12 @@ class RegisterJobRequest(_message.Message):
         gpus: _builtins.int = ...,
         job_class: Global___JobClass.ValueType = ...,
         grace_seconds: _builtins.float = ...,
+        tenant: _builtins.str = ...,
+        priority: Global___JobPriority.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "epochs", b"epochs", "gpus", b"gpus", "grace_seconds", b"grace_seconds", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "irregular", b"irregular", "job_class", b"job_class", "job_id", b"job_id", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "epochs", b"epochs", "gpus", b"gpus", "grace_seconds", b"grace_seconds", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "irregular", b"irregular", "job_class", b"job_class", "job_id", b"job_id", "priority", b"priority", "tenant", b"tenant", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -902,6 +944,211 @@ class FinishJobResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FinishJobResponse: _TypeAlias = FinishJobResponse  # noqa: Y015
+
+@_typing.final
+class Tenant(_message.Message):
+    """---- Tenants ----
+
+    A tenant and its virtual cluster, with what its jobs use now.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CellsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CELLS_FIELD_NUMBER: _builtins.int
+    CACHE_BYTES_FIELD_NUMBER: _builtins.int
+    IO_BYTES_PER_SEC_FIELD_NUMBER: _builtins.int
+    VC_GPUS_FIELD_NUMBER: _builtins.int
+    JOB_IDS_FIELD_NUMBER: _builtins.int
+    REGULAR_GPUS_FIELD_NUMBER: _builtins.int
+    LOW_PRIORITY_GPUS_FIELD_NUMBER: _builtins.int
+    JOBS_QUEUED_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    cache_bytes: _builtins.int
+    """cache reserved for its jobs"""
+    io_bytes_per_sec: _builtins.int
+    """remote IO reserved for its jobs"""
+    vc_gpus: _builtins.int
+    """The GPUs its cells hold, once the data manager knows how many GPUs a cell of each level has; 0 until then."""
+    regular_gpus: _builtins.int
+    """GPUs its running regular jobs use"""
+    low_priority_gpus: _builtins.int
+    """GPUs its running low-priority jobs use: those registered LOW, and regular jobs the policy runs preemptibly
+    because its VC is full (HiveD's policy state `opportunistic`).
+    """
+    jobs_queued: _builtins.int
+    """its jobs that wait for the policy to place them (pending or preempted)"""
+    @_builtins.property
+    def cells(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The cells its VC reserves, per level of the data manager's cell hierarchy (`--cell-levels`), by level name:
+        {"node": 2}.
+        """
+
+    @_builtins.property
+    def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """its jobs (every registered job is unfinished)"""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        cells: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        cache_bytes: _builtins.int = ...,
+        io_bytes_per_sec: _builtins.int = ...,
+        vc_gpus: _builtins.int = ...,
+        job_ids: _abc.Iterable[_builtins.str] | None = ...,
+        regular_gpus: _builtins.int = ...,
+        low_priority_gpus: _builtins.int = ...,
+        jobs_queued: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_bytes", b"cache_bytes", "cells", b"cells", "io_bytes_per_sec", b"io_bytes_per_sec", "job_ids", b"job_ids", "jobs_queued", b"jobs_queued", "low_priority_gpus", b"low_priority_gpus", "name", b"name", "regular_gpus", b"regular_gpus", "vc_gpus", b"vc_gpus"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Tenant: _TypeAlias = Tenant  # noqa: Y015
+
+@_typing.final
+class RegisterTenantRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CellsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CELLS_FIELD_NUMBER: _builtins.int
+    CACHE_BYTES_FIELD_NUMBER: _builtins.int
+    IO_BYTES_PER_SEC_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """as other ids: [A-Za-z0-9._-]{1,128}"""
+    cache_bytes: _builtins.int
+    io_bytes_per_sec: _builtins.int
+    """with the tenants' others, at most the data manager's remote IO limit"""
+    @_builtins.property
+    def cells(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Cells per level name, each a count from 0; at least one level. The names must be levels of the data
+        manager's cell hierarchy, and with its nodes known, all the VCs must fit the cluster (HiveD's feasibility).
+        """
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        cells: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        cache_bytes: _builtins.int = ...,
+        io_bytes_per_sec: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_bytes", b"cache_bytes", "cells", b"cells", "io_bytes_per_sec", b"io_bytes_per_sec", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisterTenantRequest: _TypeAlias = RegisterTenantRequest  # noqa: Y015
+
+@_typing.final
+class RegisterTenantResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    CREATED_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    created: _builtins.bool
+    revision: _builtins.int
+    @_builtins.property
+    def tenant(self) -> Global___Tenant: ...
+    def __init__(
+        self,
+        *,
+        tenant: Global___Tenant | None = ...,
+        created: _builtins.bool = ...,
+        revision: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["tenant", b"tenant"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "revision", b"revision", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisterTenantResponse: _TypeAlias = RegisterTenantResponse  # noqa: Y015
+
+@_typing.final
+class UnregisterTenantRequest(_message.Message):
+    """Refused while the tenant has jobs: finish them first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnregisterTenantRequest: _TypeAlias = UnregisterTenantRequest  # noqa: Y015
+
+@_typing.final
+class UnregisterTenantResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REVISION_FIELD_NUMBER: _builtins.int
+    revision: _builtins.int
+    def __init__(
+        self,
+        *,
+        revision: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["revision", b"revision"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnregisterTenantResponse: _TypeAlias = UnregisterTenantResponse  # noqa: Y015
 
 @_typing.final
 class RegisterNodeRequest(_message.Message):
@@ -1395,6 +1642,8 @@ class ClusterSummary(_message.Message):
     CACHE_CAPACITY_BYTES_FIELD_NUMBER: _builtins.int
     CACHE_ALLOCATED_BYTES_FIELD_NUMBER: _builtins.int
     CONTROLLER_FIELD_NUMBER: _builtins.int
+    CELL_LEVELS_FIELD_NUMBER: _builtins.int
+    TENANT_COUNT_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     dataset_count: _builtins.int
     job_count: _builtins.int
@@ -1405,6 +1654,11 @@ class ClusterSummary(_message.Message):
     remote_io_allocated_bytes_per_sec: _builtins.int
     cache_capacity_bytes: _builtins.int
     cache_allocated_bytes: _builtins.int
+    cell_levels: _builtins.str
+    """The GPUs' affinity hierarchy bottom up, NAME:BUDDIES (`silod datamgr serve --cell-levels`); "": each node
+    is one cell of its GPUs.
+    """
+    tenant_count: _builtins.int
     @_builtins.property
     def controller(self) -> Global___ControllerStatus:
         """absent from data managers older than the controller"""
@@ -1422,10 +1676,12 @@ class ClusterSummary(_message.Message):
         cache_capacity_bytes: _builtins.int = ...,
         cache_allocated_bytes: _builtins.int = ...,
         controller: Global___ControllerStatus | None = ...,
+        cell_levels: _builtins.str = ...,
+        tenant_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["controller", b"controller"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_allocated_bytes", b"cache_allocated_bytes", "cache_capacity_bytes", b"cache_capacity_bytes", "controller", b"controller", "dataset_count", b"dataset_count", "job_count", b"job_count", "node_count", b"node_count", "nodes_available", b"nodes_available", "remote_io_allocated_bytes_per_sec", b"remote_io_allocated_bytes_per_sec", "remote_io_limit_bytes_per_sec", b"remote_io_limit_bytes_per_sec", "revision", b"revision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_allocated_bytes", b"cache_allocated_bytes", "cache_capacity_bytes", b"cache_capacity_bytes", "cell_levels", b"cell_levels", "controller", b"controller", "dataset_count", b"dataset_count", "job_count", b"job_count", "node_count", b"node_count", "nodes_available", b"nodes_available", "remote_io_allocated_bytes_per_sec", b"remote_io_allocated_bytes_per_sec", "remote_io_limit_bytes_per_sec", b"remote_io_limit_bytes_per_sec", "revision", b"revision", "tenant_count", b"tenant_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1647,3 +1903,38 @@ class ListNodesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListNodesResponse: _TypeAlias = ListNodesResponse  # noqa: Y015
+
+@_typing.final
+class ListTenantsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTenantsRequest: _TypeAlias = ListTenantsRequest  # noqa: Y015
+
+@_typing.final
+class ListTenantsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def tenants(self) -> _containers.RepeatedCompositeFieldContainer[Global___Tenant]: ...
+    def __init__(
+        self,
+        *,
+        tenants: _abc.Iterable[Global___Tenant] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tenants", b"tenants"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTenantsResponse: _TypeAlias = ListTenantsResponse  # noqa: Y015

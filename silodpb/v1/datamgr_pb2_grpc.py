@@ -69,6 +69,16 @@ class DataManagerStub:
                 request_serializer=silodpb_dot_v1_dot_datamgr__pb2.FinishJobRequest.SerializeToString,
                 response_deserializer=silodpb_dot_v1_dot_datamgr__pb2.FinishJobResponse.FromString,
                 _registered_method=True)
+        self.RegisterTenant = channel.unary_unary(
+                '/silod.v1.DataManager/RegisterTenant',
+                request_serializer=silodpb_dot_v1_dot_datamgr__pb2.RegisterTenantRequest.SerializeToString,
+                response_deserializer=silodpb_dot_v1_dot_datamgr__pb2.RegisterTenantResponse.FromString,
+                _registered_method=True)
+        self.UnregisterTenant = channel.unary_unary(
+                '/silod.v1.DataManager/UnregisterTenant',
+                request_serializer=silodpb_dot_v1_dot_datamgr__pb2.UnregisterTenantRequest.SerializeToString,
+                response_deserializer=silodpb_dot_v1_dot_datamgr__pb2.UnregisterTenantResponse.FromString,
+                _registered_method=True)
         self.RegisterNode = channel.unary_unary(
                 '/silod.v1.DataManager/RegisterNode',
                 request_serializer=silodpb_dot_v1_dot_datamgr__pb2.RegisterNodeRequest.SerializeToString,
@@ -129,6 +139,11 @@ class DataManagerStub:
                 request_serializer=silodpb_dot_v1_dot_datamgr__pb2.ListNodesRequest.SerializeToString,
                 response_deserializer=silodpb_dot_v1_dot_datamgr__pb2.ListNodesResponse.FromString,
                 _registered_method=True)
+        self.ListTenants = channel.unary_unary(
+                '/silod.v1.DataManager/ListTenants',
+                request_serializer=silodpb_dot_v1_dot_datamgr__pb2.ListTenantsRequest.SerializeToString,
+                response_deserializer=silodpb_dot_v1_dot_datamgr__pb2.ListTenantsResponse.FromString,
+                _registered_method=True)
 
 
 class DataManagerServicer:
@@ -173,6 +188,20 @@ class DataManagerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def FinishJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RegisterTenant(self, request, context):
+        """Tenants sharing the cluster, each with its virtual cluster (HiveD's VC): the cells it is guaranteed, and
+        the cache and remote IO reserved for its jobs. See Tenant and docs/datamgr.md.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnregisterTenant(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -254,6 +283,12 @@ class DataManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTenants(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DataManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -291,6 +326,16 @@ def add_DataManagerServicer_to_server(servicer, server):
                     servicer.FinishJob,
                     request_deserializer=silodpb_dot_v1_dot_datamgr__pb2.FinishJobRequest.FromString,
                     response_serializer=silodpb_dot_v1_dot_datamgr__pb2.FinishJobResponse.SerializeToString,
+            ),
+            'RegisterTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterTenant,
+                    request_deserializer=silodpb_dot_v1_dot_datamgr__pb2.RegisterTenantRequest.FromString,
+                    response_serializer=silodpb_dot_v1_dot_datamgr__pb2.RegisterTenantResponse.SerializeToString,
+            ),
+            'UnregisterTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnregisterTenant,
+                    request_deserializer=silodpb_dot_v1_dot_datamgr__pb2.UnregisterTenantRequest.FromString,
+                    response_serializer=silodpb_dot_v1_dot_datamgr__pb2.UnregisterTenantResponse.SerializeToString,
             ),
             'RegisterNode': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterNode,
@@ -351,6 +396,11 @@ def add_DataManagerServicer_to_server(servicer, server):
                     servicer.ListNodes,
                     request_deserializer=silodpb_dot_v1_dot_datamgr__pb2.ListNodesRequest.FromString,
                     response_serializer=silodpb_dot_v1_dot_datamgr__pb2.ListNodesResponse.SerializeToString,
+            ),
+            'ListTenants': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTenants,
+                    request_deserializer=silodpb_dot_v1_dot_datamgr__pb2.ListTenantsRequest.FromString,
+                    response_serializer=silodpb_dot_v1_dot_datamgr__pb2.ListTenantsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -542,6 +592,60 @@ class DataManager:
             '/silod.v1.DataManager/FinishJob',
             silodpb_dot_v1_dot_datamgr__pb2.FinishJobRequest.SerializeToString,
             silodpb_dot_v1_dot_datamgr__pb2.FinishJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/silod.v1.DataManager/RegisterTenant',
+            silodpb_dot_v1_dot_datamgr__pb2.RegisterTenantRequest.SerializeToString,
+            silodpb_dot_v1_dot_datamgr__pb2.RegisterTenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnregisterTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/silod.v1.DataManager/UnregisterTenant',
+            silodpb_dot_v1_dot_datamgr__pb2.UnregisterTenantRequest.SerializeToString,
+            silodpb_dot_v1_dot_datamgr__pb2.UnregisterTenantResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -866,6 +970,33 @@ class DataManager:
             '/silod.v1.DataManager/ListNodes',
             silodpb_dot_v1_dot_datamgr__pb2.ListNodesRequest.SerializeToString,
             silodpb_dot_v1_dot_datamgr__pb2.ListNodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTenants(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/silod.v1.DataManager/ListTenants',
+            silodpb_dot_v1_dot_datamgr__pb2.ListTenantsRequest.SerializeToString,
+            silodpb_dot_v1_dot_datamgr__pb2.ListTenantsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,6 +44,11 @@ class DataManagerStub:
     """The frozen manifest, as the compact encoding of `silodlib.manifest`, in chunks."""
     RegisterJob: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterJobRequest, _datamgr_pb2.RegisterJobResponse]
     FinishJob: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.FinishJobRequest, _datamgr_pb2.FinishJobResponse]
+    RegisterTenant: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterTenantRequest, _datamgr_pb2.RegisterTenantResponse]
+    """Tenants sharing the cluster, each with its virtual cluster (HiveD's VC): the cells it is guaranteed, and
+    the cache and remote IO reserved for its jobs. See Tenant and docs/datamgr.md.
+    """
+    UnregisterTenant: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.UnregisterTenantRequest, _datamgr_pb2.UnregisterTenantResponse]
     RegisterNode: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterNodeRequest, _datamgr_pb2.RegisterNodeResponse]
     UnregisterNode: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.UnregisterNodeRequest, _datamgr_pb2.UnregisterNodeResponse]
     WatchAllocations: _grpc.UnaryStreamMultiCallable[_datamgr_pb2.WatchAllocationsRequest, _datamgr_pb2.WatchEvent]
@@ -61,6 +66,7 @@ class DataManagerStub:
     ListDatasets: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.ListDatasetsRequest, _datamgr_pb2.ListDatasetsResponse]
     ListJobs: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.ListJobsRequest, _datamgr_pb2.ListJobsResponse]
     ListNodes: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.ListNodesRequest, _datamgr_pb2.ListNodesResponse]
+    ListTenants: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.ListTenantsRequest, _datamgr_pb2.ListTenantsResponse]
 
 @_typing.type_check_only
 class DataManagerAsyncStub(DataManagerStub):
@@ -74,6 +80,11 @@ class DataManagerAsyncStub(DataManagerStub):
     """The frozen manifest, as the compact encoding of `silodlib.manifest`, in chunks."""
     RegisterJob: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterJobRequest, _datamgr_pb2.RegisterJobResponse]  # type: ignore[assignment]
     FinishJob: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.FinishJobRequest, _datamgr_pb2.FinishJobResponse]  # type: ignore[assignment]
+    RegisterTenant: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterTenantRequest, _datamgr_pb2.RegisterTenantResponse]  # type: ignore[assignment]
+    """Tenants sharing the cluster, each with its virtual cluster (HiveD's VC): the cells it is guaranteed, and
+    the cache and remote IO reserved for its jobs. See Tenant and docs/datamgr.md.
+    """
+    UnregisterTenant: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.UnregisterTenantRequest, _datamgr_pb2.UnregisterTenantResponse]  # type: ignore[assignment]
     RegisterNode: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterNodeRequest, _datamgr_pb2.RegisterNodeResponse]  # type: ignore[assignment]
     UnregisterNode: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.UnregisterNodeRequest, _datamgr_pb2.UnregisterNodeResponse]  # type: ignore[assignment]
     WatchAllocations: _aio.UnaryStreamMultiCallable[_datamgr_pb2.WatchAllocationsRequest, _datamgr_pb2.WatchEvent]  # type: ignore[assignment]
@@ -91,6 +102,7 @@ class DataManagerAsyncStub(DataManagerStub):
     ListDatasets: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.ListDatasetsRequest, _datamgr_pb2.ListDatasetsResponse]  # type: ignore[assignment]
     ListJobs: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.ListJobsRequest, _datamgr_pb2.ListJobsResponse]  # type: ignore[assignment]
     ListNodes: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.ListNodesRequest, _datamgr_pb2.ListNodesResponse]  # type: ignore[assignment]
+    ListTenants: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.ListTenantsRequest, _datamgr_pb2.ListTenantsResponse]  # type: ignore[assignment]
 
 class DataManagerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -143,6 +155,23 @@ class DataManagerServicer(metaclass=_abc_1.ABCMeta):
         request: _datamgr_pb2.FinishJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_datamgr_pb2.FinishJobResponse, _abc.Awaitable[_datamgr_pb2.FinishJobResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RegisterTenant(
+        self,
+        request: _datamgr_pb2.RegisterTenantRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_datamgr_pb2.RegisterTenantResponse, _abc.Awaitable[_datamgr_pb2.RegisterTenantResponse]]:
+        """Tenants sharing the cluster, each with its virtual cluster (HiveD's VC): the cells it is guaranteed, and
+        the cache and remote IO reserved for its jobs. See Tenant and docs/datamgr.md.
+        """
+
+    @_abc_1.abstractmethod
+    def UnregisterTenant(
+        self,
+        request: _datamgr_pb2.UnregisterTenantRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_datamgr_pb2.UnregisterTenantResponse, _abc.Awaitable[_datamgr_pb2.UnregisterTenantResponse]]: ...
 
     @_abc_1.abstractmethod
     def RegisterNode(
@@ -232,5 +261,12 @@ class DataManagerServicer(metaclass=_abc_1.ABCMeta):
         request: _datamgr_pb2.ListNodesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_datamgr_pb2.ListNodesResponse, _abc.Awaitable[_datamgr_pb2.ListNodesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListTenants(
+        self,
+        request: _datamgr_pb2.ListTenantsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_datamgr_pb2.ListTenantsResponse, _abc.Awaitable[_datamgr_pb2.ListTenantsResponse]]: ...
 
 def add_DataManagerServicer_to_server(servicer: DataManagerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,111 @@
+"""Tenants' virtual clusters against the data manager's cell hierarchy (`silod datamgr serve --cell-levels`).
+
+Pure: no I/O. A tenant's VC names cells by level name ({"node": 2}); the names must be levels of the hierarchy,
+and once the nodes that offer GPUs are known, all the VCs together must fit them (HiveD's feasibility,
+`datamgr.scheduler.hived.check_feasible`): a policy such as `hived` can keep every tenant's guarantee only then.
+
+The hierarchy is the one the policy builds each round: the levels of `--cell-levels` (without it, a node is
+one cell of its GPUs: levels `gpu` and `node`) over the nodes in id order, which must fill whole top-level
+cells. Only nodes registered with GPUs count: a node without GPUs offers the policy no cell. While the nodes
+do not make a whole hierarchy (none yet, or half a rack) the VCs cannot be checked against them; the level
+names always can.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from datamgr.entities import FailedPrecondition, InvalidArgument, Node, Tenant
+from datamgr.scheduler.cells import CellHierarchy, parse_levels
+from datamgr.scheduler.hived import check_feasible
+from datamgr.validation import ID_RULE
+
+DEFAULT_LEVEL_NAMES = ("gpu", "node")  # without --cell-levels: a node is one cell of its GPUs
+
+
+def check_cell_levels(spec: str) -> tuple[tuple[str, int], ...]:
+    """`--cell-levels` as (name, buddies) pairs, bottom up ("" stays empty: the default); a ValueError that says
+    what is wrong (a part that is not NAME:BUDDIES, a name a VC could not give as ids are given, a repeated
+    name, a lowest level that is not one GPU, no level called `node`)."""
+    if not spec:
+        return ()
+    levels = parse_levels(spec)
+    for name, _ in levels:
+        if not re.fullmatch(ID_RULE, name):
+            raise ValueError(f"cell level name {name!r} must match {ID_RULE}")
+    CellHierarchy(levels, 1)  # checks the levels themselves, whatever the nodes
+    return levels
+
+
+def level_names(cell_levels: str) -> tuple[str, ...]:
+    return tuple(name for name, _ in parse_levels(cell_levels)) if cell_levels else DEFAULT_LEVEL_NAMES
+
+
+def gpu_nodes(nodes: Iterable[Node]) -> list[Node]:
+    """The nodes that offer the policy GPUs, in id order: the node cells of the hierarchy, in path order."""
+    return sorted((node for node in nodes if node.gpus > 0), key=lambda node: node.node_id)
+
+
+def hierarchy_over(cell_levels: str, nodes: Iterable[Node]) -> CellHierarchy | None:
+    """The cell hierarchy over the nodes that offer GPUs, as the policy builds it; None while there is none (no
+    such node yet, or they do not fill whole top-level cells)."""
+    offering = gpu_nodes(nodes)
+    if not offering:
+        return None
+    levels = parse_levels(cell_levels) if cell_levels else (("gpu", 1), ("node", max(n.gpus for n in offering)))
+    try:
+        return CellHierarchy.over_nodes(levels, [node.node_id for node in offering])
+    except ValueError:
+        return None
+
+
+def cell_gpus(cell_levels: str, nodes: Iterable[Node]) -> dict[str, int]:
+    """The GPUs of one cell per level name; without `--cell-levels` a node cell's are the largest node's, unknown
+    (left out) while no node offers GPUs."""
+    if cell_levels:
+        probe = CellHierarchy(parse_levels(cell_levels), 1)
+        return {level.name: probe.gpus(number) for number, level in enumerate(probe.levels, start=1)}
+    largest = max((node.gpus for node in nodes), default=0)
+    return {"gpu": 1, "node": largest} if largest else {"gpu": 1}
+
+
+def vc_gpus(tenant: Tenant, gpus_per_cell: Mapping[str, int]) -> int:
+    """The GPUs a tenant's cells hold; 0 while a level it names has no known size."""
+    if any(level not in gpus_per_cell for level, count in tenant.cells.items() if count):
+        return 0
+    return sum(count * gpus_per_cell.get(level, 0) for level, count in tenant.cells.items())
+
+
+def check_levels(tenant: Tenant, cell_levels: str, field: str = "cells") -> None:
+    """INVALID_ARGUMENT unless every level the tenant's VC names is a level of the hierarchy."""
+    names = level_names(cell_levels)
+    unknown = sorted(set(tenant.cells) - set(names))
+    if unknown:
+        hierarchy = f"--cell-levels {cell_levels}" if cell_levels else "no --cell-levels: a node is one cell"
+        raise InvalidArgument(
+            f"{field}: the cell hierarchy has no level {', '.join(map(repr, unknown))}; its levels are "
+            f"{', '.join(names)} ({hierarchy})"
+        )
+
+
+def check_vcs(tenants: Iterable[Tenant], cell_levels: str, nodes: Iterable[Node], field: str = "cells") -> None:
+    """FAILED_PRECONDITION, naming the level that does not fit, unless the tenants' VCs together fit the nodes
+    (HiveD's feasibility); nothing to check while the nodes make no whole hierarchy. The tenants' level names
+    must have passed `check_levels`."""
+    hierarchy = hierarchy_over(cell_levels, nodes)
+    if hierarchy is None:
+        return
+    vcs = {t.name: {hierarchy.level(level): count for level, count in t.cells.items()} for t in tenants}
+    try:
+        check_feasible(hierarchy, vcs)
+    except ValueError as exc:
+        raise FailedPrecondition(f"{field}: {exc} ({_cluster_text(hierarchy)})") from None
+
+
+def _cluster_text(hierarchy: CellHierarchy) -> str:
+    """The nodes the VCs were checked against: `checked against 2 nodes of 2 GPUs` (`in 1 rack cells`)."""
+    text = f"checked against {len(hierarchy.node_ids)} nodes of {hierarchy.gpus(hierarchy.node_level)} GPUs"
+    if hierarchy.top != hierarchy.node_level:
+        text += f" in {hierarchy.top_cells} {hierarchy.level_name(hierarchy.top)} cells"
+    return text
