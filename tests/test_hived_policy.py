@@ -224,3 +224,37 @@ def test_in_a_private_cluster_a_tenants_low_priority_jobs_run_in_its_own_cells()
     trace = [task("regular", "a", 4, 1_000), task("background", "a", 4, 1_000, arrival=10, priority="low")]
     outcomes = run(trace, "private", figure_2_cluster())
     assert outcomes["regular"].start == 0 and outcomes["background"].start == pytest.approx(1_000)
+
+
+def test_the_quota_scheme_places_where_it_preempts_least_then_packs() -> None:
+    """YARN-CS as the paper refined it: a regular job goes to free GPUs before it preempts anyone, and among
+    those to a node already running regular jobs."""
+    levels = "gpu:1,pcie:2,node:2"
+    hierarchy = CellHierarchy.over_nodes((("gpu", 1), ("pcie", 2), ("node", 2)), ["n0", "n1", "n2"])
+    nodes = {node: NodeState(node, 4, 0) for node in ("n0", "n1", "n2")}
+    tenants = {"a": TenantShare(cells={"node": 2}), "b": TenantShare(cells={"node": 1})}
+
+    def low(job_id: str, cell: tuple[int, ...], gpus: int) -> JobState:
+        state = {
+            OPPORTUNISTIC: 1.0,
+            "cells": 1.0,
+            "level": float(hierarchy.level_of(cell)),
+            "c0": float(hierarchy.index(cell)),
+        }
+        node = hierarchy.node_of(cell)
+        return JobState(
+            job_id, 0.0, gpus, "ds", GB, RATE, GB, placement={node: gpus}, policy_state=state, priority="low"
+        )
+
+    regular = _running("r", 1, hierarchy.index((0, 0, 0)), roots=0)._replace(
+        policy_state={OPPORTUNISTIC: 0.0, "cells": 1.0, "level": 1.0, "c0": 0.0, "v0": 0.0}
+    )
+    jobs = {"r": regular, "x": low("x", (0, 0, 1), 1), "y": low("y", (0, 1), 2), "z": low("z", (1,), 4)}
+    jobs["new"] = JobState("new", 1.0, 1, "ds", GB, RATE, GB, tenant="a")
+    snapshot = Snapshot(0.0, nodes, 1e9, {}, jobs, tenants=tenants, cell_levels=levels)
+    decision = quota().schedule(snapshot, SiloDPerf())
+    assert decision.placements is not None and decision.placements["new"] == {"n2": 1}  # n0 and n1: preemptions
+    assert {"x", "y", "z"} <= set(decision.placements)
+    jobs["x"] = jobs["x"]._replace(placement={}, policy_state={})  # a free GPU on n0, beside the regular job
+    decision = quota().schedule(replace(snapshot, jobs=jobs), SiloDPerf())
+    assert decision.placements is not None and decision.placements["new"] == {"n0": 1}  # packed, no preemption

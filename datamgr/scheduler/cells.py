@@ -294,6 +294,11 @@ class FreeLists:
                 return [part for cell in sorted(self._free[above]) for part in self._inside(cell, above, level)]
         return []
 
+    def every(self, level: int) -> list[Cell]:
+        """Every free cell of `level`, split from a free cell above or not, in path order."""
+        above = range(level, len(self._buddies) + 1)
+        return sorted(part for k in above for cell in self._free[k] for part in self._inside(cell, k, level))
+
     def _inside(self, cell: Cell, own: int, level: int) -> Iterator[Cell]:
         for rest in itertools.product(*(range(self._buddies[k - 1]) for k in range(own, level, -1))):
             yield cell + rest

@@ -157,10 +157,14 @@ class CellAllocator:
     of high-priority jobs (`occupy`, always inside a bound cell) and those of low-priority jobs
     (`allocate_low`, in any cell no job uses, bound or not). Occupying a cell preempts the low-priority cells
     that overlap it. Its methods change only its own state; the VC assignment is copied at construction.
+    An infeasible assignment is a ValueError naming the level, unless `require_feasible` is false (a cluster
+    that lost nodes after its VCs were checked): then Theorem 1 no longer holds, and a legal `bind` may find
+    no free cell (RuntimeError).
     """
 
-    def __init__(self, hierarchy: CellHierarchy, vcs: Vcs) -> None:
-        check_feasible(hierarchy, vcs)
+    def __init__(self, hierarchy: CellHierarchy, vcs: Vcs, *, require_feasible: bool = True) -> None:
+        if require_feasible:
+            check_feasible(hierarchy, vcs)
         self.hierarchy = hierarchy
         levels = range(1, hierarchy.top + 1)
         self._gpus = [hierarchy.gpus(level) for level in levels]
@@ -272,6 +276,10 @@ class CellAllocator:
         self._low_view.take(cell)
         self._excluded.add(cell)
 
+    def bindable(self, level: int) -> list[Cell]:
+        """The cells of `level` a `bind` could take now (Algorithm 1's candidates in the high view)."""
+        return self._high.candidates(level)
+
     def low_free(self, cell: Cell) -> bool:
         """Whether no job uses any of `cell`."""
         return self._low_view.covering(cell) is not None
@@ -368,9 +376,10 @@ class VirtualCluster:
     the other tenants do; the fewest-low-priority rule acts where a VC cell is bound to a physical one.
     """
 
-    def __init__(self, allocator: CellAllocator, tenant: str) -> None:
+    def __init__(self, allocator: CellAllocator, tenant: str, *, least_preemption: bool = False) -> None:
         self.tenant = tenant
         self._allocator = allocator
+        self._least_preemption = least_preemption
         hierarchy = allocator.hierarchy
         vc = allocator.vc(tenant)
         self._gpus = [hierarchy.gpus(level) for level in range(1, hierarchy.top + 1)]
@@ -385,10 +394,31 @@ class VirtualCluster:
     def allocate(self, level: int) -> Piece | None:
         """A cell of `level` for one of the tenant's jobs, bound and occupied; None if the VC has none free.
         RuntimeError, changing nothing, when no physical cell can serve it (only where cells are excluded)."""
+        if self._least_preemption:
+            return self._allocate_least_preemption(level)
         candidates = self._free.candidates(level)
         if not candidates:
             return None
-        virtual = min(candidates, key=self._preference)
+        return self._take(min(candidates, key=self._preference))
+
+    def _allocate_least_preemption(self, level: int) -> Piece | None:
+        """A YARN-like choice: of every free cell of `level`, the one whose low-priority GPUs are fewest (the
+        fewest preemptions), then one of a cell already bound (packing), then the lowest path. An unbound VC
+        cell counts the low-priority GPUs of the cleanest physical cell a bind could take."""
+        candidates = self._free.every(level)
+        if not candidates:
+            return None
+        unbound = min(
+            (self._allocator.low_gpus(cell) for cell in self._allocator.bindable(max(self._root_levels))), default=0
+        )
+
+        def cost(virtual: Cell) -> tuple[int, bool, Cell]:
+            bound = virtual[0] in self._bound
+            return (self._allocator.low_gpus(self._physical(virtual)) if bound else unbound, not bound, virtual)
+
+        return self._take(min(candidates, key=cost))
+
+    def _take(self, virtual: Cell) -> Piece:
         root = virtual[0]
         newly_bound = root not in self._bound
         if newly_bound:

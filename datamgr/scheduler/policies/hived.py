@@ -7,12 +7,15 @@ Three policies over the same cells (`cells.py`, `hived.py`), the VCs the snapsho
   cluster would and binds VC cells to physical ones by buddy cell allocation; low-priority jobs (and, with
   `overflow`, regular jobs its VC has no room for) take any cell no job uses, and are preempted when a
   tenant's job needs the cell.
-- `quota`: the quota-based scheme the paper compares against. One pool of cells for every tenant, placed by
-  the same buddy allocation (affinity packing: a job gets a cell of the level that holds its GPUs, the
-  partly used cells first), a tenant's regular jobs bounded by a GPU quota (its VC's GPUs) but by no cell
-  structure, low-priority jobs and overflow as in `hived`. So the two differ only in the VCs.
-- `private`: each tenant alone on its VC's cells, no low-priority work: the private cluster the sharing
-  safety condition compares with. A tenant's regular jobs land exactly as they would in `hived`'s VC.
+- `quota`: the quota-based scheme the paper compares against, its YARN-CS "optimized for GPU affinity by
+  packing jobs" that preempts low-priority jobs "based on the affinity requirement of the job to be
+  scheduled". One pool of cells for every tenant; a job gets a cell of the level that holds its GPUs (the same
+  affinity as under `hived`), the free one where the fewest low-priority GPUs must be preempted, then one in a
+  node already running regular jobs (packing); a tenant's regular jobs are bounded by a GPU quota (its VC's
+  GPUs) but by no cell structure; low-priority jobs and overflow as in `hived`.
+- `private`: each tenant alone on its VC's cells: the private cluster the sharing safety condition compares
+  with. A tenant's regular jobs land exactly as they would in `hived`'s VC; its low-priority jobs run in its
+  VC as regular ones (nothing else could use a private cluster's idle cells), nobody else's.
 
 Inside a tenant, jobs start first come, first served (FIFO, the tenant's default scheduler): the first of its
 regular jobs its VC (or quota) cannot hold blocks its later regular jobs, as in a private cluster. Regular
@@ -25,8 +28,11 @@ Where the paper is silent, and what silod does:
   not fit (scavenging backfills), rather than the paper's weighted max-min fairness among tenants.
 - *Overflow* (`overflow`, default true): a regular job its VC cannot hold now runs as a low-priority job if
   cells are free ("giving it chances to run low-priority jobs" when a tenant "runs out of its own capacity",
-  the paper's section 5.2.1) and stays low priority until it finishes or is preempted; preempted, it waits at
-  its place in its tenant's queue again. `overflow=false` runs only jobs the trace marks low priority so.
+  the paper's section 5.2.1), and keeps its place in its tenant's queue: when its turn in the VC comes (when
+  its private cluster would have started it) it moves into the VC and is no longer preemptible. The simulator
+  counts a move as no preemption and charges it nothing, as it charges a preemption nothing by default.
+  Preempted before its turn, it waits at its place again. `overflow=false` runs as low-priority jobs only
+  those the trace marks so.
 - *Jobs without a VC* (no tenant, or one the snapshot does not know) run only as low-priority jobs.
 - *Jobs HiveD did not place* (live: running before the policy was switched) keep running; their GPUs are
   taken as low-priority cells where free, so the policy plans around them and may preempt them.
@@ -93,8 +99,7 @@ class _Round:
     def __init__(self, snapshot: Snapshot, mode: str) -> None:
         self.snapshot = snapshot
         self.mode = mode
-        # The nodes that offer GPUs (live, a node may register none): the node cells, in id order.
-        nodes = tuple(sorted((node_id, node.gpus) for node_id, node in snapshot.nodes.items() if node.gpus > 0))
+        nodes = tuple(sorted((node_id, node.gpus) for node_id, node in snapshot.nodes.items()))
         self.hierarchy = cell_hierarchy(snapshot.cell_levels, nodes)
         vcs = {
             tenant: {self.hierarchy.level(level): count for level, count in share.cells.items()}
@@ -105,8 +110,13 @@ class _Round:
         }
         if mode == "quota":
             vcs = {SHARED: {self.hierarchy.node_level: len(self.hierarchy.node_ids)}}
-        self.allocator = CellAllocator(self.hierarchy, vcs)
-        self.vcs = {tenant: VirtualCluster(self.allocator, tenant) for tenant in vcs}
+        # The VCs were checked when they were given (the simulator's inputs, live registration); nodes can go
+        # since, or have their GPUs cut (the irregular-job storage partition): a VC cell finding no physical
+        # cell then leaves its job waiting (`start_regular`).
+        self.allocator = CellAllocator(self.hierarchy, vcs, require_feasible=False)
+        # The quota scheme places as YARN-CS does, where it preempts least, then packing; a VC as a private cluster.
+        least_preemption = mode == "quota"
+        self.vcs = {tenant: VirtualCluster(self.allocator, tenant, least_preemption=least_preemption) for tenant in vcs}
         self.regular_gpus = {tenant: 0 for tenant in self.quota}  # in use by its regular jobs (the quota's count)
         self.placements: dict[str, Mapping[str, int]] = {}
         self.states: dict[str, Mapping[str, float]] = {}

@@ -133,9 +133,9 @@ def generate(config: GeneratorConfig) -> list[TraceJob]:
 
 
 def _draw(rng: random.Random, arrival: float, config: GeneratorConfig) -> _Draw:
-    gpus = _pick(rng.random(), config.gpu_demand)
-    workload = _pick(rng.random(), [(w, w.weight) for w in WORKLOADS])
-    _, low, high = _pick(rng.random(), [(band, band[0]) for band in DURATION_BANDS])
+    gpus = pick_weighted(rng.random(), config.gpu_demand)
+    workload = pick_weighted(rng.random(), [(w, w.weight) for w in WORKLOADS])
+    _, low, high = pick_weighted(rng.random(), [(band, band[0]) for band in DURATION_BANDS])
     minutes = 10 ** (low + (high - low) * rng.random())
     return _Draw(
         arrival=arrival,
@@ -147,7 +147,7 @@ def _draw(rng: random.Random, arrival: float, config: GeneratorConfig) -> _Draw:
     )
 
 
-def _pick(u: float, weighted: Sequence[tuple[T, float]]) -> T:
+def pick_weighted(u: float, weighted: Sequence[tuple[T, float]]) -> T:
     """The choice a uniform draw `u` in [0, 1) lands on when the weights (summing to 1) tile the interval."""
     bound = 0.0
     for choice, weight in weighted:

@@ -5,7 +5,9 @@ file) and either `trace = "FILE"` (a trace file next to it) or a `[generate]` ta
 keys are `GeneratorConfig`'s fields (`duration` takes "4w"-style durations, `gpu_demand` is a table of GPU
 count to probability) and whose seed makes it reproducible; with `kind = "te-be"` it is instead a recipe of
 FitGpp's trial-and-error and best-effort jobs (`te_be.TeBeConfig`'s fields: jobs, seed, te_share, load,
-grace_scale, workloads, and min_duration for `min_seconds`), generated on the scenario's cluster.
+grace_scale, workloads, and min_duration for `min_seconds`), generated on the scenario's cluster; with
+`kind = "tenants"` a recipe of HiveD's tenants (`tenant_trace.TenantTraceConfig`'s fields: jobs, seed, load),
+whose VCs (node cells by the tenants' quotas) become the cluster's tenants.
 Optional: a `[simulation]` table (`round`, the longest time between rounds, and `preemption_cost`, both
 durations), and a `[policy]` table of knobs for the policies that take them (`policies/options.py`); the
 command line overrides both.
@@ -20,20 +22,28 @@ from pathlib import Path
 from typing import TypeVar
 
 from datamgr.scheduler.sim import fields
-from datamgr.scheduler.sim.cluster import cluster_from_table
+from datamgr.scheduler.sim.cluster import cluster_from_table, with_tenants
 from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
 from datamgr.scheduler.sim.generator import GPU_DEMAND, GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, TraceJob
 from datamgr.scheduler.sim.te_be import TeBeConfig, generate_te_be
+from datamgr.scheduler.sim.tenant_trace import (
+    PAPER_TENANTS,
+    TenantTraceConfig,
+    generate_tenant_trace,
+    tenant_shares,
+    vc_nodes,
+)
 from datamgr.scheduler.sim.trace import load_trace
 
 U = TypeVar("U")
 _KEYS = ("description", "cluster", "trace", "generate", "simulation", "policy")
 _RECIPE_REQUIRED = ("arrivals_per_hour", "sharing", "gpu_speed_scale", "irregular", "seed")
 _GENERATE_KEYS = ("kind", "jobs", "duration", "gpu_demand", *_RECIPE_REQUIRED)
-_KINDS = ("philly", "te-be")
+_KINDS = ("philly", "te-be", "tenants")
 _TE_BE_REQUIRED = ("kind", "jobs", "seed", "te_share", "load")
 _TE_BE_KEYS = (*_TE_BE_REQUIRED, "grace_scale", "min_duration", "workloads")
+_TENANTS_KEYS = ("kind", "jobs", "seed", "load")
 _SIMULATION_KEYS = ("round", "preemption_cost")
 
 
@@ -78,6 +88,8 @@ def _load(name: str, path: Path) -> Scenario:
     recipe = None
     if "trace" in document:
         trace = load_trace(path.parent / read_field(fields.text, document["trace"], f"{where}: trace"))
+    elif _kind(document["generate"], f"{where}: [generate]") == "tenants":
+        spec, trace = _tenants_scenario(document["generate"], spec, f"{where}: [generate]")
     elif _kind(document["generate"], f"{where}: [generate]") == "te-be":
         try:
             trace = generate_te_be(_te_be_recipe(document["generate"], f"{where}: [generate]"), spec)
@@ -162,6 +174,23 @@ def _recipe(table: object, where: str) -> GeneratorConfig:
         )
     except ValueError as exc:
         raise SimInputError(f"{where}: {exc}") from None
+
+
+def _tenants_scenario(table: dict[str, object], cluster: ClusterSpec, where: str) -> tuple[ClusterSpec, list[TraceJob]]:
+    """HiveD's tenants on `cluster`: their VCs (node cells in proportion to their quotas) and their jobs."""
+    check_keys(table, _TENANTS_KEYS, _TENANTS_KEYS, where)
+    recipe = _Recipe(table, where)
+    try:
+        config = TenantTraceConfig(
+            jobs=recipe.need("jobs", fields.positive_int),
+            seed=recipe.need("seed", fields.whole_number),
+            load=recipe.need("load", fields.positive_number),
+        )
+        cells = vc_nodes(PAPER_TENANTS, cluster.nodes)
+    except ValueError as exc:
+        raise SimInputError(f"{where}: {exc}") from None
+    shared = with_tenants(cluster, tenant_shares(cells), where)
+    return shared, generate_tenant_trace(config, cluster.gpus_per_node, cells)
 
 
 def _te_be_recipe(table: dict[str, object], where: str) -> TeBeConfig:
