@@ -6,7 +6,7 @@ decision: each tenant gets the cache and remote IO its VC reserves whenever its 
 SiloD's greedy allocation runs inside each tenant's share, and idle shares are lent to the others and taken
 back the round their owner needs them. So the guarantee HiveD gives a tenant's GPUs covers the data that feeds
 them too: another tenant's scans cannot evict its cache or take its remote IO (the shared-cache anomaly,
-`docs/hived-storage.md`).
+`docs/hived.md`).
 """
 
 from __future__ import annotations
