@@ -22,6 +22,7 @@ pytest_plugins = (
     "tests.mount_fixtures",
     "tests.disks",
     "tests.cache_fixtures",
+    "tests.launcher",
 )
 
 OUR_LOGGERS = ("silod", "datamgr", "fuseclient", "silodcli", "silodlib")

@@ -152,6 +152,13 @@ def silod_cli(*args: str, datamgr: str | None = None) -> subprocess.CompletedPro
     return subprocess.run([*SILOD, *args], capture_output=True, text=True, env=env, timeout=60)
 
 
+def cli(datamgr: DataManagerProcess, *args: str) -> str:
+    """`silod ARGS` against a running data manager, which must succeed; its output."""
+    result = silod_cli(*args, datamgr=datamgr.address)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 STREAM_DEADLINE = 30.0
 
 

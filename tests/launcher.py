@@ -5,8 +5,10 @@ Kubernetes operator doing it: stops before starts, level-triggered on every snap
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import grpc
+import pytest
 
 from datamgr.client import DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
@@ -92,3 +94,13 @@ class Launcher:
 
 def _text(placement: Placement) -> str:
     return ",".join(f"{node}:{gpus}" for node, gpus in placement)
+
+
+@pytest.fixture
+def launcher() -> Iterator[Launcher]:
+    """A launcher, disconnected when the test ends (connect it to a data manager)."""
+    following = Launcher()
+    try:
+        yield following
+    finally:
+        following.disconnect()

@@ -24,7 +24,7 @@ import pytest
 from datamgr.client import DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
 from tests import polling
-from tests.datamgr_fixtures import DataManagerProcess, make_local_dataset, silod_cli
+from tests.datamgr_fixtures import DataManagerProcess, cli, make_local_dataset
 from tests.launcher import Launcher
 
 GPUS = 2  # the node's
@@ -44,21 +44,6 @@ def serving(tmp_path: Path, *policy: str) -> Iterator[DataManagerProcess]:
 @pytest.fixture
 def tiresias(tmp_path: Path) -> Iterator[DataManagerProcess]:
     yield from serving(tmp_path, "--policy", "tiresias-las", "--policy-option", "queues=10s")
-
-
-@pytest.fixture
-def launcher() -> Iterator[Launcher]:
-    following = Launcher()
-    try:
-        yield following
-    finally:
-        following.disconnect()
-
-
-def cli(datamgr: DataManagerProcess, *args: str) -> str:
-    result = silod_cli(*args, datamgr=datamgr.address)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 def jobs(datamgr: DataManagerProcess) -> dict[str, dict[str, Any]]:

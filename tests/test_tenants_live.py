@@ -21,7 +21,7 @@ import pytest
 from datamgr.client import DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
 from tests import polling
-from tests.datamgr_fixtures import DataManagerProcess, make_local_dataset, silod_cli
+from tests.datamgr_fixtures import DataManagerProcess, cli, make_local_dataset
 from tests.launcher import Launcher
 
 GPUS = 2  # per node: one node cell of "gpu:1,node:2"
@@ -39,21 +39,6 @@ def hived(tmp_path: Path) -> Iterator[DataManagerProcess]:
         yield datamgr.start()
     finally:
         datamgr.stop()
-
-
-@pytest.fixture
-def launcher() -> Iterator[Launcher]:
-    following = Launcher()
-    try:
-        yield following
-    finally:
-        following.disconnect()
-
-
-def cli(datamgr: DataManagerProcess, *args: str) -> str:
-    result = silod_cli(*args, datamgr=datamgr.address)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 def status(datamgr: DataManagerProcess) -> dict[str, Any]:
