@@ -6,6 +6,7 @@ in its policy state, and sub-node affinity (a 2-GPU job on one PCIe switch)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,9 @@ from datamgr.scheduler.perf import SiloDPerf
 from datamgr.scheduler.policies.hived import hived, private, quota
 from datamgr.scheduler.registry import UnknownPolicy, build_scheduler
 from datamgr.scheduler.sim.engine import simulate
+from datamgr.scheduler.sim.fields import SimInputError
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, SimConfig, TraceJob
+from datamgr.scheduler.sim.tenants import load_tenants
 from datamgr.scheduler.snapshot import OPPORTUNISTIC, JobState, NodeState, Snapshot, TenantShare
 from tests.sim_fixtures import GB, MB
 
@@ -258,3 +261,39 @@ def test_the_quota_scheme_places_where_it_preempts_least_then_packs() -> None:
     jobs["x"] = jobs["x"]._replace(placement={}, policy_state={})  # a free GPU on n0, beside the regular job
     decision = quota().schedule(replace(snapshot, jobs=jobs), SiloDPerf())
     assert decision.placements is not None and decision.placements["new"] == {"n0": 1}  # packed, no preemption
+
+
+def tiresias_cluster(scheduler: str) -> ClusterSpec:
+    shares = {"a": TenantShare(cells={"node": 1}, scheduler=scheduler), "b": TenantShare(cells={"node": 1})}
+    return ClusterSpec(2, 4, 0, 1000 * GB, cell_levels="gpu:1,pcie:2,node:2", tenants=shares)
+
+
+def test_a_tenant_may_run_tiresias_inside_its_vc() -> None:
+    """Tenant a runs 2D-LAS in its VC: a short job arriving after a long one has passed 1 GPU-hour preempts it
+    (the long one is in the lower queue), where FIFO would make it wait; tenant b's cells are untouched."""
+    trace = [
+        task("long", "a", 4, 5_000),  # 4 GPUs: 1 GPU-hour of service after 900 s
+        task("short", "a", 4, 600, arrival=1_200),
+        task("b1", "b", 4, 8_000, arrival=100),
+    ]
+    fifo = run(trace, "hived", tiresias_cluster("fifo"), overflow="false")
+    assert fifo["short"].start == pytest.approx(5_000)
+    las = run(trace, "hived", tiresias_cluster("tiresias"), overflow="false")
+    assert las["short"].start == pytest.approx(1_200) and las["short"].finish == pytest.approx(1_800)
+    assert las["long"].preemptions == 1 and las["long"].finish == pytest.approx(5_600)
+    assert las["b1"].start == pytest.approx(100) and las["b1"].preemptions == 0
+
+
+def test_under_tiresias_a_job_that_never_ran_does_not_preempt_one_of_its_own_queue() -> None:
+    """Both in the first queue: the one that started first keeps its GPUs; the second waits for it, and does
+    not overflow onto the other tenant's idle node with overflow off."""
+    trace = [task("first", "a", 2, 1_000), task("second", "a", 4, 500, arrival=10)]  # first stays under 1 GPU-hour
+    outcomes = run(trace, "hived", tiresias_cluster("tiresias"), overflow="false")
+    assert outcomes["first"].preemptions == 0 and outcomes["second"].start == pytest.approx(1_000)
+
+
+def test_a_tenant_scheduler_the_policy_does_not_know_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "vcs.toml"
+    path.write_text('[a]\ncells = { node = 1 }\nscheduler = "sjf"\n')
+    with pytest.raises(SimInputError, match=r"tenant 'a': scheduler: 'sjf' is not one of fifo, tiresias"):
+        load_tenants(path)

@@ -102,11 +102,16 @@ OPPORTUNISTIC = "opportunistic"
 @dataclass(frozen=True, slots=True)
 class TenantShare:
     """What a tenant's virtual cluster guarantees it (HiveD's VC, and SiloD's storage beside it): cells per
-    level of the cluster's cell hierarchy, by level name ({"node": 4}), cache bytes and remote IO bytes/s."""
+    level of the cluster's cell hierarchy, by level name ({"node": 4}), cache bytes and remote IO bytes/s; and
+    the scheduler it runs inside them (`TENANT_SCHEDULERS`)."""
 
     cells: Mapping[str, int] = field(default_factory=dict)
     cache_bytes: int = 0
     io_bytes_per_sec: float = 0.0
+    scheduler: str = "fifo"
+
+
+TENANT_SCHEDULERS = ("fifo", "tiresias")  # what a tenant may run inside its VC (`policies/hived.py`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,8 @@ Three policies over the same cells (`cells.py`, `hived.py`), the VCs the snapsho
   VC as regular ones (nothing else could use a private cluster's idle cells), nobody else's.
 
 Inside a tenant, jobs start first come, first served (FIFO, the tenant's default scheduler): the first of its
-regular jobs its VC (or quota) cannot hold blocks its later regular jobs, as in a private cluster. Regular
+regular jobs its VC (or quota) cannot hold blocks its later regular jobs, as in a private cluster. A tenant
+whose `TenantShare.scheduler` is "tiresias" runs Tiresias's 2D-LAS inside its VC instead (`_tiresias_round`). Regular
 jobs of all tenants are started first, in submission order, then low-priority ones (and the regular jobs
 overflowing their VC), in submission order, each where the low-priority view has room. A low-priority job
 whose cells a regular job needs is preempted whole, and waits again.
@@ -123,6 +124,7 @@ class _Round:
         self.notes: dict[str, str] = {}
         self.low_cells: dict[str, list[Cell]] = {}  # running low-priority job -> its cells
         self.preempted: set[str] = set()  # jobs this round preempted
+        self.pieces: dict[str, list[Cell]] = {}  # a regular job running in its VC -> its VC cells
         self._rebuild()
         self._exclude_unusable_gpus()
 
@@ -180,8 +182,44 @@ class _Round:
         vc = self._vc_of(job)
         if vc is None:
             return False
-        for index, cell in enumerate(_cells(self.hierarchy, state)):
-            vc.restore(int(state[f"v{index}"]), cell)
+        roots = [int(state[f"v{index}"]) for index in range(int(state.get("cells", 0)))]
+        self.pieces[job.job_id] = [
+            vc.restore(root, cell) for root, cell in zip(roots, _cells(self.hierarchy, state), strict=True)
+        ]
+        self.regular_gpus[job.tenant] += job.gpus
+        return True
+
+    def set_aside(self, job: JobState) -> list[tuple[int, Cell]]:
+        """Free the cells of a regular job running in its VC, tentatively (Tiresias's round may keep it where
+        it is: `put_back`); its (VC cell, physical cell) pairs."""
+        vc = self._vc_of(job)
+        assert vc is not None
+        pairs = [
+            (int(job.policy_state[f"v{i}"]), cell) for i, cell in enumerate(_cells(self.hierarchy, job.policy_state))
+        ]
+        for virtual in self.pieces.pop(job.job_id):
+            vc.release(virtual)
+        self.regular_gpus[job.tenant] -= job.gpus
+        return pairs
+
+    def put_back(self, job: JobState, pairs: list[tuple[int, Cell]]) -> bool:
+        """Keep a job set aside on its cells if they are all still free in its VC; else it is preempted."""
+        vc = self._vc_of(job)
+        assert vc is not None
+        restored: list[Cell] = []
+        try:
+            for root, cell in pairs:
+                restored.append(vc.restore(root, cell))
+        except ValueError:
+            for virtual in restored:
+                vc.release(virtual)
+            del self.placements[job.job_id]
+            self.states[job.job_id] = _NO_STATE
+            self.notes[job.job_id] = (
+                f"preempted in the VC of tenant {job.tenant}: jobs of higher priority need its cells"
+            )
+            return False
+        self.pieces[job.job_id] = restored
         self.regular_gpus[job.tenant] += job.gpus
         return True
 
@@ -226,6 +264,7 @@ class _Round:
                 vc.release(piece.virtual)
             return False
         self.regular_gpus[job.tenant] += job.gpus
+        self.pieces[job.job_id] = [piece.virtual for piece in pieces]
         self._start(job, cells, roots)
         return True
 
@@ -296,11 +335,20 @@ class HivedScheduler:
         jobs = snapshot.schedulable_jobs()
         blocked: set[str] = set()  # tenants whose first waiting regular job has no room: FIFO within a tenant
         low: set[str] = set()  # waiting jobs to run as low-priority ones if cells are free
+        by_tiresias = {name for name, share in snapshot.tenants.items() if share.scheduler == "tiresias"}
+        regular: dict[str, list[JobState]] = {}
+        for job in jobs:
+            if job.tenant in by_tiresias and self._guaranteed(job, cells):
+                regular.setdefault(job.tenant, []).append(job)
+        for tenant, own in sorted(regular.items()):
+            low |= self._tiresias_round(cells, own, cells.quota[tenant])
         for job in jobs:
             placed = job.job_id in cells.placements
             if placed and not cells.runs_low(job):
                 continue  # a regular job in its VC (or quota) stays where it is
-            if (job.priority == LOW_PRIORITY and self.mode != "private") or not cells.has_vc(job):
+            if job.tenant in by_tiresias and self._guaranteed(job, cells):
+                continue  # its tenant's Tiresias round placed it, or not
+            if not self._guaranteed(job, cells):
                 if not placed:
                     low.add(job.job_id)
             elif job.tenant not in blocked:  # waiting, or overflowing its VC: its turn in the VC is now
@@ -316,6 +364,53 @@ class HivedScheduler:
                 if request is not None:
                     cells.start_low(job, request)
         return Decision(placements=cells.placements, job_states=cells.states, notes=cells.notes)
+
+    def _guaranteed(self, job: JobState, cells: _Round) -> bool:
+        """Whether the job runs in its tenant's VC (or quota) when it runs as it should: a regular job of a
+        tenant with one (in a private cluster, a low-priority job too)."""
+        return (job.priority != LOW_PRIORITY or self.mode == "private") and cells.has_vc(job)
+
+    def _tiresias_round(self, cells: _Round, jobs: list[JobState], budget: int) -> set[str]:
+        """Tiresias inside one tenant's VC (2D-LAS, the paper's defaults): the tenant's regular jobs ranked by
+        queue (attained service below or above `TIRESIAS_THRESHOLD`), then by first start (jobs that never ran
+        last), then submission; walking the ranking, every job whose GPUs fit in what is left of the VC's
+        (`budget`) is kept and the rest skipped (no head-of-line blocking). Kept jobs running in the VC stay where
+        they are; kept waiting (or overflowing) ones are placed in the VC in rank order; a running job that was
+        skipped is preempted only if a placed job took its cells. Returns the jobs that may overflow."""
+        ranked = sorted(jobs, key=_tiresias_rank)
+        kept: list[JobState] = []
+        left = budget
+        for job in ranked:
+            if job.gpus <= left:
+                kept.append(job)
+                left -= job.gpus
+        in_vc = [job for job in jobs if job.job_id in cells.placements and not cells.runs_low(job)]
+        kept_ids = {job.job_id for job in kept}
+        aside = {job.job_id: cells.set_aside(job) for job in in_vc if job.job_id not in kept_ids}
+        overflow: set[str] = set()
+        for job in kept:
+            if job.job_id in cells.placements and not cells.runs_low(job):
+                continue
+            request = _request(cells.hierarchy, job)
+            if (request is None or not cells.start_regular(job, request)) and job.job_id not in cells.placements:
+                overflow.add(job.job_id)
+        for job in in_vc:
+            if job.job_id in aside:
+                cells.put_back(job, aside[job.job_id])
+        waiting = {job.job_id for job in ranked if job.job_id not in kept_ids and job.job_id not in cells.placements}
+        return overflow | waiting if self.config.overflow and self.mode != "private" else set()
+
+
+TIRESIAS_THRESHOLD = 3600.0  # GPU-seconds: the paper's simulation default, K = 2 queues split at 1 GPU-hour
+
+
+def _tiresias_rank(job: JobState) -> tuple[int, float, float, str]:
+    """2D-LAS's order: the queue of the job's attained service, then when it first started (its start-time
+    order within a queue, the time it entered a lower queue approximated by its first start), never-run jobs
+    last, by submission."""
+    queue = 0 if job.attained_gpu_seconds < TIRESIAS_THRESHOLD else 1
+    started = job.first_start_time if job.first_start_time is not None else float("inf")
+    return (queue, started, job.submit_time, job.job_id)
 
 
 def _request(hierarchy: CellHierarchy, job: JobState) -> CellRequest | None:

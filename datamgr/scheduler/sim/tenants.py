@@ -10,6 +10,7 @@ cell_levels = "gpu:1,pcie:2,socket:2,node:2,rack:4"   # bottom up, NAME:BUDDIES;
 cells = { node = 4 }      # cells of each level the tenant's VC reserves
 cache = "2TB"             # optional: cache bytes reserved for its jobs (default 0)
 remote_io = "400MB/s"     # optional: remote IO reserved for its jobs (default 0)
+scheduler = "tiresias"    # optional: what orders its jobs inside its VC, fifo (default) or tiresias
 ```
 
 Without `cell_levels` a node is one cell of `gpus_per_node` GPUs ("gpu:1,node:G"). The VCs must fit the
@@ -26,9 +27,9 @@ from datamgr.scheduler.cells import CellHierarchy, parse_levels
 from datamgr.scheduler.hived import check_feasible
 from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
-from datamgr.scheduler.snapshot import TenantShare
+from datamgr.scheduler.snapshot import TENANT_SCHEDULERS, TenantShare
 
-TENANT_KEYS = ("cells", "cache", "remote_io")
+TENANT_KEYS = ("cells", "cache", "remote_io", "scheduler")
 
 
 def default_levels(gpus_per_node: int) -> str:
@@ -55,7 +56,11 @@ def tenants_from_table(table: object, where: str) -> dict[str, TenantShare]:
         if not isinstance(cells, dict) or not cells:
             raise SimInputError(f"{here}: cells: expected a table of level name to number of cells: {{ node = 4 }}")
         counts = {level: read_field(fields.whole_number, n, f"{here}: cells: {level}") for level, n in cells.items()}
+        scheduler = str(entry.get("scheduler", "fifo"))
+        if scheduler not in TENANT_SCHEDULERS:
+            raise SimInputError(f"{here}: scheduler: {scheduler!r} is not one of {', '.join(TENANT_SCHEDULERS)}")
         tenants[name] = TenantShare(
+            scheduler=scheduler,
             cells=counts,
             cache_bytes=read_field(fields.size, entry.get("cache", 0), f"{here}: cache"),
             io_bytes_per_sec=float(read_field(fields.rate, entry.get("remote_io", 0), f"{here}: remote_io")),
