@@ -33,6 +33,11 @@ def read_vc(path: Path, name: str) -> tuple[dict[str, int], int, int]:
         share = tenants_from_table({name: table}, f"--vc {path}")[name]
     except SimInputError as exc:
         raise CommandLineError(str(exc).replace(f"--vc {path}: tenant {name!r}: ", f"--vc {path}: ")) from None
+    if share.scheduler != "fifo":
+        raise CommandLineError(
+            f"--vc {path}: scheduler: a live tenant runs fifo inside its VC (the data manager takes no other yet);"
+            " leave scheduler out"
+        )
     return dict(share.cells), share.cache_bytes, int(share.io_bytes_per_sec)
 
 

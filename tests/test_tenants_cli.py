@@ -280,6 +280,7 @@ def test_tenant_add_list_remove_and_job_add_with_a_tenant_and_a_priority(
         (("tenant", "add", "a", "--vc", 'VC:cells = { node = 1 }\ncache = "2G"'), "--vc VC: cache: "),
         (("tenant", "add", "a", "--vc", "VC:cells = { node = 1 }\nnodes = 2"), "nodes"),
         (("tenant", "add", "a", "--vc", "VC:[b]\ncells = { node = 1 }"), "or a [a] table; its tables are [b]"),
+        (("tenant", "add", "a", "--vc", 'VC:cells = { node = 1 }\nscheduler = "tiresias"'), "a live tenant runs fifo"),
         (("job", "add", "j", "--dataset", "URI", "--ideal-rate", "1MB/s", "--gpus", "1", "--priority", "mid"),
          "argument --priority: 'mid' must be high (regular) or low (preemptible)"),
     ],
