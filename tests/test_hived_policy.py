@@ -146,16 +146,7 @@ def test_a_2_gpu_job_gets_both_gpus_of_one_pcie_switch() -> None:
     packed = snapshot.jobs["two"]._replace(
         policy_state={OPPORTUNISTIC: 0.0, "cells": 1.0, "level": 1.0, "c0": 1.0, "v0": 0.0}
     )
-    snapshot = Snapshot(
-        0.0,
-        nodes,
-        1e9,
-        {},
-        {"one": one, "two": packed, "pair": pair},
-        tenants=cluster.tenants,
-        cell_levels=cluster.cell_levels,
-    )
-    decision = policy.schedule(snapshot, SiloDPerf())
+    decision = policy.schedule(replace(snapshot, jobs={"one": one, "two": packed, "pair": pair}), SiloDPerf())
     assert decision.placements is not None and decision.placements["pair"] == {"n0": 2}
     assert decision.job_states["pair"] == {OPPORTUNISTIC: 0.0, "cells": 1.0, "level": 2.0, "c0": 1.0, "v0": 0.0}
 
