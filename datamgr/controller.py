@@ -54,7 +54,8 @@ from datamgr.scheduler.partition import ByRegularity
 from datamgr.scheduler.perf import Estimator, VanillaPerf
 from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.registry import Scheduler
-from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot, TenantShare
+from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot
+from datamgr.scheduler.tenancy import TenantShare
 from datamgr.state import ClusterState
 from silodlib.sharding import pass_share
 from silodlib.units import format_rate, format_size

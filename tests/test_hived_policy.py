@@ -18,7 +18,8 @@ from datamgr.scheduler.sim.engine import simulate
 from datamgr.scheduler.sim.fields import SimInputError
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, SimConfig, TraceJob
 from datamgr.scheduler.sim.tenants import load_tenants
-from datamgr.scheduler.snapshot import OPPORTUNISTIC, JobState, NodeState, Snapshot, TenantShare
+from datamgr.scheduler.snapshot import OPPORTUNISTIC, JobState, NodeState, Snapshot
+from datamgr.scheduler.tenancy import TenantShare
 from tests.sim_fixtures import GB, MB
 
 RATE = 10 * MB  # f* of every job: a 10 GB epoch takes 1,000 s

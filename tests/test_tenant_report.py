@@ -18,7 +18,7 @@ from datamgr.scheduler.registry import build_scheduler
 from datamgr.scheduler.sim import plots, report, tenant_report
 from datamgr.scheduler.sim.engine import simulate
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimConfig, SimResult, TraceJob
-from datamgr.scheduler.snapshot import TenantShare
+from datamgr.scheduler.tenancy import TenantShare
 from silodcli.main import main
 from tests.sim_fixtures import GB, MB, is_png
 

@@ -17,7 +17,8 @@ from datamgr.scheduler.policies.hived import HivedScheduler
 from datamgr.scheduler.policies.hived_silod import HivedSiloD, hived_silod
 from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.registry import UnknownPolicy, build_scheduler, load_policy
-from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot, TenantShare
+from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot
+from datamgr.scheduler.tenancy import TenantShare
 from datamgr.scheduler.tenant_storage import POOL, TenantStorage, fitted, group_key, tenant_groups
 
 MB = 10**6

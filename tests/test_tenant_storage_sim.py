@@ -27,7 +27,7 @@ from datamgr.scheduler.registry import build_scheduler
 from datamgr.scheduler.sim.cluster import with_tenants
 from datamgr.scheduler.sim.engine import simulate
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, SimConfig, SimResult, TraceJob
-from datamgr.scheduler.snapshot import TenantShare
+from datamgr.scheduler.tenancy import TenantShare
 
 MB = 10**6
 GB = 10**9

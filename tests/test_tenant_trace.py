@@ -4,6 +4,7 @@ VC, each tenant's offered load, reproducibility, and the `hived-tenants` scenari
 from __future__ import annotations
 
 import dataclasses
+import pickle
 
 import pytest
 
@@ -90,3 +91,10 @@ def test_a_tenants_recipe_with_a_bad_key_is_refused(tmp_path: pytest.TempPathFac
     path.write_text(path.read_text().replace("sharing = 0\n", ""))
     with pytest.raises(SimInputError, match="5 nodes cannot give each of 11 tenants a node cell"):
         _load("bad", path)
+
+
+def test_a_cluster_with_tenants_reaches_compares_worker_processes() -> None:
+    """`silod sim compare --jobs 2` pickles the cluster to its workers: the tenants' shares must survive it,
+    compiled modules or not (a share compiled with snapshot.py could not be unpickled)."""
+    cluster = load_scenario("hived-tenants").cluster
+    assert pickle.loads(pickle.dumps(cluster)) == cluster

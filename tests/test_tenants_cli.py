@@ -18,7 +18,7 @@ from datamgr.controller import snapshot_of
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.entities import Tenant
 from datamgr.manager import DataManager
-from datamgr.scheduler.snapshot import TenantShare
+from datamgr.scheduler.tenancy import TenantShare
 from datamgr.server import ServeError, ServerConfig, serve
 from datamgr.state import Change, ClusterState
 from datamgr.store import MemoryStore

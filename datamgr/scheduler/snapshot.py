@@ -13,6 +13,8 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import NamedTuple
 
+from datamgr.scheduler.tenancy import TenantShare
+
 
 @dataclass(frozen=True, slots=True)
 class NodeState:
@@ -97,21 +99,6 @@ LOW_PRIORITY = "low"
 # (HiveD's low-priority jobs and the regular jobs overflowing their VC), and to 0.0 for a regular one: what the
 # simulator's fragmentation and regular utilisation and `silod status` count by.
 OPPORTUNISTIC = "opportunistic"
-
-
-@dataclass(frozen=True, slots=True)
-class TenantShare:
-    """What a tenant's virtual cluster guarantees it (HiveD's VC, and SiloD's storage beside it): cells per
-    level of the cluster's cell hierarchy, by level name ({"node": 4}), cache bytes and remote IO bytes/s; and
-    the scheduler it runs inside them (`TENANT_SCHEDULERS`)."""
-
-    cells: Mapping[str, int] = field(default_factory=dict)
-    cache_bytes: int = 0
-    io_bytes_per_sec: float = 0.0
-    scheduler: str = "fifo"
-
-
-TENANT_SCHEDULERS = ("fifo", "tiresias")  # what a tenant may run inside its VC (`policies/hived.py`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
 from datamgr.scheduler.sim.model import ClusterSpec
 from datamgr.scheduler.sim.tenants import check_tenants, default_levels, hierarchy_for, load_tenants, tenants_from_table
-from datamgr.scheduler.snapshot import TenantShare
+from datamgr.scheduler.tenancy import TenantShare
 
 KEYS = ("nodes", "gpus_per_node", "cache_per_node", "remote_io")
 HOST_KEYS = ("cpus_per_node", "ram_per_node")

@@ -11,7 +11,8 @@ from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from datamgr.scheduler.snapshot import NodeState, TenantShare
+from datamgr.scheduler.snapshot import NodeState
+from datamgr.scheduler.tenancy import TenantShare
 
 
 class SimulationStalled(RuntimeError):

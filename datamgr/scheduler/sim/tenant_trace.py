@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from datamgr.scheduler.sim.generator import DURATION_BANDS, pick_weighted
 from datamgr.scheduler.sim.model import TraceJob
-from datamgr.scheduler.snapshot import TenantShare
+from datamgr.scheduler.tenancy import TenantShare
 
 MB = 10**6
 GB = 10**9

@@ -27,7 +27,7 @@ from datamgr.scheduler.cells import CellHierarchy, parse_levels
 from datamgr.scheduler.hived import check_feasible
 from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
-from datamgr.scheduler.snapshot import TENANT_SCHEDULERS, TenantShare
+from datamgr.scheduler.tenancy import TENANT_SCHEDULERS, TenantShare
 
 TENANT_KEYS = ("cells", "cache", "remote_io", "scheduler")
 
