@@ -11,6 +11,7 @@ import pty
 import select
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,10 +24,14 @@ from tests.polling import read_lines
 HEADER = "Every 0.5s: silod status"
 
 
-def interruptible() -> None:
-    """Run in the child before exec: Ctrl-C's SIGINT back to its default. A suite started in the background
-    (`make test &`) has SIGINT ignored, the child inherits that, and Python then never raises KeyboardInterrupt."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def interruptible(command: list[str]) -> list[str]:
+    """`command` with Ctrl-C's SIGINT back to its default first. A suite started in the background (`make test
+    &`) has SIGINT ignored, the child inherits that, and Python then never raises KeyboardInterrupt. A small
+    Python process resets it and execs the command: not a `preexec_fn`, which runs Python in the child between
+    fork and exec, where the gRPC threads of the in-process data manager can leave it broken (the child then
+    exited at once, now and then)."""
+    reset = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", reset, *command]
 
 
 @contextmanager
@@ -34,11 +39,10 @@ def watching(address: str, *args: str) -> Iterator[tuple[IO[bytes], subprocess.P
     """`silod status --watch 0.5 ARGS` with stdout a pipe (not a TTY); ended with SIGINT, as Ctrl-C would."""
     env = {**os.environ, "SILOD_DATAMGR": address}
     process = subprocess.Popen(
-        [*SILOD, "status", "--watch", "0.5", *args],
+        interruptible([*SILOD, "status", "--watch", "0.5", *args]),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
-        preexec_fn=interruptible,
     )
     try:
         assert process.stdout is not None
@@ -118,12 +122,11 @@ def test_on_a_terminal_each_frame_clears_the_screen_and_shows_the_current_tables
     env = {**os.environ, "SILOD_DATAMGR": datamgr.address}
     try:
         process = subprocess.Popen(
-            [*SILOD, "status", "--watch", "0.5"],
+            interruptible([*SILOD, "status", "--watch", "0.5"]),
             stdin=subprocess.DEVNULL,
             stdout=terminal.slave,
             stderr=subprocess.PIPE,
             env=env,
-            preexec_fn=interruptible,
         )
         try:
             (before,) = terminal.wait_for(lambda frames: len(frames) >= 1)
