@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from datamgr.scheduler.policies.options import PolicyOptions
 from datamgr.scheduler.registry import (
     CACHE_SYSTEMS,
+    COLOCATION_POLICIES,
+    DEFAULT_COLOCATION_POLICIES,
     PAPER_CACHE_SYSTEMS,
     Scheduler,
     UnknownPolicy,
@@ -49,6 +51,7 @@ from datamgr.scheduler.sim.trace import load_trace, write_trace
 from silodcli.args import argument_type, key_value, path_arg, positive_seconds
 from silodcli.config import ConfigurableParser
 from silodcli.processes import add_jobs_option, in_workers, run_in_processes
+from silodcli.sim_colocation import colocation_inputs, run_colocation_compare, run_colocation_sim
 from silodcli.tables import render_table
 
 if TYPE_CHECKING:
@@ -82,10 +85,15 @@ def add_sim_parser(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
         "system matrix; `generate` writes a synthetic trace. See docs/simulator.md.",
     )
     _add_inputs(sim_p)
-    sim_p.add_argument("--policy", default="fifo", metavar="NAME", help="scheduling policy (default %(default)s)")
     sim_p.add_argument(
-        "--cache-system", default="silod", choices=list(CACHE_SYSTEMS), help="storage side (default %(default)s)"
-    )
+        "--policy", metavar="NAME",
+        help="scheduling policy (default fifo; harmony on a co-location scenario, whose policies are "
+        f"{', '.join(COLOCATION_POLICIES)})",
+    )  # fmt: skip
+    sim_p.add_argument(
+        "--cache-system", choices=list(CACHE_SYSTEMS),
+        help="storage side (default silod; none on a co-location scenario)",
+    )  # fmt: skip
     sim_p.add_argument("--out", type=path_arg, metavar="DIR", help="output directory (default ./sim-NAME-POLICY-CACHE)")
     _add_decision_log_option(sim_p)
     _add_run_options(sim_p)
@@ -143,10 +151,11 @@ def _add_compare_parser(actions: argparse._SubParsersAction[ConfigurableParser])
     )
     _add_inputs(compare_p)
     compare_p.add_argument(
-        "--policies", type=_names, default=list(DEFAULT_POLICIES), metavar="P,..", help="default fifo,sjf,gavel"
-    )
+        "--policies", type=_names, metavar="P,..",
+        help=f"default {','.join(DEFAULT_POLICIES)}; on a co-location scenario {','.join(DEFAULT_COLOCATION_POLICIES)}",
+    )  # fmt: skip
     compare_p.add_argument(
-        "--cache-systems", type=_names, default=list(PAPER_CACHE_SYSTEMS), metavar="C,..",
+        "--cache-systems", type=_names, metavar="C,..",
         help=f"default {','.join(PAPER_CACHE_SYSTEMS)}, the paper's; known: {', '.join(CACHE_SYSTEMS)}",
     )  # fmt: skip
     compare_p.add_argument(
@@ -334,6 +343,14 @@ def _fail(command: str, exc: Exception, code: int = EXIT_USAGE) -> int:
 
 def run_sim(args: argparse.Namespace) -> int:
     try:
+        colocation = colocation_inputs(args)
+    except SimInputError as exc:
+        return _fail("sim", exc)
+    if colocation is not None:
+        return run_colocation_sim(args, colocation)
+    args.policy = args.policy or "fifo"
+    args.cache_system = args.cache_system or "silod"
+    try:
         inputs = _inputs(args)
         check_policy_options(args, [args.policy])
         scheduler = build_scheduler(args.policy, args.cache_system, knobs_for(args, inputs, args.policy))
@@ -359,6 +376,14 @@ def run_sim(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    try:
+        colocation = colocation_inputs(args)
+    except SimInputError as exc:
+        return _fail("sim compare", exc)
+    if colocation is not None:
+        return run_colocation_compare(args, colocation)
+    args.policies = args.policies or list(DEFAULT_POLICIES)
+    args.cache_systems = args.cache_systems or list(PAPER_CACHE_SYSTEMS)
     baseline = args.baseline or args.cache_systems[0]
     try:
         if baseline not in args.cache_systems:

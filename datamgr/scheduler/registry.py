@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 
+from datamgr.scheduler.colocation_view import ColocationPolicy
 from datamgr.scheduler.partition import IrregularPartition
 from datamgr.scheduler.perf import Estimator, SiloDPerf, VanillaPerf
 from datamgr.scheduler.policies.options import PolicyOptions, declared_keys
@@ -51,6 +52,16 @@ BUILTIN_POLICIES: dict[str, str] = {
     "private": "datamgr.scheduler.policies.hived:private",
     "hived-silod": "datamgr.scheduler.policies.hived_silod:hived_silod",
 }
+
+# Co-location policies (Harmony's world: job groups on machines, `colocation_view.ColocationPolicy`), run by
+# the co-location simulator on a co-location scenario; name -> "module:attribute" of a zero-argument factory.
+COLOCATION_POLICIES: dict[str, str] = {
+    "harmony": "datamgr.scheduler.policies.harmony:harmony_policy",
+    "isolated": "datamgr.scheduler.policies.isolated:isolated_policy",
+    "naive": "datamgr.scheduler.policies.naive:naive_policy",
+}
+# What `silod sim compare` runs on a co-location scenario unless told otherwise; Isolated is the paper's baseline.
+DEFAULT_COLOCATION_POLICIES = ("isolated", "naive", "harmony")
 
 # cache system -> the storage policy its baseline allocates with ("silod": the policy's own, SiloDPerf).
 CACHE_SYSTEMS: dict[str, str | None] = {
@@ -102,6 +113,16 @@ def load_policy(name: str, options: PolicyOptions | None = None) -> Policy:
         return factory(options)
     except ValueError as exc:
         raise UnknownPolicy(f"policy {name!r}: {exc}") from None
+
+
+def load_colocation_policy(name: str) -> ColocationPolicy:
+    """A fresh co-location policy by name; raises `UnknownPolicy` listing the known ones."""
+    if name not in COLOCATION_POLICIES:
+        known = ", ".join(COLOCATION_POLICIES)
+        raise UnknownPolicy(f"{name!r} is not a co-location policy; co-location policies: {known}")
+    module_name, _, attribute = COLOCATION_POLICIES[name].partition(":")
+    factory: Callable[[], ColocationPolicy] = getattr(importlib.import_module(module_name), attribute)
+    return factory()
 
 
 def takes_options(factory: Callable[..., object]) -> bool:

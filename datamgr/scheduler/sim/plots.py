@@ -1,5 +1,6 @@
 """The PNG plots of a simulation run or comparison: JCT and slowdown CDFs, the timeline, fairness, and HiveD's
-tenant plots (queueing delay by tenant against utilisation and fragmentation, sharing safety).
+tenant plots (queueing delay by tenant against utilisation and fragmentation, sharing safety), and Harmony's
+utilisation over time.
 
 Plots are drawn on matplotlib `Figure` objects with the Agg canvas, so no display and no pyplot global state
 are involved; importing this module loads matplotlib, which the numbers in `report.py` do not need.
@@ -16,6 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogFormatter
 
+from datamgr.scheduler.sim.colocation_model import ColocationResult, ColocationSample
 from datamgr.scheduler.sim.fields import format_duration
 from datamgr.scheduler.sim.model import ClusterSpec, Sample, SimResult
 from datamgr.scheduler.sim.report import slowdowns
@@ -273,3 +275,32 @@ def _save(path: Path, title: str, panels: Sequence[Callable[[Axes], None]]) -> N
         draw(ax)
     figure.suptitle(title)
     figure.savefig(path, format="png", dpi=100)
+
+
+def plot_utilisation(path: Path, runs: Mapping[str, ColocationResult]) -> None:
+    """Harmony's Figure 11: CPU and network utilisation of the whole cluster (Eq. 4, idle machines at 0) over
+    time, one line per run, and the jobs running at once; the samples are exact steps, drawn as such."""
+
+    def panel(value: Callable[[ColocationSample], float], label: str, share: bool) -> Callable[[Axes], None]:
+        def draw(ax: Axes) -> None:
+            for index, (name, result) in enumerate(runs.items()):
+                samples = result.samples
+                if not samples:
+                    continue
+                times = [sample.time / 3600 for sample in samples]
+                ax.step(times, [value(sample) for sample in samples], where="post", label=name, color=f"C{index % 10}")
+            ax.set_ylabel(label)
+            if share:
+                ax.set_ylim(0, 1.05)
+            ax.grid(True, alpha=0.3)
+            if runs:
+                ax.legend(fontsize="small")
+
+        return draw
+
+    panels = [
+        panel(lambda sample: sample.cpu, "CPU utilisation", True),
+        panel(lambda sample: sample.net, "network utilisation", True),
+        panel(lambda sample: sample.running_jobs, "jobs running", False),
+    ]
+    _save(path, "Utilisation over time (hours)", panels)

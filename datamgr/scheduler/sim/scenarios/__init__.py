@@ -8,6 +8,8 @@ FitGpp's trial-and-error and best-effort jobs (`te_be.TeBeConfig`'s fields: jobs
 grace_scale, workloads, and min_duration for `min_seconds`), generated on the scenario's cluster; with
 `kind = "tenants"` a recipe of HiveD's tenants (`tenant_trace.TenantTraceConfig`'s fields: jobs, seed, load),
 whose VCs (node cells by the tenants' quotas) become the cluster's tenants.
+A scenario with `model = "colocation"` is instead one of Harmony's machine clusters and job profiles, for the
+co-location simulator (`colocation_inputs.py` gives its keys; `load_colocation_scenario` reads it).
 Optional: a `[simulation]` table (`round`, the longest time between rounds, and `preemption_cost`, both
 durations), and a `[policy]` table of knobs for the policies that take them (`policies/options.py`); the
 command line overrides both.
@@ -23,6 +25,12 @@ from typing import TypeVar
 
 from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.cluster import cluster_from_table, with_tenants
+from datamgr.scheduler.sim.colocation_inputs import (
+    ColocationScenario,
+    colocation_scenario_from_document,
+    is_colocation_document,
+    shipped_document,
+)
 from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
 from datamgr.scheduler.sim.generator import GPU_DEMAND, GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, TraceJob
@@ -73,9 +81,29 @@ def load_scenario(name: str) -> Scenario:
         return _load(name, directory / f"{name}.toml")
 
 
+def is_colocation_scenario(name: str) -> bool:
+    """Whether the shipped scenario `name` is a co-location one (Harmony's machines and job profiles)."""
+    document = shipped_document(name)
+    return document is not None and is_colocation_document(document)
+
+
+def load_colocation_scenario(name: str) -> ColocationScenario:
+    """The shipped co-location scenario `name`, its jobs generated. Raises `SimInputError` for any other name."""
+    document = shipped_document(name)
+    if document is None or not is_colocation_document(document):
+        known = [n for n in available_scenarios() if is_colocation_scenario(n)]
+        raise SimInputError(f"no co-location scenario {name!r}; co-location scenarios: {', '.join(known)}")
+    return colocation_scenario_from_document(name, document, f"scenario {name}")
+
+
 def _load(name: str, path: Path) -> Scenario:
     document = fields.load_toml(path)
     where = str(path)
+    if is_colocation_document(document):
+        raise SimInputError(
+            f"scenario {name!r} models co-located CPU jobs on machines (Harmony), not GPUs: run it with a co-location "
+            "policy (silod sim --scenario NAME --policy harmony, isolated or naive)"
+        )
     check_keys(document, _KEYS, ("description", "cluster"), where)
     if ("trace" in document) == ("generate" in document):
         raise SimInputError(f"{where}: give either trace or [generate], not both or neither")
