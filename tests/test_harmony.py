@@ -54,7 +54,7 @@ def test_group_iteration_is_the_slowest_jobs_own_iteration_when_one_job_dominate
 
 def test_utilisation_is_each_resources_busy_share_of_the_group_iteration_eq3() -> None:
     jobs = [job("a", 8, 1), job("b", 6, 2)]  # T_g = 7 on 2 machines (above)
-    assert group_utilisation(jobs, 2) == Utilisation(1.0, 3 / 7, 0.0)
+    assert group_utilisation(jobs, 2) == Utilisation(1.0, 3 / 7)
     job_bound = group_utilisation([job("a", 0.5, 0.5), job("b", 10, 10)], 1)
     assert job_bound.cpu == pytest.approx(10.5 / 20) and job_bound.net == pytest.approx(10.5 / 20)
 
@@ -65,15 +65,17 @@ def test_cluster_utilisation_weights_each_group_by_its_machines_eq4() -> None:
     u = cluster_utilisation([cpu_bound, alone])
     assert u.cpu == pytest.approx((2 * 1 + 3 * 0.5) / 5)
     assert u.net == pytest.approx((2 * 3 / 7 + 3 * 0.5) / 5)
-    assert cluster_utilisation([]) == Utilisation(0.0, 0.0, 0.0)
+    assert cluster_utilisation([]) == Utilisation(0.0, 0.0)
 
 
-def test_remote_loading_is_a_third_pipelined_resource_and_prefetched_within_a_job() -> None:
-    # loads 4 + 3 = 7 exceed COMP (2 + 1) and COMM (1 + 1); a job's own iteration is max(COMP + COMM, load)
-    jobs = [job("a", 2, 1, load=4), job("b", 1, 1, load=3)]
-    assert group_iteration_seconds(jobs, 1) == 7.0
+def test_remote_loading_is_prefetched_within_a_job_and_a_slow_loader_holds_up_its_group() -> None:
+    # a job's own iteration is max(COMP + COMM, load): "c" computes and communicates for 2 s, loads for 5 s
     assert job("c", 1, 1, load=5).iteration_seconds(1) == 5.0
-    assert group_utilisation(jobs, 1).load == 1.0
+    assert job("d", 1, 1, load=1.5).iteration_seconds(1) == 2.0
+    # each job loads at its own rate: loads add up to no group term; "a" loading 4 s sets the pace (COMP 3, COMM 2)
+    jobs = [job("a", 2, 1, load=4), job("b", 1, 1, load=3)]
+    assert group_iteration_seconds(jobs, 1) == 4.0
+    assert group_utilisation(jobs, 1) == Utilisation(3 / 4, 2 / 4)
 
 
 @pytest.mark.parametrize("bad", [{"cpu": 0.0, "net": 1.0}, {"cpu": 1.0, "net": -1.0}])

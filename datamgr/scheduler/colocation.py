@@ -16,12 +16,13 @@ the first two terms the resource-bound cases (one resource busy all the time), t
 share of T_g each resource is busy; the cluster's (Eq. 4) is the machine-weighted average over groups.
 
 **Data loading, the third resource (SiloD).** A job may also read its input each iteration: `load_seconds`,
-the time its reads take from remote storage at the rate it is given (cache hits cost nothing). silod pipelines
-loading like the other two: the group's load subtasks share the remote link one at a time, so sum_j T_load_j
-is a third resource-bound term of Eq. 1, and a job's own iteration is max(T_cpu + T_net, T_load) since a
-data loader prefetches the next iteration's input while the current one computes and communicates. With
-`load_seconds = 0` (Harmony's own jobs, whose input sits in memory or on local disk) every formula here is
-the paper's.
+the time its reads take from remote storage at the remote IO rate it is given (cache hits cost nothing). A
+data loader prefetches the next iteration's input while the current one computes and communicates, so loading
+is pipelined with the job's own subtasks: its own iteration is max(T_cpu + T_net, T_load). Each job loads at
+its own rate (remote IO is allocated per job from the cluster's egress), so loads add no summed term to
+Eq. 1; they enter through its job-bound term, which is how a starved loader holds up its whole group (the
+group iterates in lockstep). With `load_seconds = 0` (Harmony's own jobs, whose input sits in memory) every
+formula here is the paper's.
 """
 
 from __future__ import annotations
@@ -62,28 +63,27 @@ class JobProfile:
 
 @dataclass(frozen=True, slots=True)
 class ResourceTimes:
-    """A group's subtask times summed per resource, and its slowest job's own iteration, at one DoP."""
+    """A group's subtask times summed per resource, and its slowest job's own iteration (loading included),
+    at one DoP."""
 
     cpu: float
     net: float
-    load: float
     longest_job: float
 
     @property
     def iteration(self) -> float:
-        """T_g (Eq. 1, with the load term)."""
-        return max(self.cpu, self.net, self.load, self.longest_job)
+        """T_g (Eq. 1)."""
+        return max(self.cpu, self.net, self.longest_job)
 
 
 def resource_times(jobs: Iterable[JobProfile], machines: float) -> ResourceTimes:
     """The sums Eq. 1 takes the maximum of, for `jobs` co-located on `machines`."""
-    cpu = net = load = longest = 0.0
+    cpu = net = longest = 0.0
     for job in jobs:
         cpu += job.cpu_seconds(machines)
         net += job.net_seconds
-        load += job.load_seconds
         longest = max(longest, job.iteration_seconds(machines))
-    return ResourceTimes(cpu, net, load, longest)
+    return ResourceTimes(cpu, net, longest)
 
 
 def group_iteration_seconds(jobs: Sequence[JobProfile], machines: float) -> float:
@@ -94,21 +94,18 @@ def group_iteration_seconds(jobs: Sequence[JobProfile], machines: float) -> floa
 
 @dataclass(frozen=True, slots=True)
 class Utilisation:
-    """U = [U_cpu, U_net] (Eq. 3, 4), and the remote link's share for the SiloD variant."""
+    """U = [U_cpu, U_net] (Eq. 3, 4)."""
 
     cpu: float
     net: float
-    load: float = 0.0
 
     def better_than(self, other: Utilisation) -> bool:
         """Harmony treats CPU utilisation as more important than the network's, "since CPU resources directly
         contribute to the job progress" (section IV-B2): higher CPU wins, the network breaks a tie (within
-        1e-9, float noise), and the remote link after it."""
+        1e-9, float noise)."""
         if abs(self.cpu - other.cpu) > 1e-9:
             return self.cpu > other.cpu
-        if abs(self.net - other.net) > 1e-9:
-            return self.net > other.net
-        return self.load > other.load + 1e-9
+        return self.net > other.net + 1e-9
 
     def gain_over(self, other: Utilisation) -> float:
         """The relative improvement of CPU utilisation over `other` (the measure Harmony's 5 % thresholds
@@ -123,7 +120,7 @@ def group_utilisation(jobs: Sequence[JobProfile], machines: float) -> Utilisatio
     _check_group(jobs, machines)
     times = resource_times(jobs, machines)
     iteration = times.iteration
-    return Utilisation(times.cpu / iteration, times.net / iteration, times.load / iteration)
+    return Utilisation(times.cpu / iteration, times.net / iteration)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,23 +150,22 @@ def cluster_utilisation(groups: Sequence[Group]) -> Utilisation:
     """U (Eq. 4): each group's U(g) weighted by its machines. No group: nothing is used."""
     machines = sum(group.machines for group in groups)
     if machines == 0:
-        return Utilisation(0.0, 0.0, 0.0)
+        return Utilisation(0.0, 0.0)
     parts = [(group.machines, group.utilisation) for group in groups]
     return Utilisation(
         sum(m * u.cpu for m, u in parts) / machines,
         sum(m * u.net for m, u in parts) / machines,
-        sum(m * u.load for m, u in parts) / machines,
     )
 
 
 def compute_intensity(jobs: Sequence[JobProfile], machines: int) -> float:
-    """How CPU-bound a group is at `machines`: its summed COMP time over the longer of its summed COMM and
-    loading (> 1: the CPU is its bottleneck, and another machine shortens its iteration, Eq. 1-2)."""
-    return _intensity(sum(job.cpu_machine_seconds for job in jobs), _other_resource(jobs), machines)
+    """How CPU-bound a group is at `machines`: its summed COMP time over its summed COMM (> 1: the CPU is its
+    bottleneck, and another machine shortens its iteration, Eq. 1-2)."""
+    return _intensity(sum(job.cpu_machine_seconds for job in jobs), _net(jobs), machines)
 
 
-def _other_resource(jobs: Sequence[JobProfile]) -> float:
-    return max(sum(job.net_seconds for job in jobs), sum(job.load_seconds for job in jobs))
+def _net(jobs: Sequence[JobProfile]) -> float:
+    return sum(job.net_seconds for job in jobs)
 
 
 def _intensity(cpu_machine_seconds: float, other: float, machines: int) -> float:
@@ -183,7 +179,7 @@ def assign_machines(job_groups: Sequence[Sequence[JobProfile]], machines: int) -
     if len(job_groups) > machines:
         raise ValueError(f"{len(job_groups)} job groups need at least as many machines, not {machines}")
     cpu = [sum(job.cpu_machine_seconds for job in jobs) for jobs in job_groups]
-    other = [_other_resource(jobs) for jobs in job_groups]
+    other = [_net(jobs) for jobs in job_groups]
     counts = [1] * len(job_groups)
     heap = [(-_intensity(cpu[index], other[index], 1), index) for index in range(len(job_groups))]
     heapq.heapify(heap)

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from datamgr.scheduler.colocation import JobProfile
+from datamgr.scheduler.colocation import Group, JobProfile
+from datamgr.scheduler.colocation_storage import DataNeed, StorageShare
 
 
 class JobStatus(enum.Enum):
@@ -37,12 +38,16 @@ class JobStatus(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class JobView:
     """One unfinished job: its profile, where it stands, its group's key (None outside a group) and its
-    arrival (the order Harmony considers waiting jobs in)."""
+    arrival (the order Harmony considers waiting jobs in). `load_seconds` is its remote loading per iteration
+    as measured now (in a group: under the current cache and IO; waiting: at an equal share of the remote IO
+    with one more job running), 0 where nothing is read remotely: a storage-aware policy profiles it as its
+    third resource, an oblivious one does not see it."""
 
     profile: JobProfile
     status: JobStatus
     arrival: float
     group: int | None = None
+    load_seconds: float = 0.0
 
     @property
     def job_id(self) -> str:
@@ -93,7 +98,9 @@ class PlannedGroup:
 class ColocationPolicy(Protocol):
     """A co-location policy: `plan` is pure and deterministic; `job_iteration_seconds` is how long an iteration
     of each job of a group takes under it, in the group's order (Harmony's pipelined subtasks: T_g of Eq. 1
-    for every job; naive co-location: each job at its own pace, slowed by contention)."""
+    for every job; naive co-location: each job at its own pace, slowed by contention); `allocate_storage`
+    splits the cache and remote IO among the running groups (`colocation_storage`: a fair share unless the
+    policy is storage-aware)."""
 
     @property
     def name(self) -> str: ...
@@ -101,3 +108,7 @@ class ColocationPolicy(Protocol):
     def plan(self, view: View) -> Sequence[PlannedGroup]: ...
 
     def job_iteration_seconds(self, jobs: Sequence[JobProfile], machines: int) -> list[float]: ...
+
+    def allocate_storage(
+        self, groups: Sequence[Group], needs: Mapping[str, DataNeed], cache_bytes: int, io_bytes_per_sec: float
+    ) -> StorageShare: ...

@@ -54,11 +54,10 @@ THRESHOLD = 0.05
 
 
 def group_count(jobs: Sequence[JobProfile], machines: int) -> float:
-    """The real-valued n that balances the jobs' summed COMP and their COMM (or remote loading, whichever is
-    larger) with every group on machines / n machines (see the module's docstring)."""
+    """The real-valued n that balances the jobs' summed COMP and their COMM with every group on machines / n
+    machines (see the module's docstring)."""
     cpu = sum(job.cpu_machine_seconds for job in jobs)
-    other = max(sum(job.net_seconds for job in jobs), sum(job.load_seconds for job in jobs))
-    return machines * other / cpu
+    return machines * sum(job.net_seconds for job in jobs) / cpu
 
 
 def candidate_counts(jobs: Sequence[JobProfile], machines: int) -> list[int]:
@@ -76,30 +75,27 @@ class _Terms:
 
     cpu: float
     net: float
-    load: float
     longest: float
 
     def __add__(self, other: _Terms) -> _Terms:
-        return _Terms(
-            self.cpu + other.cpu, self.net + other.net, self.load + other.load, max(self.longest, other.longest)
-        )
+        return _Terms(self.cpu + other.cpu, self.net + other.net, max(self.longest, other.longest))
 
     @property
     def lean(self) -> float:
-        """> 0 for a group whose COMP outweighs its COMM (or loading), < 0 for the reverse, relative to T_g."""
-        return (self.cpu - max(self.net, self.load)) / max(self.cpu, self.net, self.load, self.longest)
+        """> 0 for a group whose COMP outweighs its COMM, < 0 for the reverse, relative to T_g: U_cpu - U_net."""
+        return (self.cpu - self.net) / max(self.cpu, self.net, self.longest)
 
     @property
     def imbalance(self) -> float:
-        """|U_cpu - U_net| (with loading, the larger of its and the network's share)."""
+        """|U_cpu - U_net|."""
         return abs(self.lean)
 
 
-_NOTHING = _Terms(0.0, 0.0, 0.0, 0.0)
+_NOTHING = _Terms(0.0, 0.0, 0.0)
 
 
 def _terms(job: JobProfile, dop: float) -> _Terms:
-    return _Terms(job.cpu_seconds(dop), job.net_seconds, job.load_seconds, job.iteration_seconds(dop))
+    return _Terms(job.cpu_seconds(dop), job.net_seconds, job.iteration_seconds(dop))
 
 
 def _total(terms: Sequence[_Terms]) -> _Terms:
@@ -168,13 +164,11 @@ def _best_swap(first: Sequence[_Terms], second: Sequence[_Terms]) -> tuple[int, 
             after_first = _Terms(
                 first_total.cpu - out_a.cpu + out_b.cpu,
                 first_total.net - out_a.net + out_b.net,
-                first_total.load - out_a.load + out_b.load,
                 max(first_rest[a], out_b.longest),
             )
             after_second = _Terms(
                 second_total.cpu - out_b.cpu + out_a.cpu,
                 second_total.net - out_b.net + out_a.net,
-                second_total.load - out_b.load + out_a.load,
                 max(second_rest[b], out_a.longest),
             )
             after = after_first.imbalance + after_second.imbalance

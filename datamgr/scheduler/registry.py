@@ -57,6 +57,7 @@ BUILTIN_POLICIES: dict[str, str] = {
 # the co-location simulator on a co-location scenario; name -> "module:attribute" of a zero-argument factory.
 COLOCATION_POLICIES: dict[str, str] = {
     "harmony": "datamgr.scheduler.policies.harmony:harmony_policy",
+    "harmony-silod": "datamgr.scheduler.policies.harmony:harmony_silod_policy",
     "isolated": "datamgr.scheduler.policies.isolated:isolated_policy",
     "naive": "datamgr.scheduler.policies.naive:naive_policy",
 }

@@ -22,31 +22,47 @@ A regrouping keeps a group's key (so its jobs do not move) when the new group is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from datamgr.scheduler import harmony
 from datamgr.scheduler.colocation import Group, JobProfile, cluster_utilisation, group_iteration_seconds
+from datamgr.scheduler.colocation_storage import DataNeed, StorageShare, fair_storage, silod_storage
 from datamgr.scheduler.colocation_view import JobStatus, PlannedGroup, View
 
 
 class HarmonyPolicy:
-    """Harmony's grouping with its pipelined subtasks (Eq. 1)."""
+    """Harmony's grouping with its pipelined subtasks (Eq. 1). `storage_aware` makes it the SiloD variant
+    (`harmony-silod`): it profiles each job's remote loading as a third resource when it groups jobs, and lets
+    SiloD allocate the cache and remote IO (`colocation_storage.silod_storage`); otherwise it groups by COMP and
+    COMM alone and the storage is shared fairly, as under any scheduler that does not manage it."""
 
-    name = "harmony"
+    def __init__(self, storage_aware: bool = False) -> None:
+        self.storage_aware = storage_aware
+        self.name = "harmony-silod" if storage_aware else "harmony"
 
     def job_iteration_seconds(self, jobs: Sequence[JobProfile], machines: int) -> list[float]:
         return [group_iteration_seconds(jobs, machines)] * len(jobs)
 
+    def allocate_storage(
+        self, groups: Sequence[Group], needs: Mapping[str, DataNeed], cache_bytes: int, io_bytes_per_sec: float
+    ) -> StorageShare:
+        allocate = silod_storage if self.storage_aware else fair_storage
+        return allocate(groups, needs, cache_bytes, io_bytes_per_sec)
+
     def plan(self, view: View) -> list[PlannedGroup]:
-        return _Round(view).plan()
+        return _Round(view, self.storage_aware).plan()
 
 
 class _Round:
     """One round's working state: groups as (key, members, machines), `None` keys for new groups."""
 
-    def __init__(self, view: View) -> None:
+    def __init__(self, view: View, storage_aware: bool) -> None:
         self.view = view
-        self.profiles = {job_id: job.profile for job_id, job in view.jobs.items()}
+        self.profiles = {
+            job_id: replace(job.profile, load_seconds=job.load_seconds) if storage_aware else job.profile
+            for job_id, job in view.jobs.items()
+        }
         self.groups: list[tuple[int | None, list[str], int]] = [
             (group.key, list(group.job_ids), group.machines) for group in view.groups
         ]
@@ -193,3 +209,7 @@ def _match_keys(old: Sequence[tuple[int | None, list[str], int]], new: Sequence[
 
 def harmony_policy() -> HarmonyPolicy:
     return HarmonyPolicy()
+
+
+def harmony_silod_policy() -> HarmonyPolicy:
+    return HarmonyPolicy(storage_aware=True)

@@ -20,6 +20,7 @@ import math
 from collections.abc import Sequence
 
 from datamgr.scheduler.colocation import JobProfile, group_iteration_seconds
+from datamgr.scheduler.colocation_storage import ObliviousStorage
 from datamgr.scheduler.colocation_view import PlannedGroup, View
 
 
@@ -37,7 +38,7 @@ def isolated_dop(job: JobProfile, machines: int) -> int:
     return max(sorted(options), key=score)
 
 
-class IsolatedPolicy:
+class IsolatedPolicy(ObliviousStorage):
     """Each job alone on its own machines, at `isolated_dop`."""
 
     name = "isolated"

@@ -25,13 +25,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from datamgr.scheduler.colocation import JobProfile
+from datamgr.scheduler.colocation_storage import ObliviousStorage
 from datamgr.scheduler.colocation_view import PlannedGroup, View
 from datamgr.scheduler.policies.isolated import isolated_dop
 
 GROUP_SIZE = 2  # Gandiva packs two jobs
 
 
-class NaivePolicy:
+class NaivePolicy(ObliviousStorage):
     """Pairs of jobs co-located in arrival order, contending (module docstring)."""
 
     name = "naive"
@@ -62,21 +63,22 @@ class NaivePolicy:
 def contended_iterations(jobs: Sequence[JobProfile], machines: int, rounds: int = 200) -> list[float]:
     """Each job's iteration under mean-field contention (module docstring). `rounds` bounds the fixed-point
     iteration, which converges to 1e-12 relative within a few dozen rounds for groups of a few jobs."""
-    phases = [(job.cpu_seconds(machines), job.net_seconds, job.load_seconds) for job in jobs]
+    phases = [(job.cpu_seconds(machines), job.net_seconds) for job in jobs]
     times = [sum(phase) for phase in phases]
     for _ in range(rounds):
-        shares = [[phase[r] / time for r in range(3)] for phase, time in zip(phases, times, strict=True)]
-        totals = [sum(share[r] for share in shares) for r in range(3)]
+        shares = [[phase[r] / time for r in range(2)] for phase, time in zip(phases, times, strict=True)]
+        totals = [sum(share[r] for share in shares) for r in range(2)]
         updated = [
-            sum(phase[r] * (1 + totals[r] - share[r]) for r in range(3))
+            sum(phase[r] * (1 + totals[r] - share[r]) for r in range(2))
             for phase, share in zip(phases, shares, strict=True)
         ]
         converged = all(abs(new - old) <= 1e-12 * old for new, old in zip(updated, times, strict=True))
         times = updated
         if converged:
             break
-    busiest = max(sum(phase[r] / time for phase, time in zip(phases, times, strict=True)) for r in range(3))
-    return [time * max(1.0, busiest) for time in times]
+    busiest = max(sum(phase[r] / time for phase, time in zip(phases, times, strict=True)) for r in range(2))
+    # remote loading is prefetched at the job's own IO rate, as under Harmony (colocation.py)
+    return [max(time * max(1.0, busiest), job.load_seconds) for time, job in zip(times, jobs, strict=True)]
 
 
 def naive_policy() -> NaivePolicy:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from datamgr.scheduler.colocation import JobProfile
+from datamgr.scheduler.colocation import Group, JobProfile
+from datamgr.scheduler.colocation_storage import NO_STORAGE
 from datamgr.scheduler.colocation_view import ColocationPolicy, GroupView, JobStatus, JobView, PlannedGroup, View
 from datamgr.scheduler.sim.colocation_model import (
     ColocationCluster,
@@ -97,6 +98,7 @@ class _Run:
         self.outcomes: list[ColocationOutcome] = []
         self.samples: list[ColocationSample] = []
         self.rounds = 0
+        self.storage = NO_STORAGE
 
     def run(self) -> ColocationResult:
         arrived = self._arrive()
@@ -125,16 +127,30 @@ class _Run:
     def _progressing(self, group: _Group) -> list[str]:
         return [job_id for job_id in group.members if self.jobs[job_id].busy_until <= self.now + _EPSILON]
 
+    def _progress(self, group: _Group) -> list[tuple[ColocationJob, JobProfile, float]]:
+        """Each progressing job of `group`: its trace entry, its profile with its remote loading under the
+        current storage allocation, and the seconds its iterations take now."""
+        members = self._progressing(group)
+        if not members:
+            return []
+        traces = [self.jobs[job_id].trace for job_id in members]
+        profiles = [replace(trace.profile, load_seconds=self._load_seconds(trace)) for trace in traces]
+        times = self.policy.job_iteration_seconds(profiles, group.machines)
+        return list(zip(traces, profiles, times, strict=True))
+
+    def _load_seconds(self, trace: ColocationJob) -> float:
+        if trace.read_bytes_per_iteration == 0:
+            return 0.0
+        return self.storage.load_seconds(trace.job_id, trace.need)
+
     def _rates(self) -> dict[str, float]:
         """Iterations per second of every progressing job."""
-        rates: dict[str, float] = {}
-        for group in self.groups.values():
-            members = self._progressing(group)
-            if members:
-                profiles = [self.jobs[job_id].trace.profile for job_id in members]
-                times = self.policy.job_iteration_seconds(profiles, group.machines)
-                rates.update((job_id, 1.0 / time) for job_id, time in zip(members, times, strict=True))
-        return rates
+        return {
+            trace.job_id: 1.0 / time
+            for group in self.groups.values()
+            for trace, _, time in self._progress(group)
+            if math.isfinite(time)  # a job with no remote IO for data it must read does not progress
+        }
 
     def _next_event(self, rates: dict[str, float]) -> float | None:
         """Seconds to the next event, or None when none will come."""
@@ -208,7 +224,7 @@ class _Run:
             self.now,
             self.cluster.machines,
             {
-                job_id: JobView(job.trace.profile, job.status, job.trace.arrival, job.group)
+                job_id: JobView(job.trace.profile, job.status, job.trace.arrival, job.group, self._measured_load(job))
                 for job_id, job in self.jobs.items()
             },
             [GroupView(group.key, tuple(group.members), group.machines) for group in self.groups.values()],
@@ -219,8 +235,38 @@ class _Run:
         plan = list(self.policy.plan(view))
         self._check(plan)
         self._apply(plan)
+        self._allocate_storage()
         self.rounds += 1
         self._sample()
+
+    def _allocate_storage(self) -> None:
+        """The policy's split of the cache and remote IO among the groups now running (all their members)."""
+        models = [
+            Group(tuple(self.jobs[job_id].trace.profile for job_id in group.members), group.machines)
+            for group in self.groups.values()
+        ]
+        needs = {job_id: job.trace.need for job_id, job in self.jobs.items() if job.trace.read_bytes_per_iteration > 0}
+        if not needs:
+            self.storage = NO_STORAGE
+            return
+        self.storage = self.policy.allocate_storage(
+            models, needs, self.cluster.cache_bytes, self.cluster.remote_io_bytes_per_sec
+        )
+
+    def _measured_load(self, job: _Job) -> float:
+        """What a job's remote loading would take now at the remote IO it could use (`JobView.load_seconds`):
+        its share plus the egress nobody uses; waiting, at least an equal share among the jobs in groups and
+        it. Not its share alone: a share capped at what its group needs makes its load exactly its group's
+        iteration, which says nothing of the job."""
+        trace = job.trace
+        remote = self.storage.remote_bytes(trace.need)
+        if remote <= 0:
+            return 0.0
+        total = self.cluster.remote_io_bytes_per_sec
+        spare = total - sum(self.storage.io_bytes_per_sec.values())
+        running = sum(len(group.members) for group in self.groups.values())
+        rate = self.storage.io_bytes_per_sec.get(trace.job_id, 0.0) + spare if job.group is not None else 0.0
+        return remote / max(rate, spare, total / (running + 1))
 
     def _check(self, plan: Sequence[PlannedGroup]) -> None:
         seen: set[str] = set()
@@ -294,18 +340,14 @@ class _Run:
     # -- samples -------------------------------------------------------------------------------------------
 
     def _sample(self) -> None:
-        cpu = net = 0.0
+        cpu = net = remote = 0.0
         running = 0
         for group in self.groups.values():
-            members = self._progressing(group)
-            if not members:
-                continue
-            running += len(members)
-            profiles = [self.jobs[job_id].trace.profile for job_id in members]
-            times = self.policy.job_iteration_seconds(profiles, group.machines)
-            shares = list(zip(profiles, times, strict=True))
-            cpu += group.machines * min(1.0, sum(job.cpu_seconds(group.machines) / time for job, time in shares))
-            net += group.machines * min(1.0, sum(job.net_seconds / time for job, time in shares))
+            progress = self._progress(group)
+            running += len(progress)
+            cpu += group.machines * min(1.0, sum(job.cpu_seconds(group.machines) / time for _, job, time in progress))
+            net += group.machines * min(1.0, sum(job.net_seconds / time for _, job, time in progress))
+            remote += sum(self.storage.remote_bytes(trace.need) / time for trace, _, time in progress)
         waiting = sum(1 for job in self.jobs.values() if job.group is None)
         sample = ColocationSample(
             self.now,
@@ -314,6 +356,7 @@ class _Run:
             running,
             len(self.groups),
             waiting,
+            remote,
         )
         if self.samples and math.isclose(self.samples[-1].time, self.now, abs_tol=_EPSILON):
             self.samples[-1] = sample
