@@ -51,6 +51,7 @@ from datamgr.scheduler.sim.trace import load_trace, write_trace
 from silodcli.args import argument_type, key_value, path_arg, positive_seconds
 from silodcli.config import ConfigurableParser
 from silodcli.processes import add_jobs_option, in_workers, run_in_processes
+from silodcli.progress import ProgressLine
 from silodcli.sim_colocation import colocation_inputs, run_colocation_compare, run_colocation_sim
 from silodcli.tables import render_table
 
@@ -341,6 +342,21 @@ def _fail(command: str, exc: Exception, code: int = EXIT_USAGE) -> int:
     return code
 
 
+def with_gpu_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with the GPU simulator's defaults for what was not given: policy fifo and cache system silod for a
+    run, the paper's policies and cache systems for a comparison. The parser leaves them unset (None) so that a
+    co-location run can tell them given (and refuse them) from absent."""
+    for name, default in (
+        ("policy", "fifo"),
+        ("cache_system", "silod"),
+        ("policies", list(DEFAULT_POLICIES)),
+        ("cache_systems", list(PAPER_CACHE_SYSTEMS)),
+    ):
+        if hasattr(args, name) and getattr(args, name) is None:
+            setattr(args, name, default)
+    return args
+
+
 def run_sim(args: argparse.Namespace) -> int:
     try:
         colocation = colocation_inputs(args)
@@ -348,8 +364,7 @@ def run_sim(args: argparse.Namespace) -> int:
         return _fail("sim", exc)
     if colocation is not None:
         return run_colocation_sim(args, colocation)
-    args.policy = args.policy or "fifo"
-    args.cache_system = args.cache_system or "silod"
+    with_gpu_defaults(args)
     try:
         inputs = _inputs(args)
         check_policy_options(args, [args.policy])
@@ -382,8 +397,7 @@ def run_compare(args: argparse.Namespace) -> int:
         return _fail("sim compare", exc)
     if colocation is not None:
         return run_colocation_compare(args, colocation)
-    args.policies = args.policies or list(DEFAULT_POLICIES)
-    args.cache_systems = args.cache_systems or list(PAPER_CACHE_SYSTEMS)
+    with_gpu_defaults(args)
     baseline = args.baseline or args.cache_systems[0]
     try:
         if baseline not in args.cache_systems:
@@ -551,56 +565,6 @@ def _gzip_text(path: Path) -> TextIO:
     log (416 MB) level 1 leaves 53 MB and level 6 26 MB, for 3 s more CPU in a run of over a minute. The
     header carries no time stamp, so equal runs write equal bytes."""
     return io.TextIOWrapper(gzip.GzipFile(path, "wb", compresslevel=6, mtime=0), encoding="utf-8")
-
-
-class ProgressLine:
-    """A progress line on a terminal for long runs: simulated time reached, jobs done, wall time elapsed.
-
-    Nothing until the run has taken `delay` seconds, then redrawn in place at most every `delay` seconds; on
-    `close`, the final numbers and a newline. Nothing at all when `stream` (stderr by default) is not a
-    terminal: a log file or a CI job would gain a line a second that nobody reads. Called by the engine as
-    `progress(sim_time, finished_jobs, total_jobs)`."""
-
-    def __init__(
-        self,
-        label: str,
-        stream: TextIO | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        delay: float = 1.0,
-    ) -> None:
-        self._label = label
-        self._stream = stream or sys.stderr  # looked up now: a test may have replaced it
-        self._live = self._stream.isatty()
-        self._clock = clock
-        self._delay = delay
-        self._started = self._last = clock()
-        self._latest = (0.0, 0, 0)
-        self._width = 0  # of the line drawn last, which a shorter one must cover
-
-    def __call__(self, sim_time: float, finished: int, total: int) -> None:
-        if not self._live:
-            return
-        self._latest = (sim_time, finished, total)
-        now = self._clock()
-        if now - self._last >= self._delay:
-            self._last = now
-            self._draw(now)
-
-    def _draw(self, now: float) -> None:
-        sim_time, finished, total = self._latest
-        line = (
-            f"{self._label}: {format_duration(sim_time)} simulated, {finished}/{total} jobs done, "
-            f"{now - self._started:.0f} s elapsed"
-        )
-        self._stream.write("\r" + line.ljust(self._width))
-        self._stream.flush()
-        self._width = len(line)
-
-    def close(self) -> None:
-        if self._width:
-            self._draw(self._clock())
-            self._stream.write("\n")
-            self._stream.flush()
 
 
 def run_generate(args: argparse.Namespace) -> int:

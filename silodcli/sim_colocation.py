@@ -35,6 +35,7 @@ from datamgr.scheduler.sim.fields import SimInputError
 from datamgr.scheduler.sim.model import SimulationStalled
 from datamgr.scheduler.sim.scenarios import is_colocation_scenario, load_colocation_scenario
 from silodcli.processes import in_workers, run_in_processes
+from silodcli.progress import ProgressLine
 from silodcli.tables import render_table
 
 EXIT_USAGE = 2
@@ -49,6 +50,7 @@ _GPU_ONLY: dict[str, tuple[str, object]] = {
     "--decision-log": ("decision_log", False),
     "--tenants": ("tenants", None),
     "--remote-io-scale": ("remote_io_scale", 1.0),
+    "--seed": ("seed", 0),  # the co-location policies draw nothing at random; a scenario's jobs have their own seed
 }
 
 
@@ -82,8 +84,9 @@ def _refuse_gpu_options(args: argparse.Namespace, cache_option: str | None) -> N
         given.append(cache_option)
     if given:
         raise SimInputError(
-            f"{', '.join(given)}: not used by the co-location simulator (Harmony's machines and job groups), "
-            "which models no caches, rounds, preemptions, tenants or remote IO; leave them out"
+            f"{', '.join(given)}: not used by the co-location simulator (options of the GPU simulator; Harmony's "
+            "policies decide when to regroup and draw nothing at random, and a co-location cluster file gives its "
+            "remote IO and cache); leave them out"
         )
 
 
@@ -161,7 +164,7 @@ def simulate_colocation_into(
     from datamgr.scheduler.sim import colocation_report, plots
 
     policy = load_colocation_policy(policy_name)
-    progress = _Progress(policy_name, len(inputs.trace)) if show_progress else None
+    progress = ProgressLine(policy_name) if show_progress else None
     result = simulate_colocation(inputs.trace, inputs.cluster, policy, progress)
     if progress is not None:
         progress.close()
@@ -172,29 +175,6 @@ def simulate_colocation_into(
     colocation_report.write_summary_json(out / "summary.json", summary)
     plots.plot_utilisation(out / "utilisation.png", {policy_name: result})
     return ColocationRun(result, summary, ("jobs.csv", "timeline.csv", "summary.json", "utilisation.png"))
-
-
-class _Progress:
-    """A line on stderr redrawn at most twice a second: the policy, simulated hours, jobs finished."""
-
-    def __init__(self, label: str, total: int) -> None:
-        self.label = label
-        self.total = total
-        self.last = 0.0
-        self.drawn = False
-
-    def __call__(self, sim_time: float, finished: int, total: int) -> None:
-        now = time.monotonic()
-        if now - self.last < 0.5 and finished < total:
-            return
-        self.last = now
-        self.drawn = True
-        line = f"\r{self.label}: {sim_time / 3600:.1f} h simulated, {finished}/{total} jobs done"
-        print(line, end="", file=sys.stderr)
-
-    def close(self) -> None:
-        if self.drawn:
-            print(file=sys.stderr, flush=True)
 
 
 def _refuse_policy(name: str) -> str:

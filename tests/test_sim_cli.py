@@ -26,7 +26,8 @@ from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, RemoteIoLedger,
 from datamgr.scheduler.sim.trace import load_trace
 from silodcli.main import build_parser, main
 from silodcli.processes import run_in_processes
-from silodcli.sim import ProgressLine
+from silodcli.progress import ProgressLine
+from silodcli.sim import with_gpu_defaults
 from tests.sim_fixtures import install_missing_node_policy, is_png, tiny_inputs
 
 CLUSTER = ClusterSpec(nodes=2, gpus_per_node=4, cache_bytes_per_node=10**12, remote_io_bytes_per_sec=250e6)
@@ -232,7 +233,9 @@ def test_compare_and_the_sharing_sweep_run_the_papers_cache_systems_unless_told(
     assert PAPER_CACHE_SYSTEMS == ("silod", "alluxio", "coordl", "quiver")
     assert set(PAPER_CACHE_SYSTEMS) < set(CACHE_SYSTEMS) and "quiver-stable" in CACHE_SYSTEMS
     parser = build_parser()
-    assert parser.parse_args(["sim", "compare"]).cache_systems == list(PAPER_CACHE_SYSTEMS)
+    assert with_gpu_defaults(parser.parse_args(["sim", "compare"])).cache_systems == list(PAPER_CACHE_SYSTEMS)
+    assert with_gpu_defaults(parser.parse_args(["sim", "compare"])).policies == ["fifo", "sjf", "gavel"]
+    assert with_gpu_defaults(parser.parse_args(["sim"])).cache_system == "silod"
     assert parser.parse_args(["sim", "sweep", "sharing"]).cache_systems == list(PAPER_CACHE_SYSTEMS)
     assert parser.parse_args(["sim", "sweep", "bandwidth"]).cache_systems == ["silod", "alluxio"]
     assert parser.parse_args(["sim", "--cache-system", "quiver-stable"]).cache_system == "quiver-stable"

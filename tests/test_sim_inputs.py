@@ -368,12 +368,18 @@ def test_the_shipped_scenarios_are_listed() -> None:
         "cluster96",
         "fitgpp-io",
         "fitgpp-synthetic",
+        "harmony-80",
+        "harmony-80-io",
+        "harmony-80-poisson",
         "hived-tenants",
         "micro",
         "tiresias-fig7",
         "tiresias-philly",
     ]
-    known = "cluster400, cluster96, fitgpp-io, fitgpp-synthetic, hived-tenants, micro, tiresias-fig7, tiresias-philly"
+    known = (
+        "cluster400, cluster96, fitgpp-io, fitgpp-synthetic, harmony-80, harmony-80-io, harmony-80-poisson, "
+        "hived-tenants, micro, tiresias-fig7, tiresias-philly"
+    )
     with pytest.raises(SimInputError, match=f"unknown scenario 'nano'; known scenarios: {known}$"):
         load_scenario("nano")
 

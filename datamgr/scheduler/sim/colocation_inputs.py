@@ -11,15 +11,21 @@ A co-location trace is a CSV file with one job per row:
 | `net_seconds` | COMM (PULL + PUSH) time of one iteration, the same at any DoP |
 | `iterations` | iterations to convergence (fractional allowed) |
 | `model_size`, `input_size` | "12GB", bytes: what a checkpoint, a restore and an input reload move |
+| `read_size` | optional: bytes read from remote storage per iteration, through the cache ("400MB"; SiloD variant) |
+
+The input is the job's dataset (`dataset`, of `input_size`); jobs naming the same dataset share its cache.
 
 A co-location cluster file has `machines` (required), `machine_bandwidth` (what one machine moves a
-checkpoint or input at, "1.1Gbps" by default, Harmony's m4.2xlarge) and `profile_iterations` (iterations of
-profiling per new job, default 2). A cluster file with `machines` and no `nodes` is a co-location cluster;
-that is how `silod sim --trace --cluster` tells the two simulators apart.
+checkpoint or input at, "1.1Gbps" by default, Harmony's m4.2xlarge), `profile_iterations` (iterations of
+profiling per new job, default 2), and for jobs that read remote data `remote_io` (the egress limit the
+cluster shares, "200MB/s"; default unlimited) and `cache` (all machines' cache together, "100GB"; default 0).
+A cluster file with `machines` and no `nodes` is a co-location cluster; that is how `silod sim --trace
+--cluster` tells the two simulators apart.
 
 A shipped co-location scenario is a TOML file in the scenarios package with `model = "colocation"`, a
-`description`, a `[cluster]` table of the keys above and a `[generate]` table: `kind = "harmony"`, `seed`, and
-`mean_gap` (a duration; "0s" submits every job at once) for `harmony_workload.generate_harmony_workload`.
+`description`, a `[cluster]` table of the keys above and a `[generate]` table: `kind = "harmony"`, `seed`,
+`mean_gap` (a duration; "0s" submits every job at once) and optionally `epoch_iterations` (each job then reads
+its whole input from remote storage once per that many iterations) for `harmony_workload`.
 Every error names the file, the line or key, and the rule.
 """
 
@@ -28,6 +34,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -37,7 +44,7 @@ from datamgr.scheduler.sim.colocation_model import ColocationCluster, Colocation
 from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
 from datamgr.scheduler.sim.harmony_workload import HarmonyWorkloadConfig, generate_harmony_workload
 
-COLUMNS = (
+REQUIRED = (
     "job_id",
     "arrival",
     "app",
@@ -48,9 +55,11 @@ COLUMNS = (
     "model_size",
     "input_size",
 )
-CLUSTER_KEYS = ("machines", "machine_bandwidth", "profile_iterations")
+COLUMNS = (*REQUIRED, "read_size")
+CLUSTER_KEYS = ("machines", "machine_bandwidth", "profile_iterations", "remote_io", "cache")
 _SCENARIO_KEYS = ("model", "description", "cluster", "generate")
-_GENERATE_KEYS = ("kind", "seed", "mean_gap")
+_GENERATE_REQUIRED = ("kind", "seed", "mean_gap")
+_GENERATE_KEYS = (*_GENERATE_REQUIRED, "epoch_iterations")
 MODEL = "colocation"
 
 
@@ -74,7 +83,10 @@ def load_colocation_trace(path: Path) -> list[ColocationJob]:
             header = [name.strip() for name in next(reader, [])]
             if not header:
                 raise SimInputError(f"{path}: the trace has no header line")
-            check_keys(header, COLUMNS, COLUMNS, f"{path}:1", "column")
+            repeated = [name for index, name in enumerate(header) if name in header[:index]]
+            if repeated:
+                raise SimInputError(f"{path}:1: column {repeated[0]!r} appears twice")
+            check_keys(header, COLUMNS, REQUIRED, f"{path}:1", "column")
             for cells in reader:
                 if not cells:
                     continue
@@ -99,21 +111,19 @@ def _job(values: Mapping[str, str], where: str) -> ColocationJob:
     def read(column: str, reader: fields.Reader[fields.T]) -> fields.T:
         return read_field(reader, values[column], f"{where}: {column}")
 
-    job_id = read("job_id", fields.text)
-    try:
-        return ColocationJob(
-            job_id=job_id,
-            arrival=read("arrival", fields.duration),
-            app=read("app", fields.text),
-            dataset=read("dataset", fields.text),
-            cpu_machine_seconds=read("cpu_machine_seconds", fields.positive_number),
-            net_seconds=read("net_seconds", fields.duration),
-            iterations=read("iterations", fields.positive_number),
-            model_bytes=read("model_size", fields.size),
-            input_bytes=read("input_size", fields.size),
-        )
-    except ValueError as exc:
-        raise SimInputError(f"{where}: {exc}") from None
+    read_bytes = read("read_size", fields.size) if values.get("read_size", "").strip() else 0
+    return ColocationJob(  # every field read and checked above: the constructor's own checks cannot fail
+        job_id=read("job_id", fields.text),
+        arrival=read("arrival", fields.duration),
+        app=read("app", fields.text),
+        dataset=read("dataset", fields.text),
+        cpu_machine_seconds=read("cpu_machine_seconds", fields.positive_number),
+        net_seconds=read("net_seconds", fields.duration),
+        iterations=read("iterations", fields.positive_number),
+        model_bytes=read("model_size", fields.size),
+        input_bytes=read("input_size", fields.size),
+        read_bytes_per_iteration=read_bytes,
+    )
 
 
 def write_colocation_trace(path: Path, jobs: Sequence[ColocationJob]) -> None:
@@ -125,16 +135,23 @@ def write_colocation_trace(path: Path, jobs: Sequence[ColocationJob]) -> None:
             writer.writerow(
                 (
                     job.job_id,
-                    repr(job.arrival),
+                    _plain(job.arrival),
                     job.app,
                     job.dataset,
-                    repr(job.cpu_machine_seconds),
-                    repr(job.net_seconds),
-                    repr(job.iterations),
+                    _plain(job.cpu_machine_seconds),
+                    _plain(job.net_seconds),
+                    _plain(job.iterations),
                     job.model_bytes,
                     job.input_bytes,
+                    job.read_bytes_per_iteration,
                 )
             )
+
+
+def _plain(number: float) -> str:
+    """`number` in positional notation with every digit `repr` keeps ("0.00001", not "1e-05", which a duration
+    cell does not take), so that it reads back as the same float."""
+    return format(Decimal(repr(number)), "f")
 
 
 def is_colocation_cluster(table: Mapping[str, Any]) -> bool:
@@ -157,6 +174,12 @@ def colocation_cluster_from_table(table: Mapping[str, Any], where: str) -> Coloc
             table.get("profile_iterations", default.profile_iterations),
             f"{where}: profile_iterations",
         ),
+        remote_io_bytes_per_sec=(
+            read_field(fields.positive(fields.rate), table["remote_io"], f"{where}: remote_io")
+            if "remote_io" in table
+            else default.remote_io_bytes_per_sec
+        ),
+        cache_bytes=read_field(fields.size, table.get("cache", 0), f"{where}: cache"),
     )
 
 
@@ -173,12 +196,15 @@ def colocation_scenario_from_document(name: str, document: Mapping[str, Any], wh
     check_keys(document, _SCENARIO_KEYS, ("description", "cluster", "generate"), where)
     cluster = colocation_cluster_from_table(document["cluster"], f"{where} [cluster]")
     recipe = document["generate"]
-    check_keys(recipe, _GENERATE_KEYS, _GENERATE_KEYS, f"{where} [generate]")
+    check_keys(recipe, _GENERATE_KEYS, _GENERATE_REQUIRED, f"{where} [generate]")
     if recipe["kind"] != "harmony":
         raise SimInputError(f"{where} [generate]: kind: {recipe['kind']!r} is not a co-location recipe ('harmony')")
     config = HarmonyWorkloadConfig(
         seed=read_field(fields.whole_number, recipe["seed"], f"{where} [generate]: seed"),
         mean_gap_seconds=read_field(fields.duration, recipe["mean_gap"], f"{where} [generate]: mean_gap"),
+        epoch_iterations=read_field(
+            fields.whole_number, recipe.get("epoch_iterations", 0), f"{where} [generate]: epoch_iterations"
+        ),
     )
     return ColocationScenario(name, str(document["description"]), cluster, generate_harmony_workload(config))
 
