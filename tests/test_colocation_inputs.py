@@ -439,7 +439,7 @@ def test_the_job_and_timeline_csv_hold_one_row_per_job_and_sample(tmp_path: Path
 
 
 def summary(policy: str, average_jct: float, makespan: float) -> ColocationSummary:
-    return ColocationSummary(policy, 3, average_jct, makespan, 0.4, 0.3, 1.5, 1.0, 2, 1, 0.01, 5)
+    return ColocationSummary(policy, 3, average_jct, makespan, 0.4, 0.3, 1.5, 1.0, 2, 1, 0.01, 5, 20 * MB)
 
 
 def test_comparison_rows_give_speedups_over_the_baseline_policy(tmp_path: Path) -> None:
@@ -447,7 +447,20 @@ def test_comparison_rows_give_speedups_over_the_baseline_policy(tmp_path: Path) 
     rows = comparison_rows(runs, "isolated")
     assert [row[0] for row in rows] == ["isolated", "naive", "harmony"]
     assert [row[3:5] for row in rows] == [("1.00x", "1.00x"), ("1.50x", "1.50x"), ("2.00x", "3.00x")]
-    assert rows[2] == ("harmony", "2.5m", "3.3m", "2.00x", "3.00x", "40.0%", "30.0%", "1.5", "1.0", "2", "1.0%")
+    assert rows[2] == (
+        "harmony",
+        "2.5m",
+        "3.3m",
+        "2.00x",
+        "3.00x",
+        "40.0%",
+        "30.0%",
+        "20.0 MB/s",
+        "1.5",
+        "1.0",
+        "2",
+        "1.0%",
+    )
     assert [row[3:5] for row in comparison_rows(runs, "harmony")] == [
         ("0.50x", "0.33x"), ("0.75x", "0.50x"), ("1.00x", "1.00x"),
     ]  # fmt: skip

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from datamgr.scheduler.sim.colocation_model import ColocationResult, ColocationSample
 from datamgr.scheduler.sim.fields import format_duration
+from silodlib.units import format_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,21 +34,23 @@ class ColocationSummary:
     pauses: int
     overhead_share: float  # of all jobs' time in the system
     rounds: int
+    remote_io_bytes_per_sec: float = 0.0  # read from remote storage, averaged over the makespan
 
 
-def time_averages(samples: Sequence[ColocationSample], start: float, end: float) -> tuple[float, float, float, float]:
-    """(CPU, network, running jobs, groups), each averaged over [start, end] of the piecewise-constant samples."""
+def time_averages(samples: Sequence[ColocationSample], start: float, end: float) -> list[float]:
+    """CPU, network, running jobs, groups and remote IO, each averaged over [start, end] of the piecewise-constant
+    samples."""
+    totals = [0.0] * 5
     if end <= start:
-        return (0.0, 0.0, 0.0, 0.0)
-    totals = [0.0, 0.0, 0.0, 0.0]
+        return totals
     for sample, following in zip(samples, [*samples[1:], None], strict=True):
         lo = max(start, sample.time)
         hi = min(end, following.time if following is not None else end)
         if hi > lo:
-            for index, value in enumerate((sample.cpu, sample.net, sample.running_jobs, sample.groups)):
+            values = (sample.cpu, sample.net, sample.running_jobs, sample.groups, sample.remote_io_bytes_per_sec)
+            for index, value in enumerate(values):
                 totals[index] += value * (hi - lo)
-    cpu, net, running, groups = (total / (end - start) for total in totals)
-    return (cpu, net, running, groups)
+    return [total / (end - start) for total in totals]
 
 
 def summarize_colocation(result: ColocationResult) -> ColocationSummary:
@@ -57,7 +60,7 @@ def summarize_colocation(result: ColocationResult) -> ColocationSummary:
         raise ValueError("a run with no finished job has nothing to summarise")
     start = min(job.arrival for job in jobs)
     end = max(job.finish for job in jobs)
-    cpu, net, running, groups = time_averages(result.samples, start, end)
+    cpu, net, running, groups, remote = time_averages(result.samples, start, end)
     in_system = sum(job.jct for job in jobs)
     return ColocationSummary(
         policy=result.policy,
@@ -72,6 +75,7 @@ def summarize_colocation(result: ColocationResult) -> ColocationSummary:
         pauses=sum(job.pauses for job in jobs),
         overhead_share=sum(job.overhead_seconds for job in jobs) / in_system if in_system > 0 else 0.0,
         rounds=result.rounds,
+        remote_io_bytes_per_sec=remote,
     )
 
 
@@ -84,12 +88,20 @@ def summary_text(summary: ColocationSummary) -> str:
         f"  at once: {summary.running_jobs:.1f} jobs in {summary.groups:.1f} groups; "
         f"{summary.migrations} migrations, {summary.pauses} pauses, "
         f"{summary.overhead_share:.1%} of job time starting, resuming or migrating; {summary.rounds} rounds"
+        + _remote_io_line(summary)
     )
 
 
+def _remote_io_line(summary: ColocationSummary) -> str:
+    """A line for runs whose jobs read remote data (the SiloD variant's scenarios); nothing for Harmony's own."""
+    if not summary.remote_io_bytes_per_sec:
+        return ""
+    return f"\n  remote IO: {format_rate(summary.remote_io_bytes_per_sec)} on average over the makespan"
+
+
 COMPARISON_HEADERS = (
-    "POLICY", "AVG JCT", "MAKESPAN", "JCT SPEEDUP", "MAKESPAN SPEEDUP", "CPU", "NET", "JOBS AT ONCE", "GROUPS",
-    "MIGRATIONS", "OVERHEAD",
+    "POLICY", "AVG JCT", "MAKESPAN", "JCT SPEEDUP", "MAKESPAN SPEEDUP", "CPU", "NET", "REMOTE IO", "JOBS AT ONCE",
+    "GROUPS", "MIGRATIONS", "OVERHEAD",
 )  # fmt: skip
 
 
@@ -105,6 +117,7 @@ def comparison_rows(summaries: Sequence[ColocationSummary], baseline: str) -> li
             f"{base.makespan / summary.makespan:.2f}x",
             f"{summary.cpu_utilisation:.1%}",
             f"{summary.net_utilisation:.1%}",
+            format_rate(summary.remote_io_bytes_per_sec),
             f"{summary.running_jobs:.1f}",
             f"{summary.groups:.1f}",
             str(summary.migrations),
@@ -140,12 +153,12 @@ def write_timeline_csv(path: Path, result: ColocationResult) -> None:
     """Every sample: the state from its time until the next row's."""
     with path.open("w", newline="", encoding="utf-8") as file:
         writer = csv.writer(file)
-        writer.writerow(("time", "cpu", "net", "running_jobs", "groups", "waiting_jobs"))
+        writer.writerow(("time", "cpu", "net", "running_jobs", "groups", "waiting_jobs", "remote_io_bytes_per_sec"))
         for sample in result.samples:
             writer.writerow(
                 (
                     f"{sample.time:.3f}", f"{sample.cpu:.4f}", f"{sample.net:.4f}", sample.running_jobs,
-                    sample.groups, sample.waiting_jobs,
+                    sample.groups, sample.waiting_jobs, f"{sample.remote_io_bytes_per_sec:.0f}",
                 )
             )  # fmt: skip
 

@@ -279,7 +279,8 @@ def _save(path: Path, title: str, panels: Sequence[Callable[[Axes], None]]) -> N
 
 def plot_utilisation(path: Path, runs: Mapping[str, ColocationResult]) -> None:
     """Harmony's Figure 11: CPU and network utilisation of the whole cluster (Eq. 4, idle machines at 0) over
-    time, one line per run, and the jobs running at once; the samples are exact steps, drawn as such."""
+    time, one line per run, and the jobs running at once (and the remote IO, where jobs read remote data); the
+    samples are exact steps, drawn as such."""
 
     def panel(value: Callable[[ColocationSample], float], label: str, share: bool) -> Callable[[Axes], None]:
         def draw(ax: Axes) -> None:
@@ -303,4 +304,6 @@ def plot_utilisation(path: Path, runs: Mapping[str, ColocationResult]) -> None:
         panel(lambda sample: sample.net, "network utilisation", True),
         panel(lambda sample: sample.running_jobs, "jobs running", False),
     ]
+    if any(sample.remote_io_bytes_per_sec for result in runs.values() for sample in result.samples):
+        panels.append(panel(lambda sample: sample.remote_io_bytes_per_sec / 1e6, "remote IO (MB/s)", False))
     _save(path, "Utilisation over time (hours)", panels)
