@@ -17,11 +17,11 @@ strict FIFO would leave machines idle behind a wide job). A running job keeps it
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from datamgr.scheduler.colocation import JobProfile, group_iteration_seconds
 from datamgr.scheduler.colocation_storage import ObliviousStorage
-from datamgr.scheduler.colocation_view import PlannedGroup, View
+from datamgr.scheduler.colocation_view import JobView, PlannedGroup, View
 
 
 def isolated_dop(job: JobProfile, machines: int) -> int:
@@ -47,17 +47,27 @@ class IsolatedPolicy(ObliviousStorage):
         return [group_iteration_seconds(jobs, machines)] * len(jobs)
 
     def plan(self, view: View) -> list[PlannedGroup]:
-        planned = [PlannedGroup(group.key, group.job_ids, group.machines) for group in view.groups]
-        idle = view.idle_machines()
-        queued = sorted(
-            (job for job in view.jobs.values() if job.group is None), key=lambda job: (job.arrival, job.job_id)
-        )
-        for job in queued:
-            dop = isolated_dop(job.profile, view.machines)
-            if dop <= idle:
-                planned.append(PlannedGroup(None, (job.job_id,), dop))
-                idle -= dop
-        return planned
+        return start_first_fit(view)
+
+
+# What to do with a queued job whose DoP does not fit the idle machines: change `planned` in place, or not.
+Unfit = Callable[[list[PlannedGroup], JobView, int], None]
+
+
+def start_first_fit(view: View, unfit: Unfit | None = None) -> list[PlannedGroup]:
+    """The running groups kept as they are, and the queued jobs in arrival order, each started alone at its
+    `isolated_dop` where that fits the idle machines, else handed to `unfit` (if given) with its DoP."""
+    planned = [PlannedGroup(group.key, group.job_ids, group.machines) for group in view.groups]
+    idle = view.idle_machines()
+    queued = sorted((job for job in view.jobs.values() if job.group is None), key=lambda job: (job.arrival, job.job_id))
+    for job in queued:
+        dop = isolated_dop(job.profile, view.machines)
+        if dop <= idle:
+            planned.append(PlannedGroup(None, (job.job_id,), dop))
+            idle -= dop
+        elif unfit is not None:
+            unfit(planned, job, dop)
+    return planned
 
 
 def isolated_policy() -> IsolatedPolicy:

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 
 from datamgr.scheduler.colocation import JobProfile
 from datamgr.scheduler.colocation_storage import ObliviousStorage
-from datamgr.scheduler.colocation_view import PlannedGroup, View
-from datamgr.scheduler.policies.isolated import isolated_dop
+from datamgr.scheduler.colocation_view import JobView, PlannedGroup, View
+from datamgr.scheduler.policies.isolated import start_first_fit
 
 GROUP_SIZE = 2  # Gandiva packs two jobs
 
@@ -41,23 +41,16 @@ class NaivePolicy(ObliviousStorage):
         return contended_iterations(jobs, machines)
 
     def plan(self, view: View) -> list[PlannedGroup]:
-        planned = [PlannedGroup(group.key, group.job_ids, group.machines) for group in view.groups]
-        idle = view.idle_machines()
-        queued = sorted(
-            (job for job in view.jobs.values() if job.group is None), key=lambda job: (job.arrival, job.job_id)
-        )
-        for job in queued:
-            dop = isolated_dop(job.profile, view.machines)
-            if dop <= idle:
-                planned.append(PlannedGroup(None, (job.job_id,), dop))
-                idle -= dop
-                continue
-            open_groups = [i for i, group in enumerate(planned) if len(group.job_ids) < GROUP_SIZE]
-            if open_groups:
-                index = min(open_groups, key=lambda i: (abs(planned[i].machines - dop), i))
-                group = planned[index]
-                planned[index] = PlannedGroup(group.key, (*group.job_ids, job.job_id), group.machines)
-        return planned
+        return start_first_fit(view, join_a_single_job)
+
+
+def join_a_single_job(planned: list[PlannedGroup], job: JobView, dop: int) -> None:
+    """Puts `job` in the running group of one job whose machines are closest to its own DoP, if there is one."""
+    open_groups = [i for i, group in enumerate(planned) if len(group.job_ids) < GROUP_SIZE]
+    if open_groups:
+        index = min(open_groups, key=lambda i: (abs(planned[i].machines - dop), i))
+        group = planned[index]
+        planned[index] = PlannedGroup(group.key, (*group.job_ids, job.job_id), group.machines)
 
 
 def contended_iterations(jobs: Sequence[JobProfile], machines: int, rounds: int = 200) -> list[float]:

@@ -8,10 +8,11 @@ as the rest of silod (`silodlib.units`); durations accept s, m, h, d and w.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import tomllib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -158,6 +159,18 @@ def read_field(read: Reader[T], raw: object, where: str) -> T:
         return read(raw)
     except ValueError as exc:
         raise SimInputError(f"{where}: {exc}") from None
+
+
+@contextlib.contextmanager
+def reading(path: Path) -> Iterator[None]:
+    """Reading the text file at `path`: an unreadable file or one that is not UTF-8 is a `SimInputError`
+    naming it (what every trace and cluster reader promises)."""
+    try:
+        yield
+    except OSError as exc:
+        raise SimInputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise SimInputError(f"{path}: not UTF-8 text") from None
 
 
 def load_toml(path: Path) -> dict[str, Any]:

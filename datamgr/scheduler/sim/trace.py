@@ -62,7 +62,7 @@ def load_trace(path: Path) -> list[TraceJob]:
     jobs: list[TraceJob] = []
     lines: dict[str, int] = {}
     sizes: dict[str, tuple[int, int]] = {}  # dataset -> (size, line that set it)
-    try:
+    with fields.reading(path):
         for row in rows:
             where = f"{path}:{row.line}"
             job = _job(row.values, where)
@@ -76,10 +76,6 @@ def load_trace(path: Path) -> list[TraceJob]:
                 )
             lines[job.job_id] = row.line
             jobs.append(job)
-    except OSError as exc:
-        raise SimInputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise SimInputError(f"{path}: not UTF-8 text") from None
     if not jobs:
         raise SimInputError(f"{path}: the trace has no jobs")
     return jobs
