@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from datamgr.scheduler.colocation import JobProfile, group_iteration_seconds
+from datamgr.scheduler.colocation_storage import ObliviousStorage
 from datamgr.scheduler.colocation_view import JobStatus, PlannedGroup, View
 from datamgr.scheduler.policies.harmony import HarmonyPolicy
 from datamgr.scheduler.policies.isolated import IsolatedPolicy
@@ -136,7 +137,7 @@ def test_naive_pairs_jobs_and_each_runs_at_its_own_contended_pace() -> None:
 # --- the engine's checks ----------------------------------------------------------------------------------------
 
 
-class Scripted:
+class Scripted(ObliviousStorage):
     """A test double of a policy: returns the plans it was given, one per round, then keeps the last."""
 
     name = "scripted"
@@ -188,7 +189,7 @@ def test_a_job_left_out_is_paused_and_pays_its_restore_when_it_resumes() -> None
     ],
 )
 def test_a_plan_that_cannot_run_is_refused_by_name(plan: list[PlannedGroup], message: str) -> None:
-    class Fixed:
+    class Fixed(ObliviousStorage):
         name = "fixed"
 
         def job_iteration_seconds(self, jobs: Sequence[JobProfile], machines: int) -> list[float]:
