@@ -4,7 +4,12 @@ Each round handles what triggered it, in the paper's order, touching as few jobs
 
 1. **End of profiling.** A newly profiled job leaves its profiling group. If it is the only job waiting, it
    joins the group that maximises U, when that gains 5 %, else it waits; if others wait, it waits too ("the
-   existence of those jobs means that Harmony already satisfies with the currently running jobs").
+   existence of those jobs means that Harmony already satisfies with the currently running jobs"). When it
+   waits, the running groups are regrouped with the waiting jobs as after a finish (step 2), under the same
+   5 % rules. The paper regroups only at finishes; taken literally, on `harmony-80` with arrivals 2 minutes
+   apart, the first jobs' group held all 100 machines for 2.5 hours while up to 72 jobs waited, nothing
+   finishing to trigger a regrouping. silod reads "Harmony does not perform regrouping when the expected
+   benefit is less than 5 % of U" as applying at every round, not at finishes alone.
 2. **A finish.** The finished job's group takes a similar waiting job (or a similar pair) in its place
    (`harmony.replacement_for`). Failing that, the group is regrouped with Algorithm 1 over its jobs and the
    waiting ones, then with the group of fewest jobs added, then the next, ...; the option with more jobs wins
@@ -92,6 +97,8 @@ class _Round:
                     self.groups[index][1].append(job_id)
                     continue
             self.waiting.append(job_id)
+        if profiled and self.waiting and self.groups:
+            self._regroup(must=[])
 
     # -- 2. finishes -----------------------------------------------------------------------------------------
 
