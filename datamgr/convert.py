@@ -3,7 +3,7 @@ carries what a node needs to read the dataset, does not."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -35,29 +35,25 @@ PRIORITY_MESSAGES = {HIGH_PRIORITY: pb.JOB_PRIORITY_HIGH, LOW_PRIORITY: pb.JOB_P
 def job_class(message: pb.JobClass.ValueType) -> str:
     """A request's job class as the data manager keeps it (UNSPECIFIED: best-effort, what older clients mean);
     INVALID_ARGUMENT for a number no class has."""
-    if message == pb.JOB_CLASS_UNSPECIFIED:
-        return BEST_EFFORT
-    for name, value in JOB_CLASS_MESSAGES.items():
-        if value == message:
-            return name
-    raise InvalidArgument(
-        f"job_class {message} is not a job class: JOB_CLASS_BEST_EFFORT ({pb.JOB_CLASS_BEST_EFFORT}) or "
-        f"JOB_CLASS_TRIAL_AND_ERROR ({pb.JOB_CLASS_TRIAL_AND_ERROR})"
-    )
+    return _enum_name(message, JOB_CLASS_MESSAGES, pb.JobClass, BEST_EFFORT, "job_class", "a job class")
 
 
 def priority(message: pb.JobPriority.ValueType) -> str:
     """A request's priority as the data manager keeps it (UNSPECIFIED: high, what older clients mean);
     INVALID_ARGUMENT for a number no priority has."""
-    if message == pb.JOB_PRIORITY_UNSPECIFIED:
-        return HIGH_PRIORITY
-    for name, value in PRIORITY_MESSAGES.items():
+    return _enum_name(message, PRIORITY_MESSAGES, pb.JobPriority, HIGH_PRIORITY, "priority", "a job priority")
+
+
+def _enum_name(message: int, names: Mapping[str, int], enum: Any, unspecified: str, field: str, noun: str) -> str:
+    """The name `names` gives the wire enum value `message`; `unspecified` for 0 (the enum's UNSPECIFIED, which
+    older clients send); INVALID_ARGUMENT naming `field` and listing the values it takes for anything else."""
+    if message == 0:
+        return unspecified
+    for name, value in names.items():
         if value == message:
             return name
-    raise InvalidArgument(
-        f"priority {message} is not a job priority: JOB_PRIORITY_HIGH ({pb.JOB_PRIORITY_HIGH}) or "
-        f"JOB_PRIORITY_LOW ({pb.JOB_PRIORITY_LOW})"
-    )
+    known = " or ".join(f"{enum.Name(value)} ({value})" for value in names.values())
+    raise InvalidArgument(f"{field} {message} is not {noun}: {known}")
 
 
 def node_dataset(dataset: Dataset) -> pb.NodeDataset:
