@@ -77,25 +77,13 @@ def load_colocation_trace(path: Path) -> list[ColocationJob]:
         raise SimInputError(f"{path}: a co-location trace must be a .csv file")
     jobs: list[ColocationJob] = []
     lines: dict[str, int] = {}
-    with fields.reading(path), path.open(newline="", encoding="utf-8") as file:
-        reader = csv.reader(file)
-        header = [name.strip() for name in next(reader, [])]
-        if not header:
-            raise SimInputError(f"{path}: the trace has no header line")
-        repeated = [name for index, name in enumerate(header) if name in header[:index]]
-        if repeated:
-            raise SimInputError(f"{path}:1: column {repeated[0]!r} appears twice")
-        check_keys(header, COLUMNS, REQUIRED, f"{path}:1", "column")
-        for cells in reader:
-            if not cells:
-                continue
-            where = f"{path}:{reader.line_num}"
-            if len(cells) != len(header):
-                raise SimInputError(f"{where}: {len(cells)} cells, but the header has {len(header)} columns")
-            job = _job(dict(zip(header, cells, strict=True)), where)
+    with fields.reading(path):
+        for line, cells in fields.csv_rows(path, COLUMNS, REQUIRED):
+            where = f"{path}:{line}"
+            job = _job(cells, where)
             if job.job_id in lines:
                 raise SimInputError(f"{where}: job_id: {job.job_id!r} is already used on line {lines[job.job_id]}")
-            lines[job.job_id] = reader.line_num
+            lines[job.job_id] = line
             jobs.append(job)
     if not jobs:
         raise SimInputError(f"{path}: the trace has no jobs")

@@ -9,6 +9,7 @@ as the rest of silod (`silodlib.units`); durations accept s, m, h, d and w.
 from __future__ import annotations
 
 import contextlib
+import csv
 import math
 import re
 import tomllib
@@ -159,6 +160,29 @@ def read_field(read: Reader[T], raw: object, where: str) -> T:
         return read(raw)
     except ValueError as exc:
         raise SimInputError(f"{where}: {exc}") from None
+
+
+def csv_rows(path: Path, columns: Collection[str], required: Collection[str]) -> Iterator[tuple[int, dict[str, str]]]:
+    """The rows of the CSV file at `path` after its header, each as (line number, column -> cell), blank lines
+    skipped. The header must name each column once, only `columns` and every one of `required`, and a row must
+    have a cell for every column; otherwise a `SimInputError` names the file, the line and the column."""
+    with path.open(newline="", encoding="utf-8") as file:
+        reader = csv.reader(file)
+        header = [name.strip() for name in next(reader, [])]
+        if not header:
+            raise SimInputError(f"{path}: the trace has no header line")
+        repeated = [name for index, name in enumerate(header) if name in header[:index]]
+        if repeated:
+            raise SimInputError(f"{path}:1: column {repeated[0]!r} appears twice")
+        check_keys(header, columns, required, f"{path}:1", "column")
+        for cells in reader:
+            if not cells:
+                continue
+            if len(cells) != len(header):
+                raise SimInputError(
+                    f"{path}:{reader.line_num}: {len(cells)} cells, but the header has {len(header)} columns"
+                )
+            yield reader.line_num, dict(zip(header, cells, strict=True))
 
 
 @contextlib.contextmanager

@@ -88,25 +88,8 @@ def _format(path: Path) -> str:
 
 
 def _csv_rows(path: Path) -> Iterator[_Row]:
-    with path.open(newline="", encoding="utf-8") as file:
-        reader = csv.reader(file)
-        header = next(reader, None)
-        if header is None:
-            raise SimInputError(f"{path}: the trace has no header line")
-        header = [name.strip() for name in header]
-        duplicates = [name for i, name in enumerate(header) if name in header[:i]]
-        if duplicates:
-            raise SimInputError(f"{path}:1: column {duplicates[0]!r} appears twice")
-        check_keys(header, COLUMNS, REQUIRED, f"{path}:1", "column")
-        for cells in reader:
-            if not cells:
-                continue
-            if len(cells) != len(header):
-                raise SimInputError(
-                    f"{path}:{reader.line_num}: {len(cells)} cells, but the header has {len(header)} columns"
-                )
-            values = {name: cell for name, cell in zip(header, cells, strict=True) if cell.strip()}
-            yield _Row(reader.line_num, values)
+    for line, cells in fields.csv_rows(path, COLUMNS, REQUIRED):
+        yield _Row(line, {name: cell for name, cell in cells.items() if cell.strip()})  # a blank cell is absent
 
 
 def _jsonl_rows(path: Path) -> Iterator[_Row]:
