@@ -50,16 +50,15 @@ from datamgr.scheduler.sim.tenants import load_tenants
 from datamgr.scheduler.sim.trace import load_trace, write_trace
 from silodcli.args import argument_type, key_value, path_arg, positive_seconds
 from silodcli.config import ConfigurableParser
+from silodcli.exits import EXIT_FAILED, fail
 from silodcli.processes import add_jobs_option, in_workers, run_in_processes
 from silodcli.progress import ProgressLine
-from silodcli.sim_colocation import colocation_inputs, run_colocation_compare, run_colocation_sim
+from silodcli.sim_colocation import ColocationInputs, colocation_inputs, run_colocation_compare, run_colocation_sim
 from silodcli.tables import render_table
 
 if TYPE_CHECKING:
     from datamgr.scheduler.sim.report import Summary
 
-EXIT_FAILED = 1  # main's exit codes: the run was refused midway, or
-EXIT_USAGE = 2  # a bad command line or bad input
 DEFAULT_POLICIES = ("fifo", "sjf", "gavel")
 # The cache systems of the paper's comparisons: what `compare` and the sharing sweep run unless told otherwise.
 # A variant registered beside them (`quiver-stable`) is opt-in: it answers a question the paper does not ask.
@@ -337,11 +336,6 @@ def _takes(policy: str, key: str) -> bool:
     return accepts_options(policy) if keys is None else key in keys
 
 
-def _fail(command: str, exc: Exception, code: int = EXIT_USAGE) -> int:
-    print(f"silod {command}: {exc}", file=sys.stderr)
-    return code
-
-
 def with_gpu_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """`args` with the GPU simulator's defaults for what was not given: policy fifo and cache system silod for a
     run, the paper's policies and cache systems for a comparison. The parser leaves them unset (None) so that a
@@ -357,27 +351,37 @@ def with_gpu_defaults(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def run_sim(args: argparse.Namespace) -> int:
+def _on_colocation_inputs(
+    args: argparse.Namespace, command: str, run: Callable[[argparse.Namespace, ColocationInputs], int]
+) -> int | None:
+    """`run`'s exit code when the arguments name co-location inputs (Harmony's machines); None when they name
+    GPU inputs, whose defaults are then filled in (`with_gpu_defaults`)."""
     try:
-        colocation = colocation_inputs(args)
+        inputs = colocation_inputs(args)
     except SimInputError as exc:
-        return _fail("sim", exc)
-    if colocation is not None:
-        return run_colocation_sim(args, colocation)
+        return fail(command, exc)
+    if inputs is not None:
+        return run(args, inputs)
     with_gpu_defaults(args)
+    return None
+
+
+def run_sim(args: argparse.Namespace) -> int:
+    if (code := _on_colocation_inputs(args, "sim", run_colocation_sim)) is not None:
+        return code
     try:
         inputs = _inputs(args)
         check_policy_options(args, [args.policy])
         scheduler = build_scheduler(args.policy, args.cache_system, knobs_for(args, inputs, args.policy))
     except (SimInputError, UnknownPolicy) as exc:
-        return _fail("sim", exc)
+        return fail("sim", exc)
     from datamgr.scheduler.sim import report
 
     out = args.out or Path(f"sim-{inputs.name}-{args.policy}-{args.cache_system}")
     try:
         run = simulate_into(inputs, scheduler, _config(args, inputs), out, args.decision_log)
     except (SimulationStalled, InvalidDecision) as exc:
-        return _fail("sim", exc, EXIT_FAILED)
+        return fail("sim", exc, EXIT_FAILED)
     print(report.summary_text(run.summary))
     gpu_table = render_table(("GPUS", *report.GROUP_HEADERS), report.group_rows(run.summary, "gpus"))
     print(textwrap.indent(gpu_table, "  "))
@@ -391,13 +395,8 @@ def run_sim(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    try:
-        colocation = colocation_inputs(args)
-    except SimInputError as exc:
-        return _fail("sim compare", exc)
-    if colocation is not None:
-        return run_colocation_compare(args, colocation)
-    with_gpu_defaults(args)
+    if (code := _on_colocation_inputs(args, "sim compare", run_colocation_compare)) is not None:
+        return code
     baseline = args.baseline or args.cache_systems[0]
     try:
         if baseline not in args.cache_systems:
@@ -408,14 +407,14 @@ def run_compare(args: argparse.Namespace) -> int:
         for pair in pairs:
             build_scheduler(*pair)  # refuse an unknown name or knob before anything runs
     except (SimInputError, UnknownPolicy) as exc:
-        return _fail("sim compare", exc)
+        return fail("sim compare", exc)
     from datamgr.scheduler.sim import plots, report, tenant_report
 
     out = args.out or Path(f"sim-{inputs.name}-compare")
     try:
         simulated = _simulate_pairs(inputs, pairs, _config(args, inputs), out, args.decision_log, args.jobs)
     except (SimulationStalled, InvalidDecision) as exc:
-        return _fail("sim compare", exc, EXIT_FAILED)
+        return fail("sim compare", exc, EXIT_FAILED)
     runs = [(run.result, run.summary) for run in simulated]
     print(render_table(report.COMPARISON_HEADERS, report.comparison_rows(runs, baseline)))
     print(report.speedup_note(baseline))
@@ -583,6 +582,6 @@ def run_generate(args: argparse.Namespace) -> int:
             raise SimInputError(f"no job arrives within {format_duration(args.duration)} at this arrival rate")
         write_trace(args.out, trace)
     except (SimInputError, OSError) as exc:
-        return _fail("sim generate", exc)
+        return fail("sim generate", exc)
     print(f"wrote {len(trace)} jobs arriving over {format_duration(trace[-1].arrival)} to {args.out}")
     return 0

@@ -34,12 +34,10 @@ from datamgr.scheduler.sim.colocation_report import ColocationSummary
 from datamgr.scheduler.sim.fields import SimInputError
 from datamgr.scheduler.sim.model import SimulationStalled
 from datamgr.scheduler.sim.scenarios import is_colocation_scenario, load_colocation_scenario
+from silodcli.exits import EXIT_FAILED, fail
 from silodcli.processes import in_workers, run_in_processes
 from silodcli.progress import ProgressLine
 from silodcli.tables import render_table
-
-EXIT_USAGE = 2
-EXIT_FAILED = 1
 
 # option -> (its attribute, what it is when not given): the GPU-only options a co-location run refuses.
 _GPU_ONLY: dict[str, tuple[str, object]] = {
@@ -98,12 +96,12 @@ def run_colocation_sim(args: argparse.Namespace, inputs: ColocationInputs) -> in
         if policy_name not in COLOCATION_POLICIES:
             _refuse_policy(policy_name)
     except (SimInputError, UnknownPolicy) as exc:
-        return _fail("sim", exc)
+        return fail("sim", exc)
     out = args.out or Path(f"sim-{inputs.name}-{policy_name}")
     try:
         run = simulate_colocation_into(inputs, policy_name, out, show_progress=True)
     except (SimulationStalled, InvalidPlan) as exc:
-        return _fail("sim", exc, EXIT_FAILED)
+        return fail("sim", exc, EXIT_FAILED)
     from datamgr.scheduler.sim import colocation_report
 
     print(colocation_report.summary_text(run.summary))
@@ -124,7 +122,7 @@ def run_colocation_compare(args: argparse.Namespace, inputs: ColocationInputs) -
         if baseline not in policies:
             raise SimInputError(f"--baseline {baseline} is not one of --policies {','.join(policies)}")
     except (SimInputError, UnknownPolicy) as exc:
-        return _fail("sim compare", exc)
+        return fail("sim compare", exc)
     from datamgr.scheduler.sim import colocation_report, plots
 
     out = args.out or Path(f"sim-{inputs.name}-compare")
@@ -140,7 +138,7 @@ def run_colocation_compare(args: argparse.Namespace, inputs: ColocationInputs) -
     try:
         runs = run_in_processes(calls, args.jobs, finished)
     except (SimulationStalled, InvalidPlan) as exc:
-        return _fail("sim compare", exc, EXIT_FAILED)
+        return fail("sim compare", exc, EXIT_FAILED)
     summaries = [run.summary for run in runs]
     print(render_table(colocation_report.COMPARISON_HEADERS, colocation_report.comparison_rows(summaries, baseline)))
     print(f"speedups are over {baseline}")
@@ -182,8 +180,3 @@ def _refuse_policy(name: str) -> str:
         f"{name!r} is not a co-location policy, and these inputs are a co-location cluster; "
         f"co-location policies: {', '.join(COLOCATION_POLICIES)}"
     )
-
-
-def _fail(command: str, exc: Exception, code: int = EXIT_USAGE) -> int:
-    print(f"silod {command}: {exc}", file=sys.stderr)
-    return code

@@ -29,13 +29,12 @@ from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimulationStalle
 from datamgr.scheduler.sim.scenarios import available_scenarios, is_colocation_scenario, load_scenario
 from silodcli.args import argument_type, path_arg
 from silodcli.config import ConfigurableParser
+from silodcli.exits import EXIT_FAILED, fail
 from silodcli.processes import add_jobs_option, in_workers, run_in_processes
 from silodcli.sim import (
-    EXIT_FAILED,
     _add_inputs,
     _add_run_options,
     _config,
-    _fail,
     _inputs,
     _names,
     simulate_showing_progress,
@@ -133,7 +132,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise SimInputError(f"--out {out}: {exc.strerror or exc}") from None
     except SimInputError as exc:
-        return _fail(command, exc)
+        return fail(command, exc)
 
     runs = sweep.sweep_runs(kind, points, args.policy, args.cache_systems)
     at = {point.value: point for point in points}
@@ -159,7 +158,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     try:
         summaries = run_in_processes(calls, args.jobs, finished)
     except (SimulationStalled, InvalidDecision) as exc:
-        return _fail(command, exc, EXIT_FAILED)
+        return fail(command, exc, EXIT_FAILED)
 
     rows = sweep.sweep_rows(runs, summaries)
     title = f"{kind} sweep: {name}, {args.policy}"
