@@ -4,6 +4,7 @@ a lockstep group (pure), then in the simulator."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -115,3 +116,13 @@ def test_the_timeline_counts_the_remote_reads() -> None:
     # half the reads hit; 5 MB per iteration at 1 MB/s paces it at 5 s: 1 MB/s from remote storage
     assert result.samples[0].remote_io_bytes_per_sec == pytest.approx(1 * MB)
     assert result.jobs[0].finish == pytest.approx(10 * 5.0)
+
+
+def test_without_an_egress_limit_remote_readers_run_as_if_their_input_were_in_memory() -> None:
+    readers = [reader(name, 10 * MB, 100 * MB) for name in "abc"]
+    in_memory = [replace(job, read_bytes_per_iteration=0, input_bytes=0) for job in readers]
+    machines = ColocationCluster(4, 1e6, 1)  # remote_io unlimited, no cache
+    for policy in (HarmonyPolicy(), HarmonyPolicy(storage_aware=True)):
+        finishes = [job.finish for job in simulate_colocation(readers, machines, policy).jobs]
+        expected = [job.finish for job in simulate_colocation(in_memory, machines, policy).jobs]
+        assert finishes == pytest.approx(expected)

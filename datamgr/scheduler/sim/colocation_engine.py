@@ -220,11 +220,12 @@ class _Run:
     def _round(
         self, arrived: tuple[str, ...], profiled: tuple[str, ...], finished: tuple[tuple[JobProfile, int], ...]
     ) -> None:
+        loads = self._measured_loads()
         view = View(
             self.now,
             self.cluster.machines,
             {
-                job_id: JobView(job.trace.profile, job.status, job.trace.arrival, job.group, self._measured_load(job))
+                job_id: JobView(job.trace.profile, job.status, job.trace.arrival, job.group, loads[job_id])
                 for job_id, job in self.jobs.items()
             },
             [GroupView(group.key, tuple(group.members), group.machines) for group in self.groups.values()],
@@ -253,20 +254,23 @@ class _Run:
             models, needs, self.cluster.cache_bytes, self.cluster.remote_io_bytes_per_sec
         )
 
-    def _measured_load(self, job: _Job) -> float:
-        """What a job's remote loading would take now at the remote IO it could use (`JobView.load_seconds`):
+    def _measured_loads(self) -> dict[str, float]:
+        """What each job's remote loading would take now at the remote IO it could use (`JobView.load_seconds`):
         its share plus the egress nobody uses; waiting, at least an equal share among the jobs in groups and
         it. Not its share alone: a share capped at what its group needs makes its load exactly its group's
-        iteration, which says nothing of the job."""
-        trace = job.trace
-        remote = self.storage.remote_bytes(trace.need)
-        if remote <= 0:
-            return 0.0
+        iteration, which says nothing of the job. Without an egress limit nothing waits on loading."""
         total = self.cluster.remote_io_bytes_per_sec
-        spare = total - sum(self.storage.io_bytes_per_sec.values())
-        running = sum(len(group.members) for group in self.groups.values())
-        rate = self.storage.io_bytes_per_sec.get(trace.job_id, 0.0) + spare if job.group is not None else 0.0
-        return remote / max(rate, spare, total / (running + 1))
+        if math.isinf(total):
+            return dict.fromkeys(self.jobs, 0.0)
+        shares = self.storage.io_bytes_per_sec
+        spare = total - sum(shares.values())
+        equal = total / (sum(len(group.members) for group in self.groups.values()) + 1)
+        loads = {}
+        for job_id, job in self.jobs.items():
+            remote = self.storage.remote_bytes(job.trace.need)
+            rate = shares.get(job_id, 0.0) + spare if job.group is not None else 0.0
+            loads[job_id] = remote / max(rate, spare, equal) if remote > 0 else 0.0
+        return loads
 
     def _check(self, plan: Sequence[PlannedGroup]) -> None:
         seen: set[str] = set()
