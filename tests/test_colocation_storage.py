@@ -14,10 +14,10 @@ from datamgr.scheduler.colocation_storage import (
     StorageShare,
     fair_storage,
     silod_storage,
-    water_fill,
 )
 from datamgr.scheduler.policies.harmony import HarmonyPolicy
 from datamgr.scheduler.policies.isolated import IsolatedPolicy
+from datamgr.scheduler.sharing import water_fill
 from datamgr.scheduler.sim.colocation_engine import simulate_colocation
 from datamgr.scheduler.sim.colocation_model import ColocationCluster, ColocationJob
 
@@ -25,9 +25,10 @@ MB = 10**6
 
 
 def test_water_filling_is_max_min_fair_and_gives_nobody_more_than_its_cap() -> None:
-    assert water_fill(7, {"a": 1, "b": 5, "c": 5}) == {"a": 1, "b": 3, "c": 3}
-    assert water_fill(100, {"a": 1, "b": 2}) == {"a": 1, "b": 2}  # what nobody can use stays unused
-    assert water_fill(0, {"a": 1}) == {"a": 0}
+    # the project's water-filling (sharing.py), which the fair share and SiloD's group IO use
+    assert water_fill({"a": 1, "b": 5, "c": 5}, 7) == {"a": 1, "b": 3, "c": 3}
+    assert water_fill({"a": 1, "b": 2}, 100) == {"a": 1, "b": 2}  # what nobody can use stays unused
+    assert water_fill({"a": 1}, 0) == {"a": 0}
 
 
 def test_loading_takes_the_missed_bytes_over_the_jobs_remote_io() -> None:

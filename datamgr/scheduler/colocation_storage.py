@@ -33,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from datamgr.scheduler.colocation import Group, resource_times
+from datamgr.scheduler.perf import cache_efficiencies
+from datamgr.scheduler.sharing import fill_in_order, water_fill
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +91,9 @@ def fair_storage(
 ) -> StorageShare:
     """The storage-oblivious allocation (module docstring)."""
     rates = full_speed_rates(groups, needs)
-    cache = _whole(water_fill(cache_bytes, _dataset_sizes(rates, needs)))
+    cache = water_fill(_dataset_sizes(rates, needs), cache_bytes)
     demands = _io_demands(rates, needs, cache)
-    io = {job: math.inf for job in demands} if math.isinf(io_bytes_per_sec) else water_fill(io_bytes_per_sec, demands)
+    io = {job: math.inf for job in demands} if math.isinf(io_bytes_per_sec) else water_fill(demands, io_bytes_per_sec)
     return StorageShare(cache, io)
 
 
@@ -101,15 +103,8 @@ def silod_storage(
     """SiloD's allocation (module docstring): cache by efficiency, then remote IO to groups by progress per byte."""
     rates = full_speed_rates(groups, needs)
     sizes = _dataset_sizes(rates, needs)
-    efficiency = dict.fromkeys(sizes, 0.0)
-    for job_id, rate in rates.items():
-        need = needs[job_id]
-        efficiency[need.dataset] += rate / need.dataset_bytes
-    cache: dict[str, int] = {}
-    left = cache_bytes
-    for dataset in sorted(sizes, key=lambda name: (-efficiency[name], name)):
-        cache[dataset] = min(int(sizes[dataset]), left)
-        left -= cache[dataset]
+    efficiency = cache_efficiencies(((needs[job_id].dataset, rate) for job_id, rate in rates.items()), sizes)
+    cache = fill_in_order({name: sizes[name] for name in sorted(sizes, key=lambda n: (-efficiency[n], n))}, cache_bytes)
     demands = _io_demands(rates, needs, cache)
     if math.isinf(io_bytes_per_sec):
         return StorageShare(cache, {job: math.inf for job in demands})
@@ -123,7 +118,7 @@ def _io_by_group(groups: Sequence[Group], demands: Mapping[str, float], total: f
         for index, group in enumerate(groups)
     }
     needs = {index: sum(demands[job_id] for job_id in jobs) for index, jobs in members.items()}
-    shares = water_fill(total, {index: need for index, need in needs.items() if need > 0})
+    shares = water_fill({index: need for index, need in needs.items() if need > 0}, total)
     io: dict[str, float] = dict.fromkeys(demands, 0.0)
     for index, share in shares.items():
         for job_id in members[index]:
@@ -140,28 +135,8 @@ class ObliviousStorage:
         return fair_storage(groups, needs, cache_bytes, io_bytes_per_sec)
 
 
-def water_fill(total: float, caps: Mapping[str, float]) -> dict[str, float]:
-    """Max-min fair shares of `total` among `caps`' keys, none above its cap (work-conserving: what one cannot
-    use goes to the others)."""
-    shares = {key: 0.0 for key in caps}
-    left = float(total)
-    open_keys = sorted(caps, key=lambda key: (caps[key], key))
-    while open_keys and left > 1e-9:
-        equal = left / len(open_keys)
-        smallest = caps[open_keys[0]] - shares[open_keys[0]]
-        if smallest <= equal:
-            shares[open_keys[0]] = caps[open_keys[0]]
-            left -= smallest
-            open_keys.pop(0)
-        else:
-            for key in open_keys:
-                shares[key] += equal
-            left = 0.0
-    return shares
-
-
-def _dataset_sizes(rates: Mapping[str, float], needs: Mapping[str, DataNeed]) -> dict[str, float]:
-    return {needs[job_id].dataset: float(needs[job_id].dataset_bytes) for job_id in rates}
+def _dataset_sizes(rates: Mapping[str, float], needs: Mapping[str, DataNeed]) -> dict[str, int]:
+    return {needs[job_id].dataset: needs[job_id].dataset_bytes for job_id in rates}
 
 
 def _io_demands(
@@ -170,7 +145,3 @@ def _io_demands(
     """Each reading job's remote IO need at full speed: f*_j times its miss ratio."""
     share = StorageShare(cache, {})
     return {job_id: rate * (1.0 - share.hit_ratio(needs[job_id])) for job_id, rate in rates.items()}
-
-
-def _whole(cache: Mapping[str, float]) -> dict[str, int]:
-    return {dataset: int(size) for dataset, size in cache.items()}
