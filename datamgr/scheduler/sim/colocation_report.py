@@ -8,7 +8,6 @@ starting, resuming and migrating (the paper: "the regrouping overhead is below 2
 
 from __future__ import annotations
 
-import csv
 import json
 import statistics
 from collections.abc import Sequence
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from datamgr.scheduler.sim.colocation_model import ColocationResult, ColocationSample
 from datamgr.scheduler.sim.fields import format_duration
+from datamgr.scheduler.sim.report import markdown_table, write_csv
 from silodlib.units import format_rate
 
 
@@ -137,45 +137,36 @@ JOB_COLUMNS = (
 
 
 def write_jobs_csv(path: Path, result: ColocationResult) -> None:
-    with path.open("w", newline="", encoding="utf-8") as file:
-        writer = csv.writer(file)
-        writer.writerow(JOB_COLUMNS)
-        for job in result.jobs:
-            writer.writerow(
-                (
-                    job.job_id, job.app, job.dataset, f"{job.arrival:.3f}", f"{job.start:.3f}", f"{job.finish:.3f}",
-                    f"{job.jct:.3f}", job.migrations, job.pauses, f"{job.overhead_seconds:.3f}",
-                )
-            )  # fmt: skip
+    rows = [
+        (
+            job.job_id, job.app, job.dataset, f"{job.arrival:.3f}", f"{job.start:.3f}", f"{job.finish:.3f}",
+            f"{job.jct:.3f}", job.migrations, job.pauses, f"{job.overhead_seconds:.3f}",
+        )
+        for job in result.jobs
+    ]  # fmt: skip
+    write_csv(path, JOB_COLUMNS, rows)
+
+
+TIMELINE_COLUMNS = ("time", "cpu", "net", "running_jobs", "groups", "waiting_jobs", "remote_io_bytes_per_sec")
 
 
 def write_timeline_csv(path: Path, result: ColocationResult) -> None:
     """Every sample: the state from its time until the next row's."""
-    with path.open("w", newline="", encoding="utf-8") as file:
-        writer = csv.writer(file)
-        writer.writerow(("time", "cpu", "net", "running_jobs", "groups", "waiting_jobs", "remote_io_bytes_per_sec"))
-        for sample in result.samples:
-            writer.writerow(
-                (
-                    f"{sample.time:.3f}", f"{sample.cpu:.4f}", f"{sample.net:.4f}", sample.running_jobs,
-                    sample.groups, sample.waiting_jobs, f"{sample.remote_io_bytes_per_sec:.0f}",
-                )
-            )  # fmt: skip
+    rows = [
+        (
+            f"{sample.time:.3f}", f"{sample.cpu:.4f}", f"{sample.net:.4f}", sample.running_jobs, sample.groups,
+            sample.waiting_jobs, f"{sample.remote_io_bytes_per_sec:.0f}",
+        )
+        for sample in result.samples
+    ]  # fmt: skip
+    write_csv(path, TIMELINE_COLUMNS, rows)
 
 
 def write_comparison(path_csv: Path, path_md: Path, summaries: Sequence[ColocationSummary], baseline: str) -> None:
     rows = comparison_rows(summaries, baseline)
-    with path_csv.open("w", newline="", encoding="utf-8") as file:
-        writer = csv.writer(file)
-        writer.writerow(COMPARISON_HEADERS)
-        writer.writerows(rows)
-    lines = [
-        "| " + " | ".join(COMPARISON_HEADERS) + " |",
-        "|" + " --- |" * len(COMPARISON_HEADERS),
-        *("| " + " | ".join(row) + " |" for row in rows),
-    ]
+    write_csv(path_csv, COMPARISON_HEADERS, rows)
     path_md.write_text(
         f"Speedups are over `{baseline}` (the paper's Figure 10 normalises by Isolated). Utilisation is Eq. 4 over "
-        "all machines, averaged over the makespan.\n\n" + "\n".join(lines) + "\n",
+        "all machines, averaged over the makespan.\n\n" + markdown_table(COMPARISON_HEADERS, rows) + "\n",
         encoding="utf-8",
     )
