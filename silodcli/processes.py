@@ -12,6 +12,7 @@ import argparse
 import multiprocessing
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from typing import TypeVar
@@ -34,6 +35,20 @@ def in_workers(calls: int, processes: int) -> bool:
     """Whether `run_in_processes` runs this many calls in worker processes, rather than one at a time in this
     process: only then may a call not draw on the terminal (a progress line redrawn in place)."""
     return processes > 1 and calls > 1
+
+
+def say_when_done(labels: Sequence[str], workers: bool) -> Callable[[int, int, object], None]:
+    """A `finished` callback for `run_in_processes` that, when the runs go to worker processes (`workers`), says on
+    stderr which run ended, how many have, and the seconds since this call (one at a time, each run shows its own
+    progress line instead)."""
+    started = time.monotonic()
+
+    def finished(index: int, count: int, _result: object) -> None:
+        if workers:
+            seconds = time.monotonic() - started
+            print(f"{labels[index]} done ({count} of {len(labels)}, {seconds:.0f} s)", file=sys.stderr, flush=True)
+
+    return finished
 
 
 def run_in_processes(

@@ -17,9 +17,7 @@ import argparse
 import contextlib
 import gzip
 import io
-import sys
 import textwrap
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -51,7 +49,7 @@ from datamgr.scheduler.sim.trace import load_trace, write_trace
 from silodcli.args import argument_type, key_value, path_arg, positive_seconds
 from silodcli.config import ConfigurableParser
 from silodcli.exits import EXIT_FAILED, fail
-from silodcli.processes import add_jobs_option, in_workers, run_in_processes
+from silodcli.processes import add_jobs_option, in_workers, run_in_processes, say_when_done
 from silodcli.progress import ProgressLine
 from silodcli.sim_colocation import ColocationInputs, colocation_inputs, run_colocation_compare, run_colocation_sim
 from silodcli.tables import render_table
@@ -467,18 +465,8 @@ def _simulate_pairs(
     as it ends; one at a time, each shows its own progress line. The first run to fail stops the rest."""
     workers = in_workers(len(runs), processes)
     calls = [partial(_simulate_pair, inputs, run, config, out, decision_log, not workers) for run in runs]
-    started = time.monotonic()
-
-    def finished(index: int, count: int, run: _Run) -> None:
-        if workers:
-            seconds = time.monotonic() - started
-            print(
-                f"{runs[index][0]}/{runs[index][1]} done ({count} of {len(runs)}, {seconds:.0f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    return run_in_processes(calls, processes, finished)
+    labels = [f"{policy}/{cache_system}" for policy, cache_system, _ in runs]
+    return run_in_processes(calls, processes, say_when_done(labels, workers))
 
 
 def _simulate_pair(

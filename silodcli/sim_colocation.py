@@ -10,8 +10,6 @@ than ignored.
 from __future__ import annotations
 
 import argparse
-import sys
-import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -35,7 +33,7 @@ from datamgr.scheduler.sim.fields import SimInputError
 from datamgr.scheduler.sim.model import SimulationStalled
 from datamgr.scheduler.sim.scenarios import is_colocation_scenario, load_colocation_scenario
 from silodcli.exits import EXIT_FAILED, fail
-from silodcli.processes import in_workers, run_in_processes
+from silodcli.processes import in_workers, run_in_processes, say_when_done
 from silodcli.progress import ProgressLine
 from silodcli.tables import render_table
 
@@ -128,15 +126,8 @@ def run_colocation_compare(args: argparse.Namespace, inputs: ColocationInputs) -
     out = args.out or Path(f"sim-{inputs.name}-compare")
     workers = in_workers(len(policies), args.jobs)
     calls = [partial(simulate_colocation_into, inputs, name, out / name, not workers) for name in policies]
-    started = time.monotonic()
-
-    def finished(index: int, count: int, run: ColocationRun) -> None:
-        if workers:
-            seconds = time.monotonic() - started
-            print(f"{policies[index]} done ({count} of {len(policies)}, {seconds:.0f} s)", file=sys.stderr, flush=True)
-
     try:
-        runs = run_in_processes(calls, args.jobs, finished)
+        runs = run_in_processes(calls, args.jobs, say_when_done(policies, workers))
     except (SimulationStalled, InvalidPlan) as exc:
         return fail("sim compare", exc, EXIT_FAILED)
     summaries = [run.summary for run in runs]
