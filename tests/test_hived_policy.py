@@ -103,6 +103,28 @@ def test_low_priority_jobs_use_idle_cells_and_are_preempted_when_the_owner_needs
     assert outcomes[preempted[0]].queued_seconds == pytest.approx(1_000)  # waited until the owner was done
 
 
+def test_a_low_priority_job_without_free_cells_is_passed_over_and_smaller_ones_behind_it_start() -> None:
+    """The low-priority pass walks the waiting jobs in order: one that free cells cannot hold waits, and the
+    jobs behind it still start where cells are free, until none is."""
+    jobs = [
+        ("node", 4, 10_000),  # a whole node cell
+        ("pair", 2, 10_000),  # one PCIe cell of the other node
+        ("big", 4, 1_000),  # no node cell is left
+        ("one", 1, 10_000),
+        ("big2", 4, 1_000),
+        ("two", 1, 10_000),  # the last free GPU
+        ("three", 1, 1_000),
+    ]
+    trace = [
+        task(job_id, "a", gpus, seconds, arrival=i, priority="low") for i, (job_id, gpus, seconds) in enumerate(jobs)
+    ]
+    outcomes = run(trace, "hived", figure_2_cluster())
+    started = [job_id for job_id, _, _ in jobs if outcomes[job_id].start == outcomes[job_id].arrival]
+    assert started == ["node", "pair", "one", "two"]
+    assert outcomes["big"].start == pytest.approx(10_000)  # when the first node is whole again
+    assert outcomes["three"].start == pytest.approx(10_000 + 1)  # when a GPU is free again
+
+
 def test_without_overflow_a_regular_job_waits_for_its_vc_and_blocks_its_tenants_queue() -> None:
     trace = [task("a1", "a", 4, 1_000), task("a2", "a", 4, 1_000, arrival=10), task("a3", "a", 1, 100, arrival=20)]
     strict = run(trace, "hived", figure_2_cluster(), overflow="false")

@@ -47,7 +47,7 @@ allocator from them, so the policy is pure and a restarted data manager resumes 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -358,11 +358,7 @@ class HivedScheduler:
                     if self.config.overflow and not placed:
                         low.add(job.job_id)
         if self.mode != "private":
-            for job in jobs:
-                waiting = job.job_id in low or job.job_id in cells.preempted
-                request = _request(cells.hierarchy, job) if waiting else None
-                if request is not None:
-                    cells.start_low(job, request)
+            _start_low_where_free(cells, [job for job in jobs if job.job_id in low or job.job_id in cells.preempted])
         return Decision(placements=cells.placements, job_states=cells.states, notes=cells.notes)
 
     def _guaranteed(self, job: JobState, cells: _Round) -> bool:
@@ -411,6 +407,25 @@ def _tiresias_rank(job: JobState) -> tuple[int, float, float, str]:
     queue = 0 if job.attained_gpu_seconds < TIRESIAS_THRESHOLD else 1
     started = job.first_start_time if job.first_start_time is not None else float("inf")
     return (queue, started, job.submit_time, job.job_id)
+
+
+def _start_low_where_free(cells: _Round, waiting: Sequence[JobState]) -> None:
+    """Start each of `waiting`, in order, as a low-priority job where free cells hold it.
+
+    This pass only takes cells, so the free room only shrinks while it runs: a request refused at a level is
+    refused again for as many cells of that level or more, and such jobs are passed over without recounting
+    the free cells. Under a long queue (thousands of waiting jobs each round, few of which fit) that count per
+    job was most of a round; the starts are the same."""
+    requests: dict[int, CellRequest | None] = {}  # by GPUs: a request depends on nothing else
+    refused: dict[int, int] = {}  # level -> the fewest cells of it a request was refused
+    for job in waiting:
+        if job.gpus not in requests:
+            requests[job.gpus] = _request(cells.hierarchy, job)
+        request = requests[job.gpus]
+        if request is None or request.number >= refused.get(request.level, request.number + 1):
+            continue
+        if not cells.start_low(job, request):
+            refused[request.level] = request.number
 
 
 def _request(hierarchy: CellHierarchy, job: JobState) -> CellRequest | None:
