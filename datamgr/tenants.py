@@ -48,8 +48,10 @@ def gpu_nodes(nodes: Iterable[Node]) -> list[Node]:
 
 
 def hierarchy_over(cell_levels: str, nodes: Iterable[Node]) -> CellHierarchy | None:
-    """The cell hierarchy over the nodes that offer GPUs, as the policy builds it; None while there is none (no
-    such node yet, or they do not fill whole top-level cells)."""
+    """The cell hierarchy over the nodes that offer GPUs, as the policy builds it once they fill whole top-level
+    cells; None while no node offers GPUs or they do not fill whole top-level cells. The policy then pads the
+    last top cell with absent nodes (`policies.hived.cell_hierarchy`), whose GPUs no feasibility check may
+    count, so VCs are checked only against whole cells."""
     offering = gpu_nodes(nodes)
     if not offering:
         return None
