@@ -30,6 +30,14 @@ def test_jobs_come_in_submission_order_with_ties_by_id_split_into_running_and_qu
     assert ids(snap.queued_jobs()) == ["d", "b"]
 
 
+def test_jobs_handed_over_in_order_but_for_a_last_tie_are_still_sorted_by_id() -> None:
+    # The snapshot sorts only jobs it finds out of order: one tie out of id order, at the end, must be found.
+    tie_at_end = snapshot(job("a", 0.0), job("b", 1.0), job("d", 2.0), job("c", 2.0))
+    assert ids(tie_at_end.jobs_by_submission()) == ["a", "b", "c", "d"]
+    in_order = snapshot(job("a", 0.0), job("b", 1.0), job("c", 1.0))
+    assert ids(in_order.jobs_by_submission()) == ["a", "b", "c"]
+
+
 def test_derived_snapshots_order_their_own_jobs_not_the_original_ones() -> None:
     snap = snapshot(job("a", 0.0, {"n": 1}), job("b", 1.0), job("c", 2.0))
     placed = snap.with_placements({"b": {"n": 1}})
