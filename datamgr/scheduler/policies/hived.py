@@ -84,14 +84,19 @@ def cell_hierarchy(cell_levels: str, node_gpus: tuple[tuple[str, int], ...]) -> 
     return CellHierarchy.over_nodes(levels, [node for node, _ in node_gpus] + [f"{ABSENT}{i}" for i in range(missing)])
 
 
+# By default regular jobs their VC (quota) cannot hold run as low-priority jobs where cells are free. A module
+# constant, not read through the class: a compiled class's attribute default is not a class attribute.
+OVERFLOW_BY_DEFAULT = True
+
+
 @dataclass(frozen=True)
 class HivedConfig:
-    overflow: bool = True  # regular jobs their VC (quota) cannot hold run as low-priority jobs where cells are free
+    overflow: bool = OVERFLOW_BY_DEFAULT
 
     @classmethod
     def from_options(cls, options: PolicyOptions) -> HivedConfig:
         reader = read_options(options, ("overflow",))
-        return cls(reader.choice("overflow", {"true": True, "false": False}, cls.overflow))
+        return cls(reader.choice("overflow", {"true": True, "false": False}, OVERFLOW_BY_DEFAULT))
 
 
 class _Round:

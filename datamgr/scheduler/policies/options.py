@@ -19,12 +19,17 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., object])
 
 
+# The knobs each factory declared, kept here rather than as an attribute of the factory: a function compiled
+# with mypyc (`setup.py`) takes no attributes.
+_DECLARED_KEYS: dict[Callable[..., object], tuple[str, ...]] = {}
+
+
 def takes_keys(*keys: str) -> Callable[[F], F]:
     """Declare the knobs a policy factory takes (`declared_keys` reads them), so that a run of several
     policies can hand each only the knobs it takes: a scenario's Tiresias knobs do not reach FitGpp."""
 
     def declare(factory: F) -> F:
-        factory.option_keys = keys  # type: ignore[attr-defined]
+        _DECLARED_KEYS[factory] = keys
         return factory
 
     return declare
@@ -32,8 +37,7 @@ def takes_keys(*keys: str) -> Callable[[F], F]:
 
 def declared_keys(factory: Callable[..., object]) -> tuple[str, ...] | None:
     """The knobs `factory` declared with `takes_keys`; None if it declared none (it gets every knob given)."""
-    keys = getattr(factory, "option_keys", None)
-    return None if keys is None else tuple(keys)
+    return _DECLARED_KEYS.get(factory)
 
 
 class OptionReader:
