@@ -64,6 +64,7 @@ bench: setup
 	PYTHONPATH=$(CURDIR) $(PY) bench/manifest_memory.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/scheduler_round.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/sim_scenario.py
+	PYTHONPATH=$(CURDIR) $(PY) bench/sim_floor.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/harmony_schedule.py
 
 # The real-client benchmark needs torch and torchvision, which the suite must not: they go into an environment of
