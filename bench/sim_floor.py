@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from bench.sim_scenario import FAST_GOAL_SECONDS, FASTEST_POLICIES, GOAL_SECONDS
+from bench.sim_scenario import goal_seconds
 from datamgr.scheduler.perf import Estimator
 from datamgr.scheduler.policy import Decision, Policy
 from datamgr.scheduler.registry import Scheduler, build_scheduler
@@ -159,7 +159,7 @@ def main() -> int:
         except ReplayDiverged as exc:
             print(f"sim_floor: {exc}", file=sys.stderr)
             return 1
-        goal = FAST_GOAL_SECONDS if policy in FASTEST_POLICIES else GOAL_SECONDS
+        goal = goal_seconds(policy)
         per_job_round = floor.replay_cpu / (floor.rounds * floor.present_per_round) if floor.rounds else 0.0
         rows.append(
             (
