@@ -1,22 +1,22 @@
 """The simulator's floor: what a whole run costs when its policy costs nothing.
 
 For each policy (default fifo, the one with the tightest goal; on the `silod` cache system) it simulates a
-scenario (default `cluster400`) twice:
+scenario (default `cluster400`) three times:
 
-- as `silod sim` does, recording every decision the policy makes (the recording is not timed: the timed run
-  is a third one, below);
-- replaying those decisions: the policy is replaced by one that hands back, round by round, the decision the
-  real policy made for the same snapshot. The engine still builds every snapshot, checks every decision and
-  applies it, integrates progress, models the cache and takes the timeline samples; only the policy's own
-  work is gone. The replay checks that each round falls at the recorded time, so it retraces the same run,
-  and that the runs end with the same outcomes.
+- as `silod sim` does, recording every decision the policy makes (not timed);
+- replaying those decisions, timed: the policy is replaced by one that hands back, round by round, the
+  decision the real policy made for the same snapshot. The engine still builds every snapshot, checks every
+  decision and applies it, integrates progress, models the cache and takes the timeline samples; only the
+  policy's own work is gone. The replay checks that each round falls at the recorded time, so it retraces
+  the same run, and that the runs end with the same outcomes;
+- as `silod sim` does again, timed, without recording.
 
-The real policy is then timed once more without recording, and the table gives, in CPU seconds of the
-simulation alone (no files written): the whole run, the replay (the engine's floor: what any policy round
-contract that hands the policy a whole snapshot and takes back a whole decision costs on this scenario), the
-policy's share (the difference), the rounds, the jobs present per round, and the floor per present job per
-round, against the goals of `sim_scenario.py` (20 s for fifo and greedy, 40 s for the others). A floor above
-its goal means no policy, however fast, meets it without the engine's rounds themselves getting cheaper.
+The table gives, in CPU seconds of the simulation alone (no files written): the whole run, the replay (the
+engine's floor: what any policy round contract that hands the policy a whole snapshot and takes back a whole
+decision costs on this scenario), the policy's share (the difference), the rounds, the jobs present per
+round, and the floor per present job per round, against the goals of `sim_scenario.py` (20 s for fifo and
+greedy, 40 s for the others). A floor above its goal means no policy, however fast, meets it without the
+engine's rounds themselves getting cheaper.
 
 Both timed runs start with the garbage collector's generations frozen (`gc.freeze`), so that the recorded
 decisions held in memory cost neither of them collection work. Progress goes to stderr, the table to stdout.
@@ -50,7 +50,8 @@ DEFAULT_POLICIES = "fifo"  # three whole runs each; gavel and hived take minutes
 
 
 class ReplayDiverged(RuntimeError):
-    """The replayed run reached a round the recorded one did not have."""
+    """The replayed run left its recording: a round the recording does not have, a recorded round it never
+    reached, or jobs finishing otherwise."""
 
 
 class _Recording:
@@ -91,7 +92,16 @@ class Floor:
     full_cpu: float
     replay_cpu: float
     rounds: int
-    present_per_round: float
+    job_rounds: int  # jobs present, summed over the rounds
+
+    @property
+    def present_per_round(self) -> float:
+        return self.job_rounds / self.rounds if self.rounds else 0.0
+
+    @property
+    def floor_per_job_round(self) -> float:
+        """CPU seconds of the floor per present job per round."""
+        return self.replay_cpu / self.job_rounds if self.job_rounds else 0.0
 
 
 def _timed(run: Callable[[], SimResult]) -> tuple[SimResult, float]:
@@ -117,7 +127,7 @@ def measure(scheduler: Scheduler, run: Callable[[Scheduler], SimResult]) -> Floo
     rounds, present = len(recording.rounds), recording.present
     replay_cpu = _replay(scheduler, recording.rounds, recorded, run)  # empties the recording as it goes
     _, full_cpu = _timed(lambda: run(scheduler))
-    return Floor(scheduler.name, full_cpu, replay_cpu, rounds, present / rounds if rounds else 0.0)
+    return Floor(scheduler.name, full_cpu, replay_cpu, rounds, present)
 
 
 def _replay(
@@ -160,7 +170,6 @@ def main() -> int:
             print(f"sim_floor: {exc}", file=sys.stderr)
             return 1
         goal = goal_seconds(policy)
-        per_job_round = floor.replay_cpu / (floor.rounds * floor.present_per_round) if floor.rounds else 0.0
         rows.append(
             (
                 floor.policy,
@@ -169,7 +178,7 @@ def main() -> int:
                 f"{floor.full_cpu - floor.replay_cpu:.1f}",
                 f"{floor.rounds:,}",
                 f"{floor.present_per_round:,.0f}",
-                f"{per_job_round * 1e6:.2f}",
+                f"{floor.floor_per_job_round * 1e6:.2f}",
                 f"{goal:.0f}",
             )
         )
