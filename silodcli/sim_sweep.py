@@ -26,7 +26,7 @@ from datamgr.scheduler.sim.decisions import InvalidDecision
 from datamgr.scheduler.sim.engine import check_inputs
 from datamgr.scheduler.sim.fields import SimInputError, format_duration
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimulationStalled, TraceJob
-from datamgr.scheduler.sim.scenarios import available_scenarios, is_colocation_scenario, load_scenario
+from datamgr.scheduler.sim.scenarios import available_scenarios, is_generated_scenario, load_scenario
 from silodcli.args import argument_type, path_arg
 from silodcli.config import ConfigurableParser
 from silodcli.exits import EXIT_FAILED, fail
@@ -218,11 +218,7 @@ def _sharing_points(args: argparse.Namespace) -> tuple[str, list[sweep.Point]]:
 
 
 def _generated_scenarios() -> list[str]:
-    return [
-        name
-        for name in available_scenarios()
-        if not is_colocation_scenario(name) and load_scenario(name).recipe is not None
-    ]
+    return [name for name in available_scenarios() if is_generated_scenario(name)]
 
 
 def _summarize_run(

@@ -16,7 +16,13 @@ from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale
 from datamgr.scheduler.sim.fields import SimInputError, parse_duration
 from datamgr.scheduler.sim.generator import WORKLOADS, GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, TraceJob
-from datamgr.scheduler.sim.scenarios import _load, available_scenarios, load_scenario
+from datamgr.scheduler.sim.scenarios import (
+    _load,
+    available_scenarios,
+    is_colocation_scenario,
+    is_generated_scenario,
+    load_scenario,
+)
 from datamgr.scheduler.sim.trace import load_trace, write_trace
 
 HEADER = "job_id,arrival,gpus,model,ideal_rate,dataset,dataset_size,epochs"
@@ -401,6 +407,16 @@ def test_micro_is_the_papers_8_v100_micro_benchmark() -> None:
     image_jobs = [j for j in micro.trace if j.model != "bert"]
     assert len({j.dataset for j in image_jobs}) == 4  # four different 1.3 TB datasets
     assert sum(j.gpus for j in micro.trace) == micro.cluster.total_gpus
+
+
+def test_a_scenario_counts_as_generated_exactly_where_loading_it_draws_its_trace_from_a_recipe() -> None:
+    generated = [name for name in available_scenarios() if is_generated_scenario(name)]
+    assert generated == [
+        name
+        for name in available_scenarios()
+        if not is_colocation_scenario(name) and load_scenario(name).recipe is not None
+    ]
+    assert {"cluster400", "cluster96"} <= set(generated) and "micro" not in generated
 
 
 @pytest.mark.parametrize(("name", "nodes", "remote_io"), [("cluster96", 12, 10**9), ("cluster400", 50, 4 * 10**9)])

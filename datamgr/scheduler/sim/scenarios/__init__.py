@@ -87,6 +87,17 @@ def is_colocation_scenario(name: str) -> bool:
     return document is not None and is_colocation_document(document)
 
 
+def is_generated_scenario(name: str) -> bool:
+    """Whether the shipped scenario `name` draws a Philly-like trace from a recipe (its `Scenario.recipe`, which a
+    sharing sweep redraws), read from its file without generating the trace: listing the generated scenarios in
+    an error message must not cost seconds of trace generation."""
+    document = shipped_document(name)
+    if document is None or is_colocation_document(document):
+        return False
+    generate = document.get("generate")
+    return isinstance(generate, dict) and generate.get("kind", "philly") == "philly"
+
+
 def load_colocation_scenario(name: str) -> ColocationScenario:
     """The shipped co-location scenario `name`, its jobs generated. Raises `SimInputError` for any other name."""
     document = shipped_document(name)
