@@ -7,6 +7,10 @@ Tiers, by what a module's tests need at most (select with `-m`; `make test-fast`
 - `mount`: real FUSE mounts, usually with the processes above;
 - `external`: needs a tool that neither Debian's registry nor PyPI has (kubectl 1.21+): not in `make test`,
   run by `make test-external` where the tool is installed.
+
+`make test` runs the modules in pytest-xdist worker processes (Makefile: `TEST_WORKERS`, `--dist loadfile`): a
+module's tests run in one worker, in order, and a session fixture (Azurite, moto) starts once per worker, so
+nothing may assume it is the only test running on the machine (free ports and temporary paths only).
 """
 
 from __future__ import annotations
