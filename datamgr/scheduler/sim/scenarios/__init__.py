@@ -95,7 +95,7 @@ def is_generated_scenario(name: str) -> bool:
     if document is None or is_colocation_document(document):
         return False
     generate = document.get("generate")
-    return isinstance(generate, dict) and generate.get("kind", "philly") == "philly"
+    return generate is not None and _kind(generate, f"scenario {name}: [generate]") == "philly"
 
 
 def load_colocation_scenario(name: str) -> ColocationScenario:
