@@ -9,12 +9,12 @@ from typing import Any, TypeVar
 
 import grpc
 
-from silodlib.grpc_channel import ChannelSecurity, explain_refusal, open_channel
+from datamgr.defaults import DATAMGR_ENV, DEFAULT_DATAMGR
+from silodlib.credentials import ChannelSecurity
+from silodlib.grpc_channel import explain_refusal, open_channel
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 
-DEFAULT_DATAMGR = "127.0.0.1:7420"
-DATAMGR_ENV = "SILOD_DATAMGR"
 DEFAULT_TIMEOUT = 30.0
 
 _Response = TypeVar("_Response")

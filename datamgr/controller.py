@@ -45,6 +45,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from datamgr import lifecycle
+from datamgr.defaults import DEFAULT_ROUND_SECONDS
 from datamgr.entities import DataManagerError, Job
 from datamgr.lifecycle import Move
 from datamgr.liveness import JobUsage
@@ -63,8 +64,6 @@ from silodpb.v1 import datamgr_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-EXTERNAL_POLICY = "external"  # --policy value that leaves allocation to outside callers
-DEFAULT_ROUND_SECONDS = 30.0
 SETTLE_SECONDS = 0.1  # after a job change, how long to gather the rest of a burst before the round
 TRIGGERS_SHOWN = 3  # a burst's trigger names this many changes, then counts the rest
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import grpc
 
 from datamgr import tenants
-from datamgr.controller import DEFAULT_ROUND_SECONDS, EXTERNAL_POLICY, Controller, RoundRequests
+from datamgr.controller import Controller, RoundRequests
+from datamgr.defaults import DEFAULT_LISTEN, DEFAULT_ROUND_SECONDS, EXTERNAL_POLICY
 from datamgr.entities import DataManagerError
 from datamgr.manager import DataManager
 from datamgr.metrics import DataManagerMetrics
@@ -27,7 +28,6 @@ from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LISTEN = "127.0.0.1:7420"
 STOP_GRACE_SECONDS = 1.0
 # Watch streams are long-lived and mostly idle: keepalive pings find dead peers behind NATs and proxies.
 GRPC_OPTIONS = [

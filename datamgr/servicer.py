@@ -9,7 +9,8 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 
 from datamgr import convert, queries
-from datamgr.controller import EXTERNAL_POLICY, Controller
+from datamgr.controller import Controller
+from datamgr.defaults import EXTERNAL_POLICY
 from datamgr.entities import (
     AlreadyExists,
     DataManagerError,

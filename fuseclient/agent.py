@@ -34,7 +34,8 @@ from fuseclient.runtime import run_filesystem
 from fuseclient.throttle import default_burst
 from silodlib.backends import BackendError, RetryingBackend, open_backend
 from silodlib.backoff import Backoff
-from silodlib.grpc_channel import ChannelSecurity, explain_refusal, open_channel
+from silodlib.credentials import ChannelSecurity
+from silodlib.grpc_channel import explain_refusal, open_channel
 from silodlib.logfields import log_ids
 from silodlib.manifest import Manifest
 from silodlib.sharding import pass_share

@@ -1,5 +1,6 @@
 """Client commands of `silod`: each turns parsed arguments into one or a few data manager calls and prints
-what an operator needs to see. They raise `ClientError` on rejection; `main` turns that into the exit code."""
+what an operator needs to see. `run_client_command` connects and runs the one parsed, and turns a
+rejection (`ClientError`) or a bad argument into the exit code."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from google.protobuf.message import Message
 
 from datamgr.client import ClientError, DataManagerClient
 from datamgr.convert import JOB_CLASS_MESSAGES, PRIORITY_MESSAGES
+from silodcli.args import CommandLineError
+from silodcli.exits import EXIT_REJECTED, EXIT_UNREACHABLE, EXIT_USAGE
+from silodcli.security_flags import client_flags
 from silodcli.tables import (
     class_phrase,
     controller_line,
@@ -34,10 +38,33 @@ from silodcli.tables import (
     vc_text,
 )
 from silodcli.vc_file import read_vc
+from silodlib.credentials import SecurityConfigError
 from silodlib.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb
 
 CLEAR_SCREEN = "\033[H\033[2J"
+
+
+def run_client_command(args: argparse.Namespace) -> int:
+    """Connect to the data manager with the security flags and run `args.client_command` on it."""
+    try:
+        flags = client_flags(args)
+        client = DataManagerClient(
+            args.datamgr, tls_ca=flags.tls_ca, tls_cert=flags.tls_cert, tls_key=flags.tls_key, token=flags.token
+        )
+    except SecurityConfigError as exc:
+        print(f"silod: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    with client:
+        try:
+            args.client_command(args, client)
+        except ClientError as exc:
+            print(f"silod: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE if exc.unreachable else EXIT_REJECTED
+        except CommandLineError as exc:
+            print(f"silod: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    return 0
 
 
 def _as_dict(message: Message) -> dict[str, Any]:

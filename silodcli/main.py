@@ -1,25 +1,20 @@
 """`silod`: one command with subcommands for the data manager, its clients and the demo.
 
 Exit codes: 0 success, 1 the data manager rejected the call, 2 bad command line, 3 data manager unreachable.
+Building the command line loads only what parsing needs; what a command runs loads when it runs (`deferred`).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR, ClientError, DataManagerClient
-from datamgr.controller import DEFAULT_ROUND_SECONDS, EXTERNAL_POLICY
+from datamgr.defaults import DATAMGR_ENV, DEFAULT_DATAMGR, DEFAULT_LISTEN, DEFAULT_ROUND_SECONDS, EXTERNAL_POLICY
 from datamgr.logs import setup_logging
-from datamgr.security import add_client_flags, add_server_flags, client_flags
-from datamgr.server import DEFAULT_LISTEN, ServeError, ServerConfig, serve
-from datamgr.store.sqlite import StateDirError
-from silodcli import commands, config, fuse_client
+from silodcli import config, fuse_parser
 from silodcli.args import (
-    CommandLineError,
     cell_levels_arg,
     cells_arg,
     epochs_arg,
@@ -38,17 +33,14 @@ from silodcli.args import (
     worker_arg,
 )
 from silodcli.config import ConfigError, ConfigurableParser
-from silodcli.sim import add_sim_parser
-from silodlib.grpc_channel import SecurityConfigError
-
-EXIT_REJECTED = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
-
-ClientCommand = Callable[[argparse.Namespace, DataManagerClient], None]
+from silodcli.deferred import Deferred
+from silodcli.exits import EXIT_USAGE
+from silodcli.security_flags import add_client_flags, add_server_flags
+from silodcli.sim_parser import add_sim_parser
 
 
-def _client_command(parser: ConfigurableParser, command: ClientCommand) -> None:
+def _client_command(parser: ConfigurableParser, command: str) -> None:
+    """Make `parser` a client command running `command`, a function of `silodcli.commands`."""
     with config.settings(parser, "client"):
         parser.add_argument(
             "--datamgr",
@@ -57,7 +49,10 @@ def _client_command(parser: ConfigurableParser, command: ClientCommand) -> None:
             help=f"data manager HOST:PORT (env {DATAMGR_ENV}; default %(default)s)",
         )
         add_client_flags(parser)
-    parser.set_defaults(client_command=command)
+    parser.set_defaults(
+        run=Deferred("silodcli.commands:run_client_command"),
+        client_command=Deferred(f"silodcli.commands:{command}"),
+    )
 
 
 def build_parser() -> ConfigurableParser:
@@ -139,7 +134,7 @@ def build_parser() -> ConfigurableParser:
         help="a knob of the --policy, for a policy that takes knobs (tiresias-las: queues=1h, promote_knob=4, ...; "
         "see docs/scheduler.md); repeat for more. Command line only",
     )
-    serve_p.set_defaults(run=_serve, default_log_level="INFO")
+    serve_p.set_defaults(run=Deferred("silodcli.serve:run_serve"), default_log_level="INFO")
 
     alloc = sub.add_parser("alloc", help="set allocations (the paper's two calls)").add_subparsers(
         dest="action", required=True
@@ -147,11 +142,11 @@ def build_parser() -> ConfigurableParser:
     cache_p = alloc.add_parser("cache", help="AllocateCacheSize: a dataset's cache quota per node")
     cache_p.add_argument("dataset_uri", metavar="DATASET_URI")
     cache_p.add_argument("size", type=size_arg, metavar="SIZE", help="e.g. 500GiB")
-    _client_command(cache_p, commands.alloc_cache)
+    _client_command(cache_p, "alloc_cache")
     io_p = alloc.add_parser("io", help="AllocateRemoteIO: a job's remote IO rate")
     io_p.add_argument("job_id", metavar="JOB_ID")
     io_p.add_argument("rate", type=rate_arg, metavar="RATE", help="e.g. 200MB/s")
-    _client_command(io_p, commands.alloc_io)
+    _client_command(io_p, "alloc_io")
 
     dataset = sub.add_parser("dataset", help="register and inspect datasets").add_subparsers(
         dest="action", required=True
@@ -168,14 +163,14 @@ def build_parser() -> ConfigurableParser:
         metavar="KEY=ENV_VAR",
         help="a backend option read from an environment variable (use it for keys and tokens)",
     )
-    _client_command(add_p, commands.dataset_add)
+    _client_command(add_p, "dataset_add")
     remove_p = dataset.add_parser("remove", help="unregister a dataset no job uses")
     remove_p.add_argument("uri", metavar="URI")
-    _client_command(remove_p, commands.dataset_remove)
+    _client_command(remove_p, "dataset_remove")
     show_p = dataset.add_parser("show", help="one dataset with its per-node cache usage")
     show_p.add_argument("uri", metavar="URI")
     show_p.add_argument("--json", action="store_true")
-    _client_command(show_p, commands.dataset_show)
+    _client_command(show_p, "dataset_show")
 
     job = sub.add_parser("job", help="register, finish and inspect jobs").add_subparsers(dest="action", required=True)
     job_add = job.add_parser(
@@ -246,14 +241,14 @@ def build_parser() -> ConfigurableParser:
         help="high (the default: a regular job, guaranteed by its tenant's virtual cluster) or low (preemptible: "
         "it runs on GPUs no tenant's regular job needs, and is preempted when one does)",
     )
-    _client_command(job_add, commands.job_add)
+    _client_command(job_add, "job_add")
     finish_p = job.add_parser("finish", help="remove a finished job and its allocation")
     finish_p.add_argument("job_id", metavar="JOB_ID")
-    _client_command(finish_p, commands.job_finish)
+    _client_command(finish_p, "job_finish")
     job_show = job.add_parser("show", help="one job with its per-node rates and usage")
     job_show.add_argument("job_id", metavar="JOB_ID")
     job_show.add_argument("--json", action="store_true")
-    _client_command(job_show, commands.job_show)
+    _client_command(job_show, "job_show")
 
     _add_tenant_commands(sub)
 
@@ -267,9 +262,9 @@ def build_parser() -> ConfigurableParser:
         metavar="SECONDS",
         help="redraw every SECONDS (default 2) until Ctrl-C",
     )
-    _client_command(status_p, commands.status)
+    _client_command(status_p, "status")
 
-    fuse_client.add_commands(sub)
+    fuse_parser.add_commands(sub)
     add_sim_parser(sub)
 
     demo_p = sub.add_parser(
@@ -323,37 +318,13 @@ def _add_tenant_commands(sub: argparse._SubParsersAction[ConfigurableParser]) ->
         metavar="RATE",
         help="remote IO reserved for its jobs, e.g. 400MB/s (default: the file's, 0)",
     )
-    _client_command(add_p, commands.tenant_add)
+    _client_command(add_p, "tenant_add")
     list_p = actions.add_parser("list", help="the tenants, their virtual clusters and what their jobs use")
     list_p.add_argument("--json", action="store_true")
-    _client_command(list_p, commands.tenant_list)
+    _client_command(list_p, "tenant_list")
     remove_p = actions.add_parser("remove", help="unregister a tenant that has no unfinished job")
     remove_p.add_argument("name", metavar="NAME")
-    _client_command(remove_p, commands.tenant_remove)
-
-
-def _serve(args: argparse.Namespace) -> int:
-    config = ServerConfig(
-        args.listen,
-        args.state_dir,
-        args.remote_io_limit,
-        args.node_timeout,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tls_ca=args.tls_ca,
-        auth_token_file=args.auth_token_file,
-        metrics_port=args.metrics_port,
-        policy=args.policy,
-        round_seconds=args.round_seconds,
-        policy_options=tuple(args.policy_options),
-        cell_levels=args.cell_levels,
-    )
-    try:
-        asyncio.run(serve(config))
-    except (ServeError, StateDirError, SecurityConfigError) as exc:
-        print(f"silod: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    return 0
+    _client_command(remove_p, "tenant_remove")
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -382,27 +353,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         args.log_level or getattr(args, f"{prefix}log_level", "WARNING"),
         json_lines=args.log_json or getattr(args, f"{prefix}log_json", False),
     )
-    if hasattr(args, "run"):
-        code: int = args.run(args)
-        return code
-    try:
-        flags = client_flags(args)
-        client = DataManagerClient(
-            args.datamgr, tls_ca=flags.tls_ca, tls_cert=flags.tls_cert, tls_key=flags.tls_key, token=flags.token
-        )
-    except SecurityConfigError as exc:
-        print(f"silod: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    with client:
-        try:
-            args.client_command(args, client)
-        except ClientError as exc:
-            print(f"silod: {exc}", file=sys.stderr)
-            return EXIT_UNREACHABLE if exc.unreachable else EXIT_REJECTED
-        except CommandLineError as exc:
-            print(f"silod: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-    return 0
+    code: int = args.run(args)
+    return code
 
 
 if __name__ == "__main__":

@@ -2,33 +2,20 @@
 
 `silod sim compare` and `silod sim sweep` both run a list of simulations that share nothing: each is a
 single-threaded call, so on a machine with several cores they go to as many worker processes. Both take the
-number of processes as `--jobs N` (`add_jobs_option`) and report each run as it ends in their own words (the
+number of processes as `--jobs N` (`sim_parser.add_jobs_option`) and report each run as it ends in their own words (the
 `finished` callback of `run_in_processes`).
 """
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from typing import TypeVar
 
-from datamgr.scheduler.sim import fields
-from silodcli.args import argument_type
-
 T = TypeVar("T")
-
-
-def add_jobs_option(parser: argparse.ArgumentParser) -> None:
-    """`--jobs N`, the number of runs at once (`args.jobs`), for `run_in_processes`."""
-    parser.add_argument(
-        "--jobs", type=argument_type(fields.positive_int, "count"), default=os.cpu_count() or 1, metavar="N",
-        help="runs at once, each in a process of its own (default: the CPU count, %(default)s)",
-    )  # fmt: skip
 
 
 def in_workers(calls: int, processes: int) -> bool:

@@ -7,8 +7,8 @@
 
 Bad input (a file, a name, a missing option, a job the cluster cannot run) exits 2 with a message naming
 it, before anything runs; a run the engine has to stop (a stalled trace, a policy breaking a resource limit)
-exits 1. The plotting code loads only when a simulation runs: matplotlib alone takes a third of a second to
-import, which no other `silod` command should pay.
+exits 1. The command line is `sim_parser`'s, which loads none of this. The plotting code loads only when a
+simulation runs: matplotlib alone takes a third of a second to import, which `silod sim generate` should not pay.
 """
 
 from __future__ import annotations
@@ -22,13 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from datamgr.scheduler.policies.options import PolicyOptions
 from datamgr.scheduler.registry import (
-    CACHE_SYSTEMS,
-    COLOCATION_POLICIES,
-    DEFAULT_COLOCATION_POLICIES,
     PAPER_CACHE_SYSTEMS,
     Scheduler,
     UnknownPolicy,
@@ -36,221 +33,28 @@ from datamgr.scheduler.registry import (
     build_scheduler,
     option_keys,
 )
-from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale, with_tenants
 from datamgr.scheduler.sim.decisions import InvalidDecision
 from datamgr.scheduler.sim.engine import check_inputs, simulate
 from datamgr.scheduler.sim.fields import SimInputError, format_duration
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimResult, SimulationStalled, TraceJob
-from datamgr.scheduler.sim.scenarios import Scenario, available_scenarios, load_scenario
+from datamgr.scheduler.sim.scenarios import Scenario, load_scenario
 from datamgr.scheduler.sim.tenants import load_tenants
 from datamgr.scheduler.sim.trace import load_trace, write_trace
-from silodcli.args import argument_type, key_value, path_arg, positive_seconds
-from silodcli.config import ConfigurableParser
 from silodcli.exits import EXIT_FAILED, fail
-from silodcli.processes import add_jobs_option, in_workers, run_in_processes, say_when_done
+from silodcli.processes import in_workers, run_in_processes, say_when_done
 from silodcli.progress import ProgressLine
 from silodcli.sim_colocation import ColocationInputs, colocation_inputs, run_colocation_compare, run_colocation_sim
+from silodcli.sim_parser import DECISION_LOG, DEFAULT_POLICIES
 from silodcli.tables import render_table
 
 if TYPE_CHECKING:
     from datamgr.scheduler.sim.report import Summary
 
-DEFAULT_POLICIES = ("fifo", "sjf", "gavel")
-# The cache systems of the paper's comparisons: what `compare` and the sharing sweep run unless told otherwise.
-# A variant registered beside them (`quiver-stable`) is opt-in: it answers a question the paper does not ask.
-DECISION_LOG = "decisions.jsonl.gz"
 SLOWDOWN_CDF = "slowdown_cdf.png"  # written only when some job has a class label
 TENANT_DELAY = ("tenant_delay.csv", "tenant_delay.png")  # only when some job has a tenant
 SHARING_SAFETY = ("sharing_safety.csv", "sharing_safety.png")  # compare's, only beside a `private` run
-
-
-def _names(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"{text!r} names nothing; give comma-separated names")
-    return names
-
-
-def add_sim_parser(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
-    """Add `silod sim` and its actions to the `silod` command line; each sets `run` as main dispatches."""
-    sim_p = sub.add_parser(
-        "sim",
-        help="simulate scheduling policies and cache systems on a trace",
-        description="Run a trace through a policy and a cache system on a modelled cluster and report JCT, "
-        "makespan, fairness and remote IO, with CSV and JSON files and plots in --out. `compare` runs a policy x cache "
-        "system matrix; `generate` writes a synthetic trace. See docs/simulator.md.",
-    )
-    _add_inputs(sim_p)
-    sim_p.add_argument(
-        "--policy", metavar="NAME",
-        help="scheduling policy (default fifo; harmony on a co-location scenario, whose policies are "
-        f"{', '.join(COLOCATION_POLICIES)})",
-    )  # fmt: skip
-    sim_p.add_argument(
-        "--cache-system", choices=list(CACHE_SYSTEMS),
-        help="storage side (default silod; none on a co-location scenario)",
-    )  # fmt: skip
-    sim_p.add_argument("--out", type=path_arg, metavar="DIR", help="output directory (default ./sim-NAME-POLICY-CACHE)")
-    _add_decision_log_option(sim_p)
-    _add_run_options(sim_p)
-    sim_p.set_defaults(run=run_sim)
-
-    actions = sim_p.add_subparsers(dest="sim_action", metavar="ACTION", action=_ActionAfterItsOptions)
-    _add_compare_parser(actions)
-    from silodcli.sim_sweep import add_sweep_parser  # here, not at the top: sim_sweep imports this module
-
-    add_sweep_parser(actions)
-    _add_generate_parser(actions)
-
-
-class _ActionAfterItsOptions(argparse._SubParsersAction):  # type: ignore[type-arg]
-    """`silod sim`'s actions, refusing options given before the action's name.
-
-    `silod sim --seed 5 compare ...` would otherwise run with compare's default seed: argparse lets the
-    action's own defaults overwrite whatever `sim` parsed before it, silently.
-    """
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        assert isinstance(values, list)
-        name = values[0]
-        given = [
-            action.option_strings[-1]
-            for action in parser._actions
-            if action.option_strings
-            and action.default is not argparse.SUPPRESS  # --help
-            and getattr(namespace, action.dest) != parser.get_default(action.dest)
-        ]
-        if given:
-            parser.error(
-                f"{', '.join(given)} given before {name!r}: options before an action belong to a plain `silod sim` "
-                f"run; give them after {name!r} (see `silod sim {name} --help`)"
-            )
-        super().__call__(parser, namespace, values, option_string)
-
-
-def _add_compare_parser(actions: argparse._SubParsersAction[ConfigurableParser]) -> None:
-    compare_p = actions.add_parser(
-        "compare",
-        help="run every policy x cache system pair and print one table",
-        description="Run every pair of --policies and --cache-systems on the same inputs; print a table of "
-        "average JCT, makespan, fairness and remote IO with each run's JCT speedup over --baseline, and write "
-        "the table as CSV and as Markdown (with JCT, queueing and slowdown percentiles, and slowdowns by job class "
-        "and preemptions where there are any), an overlaid JCT CDF (and slowdown CDFs by class), and each run's "
-        "outputs in a subdirectory of --out. With the `private` policy among --policies, also each tenant's sharing "
-        "safety under the other policies (HiveD's excessive queueing delay against the private cluster).",
-    )
-    _add_inputs(compare_p)
-    compare_p.add_argument(
-        "--policies", type=_names, metavar="P,..",
-        help=f"default {','.join(DEFAULT_POLICIES)}; on a co-location scenario {','.join(DEFAULT_COLOCATION_POLICIES)}",
-    )  # fmt: skip
-    compare_p.add_argument(
-        "--cache-systems", type=_names, metavar="C,..",
-        help=f"default {','.join(PAPER_CACHE_SYSTEMS)}, the paper's; known: {', '.join(CACHE_SYSTEMS)}",
-    )  # fmt: skip
-    compare_p.add_argument(
-        "--baseline", metavar="CACHE", help="speedups are over this cache system (default the first listed)"
-    )
-    compare_p.add_argument("--out", type=path_arg, metavar="DIR", help="output directory (default ./sim-NAME-compare)")
-    _add_decision_log_option(compare_p)
-    add_jobs_option(compare_p)
-    _add_run_options(compare_p)
-    compare_p.set_defaults(run=run_compare)
-
-
-def _add_generate_parser(actions: argparse._SubParsersAction[ConfigurableParser]) -> None:
-    generate_p = actions.add_parser(
-        "generate",
-        help="write a synthetic trace (Philly-like durations, Poisson arrivals, the paper's models)",
-        description="Write a synthetic trace; the same options and seed always give the same file.",
-    )
-    generate_p.add_argument("--out", type=path_arg, required=True, metavar="FILE", help="trace file, .csv or .jsonl")
-    size = generate_p.add_mutually_exclusive_group(required=True)
-    size.add_argument("--jobs", type=argument_type(fields.positive_int, "count"), metavar="N", help="this many jobs")
-    size.add_argument(
-        "--duration", type=argument_type(fields.duration, "duration"), metavar="D", help="arrivals within D, e.g. 4w"
-    )
-    defaults = GeneratorConfig(jobs=1)
-    generate_p.add_argument(
-        "--arrivals-per-hour", type=argument_type(fields.positive_number, "rate"), default=defaults.arrivals_per_hour,
-        metavar="R", help="Poisson arrival rate (default %(default)g)",
-    )  # fmt: skip
-    generate_p.add_argument(
-        "--sharing", type=argument_type(fields.fraction, "fraction"), default=defaults.sharing, metavar="F",
-        help="share of jobs reading the shared copy of their dataset (default %(default)g)",
-    )  # fmt: skip
-    generate_p.add_argument(
-        "--gpu-speed-scale", type=argument_type(fields.positive_number, "scale"), default=defaults.gpu_speed_scale,
-        metavar="X", help="multiply every job's f* (faster GPUs, same epochs; default %(default)g)",
-    )  # fmt: skip
-    generate_p.add_argument(
-        "--irregular", type=argument_type(fields.fraction, "fraction"), default=defaults.irregular, metavar="F",
-        help="share of jobs flagged irregular (default %(default)g)",
-    )  # fmt: skip
-    generate_p.add_argument(
-        "--seed", type=argument_type(fields.whole_number, "seed"), default=defaults.seed, help="default %(default)s"
-    )
-    generate_p.set_defaults(run=run_generate)
-
-
-def _add_inputs(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", type=path_arg, metavar="FILE", help="trace file (.csv or .jsonl)")
-    parser.add_argument("--cluster", type=path_arg, metavar="FILE", help="cluster file (TOML)")
-    parser.add_argument(
-        "--scenario", choices=available_scenarios(), help="a shipped cluster and trace instead of the two files"
-    )
-    parser.add_argument(
-        "--remote-io-scale", type=argument_type(fields.positive_number, "scale"), default=1.0, metavar="X",
-        help="multiply the cluster's remote IO limit (default %(default)g)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--tenants", type=path_arg, metavar="FILE",
-        help="the tenants' VCs (a TOML file of [NAME] tables: cells, cache, remote_io), replacing the cluster's",
-    )  # fmt: skip
-
-
-def _add_decision_log_option(parser: argparse.ArgumentParser) -> None:
-    """Off by default: a cluster400 run logs hundreds of MB of rounds, which few readers of a run need."""
-    parser.add_argument(
-        "--decision-log", action="store_true",
-        help=f"also write every policy round's decision as a JSON line into {DECISION_LOG} (gzip; read with zcat)",
-    )  # fmt: skip
-
-
-def _add_run_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--seed", type=argument_type(fields.whole_number, "seed"), default=SimConfig().seed,
-        help="seed of the policies' randomness (default %(default)s)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--round", dest="round_seconds", type=positive_seconds, metavar="SECONDS",
-        help="longest time between policy rounds; arrivals and finishes start one at once (default: the scenario's, "
-        f"else {SimConfig().round_seconds:g})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--preemption-cost", dest="preemption_seconds", type=argument_type(fields.duration, "duration"), metavar="D",
-        help="time a preempted job spends restoring its checkpoint when it resumes, holding its GPUs, e.g. 60s "
-        "(default: the scenario's, else 0)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--policy-option", dest="policy_options", type=key_value, action="append", default=[],
-        metavar="KEY=VALUE",
-        help="a knob of the policies that take knobs (Tiresias: queues=1h or 1h,2h or continuous, promote_knob, "
-        "pack_limit, history); repeat for more; overrides the scenario's [policy] table",
-    )  # fmt: skip
-
-    parser.add_argument(
-        "--time-limit", type=argument_type(fields.duration, "duration"), metavar="D",
-        help="stop the run at this simulated time, e.g. 2w; unfinished jobs are counted (default: run to the end)",
-    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from datamgr.controller import EXTERNAL_POLICY
+from datamgr.defaults import EXTERNAL_POLICY
 from datamgr.scheduler.perf import hit_ratio
 from silodlib.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb

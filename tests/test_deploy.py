@@ -22,8 +22,7 @@ from typing import Any
 
 import pytest
 
-from datamgr.client import DATAMGR_ENV, DEFAULT_DATAMGR
-from datamgr.server import DEFAULT_LISTEN
+from datamgr.defaults import DATAMGR_ENV, DEFAULT_DATAMGR, DEFAULT_LISTEN
 from tests.deploy_model import (
     COMPOSE_FILE,
     DEPLOY,

@@ -17,7 +17,7 @@ from cryptography import x509
 from datamgr.client import DataManagerClient
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.server import ServerConfig
-from silodlib.grpc_channel import read_token
+from silodlib.credentials import read_token
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.deploy_model import (
     DEPLOY_DOC,

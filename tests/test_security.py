@@ -24,7 +24,8 @@ from datamgr.embedded import EmbeddedDataManager
 from datamgr.security import TOKEN_FREE_METHODS, ServerSecurity
 from datamgr.server import ServerConfig
 from silodcli.main import main
-from silodlib.grpc_channel import ChannelSecurity, SecurityConfigError, explain_refusal, open_channel
+from silodlib.credentials import ChannelSecurity, SecurityConfigError
+from silodlib.grpc_channel import explain_refusal, open_channel
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 from tests import polling

@@ -1,0 +1,36 @@
+"""`silod datamgr serve`: the data manager, until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from datamgr.server import ServeError, ServerConfig, serve
+from datamgr.store.sqlite import StateDirError
+from silodcli.exits import EXIT_USAGE
+from silodlib.credentials import SecurityConfigError
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    config = ServerConfig(
+        args.listen,
+        args.state_dir,
+        args.remote_io_limit,
+        args.node_timeout,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_ca=args.tls_ca,
+        auth_token_file=args.auth_token_file,
+        metrics_port=args.metrics_port,
+        policy=args.policy,
+        round_seconds=args.round_seconds,
+        policy_options=tuple(args.policy_options),
+        cell_levels=args.cell_levels,
+    )
+    try:
+        asyncio.run(serve(config))
+    except (ServeError, StateDirError, SecurityConfigError) as exc:
+        print(f"silod: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
