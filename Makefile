@@ -65,6 +65,7 @@ test-external: setup
 	$(PY) -m pytest -m external $(PYTEST_ARGS)
 
 bench: setup
+	PYTHONPATH=$(CURDIR) $(PY) bench/cli_startup.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/control_plane.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/epoch_read.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/fuse_floor.py

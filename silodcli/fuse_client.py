@@ -1,5 +1,5 @@
-"""`silod mount`, `silod node` and `silod umount`: the FUSE client, standalone or following the data manager
-(their command line is `fuse_parser`'s)."""
+"""`silod mount` and `silod node`: the FUSE client, standalone or following the data manager (their command line
+is `fuse_parser`'s; `silod umount` is `umount`'s)."""
 
 from __future__ import annotations
 
@@ -141,12 +141,3 @@ def _run_daemon(
     if code:
         print(f"silod {command}: the mount did not start; see {log_file}", file=sys.stderr)
     return code
-
-
-def run_umount(args: argparse.Namespace) -> int:
-    try:
-        daemon.unmount(args.mountpoint, lazy=args.lazy)
-    except OSError as exc:
-        print(f"silod umount: {exc}", file=sys.stderr)
-        return 1
-    return 0

@@ -1,4 +1,4 @@
-"""The command line of `silod mount`, `silod node` and `silod umount` (`fuse_client` runs them)."""
+"""The command line of `silod mount`, `silod node` and `silod umount` (`fuse_client` and `umount` run them)."""
 
 from __future__ import annotations
 
@@ -130,4 +130,4 @@ def add_commands(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
     umount_p = sub.add_parser("umount", help="unmount a silod mount")
     umount_p.add_argument("mountpoint", type=path_arg, metavar="MOUNTPOINT")
     umount_p.add_argument("--lazy", action="store_true", help="detach now even if files are open in it")
-    umount_p.set_defaults(run=Deferred("silodcli.fuse_client:run_umount"))
+    umount_p.set_defaults(run=Deferred("silodcli.umount:run_umount"))

@@ -71,6 +71,11 @@ def test_sim_generate_loads_neither_the_fuse_client_nor_grpc_nor_the_plotting(tm
     assert not {"trio", "fuseclient.agent", "grpc", "datamgr.server", "matplotlib"} & set(loaded)
 
 
+def test_umount_loads_none_of_the_code_that_serves_a_mount(tmp_path: Path) -> None:
+    code = f"from silodcli.main import main\nassert main(['umount', {str(tmp_path)!r}]) == 1"  # not a mount: refused
+    assert heavy_modules_loaded_by(code) == []
+
+
 def _command_parsers(parser: argparse.ArgumentParser, words: str = "silod") -> Iterator[tuple[str, dict[str, object]]]:
     """Each parser under `parser` that runs something, by its words on the command line, with its defaults."""
     subcommands = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
