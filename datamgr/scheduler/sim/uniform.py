@@ -248,8 +248,8 @@ class UniformCache:
         for space in self._spaces():
             held = space.held_at(now)
             best = 0.0
-            # Sampled every minute over every space (a coordl run has one per running job): plain comparisons,
-            # not max() and min(), and `region_bytes` worked out in place.
+            # Sampled every minute over every space (a coordl run has one per running job): `region_bytes` is
+            # worked out in place rather than called.
             for reader in space.readers.values():
                 segment = reader.job.segment
                 if segment is not None and reader.job.gpus > 0:
