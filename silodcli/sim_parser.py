@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     from datamgr.scheduler.sim.sweep import Kind as SweepKind
 
 DEFAULT_POLICIES = ("fifo", "sjf", "gavel")
-# The cache systems of the paper's comparisons: what `compare` and the sharing sweep run unless told otherwise.
-# A variant registered beside them (`quiver-stable`) is opt-in: it answers a question the paper does not ask.
 DECISION_LOG = "decisions.jsonl.gz"
 DEFAULT_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)
 DEFAULT_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
