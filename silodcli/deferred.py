@@ -10,8 +10,9 @@ anything. So the parser modules import only what parsing needs, and a command's 
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib import import_module
 from typing import Any
+
+from silodlib.imports import import_named
 
 
 class Deferred:
@@ -30,8 +31,7 @@ class Deferred:
 
     def resolve(self) -> Callable[..., Any]:
         """The function itself; raises ImportError or AttributeError if the target names none."""
-        module, _, name = self.target.partition(":")
-        function: Callable[..., Any] = getattr(import_module(module), name)
+        function: Callable[..., Any] = import_named(self.target)
         return function
 
     def __call__(self, *args: Any) -> Any:

@@ -12,7 +12,6 @@ their own way.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -24,6 +23,7 @@ from datamgr.scheduler.perf import Estimator, SiloDPerf, VanillaPerf
 from datamgr.scheduler.policies.options import PolicyOptions, declared_keys
 from datamgr.scheduler.policy import Decision, MergedNotes, Policy, current_placements
 from datamgr.scheduler.snapshot import Snapshot
+from silodlib.imports import import_named
 
 ENTRY_POINT_GROUP = "silod.policies"
 
@@ -83,8 +83,7 @@ class UnknownPolicy(ValueError):
 
 
 def _import(target: str) -> PolicyFactory:
-    module_name, _, attribute = target.partition(":")
-    factory: PolicyFactory = getattr(importlib.import_module(module_name), attribute)
+    factory: PolicyFactory = import_named(target)
     return factory
 
 
@@ -122,8 +121,7 @@ def load_colocation_policy(name: str) -> ColocationPolicy:
     if name not in COLOCATION_POLICIES:
         known = ", ".join(COLOCATION_POLICIES)
         raise UnknownPolicy(f"{name!r} is not a co-location policy; co-location policies: {known}")
-    module_name, _, attribute = COLOCATION_POLICIES[name].partition(":")
-    factory: Callable[[], ColocationPolicy] = getattr(importlib.import_module(module_name), attribute)
+    factory: Callable[[], ColocationPolicy] = import_named(COLOCATION_POLICIES[name])
     return factory()
 
 

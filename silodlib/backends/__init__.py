@@ -10,7 +10,6 @@ opens a backend (the control-plane commands, the simulator) never pays for impor
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 
 from silodlib.backends.base import (
@@ -27,6 +26,7 @@ from silodlib.backends.base import (
 from silodlib.backends.local import LocalBackend
 from silodlib.backends.retry import RetryingBackend, RetryPolicy, call_with_retries
 from silodlib.backends.uri import DatasetURI, InvalidDatasetURI, parse_dataset_uri
+from silodlib.imports import import_named
 
 __all__ = [
     "REDACTED",
@@ -61,8 +61,7 @@ SCHEMES: Mapping[str, str] = {
 
 def backend_class(scheme: str) -> type[Backend]:
     """The backend class of a URI scheme (one `parse_dataset_uri` accepts), importing its module."""
-    module, _, name = SCHEMES[scheme].partition(":")
-    found: type[Backend] = getattr(importlib.import_module(module), name)
+    found: type[Backend] = import_named(SCHEMES[scheme])
     return found
 
 
