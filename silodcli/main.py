@@ -282,7 +282,7 @@ def build_parser() -> ConfigurableParser:
         default=bool(os.environ.get("DEMO_SHORT")),
         help="smaller datasets (env DEMO_SHORT)",
     )
-    demo_p.set_defaults(run=_demo)
+    demo_p.set_defaults(run=Deferred("silodcli.demo:run"))
     return parser
 
 
@@ -325,12 +325,6 @@ def _add_tenant_commands(sub: argparse._SubParsersAction[ConfigurableParser]) ->
     remove_p = actions.add_parser("remove", help="unregister a tenant that has no unfinished job")
     remove_p.add_argument("name", metavar="NAME")
     _client_command(remove_p, "tenant_remove")
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from datamgr.demo import run_demo
-
-    return run_demo(args.backend, args.short)
 
 
 def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> argparse.Namespace:
