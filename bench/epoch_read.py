@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.procstat import cpu_seconds
 from tests.mount_fixtures import MountProcess, options_args
 from tests.storage_servers import S3Server, running_s3_server, s3_client
 
@@ -154,12 +155,6 @@ class RequestLog:
             else:
                 gets += 1
         return gets, heads, lists
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds process `pid` has used so far (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def mount_epochs(

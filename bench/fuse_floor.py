@@ -36,7 +36,8 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.epoch_read import cpu_seconds, drop_caches, settle
+from bench.epoch_read import drop_caches, settle
+from bench.procstat import cpu_seconds
 from silodcli.tables import render_table
 from tests.mount_fixtures import MountProcess, is_live_mount
 

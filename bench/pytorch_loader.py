@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import random
 import shutil
 import statistics
 import sys
@@ -43,12 +42,13 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision import datasets, transforms
 
-from bench.epoch_read import cpu_seconds, drop_caches, settle
+from bench.epoch_read import drop_caches, settle
+from bench.imagefolder import make_images
+from bench.procstat import cpu_seconds
 from tests.mount_fixtures import MountProcess, options_args
 from tests.storage_servers import S3Server, running_s3_server, s3_client
 
 BATCH = 64
-CLASSES = 10
 BUCKET = "imagenet-mini"
 TRAIN = transforms.Compose([transforms.RandomResizedCrop(224), transforms.ToTensor()])
 
@@ -69,24 +69,6 @@ class Epoch:
     @property
     def cpu_ms_per_file(self) -> float | None:
         return None if self.mount_cpu is None else 1000 * self.mount_cpu / self.images
-
-
-def make_images(root: Path, count: int, seed: int = 0) -> dict[str, bytes]:
-    """`count` JPEGs of a smooth random scene plus noise (about 70 KB at 500 x 375), in class folders."""
-    rng = random.Random(seed)
-    images: dict[str, bytes] = {}
-    for i in range(count):
-        base = Image.linear_gradient("L").resize((500, 375)).convert("RGB")
-        noise = Image.effect_noise((500, 375), rng.uniform(30, 60)).convert("RGB")
-        tint = Image.new("RGB", (500, 375), tuple(rng.randrange(256) for _ in range(3)))
-        image = Image.blend(Image.blend(base, tint, 0.5), noise, 0.35)
-        buffer = io.BytesIO()
-        image.save(buffer, "JPEG", quality=90)
-        images[f"class{i % CLASSES:02d}/img{i:05d}.jpg"] = buffer.getvalue()
-    for key, data in images.items():
-        (root / key).parent.mkdir(parents=True, exist_ok=True)
-        (root / key).write_bytes(data)
-    return images
 
 
 class Boto3Images(Dataset[tuple[torch.Tensor, int]]):
@@ -149,14 +131,18 @@ def mounted(work: Path, name: str, server: S3Server, quota: int) -> Iterator[Mou
 def benchmark(work: Path, server: S3Server, count: int, workers_list: list[int], drop: bool) -> list[Epoch]:
     local = work / "local" / "train"
     print(f"making {count} JPEGs ...", file=sys.stderr)
-    images = make_images(local, count)
-    total = sum(len(data) for data in images.values())
+    sizes = make_images(local, count, processes=os.cpu_count() or 1)
+    total = sum(sizes.values())
     print(f"{count} images, {total / 1e6:.0f} MB ({total / count / 1e3:.0f} KB each)", file=sys.stderr)
     client = s3_client(server)
     client.create_bucket(Bucket=BUCKET)
+
+    def upload(key: str) -> None:
+        client.put_object(Bucket=BUCKET, Key=f"train/{key}", Body=(local / key).read_bytes())
+
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda kv: client.put_object(Bucket=BUCKET, Key=f"train/{kv[0]}", Body=kv[1]), images.items()))
-    keys = sorted(f"train/{key}" for key in images)
+        list(pool.map(upload, sizes))
+    keys = sorted(f"train/{key}" for key in sizes)
     results: list[Epoch] = []
     for workers in workers_list:
         results += run_epochs("local", image_folder(local), workers, 2)
