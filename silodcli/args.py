@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from datamgr.entities import JOB_CLASSES, PRIORITIES
 from datamgr.scheduler.sim.fields import parse_duration
@@ -16,6 +17,21 @@ from datamgr.validation import MAX_CELLS, MAX_EPOCHS, MAX_GRACE_SECONDS, MAX_WOR
 from silodlib.units import parse_rate, parse_size
 
 T = TypeVar("T")
+
+
+# argparse reads a token that starts with "-" as a flag unless it is a plain negative number ("-5"), so a negative
+# quantity with a unit ("-5MB/s", "-1GiB", "-3m") never reached the value's own check: argparse said instead that a
+# required value was missing, or that a flag expected one. No silod flag starts with "-" and a digit.
+NEGATIVE_QUANTITY = re.compile(r"^-\.?\d[\w.,/]*$")
+
+
+class QuantityParser(argparse.ArgumentParser):
+    """An ArgumentParser that takes a negative quantity with a unit as a value, as it takes a plain negative
+    number, so that the value's type can say what is wrong with it; its subparsers are of its class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_QUANTITY
 
 
 class CommandLineError(Exception):

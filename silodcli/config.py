@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from silodcli.args import path_arg
+from silodcli.args import QuantityParser, path_arg
 
 CONFIG_FLAG = "--config"
 CONFIG_ENV = "SILOD_CONFIG"
@@ -33,8 +33,8 @@ class ConfigError(Exception):
     """A bad config file or variable; the message names the file, the section and key, or the variable."""
 
 
-class ConfigurableParser(argparse.ArgumentParser):
-    """An ArgumentParser that remembers which of its flags are settings; its subparsers are of this class too."""
+class ConfigurableParser(QuantityParser):
+    """A `QuantityParser` that remembers which of its flags are settings; its subparsers are of this class too."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
