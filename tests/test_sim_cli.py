@@ -283,6 +283,25 @@ def test_bad_input_exits_2_naming_the_problem(
 
 
 @pytest.mark.parametrize(
+    ("count", "message"),
+    [
+        ("-3", "argument --jobs: '-3' must be at least 1"),  # not "is not a whole number, zero or more"
+        ("0", "argument --jobs: '0' must be at least 1"),
+        ("2.5", "argument --jobs: '2.5' is not a whole number"),
+    ],
+)
+def test_a_job_count_below_one_or_not_whole_is_refused_by_the_rule_it_breaks(
+    count: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["sim", "generate", "--out", "t.csv", "--jobs", count])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["sim", "--seed", "5", "compare", "--scenario", "micro"], "--seed given before 'compare'"),

@@ -44,11 +44,13 @@ def _as_number(value: object) -> float:
 
 
 def positive_int(value: object) -> int:
-    """A whole number above zero: 4, "4" (not 4.5, not true)."""
-    number = whole_number(value)
+    """A whole number above zero: 4, "4" (not 4.5, not -3, not true)."""
+    number = _as_number(value)
+    if number != int(number):
+        raise ValueError(f"{value!r} is not a whole number")
     if number < 1:
         raise ValueError(f"{value!r} must be at least 1")
-    return number
+    return int(number)
 
 
 def whole_number(value: object) -> int:
