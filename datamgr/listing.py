@@ -57,10 +57,17 @@ def _as_data_manager_errors(uri: str) -> Iterator[None]:
     except InvalidBackendOption as exc:
         raise InvalidArgument(f"options: {exc}") from None
     except (NoSuchObject, ManifestError) as exc:
-        raise FailedPrecondition(f"uri {uri}: {exc}") from None
+        raise FailedPrecondition(_naming(uri, exc)) from None
     except AccessDenied as exc:
-        raise PermissionDenied(f"uri {uri}: {exc}") from None
+        raise PermissionDenied(_naming(uri, exc)) from None
     except BackendUnavailable as exc:
-        raise Unavailable(f"uri {uri}: {exc}") from None
+        raise Unavailable(_naming(uri, exc)) from None
     except BackendError as exc:  # any other failure of the backend (a name the file system refuses, ...)
-        raise FailedPrecondition(f"uri {uri}: {exc}") from None
+        raise FailedPrecondition(_naming(uri, exc)) from None
+
+
+def _naming(uri: str, exc: Exception) -> str:
+    """`uri URI: what went wrong`, with the URI once: a backend's message starts with the object it was about,
+    which is the dataset's URI itself when listing it failed."""
+    message = str(exc)
+    return f"uri {message}" if message.startswith(f"{uri}: ") else f"uri {uri}: {message}"

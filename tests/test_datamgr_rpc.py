@@ -354,7 +354,7 @@ BAD_CALLS: list[tuple[str, Call, grpc.StatusCode, str]] = [
         "dataset: missing dir",
         lambda s: s.client.register_dataset("file:///no/such/dir"),
         PRECONDITION,
-        "/no/such/dir",
+        "uri file:///no/such/dir: No such file or directory",  # the URI once, though the backend named it too
     ),
     (
         "dataset: empty dir",
