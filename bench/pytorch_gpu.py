@@ -1,10 +1,11 @@
 """The GPU check: a training job on a GPU node reading from the mount, against the same job reading local disk.
 
 ResNet-50 (torchvision, random weights) trains with bf16 autocast and channels_last at batch 256 on an
-ImageFolder of `--images` JPEGs (default 20,000 of about 70 KB at 500 x 375, `bench/imagefolder.py`), read by a
+ImageFolder of `--images` JPEGs (default 40,000 of about 84 KB at 500 x 375, `bench/imagefolder.py`), read by a
 DataLoader with each of `--workers` worker counts (default 12 and 16; ImageNet's training transform:
-RandomResizedCrop(224), horizontal flip, ToTensor, Normalize; shuffled, pinned memory, persistent workers).
-Two sources alternate, `--repeats` times (default 2), each run `--warmup` untimed steps then `--steps` timed:
+RandomResizedCrop(224), horizontal flip, ToTensor, Normalize; shuffled, pinned memory). Two sources alternate,
+`--repeats` times (default 2), each run one epoch, timed over its steady state (`loader_waves.steady_window`:
+whole waves of batches after the workers' first prefetches, some 110-130 steps at the default size):
 
 - local: the folder on the node's disk (in its page cache: the node has the memory);
 - mount: the same folder through a `silod mount` over `file://`, its cache quota holding the whole dataset,
@@ -17,13 +18,14 @@ any loader can reach), and the cache fill: `--fill-readers` threads (default 16)
 through the cold mount, against the same threads reading the folder directly. After the runs it checks
 that the mount fetched nothing while the jobs trained (every read a cache hit).
 
-Needs a CUDA GPU with torch and torchvision, and the mount's dependencies; on a GPU machine that cannot
-reach a package registry, `bench/gpu_bundle.sh` here and `bench/gpu_setup.sh` there provide them
+Needs a CUDA GPU with torch and torchvision (`--rehearse` runs without a GPU, training nothing, to try the
+harness out first), and the mount's dependencies; on a GPU machine that cannot reach a package registry,
+`bench/gpu_bundle.sh` here and `bench/gpu_setup.sh` there provide them
 (docs/benchmarks.md, "The GPU check"). Progress goes to stderr, the tables (Markdown) to stdout, every
 figure to `--json` if given (rewritten after each run, so a run cut short keeps what it measured).
 
     PYTHONPATH=/tmp/silod-site:. PATH=$PWD/.gpu-bundle/root/bin:$PATH python3 bench/pytorch_gpu.py \
-        [--images N] [--workers 12,16] [--steps N] [--warmup N] [--repeats N] [--fill-readers N] [--json PATH]
+        [--images N] [--workers 12,16] [--repeats N] [--fill-readers N] [--json PATH] [--rehearse]
 """
 
 from __future__ import annotations
@@ -35,17 +37,18 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch.utils.data import DataLoader
 from torchvision import datasets, models, transforms
 
 from bench.imagefolder import make_images
+from bench.loader_waves import PREFETCH, fewest_batches, steady_window
 from bench.procstat import cpu_seconds
 from tests.mount_fixtures import MountProcess
 
@@ -61,11 +64,29 @@ TRAIN = transforms.Compose(
 JOB = "train"
 
 
+GpuSeconds = Callable[[], float]  # reads the GPU time of a step, once the steps are finished
+
+
+class Learner(Protocol):
+    """What the harness trains with: `Trainer` on a GPU, or `Rehearsal` without one."""
+
+    device: str
+
+    def step(self, images: torch.Tensor, labels: torch.Tensor) -> None: ...
+
+    def timed_step(self, images: torch.Tensor, labels: torch.Tensor) -> GpuSeconds: ...
+
+    def finish(self) -> None: ...
+
+    def alone(self, steps: int) -> float | None: ...
+
+
 class Trainer:
     """ResNet-50 training steps on one GPU in bf16 and channels_last; one model for the whole benchmark."""
 
     def __init__(self) -> None:
         torch.backends.cudnn.benchmark = True
+        self.device = f"{torch.cuda.get_device_name()}, {os.cpu_count()} CPUs"
         self.model = models.resnet50().cuda().to(memory_format=torch.channels_last)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)
         self.loss = torch.nn.CrossEntropyLoss()
@@ -79,18 +100,60 @@ class Trainer:
         loss.backward()
         self.optimizer.step()
 
+    def timed_step(self, images: torch.Tensor, labels: torch.Tensor) -> GpuSeconds:
+        """`step` between two CUDA events; returns how to read the time between them once `finish` returned."""
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        self.step(images, labels)
+        end.record()
+        return lambda: float(begin.elapsed_time(end)) / 1000
+
+    def finish(self) -> None:
+        """Wait for the GPU to run every step queued so far."""
+        torch.cuda.synchronize()
+
     def alone(self, steps: int) -> float:
         """Images/s with one batch held on the GPU: the rate no loader can raise."""
         images = torch.randn(BATCH, 3, 224, 224, device="cuda")
         labels = torch.randint(0, 1000, (BATCH,), device="cuda")
         for _ in range(10):
             self.step(images, labels)
-        torch.cuda.synchronize()
+        self.finish()
         started = time.perf_counter()
         for _ in range(steps):
             self.step(images, labels)
-        torch.cuda.synchronize()
+        self.finish()
         return steps * BATCH / (time.perf_counter() - started)
+
+
+class Rehearsal:
+    """Stands in for `Trainer` where there is no GPU (`--rehearse`): it takes each batch and does nothing with it,
+    so that the whole harness (the images, the mount, the loaders, the timing) can run before GPU time is spent
+    on it. Its rates are the loaders' alone, and the GPU's share is 0."""
+
+    def __init__(self) -> None:
+        self.device = f"no GPU (a rehearsal), {os.cpu_count()} CPUs"
+
+    def step(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        pass
+
+    def timed_step(self, images: torch.Tensor, labels: torch.Tensor) -> GpuSeconds:
+        return lambda: 0.0
+
+    def finish(self) -> None:
+        pass
+
+    def alone(self, steps: int) -> None:
+        return None
+
+
+def learner(rehearse: bool) -> Learner:
+    """A `Rehearsal` if asked for one, else a `Trainer`; exits 2 if that needs a GPU that torch does not see."""
+    if rehearse:
+        return Rehearsal()
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{Path(sys.argv[0]).name}: needs a CUDA GPU, and torch sees none (--rehearse runs without)")
+    return Trainer()
 
 
 @dataclass(frozen=True)
@@ -119,44 +182,44 @@ class Run:
         return None if self.mount_cpu_seconds is None else self.mount_cpu_seconds / self.seconds
 
 
-def endless(loader: DataLoader[Any]) -> Iterator[Any]:
-    """The loader's batches, epoch after epoch."""
-    while True:
-        yield from loader
+def fewest_images(workers: int) -> int:
+    """The smallest dataset whose epoch `steady_window` can time with `workers` loader workers."""
+    return fewest_batches(workers) * BATCH
 
 
-def train(
-    trainer: Trainer, root: Path, source: str, workers: int, repeat: int, warmup: int, steps: int,
-    mount_pid: int | None,
-) -> Run:  # fmt: skip
-    """`warmup` untimed then `steps` timed training steps on the ImageFolder at `root`."""
-    loader = DataLoader(
+def loader_for(root: Path, workers: int) -> DataLoader[Any]:
+    return DataLoader(
         datasets.ImageFolder(str(root), TRAIN), batch_size=BATCH, shuffle=True, num_workers=workers,
-        pin_memory=True, drop_last=True, persistent_workers=True,
+        pin_memory=torch.cuda.is_available(), drop_last=True, persistent_workers=True, prefetch_factor=PREFETCH,
     )  # fmt: skip
-    batches = endless(loader)
-    for _ in range(warmup):
-        trainer.step(*next(batches))
-    torch.cuda.synchronize()
-    marks: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
-    blocked = 0.0
-    cpu_before = cpu_seconds(mount_pid) if mount_pid else 0.0
-    started = time.perf_counter()
-    for _ in range(steps):
+
+
+def train(trainer: Learner, root: Path, source: str, workers: int, repeat: int, mount_pid: int | None) -> Run:
+    """One epoch of training on the ImageFolder at `root`, measured over its steady state (`steady_window`)."""
+    loader = loader_for(root, workers)
+    first, last = steady_window(len(loader), workers)
+    marks: list[GpuSeconds] = []
+    blocked = started = finished = cpu_started = cpu_finished = 0.0
+    batches = iter(loader)
+    for index in range(last + 1):
         waiting = time.perf_counter()
         images, labels = next(batches)
-        blocked += time.perf_counter() - waiting
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        trainer.step(images, labels)
-        end.record()
-        marks.append((begin, end))
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - started
-    cpu = cpu_seconds(mount_pid) - cpu_before if mount_pid else None
+        arrived = time.perf_counter()
+        if index == first:
+            started, cpu_started = arrived, cpu_seconds(mount_pid) if mount_pid else 0.0
+        elif index > first:
+            blocked += arrived - waiting
+        if index == last:
+            finished, cpu_finished = arrived, cpu_seconds(mount_pid) if mount_pid else 0.0
+        if index > first:
+            marks.append(trainer.timed_step(images, labels))
+        else:
+            trainer.step(images, labels)
+    trainer.finish()
     del batches, loader  # its workers go now, not when the next run's are starting
-    gpu = sum(begin.elapsed_time(end) for begin, end in marks) / 1000
-    return Run(source, workers, repeat, steps * BATCH, seconds, gpu, blocked, cpu)
+    gpu = sum(seconds() for seconds in marks)
+    cpu = cpu_finished - cpu_started if mount_pid else None
+    return Run(source, workers, repeat, (last - first) * BATCH, finished - started, gpu, blocked, cpu)
 
 
 def read_files(paths: list[Path], threads: int) -> float:
@@ -185,12 +248,11 @@ class Results:
     device: str = ""
     images: int = 0
     image_bytes: int = 0
-    model_alone_images_per_sec: float = 0.0
+    model_alone_images_per_sec: float | None = None  # None: not measured (a rehearsal)
     fill: dict[str, float] = field(default_factory=dict)
     runs: list[Run] = field(default_factory=list)
     fetched_while_training_bytes: int | None = None
     counted_epochs: int | None = None
-    passes: float = 0.0  # over the dataset through the mount while training (about: loaders read ahead)
 
     def save(self) -> None:
         if self.path is not None:
@@ -200,11 +262,11 @@ class Results:
 
 
 def bytes_fetched(mount: MountProcess) -> tuple[int, int]:
-    """The mount's bytes fetched from the source for the job so far, and its completed epochs, from a
+    """The mount's bytes fetched from the source for the job so far, and the epoch it counts the job in, from a
     statistics file written after now."""
     after = time.time()
     stats = mount.wait_for_stats(lambda s: s["written_at"] > after)["jobs"][JOB]
-    return int(stats["bytes_from_remote"]), int(stats["access"]["completed_epochs"])
+    return int(stats["bytes_from_remote"]), int(stats["access"]["epoch"])
 
 
 def fill(mount: MountProcess, local: Path, readers: int, results: Results) -> None:
@@ -232,16 +294,15 @@ def fill(mount: MountProcess, local: Path, readers: int, results: Results) -> No
     )
 
 
-def benchmark(args: argparse.Namespace, work: Path, results: Results) -> None:
+def benchmark(args: argparse.Namespace, trainer: Learner, work: Path, results: Results) -> None:
     local = work / "local" / JOB
     print(f"making {args.images} JPEGs ...", file=sys.stderr, flush=True)
     sizes = make_images(local, args.images, processes=os.cpu_count() or 1)
     results.images, results.image_bytes = len(sizes), sum(sizes.values())
     print(f"{len(sizes)} images, {results.image_bytes / 1e6:,.0f} MB", file=sys.stderr, flush=True)
-    trainer = Trainer()
     results.model_alone_images_per_sec = trainer.alone(steps=30)
     results.save()
-    print(f"the model alone: {results.model_alone_images_per_sec:,.0f} images/s", file=sys.stderr, flush=True)
+    print(f"the model alone: {alone(results)}", file=sys.stderr, flush=True)
     uri = f"file://{local}"
     mount = MountProcess(work / "mount", {JOB: uri}, "--cache-size", f"{uri}={2 * results.image_bytes}").start()
     try:
@@ -253,10 +314,8 @@ def benchmark(args: argparse.Namespace, work: Path, results: Results) -> None:
                 order = ("local", "mount") if repeat % 2 else ("mount", "local")
                 for source in order:
                     root, pid = (local, None) if source == "local" else (mount.job_dir(JOB), mount.process.pid)
-                    run = train(trainer, root, source, workers, repeat, args.warmup, args.steps, pid)
+                    run = train(trainer, root, source, workers, repeat, pid)
                     results.runs.append(run)
-                    if source == "mount":
-                        results.passes += (args.warmup + args.steps) * BATCH / results.images
                     results.save()
                     print(
                         f"  {source:<5} workers {workers:2d}  repeat {repeat}: {run.images_per_sec:7,.0f} images/s, "
@@ -295,9 +354,14 @@ def row(workers: int, local: list[Run], mount: list[Run]) -> str:
     )
 
 
-def report(results: Results, workers_list: list[int], steps: int) -> None:
+def alone(results: Results) -> str:
+    rate = results.model_alone_images_per_sec
+    return "not measured" if rate is None else f"{rate:,.0f} images/s"
+
+
+def report(results: Results, workers_list: list[int]) -> None:
     print(f"{results.device}; {results.images} JPEGs of {results.image_bytes / results.images / 1e3:.0f} KB")
-    print(f"model alone: {results.model_alone_images_per_sec:,.0f} images/s\n")
+    print(f"model alone: {alone(results)}\n")
     print("| loader workers | local | mount, warm | mount / local (medians) | GPU busy, local / mount "
           "| seconds blocked on the loader, local / mount | mount's cores |")  # fmt: skip
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -306,7 +370,7 @@ def report(results: Results, workers_list: list[int], steps: int) -> None:
         mount = [r for r in results.runs if r.workers == workers and r.source == "mount"]
         if local and mount:
             print(row(workers, local, mount))
-    print(f"\n{steps} timed steps of {BATCH} images per run.")
+    print(f"\nOne epoch of {BATCH}-image steps per run, timed over its steady state.")
     if results.fill:
         ratio = results.fill["mount_files_per_sec"] / results.fill["direct_files_per_sec"]
         print(
@@ -317,27 +381,28 @@ def report(results: Results, workers_list: list[int], steps: int) -> None:
     if results.fetched_while_training_bytes is not None:
         print(
             f"Fetched by the mount while the jobs trained: {results.fetched_while_training_bytes:,} bytes; "
-            f"epochs it counted: {results.counted_epochs}, for about {results.passes:.1f} passes over the dataset."
+            f"epochs it counted over the {sum(r.source == 'mount' for r in results.runs)} runs through it, each "
+            f"reading up to an epoch: {results.counted_epochs}."
         )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--images", type=int, default=20_000)
+    parser.add_argument("--images", type=int, default=40_000)
     parser.add_argument("--workers", type=lambda s: [int(w) for w in s.split(",")], default=[12, 16])
-    parser.add_argument("--steps", type=int, default=150, help="timed steps per run")
-    parser.add_argument("--warmup", type=int, default=20, help="untimed steps before them")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--fill-readers", type=int, default=16)
     parser.add_argument("--json", type=Path, help="write every figure here too")
+    parser.add_argument("--rehearse", action="store_true", help="run without a GPU, training nothing (`Rehearsal`)")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("pytorch_gpu.py: needs a CUDA GPU, and torch sees none", file=sys.stderr)
-        return 2
-    results = Results(args.json, device=f"{torch.cuda.get_device_name()}, {os.cpu_count()} CPUs")
+    if args.images < fewest_images(max(args.workers)):
+        parser.error(f"--images {args.images} is too few to time {max(args.workers)} workers: give at least "
+                     f"{fewest_images(max(args.workers))}")  # fmt: skip
+    trainer = learner(args.rehearse)
+    results = Results(args.json, device=trainer.device)
     with tempfile.TemporaryDirectory(prefix="silod-gpu-") as work:
-        benchmark(args, Path(work), results)
-    report(results, args.workers, args.steps)
+        benchmark(args, trainer, Path(work), results)
+    report(results, args.workers)
     return 0
 
 

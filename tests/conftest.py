@@ -56,7 +56,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_tenant_report", "test_tenant_trace", "test_tiresias", "test_units",
         "test_tenant_storage",
         "test_tenant_storage_sim",
-        "test_harmony", "test_colocation_sim", "test_colocation_inputs", "test_colocation_storage",
+        "test_harmony", "test_colocation_sim", "test_colocation_inputs", "test_colocation_storage", "test_loader_waves",
     ),
     "fuse_ops": ("test_fs_ops",),
     "process": (
