@@ -261,12 +261,23 @@ class Results:
             self.path.write_text(json.dumps(document, indent=1) + "\n")
 
 
-def bytes_fetched(mount: MountProcess) -> tuple[int, int]:
-    """The mount's bytes fetched from the source for the job so far, and the epoch it counts the job in, from a
-    statistics file written after now."""
+@dataclass(frozen=True)
+class JobProgress:
+    """What the mount's statistics say of the job: bytes fetched from the source, the epoch it is in now, and
+    the epochs it has completed (the one in progress may have read every item already: it is closed at the
+    next pass's first read)."""
+
+    fetched_bytes: int
+    epoch: int
+    completed_epochs: int
+
+
+def job_progress(mount: MountProcess) -> JobProgress:
+    """The job's progress from a statistics file written after now."""
     after = time.time()
     stats = mount.wait_for_stats(lambda s: s["written_at"] > after)["jobs"][JOB]
-    return int(stats["bytes_from_remote"]), int(stats["access"]["epoch"])
+    access = stats["access"]
+    return JobProgress(int(stats["bytes_from_remote"]), int(access["epoch"]), int(access["completed_epochs"]))
 
 
 def fill(mount: MountProcess, local: Path, readers: int, results: Results) -> None:
@@ -308,7 +319,7 @@ def benchmark(args: argparse.Namespace, trainer: Learner, work: Path, results: R
     try:
         assert mount.process is not None
         fill(mount, local, args.fill_readers, results)
-        fetched_before, epochs_before = bytes_fetched(mount)
+        before = job_progress(mount)
         for repeat in range(1, args.repeats + 1):
             for workers in args.workers:
                 order = ("local", "mount") if repeat % 2 else ("mount", "local")
@@ -323,9 +334,9 @@ def benchmark(args: argparse.Namespace, trainer: Learner, work: Path, results: R
                         file=sys.stderr,
                         flush=True,
                     )
-        fetched_after, epochs_after = bytes_fetched(mount)
-        results.fetched_while_training_bytes = fetched_after - fetched_before
-        results.counted_epochs = epochs_after - epochs_before
+        after = job_progress(mount)
+        results.fetched_while_training_bytes = after.fetched_bytes - before.fetched_bytes
+        results.counted_epochs = after.epoch - before.completed_epochs  # the passes begun since the fill
         results.save()
     finally:
         mount.stop()
@@ -381,8 +392,8 @@ def report(results: Results, workers_list: list[int]) -> None:
     if results.fetched_while_training_bytes is not None:
         print(
             f"Fetched by the mount while the jobs trained: {results.fetched_while_training_bytes:,} bytes; "
-            f"epochs it counted over the {sum(r.source == 'mount' for r in results.runs)} runs through it, each "
-            f"reading up to an epoch: {results.counted_epochs}."
+            f"epochs it counted: {results.counted_epochs}, for {sum(r.source == 'mount' for r in results.runs)} runs "
+            "of an epoch through it."
         )
 
 
