@@ -152,7 +152,11 @@ def learner(rehearse: bool) -> Learner:
     if rehearse:
         return Rehearsal()
     if not torch.cuda.is_available():
-        raise SystemExit(f"{Path(sys.argv[0]).name}: needs a CUDA GPU, and torch sees none (--rehearse runs without)")
+        print(
+            f"{Path(sys.argv[0]).name}: needs a CUDA GPU, and torch sees none (--rehearse runs without)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     return Trainer()
 
 
