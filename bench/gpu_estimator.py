@@ -38,7 +38,7 @@ from typing import Any
 
 from bench.imagefolder import make_images
 from bench.loader_waves import steady_window
-from bench.pytorch_gpu import BATCH, JOB, Learner, fewest_images, learner, loader_for
+from bench.pytorch_gpu import BATCH, JOB, JobProgress, Learner, fewest_images, job_progress, learner, loader_for
 from datamgr.scheduler.perf import rate_at_hit_ratio
 from tests.mount_fixtures import MountProcess
 
@@ -84,34 +84,12 @@ def train_epochs(
     return results
 
 
-@dataclass(frozen=True)
-class MountCounters:
-    """What the mount's statistics say about the job at one moment."""
-
-    seconds: float  # on the mount's monotonic clock
-    fetched_bytes: int
-    epoch: int  # the one open now
-    epoch_hit_ratio: float  # of the open epoch, so far
-    hit_ratios: dict[int, float]  # of the epochs it has closed
-
-
-def epoch_hit_ratio(epoch: int, right_after: MountCounters, last: MountCounters) -> float | None:
+def epoch_hit_ratio(epoch: int, right_after: JobProgress, last: JobProgress) -> float | None:
     """Epoch `epoch`'s hit ratio: as the mount closed it, else as it stood when the epoch's reads were done (the
     mount closes an epoch only once the next one is well under way, in case a straggler of it comes late)."""
     if epoch in last.hit_ratios:
         return last.hit_ratios[epoch]
     return right_after.epoch_hit_ratio if right_after.epoch == epoch else None
-
-
-def mount_counters(mount: MountProcess) -> MountCounters:
-    """The job's counters from a statistics file written after now."""
-    after = time.time()
-    stats = mount.wait_for_stats(lambda s: s["written_at"] > after)
-    job = stats["jobs"][JOB]
-    closed = {e["epoch"]: e["hit_bytes"] / e["accessed_bytes"] for e in job["finished_epochs"] if e["accessed_bytes"]}
-    return MountCounters(
-        stats["monotonic_seconds"], job["bytes_from_remote"], job["access"]["epoch"], job["epoch_hit_ratio"], closed
-    )
 
 
 def measure(args: argparse.Namespace, trainer: Learner, work: Path) -> dict[str, Any]:
@@ -129,18 +107,18 @@ def measure(args: argparse.Namespace, trainer: Learner, work: Path) -> dict[str,
     mount = MountProcess(work / "mount", {JOB: uri}, "--cache-size", f"{uri}={quota}", "--io-rate", f"{JOB}={int(io)}")
     mount.start()
     try:
-        counters = [mount_counters(mount)]
+        progress = [job_progress(mount)]
 
         def count() -> None:
-            counters.append(mount_counters(mount))
+            progress.append(job_progress(mount))
 
         mount_epochs = train_epochs(trainer, mount.job_dir(JOB), "mount", args.workers, args.epochs, count)
     finally:
         mount.stop()
     rows = []
     for epoch in mount_epochs:
-        before, after = counters[epoch.epoch - 1], counters[epoch.epoch]
-        hit = epoch_hit_ratio(epoch.epoch, after, counters[-1])
+        before, after = progress[epoch.epoch - 1], progress[epoch.epoch]
+        hit = epoch_hit_ratio(epoch.epoch, after, progress[-1])
         fetched = (after.fetched_bytes - before.fetched_bytes) / (after.seconds - before.seconds)
         rows.append(
             {

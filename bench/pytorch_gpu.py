@@ -267,21 +267,27 @@ class Results:
 
 @dataclass(frozen=True)
 class JobProgress:
-    """What the mount's statistics say of the job: bytes fetched from the source, the epoch it is in now, and
-    the epochs it has completed (the one in progress may have read every item already: it is closed at the
-    next pass's first read)."""
+    """What the mount's statistics say of the job at one moment."""
 
-    fetched_bytes: int
-    epoch: int
+    seconds: float  # on the mount's monotonic clock
+    fetched_bytes: int  # from the source, so far
+    epoch: int  # the one in progress (which may have read every item already: it is closed at the next pass)
     completed_epochs: int
+    epoch_hit_ratio: float  # of the epoch in progress, so far
+    hit_ratios: dict[int, float]  # of the epochs it has closed
 
 
 def job_progress(mount: MountProcess) -> JobProgress:
     """The job's progress from a statistics file written after now."""
     after = time.time()
-    stats = mount.wait_for_stats(lambda s: s["written_at"] > after)["jobs"][JOB]
-    access = stats["access"]
-    return JobProgress(int(stats["bytes_from_remote"]), int(access["epoch"]), int(access["completed_epochs"]))
+    stats = mount.wait_for_stats(lambda s: s["written_at"] > after)
+    job = stats["jobs"][JOB]
+    access = job["access"]
+    closed = {e["epoch"]: e["hit_bytes"] / e["accessed_bytes"] for e in job["finished_epochs"] if e["accessed_bytes"]}
+    return JobProgress(
+        stats["monotonic_seconds"], int(job["bytes_from_remote"]), int(access["epoch"]),
+        int(access["completed_epochs"]), job["epoch_hit_ratio"], closed,
+    )  # fmt: skip
 
 
 def fill(mount: MountProcess, local: Path, readers: int, results: Results) -> None:
