@@ -1,6 +1,7 @@
 """The node agent: keeps this node's mount in step with the data manager's allocations.
 
-It registers the node, follows its allocation watch stream and applies each revision to the live mount: a
+It registers the node (trying once before it mounts, so that a refusal stops it with the reason before anything
+is served), follows its allocation watch stream and applies each revision to the live mount: a
 job with workers here appears as `MOUNTPOINT/JOB_ID/`, a finished job's directory disappears (files it has
 open keep working), quota and rate changes apply as they arrive. When the data manager is unreachable the
 mount keeps enforcing the last allocations it received, and the agent reconnects with backoff, resuming from
@@ -87,8 +88,19 @@ class NodeAgent:
         self.revision = 0
         self.reconnects = 0  # times the watch stream came back after an outage
         self._reached = False  # a call has succeeded: the address and security settings are right
+        self._registered = False  # this run has registered the node (again after the data manager lost it)
+        self._waiting = False  # "waiting for the data manager" is logged, not yet answered by a registration
 
     # ---- trio side ----
+
+    async def register_before_mounting(self) -> None:
+        """Try once to register the node, before anything is mounted.
+
+        A refusal (the node registered with other parameters, a bad id, a token the data manager does not
+        take) raises AgentError here, so the agent stops before it mounts or detaches and the reason reaches
+        the terminal instead of a log after a start that looked fine. A data manager that does not answer is
+        waited for while the mount serves (`_watch_forever`), as a node may start before its data manager."""
+        await trio.to_thread.run_sync(functools.partial(self._register, wait=False))
 
     async def follow_allocations(self) -> None:
         token = trio.lowlevel.current_trio_token()
@@ -251,7 +263,8 @@ class NodeAgent:
 
     def _watch_forever(self, token: trio.lowlevel.TrioToken) -> None:
         failures, outage = 0, False
-        self._register()
+        if not self._registered:
+            self._register()
         while not self._stop.is_set():
             try:
                 request = pb.WatchAllocationsRequest(node_id=self._config.node_id, since_revision=self.revision)
@@ -274,6 +287,7 @@ class NodeAgent:
                     return
                 if isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.NOT_FOUND:
                     self.revision = 0  # the data manager lost this node: start over
+                    self._registered = False
                     self._register()
                 elif not outage:
                     log.warning(
@@ -289,8 +303,9 @@ class NodeAgent:
             failures += 1
             self._stop.wait(RECONNECT.delay(failures))
 
-    def _register(self) -> None:
-        """Register this node, waiting (with backoff) for the data manager to be reachable."""
+    def _register(self, *, wait: bool = True) -> None:
+        """Register this node. Raises AgentError if the data manager refuses; while it does not answer, waits
+        with backoff (or, without `wait`, returns after the one try, leaving the node unregistered)."""
         config = self._config
         capacity = config.cache_capacity
         if capacity is None:
@@ -301,11 +316,10 @@ class NodeAgent:
             cache_capacity_bytes=capacity,
             gpus=config.gpus,
         )
-        failures, waiting = 0, False
+        failures = 0
         while not self._stop.is_set():
             try:
                 self._stub.RegisterNode(request, timeout=CALL_TIMEOUT)
-                self._reached = True
                 log.info(
                     "registered node %s with %d bytes of cache at %s",
                     config.node_id,
@@ -313,23 +327,40 @@ class NodeAgent:
                     config.datamgr,
                     extra=self._ids(),
                 )
+                self._now_registered()
                 return
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.ALREADY_EXISTS and config.cache_capacity is None:
-                    self._reached = True
                     log.info("node %s is already registered; using its registration", config.node_id, extra=self._ids())
+                    self._now_registered()
                     return
-                if exc.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INVALID_ARGUMENT):
-                    raise AgentError(f"cannot register node {config.node_id}: {exc.details()}") from None
-                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:  # waiting would not bring a token
-                    raise AgentError(f"cannot register node {config.node_id}: {self._why(exc)}") from None
-                if not waiting:
+                self._raise_if_refused(exc)
+                if not self._waiting:
                     log.warning(
                         "waiting for the data manager %s (%s)", config.datamgr, self._why(exc), extra=self._ids()
                     )
-                    waiting = True
+                    self._waiting = True
+            if not wait:
+                return
             failures += 1
             self._stop.wait(RECONNECT.delay(failures))
+
+    def _now_registered(self) -> None:
+        self._reached = self._registered = True
+        self._waiting = False
+
+    def _raise_if_refused(self, exc: grpc.RpcError) -> None:
+        """AgentError for a registration the data manager refuses, which waiting would not change."""
+        node_id = self._config.node_id
+        if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+            raise AgentError(
+                f"cannot register node {node_id}: {exc.details()} (stop this agent, then `silod node remove "
+                f"{node_id}`, which is refused while jobs run there)"
+            ) from None
+        if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+            raise AgentError(f"cannot register node {node_id}: {exc.details()}") from None
+        if exc.code() == grpc.StatusCode.UNAUTHENTICATED:  # waiting would not bring a token
+            raise AgentError(f"cannot register node {node_id}: {self._why(exc)}") from None
 
     def _ids(self, *, job_id: str | None = None, dataset_uri: str | None = None) -> dict[str, str]:
         """Log fields for an event on this node, about the job or dataset given."""
@@ -361,11 +392,15 @@ async def run_agent(config: AgentConfig, on_ready: ReadyCallback = lambda: None)
     mount = MountState()
     with open_channel(config.datamgr, config.security, CHANNEL_OPTIONS) as channel:
         agent = NodeAgent(config, mount, pb_grpc.DataManagerStub(channel))
-        await run_filesystem(
-            config,
-            mount,
-            tasks=[agent.follow_allocations, agent.report_usage],
-            on_ready=on_ready,
-            reconnects=lambda: agent.reconnects,
-            node_id=config.node_id,
-        )
+        await agent.register_before_mounting()
+        try:
+            await run_filesystem(
+                config,
+                mount,
+                tasks=[agent.follow_allocations, agent.report_usage],
+                on_ready=on_ready,
+                reconnects=lambda: agent.reconnects,
+                node_id=config.node_id,
+            )
+        except* AgentError as refused:  # refused once the data manager answered late: the reason, not a task group
+            raise refused.exceptions[0] from None

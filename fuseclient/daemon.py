@@ -95,32 +95,49 @@ def unmount(mountpoint: Path, *, lazy: bool = False) -> None:
         raise OSError(reason)
 
 
-def run_detached(main: Callable[[ReadyCallback], None], log_file: Path) -> int:
-    """Run `main(on_ready)` in a daemon process; return 0 once it calls `on_ready`, 1 if it dies first."""
+def run_detached(
+    main: Callable[[ReadyCallback], None], log_file: Path, expected: tuple[type[Exception], ...] = ()
+) -> str | None:
+    """Run `main(on_ready)` in a daemon process. Returns None once it calls `on_ready`; if it dies first, why:
+    the message of an `expected` exception (logged as one line), or "" for anything else (its traceback is
+    in the log), so that the parent can tell the terminal what went wrong rather than only where to look."""
     ready_read, ready_write = os.pipe()
     pid = os.fork()
     if pid:
         os.close(ready_write)
-        signalled = os.read(ready_read, 1)
-        os.close(ready_read)
-        if signalled == b"1":
-            return 0
+        with os.fdopen(ready_read, "rb") as pipe:
+            signal_byte = pipe.read(1)
+            reason = pipe.read().decode(errors="replace") if signal_byte == _FAILED else ""
+        if signal_byte == _READY:
+            return None
         os.waitpid(pid, 0)
-        return 1
+        return reason
     os.close(ready_read)
     os.setsid()
     null_fd = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null_fd, 0)
     _log_to(log_file)
     signal.signal(signal.SIGHUP, lambda signum, frame: _reopen_log(log_file))
+    pending = [ready_write]  # the pipe, until the parent has been told how the start went
 
-    def on_ready() -> None:
-        os.write(ready_write, b"1")
-        os.close(ready_write)
+    def tell_parent(message: bytes) -> None:
+        if pending:
+            fd = pending.pop()
+            os.write(fd, message)
+            os.close(fd)
 
     try:
-        main(on_ready)
+        main(lambda: tell_parent(_READY))
+    except expected as exc:
+        log.error("mount failed: %s", exc)
+        tell_parent(_FAILED + str(exc).encode()[:_REASON_BYTES])
+        os._exit(1)
     except BaseException:
         log.exception("mount failed")
         os._exit(1)
     os._exit(0)
+
+
+_READY = b"1"
+_FAILED = b"!"  # followed by the reason
+_REASON_BYTES = 4096  # well under a pipe's buffer: the write never waits for the parent

@@ -195,6 +195,11 @@ def tenant_remove(args: argparse.Namespace, client: DataManagerClient) -> None:
     print(f"unregistered tenant {args.name} (revision {reply.revision})")
 
 
+def node_remove(args: argparse.Namespace, client: DataManagerClient) -> None:
+    reply = client.call(client.stub.UnregisterNode, pb.UnregisterNodeRequest(node_id=args.node_id))
+    print(f"unregistered node {args.node_id} (revision {reply.revision})")
+
+
 class _Status(NamedTuple):
     summary: pb.ClusterSummary
     datasets: Sequence[pb.Dataset]

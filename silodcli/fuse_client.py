@@ -109,6 +109,10 @@ def run_node(args: argparse.Namespace) -> int:
     )
 
 
+# What a daemon that cannot start as configured raises, with a message that says why (no traceback needed).
+_EXPECTED_FAILURES = (agent.AgentError, assembly.MountError)
+
+
 def _run_daemon(
     args: argparse.Namespace,
     command: str,
@@ -132,12 +136,13 @@ def _run_daemon(
     if args.foreground:
         try:
             serve(lambda: None)
-        except (agent.AgentError, assembly.MountError) as exc:
+        except _EXPECTED_FAILURES as exc:
             print(f"silod {command}: {exc}", file=sys.stderr)
             return 1
         return 0
     log_file = args.log_file or default_log
-    code = daemon.run_detached(serve, log_file)
-    if code:
-        print(f"silod {command}: the mount did not start; see {log_file}", file=sys.stderr)
-    return code
+    failure = daemon.run_detached(serve, log_file, _EXPECTED_FAILURES)
+    if failure is None:
+        return 0
+    print(f"silod {command}: {failure or 'the mount did not start'}; see {log_file}", file=sys.stderr)
+    return 1

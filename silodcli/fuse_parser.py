@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from datamgr.defaults import DATAMGR_ENV, DEFAULT_DATAMGR
 from fuseclient.readahead import DEFAULT_READ_AHEAD, check_read_ahead
@@ -50,7 +52,28 @@ def _job_and_rate(text: str) -> tuple[str, int]:
     return job_id, rate_arg(rate)
 
 
-def add_commands(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
+class _NodeActions(argparse._SubParsersAction):  # type: ignore[type-arg]  # generic in typeshed only
+    """`silod node ACTION ...`: an action such as `remove` replaces the agent, so the agent's required flags
+    (--node-id, --mountpoint, --cache-dir) stop being required once one is given. argparse checks a parser's
+    required flags after its subcommand has parsed, hence the flip here rather than a check of our own."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        for action in parser._actions:
+            action.required = False
+        super().__call__(parser, namespace, values, option_string)
+
+
+def add_commands(
+    sub: argparse._SubParsersAction[ConfigurableParser], client_command: Callable[[ConfigurableParser, str], None]
+) -> None:
+    """`silod mount`, `silod node` (with `silod node remove`, made a client command by `client_command`) and
+    `silod umount`."""
     mount_p = sub.add_parser(
         "mount",
         help="mount datasets read-only, one directory per job, with a uniform cache and throttled remote reads",
@@ -83,6 +106,8 @@ def add_commands(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
 
     node_p = sub.add_parser(
         "node",
+        usage="%(prog)s --node-id ID --mountpoint M --cache-dir C [options]\n"
+        "       %(prog)s remove NODE_ID [--datamgr ADDR]",
         help="run the node agent: a mount kept in step with the data manager's allocations",
         description="Register this node, mount MOUNTPOINT and keep one directory per job with workers here, "
         "with the cache quotas and remote IO rates the data manager allocates.",
@@ -126,6 +151,18 @@ def add_commands(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
     node_p.add_argument("--foreground", action="store_true", help="stay attached instead of daemonizing")
     node_p.add_argument("--log-file", type=path_arg, metavar="FILE", help="daemon log (default C/node.log)")
     node_p.set_defaults(run=Deferred("silodcli.fuse_client:run_node"), default_log_level="INFO")
+    actions = node_p.add_subparsers(
+        action=_NodeActions, dest="node_action", metavar="ACTION", help="instead of running the agent:"
+    )
+    remove_p = actions.add_parser(
+        "remove",
+        help="unregister a node whose agent is stopped for good or is to register again with other parameters",
+        description="Unregister NODE_ID, refused while workers of unfinished jobs run there or a suspending job "
+        "holds GPUs on it. Stop its agent first: a running agent registers its node again.",
+    )
+    remove_p.add_argument("node_id", metavar="NODE_ID")
+    client_command(remove_p, "node_remove")
+    remove_p.set_defaults(default_log_level="WARNING")
 
     umount_p = sub.add_parser("umount", help="unmount a silod mount")
     umount_p.add_argument("mountpoint", type=path_arg, metavar="MOUNTPOINT")

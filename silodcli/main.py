@@ -264,7 +264,7 @@ def build_parser() -> ConfigurableParser:
     )
     _client_command(status_p, "status")
 
-    fuse_parser.add_commands(sub)
+    fuse_parser.add_commands(sub, _client_command)
     add_sim_parser(sub)
 
     demo_p = sub.add_parser(

@@ -71,7 +71,8 @@ TIERS: dict[str, tuple[str, ...]] = {
     "mount": (
         "test_agent", "test_backend_faults", "test_cache_disk_faults", "test_controller", "test_controller_live",
         "test_datamgr_faults",
-        "test_estimator_live", "test_log_fields", "test_metrics", "test_mount", "test_rate_change",
+        "test_estimator_live", "test_log_fields", "test_metrics", "test_mount", "test_node_registration",
+        "test_rate_change",
         "test_readahead", "test_security",
     ),
 }  # fmt: skip

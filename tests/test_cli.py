@@ -195,6 +195,10 @@ def test_the_datamgr_address_comes_from_the_environment(cluster: tuple[RunningDa
         (("alloc", "cache", "URI", "0.5B"), "not a whole number of bytes"),
         (("alloc", "cache", "URI", "1MB/s"), "is a rate"),
         (("job", "add", "j", "--dataset", "URI", "--ideal-rate", "1MB/s", "--worker", "n1:99999999999"), "1,000,000"),
+        # `silod node` runs the agent, whose flags stay required unless an action takes its place.
+        (("node", "rm", "n1"), "invalid choice: 'rm' (choose from 'remove')"),
+        (("node", "remove"), "the following arguments are required: NODE_ID"),
+        (("node", "--node-id", "n1"), "the following arguments are required: --mountpoint, --cache-dir"),
     ],
 )
 def test_bad_command_lines_exit_2_naming_the_problem_and_change_nothing(
@@ -218,6 +222,27 @@ def test_a_rejected_call_exits_1_with_the_servers_reason(cluster: tuple[RunningD
     result = silod_cli("alloc", "io", "nojob", "1MB/s", datamgr=dm.address)
     assert result.returncode == 1
     assert "NOT_FOUND" in result.stderr and "'nojob'" in result.stderr
+
+
+def test_node_remove_unregisters_an_idle_node_and_is_refused_for_one_a_job_runs_on_or_one_unknown(
+    cluster: tuple[RunningDataManager, str],
+) -> None:
+    dm, uri = cluster
+    dm.client.register_dataset(uri)
+    dm.client.register_job("j", uri, 10**6, [("n1", 1)])
+
+    busy = silod_cli("node", "remove", "n1", datamgr=dm.address)
+    assert busy.returncode == 1
+    assert "FAILED_PRECONDITION" in busy.stderr and "node 'n1' runs workers of jobs ['j']" in busy.stderr
+    unknown = silod_cli("node", "remove", "n9", datamgr=dm.address)
+    assert unknown.returncode == 1
+    assert "NOT_FOUND" in unknown.stderr and "'n9'" in unknown.stderr
+    idle = silod_cli("node", "remove", "n2", datamgr=dm.address)
+    assert idle.returncode == 0, idle.stderr
+    assert "unregistered node n2 (revision" in idle.stdout
+
+    nodes = dm.client.call(dm.client.stub.ListNodes, pb.ListNodesRequest()).nodes
+    assert [node.node_id for node in nodes] == ["n1"]
 
 
 def test_an_unreachable_data_manager_exits_3(tmp_path: Path) -> None:
