@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import ipaddress
 import logging
 import signal
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,11 +215,26 @@ def _bind(server: grpc.aio.Server, listen: str, security: ServerSecurity) -> int
             port = server.add_insecure_port(listen)
         else:
             port = server.add_secure_port(listen, security.credentials)
-    except RuntimeError as exc:
-        raise ServeError(f"cannot listen on {listen}: {exc}") from None
+    except RuntimeError:
+        raise ServeError(f"cannot listen on {listen}: {_why_unbindable(host, int(port_text))}") from None
     if port == 0:
-        raise ServeError(f"cannot listen on {listen}: address in use or not available")
+        raise ServeError(f"cannot listen on {listen}: {_why_unbindable(host, int(port_text))}")
     return port
+
+
+def _why_unbindable(host: str, port: int) -> str:
+    """Why gRPC could not bind `host:port`, asked of the OS with a plain socket: gRPC's own message only says
+    that it failed (and to turn its debug logging on)."""
+    try:
+        with socket.create_server((host.strip("[]"), port)):
+            pass
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return "the port is in use (another data manager, or another program, listens there)"
+        if exc.errno == errno.EADDRNOTAVAIL:
+            return f"{host} is not an address of this machine"
+        return exc.strerror or str(exc)
+    return "gRPC could not bind it (GRPC_VERBOSITY=debug shows why)"
 
 
 def _is_loopback(host: str) -> bool:

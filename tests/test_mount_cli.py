@@ -178,4 +178,11 @@ def test_a_mount_on_a_live_silod_mount_is_refused_and_the_first_keeps_serving(tm
 def test_umount_of_something_not_mounted_says_so(tmp_path: Path) -> None:
     result = silod_cli("umount", str(tmp_path))
     assert result.returncode == 1
-    assert str(tmp_path) in result.stderr
+    assert f"silod umount: {tmp_path} is not a silod mount; nothing unmounted" in result.stderr
+
+
+def test_umount_refuses_a_mount_of_another_file_system(tmp_path: Path) -> None:
+    result = silod_cli("umount", "/proc")
+    assert result.returncode == 1
+    assert "silod umount: /proc is not a silod mount; nothing unmounted" in result.stderr
+    assert Path("/proc/self").exists()

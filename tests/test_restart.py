@@ -87,4 +87,4 @@ def test_a_second_server_on_the_same_port_refuses_to_start(
     request.addfinalizer(second.stop)
     second.launch()
     assert second.wait() == 2
-    assert f"cannot listen on 127.0.0.1:{port}" in (tmp_path / "second.log").read_text()
+    assert f"cannot listen on 127.0.0.1:{port}: the port is in use" in (tmp_path / "second.log").read_text()
