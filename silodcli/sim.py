@@ -36,7 +36,7 @@ from datamgr.scheduler.registry import (
 from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale, with_tenants
 from datamgr.scheduler.sim.decisions import InvalidDecision
 from datamgr.scheduler.sim.engine import check_inputs, simulate
-from datamgr.scheduler.sim.fields import SimInputError, format_duration
+from datamgr.scheduler.sim.fields import SimInputError, format_duration, output_directory
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimResult, SimulationStalled, TraceJob
 from datamgr.scheduler.sim.scenarios import Scenario, load_scenario
@@ -175,11 +175,11 @@ def run_sim(args: argparse.Namespace) -> int:
         inputs = _inputs(args)
         check_policy_options(args, [args.policy])
         scheduler = build_scheduler(args.policy, args.cache_system, knobs_for(args, inputs, args.policy))
+        out = output_directory(args.out or Path(f"sim-{inputs.name}-{args.policy}-{args.cache_system}"))
     except (SimInputError, UnknownPolicy) as exc:
         return fail("sim", exc)
     from datamgr.scheduler.sim import report
 
-    out = args.out or Path(f"sim-{inputs.name}-{args.policy}-{args.cache_system}")
     try:
         run = simulate_into(inputs, scheduler, _config(args, inputs), out, args.decision_log)
     except (SimulationStalled, InvalidDecision) as exc:
@@ -208,11 +208,11 @@ def run_compare(args: argparse.Namespace) -> int:
         pairs = [(p, c, knobs_for(args, inputs, p)) for p in args.policies for c in args.cache_systems]
         for pair in pairs:
             build_scheduler(*pair)  # refuse an unknown name or knob before anything runs
+        out = output_directory(args.out or Path(f"sim-{inputs.name}-compare"))
     except (SimInputError, UnknownPolicy) as exc:
         return fail("sim compare", exc)
     from datamgr.scheduler.sim import plots, report, tenant_report
 
-    out = args.out or Path(f"sim-{inputs.name}-compare")
     try:
         simulated = _simulate_pairs(inputs, pairs, _config(args, inputs), out, args.decision_log, args.jobs)
     except (SimulationStalled, InvalidDecision) as exc:

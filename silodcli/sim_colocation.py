@@ -93,9 +93,9 @@ def run_colocation_sim(args: argparse.Namespace, inputs: ColocationInputs) -> in
         policy_name = args.policy or "harmony"
         if policy_name not in COLOCATION_POLICIES:
             _refuse_policy(policy_name)
+        out = fields.output_directory(args.out or Path(f"sim-{inputs.name}-{policy_name}"))
     except (SimInputError, UnknownPolicy) as exc:
         return fail("sim", exc)
-    out = args.out or Path(f"sim-{inputs.name}-{policy_name}")
     try:
         run = simulate_colocation_into(inputs, policy_name, out, show_progress=True)
     except (SimulationStalled, InvalidPlan) as exc:
@@ -119,11 +119,11 @@ def run_colocation_compare(args: argparse.Namespace, inputs: ColocationInputs) -
                 _refuse_policy(name)
         if baseline not in policies:
             raise SimInputError(f"--baseline {baseline} is not one of --policies {','.join(policies)}")
+        out = fields.output_directory(args.out or Path(f"sim-{inputs.name}-compare"))
     except (SimInputError, UnknownPolicy) as exc:
         return fail("sim compare", exc)
     from datamgr.scheduler.sim import colocation_report, plots
 
-    out = args.out or Path(f"sim-{inputs.name}-compare")
     workers = in_workers(len(policies), args.jobs)
     calls = [partial(simulate_colocation_into, inputs, name, out / name, not workers) for name in policies]
     try:

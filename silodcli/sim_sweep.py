@@ -24,7 +24,7 @@ from datamgr.scheduler.sim import sweep
 from datamgr.scheduler.sim.cluster import with_remote_io_scale
 from datamgr.scheduler.sim.decisions import InvalidDecision
 from datamgr.scheduler.sim.engine import check_inputs
-from datamgr.scheduler.sim.fields import SimInputError, format_duration
+from datamgr.scheduler.sim.fields import SimInputError, format_duration, output_directory
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimulationStalled, TraceJob
 from datamgr.scheduler.sim.scenarios import available_scenarios, is_generated_scenario, load_scenario
 from silodcli.exits import EXIT_FAILED, fail
@@ -46,11 +46,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     try:
         _check_names(args.policy, args.cache_systems)
         name, points = _bandwidth_points(args) if kind == "bandwidth" else _sharing_points(args)
-        out: Path = args.out or Path(f"sim-{name}-sweep-{kind}")
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SimInputError(f"--out {out}: {exc.strerror or exc}") from None
+        out = output_directory(args.out or Path(f"sim-{name}-sweep-{kind}"))
     except SimInputError as exc:
         return fail(command, exc)
 

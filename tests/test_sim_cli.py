@@ -319,6 +319,34 @@ def test_options_before_an_action_are_refused_not_dropped(
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sim", "--scenario", "micro"],
+        ["sim", "compare", "--scenario", "micro", "--policies", "fifo", "--cache-systems", "silod"],
+        ["sim", "--scenario", "harmony-80"],
+        ["sim", "compare", "--scenario", "harmony-80"],
+        ["sim", "sweep", "bandwidth", "--scenario", "micro", "--scales", "1,2"],
+    ],
+    ids=["sim", "compare", "colocation-sim", "colocation-compare", "sweep"],
+)
+@pytest.mark.parametrize("below", [False, True], ids=["file", "below-a-file"])
+def test_an_out_that_cannot_be_a_directory_is_refused_naming_it_before_anything_runs(
+    argv: list[str], below: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    in_the_way = tmp_path / "results"
+    in_the_way.write_text("kept")
+    out = in_the_way / "run" if below else in_the_way
+
+    assert main([*argv, "--out", str(out)]) == 2
+
+    printed = capsys.readouterr()
+    assert f"--out {out}: {in_the_way} is not a directory" in printed.err
+    assert printed.out == ""  # no run reported: none started
+    assert in_the_way.read_text() == "kept"
+    assert [p.name for p in tmp_path.iterdir()] == ["results"]
+
+
 def test_sim_runs_the_micro_scenario_and_writes_its_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "micro"
     assert main(["sim", "--scenario", "micro", "--policy", "fifo", "--out", str(out)]) == 0

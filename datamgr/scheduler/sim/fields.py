@@ -199,6 +199,20 @@ def reading(path: Path) -> Iterator[None]:
         raise SimInputError(f"{path}: not UTF-8 text") from None
 
 
+def output_directory(path: Path) -> Path:
+    """`path` made (with its parents) to take a run's files: refused as a `SimInputError` naming `--out` when it
+    cannot be (a file in the way, no permission), before any simulation has spent its time."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:  # a file (or another non-directory) in the way
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        reason = f"{blocker} is not a directory" if blocker is not None else (exc.strerror or str(exc))
+        raise SimInputError(f"--out {path}: {reason}") from None
+    except OSError as exc:
+        raise SimInputError(f"--out {path}: {exc.strerror or exc}") from None
+    return path
+
+
 def load_toml(path: Path) -> dict[str, Any]:
     """The TOML document at `path`; an unreadable file or bad TOML is a `SimInputError` naming the file (and
     the line, which tomllib's message ends with)."""
