@@ -373,7 +373,9 @@ def run_generate(args: argparse.Namespace) -> int:
         if not trace:
             raise SimInputError(f"no job arrives within {format_duration(args.duration)} at this arrival rate")
         write_trace(args.out, trace)
-    except (SimInputError, OSError) as exc:
+    except SimInputError as exc:
         return fail("sim generate", exc)
+    except OSError as exc:
+        return fail("sim generate", SimInputError(f"cannot write {args.out}: {exc.strerror or exc}"))
     print(f"wrote {len(trace)} jobs arriving over {format_duration(trace[-1].arrival)} to {args.out}")
     return 0

@@ -271,6 +271,7 @@ def test_generate_writes_the_trace_the_generator_makes(tmp_path: Path, capsys: p
             "--baseline quiver is not one of --cache-systems silod",
         ),
         (["sim", "generate", "--out", "t.txt", "--jobs", "3"], "t.txt: a trace file must end in .csv or .jsonl"),
+        (["sim", "generate", "--out", "no/such/dir/t.csv", "--jobs", "3"], "cannot write no/such/dir/t.csv: No such"),
     ],
 )
 def test_bad_input_exits_2_naming_the_problem(
