@@ -196,6 +196,17 @@ def tenant_remove(args: argparse.Namespace, client: DataManagerClient) -> None:
 
 
 def node_remove(args: argparse.Namespace, client: DataManagerClient) -> None:
+    """Unregister a node whose agent is gone. One still reporting is refused here, before the call: it would go
+    on serving a node the data manager no longer knows, and register it again, with its own flags, the next
+    time its watch reconnects. The data manager itself lets any client unregister any node not in use."""
+    node = client.call(client.stub.GetNode, pb.GetNodeRequest(node_id=args.node_id))
+    if node.available:
+        raise ClientError(
+            f"node {args.node_id}'s agent reported {node.seconds_since_seen:.0f} s ago: stop it first (a running "
+            "agent registers its node again), then remove the node once the data manager marks it unavailable, "
+            "--node-timeout after its last report (30 s by default; `silod status` shows it)",
+            grpc.StatusCode.FAILED_PRECONDITION,
+        )
     reply = client.call(client.stub.UnregisterNode, pb.UnregisterNodeRequest(node_id=args.node_id))
     print(f"unregistered node {args.node_id} (revision {reply.revision})")
 

@@ -157,8 +157,9 @@ def add_commands(
     remove_p = actions.add_parser(
         "remove",
         help="unregister a node whose agent is stopped for good or is to register again with other parameters",
-        description="Unregister NODE_ID, refused while workers of unfinished jobs run there or a suspending job "
-        "holds GPUs on it. Stop its agent first: a running agent registers its node again.",
+        description="Unregister NODE_ID. Refused while its agent still reports (stop it, and wait until the data "
+        "manager marks the node unavailable: a running agent would register it again), and while workers of "
+        "unfinished jobs run there or a suspending job holds GPUs on it.",
     )
     remove_p.add_argument("node_id", metavar="NODE_ID")
     client_command(remove_p, "node_remove")

@@ -9,9 +9,19 @@ from pathlib import Path
 
 import pytest
 
+from datamgr.client import DataManagerClient
+from datamgr.embedded import EmbeddedDataManager
+from datamgr.server import ServerConfig
 from silodcli.main import main
 from silodpb.v1 import datamgr_pb2 as pb
-from tests.datamgr_fixtures import RunningDataManager, full_state, make_local_dataset, silod_cli
+from tests.cluster_fixtures import eventually
+from tests.datamgr_fixtures import (
+    REMOTE_IO_LIMIT,
+    RunningDataManager,
+    full_state,
+    make_local_dataset,
+    silod_cli,
+)
 
 
 @pytest.fixture
@@ -224,25 +234,42 @@ def test_a_rejected_call_exits_1_with_the_servers_reason(cluster: tuple[RunningD
     assert "NOT_FOUND" in result.stderr and "'nojob'" in result.stderr
 
 
-def test_node_remove_unregisters_an_idle_node_and_is_refused_for_one_a_job_runs_on_or_one_unknown(
-    cluster: tuple[RunningDataManager, str],
+NODE_TIMEOUT = 5.0  # long enough for a CLI process to start on a busy machine, short enough to wait out
+
+
+def _node_seen_by_the_data_manager(client: DataManagerClient, node_id: str) -> bool:
+    return client.call(client.stub.GetNode, pb.GetNodeRequest(node_id=node_id)).available
+
+
+@pytest.mark.expected_warnings  # the nodes stop reporting and are marked unavailable, as the test wants
+def test_node_remove_refuses_a_node_whose_agent_reports_one_in_use_and_one_unknown_and_removes_an_idle_one(
+    tmp_path: Path,
 ) -> None:
-    dm, uri = cluster
-    dm.client.register_dataset(uri)
-    dm.client.register_job("j", uri, 10**6, [("n1", 1)])
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", REMOTE_IO_LIMIT, NODE_TIMEOUT)
+    with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address, timeout=10) as client:
+        uri = make_local_dataset(tmp_path / "ds")
+        client.register_node("n1", "h1:1", 2**30)
+        client.register_node("n2", "h2:1", 2**30)  # registering counts as a report: both are available
+        client.register_dataset(uri)
+        client.register_job("j", uri, 10**6, [("n1", 1)])
 
-    busy = silod_cli("node", "remove", "n1", datamgr=dm.address)
-    assert busy.returncode == 1
-    assert "FAILED_PRECONDITION" in busy.stderr and "node 'n1' runs workers of jobs ['j']" in busy.stderr
-    unknown = silod_cli("node", "remove", "n9", datamgr=dm.address)
-    assert unknown.returncode == 1
-    assert "NOT_FOUND" in unknown.stderr and "'n9'" in unknown.stderr
-    idle = silod_cli("node", "remove", "n2", datamgr=dm.address)
-    assert idle.returncode == 0, idle.stderr
-    assert "unregistered node n2 (revision" in idle.stdout
+        reporting = silod_cli("node", "remove", "n2", datamgr=dm.address)
+        assert reporting.returncode == 1
+        assert "node n2's agent reported" in reporting.stderr and "stop it first" in reporting.stderr
+        assert _node_seen_by_the_data_manager(client, "n2")  # refused before any call that changes state
 
-    nodes = dm.client.call(dm.client.stub.ListNodes, pb.ListNodesRequest()).nodes
-    assert [node.node_id for node in nodes] == ["n1"]
+        eventually(lambda: not _node_seen_by_the_data_manager(client, "n2") or None, what="n2 unavailable")
+        busy = silod_cli("node", "remove", "n1", datamgr=dm.address)
+        assert busy.returncode == 1
+        assert "FAILED_PRECONDITION" in busy.stderr and "node 'n1' runs workers of jobs ['j']" in busy.stderr
+        unknown = silod_cli("node", "remove", "n9", datamgr=dm.address)
+        assert unknown.returncode == 1
+        assert "NOT_FOUND" in unknown.stderr and "'n9'" in unknown.stderr
+        idle = silod_cli("node", "remove", "n2", datamgr=dm.address)
+        assert idle.returncode == 0, idle.stderr
+        assert "unregistered node n2 (revision" in idle.stdout
+
+        assert [node.node_id for node in client.call(client.stub.ListNodes, pb.ListNodesRequest()).nodes] == ["n1"]
 
 
 def test_an_unreachable_data_manager_exits_3(tmp_path: Path) -> None:

@@ -40,6 +40,10 @@ def _capacity(system: System, node_id: str) -> int:
     return int(node.cache_capacity_bytes)
 
 
+def _available(system: System, node_id: str) -> bool:
+    return system.client.call(system.client.stub.GetNode, pb.GetNodeRequest(node_id=node_id)).available
+
+
 def _registered_with_another_capacity(system: System) -> MountProcess:
     """n1 registered with 1 GiB by an agent since stopped; an agent for n1 offering 2 GiB instead."""
     system.start_node("n1").stop()
@@ -71,6 +75,7 @@ def test_an_agent_the_data_manager_refuses_exits_1_before_mounting_and_says_why(
 def test_silod_node_remove_lets_the_agent_register_again_with_another_capacity(system: System) -> None:
     agent = _registered_with_another_capacity(system)
 
+    eventually(lambda: not _available(system, "n1") or None, what="n1 marked unavailable once its agent stopped")
     removed = silod_cli("node", "remove", "n1", datamgr=system.datamgr.address)
     assert removed.returncode == 0, removed.stderr
     assert "unregistered node n1" in removed.stdout
