@@ -6,7 +6,7 @@ import argparse
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,6 +32,39 @@ class QuantityParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = NEGATIVE_QUANTITY
+
+
+class ActionAfterItsOptions(argparse._SubParsersAction):  # type: ignore[type-arg]  # generic in typeshed only
+    """A command's actions (`silod sim compare`, `silod node remove`), refusing the command's own options given
+    before the action's name.
+
+    `silod sim --seed 5 compare ...` would otherwise run with compare's default seed: argparse lets the
+    action's own defaults overwrite whatever the command parsed before it, silently. An option set by the
+    config file or the environment is a default, not one given.
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, list)
+        name = values[0]
+        given = [
+            action.option_strings[-1]
+            for action in parser._actions
+            if action.option_strings
+            and action.default is not argparse.SUPPRESS  # --help
+            and getattr(namespace, action.dest) != parser.get_default(action.dest)
+        ]
+        if given:
+            parser.error(
+                f"{', '.join(given)} given before {name!r}: options before an action belong to a plain "
+                f"`{parser.prog}` run; give them after {name!r} (see `{parser.prog} {name} --help`)"
+            )
+        super().__call__(parser, namespace, values, option_string)
 
 
 class CommandLineError(Exception):

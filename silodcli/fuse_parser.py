@@ -10,6 +10,7 @@ from datamgr.defaults import DATAMGR_ENV, DEFAULT_DATAMGR
 from fuseclient.readahead import DEFAULT_READ_AHEAD, check_read_ahead
 from silodcli import config
 from silodcli.args import (
+    ActionAfterItsOptions,
     argument_type,
     gpus_arg,
     option_arg,
@@ -52,10 +53,11 @@ def _job_and_rate(text: str) -> tuple[str, int]:
     return job_id, rate_arg(rate)
 
 
-class _NodeActions(argparse._SubParsersAction):  # type: ignore[type-arg]  # generic in typeshed only
+class _NodeActions(ActionAfterItsOptions):
     """`silod node ACTION ...`: an action such as `remove` replaces the agent, so the agent's required flags
-    (--node-id, --mountpoint, --cache-dir) stop being required once one is given. argparse checks a parser's
-    required flags after its subcommand has parsed, hence the flip here rather than a check of our own."""
+    (--node-id, --mountpoint, --cache-dir) stop being required once one is given, and the agent's flags given
+    before it are refused. argparse checks a parser's required flags after its subcommand has parsed, hence
+    the flip here rather than a check of our own."""
 
     def __call__(
         self,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from datamgr.scheduler.registry import (
     CACHE_SYSTEMS,
@@ -22,7 +22,7 @@ from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.generator import GeneratorConfig
 from datamgr.scheduler.sim.model import SimConfig
 from datamgr.scheduler.sim.scenarios import available_scenarios
-from silodcli.args import argument_type, key_value, path_arg, positive_seconds
+from silodcli.args import ActionAfterItsOptions, argument_type, key_value, path_arg, positive_seconds
 from silodcli.config import ConfigurableParser
 from silodcli.deferred import Deferred
 
@@ -70,41 +70,10 @@ def add_sim_parser(sub: argparse._SubParsersAction[ConfigurableParser]) -> None:
     _add_run_options(sim_p)
     sim_p.set_defaults(run=Deferred("silodcli.sim:run_sim"))
 
-    actions = sim_p.add_subparsers(dest="sim_action", metavar="ACTION", action=_ActionAfterItsOptions)
+    actions = sim_p.add_subparsers(dest="sim_action", metavar="ACTION", action=ActionAfterItsOptions)
     _add_compare_parser(actions)
     add_sweep_parser(actions)
     _add_generate_parser(actions)
-
-
-class _ActionAfterItsOptions(argparse._SubParsersAction):  # type: ignore[type-arg]
-    """`silod sim`'s actions, refusing options given before the action's name.
-
-    `silod sim --seed 5 compare ...` would otherwise run with compare's default seed: argparse lets the
-    action's own defaults overwrite whatever `sim` parsed before it, silently.
-    """
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        assert isinstance(values, list)
-        name = values[0]
-        given = [
-            action.option_strings[-1]
-            for action in parser._actions
-            if action.option_strings
-            and action.default is not argparse.SUPPRESS  # --help
-            and getattr(namespace, action.dest) != parser.get_default(action.dest)
-        ]
-        if given:
-            parser.error(
-                f"{', '.join(given)} given before {name!r}: options before an action belong to a plain `silod sim` "
-                f"run; give them after {name!r} (see `silod sim {name} --help`)"
-            )
-        super().__call__(parser, namespace, values, option_string)
 
 
 def _add_compare_parser(actions: argparse._SubParsersAction[ConfigurableParser]) -> None:

@@ -209,6 +209,8 @@ def test_the_datamgr_address_comes_from_the_environment(cluster: tuple[RunningDa
         (("node", "rm", "n1"), "invalid choice: 'rm' (choose from 'remove')"),
         (("node", "remove"), "the following arguments are required: NODE_ID"),
         (("node", "--node-id", "n1"), "the following arguments are required: --mountpoint, --cache-dir"),
+        # The agent's flags before an action would be silently replaced by the action's defaults.
+        (("node", "--datamgr", "127.0.0.1:1", "remove", "n1"), "--datamgr given before 'remove'"),
     ],
 )
 def test_bad_command_lines_exit_2_naming_the_problem_and_change_nothing(
