@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from bench.sim_floor import ReplayDiverged, _outcomes, _Recording, _Replay, _replay, measure
+from bench.sim_floor import Allocations, ReplayDiverged, _outcomes, _Recording, _Replay, _replay, measure
 from datamgr.scheduler.perf import SiloDPerf
 from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.registry import Scheduler, build_scheduler
@@ -29,6 +29,26 @@ def test_a_replay_retraces_the_recorded_run_and_counts_its_rounds(policy: str) -
     assert floor.policy == f"{policy}/silod"
     assert floor.rounds > 1 and 0 < floor.present_per_round <= len(load_scenario("micro").trace)
     assert floor.full_cpu > 0 and floor.replay_cpu > 0
+    assert 0 < floor.running_per_round <= floor.present_per_round
+    assert 0 < floor.changed_share <= 1  # the first round starts every job it runs
+
+
+def test_a_round_changes_the_jobs_it_starts_stops_moves_or_gives_another_rate_and_no_other() -> None:
+    allocations = Allocations()
+    first = Decision(
+        placements={"a": {"n1": 1}, "b": {"n1": 1}, "c": {"n2": 2}, "d": {}},
+        io_bytes_per_sec={"a": 100, "b": 100, "c": 50},
+    )
+    assert allocations.changed(first) == (3, 3)  # a, b and c start; d waits
+    second = Decision(
+        placements={"a": {"n1": 1}, "b": {"n2": 1}, "c": {"n2": 2}, "e": {"n1": 1}},  # b moves, e starts, d waits
+        io_bytes_per_sec={"a": 100, "b": 100, "c": 70, "e": 0},  # c gets another rate; a is untouched
+    )
+    assert allocations.changed(second) == (4, 3)  # b, c, e
+    third = Decision(placements={"a": {"n1": 1}, "c": {"n2": 2}, "e": {"n1": 1}}, io_bytes_per_sec={"a": 100, "c": 70})
+    assert allocations.changed(third) == (3, 1)  # b stops; e's missing rate is the 0 it had
+    storage_only = Decision(io_bytes_per_sec={"a": 100, "c": 70, "e": 5})  # placements left as they are
+    assert allocations.changed(storage_only) == (3, 1)  # e
 
 
 def test_a_replayed_round_at_another_time_than_recorded_fails_naming_both_times() -> None:
