@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import ipaddress
 import logging
 import signal
-import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +24,8 @@ from datamgr.scheduler.registry import Scheduler, UnknownPolicy, accepts_options
 from datamgr.security import ServerSecurity
 from datamgr.servicer import DataManagerServicer
 from datamgr.store import SQLiteStore
+from silodlib.listening import probe_listening, why_not_listening
+from silodlib.metrics_endpoint import MetricsPortError
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
@@ -90,8 +90,13 @@ async def serve(
         server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors + security.interceptors())
         pb_grpc.add_DataManagerServicer_to_server(DataManagerServicer(manager, controller), server)
         port = _bind(server, config.listen, security)
-        await server.start()
         host = config.listen.rsplit(":", 1)[0]
+        if metrics is not None:  # before the server starts, so that a port in use stops it with nothing served
+            try:
+                metrics_port = metrics.serve(host, config.metrics_port or 0)
+            except MetricsPortError as exc:
+                raise ServeError(str(exc)) from None
+        await server.start()
         log.info(
             "data manager listening on %s:%d (%s; state dir %s, revision %d)",
             host,
@@ -101,7 +106,6 @@ async def serve(
             manager.state.revision,
         )
         if metrics is not None:
-            metrics_port = metrics.serve(host, config.metrics_port or 0)
             log.info("metrics at http://%s:%d/metrics", host, metrics_port)
         if on_ready is not None:
             on_ready(port)
@@ -223,18 +227,12 @@ def _bind(server: grpc.aio.Server, listen: str, security: ServerSecurity) -> int
 
 
 def _why_unbindable(host: str, port: int) -> str:
-    """Why gRPC could not bind `host:port`, asked of the OS with a plain socket: gRPC's own message only says
-    that it failed (and to turn its debug logging on)."""
-    try:
-        with socket.create_server((host.strip("[]"), port)):
-            pass
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            return "the port is in use (another data manager, or another program, listens there)"
-        if exc.errno == errno.EADDRNOTAVAIL:
-            return f"{host} is not an address of this machine"
-        return exc.strerror or str(exc)
-    return "gRPC could not bind it (GRPC_VERBOSITY=debug shows why)"
+    """Why gRPC could not bind `host:port`, asked of the OS: gRPC's own message only says that it failed (and
+    to turn its debug logging on)."""
+    refused = probe_listening(host, port)
+    if refused is None:
+        return "gRPC could not bind it (GRPC_VERBOSITY=debug shows why)"
+    return why_not_listening(refused, host)
 
 
 def _is_loopback(host: str) -> bool:

@@ -15,13 +15,14 @@ from typing import Protocol
 import pyfuse3
 import trio
 
-from fuseclient.assembly import MountConfig, build_state
+from fuseclient.assembly import MountConfig, MountError, build_state
 from fuseclient.daemon import ReadyCallback, prepare_mountpoint, raise_open_file_limit
 from fuseclient.fs import SilodFS
 from fuseclient.metrics import MountMetrics
 from fuseclient.mounted import MountState
 from fuseclient.readahead import set_read_ahead
 from silodlib.logfields import log_ids
+from silodlib.metrics_endpoint import MetricsPortError
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,10 @@ async def run_filesystem(
     metrics = None
     if metrics_port is not None:
         metrics = MountMetrics(mount, trio.lowlevel.current_trio_token(), reconnects)
-        log.info("metrics at http://0.0.0.0:%d/metrics", metrics.serve("0.0.0.0", metrics_port), extra=ids)
+        try:
+            log.info("metrics at http://0.0.0.0:%d/metrics", metrics.serve("0.0.0.0", metrics_port), extra=ids)
+        except MetricsPortError as exc:  # before mounting: the daemon stops with the reason, nothing mounted
+            raise MountError(str(exc)) from None
     pyfuse3.init(SilodFS(mount), str(mountpoint), options)
     log.info("mounted %s with jobs %s", mountpoint, ", ".join(mount.jobs) or "(none yet)", extra=ids)
     unmounted_outside = False

@@ -6,6 +6,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from silodlib.listening import why_not_listening
+
+
+class MetricsPortError(Exception):
+    """/metrics cannot be served where asked; the message says where and why."""
+
 
 class MetricsEndpoint:
     """A registry of its own (several daemons may share a process, as in tests) and the HTTP server that
@@ -16,8 +22,13 @@ class MetricsEndpoint:
         self._http: Any = None
 
     def serve(self, host: str, port: int) -> int:
-        """Expose /metrics on host:port (0: any free port); returns the port."""
-        self._http, _ = start_http_server(port, addr=host, registry=self.registry)
+        """Expose /metrics on host:port (0: any free port); returns the port. Raises MetricsPortError."""
+        try:
+            self._http, _ = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise MetricsPortError(
+                f"--metrics-port {port}: cannot serve /metrics on {host}: {why_not_listening(exc, host)}"
+            ) from None
         return int(self._http.server_port)
 
     def close(self) -> None:

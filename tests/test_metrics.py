@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import random
+import socket
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -20,7 +23,8 @@ from fuseclient import readpath
 from fuseclient.assembly import MountConfig, build_state
 from fuseclient.metrics import MountMetrics
 from tests import polling
-from tests.datamgr_fixtures import make_local_dataset
+from tests.datamgr_fixtures import make_local_dataset, silod_cli
+from tests.mount_fixtures import is_live_mount
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -102,3 +106,36 @@ def test_silod_mount_serves_its_metrics_over_http(mount_factory: Any, tmp_path: 
     values = samples(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode())
     assert values[("silod_job_read_bytes_total", (("job", "job1"),))] == 4 * 3000
     assert values[("silod_cache_items", (("dataset", uri),))] == 4
+
+
+@contextlib.contextmanager
+def _port_in_use() -> Iterator[int]:
+    """A port another program listens on, for as long as the block runs."""
+    with socket.create_server(("0.0.0.0", 0)) as taken:
+        yield int(taken.getsockname()[1])
+
+
+def test_a_metrics_port_in_use_stops_the_data_manager_before_it_serves_naming_the_port(tmp_path: Path) -> None:
+    listen = f"127.0.0.1:{free_port()}"
+    with _port_in_use() as port:
+        result = silod_cli(
+            "datamgr", "serve", "--state-dir", str(tmp_path / "state"), "--listen", listen, "--metrics-port", str(port)
+        )
+    assert result.returncode == 2
+    assert f"--metrics-port {port}: cannot serve /metrics on 127.0.0.1: the port is in use" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "data manager listening" not in result.stderr  # it stopped before serving anything
+
+
+@pytest.mark.parametrize("foreground", [True, False], ids=["foreground", "detached"])
+def test_a_metrics_port_in_use_stops_a_mount_before_it_mounts_naming_the_port(tmp_path: Path, foreground: bool) -> None:
+    uri = make_local_dataset(tmp_path / "ds", files=2, size=100)
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    argv = ["mount", str(mountpoint), "--cache-dir", str(tmp_path / "cache"), "--job", f"j={uri}"]
+    with _port_in_use() as port:
+        result = silod_cli(*argv, "--metrics-port", str(port), *(["--foreground"] if foreground else []))
+    assert result.returncode == 1
+    assert f"silod mount: --metrics-port {port}: cannot serve /metrics on 0.0.0.0: the port is in use" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not is_live_mount(mountpoint)
