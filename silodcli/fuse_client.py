@@ -16,6 +16,7 @@ from fuseclient import agent, assembly, daemon, runtime
 from silodcli.security_flags import client_flags
 from silodlib.backends import InvalidBackendOption, NoSuchObject, open_backend
 from silodlib.credentials import ChannelSecurity, SecurityConfigError
+from silodlib.directories import make_directory
 
 
 def _check_mountpoint(field: str, path: Path) -> None:
@@ -124,7 +125,7 @@ def _run_daemon(
     once the mount is live (exit 1, naming the log, if it is not). The lock's descriptor stays open for as
     long as this process, or the detached daemon it forks, serves."""
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
+        make_directory(cache_dir)
         assembly.lock_cache_dir(cache_dir)  # never closed: the lock lasts as long as the serving process
     except assembly.CacheDirInUse as exc:
         print(f"silod {command}: {exc}", file=sys.stderr)

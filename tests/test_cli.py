@@ -370,10 +370,11 @@ def test_a_state_or_cache_dir_that_cannot_be_made_exits_2_naming_it(
 ) -> None:
     (tmp_path / "a-file").write_text("")
     unusable = where if where.startswith("/") else str(tmp_path / where)
+    why = f"{unusable} is not a directory" if where == "a-file" else ""  # not mkdir's "File exists"
     assert main(["datamgr", "serve", "--listen", "127.0.0.1:0", "--state-dir", unusable], environ={}) == 2
-    assert f"cannot use state dir {unusable}: " in capsys.readouterr().err
+    assert f"cannot use state dir {unusable}: {why}" in capsys.readouterr().err
     mountpoint = tmp_path / "m"
     mountpoint.mkdir()
     job = f"j=file://{tmp_path}"
     assert main(["mount", str(mountpoint), "--cache-dir", unusable, "--job", job, "--foreground"], environ={}) == 2
-    assert f"cannot use --cache-dir {unusable}: " in capsys.readouterr().err
+    assert f"cannot use --cache-dir {unusable}: {why}" in capsys.readouterr().err

@@ -19,6 +19,7 @@ from typing import Any
 from datamgr.entities import Dataset, Job, JobHistory, Node, Tenant, Worker
 from datamgr.state import Change
 from datamgr.store.base import DEFAULT_RETAINED_REVISIONS, Commit, StoredState, StoreFull
+from silodlib.directories import make_directory
 
 SCHEMA_VERSION = 5
 _PRUNE_EVERY = 1024
@@ -98,7 +99,7 @@ class SQLiteStore:
 
     def __init__(self, state_dir: Path, *, retained_revisions: int = DEFAULT_RETAINED_REVISIONS) -> None:
         try:
-            state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_directory(state_dir, mode=0o700)
             self._lock_fd = _lock_state_dir(state_dir)
         except OSError as exc:  # a path under /proc, a file in the way, a read-only file system, no permission
             raise StateDirError(f"cannot use state dir {state_dir}: {exc.strerror or exc}") from None

@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from silodlib.directories import make_directory
 from silodlib.units import UnitError, parse_rate, parse_size
 
 T = TypeVar("T")
@@ -203,11 +204,7 @@ def output_directory(path: Path) -> Path:
     """`path` made (with its parents) to take a run's files: refused as a `SimInputError` naming `--out` when it
     cannot be (a file in the way, no permission), before any simulation has spent its time."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError) as exc:  # a file (or another non-directory) in the way
-        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
-        reason = f"{blocker} is not a directory" if blocker is not None else (exc.strerror or str(exc))
-        raise SimInputError(f"--out {path}: {reason}") from None
+        make_directory(path)
     except OSError as exc:
         raise SimInputError(f"--out {path}: {exc.strerror or exc}") from None
     return path

@@ -1,0 +1,18 @@
+"""Making the directories a daemon or a run writes into, with errors that say what is in the way."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+
+def make_directory(path: Path, mode: int = 0o777) -> None:
+    """`mkdir -p path`. Raises OSError; where a file stands at `path` or above it, one whose `strerror` names
+    that file ("/srv/x is not a directory"), where mkdir's own says only "File exists" or "Not a directory"."""
+    try:
+        path.mkdir(mode=mode, parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is None:
+            raise
+        raise NotADirectoryError(errno.ENOTDIR, f"{blocker} is not a directory", str(path)) from None
