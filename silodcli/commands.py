@@ -134,6 +134,21 @@ def job_add(args: argparse.Namespace, client: DataManagerClient) -> None:
     if job.tenant or job.priority == pb.JOB_PRIORITY_LOW:
         described += f"; {tenant_phrase(job)}"
     print(f"{verb} job {job.job_id} on {job.dataset_uri} ({described}) (revision {reply.revision})")
+    if job.gpus:
+        _warn_if_no_room(client, job)
+
+
+def _warn_if_no_room(client: DataManagerClient, job: pb.Job) -> None:
+    """A job the policy places waits, silently, while the nodes offer fewer GPUs than it asks for in all: say
+    so, as a node agent offers none unless started with --gpus. Not refused: nodes may register later."""
+    nodes = client.call(client.stub.ListNodes, pb.ListNodesRequest()).nodes
+    offered = sum(node.gpus for node in nodes)
+    if offered < job.gpus:
+        print(
+            f"warning: the registered nodes offer {offered} GPUs in all; job {job.job_id} waits for its {job.gpus} "
+            "until nodes with enough GPUs register (`silod node --gpus N`; `silod status` shows each node's)",
+            file=sys.stderr,
+        )
 
 
 def job_finish(args: argparse.Namespace, client: DataManagerClient) -> None:

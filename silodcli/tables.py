@@ -261,6 +261,7 @@ def nodes_table(nodes: Sequence[pb.Node]) -> str:
         (
             n.node_id,
             n.address,
+            n.gpus,
             format_size(n.cache_capacity_bytes),
             format_size(n.cache_allocated_bytes),
             "available" if n.available else f"unavailable ({n.seconds_since_seen:.0f}s silent)",
@@ -268,4 +269,4 @@ def nodes_table(nodes: Sequence[pb.Node]) -> str:
         )
         for n in nodes
     ]
-    return render_table(("NODE", "ADDRESS", "CACHE", "QUOTA", "STATE", "JOBS"), rows)
+    return render_table(("NODE", "ADDRESS", "GPUS", "CACHE", "QUOTA", "STATE", "JOBS"), rows)

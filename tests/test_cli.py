@@ -17,6 +17,7 @@ from silodpb.v1 import datamgr_pb2 as pb
 from tests.cluster_fixtures import eventually
 from tests.datamgr_fixtures import (
     REMOTE_IO_LIMIT,
+    STILL_ALIVE_SECONDS,
     RunningDataManager,
     full_state,
     make_local_dataset,
@@ -272,6 +273,37 @@ def test_node_remove_refuses_a_node_whose_agent_reports_one_in_use_and_one_unkno
         assert "unregistered node n2 (revision" in idle.stdout
 
         assert [node.node_id for node in client.call(client.stub.ListNodes, pb.ListNodesRequest()).nodes] == ["n1"]
+
+
+def test_a_gpu_job_the_nodes_cannot_hold_is_registered_with_a_warning_and_status_shows_each_nodes_gpus(
+    tmp_path: Path,
+) -> None:
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", REMOTE_IO_LIMIT, STILL_ALIVE_SECONDS, policy="fifo")
+    with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address, timeout=10) as client:
+        uri = make_local_dataset(tmp_path / "ds")
+        client.register_dataset(uri)
+        client.register_node("n1", "h1:1", 2**30, gpus=2)
+        client.register_node("n2", "h2:1", 2**30)  # a node agent offers no GPUs unless told to
+
+        wide = silod_cli(
+            "job", "add", "wide", "--dataset", uri, "--ideal-rate", "1MB/s", "--gpus", "4", datamgr=dm.address
+        )
+        assert wide.returncode == 0, wide.stderr
+        assert "registered job wide" in wide.stdout
+        assert "warning: the registered nodes offer 2 GPUs in all; job wide waits for its 4" in wide.stderr
+        fits = silod_cli(
+            "job", "add", "fits", "--dataset", uri, "--ideal-rate", "1MB/s", "--gpus", "2", datamgr=dm.address
+        )
+        assert fits.returncode == 0, fits.stderr
+        assert "warning" not in fits.stderr
+
+        lines = silod_cli("status", datamgr=dm.address).stdout.splitlines()
+        header = next(i for i, line in enumerate(lines) if line.startswith("NODE "))
+        assert lines[header].split() == ["NODE", "ADDRESS", "GPUS", "CACHE", "QUOTA", "STATE", "JOBS"]
+        assert [line.split()[:3] for line in lines[header + 1 : header + 3]] == [
+            ["n1", "h1:1", "2"],
+            ["n2", "h2:1", "0"],
+        ]
 
 
 def test_an_unreachable_data_manager_exits_3(tmp_path: Path) -> None:
