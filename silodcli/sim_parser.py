@@ -188,7 +188,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
     parser.add_argument(
-        "--time-limit", type=argument_type(fields.duration, "duration"), metavar="D",
+        "--time-limit", type=argument_type(fields.positive_duration, "duration"), metavar="D",
         help="stop the run at this simulated time, e.g. 2w; unfinished jobs are counted (default: run to the end)",
     )  # fmt: skip
 

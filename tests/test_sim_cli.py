@@ -303,6 +303,25 @@ def test_a_job_count_below_one_or_not_whole_is_refused_by_the_rule_it_breaks(
 
 
 @pytest.mark.parametrize(
+    ("limit", "message"),
+    [
+        ("0", "argument --time-limit: duration '0' must be longer than 0"),
+        ("0s", "argument --time-limit: duration '0s' must be longer than 0"),
+        ("-1d", "argument --time-limit: duration '-1d' must not be negative"),
+    ],
+)
+def test_a_time_limit_that_would_stop_the_run_before_it_starts_is_refused(
+    limit: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["sim", "--scenario", "micro", "--time-limit", limit])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["sim", "--seed", "5", "compare", "--scenario", "micro"], "--seed given before 'compare'"),

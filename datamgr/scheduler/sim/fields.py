@@ -110,6 +110,14 @@ def duration(value: object) -> float:
     return seconds
 
 
+def positive_duration(value: object) -> float:
+    """Seconds, more than zero (a time limit of 0 would stop a run before anything happens)."""
+    seconds = duration(value)
+    if seconds == 0:
+        raise ValueError(f"duration {value!r} must be longer than 0")
+    return seconds
+
+
 def _with_units(parse: Callable[[str], int]) -> Callable[[object], int]:
     def read(value: object) -> int:
         if isinstance(value, str):
