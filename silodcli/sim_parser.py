@@ -40,9 +40,14 @@ DEFAULT_CACHE_SYSTEMS: dict[SweepKind, tuple[str, ...]] = {
 
 
 def _names(text: str) -> list[str]:
+    """Comma-separated names, each once: a name given twice would run the same pair twice, both writing into
+    one directory at once."""
     names = [name.strip() for name in text.split(",") if name.strip()]
     if not names:
         raise argparse.ArgumentTypeError(f"{text!r} names nothing; give comma-separated names")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"{', '.join(repeated)} given more than once")
     return names
 
 

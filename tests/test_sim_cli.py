@@ -303,6 +303,25 @@ def test_a_job_count_below_one_or_not_whole_is_refused_by_the_rule_it_breaks(
 
 
 @pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["compare", "--policies", "fifo,sjf,fifo"], "argument --policies: fifo given more than once"),
+        (["compare", "--cache-systems", "silod, silod"], "argument --cache-systems: silod given more than once"),
+        (["sweep", "bandwidth", "--cache-systems", "silod,alluxio,silod"], "--cache-systems: silod given more than"),
+    ],
+)
+def test_a_name_listed_twice_is_refused_rather_than_run_twice_into_one_directory(
+    argv: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["sim", *argv, "--scenario", "micro"])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
     ("limit", "message"),
     [
         ("0", "argument --time-limit: duration '0' must be longer than 0"),

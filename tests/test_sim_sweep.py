@@ -284,10 +284,6 @@ def test_sharing_regenerates_the_scenario_at_each_fraction(
             ["bandwidth", "--scenario", "micro", "--cache-systems", "silod,redis"],
             "--cache-systems: unknown cache system 'redis'",
         ),
-        (
-            ["bandwidth", "--scenario", "micro", "--cache-systems", "silod,alluxio,silod"],
-            "--cache-systems: silod given more than once",
-        ),
         (["bandwidth", "--scenario", "micro", "--policy", "lottery"], "--policy: unknown policy 'lottery'"),
         (
             ["bandwidth", "--scenario", "micro", "--remote-io-scale", "2"],
