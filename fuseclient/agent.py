@@ -1,9 +1,9 @@
 """The node agent: keeps this node's mount in step with the data manager's allocations.
 
-It registers the node (trying once before it mounts, so that a refusal stops it with the reason before anything
-is served), follows its allocation watch stream and applies each revision to the live mount: a
-job with workers here appears as `MOUNTPOINT/JOB_ID/`, a finished job's directory disappears (files it has
-open keep working), quota and rate changes apply as they arrive. When the data manager is unreachable the
+It registers the node (trying once before it mounts, so that a refusal stops it with the reason before
+anything is served), follows its allocation watch stream and applies each revision to the live mount: a job
+with workers here appears as `MOUNTPOINT/JOB_ID/`, a finished job's directory disappears (files it has open
+keep working), quota and rate changes apply as they arrive. When the data manager is unreachable the
 mount keeps enforcing the last allocations it received, and the agent reconnects with backoff, resuming from
 the last revision it applied. Usage is reported every few seconds.
 

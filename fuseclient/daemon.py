@@ -18,6 +18,11 @@ log = logging.getLogger(__name__)
 
 ReadyCallback = Callable[[], None]  # called once the mount serves: a detached daemon's parent may then exit
 
+# What a detached daemon tells its parent through the pipe: it serves, or it failed and why.
+_READY = b"1"
+_FAILED = b"!"  # followed by the reason
+_REASON_BYTES = 4096  # well under a pipe's buffer: the write never waits for the parent
+
 
 def raise_open_file_limit(ids: Mapping[str, str]) -> None:
     """Raise this process's soft limit on open files to its hard limit.
@@ -136,8 +141,3 @@ def run_detached(
         log.exception("mount failed")
         os._exit(1)
     os._exit(0)
-
-
-_READY = b"1"
-_FAILED = b"!"  # followed by the reason
-_REASON_BYTES = 4096  # well under a pipe's buffer: the write never waits for the parent
