@@ -4,9 +4,11 @@ on demand."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from datamgr.client import ClientError, DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
@@ -64,3 +66,13 @@ class System:
             node.stop()
         self.client.close()
         self.datamgr.stop()
+
+
+@pytest.fixture
+def system(tmp_path: Path) -> Iterator[System]:
+    """A `System` under the test's directory, stopped (its nodes, then its data manager) after the test."""
+    running = System(tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()

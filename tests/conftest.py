@@ -27,6 +27,7 @@ pytest_plugins = (
     "tests.disks",
     "tests.cache_fixtures",
     "tests.launcher",
+    "tests.cluster_fixtures",
 )
 
 OUR_LOGGERS = ("silod", "datamgr", "fuseclient", "silodcli", "silodlib")

@@ -8,8 +8,6 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -18,15 +16,6 @@ from silodpb.v1 import datamgr_pb2 as pb
 from tests.cluster_fixtures import FILES, SIZE, System, eventually
 from tests.datamgr_fixtures import silod_cli
 from tests.mount_fixtures import MountProcess
-
-
-@pytest.fixture
-def system(tmp_path: Path) -> Iterator[System]:
-    running = System(tmp_path)
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def _cached_bytes(node: MountProcess) -> int:

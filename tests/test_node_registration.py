@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -15,15 +13,6 @@ from silodpb.v1 import datamgr_pb2 as pb
 from tests.cluster_fixtures import System, eventually
 from tests.datamgr_fixtures import silod_cli
 from tests.mount_fixtures import MountProcess, is_live_mount
-
-
-@pytest.fixture
-def system(tmp_path: Path) -> Iterator[System]:
-    running = System(tmp_path)
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def _agent(system: System, node_id: str, capacity: str) -> MountProcess:

@@ -8,9 +8,6 @@ duration of any read.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from silodlib.units import parse_rate
@@ -26,15 +23,6 @@ def window_under(node: MountProcess, rate: int) -> tuple[Sample, Sample]:
     end: Sample = eventually(lambda: (s := sample(node)).at >= start.at + WINDOW and s, what="the window's end")
     assert end.rate == rate, "the rate changed within the window"
     return start, end
-
-
-@pytest.fixture
-def system(tmp_path: Path) -> Iterator[System]:
-    running = System(tmp_path)
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 @pytest.mark.parametrize(("first", "second"), [("4MB/s", "1MB/s"), ("1MB/s", "4MB/s")], ids=["lowered", "raised"])
