@@ -35,12 +35,14 @@ class QuantityParser(argparse.ArgumentParser):
 
 
 class ActionAfterItsOptions(argparse._SubParsersAction):  # type: ignore[type-arg]  # generic in typeshed only
-    """A command's actions (`silod sim compare`, `silod node remove`), refusing the command's own options given
-    before the action's name.
+    """A command's actions (`silod sim compare`, `silod node remove`), which replace the command's plain run:
+    the command's own options given before the action's name are refused, and its required ones stop being
+    required (`silod node remove` needs none of the agent's --node-id, --mountpoint, --cache-dir).
 
     `silod sim --seed 5 compare ...` would otherwise run with compare's default seed: argparse lets the
     action's own defaults overwrite whatever the command parsed before it, silently. An option set by the
-    config file or the environment is a default, not one given.
+    config file or the environment is a default, not one given. argparse checks a parser's required options
+    after its action has parsed, hence the change here rather than a check of our own.
     """
 
     def __call__(
@@ -64,6 +66,8 @@ class ActionAfterItsOptions(argparse._SubParsersAction):  # type: ignore[type-ar
                 f"{', '.join(given)} given before {name!r}: options before an action belong to a plain "
                 f"`{parser.prog}` run; give them after {name!r} (see `{parser.prog} {name} --help`)"
             )
+        for action in parser._actions:
+            action.required = False
         super().__call__(parser, namespace, values, option_string)
 
 

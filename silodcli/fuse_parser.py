@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 from datamgr.defaults import DATAMGR_ENV, DEFAULT_DATAMGR
 from fuseclient.readahead import DEFAULT_READ_AHEAD, check_read_ahead
@@ -51,24 +50,6 @@ def _uri_and_size(text: str) -> tuple[str, int]:
 def _job_and_rate(text: str) -> tuple[str, int]:
     job_id, rate = _pair(text)
     return job_id, rate_arg(rate)
-
-
-class _NodeActions(ActionAfterItsOptions):
-    """`silod node ACTION ...`: an action such as `remove` replaces the agent, so the agent's required flags
-    (--node-id, --mountpoint, --cache-dir) stop being required once one is given, and the agent's flags given
-    before it are refused. argparse checks a parser's required flags after its subcommand has parsed, hence
-    the flip here rather than a check of our own."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        for action in parser._actions:
-            action.required = False
-        super().__call__(parser, namespace, values, option_string)
 
 
 def add_commands(
@@ -154,7 +135,7 @@ def add_commands(
     node_p.add_argument("--log-file", type=path_arg, metavar="FILE", help="daemon log (default C/node.log)")
     node_p.set_defaults(run=Deferred("silodcli.fuse_client:run_node"), default_log_level="INFO")
     actions = node_p.add_subparsers(
-        action=_NodeActions, dest="node_action", metavar="ACTION", help="instead of running the agent:"
+        action=ActionAfterItsOptions, dest="node_action", metavar="ACTION", help="instead of running the agent:"
     )
     remove_p = actions.add_parser(
         "remove",
