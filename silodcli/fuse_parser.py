@@ -135,7 +135,11 @@ def add_commands(
     node_p.add_argument("--log-file", type=path_arg, metavar="FILE", help="daemon log (default C/node.log)")
     node_p.set_defaults(run=Deferred("silodcli.fuse_client:run_node"), default_log_level="INFO")
     actions = node_p.add_subparsers(
-        action=ActionAfterItsOptions, dest="node_action", metavar="ACTION", help="instead of running the agent:"
+        action=ActionAfterItsOptions,
+        dest="node_action",
+        metavar="ACTION",
+        help="instead of running the agent:",
+        prog=node_p.prog,  # not derived from node's two-line usage
     )
     remove_p = actions.add_parser(
         "remove",

@@ -208,7 +208,7 @@ def test_the_datamgr_address_comes_from_the_environment(cluster: tuple[RunningDa
         (("job", "add", "j", "--dataset", "URI", "--ideal-rate", "1MB/s", "--worker", "n1:99999999999"), "1,000,000"),
         # `silod node` runs the agent, whose flags stay required unless an action takes its place.
         (("node", "rm", "n1"), "invalid choice: 'rm' (choose from 'remove')"),
-        (("node", "remove"), "the following arguments are required: NODE_ID"),
+        (("node", "remove"), "silod node remove: error: the following arguments are required: NODE_ID"),
         (("node", "--node-id", "n1"), "the following arguments are required: --mountpoint, --cache-dir"),
         # The agent's flags before an action would be silently replaced by the action's defaults.
         (("node", "--datamgr", "127.0.0.1:1", "remove", "n1"), "--datamgr given before 'remove'"),
