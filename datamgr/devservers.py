@@ -9,12 +9,9 @@ package next to this Python.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
-import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -166,12 +163,11 @@ def _running(
     log_path = workdir / "server.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            argv,
+            dying_with_parent(argv, cpus),
             cwd=workdir,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=functools.partial(_prepare_child, cpus) if sys.platform == "linux" else None,
         )
     try:
         _wait_ready(name, process, log_path, ready)
@@ -204,10 +200,16 @@ def _wait_ready(name: str, process: subprocess.Popen[bytes], log_path: Path, rea
         time.sleep(0.1)  # the bounded readiness poll: the one sleep allowed in tests
 
 
-def _prepare_child(cpus: set[int] | None) -> None:
-    """In the child before exec: get SIGTERM if pytest dies without running finalizers (Linux prctl), and
-    keep to `cpus` (every thread the server starts inherits it)."""
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    if cpus is not None:
-        os.sched_setaffinity(0, cpus)
+def dying_with_parent(argv: list[str], cpus: set[int] | None = None) -> list[str]:
+    """`argv` prefixed, on Linux, so that the server gets SIGTERM if this process dies without running its
+    finalizers (util-linux's `setpriv --pdeathsig`), and keeps to `cpus` (`taskset`; every thread it starts
+    inherits that).
+
+    Not a `preexec_fn`: that runs Python in the forked child before exec, and a child forked while gRPC's
+    threads are busy (an in-process data manager's) can then abort before exec, as gRPC's fork handlers restart
+    its poller there ("epoll_wait error: Bad file descriptor", grpc/grpc#43055). Without one, `subprocess` uses
+    vfork, which runs no fork handlers at all."""
+    if sys.platform != "linux":
+        return argv
+    pinned = ["taskset", "--cpu-list", ",".join(str(cpu) for cpu in sorted(cpus))] if cpus else []
+    return ["setpriv", "--pdeathsig", "TERM", *pinned, *argv]

@@ -63,7 +63,8 @@ TIERS: dict[str, tuple[str, ...]] = {
     "process": (
         "test_backends", "test_cache", "test_cache_durability", "test_cli", "test_cli_startup", "test_concurrency",
         "test_config",
-        "test_datamgr_rpc", "test_demo", "test_deploy", "test_deploy_security", "test_launcher", "test_liveness",
+        "test_datamgr_rpc", "test_demo", "test_deploy", "test_deploy_security", "test_devservers", "test_launcher",
+        "test_liveness",
         "test_logs",
         "test_mount_cli", "test_registration", "test_restart", "test_retry", "test_status_watch", "test_watch",
         "test_tenants_cli", "test_tenants_live",

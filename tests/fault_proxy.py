@@ -15,7 +15,6 @@ with its data directory kept, as a storage server that crashes and comes back.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import signal
 import socket
 import subprocess
@@ -26,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
-from datamgr.devservers import AzuriteServer, azure_client, azurite_argv, azurite_server, free_port
+from datamgr.devservers import AzuriteServer, azure_client, azurite_argv, azurite_server, dying_with_parent, free_port
 from tests import polling
 
 # The error documents the services send when they shed load (S3 "SlowDown", Azure Blob "ServerBusy").
@@ -319,12 +318,11 @@ class RestartableAzurite:
         log = (self.workdir / f"server-{self._starts}.log").open("wb")
         with log:
             self._process = subprocess.Popen(
-                azurite_argv(self.workdir, self.port),
+                dying_with_parent(azurite_argv(self.workdir, self.port)),
                 cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
-                preexec_fn=_die_with_parent,
             )
         process = self._process
 
@@ -371,10 +369,3 @@ class RestartableAzurite:
 
 def _not_yet_up(exc: Exception) -> bool:
     return not isinstance(exc, AssertionError)
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the test process dies without cleaning up (Linux prctl), so no
-    server outlives the tests."""
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGTERM)
