@@ -56,12 +56,13 @@ def prepare_mountpoint(mountpoint: Path) -> None:
         if not mountpoint.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(mountpoint)) from None
         return
-    if _is_live_silod_mount(mountpoint):
+    if has_silod_mount(mountpoint):  # its directory answered above, so the mount is live
         raise OSError(errno.EBUSY, f"is a live silod mount; unmount it first (silod umount {mountpoint})")
 
 
-def _is_live_silod_mount(mountpoint: Path) -> bool:
-    """Whether the kernel's mount table has a silod mount at `mountpoint`."""
+def has_silod_mount(mountpoint: Path) -> bool:
+    """Whether the kernel's mount table has a silod mount at `mountpoint`: a live one, or one a killed daemon
+    left dead (the table lists it until it is unmounted)."""
     try:
         mount_device(Path(os.path.realpath(mountpoint)))
     except NotMounted:

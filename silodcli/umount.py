@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
 from fuseclient import daemon
-from fuseclient.readahead import NotMounted, mount_device
 
 
 def run_umount(args: argparse.Namespace) -> int:
     """Unmount a silod mount, live or left dead by a killed daemon; anything else is refused, naming it: a
     directory with nothing mounted, or another file system, which is not ours to unmount."""
-    try:
-        mount_device(Path(os.path.realpath(args.mountpoint)))  # the kernel's table still lists a dead mount
-    except NotMounted:
+    if not daemon.has_silod_mount(args.mountpoint):
         print(f"silod umount: {args.mountpoint} is not a silod mount; nothing unmounted", file=sys.stderr)
         return 1
     try:
