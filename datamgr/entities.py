@@ -43,6 +43,11 @@ class ResourceExhausted(DataManagerError):
     until an operator frees space; then the same call succeeds, without a restart."""
 
 
+class StateDiskUnwritable(DataManagerError):
+    """The data manager's state disk refuses writes (read-only, or I/O errors), so it can record no change.
+    Retrying does not help until an operator repairs the disk; calls that only read are still served."""
+
+
 @dataclass(frozen=True, slots=True)
 class Dataset:
     """A registered dataset: its frozen manifest's summary and its per-node cache quota."""

@@ -4,7 +4,8 @@ once its change is durable.
 The data manager applies a change in memory at once (so the next call is validated against it) and hands
 it here as a `JournalEntry`. The contract, pinned by tests/test_journal.py:
 - `write` returns once its entry is durable, or raises what its batch failed with (a full state disk as
-  `ResourceExhausted`, anything else as it is). A caller that goes away does not cancel the shared write.
+  `ResourceExhausted`, one that refuses writes as `StateDiskUnwritable`, anything else as it is). A caller
+  that goes away does not cancel the shared write.
 - Entries are written in the order given. One writer commits every entry waiting when it starts a batch,
   so concurrent callers share one store commit (one fsync).
 - An entry's watch events are published (and its `on_durable` called), and its change logged, only once its
@@ -21,9 +22,9 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from datamgr.entities import ResourceExhausted
+from datamgr.entities import ResourceExhausted, StateDiskUnwritable
 from datamgr.state import Change
-from datamgr.store import Commit, StateStore, StoreFull
+from datamgr.store import Commit, StateStore, StoreFull, StoreUnwritable
 from silodpb.v1 import datamgr_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -114,11 +115,17 @@ class GroupCommitJournal:
 
 
 def _refusal(exc: Exception) -> Exception:
-    """What a caller whose change could not be written is told. A full state disk is a refusal with its own
-    status (RESOURCE_EXHAUSTED); any other failure is passed on as it is."""
+    """What a caller whose change could not be written is told. A full state disk, and one that refuses writes,
+    are refusals with their own status (RESOURCE_EXHAUSTED, FAILED_PRECONDITION) that say what to repair; any
+    other failure is passed on as it is."""
     if isinstance(exc, StoreFull):
         return ResourceExhausted(
             "the data manager's state disk is full: nothing was changed; free space in its state dir and call again"
+        )
+    if isinstance(exc, StoreUnwritable):
+        return StateDiskUnwritable(
+            f"the data manager cannot write its state disk: {exc}; nothing was changed; repair the disk, then "
+            "restart the data manager if its file system had to be remounted"
         )
     return exc
 

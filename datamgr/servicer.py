@@ -19,6 +19,7 @@ from datamgr.entities import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
+    StateDiskUnwritable,
     Unavailable,
     Worker,
 )
@@ -36,6 +37,8 @@ STATUS_OF: dict[type[DataManagerError], grpc.StatusCode] = {
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     # Not UNAVAILABLE: that tells clients to retry with backoff, and no retry succeeds until space is freed.
     ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    # gRPC's rule for a call that must not be retried "until the system state has been explicitly fixed".
+    StateDiskUnwritable: grpc.StatusCode.FAILED_PRECONDITION,
 }
 MANIFEST_CHUNK_BYTES = 1024 * 1024
 

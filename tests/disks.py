@@ -66,12 +66,41 @@ def ext4() -> Iterator[Ext4Factory]:
     mounts = _Mounts()
 
     def mount(path: Path, size_bytes: int) -> Path:
-        image = path.with_name(path.name + ".img")
+        image = _image_of(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(image, "wb") as file:
             file.truncate(size_bytes)
         mounts.run(["mkfs.ext4", "-q", "-F", str(image)], "make an ext4 file system")
-        return mounts.mount(["mount", "-o", "loop", str(image)], path, "mounting an ext4 image on a loop device")
+        return mounts.mount([*_MOUNT_EXT4, str(image)], path, "mounting an ext4 image on a loop device")
 
     yield mount
     mounts.unmount_all()
+
+
+# errors=remount-ro, as a production disk is mounted: the first error makes the file system refuse writes.
+_MOUNT_EXT4 = ("mount", "-o", "loop,errors=remount-ro")
+
+
+def _image_of(disk: Path) -> Path:
+    return disk.with_name(disk.name + ".img")
+
+
+def fail_ext4(disk: Path) -> None:
+    """Make the ext4 that `ext4` mounted at `disk` meet an error, as a failing disk's does: from then on it
+    refuses every write (EROFS, ext4's emergency read-only) until it is unmounted, checked and mounted again
+    (`repair_ext4`). Reads go on. The kernel's own knob for this (/sys/fs/ext4/DEV/trigger_fs_error) runs
+    ext4's real error path; nothing is faked."""
+    device = subprocess.run(["findmnt", "-no", "SOURCE", str(disk)], capture_output=True, text=True).stdout.strip()
+    trigger = Path("/sys/fs/ext4") / Path(device).name / "trigger_fs_error"
+    if not device or not trigger.exists():
+        missing_dependency(f"cannot make ext4 at {disk} fail here: no {trigger} (a kernel of 5.10 or later has it)")
+    trigger.write_text("silod test: a failing disk\n")
+
+
+def repair_ext4(disk: Path) -> None:
+    """What an operator does for a disk `fail_ext4` failed, once nothing uses it: unmount, check, mount again."""
+    subprocess.run(["umount", str(disk)], check=True)
+    image = _image_of(disk)
+    check = subprocess.run(["e2fsck", "-f", "-y", str(image)], capture_output=True, text=True)
+    assert check.returncode in (0, 1), f"e2fsck exited {check.returncode}: {check.stdout}{check.stderr}"  # 1: fixed
+    subprocess.run([*_MOUNT_EXT4, str(image), str(disk)], check=True)

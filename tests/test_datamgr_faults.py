@@ -3,6 +3,8 @@ the fault concerns nodes, a real node agent with its FUSE mount.
 
 - The data manager's state disk fills up: allocations are refused with RESOURCE_EXHAUSTED and change nothing;
   the server keeps serving its state and accepts the next allocation once space is freed.
+- The state disk meets an error and turns read-only: allocations are refused with FAILED_PRECONDITION naming
+  it; after a repair and a restart nothing acknowledged is lost.
 - The wall clock is stepped a day forward and back (an NTP step) under a running data manager and node agent,
   with libfaketime: liveness, allocations, watches and token buckets go by monotonic clocks and do not notice.
 """
@@ -26,7 +28,7 @@ from silodpb.v1 import datamgr_pb2 as pb
 from tests import polling
 from tests.cluster_fixtures import SIZE, System, eventually
 from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, silod_cli, watch
-from tests.disks import TmpfsFactory
+from tests.disks import Ext4Factory, TmpfsFactory, fail_ext4, repair_ext4
 from tests.mount_fixtures import MountProcess
 from tests.rate_sampling import WINDOW, Sample, assert_held_to, readers_demanding_more, sample
 from tests.storage_servers import missing_dependency
@@ -105,13 +107,18 @@ def _resumed(client: DataManagerClient, since: int) -> pb.WatchEvent:
     return event
 
 
-def _assert_refused(client: DataManagerClient, uri: str) -> None:
-    """Both allocation calls, with values never acknowledged, are refused as a full state disk."""
+def _assert_refused(
+    client: DataManagerClient,
+    uri: str,
+    code: grpc.StatusCode = grpc.StatusCode.RESOURCE_EXHAUSTED,
+    reason: str = "state disk is full",
+) -> None:
+    """Both allocation calls, with values never acknowledged, are refused with `code`, saying `reason`."""
     for refused in (lambda: client.allocate_remote_io("j1", 7_000_000), lambda: client.allocate_cache_size(uri, 5_000)):
         with pytest.raises(ClientError) as caught:
             refused()
-        assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED, caught.value
-        assert "state disk is full" in str(caught.value)
+        assert caught.value.code == code, caught.value
+        assert reason in str(caught.value)
 
 
 def test_a_full_state_disk_refuses_allocations_cleanly_keeps_serving_and_recovers_when_freed(
@@ -162,6 +169,54 @@ def test_a_full_state_disk_refuses_allocations_cleanly_keeps_serving_and_recover
         assert full_state(client) == last
         assert _node_view(client) == (view[0] + 2, 11_000_000, 12_000)
     assert "Traceback" not in datamgr.log_path.read_text()
+
+
+# --- the state disk fails and turns read-only --------------------------------------------------------------
+
+UNWRITABLE = "cannot write its state disk"
+
+
+def test_a_state_disk_turned_read_only_by_an_error_refuses_changes_by_name_keeps_serving_and_loses_nothing(
+    ext4: Ext4Factory, tmp_path: Path
+) -> None:
+    """ext4 mounted errors=remount-ro, as production disks are, refuses every write after its first error
+    (EROFS), under the open database. Changes are refused with FAILED_PRECONDITION naming the state file and
+    the file system's answer, not UNKNOWN with a traceback; reads, watches and manifests go on. Once the operator
+    has stopped the data manager, checked the disk and mounted it again, a restart serves the last acknowledged
+    state, and the next change takes the revision the refused ones never used."""
+    disk = ext4(tmp_path / "state-disk", 16 * 1024 * 1024)
+    datamgr = DataManagerProcess(disk / "state", tmp_path / "datamgr.log", "--remote-io-limit", "1GB/s")
+    try:
+        with DataManagerClient(datamgr.start().address, timeout=10) as client:
+            uri = _cluster(client, tmp_path)
+            acknowledged, manifest, view = full_state(client), _manifest(client, uri), _node_view(client)
+            fail_ext4(disk)
+
+            for _ in range(REFUSED_ROUNDS):
+                _assert_refused(client, uri, grpc.StatusCode.FAILED_PRECONDITION, UNWRITABLE)
+            cli = silod_cli("alloc", "io", "j1", "9MB/s", datamgr=datamgr.address)
+            assert cli.returncode == 1, cli.stderr
+            for said in ("FAILED_PRECONDITION", UNWRITABLE, str(disk / "state" / "silod.db"), "Read-only file system"):
+                assert said in cli.stderr, cli.stderr
+            assert "Traceback" not in cli.stderr
+
+            assert datamgr.process is not None and datamgr.process.poll() is None, "the data manager died"
+            assert full_state(client) == acknowledged
+            assert _manifest(client, uri) == manifest
+            assert _node_view(client) == view
+            log = datamgr.log_path.read_text()
+            assert UNWRITABLE in log or "could not persist" in log
+            assert "Traceback" not in log, log
+
+        datamgr.kill()
+        repair_ext4(disk)
+        with DataManagerClient(datamgr.start().address, timeout=10) as client:
+            assert full_state(client) == acknowledged
+            assert client.allocate_remote_io("j1", 11_000_000).revision == view[0] + 1
+            assert _node_view(client) == (view[0] + 1, 11_000_000, view[2])
+        assert "Traceback" not in datamgr.log_path.read_text()
+    finally:
+        datamgr.stop()
 
 
 # --- the wall clock steps a day forward, then back -----------------------------------------------------------

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from datamgr.entities import Node, ResourceExhausted
+from datamgr.entities import Node, ResourceExhausted, StateDiskUnwritable
 from datamgr.journal import GroupCommitJournal, JournalEntry
 from datamgr.state import Change
-from datamgr.store import Commit, MemoryStore, StoreFull
+from datamgr.store import Commit, MemoryStore, StoreFull, StoreUnwritable
 from silodpb.v1 import datamgr_pb2 as pb
 
 
@@ -86,7 +86,12 @@ def test_concurrent_writes_share_a_commit_and_each_returns_once_durable() -> Non
 
 @pytest.mark.expected_warnings
 @pytest.mark.parametrize(
-    ("error", "refusal"), [(OSError("disk on fire"), OSError), (StoreFull("no room"), ResourceExhausted)]
+    ("error", "refusal"),
+    [
+        (OSError("disk on fire"), OSError),
+        (StoreFull("no room"), ResourceExhausted),
+        (StoreUnwritable("read-only"), StateDiskUnwritable),
+    ],
 )
 def test_a_failed_batch_rolls_back_every_waiting_entry_newest_first_and_fails_their_callers(
     error: Exception, refusal: type[Exception]

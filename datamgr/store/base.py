@@ -18,6 +18,12 @@ class StoreFull(Exception):
     and the store takes the next commit as if this one had never been tried."""
 
 
+class StoreUnwritable(Exception):
+    """The state's file system refused a commit for another reason than room: it is read-only (as ext4 turns
+    itself after an I/O error, `errors=remount-ro`) or it answered an I/O error. The commit was rolled back
+    whole, as for `StoreFull`; the message names the state file and what its file system says."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoredState:
     """Everything a restarted data manager serves, as of `revision`."""
@@ -50,7 +56,8 @@ class StateStore(Protocol):
 
     def commit(self, commits: Sequence[Commit]) -> None:
         """Persist `commits`, in order, atomically and durably: all are on disk when it returns, or none (and it
-        raises; StoreFull when the state's file system has no room left)."""
+        raises; StoreFull when the state's file system has no room left, StoreUnwritable when it refuses
+        writes)."""
         ...
 
     def events_since(self, node_id: str, revision: int) -> list[bytes] | None:

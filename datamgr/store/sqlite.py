@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import sqlite3
+import tempfile
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 from datamgr.entities import Dataset, Job, JobHistory, Node, Tenant, Worker
 from datamgr.state import Change
-from datamgr.store.base import DEFAULT_RETAINED_REVISIONS, Commit, StoredState, StoreFull
+from datamgr.store.base import DEFAULT_RETAINED_REVISIONS, Commit, StoredState, StoreFull, StoreUnwritable
 from silodlib.directories import make_directory
 
 SCHEMA_VERSION = 5
@@ -87,6 +88,9 @@ _JOB_COLUMNS = (
 )
 _TENANT_COLUMNS = "name, cells, cache_bytes, io_bytes_per_sec"
 _NODE_COLUMNS = "node_id, address, cache_capacity_bytes, gpus"
+# What SQLite answers when the file system refuses its writes: an I/O error (EIO, or EROFS from a file system
+# turned read-only under an open database), a read-only database, a file it cannot open.
+_UNWRITABLE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN})
 
 
 class StateDirError(RuntimeError):
@@ -182,8 +186,11 @@ class SQLiteStore:
         except BaseException as exc:
             if db.in_transaction:  # SQLite rolls back by itself on some errors (SQLITE_FULL among them)
                 db.execute("ROLLBACK")
-            if _result_code(exc) == sqlite3.SQLITE_FULL:
+            code = _result_code(exc)
+            if code == sqlite3.SQLITE_FULL:
                 raise StoreFull(f"the state disk is full: no room to write {self._path} ({exc})") from exc
+            if code in _UNWRITABLE:
+                raise StoreUnwritable(f"{self._path}: {_why_unwritable(self._path.parent, exc)}") from exc
             raise
         if last >= self._next_prune:
             self._next_prune = last + _PRUNE_EVERY
@@ -243,6 +250,17 @@ def _write_change(db: sqlite3.Connection, change: Change) -> None:
     for sql, rows in statements:
         if rows:
             db.executemany(sql, rows)
+
+
+def _why_unwritable(directory: Path, exc: BaseException) -> str:
+    """SQLite's message with what the file system answers to a new file in `directory` ("disk I/O error
+    (Read-only file system)"): SQLite reports the errno of a failed write only as "disk I/O error"."""
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as probe:
+        return f"{exc} ({probe.strerror or probe})"
+    return str(exc)
 
 
 def _result_code(exc: BaseException) -> int | None:
