@@ -2,14 +2,15 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := fuse3 libfuse3-dev pkg-config faketime e2fsprogs openssl
+APT_PACKAGES := fuse3 libfuse3-dev pkg-config faketime e2fsprogs openssl nftables iproute2
 PROTO_SRC := proto/silodpb/v1/datamgr.proto
 
 .PHONY: setup system-packages run test test-fast test-external lint unit bench bench-pytorch proto clean
 
 setup: system-packages $(VENV)/.installed node_modules/.installed
 
-# Debian packages: FUSE 3 for mounts and pyfuse3's build, libfaketime for the clock-jump test, Node.js for Azurite.
+# Debian packages: FUSE 3 for mounts and pyfuse3's build, libfaketime for the clock-jump test, nftables and ss
+# (iproute2) for the half-open connection test, Node.js for Azurite.
 # Installs only what is missing.
 system-packages:
 	@missing=""; \

@@ -5,6 +5,8 @@ the fault concerns nodes, a real node agent with its FUSE mount.
   the server keeps serving its state and accepts the next allocation once space is freed.
 - The state disk meets an error and turns read-only: allocations are refused with FAILED_PRECONDITION naming
   it; after a repair and a restart nothing acknowledged is lost.
+- The connection between a node agent and the data manager goes silent without closing (half-open): keepalive
+  finds it and the agent follows the data manager again over a new connection.
 - The wall clock is stepped a day forward and back (an NTP step) under a running data manager and node agent,
   with libfaketime: liveness, allocations, watches and token buckets go by monotonic clocks and do not notice.
 """
@@ -30,6 +32,7 @@ from tests.cluster_fixtures import SIZE, System, eventually
 from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, silod_cli, watch
 from tests.disks import Ext4Factory, TmpfsFactory, fail_ext4, repair_ext4
 from tests.mount_fixtures import MountProcess
+from tests.net_faults import connection_ports, silenced_connections
 from tests.rate_sampling import WINDOW, Sample, assert_held_to, readers_demanding_more, sample
 from tests.storage_servers import missing_dependency
 
@@ -217,6 +220,44 @@ def test_a_state_disk_turned_read_only_by_an_error_refuses_changes_by_name_keeps
         assert "Traceback" not in datamgr.log_path.read_text()
     finally:
         datamgr.stop()
+
+
+# --- the connection between a node agent and the data manager goes silent ---------------------------------------
+
+# The agent's keepalive pings every 20 s and gives a silent peer 10 s (`fuseclient.agent.CHANNEL_OPTIONS`); then
+# it reconnects after at most RECONNECT's 10 s. Half as much again for a loaded machine.
+SILENT_CONNECTION_FOUND_WITHIN = 60.0
+
+
+@pytest.mark.expected_warnings  # "lost the data manager"
+def test_a_half_open_connection_to_the_data_manager_is_found_by_keepalive_and_the_agent_reconnects(
+    system: System,
+) -> None:
+    """Every packet of the agent's connection is dropped both ways, so neither end hears a FIN or a reset, as
+    after a NAT or firewall dropped the connection's state. The agent keeps enforcing its last allocation, finds
+    the connection dead by keepalive, says so, and follows the data manager again over a new connection."""
+    node = system.start_node("n1")
+    system.client.register_dataset(system.uri)
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
+    system.client.allocate_remote_io("j1", 30_000_000)
+    eventually(lambda: system.node_stats(node, "j1")["io_bytes_per_sec"] == 30_000_000, what="rate")
+    assert node.process is not None
+    port = int(system.datamgr.address.rsplit(":", 1)[1])
+
+    with silenced_connections(node.process.pid, port) as silenced:
+        revision = system.client.allocate_remote_io("j1", 9_000_000).revision
+        assert system.node_stats(node, "j1")["io_bytes_per_sec"] == 30_000_000  # not heard over a silent connection
+        eventually(
+            lambda: system.node_stats(node, "j1")["io_bytes_per_sec"] == 9_000_000,
+            timeout=SILENT_CONNECTION_FOUND_WITHIN,
+            what="the change, over a new connection",
+        )
+        assert not set(connection_ports(node.process.pid, port)) & set(silenced)
+
+    log = node.log_path.read_text()
+    assert "lost the data manager" in log
+    assert f"is back; at revision {revision}" in log
+    assert "Traceback" not in log
 
 
 # --- the wall clock steps a day forward, then back -----------------------------------------------------------
