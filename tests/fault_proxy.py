@@ -3,8 +3,9 @@ that a test can kill and restart.
 
 `FaultProxy` is a loopback HTTP/1.1 proxy in front of a real server (moto, Azurite): it forwards every request and
 answer byte for byte, except the GETs of an object a test picks, which it can answer "busy" (503 with the
-service's own error document: S3's SlowDown, Azure's ServerBusy) without bothering the server, or forward the
-server's answer for only up to a point and then stall, as a storage node that hangs mid-body does. It records
+service's own error document: S3's SlowDown, Azure's ServerBusy) without bothering the server, forward the
+server's answer for only up to a point and then stall, as a storage node that hangs mid-body does, or trickle
+the answer's body a byte at a time. It records
 every request it saw, so a test counts how often an object was asked for. It understands just enough HTTP to
 know where one request or answer ends (Content-Length, chunked, or until the connection closes).
 
@@ -55,9 +56,10 @@ class _Rule:
     """Spoil the next `remaining` GETs of the object whose path ends in `/name`."""
 
     name: str
-    fault: str  # "busy" or "stall"
+    fault: str  # "busy", "stall" or "trickle"
     remaining: int
     stall_after: int = 0
+    trickle_every: float = 0.0
     busy_answer: tuple[str, bytes] = S3_SLOW_DOWN
 
 
@@ -88,6 +90,7 @@ class FaultProxy:
         self._threads: list[threading.Thread] = []
         self._closed = threading.Event()
         self._stalling = 0
+        self._trickling = 0
         acceptor = threading.Thread(target=self._accept, name="fault-proxy-accept", daemon=True)
         acceptor.start()
         self._threads.append(acceptor)
@@ -108,6 +111,13 @@ class FaultProxy:
         with self._lock:
             self._rules.append(_Rule(name, "stall", count, stall_after=after_bytes))
 
+    def trickle(self, name: str, count: int, every: float) -> None:
+        """Forward the server's headers of the next `count` answers to GETs of `name`, then their body one byte every
+        `every` seconds: the client never waits as long as a read timeout longer than `every` for its next byte,
+        yet the body takes (size x `every`) seconds, as from a server or middlebox that trickles."""
+        with self._lock:
+            self._rules.append(_Rule(name, "trickle", count, trickle_every=every))
+
     def heal(self) -> None:
         """Disarm every fault not yet used: from now on, every request passes through."""
         with self._lock:
@@ -122,6 +132,11 @@ class FaultProxy:
         """How many answers are stalled right now, the client still connected."""
         with self._lock:
             return self._stalling
+
+    def trickles_in_progress(self) -> int:
+        """How many answers are trickling right now, the client still connected."""
+        with self._lock:
+            return self._trickling
 
     def close(self) -> None:
         self._closed.set()
@@ -181,6 +196,11 @@ class FaultProxy:
                 answer = _read_head(from_upstream)
                 if answer is None:
                     return
+                if rule is not None and rule.fault == "trickle":
+                    client.sendall(answer.raw)
+                    body = from_upstream.read(int(answer.headers.get("content-length", "0")))
+                    self._trickle(client, body, rule.trickle_every)
+                    return
                 if rule is not None:  # a stall
                     client.sendall(answer.raw)
                     length = int(answer.headers.get("content-length", "0"))
@@ -224,6 +244,19 @@ class FaultProxy:
         finally:
             with self._lock:
                 self._stalling -= 1
+
+    def _trickle(self, client: socket.socket, body: bytes, every: float) -> None:
+        """Send `body` a byte every `every` seconds, until it is sent, the client hangs up or the proxy closes."""
+        with self._lock:
+            self._trickling += 1
+        try:
+            for at in range(len(body)):
+                client.sendall(body[at : at + 1])
+                if self._closed.wait(every):
+                    return
+        finally:
+            with self._lock:
+                self._trickling -= 1
 
 
 def _shut(sock: socket.socket) -> None:

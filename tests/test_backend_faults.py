@@ -1,9 +1,9 @@
 """Storage faults a deployment sees, driven against the real servers (moto, Azurite) through a real mount.
 
-A proxy in front of the real server (tests/fault_proxy.py) stalls an answer mid-body or answers "busy" (503),
-as an overloaded or hanging storage node does; a dedicated Azurite is killed and restarted under a running
-epoch. Whatever happens, a reader gets the object's exact bytes or EIO, never a short or wrong read, and the
-retries silod makes are the ones its log reports.
+A proxy in front of the real server (tests/fault_proxy.py) stalls an answer mid-body, trickles it a byte at a
+time or answers "busy" (503), as an overloaded or hanging storage node does; a dedicated Azurite is killed and
+restarted under a running epoch. Whatever happens, a reader gets the object's exact bytes or EIO, never a short
+or wrong read, and the retries silod makes are the ones its log reports.
 """
 
 from __future__ import annotations
@@ -195,6 +195,43 @@ def test_a_stall_longer_than_timeout_times_attempts_ends_in_eio_and_the_mount_se
     proxied.proxy.heal()
     assert (mount.job_dir("job") / OTHER).read_bytes() == proxied.files[OTHER]
     assert (mount.job_dir("job") / FAULTY).read_bytes() == data
+
+
+# --- a server that trickles -----------------------------------------------------------------------------------
+
+TRICKLES = 2
+TRICKLE_EVERY = 0.25  # seconds between bytes, well within READ_TIMEOUT: only the read's deadline can end the try
+MIN_READ_RATE = 64 * 1024  # bytes/s: a try of the 256 KiB object gets READ_TIMEOUT + 4 s
+# What a trickled read costs each backend's retries: on S3 each cut try is one silod retry. On Azure the SDK's
+# downloader re-sends the GET of the body that was cut, within the same try, whose deadline has passed: each
+# re-sent answer is cut as it arrives (the second trickled answer and one good one), and the SDK gives up to
+# silod's retry once, which gets the good answer.
+GETS_AFTER_TRICKLES = {"s3": ["trickle"] * TRICKLES + [None], "az": ["trickle"] * TRICKLES + [None, None]}
+SILOD_RETRIES_AFTER_TRICKLES = {"s3": TRICKLES, "az": 1}
+
+
+def test_an_answer_trickling_within_the_read_timeout_is_cut_at_the_reads_deadline_and_the_reader_gets_the_bytes(
+    mount_factory: MountFactory, proxied: ProxiedDataset
+) -> None:
+    data = proxied.files[FAULTY]
+    proxied.proxy.trickle(FAULTY, TRICKLES, every=TRICKLE_EVERY)
+    options = {**proxied.options, "read_timeout": str(READ_TIMEOUT), "min_read_rate": str(MIN_READ_RATE)}
+    mount = mount_factory({"job": proxied.target.uri}, *options_args(options))
+
+    deadline = READ_TIMEOUT + len(data) / MIN_READ_RATE  # of one try; the trickle would take 18 hours
+    read = BackgroundRead(mount.job_dir("job") / FAULTY).finished(
+        slowest_failure(deadline, TRICKLES + 1), "the read of the trickling object to finish"
+    )
+
+    assert read.error is None and read.data == data  # exactly the bytes: the trickled ones were never served
+    assert [g.fault for g in proxied.proxy.gets(FAULTY)] == GETS_AFTER_TRICKLES[proxied.backend]
+    polling.eventually(  # every trickling answer was cut, not left to run
+        lambda: proxied.proxy.trickles_in_progress() == 0, what="the client cutting every trickling answer"
+    )
+    object_uri = f"{proxied.target.uri}/{FAULTY}"
+    assert retries_logged(mount, object_uri) == SILOD_RETRIES_AFTER_TRICKLES[proxied.backend]
+    assert "the answer came slower than min_read_rate 65.5 kB/s" in mount.log_path.read_text()
+    assert failed_reads_logged(mount, object_uri) == 0
 
 
 # --- a server that sheds load (503) -----------------------------------------------------------------------------

@@ -16,10 +16,12 @@ from azure.core.exceptions import (
     ServiceRequestError,
     ServiceResponseError,
 )
+from azure.core.pipeline import PipelineResponse
 from azure.identity import DefaultAzureCredential
 from azure.storage.blob import BlobProperties, BlobServiceClient, LinearRetry
 
 from silodlib.backends.base import (
+    MIN_READ_RATE_OPTION,
     READ_TIMEOUT_OPTION,
     AccessDenied,
     Backend,
@@ -32,10 +34,10 @@ from silodlib.backends.base import (
     datetime_to_ns,
     join_key,
     parse_url_option,
-    read_timeout_option,
     relative_key,
     unquote_etag,
 )
+from silodlib.backends.deadline import WATCHDOG, ReadDeadline
 from silodlib.backends.uri import DatasetURI
 
 _CREDENTIAL_OPTIONS = ("connection_string", "account_key", "sas_token")
@@ -44,7 +46,8 @@ _CREDENTIAL_OPTIONS = ("connection_string", "account_key", "sas_token")
 class AzureBackend(Backend):
     """`az://account/container/prefix`. Options: `account_url` (default
     `https://{account}.blob.core.windows.net`; Azurite's is `http://host:port/{account}`), `read_timeout`
-    (seconds to wait for the next bytes of an answer; default 30) and at most one of `connection_string`
+    (seconds to wait for the next bytes of an answer; default 30), `min_read_rate` (a read's deadline,
+    `deadline`; default 64KiB/s) and at most one of `connection_string`
     (which also gives the endpoint), `account_key`, `sas_token`; with none of them, `DefaultAzureCredential`
     (environment, managed identity, Azure CLI, ...).
 
@@ -53,13 +56,16 @@ class AzureBackend(Backend):
     """
 
     scheme: ClassVar[str] = "az"
-    option_names: ClassVar[frozenset[str]] = frozenset({"account_url", READ_TIMEOUT_OPTION, *_CREDENTIAL_OPTIONS})
+    option_names: ClassVar[frozenset[str]] = frozenset(
+        {"account_url", READ_TIMEOUT_OPTION, MIN_READ_RATE_OPTION, *_CREDENTIAL_OPTIONS}
+    )
     secret_options: ClassVar[frozenset[str]] = frozenset(_CREDENTIAL_OPTIONS)
     list_page_size: ClassVar[int] = 5000
     """Blobs per List Blobs request; 5000 is the service maximum."""
 
     def __init__(self, uri: DatasetURI, options: Mapping[str, str]) -> None:
         super().__init__(uri, options)
+        self._deadline = ReadDeadline.from_options(uri, options)
         self._credential: DefaultAzureCredential | None = None
         self._service = self._make_service_client(options)
         self._container = self._service.get_container_client(uri.location[1])
@@ -94,7 +100,8 @@ class AzureBackend(Backend):
         options: dict[str, Any] = {"retry_total": 0}
         if version is not None:  # (an `etag` without `match_condition` would reach the HTTP layer and fail)
             options |= {"etag": f'"{version}"', "match_condition": MatchConditions.IfNotModified}
-        with self._translated_errors(self.object_uri(key)):
+        object_uri = self.object_uri(key)
+        with self._translated_errors(object_uri), self._deadline.of_read(object_uri, length):
             try:
                 data: bytes = self._container.download_blob(blob, offset, length, **options).readall()
                 return data
@@ -102,7 +109,7 @@ class AzureBackend(Backend):
                 if exc.status_code == 416:  # the range starts at or after the end of the blob
                     return b""
                 if exc.status_code == 412 and version is not None:
-                    raise changed_object(self.object_uri(key), version) from None
+                    raise changed_object(object_uri, version) from None
                 raise
 
     def close(self) -> None:
@@ -145,7 +152,8 @@ class AzureBackend(Backend):
         settings: dict[str, Any] = {
             "retry_policy": LinearRetry(backoff=1, retry_total=1, random_jitter_range=1),
             "connection_timeout": 3,
-            "read_timeout": read_timeout_option(uri, options),
+            "read_timeout": self._deadline.read_timeout,
+            "raw_response_hook": _watch_answer,
         }
         if "connection_string" in options:
             if "account_url" in options:
@@ -175,6 +183,15 @@ class AzureBackend(Backend):
                 "plain http needs 'account_key', 'sas_token' or 'connection_string'"
             )
         return BlobServiceClient(account_url, credential=credential, **settings)
+
+
+def _watch_answer(response: PipelineResponse[Any, Any]) -> None:
+    """Put every answer under the deadline of the read that asked for it (`deadline`), before its body is read
+    (the SDK's `raw_response_hook`, called for every try, its downloader's own re-sends included): the
+    downloader reads a blob's body in the thread that sent the request."""
+    answer = getattr(response.http_response.internal_response, "raw", None)  # requests' urllib3 response
+    if answer is not None:
+        WATCHDOG.watch(answer)
 
 
 def _object_info(key: str, blob: BlobProperties, is_dir: bool) -> ObjectInfo:

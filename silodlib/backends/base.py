@@ -20,6 +20,7 @@ from typing import ClassVar
 from urllib.parse import urlsplit
 
 from silodlib.backends.uri import DatasetURI
+from silodlib.units import UnitError, parse_rate
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,13 @@ DEFAULT_READ_TIMEOUT = 30.0
 """Seconds a remote backend waits for the next bytes of an answer (headers or body) before the try fails as
 transient; each retry waits as long again."""
 _MAX_READ_TIMEOUT = 3600.0
+
+MIN_READ_RATE_OPTION = "min_read_rate"
+DEFAULT_MIN_READ_RATE = 64 * 1024
+"""Bytes/s: a try of a read of n bytes from a remote backend may take `read_timeout + n / min_read_rate` seconds in
+all (`deadline`), so a 4 MiB item gets 94 s by default. Far below what a storage service sends on one connection:
+only an answer that trickles, or a node link under 1 MiB/s shared by a dataset's 16 fetches, trips it; 0 turns
+the deadline off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +279,20 @@ def read_timeout_option(uri: DatasetURI, options: Mapping[str, str]) -> float:
     if value is None:
         return DEFAULT_READ_TIMEOUT
     return parse_seconds_option(uri, READ_TIMEOUT_OPTION, value, _MAX_READ_TIMEOUT)
+
+
+def min_read_rate_option(uri: DatasetURI, options: Mapping[str, str]) -> int:
+    """The `min_read_rate` option in bytes/s (`DEFAULT_MIN_READ_RATE` when not given; 0: no deadline), validated."""
+    value = options.get(MIN_READ_RATE_OPTION)
+    if value is None:
+        return DEFAULT_MIN_READ_RATE
+    try:
+        return parse_rate(value)
+    except UnitError as exc:
+        why = str(exc) if len(value) <= 40 else f"got {value[:40] + '...'!r}"
+        raise InvalidBackendOption(
+            f"{uri}: option {MIN_READ_RATE_OPTION!r} must be a rate such as 64KiB/s, or 0 for no deadline: {why}"
+        ) from None
 
 
 def parse_url_option(uri: DatasetURI, name: str, value: str) -> str:

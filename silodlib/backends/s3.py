@@ -35,6 +35,7 @@ from botocore.httpsession import URLLib3Session
 from botocore.utils import get_environ_proxies
 
 from silodlib.backends.base import (
+    MIN_READ_RATE_OPTION,
     READ_TIMEOUT_OPTION,
     AccessDenied,
     Backend,
@@ -48,10 +49,10 @@ from silodlib.backends.base import (
     join_key,
     parse_bool_option,
     parse_url_option,
-    read_timeout_option,
     relative_key,
     unquote_etag,
 )
+from silodlib.backends.deadline import WATCHDOG, ReadDeadline
 from silodlib.backends.uri import DatasetURI
 
 if TYPE_CHECKING:
@@ -77,8 +78,9 @@ _THROTTLED = frozenset({"SlowDown", "Throttling", "ThrottlingException", "Reques
 class S3Backend(Backend):
     """`s3://bucket/prefix`. Options: `endpoint_url` (non-AWS servers), `region`, `path_style`
     ("true" for servers without virtual-host buckets), `read_timeout` (seconds to wait for the next bytes of
-    an answer; default 30), and either `access_key_id` + `secret_access_key` (+ `session_token`) or a
-    `profile`; with neither, boto3's standard credential chain applies.
+    an answer; default 30), `min_read_rate` (a read's deadline, `deadline`; default 64KiB/s), and either
+    `access_key_id` + `secret_access_key` (+ `session_token`) or a `profile`; with neither, boto3's standard
+    credential chain applies.
 
     A key ending in '/' (the S3 console's folder marker) is listed as an explicit folder.
     """
@@ -90,6 +92,7 @@ class S3Backend(Backend):
             "region",
             "path_style",
             READ_TIMEOUT_OPTION,
+            MIN_READ_RATE_OPTION,
             "access_key_id",
             "secret_access_key",
             "session_token",
@@ -101,9 +104,9 @@ class S3Backend(Backend):
     def __init__(self, uri: DatasetURI, options: Mapping[str, str]) -> None:
         super().__init__(uri, options)
         self._bucket = uri.location[0]
-        read_timeout = read_timeout_option(uri, options)
-        session, self._client = _make_client(uri, options, read_timeout)
-        self._ranged_get = _RangedGet(session, self._client, self._bucket, read_timeout)
+        self._deadline = ReadDeadline.from_options(uri, options)
+        session, self._client = _make_client(uri, options, self._deadline.read_timeout)
+        self._ranged_get = _RangedGet(session, self._client, self._bucket, self._deadline.read_timeout)
 
     def list(self) -> Iterator[ObjectInfo]:
         prefix = self.uri.prefix
@@ -128,12 +131,13 @@ class S3Backend(Backend):
         """See `Backend.read`; the version is the ETag, checked by the server (If-Match)."""
         if not self._wants_bytes(key, offset, length):
             return b""
-        with self._translated_errors(self.object_uri(key)):
+        object_uri = self.object_uri(key)
+        with self._translated_errors(object_uri), self._deadline.of_read(object_uri, length):
             try:
                 return self._ranged_get(join_key(self.uri.prefix, key), offset, offset + length - 1, version)
             except _ErrorResponse as exc:
                 if exc.status == 412 and version is not None:
-                    raise changed_object(self.object_uri(key), version) from None
+                    raise changed_object(object_uri, version) from None
                 raise
 
     def close(self) -> None:
@@ -216,6 +220,7 @@ class _RangedGet:
         request = AWSRequest("GET", route.base_url + quote(key, safe="/~"), headers=headers, stream_output=True)
         route.signer.add_auth(request)
         response = route.http.send(request.prepare())
+        WATCHDOG.watch(response.raw)  # a body that trickles is cut at the read's deadline
         body: bytes = response.raw.read()
         if response.status_code in (200, 206):
             return body

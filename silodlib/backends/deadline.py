@@ -1,0 +1,168 @@
+"""A deadline for each try of a backend read, kept by cutting the connection of an answer that comes too slowly.
+
+A backend's `read_timeout` bounds the wait for each next byte of an answer, so a server (or a middlebox) that
+trickles, a byte every few seconds, never trips it: a 4 MiB read could take weeks, holding one of the
+dataset's fetch slots, and a few such reads hang every read of the dataset. So a try of a read of n bytes gets
+`read_timeout + n / min_read_rate` seconds in all: the idea of the AWS CRT's minimum-throughput monitor, kept
+as one deadline per try. Past it, the `Watchdog` shuts down the socket of every answer the try received; the
+blocked read wakes with its connection lost, and the try fails as transient (`BackendUnavailable`), to be
+retried on another connection.
+
+The sockets are found through the answers' `fileno()` (a urllib3 response, under both botocore's and the Azure
+SDK's transports), registered by the thread that made the request (`Watchdog.watch`), which is the thread
+that reads the answer. A cut is made only while the try is still running. In the instant between a body read
+to its end, which hands the connection back to its pool, and the end of the try, another thread could take
+that connection; a cut then costs that thread's try a transient failure and a retry, never a wrong byte.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from silodlib.backends.base import BackendUnavailable, min_read_rate_option, read_timeout_option
+from silodlib.backends.uri import DatasetURI
+from silodlib.units import format_rate
+
+
+class Answer(Protocol):
+    """An HTTP answer being read: the socket under it is what a cut shuts down."""
+
+    def fileno(self) -> int: ...
+
+
+@dataclass(eq=False, slots=True)
+class _Try:
+    """One try under a deadline: the answers it received, whether it still runs, whether its deadline passed."""
+
+    at: float  # time.monotonic()
+    answers: list[Answer] = field(default_factory=list)
+    running: bool = True
+    expired: bool = False
+
+
+class Watchdog:
+    """One thread that cuts the answers of tries whose deadline has passed. Thread-safe; one per process."""
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)  # the thread does not survive a fork; start another
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._due: list[tuple[float, int, _Try]] = []  # a heap; an entry outlives its try, and is then skipped
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._current = threading.local()
+
+    @contextlib.contextmanager
+    def deadline(self, seconds: float) -> Iterator[_Try]:
+        """Run the block as one try of at most `seconds`: answers `watch`ed in it are cut once they pass. The
+        yielded try's `expired` says whether the deadline passed (and its answers were cut)."""
+        attempt = _Try(time.monotonic() + seconds)
+        with self._lock:
+            heapq.heappush(self._due, (attempt.at, next(self._order), attempt))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="silod-read-deadlines", daemon=True)
+                self._thread.start()
+            elif self._due[0][2] is attempt:
+                self._wake.notify()
+        outer = getattr(self._current, "attempt", None)
+        self._current.attempt = attempt
+        try:
+            yield attempt
+        finally:
+            self._current.attempt = outer
+            with self._lock:
+                attempt.running = False
+                attempt.answers.clear()
+
+    def watch(self, answer: Answer) -> None:
+        """Put `answer` under the calling thread's current deadline, if it has one; cut it at once if that
+        deadline has passed (an SDK's own retry within a try that has no time left)."""
+        attempt: _Try | None = getattr(self._current, "attempt", None)
+        if attempt is None:
+            return
+        with self._lock:
+            if attempt.expired:
+                _cut(answer)
+            elif attempt.running:
+                attempt.answers.append(answer)
+
+    def _run(self) -> None:
+        with self._lock:
+            while True:
+                if not self._due:
+                    self._wake.wait()
+                    continue
+                wait = self._due[0][0] - time.monotonic()
+                if wait > 0:
+                    self._wake.wait(wait)
+                    continue
+                attempt = heapq.heappop(self._due)[2]
+                if attempt.running:
+                    attempt.expired = True
+                    for answer in attempt.answers:
+                        _cut(answer)
+                    attempt.answers.clear()
+
+
+def _cut(answer: Answer) -> None:
+    """Shut down the socket under `answer` both ways, which wakes a read blocked on it (with an end of file or an
+    error). Through a duplicate of its descriptor, so the answer's own socket object stays as it is."""
+    try:
+        duplicate = os.dup(answer.fileno())
+    except (OSError, ValueError):  # already closed: its try is over
+        return
+    try:
+        sock = socket.socket(fileno=duplicate)
+    except OSError:  # not a socket after all
+        os.close(duplicate)
+        return
+    with sock, contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+WATCHDOG = Watchdog()
+
+
+@dataclass(frozen=True, slots=True)
+class ReadDeadline:
+    """The deadline of each try of a backend's reads: `read_timeout + length / min_read_rate` seconds; none when
+    `min_read_rate` is 0."""
+
+    read_timeout: float
+    min_read_rate: int  # bytes/s
+
+    @classmethod
+    def from_options(cls, uri: DatasetURI, options: Mapping[str, str]) -> ReadDeadline:
+        """The deadline a backend's `read_timeout` and `min_read_rate` options give (validated)."""
+        return cls(read_timeout_option(uri, options), min_read_rate_option(uri, options))
+
+    @contextlib.contextmanager
+    def of_read(self, what: str, length: int) -> Iterator[None]:
+        """Run the block as one try of reading `length` bytes of `what` (a URI); raise `BackendUnavailable`
+        naming the rate if the deadline passed and cut it short."""
+        if not self.min_read_rate:
+            yield
+            return
+        seconds = self.read_timeout + length / self.min_read_rate
+        with WATCHDOG.deadline(seconds) as attempt:
+            try:
+                yield
+            except Exception:
+                if attempt.expired:
+                    raise BackendUnavailable(
+                        f"{what}: the answer came slower than min_read_rate {format_rate(self.min_read_rate)}: "
+                        f"cut after {seconds:.3g} s"
+                    ) from None
+                raise

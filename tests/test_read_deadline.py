@@ -1,0 +1,146 @@
+"""The deadline of a backend read's try (silodlib/backends/deadline.py), on real sockets: a read blocked on an
+answer is woken when its try's deadline passes, an answer of a try that ended in time is never touched, and the
+`min_read_rate` option is validated by name. The mount-level behaviour against real servers is in
+test_backend_faults.py."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from silodlib.backends import BackendUnavailable, InvalidBackendOption, open_backend
+from silodlib.backends.deadline import WATCHDOG, ReadDeadline
+
+AZURE_KEY = "c2lsb2Qta2V5"  # any base64: no request is made
+NEVER = 10.0  # seconds a test waits for what must not happen before it fails instead of hanging
+
+
+@pytest.fixture
+def connection() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """(the reader's end, the silent server's end) of a real connected socket pair."""
+    reader, server = socket.socketpair()
+    reader.settimeout(NEVER)
+    with reader, server:
+        yield reader, server
+
+
+def test_a_read_blocked_on_an_answer_wakes_when_its_try_passes_its_deadline(
+    connection: tuple[socket.socket, socket.socket],
+) -> None:
+    reader, _ = connection
+    started = time.monotonic()
+    with WATCHDOG.deadline(0.3) as attempt:
+        WATCHDOG.watch(reader)
+        assert reader.recv(16) == b""  # the server sent nothing: the cut, not the data, ended the wait
+    assert attempt.expired
+    assert time.monotonic() - started < NEVER
+
+
+def test_an_answer_received_after_its_tries_deadline_passed_is_cut_at_once(
+    connection: tuple[socket.socket, socket.socket],
+) -> None:
+    reader, server = connection
+    with WATCHDOG.deadline(0.05) as attempt:
+        while not attempt.expired:  # an SDK's own re-send within a try that has no time left
+            time.sleep(0.01)
+        server.sendall(b"late")
+        WATCHDOG.watch(reader)
+        assert reader.recv(16) in (b"", b"late")  # what had arrived may still be read; then the end
+        assert reader.recv(16) == b""
+
+
+def test_an_answer_of_a_try_that_ended_in_time_is_never_cut(connection: tuple[socket.socket, socket.socket]) -> None:
+    reader, server = connection
+    with WATCHDOG.deadline(0.1) as attempt:
+        WATCHDOG.watch(reader)
+    time.sleep(0.3)  # well past the deadline the try no longer needs
+    server.sendall(b"next request's answer")  # the connection, back in its pool, serves another try
+    assert reader.recv(64) == b"next request's answer"
+    assert not attempt.expired
+
+
+def test_an_answer_outside_any_try_is_not_watched(connection: tuple[socket.socket, socket.socket]) -> None:
+    reader, server = connection
+    WATCHDOG.watch(reader)  # no try runs in this thread
+    time.sleep(0.2)
+    server.sendall(b"x")
+    assert reader.recv(1) == b"x"
+
+
+def test_tries_in_other_threads_keep_their_own_deadlines(connection: tuple[socket.socket, socket.socket]) -> None:
+    reader, server = connection
+    woken: list[bytes] = []
+
+    def short_try() -> None:
+        other, peer = socket.socketpair()
+        other.settimeout(NEVER)
+        with other, peer, WATCHDOG.deadline(0.1):
+            WATCHDOG.watch(other)
+            woken.append(other.recv(1))
+
+    with WATCHDOG.deadline(NEVER):
+        WATCHDOG.watch(reader)
+        thread = threading.Thread(target=short_try)
+        thread.start()
+        thread.join(NEVER)
+        server.sendall(b"y")
+        assert reader.recv(1) == b"y"  # the other thread's cut did not touch this try's answer
+    assert woken == [b""]
+
+
+def test_a_try_cut_at_its_deadline_fails_as_transient_naming_the_rate_and_a_failure_in_time_passes_unchanged(
+    connection: tuple[socket.socket, socket.socket],
+) -> None:
+    reader, _ = connection
+    deadline = ReadDeadline(read_timeout=0.2, min_read_rate=1000)
+    with pytest.raises(BackendUnavailable) as cut, deadline.of_read("s3://b/p/k", 100):  # 0.2 + 0.1 s
+        WATCHDOG.watch(reader)
+        if not reader.recv(16):
+            raise ConnectionError("connection lost")
+    assert str(cut.value) == "s3://b/p/k: the answer came slower than min_read_rate 1.0 kB/s: cut after 0.3 s"
+
+    with pytest.raises(ConnectionError), deadline.of_read("s3://b/p/k", 100):
+        raise ConnectionError("refused")
+
+
+def test_min_read_rate_0_sets_no_deadline(connection: tuple[socket.socket, socket.socket]) -> None:
+    reader, server = connection
+    with ReadDeadline(read_timeout=0.05, min_read_rate=0).of_read("s3://b/p/k", 1):
+        WATCHDOG.watch(reader)
+        time.sleep(0.3)
+        server.sendall(b"z")
+        assert reader.recv(1) == b"z"
+
+
+def _options(uri: str, **options: str) -> dict[str, str]:
+    return options | ({"account_key": AZURE_KEY} if uri.startswith("az") else {})
+
+
+@pytest.mark.parametrize("uri", ["s3://bucket/data", "az://account/container/data"])
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("fast", "not a number with a unit"),
+        ("64KB", "has no time unit: did you mean 64KB/s?"),
+        ("-1KB/s", "is negative"),
+        ("1.5", "not a whole number"),
+        ("64kb/s", "unknown unit"),
+        ("9" * 100, f"got {'9' * 40 + '...'!r}"),
+    ],
+)
+def test_a_min_read_rate_that_is_not_a_rate_is_refused_naming_the_option(uri: str, value: str, why: str) -> None:
+    with pytest.raises(InvalidBackendOption) as raised:
+        open_backend(uri, _options(uri, min_read_rate=value))
+    message = str(raised.value)
+    assert message.startswith(f"{uri}: option 'min_read_rate' must be a rate such as 64KiB/s, or 0 for no deadline")
+    assert why in message
+
+
+@pytest.mark.parametrize("uri", ["s3://bucket/data", "az://account/container/data"])
+@pytest.mark.parametrize("value", ["0", "1MiB/s", "100Mbps", "4096"])
+def test_a_min_read_rate_is_accepted_by_both_remote_backends(uri: str, value: str) -> None:
+    open_backend(uri, _options(uri, min_read_rate=value)).close()
