@@ -18,8 +18,7 @@ that connection; a cut then costs that thread's try a transient failure and a re
 from __future__ import annotations
 
 import contextlib
-import heapq
-import itertools
+import math
 import os
 import socket
 import threading
@@ -50,7 +49,10 @@ class _Try:
 
 
 class Watchdog:
-    """One thread that cuts the answers of tries whose deadline has passed. Thread-safe; one per process."""
+    """One thread that cuts the answers of tries whose deadline has passed. Thread-safe; one per process.
+
+    It keeps the running tries only (a few per dataset: its fetches in flight) and sleeps until the earliest of
+    their deadlines, or without a timeout while none runs, so a try costs a set insertion and removal."""
 
     def __init__(self) -> None:
         self._reset()
@@ -59,8 +61,8 @@ class Watchdog:
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._due: list[tuple[float, int, _Try]] = []  # a heap; an entry outlives its try, and is then skipped
-        self._order = itertools.count()
+        self._running: set[_Try] = set()
+        self._sleeping_until = math.inf  # when the thread wakes next by itself
         self._thread: threading.Thread | None = None
         self._current = threading.local()
 
@@ -70,11 +72,11 @@ class Watchdog:
         yielded try's `expired` says whether the deadline passed (and its answers were cut)."""
         attempt = _Try(time.monotonic() + seconds)
         with self._lock:
-            heapq.heappush(self._due, (attempt.at, next(self._order), attempt))
+            self._running.add(attempt)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="silod-read-deadlines", daemon=True)
                 self._thread.start()
-            elif self._due[0][2] is attempt:
+            elif attempt.at < self._sleeping_until:
                 self._wake.notify()
         outer = getattr(self._current, "attempt", None)
         self._current.attempt = attempt
@@ -85,6 +87,7 @@ class Watchdog:
             with self._lock:
                 attempt.running = False
                 attempt.answers.clear()
+                self._running.discard(attempt)
 
     def watch(self, answer: Answer) -> None:
         """Put `answer` under the calling thread's current deadline, if it has one; cut it at once if that
@@ -101,19 +104,15 @@ class Watchdog:
     def _run(self) -> None:
         with self._lock:
             while True:
-                if not self._due:
-                    self._wake.wait()
-                    continue
-                wait = self._due[0][0] - time.monotonic()
-                if wait > 0:
-                    self._wake.wait(wait)
-                    continue
-                attempt = heapq.heappop(self._due)[2]
-                if attempt.running:
+                now = time.monotonic()
+                for attempt in [a for a in self._running if a.at <= now]:
                     attempt.expired = True
                     for answer in attempt.answers:
                         _cut(answer)
                     attempt.answers.clear()
+                    self._running.discard(attempt)  # an expired try's later answers are cut by `watch`
+                self._sleeping_until = min((a.at for a in self._running), default=math.inf)
+                self._wake.wait(None if self._sleeping_until == math.inf else self._sleeping_until - now)
 
 
 def _cut(answer: Answer) -> None:
