@@ -11,10 +11,13 @@ setup: system-packages $(VENV)/.installed node_modules/.installed
 
 # Debian packages: FUSE 3 for mounts and pyfuse3's build, libfaketime for the clock-jump test, nftables and ss
 # (iproute2) for the half-open connection test, Node.js for Azurite.
-# Installs only what is missing.
+# Installs only what is missing: not installed, or removed with its configuration files left (which `dpkg -s` takes
+# for present).
 system-packages:
 	@missing=""; \
-	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for p in $(APT_PACKAGES); do \
+		[ "$$(dpkg-query -W -f='$${db:Status-Status}' $$p 2>/dev/null)" = installed ] || missing="$$missing $$p"; \
+	done; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
