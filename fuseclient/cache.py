@@ -21,6 +21,9 @@ Promises (each pinned by tests/test_cache.py):
   (its disk unmounted, its tree deleted), every entry is dropped at once and nothing more is cached until a
   restart: the path may now lead to another disk (the root file system under an unmounted disk's mountpoint),
   which the quota was never meant for. One WARNING per cache says which (tests/test_cache_disk_faults.py).
+  Every admission checks first that the directory is still the one the cache opened, so a directory deleted and
+  made again, by an operator or by another daemon given the same cache dir (the lock went with the files), gets
+  no file from this cache.
 
 The on-disk layout, what a restart trusts and the fsync policy: `cache_disk`.
 """
@@ -241,6 +244,10 @@ class DatasetCache:
                 return False
             self._reserved += size
             self._busy.add(item)
+        if self._directory_gone():  # deleted or replaced (another daemon's now, maybe): write nothing there
+            self._release(item, size, write_error=False)
+            self._lose_directory("it was deleted, unmounted or replaced")
+            return False
         try:
             self._write(item, data)
         except OSError as exc:

@@ -3,8 +3,10 @@ the node agent's), until a signal or an external unmount, then a clean close."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -135,8 +137,27 @@ async def _report_statistics(mount: MountState, interval: float, stats_file: Pat
     A file left by an earlier daemon (killed, so it could not clean up) is removed first: until this daemon
     writes its own, no numbers are better than a dead process's. A file that cannot be written (a full or
     vanished disk, no file descriptor left) is warned about once and tried again every interval: statistics
-    are never worth a mount its readers depend on."""
-    stats_file.unlink(missing_ok=True)
+    are never worth a mount its readers depend on.
+
+    The file is written through a descriptor of its directory, not its path: a cache dir deleted and made again
+    (by an operator, or by another daemon given the same cache dir, whose lock went with the files) or a cache
+    disk unmounted under the daemon gets nothing from it, as the cache itself writes nothing there."""
+    try:
+        directory = os.open(stats_file.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        log.warning("statistics not written to %s: cannot open its directory: %s", stats_file, exc)
+        return
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stats_file.name, dir_fd=directory)
+        await _write_statistics_every(mount, interval, directory, stats_file, node_id)
+    finally:
+        os.close(directory)
+
+
+async def _write_statistics_every(
+    mount: MountState, interval: float, directory: int, stats_file: Path, node_id: str | None
+) -> None:
     failing = False
     while True:
         await trio.sleep(interval)
@@ -168,7 +189,7 @@ async def _report_statistics(mount: MountState, interval: float, stats_file: Pat
             "datasets": caches,
         }
         try:
-            _write_atomically(stats_file, json.dumps(document, indent=1))
+            _write_atomically(directory, stats_file.name, json.dumps(document, indent=1))
         except OSError as exc:
             if not failing:
                 log.warning("statistics not written to %s (trying every %g s): %s", stats_file, interval, exc)
@@ -179,8 +200,11 @@ async def _report_statistics(mount: MountState, interval: float, stats_file: Pat
         failing = False
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Replace `path` with `text` so that a reader sees the old file or the new one, never a partial one."""
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
+def _write_atomically(directory: int, name: str, text: str) -> None:
+    """Replace the file `name` in the directory open as `directory` with `text`, so that a reader sees the old
+    file or the new one, never a partial one."""
+    temporary = f"{name}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644, dir_fd=directory)
+    with open(fd, "w") as file:
+        file.write(text)
+    os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)

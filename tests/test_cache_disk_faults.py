@@ -11,11 +11,13 @@ pages dropped, as on a node whose datasets outgrow its memory) still serves ever
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import random
 import re
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 
@@ -23,6 +25,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from datamgr.devservers import free_port
+from tests import polling
 from tests.datamgr_fixtures import SILOD
 from tests.disks import Ext4Factory, TmpfsFactory
 from tests.mount_fixtures import MountFactory, MountProcess
@@ -137,9 +140,9 @@ def test_a_cache_disk_unmounted_under_a_running_mount_serves_every_read_from_the
     assert now["silod_cache_dropped_items_total"] == 3 * len(before)
     total = FILE_SIZE * FILES
     assert now["silod_backend_bytes_total"] == FILE_SIZE * len(before) + 2 * total  # every read after the loss
-    # Nothing is written where the disk was (the root file system, under an unmounted disk's mountpoint)
-    # except the statistics file when the cache dir itself was the mountpoint.
-    assert set(os.listdir(disk)) <= {"stats.json", "stats.tmp"}
+    # Nothing is written where the disk was (the root file system, under an unmounted disk's mountpoint), the
+    # statistics file included: it is written through the cache dir's descriptor, which still leads to the disk.
+    assert os.listdir(disk) == []
     assert_one_cache_warning_naming(mount, cache_dir)
     unmount_cleanly(mount)
 
@@ -183,6 +186,45 @@ def test_cache_files_deleted_under_a_running_mount_are_read_from_the_backend_and
         assert now["silod_backend_bytes_total"] == FILE_SIZE * len(before) + total
     assert_one_cache_warning_naming(mount, mount.cache_dir.resolve())
     unmount_cleanly(mount)
+
+
+@pytest.mark.expected_warnings
+def test_a_cache_dir_deleted_and_taken_by_a_second_mount_gets_no_file_from_the_first(
+    mount_factory: MountFactory, dataset: Dataset
+) -> None:
+    """`rm -rf` of a running mount's cache dir takes its lock with it, so a second mount given the same cache dir
+    takes it. The first must not write into the second's cache (its admissions would be counted by neither) nor
+    over the second's statistics file: it caches nothing more, and the cache dir holds exactly what the second
+    one counts."""
+    uri, files = dataset
+    first, first_port = start_mount(mount_factory, uri)
+    cache_dir = first.cache_dir
+    before, after = cached_and_fresh(files)
+    read_all(first, files, before)
+    subprocess.run(["rm", "-rf", str(cache_dir)], check=True)
+
+    second_port = free_port()
+    second = mount_factory(
+        {"job1": uri}, "--chunk-size", str(CHUNK), "--cache-size", f"{uri}=100MB", "--metrics-port",
+        str(second_port), "--cache-dir", str(cache_dir), name="second",
+    )  # fmt: skip
+    read_all(second, files, before)
+    read_all(first, files, after)  # never cached by the first: fetched, and offered to its cache
+    read_all(first, files, before)  # its cached entries are gone: found so, dropped, fetched again
+
+    first_numbers, second_numbers = numbers(first_port), numbers(second_port)
+    assert (first_numbers["silod_cache_items"], first_numbers["silod_cache_bytes"]) == (0, 0)
+    on_disk = item_files(cache_dir)
+    assert len(on_disk) == second_numbers["silod_cache_items"] == 3 * len(before)
+    assert sum(on_disk.values()) == second_numbers["silod_cache_bytes"]
+    polling.eventually((cache_dir / "stats.json").exists, what="the second mount's first statistics")
+    for _ in range(5):  # over several of both daemons' statistics intervals: always the second's file
+        written = json.loads((cache_dir / "stats.json").read_text())
+        assert [d["cached_items"] for d in written["datasets"].values()] == [3 * len(before)]
+        time.sleep(0.2)
+    assert_one_cache_warning_naming(first, cache_dir.resolve())
+    unmount_cleanly(first)
+    unmount_cleanly(second)
 
 
 def _locate(entry: bytes, files: dict[str, bytes]) -> tuple[str, int]:
