@@ -367,10 +367,16 @@ class NodeAgent:
         return log_ids(job_id=job_id, dataset_uri=dataset_uri, node_id=self._config.node_id)
 
     def _why(self, exc: grpc.RpcError) -> str:
-        """A failed call's status, or what to do about it when it failed for a TLS or token reason."""
+        """A failed call's status, with the reason the data manager gave when it answered one (its state disk
+        full, say); or what to do about it when it failed for a TLS or token reason."""
         code: grpc.StatusCode = exc.code()
         refusal = explain_refusal(exc, self._config.datamgr, self._config.security, connected_before=self._reached)
-        return refusal or code.name
+        if refusal:
+            return refusal
+        details = exc.details()
+        if not details or code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return code.name  # not reached, or no answer in time: gRPC's own text says no more
+        return f"{code.name}: {details}"
 
     def _fetch_manifests(self, event: pb.WatchEvent) -> None:
         datasets = list(event.snapshot.datasets) + [c.dataset_set for c in event.changes if c.HasField("dataset_set")]

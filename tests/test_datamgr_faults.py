@@ -174,6 +174,34 @@ def test_a_full_state_disk_refuses_allocations_cleanly_keeps_serving_and_recover
     assert "Traceback" not in datamgr.log_path.read_text()
 
 
+@pytest.mark.expected_warnings  # the agent's "waiting for the data manager"
+def test_a_node_agent_registering_while_the_state_disk_is_full_says_why_it_waits_and_registers_once_freed(
+    datamgr_on_state_disk: DataManagerProcess, state_disk: Path, tmp_path: Path
+) -> None:
+    """A refusal that waiting may cure (the data manager's state disk full) keeps the agent waiting, serving its
+    mount, and its log gives the data manager's reason, not the bare status code."""
+    datamgr = datamgr_on_state_disk.start()
+    filler = fill(state_disk)
+    node = MountProcess.node(tmp_path / "n1", datamgr.address, "n1", "--cache-capacity", "1GiB")
+    try:
+        node.start()
+        waiting = eventually(
+            lambda: [line for line in node.log_path.read_text().splitlines() if "waiting for the data manager" in line],
+            what="the agent waiting",
+        )
+        assert "(RESOURCE_EXHAUSTED: the data manager's state disk is full" in waiting[0], waiting[0]
+        filler.unlink()
+        with DataManagerClient(datamgr.address, timeout=10) as client:
+            eventually(
+                lambda: client.call(client.stub.GetNode, pb.GetNodeRequest(node_id="n1")),
+                timeout=30.0,  # the agent's backoff reaches 10 s between tries
+                what="the node registered once space was freed",
+            )
+        assert "Traceback" not in node.log_path.read_text()
+    finally:
+        node.stop()
+
+
 # --- the state disk fails and turns read-only --------------------------------------------------------------
 
 UNWRITABLE = "cannot write its state disk"
