@@ -396,6 +396,17 @@ def test_an_empty_path_in_a_config_file_is_refused_by_key(tmp_path: Path, capsys
     assert list(tmp_path.iterdir()) == [settings]
 
 
+def test_a_state_dir_whose_database_is_damaged_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "silod.db").write_bytes(b"not a database\n" * 100)
+    assert main(["datamgr", "serve", "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path)], environ={}) == 2
+    err = capsys.readouterr().err
+    assert f"cannot use state dir {tmp_path}: {tmp_path / 'silod.db'} is damaged or not a silod database" in err
+    assert "Traceback" not in err
+    assert (tmp_path / "silod.db").read_bytes() == b"not a database\n" * 100
+
+
 @pytest.mark.parametrize("where", ["/proc/silod-test", "a-file"], ids=["under-proc", "a-file-in-the-way"])
 def test_a_state_or_cache_dir_that_cannot_be_made_exits_2_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str

@@ -292,6 +292,46 @@ def test_a_state_dir_from_a_newer_silod_is_refused(tmp_path: Path) -> None:
         SQLiteStore(tmp_path)
 
 
+def _damage_tables(path: Path) -> None:
+    """Overwrite the last pages of a closed database with random bytes: its header and schema still read, its
+    tables do not."""
+    data = bytearray(path.read_bytes())
+    tail = len(data) - 3 * 4096
+    data[tail:] = random.Random(5).randbytes(len(data) - tail)
+    path.write_bytes(data)
+
+
+@pytest.mark.parametrize("damage", ["not a database", "cut short", "tables overwritten"])
+def test_a_damaged_state_database_is_refused_naming_it_and_left_as_it_was(tmp_path: Path, damage: str) -> None:
+    """A state dir restored from a broken backup, a disk that lost pages: the data manager must not start on it
+    (exit 2 through StateDirError) nor touch it, and the state dir is free for the operator to repair."""
+    store = SQLiteStore(tmp_path)
+    store.commit([Commit(1, Change(nodes_put=tuple(Node(f"n{i:04d}", "h1:7421", 10_000) for i in range(2000))))])
+    store.close()
+    path = tmp_path / "silod.db"
+    if damage == "not a database":
+        path.write_bytes(b"garbage\n" * 1000)
+    elif damage == "cut short":
+        path.write_bytes(path.read_bytes()[:5000])
+    else:
+        _damage_tables(path)
+    before = path.read_bytes()
+
+    with pytest.raises(StateDirError) as refused:
+        opened = SQLiteStore(tmp_path)  # refused here when the schema cannot be read, else by the first load
+        try:
+            opened.load()
+        finally:
+            opened.close()
+    assert str(refused.value).startswith(f"cannot use state dir {tmp_path}: {path} is damaged or not a silod database")
+    assert "nothing was changed: restore the state dir from a backup" in str(refused.value)
+    assert path.read_bytes() == before
+    path.rename(tmp_path / "silod.db.damaged")  # moved aside: the state dir opens empty, its lock given back
+    fresh = SQLiteStore(tmp_path)
+    assert fresh.load().revision == 0
+    fresh.close()
+
+
 def test_state_files_are_private_to_their_owner(tmp_path: Path) -> None:
     SQLiteStore(tmp_path / "state").close()
     assert (tmp_path / "state").stat().st_mode & 0o077 == 0

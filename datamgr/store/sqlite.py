@@ -7,12 +7,13 @@ and readable only by its owner, because dataset options may hold storage credent
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import sqlite3
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -111,11 +112,17 @@ class SQLiteStore:
         # One connection writes (from the committing thread), one reads (from the event loop): with WAL the
         # reader sees only committed transactions, never a batch that is still being written.
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        os.chmod(path, 0o600)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)  # creates what a fresh state dir lacks; alters nothing that exists
-        self._upgrade_schema(path)
+        try:
+            with _refusing_damage(path):
+                os.chmod(path, 0o600)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.executescript(_SCHEMA)  # creates what a fresh state dir lacks; alters nothing that exists
+                self._upgrade_schema(path)
+        except BaseException:
+            self._db.close()
+            os.close(self._lock_fd)
+            raise
         self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._retained = retained_revisions
         self._next_prune = _PRUNE_EVERY
@@ -149,6 +156,10 @@ class SQLiteStore:
         return default if row is None else row[0]
 
     def load(self) -> StoredState:
+        with _refusing_damage(self._path):  # the first read of every table: damage the schema steps missed
+            return self._load()
+
+    def _load(self) -> StoredState:
         datasets = tuple(
             Dataset(uri, json.loads(options), *numbers)
             for uri, options, *numbers in self._db.execute("SELECT * FROM datasets ORDER BY uri")
@@ -250,6 +261,21 @@ def _write_change(db: sqlite3.Connection, change: Change) -> None:
     for sql, rows in statements:
         if rows:
             db.executemany(sql, rows)
+
+
+@contextlib.contextmanager
+def _refusing_damage(path: Path) -> Iterator[None]:
+    """Turn SQLite's "database disk image is malformed" or "file is not a database" about `path` into a
+    StateDirError that says what to do; SQLite has written nothing to such a file."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if _result_code(exc) not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+            raise
+        raise StateDirError(
+            f"cannot use state dir {path.parent}: {path} is damaged or not a silod database ({exc}); nothing was "
+            "changed: restore the state dir from a backup, or move it aside to start with an empty one"
+        ) from None
 
 
 def _why_unwritable(directory: Path, exc: BaseException) -> str:
