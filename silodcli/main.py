@@ -135,6 +135,14 @@ def build_parser() -> ConfigurableParser:
         "see docs/scheduler.md); repeat for more. Command line only",
     )
     serve_p.set_defaults(run=Deferred("silodcli.serve:run_serve"), default_log_level="INFO")
+    backup_p = datamgr.add_parser(
+        "backup",
+        help="copy the state database to a new file, consistently, while the data manager runs or not",
+    )
+    with config.settings(backup_p, "datamgr"):
+        backup_p.add_argument("--state-dir", type=path_arg, required=True, metavar="DIR", help="the state dir to copy")
+    backup_p.add_argument("out", type=path_arg, metavar="FILE", help="the copy: a new file, never replaced")
+    backup_p.set_defaults(run=Deferred("silodcli.serve:run_backup"))
 
     alloc = sub.add_parser("alloc", help="set allocations (the paper's two calls)").add_subparsers(
         dest="action", required=True

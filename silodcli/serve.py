@@ -1,4 +1,5 @@
-"""`silod datamgr serve`: the data manager, until SIGTERM or SIGINT."""
+"""`silod datamgr serve`: the data manager, until SIGTERM or SIGINT; `silod datamgr backup`: a copy of its
+state."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import sys
 
 from datamgr.server import ServeError, ServerConfig, serve
-from datamgr.store.sqlite import StateDirError
+from datamgr.store.sqlite import StateDirError, back_up
 from silodcli.exits import EXIT_USAGE
 from silodlib.credentials import SecurityConfigError
 
@@ -33,4 +34,17 @@ def run_serve(args: argparse.Namespace) -> int:
     except (ServeError, StateDirError, SecurityConfigError) as exc:
         print(f"silod: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    return 0
+
+
+def run_backup(args: argparse.Namespace) -> int:
+    try:
+        revision = back_up(args.state_dir, args.out)
+    except StateDirError as exc:
+        print(f"silod: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"silod: cannot write the backup {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"backed up state dir {args.state_dir} at revision {revision} to {args.out}")
     return 0

@@ -407,6 +407,21 @@ def test_a_state_dir_whose_database_is_damaged_exits_2_naming_it(
     assert (tmp_path / "silod.db").read_bytes() == b"not a database\n" * 100
 
 
+@pytest.mark.parametrize("state", ["no database", "a damaged database"])
+def test_a_backup_of_a_state_dir_without_a_readable_database_exits_2_and_leaves_no_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], state: str
+) -> None:
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    if state == "a damaged database":
+        (state_dir / "silod.db").write_bytes(b"not a database\n" * 100)
+    out = tmp_path / "backup.db"
+    assert main(["datamgr", "backup", "--state-dir", str(state_dir), str(out)], environ={}) == 2
+    why = "it has no state database (silod.db)" if state == "no database" else "is damaged or not a silod database"
+    assert why in capsys.readouterr().err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("where", ["/proc/silod-test", "a-file"], ids=["under-proc", "a-file-in-the-way"])
 def test_a_state_or_cache_dir_that_cannot_be_made_exits_2_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str

@@ -3,13 +3,14 @@ same state and revisions, and watching nodes resume across the restart without l
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from datamgr.client import DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
-from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, watch
+from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, silod_cli, watch
 
 
 def _populate(client: DataManagerClient, tmp_path: Path) -> tuple[str, int]:
@@ -39,6 +40,36 @@ def test_sigkill_then_restart_serves_the_same_state_and_revisions(
         restored = b"".join(c.data for c in client.stub.GetManifest(pb.GetManifestRequest(dataset_uri=uri)))
         assert restored == manifest
         assert client.allocate_remote_io("j1", 1).revision == revision + 1  # numbering continues
+
+
+def test_a_backup_taken_while_the_data_manager_runs_restores_the_state_it_had_then(
+    datamgr_process: DataManagerProcess, tmp_path: Path
+) -> None:
+    """`silod datamgr backup` copies the state while the server runs and commits; a state dir made of the copy
+    serves exactly the state and revision of the moment it was taken, and the server carries on from there."""
+    backup = tmp_path / "backup.db"
+    with DataManagerClient(datamgr_process.start().address) as client:
+        _, revision = _populate(client, tmp_path)
+        at_backup = full_state(client)
+        taken = silod_cli("datamgr", "backup", "--state-dir", str(datamgr_process.state_dir), str(backup))
+        assert taken.returncode == 0, taken.stderr
+        assert (
+            taken.stdout.strip()
+            == f"backed up state dir {datamgr_process.state_dir} at revision {revision} to {backup}"
+        )
+        assert backup.stat().st_mode & 0o777 == 0o600  # dataset options may hold credentials
+        client.allocate_remote_io("j1", 9_000_000)  # changes after the backup
+        client.register_node("n3", "h3:1", 1_000_000)
+        again = silod_cli("datamgr", "backup", "--state-dir", str(datamgr_process.state_dir), str(backup))
+        assert again.returncode == 2 and f"cannot write the backup {backup}: File exists" in again.stderr
+    datamgr_process.kill()
+
+    datamgr_process.state_dir.rename(tmp_path / "state.replaced")  # the operator's restore
+    datamgr_process.state_dir.mkdir(mode=0o700)
+    shutil.copyfile(backup, datamgr_process.state_dir / "silod.db")
+    with DataManagerClient(datamgr_process.start().address) as client:
+        assert full_state(client) == at_backup
+        assert client.allocate_remote_io("j1", 7_000_000).revision == revision + 1
 
 
 def test_a_node_resumes_its_watch_across_a_restart(datamgr_process: DataManagerProcess, tmp_path: Path) -> None:

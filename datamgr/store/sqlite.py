@@ -263,6 +263,33 @@ def _write_change(db: sqlite3.Connection, change: Change) -> None:
             db.executemany(sql, rows)
 
 
+def back_up(state_dir: Path, destination: Path) -> int:
+    """Copy the state database of `state_dir` into `destination`, a new file readable by its owner only, and
+    return the revision copied. SQLite's online backup through a read-only connection: the copy is the last
+    committed state, consistent, whether a data manager runs on the state dir or not, which it neither blocks
+    nor changes (copying the files instead can catch the database and its write-ahead log at different
+    moments). Raises StateDirError for a state dir without a readable database, OSError for a destination
+    that cannot be made (FileExistsError if it exists: a backup never replaces a file)."""
+    source_path = state_dir / "silod.db"
+    if not source_path.is_file():
+        raise StateDirError(f"cannot back up state dir {state_dir}: it has no state database (silod.db)")
+    os.close(os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    try:
+        with _refusing_damage(source_path):
+            source = sqlite3.connect(f"{source_path.resolve().as_uri()}?mode=ro", uri=True)
+            copy = sqlite3.connect(destination)
+            try:
+                source.backup(copy)
+                row = copy.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()
+            finally:
+                copy.close()
+                source.close()
+    except BaseException:
+        destination.unlink(missing_ok=True)
+        raise
+    return 0 if row is None else int(row[0])
+
+
 @contextlib.contextmanager
 def _refusing_damage(path: Path) -> Iterator[None]:
     """Turn SQLite's "database disk image is malformed" or "file is not a database" about `path` into a
@@ -274,7 +301,8 @@ def _refusing_damage(path: Path) -> Iterator[None]:
             raise
         raise StateDirError(
             f"cannot use state dir {path.parent}: {path} is damaged or not a silod database ({exc}); nothing was "
-            "changed: restore the state dir from a backup, or move it aside to start with an empty one"
+            "changed: restore the state dir from a backup (silod datamgr backup), or move it aside to start with an "
+            "empty one"
         ) from None
 
 
