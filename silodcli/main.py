@@ -143,6 +143,14 @@ def build_parser() -> ConfigurableParser:
         backup_p.add_argument("--state-dir", type=path_arg, required=True, metavar="DIR", help="the state dir to copy")
     backup_p.add_argument("out", type=path_arg, metavar="FILE", help="the copy: a new file, never replaced")
     backup_p.set_defaults(run=Deferred("silodcli.serve:run_backup"))
+    restore_p = datamgr.add_parser(
+        "restore",
+        help="make a backup the state database of a stopped data manager's state dir, keeping the one it replaces",
+    )
+    with config.settings(restore_p, "datamgr"):
+        restore_p.add_argument("--state-dir", type=path_arg, required=True, metavar="DIR", help="the state dir")
+    restore_p.add_argument("backup", type=path_arg, metavar="FILE", help="a copy silod datamgr backup made")
+    restore_p.set_defaults(run=Deferred("silodcli.serve:run_restore"))
 
     alloc = sub.add_parser("alloc", help="set allocations (the paper's two calls)").add_subparsers(
         dest="action", required=True

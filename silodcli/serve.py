@@ -1,5 +1,5 @@
-"""`silod datamgr serve`: the data manager, until SIGTERM or SIGINT; `silod datamgr backup`: a copy of its
-state."""
+"""`silod datamgr serve`: the data manager, until SIGTERM or SIGINT; `silod datamgr backup` and `restore`: a
+copy of its state, and that copy made its state again."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncio
 import sys
 
 from datamgr.server import ServeError, ServerConfig, serve
-from datamgr.store.sqlite import StateDirError, back_up
+from datamgr.store.sqlite import StateDirError, back_up, restore
 from silodcli.exits import EXIT_USAGE
 from silodlib.credentials import SecurityConfigError
 
@@ -47,4 +47,18 @@ def run_backup(args: argparse.Namespace) -> int:
         print(f"silod: cannot write the backup {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     print(f"backed up state dir {args.state_dir} at revision {revision} to {args.out}")
+    return 0
+
+
+def run_restore(args: argparse.Namespace) -> int:
+    try:
+        revision, kept = restore(args.state_dir, args.backup)
+    except StateDirError as exc:
+        print(f"silod: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"silod: cannot restore into state dir {args.state_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    replaced = f"; the database it replaces is kept as {kept}" if kept else ""
+    print(f"restored state dir {args.state_dir} to revision {revision} from {args.backup}{replaced}")
     return 0

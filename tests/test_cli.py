@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from datamgr.client import DataManagerClient
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.server import ServerConfig
+from datamgr.store import SQLiteStore
 from silodcli.main import main
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.cluster_fixtures import eventually
@@ -420,6 +422,29 @@ def test_a_backup_of_a_state_dir_without_a_readable_database_exits_2_and_leaves_
     why = "it has no state database (silod.db)" if state == "no database" else "is damaged or not a silod database"
     assert why in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("backup", ["missing", "another SQLite database", "damaged"])
+def test_a_restore_from_a_file_that_is_no_silod_backup_exits_2_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], backup: str
+) -> None:
+    state_dir = tmp_path / "state"
+    SQLiteStore(state_dir).close()
+    database = (state_dir / "silod.db").read_bytes()
+    given = tmp_path / "backup.db"
+    if backup == "another SQLite database":
+        sqlite3.connect(given).execute("CREATE TABLE t (x)").connection.close()
+    elif backup == "damaged":
+        given.write_bytes(b"not a database\n" * 100)
+    assert main(["datamgr", "restore", "--state-dir", str(state_dir), str(given)], environ={}) == 2
+    why = {
+        "missing": f"cannot restore {given}: no such file",
+        "another SQLite database": f"cannot restore {given}: it is not a silod state database",
+        "damaged": f"cannot restore {given}: {given} is damaged or not a silod database",
+    }[backup]
+    assert why in capsys.readouterr().err
+    assert sorted(p.name for p in state_dir.iterdir()) == ["lock", "silod.db"]
+    assert (state_dir / "silod.db").read_bytes() == database
 
 
 @pytest.mark.parametrize("where", ["/proc/silod-test", "a-file"], ids=["under-proc", "a-file-in-the-way"])

@@ -42,11 +42,13 @@ def test_sigkill_then_restart_serves_the_same_state_and_revisions(
         assert client.allocate_remote_io("j1", 1).revision == revision + 1  # numbering continues
 
 
-def test_a_backup_taken_while_the_data_manager_runs_restores_the_state_it_had_then(
+def test_a_backup_taken_while_the_data_manager_runs_is_restored_to_the_state_it_had_then(
     datamgr_process: DataManagerProcess, tmp_path: Path
 ) -> None:
-    """`silod datamgr backup` copies the state while the server runs and commits; a state dir made of the copy
-    serves exactly the state and revision of the moment it was taken, and the server carries on from there."""
+    """`silod datamgr backup` copies the state while the server runs and commits; `silod datamgr restore`, refused
+    while the server runs, makes the copy the state dir's database again, over the database and log a killed
+    server left. The server then serves exactly the state and revision of the moment of the backup and carries on
+    from there; the replaced database is kept with its log."""
     backup = tmp_path / "backup.db"
     with DataManagerClient(datamgr_process.start().address) as client:
         _, revision = _populate(client, tmp_path)
@@ -62,14 +64,33 @@ def test_a_backup_taken_while_the_data_manager_runs_restores_the_state_it_had_th
         client.register_node("n3", "h3:1", 1_000_000)
         again = silod_cli("datamgr", "backup", "--state-dir", str(datamgr_process.state_dir), str(backup))
         assert again.returncode == 2 and f"cannot write the backup {backup}: File exists" in again.stderr
+        state_dir = str(datamgr_process.state_dir)
+        in_use = silod_cli("datamgr", "restore", "--state-dir", state_dir, str(backup))
+        assert in_use.returncode == 2 and "in use by another data manager" in in_use.stderr, in_use.stderr
+        after_backup = full_state(client)
+    datamgr_process.kill()  # its write-ahead log still holds its last changes
+    assert (datamgr_process.state_dir / "silod.db-wal").stat().st_size > 0
+
+    restored = silod_cli("datamgr", "restore", "--state-dir", state_dir, str(backup))
+    assert restored.returncode == 0, restored.stderr
+    kept = Path(restored.stdout.strip().rsplit(" ", 1)[1])
+    assert restored.stdout.startswith(f"restored state dir {state_dir} to revision {revision} from {backup}; ")
+    with DataManagerClient(datamgr_process.start().address) as client:
+        assert full_state(client) == at_backup  # not a mix of the backup and the replaced database's log
+        assert client.allocate_remote_io("j1", 7_000_000).revision == revision + 1
     datamgr_process.kill()
 
-    datamgr_process.state_dir.rename(tmp_path / "state.replaced")  # the operator's restore
-    datamgr_process.state_dir.mkdir(mode=0o700)
-    shutil.copyfile(backup, datamgr_process.state_dir / "silod.db")
-    with DataManagerClient(datamgr_process.start().address) as client:
-        assert full_state(client) == at_backup
-        assert client.allocate_remote_io("j1", 7_000_000).revision == revision + 1
+    # Nothing is lost: the replaced database, with its log, restored in turn, is the state it had.
+    replaced = tmp_path / "replaced-state"
+    replaced.mkdir()
+    for name in ("", "-wal"):
+        shutil.copyfile(f"{kept}{name}", replaced / f"silod.db{name}")
+    replaced_datamgr = DataManagerProcess(replaced, tmp_path / "replaced.log", "--remote-io-limit", "1GB/s")
+    try:
+        with DataManagerClient(replaced_datamgr.start().address) as client:
+            assert full_state(client) == after_backup
+    finally:
+        replaced_datamgr.stop()
 
 
 def test_a_node_resumes_its_watch_across_a_restart(datamgr_process: DataManagerProcess, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import json
 import os
 import sqlite3
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -275,7 +276,7 @@ def back_up(state_dir: Path, destination: Path) -> int:
         raise StateDirError(f"cannot back up state dir {state_dir}: it has no state database (silod.db)")
     os.close(os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
     try:
-        with _refusing_damage(source_path):
+        with _refusing_damage(source_path, f"cannot back up state dir {state_dir}", "nothing was written"):
             source = sqlite3.connect(f"{source_path.resolve().as_uri()}?mode=ro", uri=True)
             copy = sqlite3.connect(destination)
             try:
@@ -290,20 +291,91 @@ def back_up(state_dir: Path, destination: Path) -> int:
     return 0 if row is None else int(row[0])
 
 
+def restore(state_dir: Path, backup: Path) -> tuple[int, Path | None]:
+    """Make `backup` (from `back_up`) the state database of `state_dir`, whose data manager must be stopped, and
+    return the revision restored and where the database it replaces was kept (None if there was none).
+
+    The database it replaces is renamed with its write-ahead log, never deleted. The log matters: SQLite replays
+    a `silod.db-wal` it finds beside `silod.db` whatever database it belongs to, so a backup copied over the
+    file of a data manager that was killed (whose log still holds its last changes) would come back as a mix of
+    both. Raises StateDirError for a backup that is not a readable silod state database and for a state dir in
+    use."""
+    with _refusing_damage(backup, f"cannot restore {backup}", "nothing was changed"):
+        revision = _backup_revision(backup)
+    make_directory(state_dir, mode=0o700)
+    lock = _lock_state_dir(state_dir)
+    try:
+        current = state_dir / "silod.db"
+        kept = None
+        if current.exists():
+            kept = state_dir / f"silod.db.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+            _move_database(current, kept)
+        try:
+            source = sqlite3.connect(f"{backup.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+            copy = sqlite3.connect(current)
+            try:
+                os.chmod(current, 0o600)
+                source.backup(copy)
+            finally:
+                copy.close()
+                source.close()
+        except BaseException:  # a full disk, say: put the state dir back as it was
+            for suffix in ("-wal", "-shm", ""):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{current}{suffix}")
+            if kept is not None:
+                _move_database(kept, current)
+            raise
+    finally:
+        os.close(lock)
+    return revision, kept
+
+
+def _move_database(source: Path, target: Path) -> None:
+    """Rename a database with its write-ahead log and shared memory, the log first: a database never sits beside
+    another database's log."""
+    for suffix in ("-wal", "-shm", ""):
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(f"{source}{suffix}", f"{target}{suffix}")
+
+
+def _backup_revision(backup: Path) -> int:
+    """The revision a backup holds; StateDirError if it is not a silod state database this silod can serve."""
+    if not backup.is_file():
+        raise StateDirError(f"cannot restore {backup}: no such file")
+    source = sqlite3.connect(f"{backup.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    try:
+        meta = dict(source.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.OperationalError:  # no meta table: another SQLite database
+        meta = {}
+    finally:
+        source.close()
+    version = meta.get("schema_version")
+    if version is None:
+        raise StateDirError(f"cannot restore {backup}: it is not a silod state database")
+    if version > SCHEMA_VERSION:
+        raise StateDirError(f"cannot restore {backup}: written by a newer silod (schema {version} > {SCHEMA_VERSION})")
+    return int(meta.get("revision", 0))
+
+
+_REPAIR_STATE_DIR = (
+    "nothing was changed: restore the state dir from a backup (silod datamgr restore), or move its silod.db aside "
+    "to start with an empty one"
+)
+
+
 @contextlib.contextmanager
-def _refusing_damage(path: Path) -> Iterator[None]:
+def _refusing_damage(path: Path, refused: str | None = None, advice: str = _REPAIR_STATE_DIR) -> Iterator[None]:
     """Turn SQLite's "database disk image is malformed" or "file is not a database" about `path` into a
-    StateDirError that says what to do; SQLite has written nothing to such a file."""
+    StateDirError that says what was refused (by default: the state dir holding `path`) and what to do; SQLite
+    has written nothing to such a file."""
     try:
         yield
     except sqlite3.DatabaseError as exc:
         if _result_code(exc) not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
             raise
-        raise StateDirError(
-            f"cannot use state dir {path.parent}: {path} is damaged or not a silod database ({exc}); nothing was "
-            "changed: restore the state dir from a backup (silod datamgr backup), or move it aside to start with an "
-            "empty one"
-        ) from None
+        refused = refused or f"cannot use state dir {path.parent}"
+        raise StateDirError(f"{refused}: {path} is damaged or not a silod database ({exc}); {advice}") from None
 
 
 def _why_unwritable(directory: Path, exc: BaseException) -> str:
