@@ -8,7 +8,8 @@ import asyncio
 import sys
 
 from datamgr.server import ServeError, ServerConfig, serve
-from datamgr.store.sqlite import StateDirError, back_up, restore
+from datamgr.store.backup import back_up, restore
+from datamgr.store.sqlite import StateDirError
 from silodcli.exits import EXIT_USAGE
 from silodlib.credentials import SecurityConfigError
 

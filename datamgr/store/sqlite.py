@@ -13,7 +13,6 @@ import json
 import os
 import sqlite3
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -25,6 +24,7 @@ from datamgr.store.base import DEFAULT_RETAINED_REVISIONS, Commit, StoredState, 
 from silodlib.directories import make_directory
 
 SCHEMA_VERSION = 5
+DATABASE_NAME = "silod.db"
 _PRUNE_EVERY = 1024
 
 _SCHEMA = """
@@ -106,15 +106,15 @@ class SQLiteStore:
     def __init__(self, state_dir: Path, *, retained_revisions: int = DEFAULT_RETAINED_REVISIONS) -> None:
         try:
             make_directory(state_dir, mode=0o700)
-            self._lock_fd = _lock_state_dir(state_dir)
+            self._lock_fd = lock_state_dir(state_dir)
         except OSError as exc:  # a path under /proc, a file in the way, a read-only file system, no permission
             raise StateDirError(f"cannot use state dir {state_dir}: {exc.strerror or exc}") from None
-        path = self._path = state_dir / "silod.db"
+        path = self._path = state_dir / DATABASE_NAME
         # One connection writes (from the committing thread), one reads (from the event loop): with WAL the
         # reader sees only committed transactions, never a batch that is still being written.
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
-            with _refusing_damage(path):
+            with refusing_damage(path):
                 os.chmod(path, 0o600)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")
@@ -157,7 +157,7 @@ class SQLiteStore:
         return default if row is None else row[0]
 
     def load(self) -> StoredState:
-        with _refusing_damage(self._path):  # the first read of every table: damage the schema steps missed
+        with refusing_damage(self._path):  # the first read of every table: damage the schema steps missed
             return self._load()
 
     def _load(self) -> StoredState:
@@ -264,100 +264,6 @@ def _write_change(db: sqlite3.Connection, change: Change) -> None:
             db.executemany(sql, rows)
 
 
-def back_up(state_dir: Path, destination: Path) -> int:
-    """Copy the state database of `state_dir` into `destination`, a new file readable by its owner only, and
-    return the revision copied. SQLite's online backup through a read-only connection: the copy is the last
-    committed state, consistent, whether a data manager runs on the state dir or not, which it neither blocks
-    nor changes (copying the files instead can catch the database and its write-ahead log at different
-    moments). Raises StateDirError for a state dir without a readable database, OSError for a destination
-    that cannot be made (FileExistsError if it exists: a backup never replaces a file)."""
-    source_path = state_dir / "silod.db"
-    if not source_path.is_file():
-        raise StateDirError(f"cannot back up state dir {state_dir}: it has no state database (silod.db)")
-    os.close(os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
-    try:
-        with _refusing_damage(source_path, f"cannot back up state dir {state_dir}", "nothing was written"):
-            source = sqlite3.connect(f"{source_path.resolve().as_uri()}?mode=ro", uri=True)
-            copy = sqlite3.connect(destination)
-            try:
-                source.backup(copy)
-                row = copy.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()
-            finally:
-                copy.close()
-                source.close()
-    except BaseException:
-        destination.unlink(missing_ok=True)
-        raise
-    return 0 if row is None else int(row[0])
-
-
-def restore(state_dir: Path, backup: Path) -> tuple[int, Path | None]:
-    """Make `backup` (from `back_up`) the state database of `state_dir`, whose data manager must be stopped, and
-    return the revision restored and where the database it replaces was kept (None if there was none).
-
-    The database it replaces is renamed with its write-ahead log, never deleted. The log matters: SQLite replays
-    a `silod.db-wal` it finds beside `silod.db` whatever database it belongs to, so a backup copied over the
-    file of a data manager that was killed (whose log still holds its last changes) would come back as a mix of
-    both. Raises StateDirError for a backup that is not a readable silod state database and for a state dir in
-    use."""
-    with _refusing_damage(backup, f"cannot restore {backup}", "nothing was changed"):
-        revision = _backup_revision(backup)
-    make_directory(state_dir, mode=0o700)
-    lock = _lock_state_dir(state_dir)
-    try:
-        current = state_dir / "silod.db"
-        kept = None
-        if current.exists():
-            kept = state_dir / f"silod.db.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-            _move_database(current, kept)
-        try:
-            source = sqlite3.connect(f"{backup.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
-            copy = sqlite3.connect(current)
-            try:
-                os.chmod(current, 0o600)
-                source.backup(copy)
-            finally:
-                copy.close()
-                source.close()
-        except BaseException:  # a full disk, say: put the state dir back as it was
-            for suffix in ("-wal", "-shm", ""):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(f"{current}{suffix}")
-            if kept is not None:
-                _move_database(kept, current)
-            raise
-    finally:
-        os.close(lock)
-    return revision, kept
-
-
-def _move_database(source: Path, target: Path) -> None:
-    """Rename a database with its write-ahead log and shared memory, the log first: a database never sits beside
-    another database's log."""
-    for suffix in ("-wal", "-shm", ""):
-        with contextlib.suppress(FileNotFoundError):
-            os.rename(f"{source}{suffix}", f"{target}{suffix}")
-
-
-def _backup_revision(backup: Path) -> int:
-    """The revision a backup holds; StateDirError if it is not a silod state database this silod can serve."""
-    if not backup.is_file():
-        raise StateDirError(f"cannot restore {backup}: no such file")
-    source = sqlite3.connect(f"{backup.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
-    try:
-        meta = dict(source.execute("SELECT key, value FROM meta").fetchall())
-    except sqlite3.OperationalError:  # no meta table: another SQLite database
-        meta = {}
-    finally:
-        source.close()
-    version = meta.get("schema_version")
-    if version is None:
-        raise StateDirError(f"cannot restore {backup}: it is not a silod state database")
-    if version > SCHEMA_VERSION:
-        raise StateDirError(f"cannot restore {backup}: written by a newer silod (schema {version} > {SCHEMA_VERSION})")
-    return int(meta.get("revision", 0))
-
-
 _REPAIR_STATE_DIR = (
     "nothing was changed: restore the state dir from a backup (silod datamgr restore), or move its silod.db aside "
     "to start with an empty one"
@@ -365,7 +271,7 @@ _REPAIR_STATE_DIR = (
 
 
 @contextlib.contextmanager
-def _refusing_damage(path: Path, refused: str | None = None, advice: str = _REPAIR_STATE_DIR) -> Iterator[None]:
+def refusing_damage(path: Path, refused: str | None = None, advice: str = _REPAIR_STATE_DIR) -> Iterator[None]:
     """Turn SQLite's "database disk image is malformed" or "file is not a database" about `path` into a
     StateDirError that says what was refused (by default: the state dir holding `path`) and what to do; SQLite
     has written nothing to such a file."""
@@ -458,7 +364,9 @@ def _history_json(h: JobHistory) -> str:
     return json.dumps({**values, "policy_state": dict(h.policy_state), "held": dict(h.held)}, sort_keys=True)
 
 
-def _lock_state_dir(state_dir: Path) -> int:
+def lock_state_dir(state_dir: Path) -> int:
+    """Take `state_dir` for this process (an exclusive lock on DIR/lock, which holds our pid) and return the
+    descriptor that holds it; StateDirError naming the holder if a data manager (or a restore) has it."""
     fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

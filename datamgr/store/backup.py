@@ -1,0 +1,108 @@
+"""Backups of the data manager's state and their restore: SQLite's online backup, through a read-only connection,
+so that a copy taken while a data manager runs is consistent and a restore never leaves a backup beside another
+database's write-ahead log (docs/datamgr.md, "Backups")."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from datamgr.store.sqlite import DATABASE_NAME, SCHEMA_VERSION, StateDirError, lock_state_dir, refusing_damage
+from silodlib.directories import make_directory
+
+
+def back_up(state_dir: Path, destination: Path) -> int:
+    """Copy the state database of `state_dir` into `destination`, a new file readable by its owner only, and
+    return the revision copied. SQLite's online backup through a read-only connection: the copy is the last
+    committed state, consistent, whether a data manager runs on the state dir or not, which it neither blocks
+    nor changes (copying the files instead can catch the database and its write-ahead log at different
+    moments). Raises StateDirError for a state dir without a readable database, OSError for a destination
+    that cannot be made (FileExistsError if it exists: a backup never replaces a file)."""
+    source_path = state_dir / DATABASE_NAME
+    if not source_path.is_file():
+        raise StateDirError(f"cannot back up state dir {state_dir}: it has no state database (silod.db)")
+    os.close(os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    try:
+        with refusing_damage(source_path, f"cannot back up state dir {state_dir}", "nothing was written"):
+            source = sqlite3.connect(f"{source_path.resolve().as_uri()}?mode=ro", uri=True)
+            copy = sqlite3.connect(destination)
+            try:
+                source.backup(copy)
+                row = copy.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()
+            finally:
+                copy.close()
+                source.close()
+    except BaseException:
+        destination.unlink(missing_ok=True)
+        raise
+    return 0 if row is None else int(row[0])
+
+
+def restore(state_dir: Path, backup: Path) -> tuple[int, Path | None]:
+    """Make `backup` (from `back_up`) the state database of `state_dir`, whose data manager must be stopped, and
+    return the revision restored and where the database it replaces was kept (None if there was none).
+
+    The database it replaces is renamed with its write-ahead log, never deleted. The log matters: SQLite replays
+    a `silod.db-wal` it finds beside `silod.db` whatever database it belongs to, so a backup copied over the
+    file of a data manager that was killed (whose log still holds its last changes) would come back as a mix of
+    both. Raises StateDirError for a backup that is not a readable silod state database and for a state dir in
+    use."""
+    with refusing_damage(backup, f"cannot restore {backup}", "nothing was changed"):
+        revision = _backup_revision(backup)
+    make_directory(state_dir, mode=0o700)
+    lock = lock_state_dir(state_dir)
+    try:
+        current = state_dir / DATABASE_NAME
+        kept = None
+        if current.exists():
+            kept = state_dir / f"{DATABASE_NAME}.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+            _move_database(current, kept)
+        try:
+            source = sqlite3.connect(f"{backup.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+            copy = sqlite3.connect(current)
+            try:
+                os.chmod(current, 0o600)
+                source.backup(copy)
+            finally:
+                copy.close()
+                source.close()
+        except BaseException:  # a full disk, say: put the state dir back as it was
+            for suffix in ("-wal", "-shm", ""):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{current}{suffix}")
+            if kept is not None:
+                _move_database(kept, current)
+            raise
+    finally:
+        os.close(lock)
+    return revision, kept
+
+
+def _move_database(source: Path, target: Path) -> None:
+    """Rename a database with its write-ahead log and shared memory, the log first: a database never sits beside
+    another database's log."""
+    for suffix in ("-wal", "-shm", ""):
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(f"{source}{suffix}", f"{target}{suffix}")
+
+
+def _backup_revision(backup: Path) -> int:
+    """The revision a backup holds; StateDirError if it is not a silod state database this silod can serve."""
+    if not backup.is_file():
+        raise StateDirError(f"cannot restore {backup}: no such file")
+    source = sqlite3.connect(f"{backup.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    try:
+        meta = dict(source.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.OperationalError:  # no meta table: another SQLite database
+        meta = {}
+    finally:
+        source.close()
+    version = meta.get("schema_version")
+    if version is None:
+        raise StateDirError(f"cannot restore {backup}: it is not a silod state database")
+    if version > SCHEMA_VERSION:
+        raise StateDirError(f"cannot restore {backup}: written by a newer silod (schema {version} > {SCHEMA_VERSION})")
+    return int(meta.get("revision", 0))
