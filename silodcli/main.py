@@ -135,22 +135,17 @@ def build_parser() -> ConfigurableParser:
         "see docs/scheduler.md); repeat for more. Command line only",
     )
     serve_p.set_defaults(run=Deferred("silodcli.serve:run_serve"), default_log_level="INFO")
-    backup_p = datamgr.add_parser(
-        "backup",
-        help="copy the state database to a new file, consistently, while the data manager runs or not",
-    )
-    with config.settings(backup_p, "datamgr"):
-        backup_p.add_argument("--state-dir", type=path_arg, required=True, metavar="DIR", help="the state dir to copy")
-    backup_p.add_argument("out", type=path_arg, metavar="FILE", help="the copy: a new file, never replaced")
-    backup_p.set_defaults(run=Deferred("silodcli.serve:run_backup"))
-    restore_p = datamgr.add_parser(
-        "restore",
-        help="make a backup the state database of a stopped data manager's state dir, keeping the one it replaces",
-    )
-    with config.settings(restore_p, "datamgr"):
-        restore_p.add_argument("--state-dir", type=path_arg, required=True, metavar="DIR", help="the state dir")
-    restore_p.add_argument("backup", type=path_arg, metavar="FILE", help="a copy silod datamgr backup made")
-    restore_p.set_defaults(run=Deferred("silodcli.serve:run_restore"))
+    for action, about, file_help in (
+        ("backup", "copy the state database to a new file, consistently, while the data manager runs or not",
+         "the copy: a new file, never replaced"),
+        ("restore", "make a backup the state database of a stopped data manager's state dir, keeping the one it "
+         "replaces", "a copy silod datamgr backup made"),
+    ):  # fmt: skip
+        state_p = datamgr.add_parser(action, help=about)
+        with config.settings(state_p, "datamgr"):
+            state_p.add_argument("--state-dir", type=path_arg, required=True, metavar="DIR", help="the state dir")
+        state_p.add_argument("file", type=path_arg, metavar="FILE", help=file_help)
+        state_p.set_defaults(run=Deferred(f"silodcli.serve:run_{action}"))
 
     alloc = sub.add_parser("alloc", help="set allocations (the paper's two calls)").add_subparsers(
         dest="action", required=True

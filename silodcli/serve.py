@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 
 from datamgr.server import ServeError, ServerConfig, serve
 from datamgr.store.backup import back_up, restore
@@ -39,27 +40,32 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_backup(args: argparse.Namespace) -> int:
-    try:
-        revision = back_up(args.state_dir, args.out)
-    except StateDirError as exc:
-        print(f"silod: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:
-        print(f"silod: cannot write the backup {args.out}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_USAGE
-    print(f"backed up state dir {args.state_dir} at revision {revision} to {args.out}")
-    return 0
+    def backup() -> str:
+        revision = back_up(args.state_dir, args.file)
+        return f"backed up state dir {args.state_dir} at revision {revision} to {args.file}"
+
+    return _on_state_dir(backup, f"cannot write the backup {args.file}")
 
 
 def run_restore(args: argparse.Namespace) -> int:
+    def restore_file() -> str:
+        revision, kept = restore(args.state_dir, args.file)
+        replaced = f"; the database it replaces is kept as {kept}" if kept else ""
+        return f"restored state dir {args.state_dir} to revision {revision} from {args.file}{replaced}"
+
+    return _on_state_dir(restore_file, f"cannot restore into state dir {args.state_dir}")
+
+
+def _on_state_dir(command: Callable[[], str], failing: str) -> int:
+    """Run a command on a state dir and print its line; exit 2 with the refusal (or `failing` and the OS's
+    reason) if it is refused."""
     try:
-        revision, kept = restore(args.state_dir, args.backup)
+        line = command()
     except StateDirError as exc:
         print(f"silod: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
-        print(f"silod: cannot restore into state dir {args.state_dir}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"silod: {failing}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
-    replaced = f"; the database it replaces is kept as {kept}" if kept else ""
-    print(f"restored state dir {args.state_dir} to revision {revision} from {args.backup}{replaced}")
+    print(line)
     return 0
