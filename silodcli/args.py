@@ -102,6 +102,19 @@ size_arg = argument_type(parse_size, "size")
 rate_arg = argument_type(parse_rate, "rate")
 
 
+def _egress_cap(text: str) -> int:
+    """A cluster's remote IO limit: a rate above 0. A cap of 0 would let no job read remotely while `silod status`
+    shows no cap at all (its summary carries 0 for none), which an operator who typed it for "no limit" would
+    never notice."""
+    rate = parse_rate(text)
+    if rate == 0:
+        raise ValueError(f"rate {text!r} is 0, which lets no job read remotely; leave the flag out for no limit")
+    return rate
+
+
+egress_cap_arg = argument_type(_egress_cap, "rate")
+
+
 def positive_seconds(text: str) -> float:
     try:
         value = float(text)

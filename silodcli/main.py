@@ -17,6 +17,7 @@ from silodcli import config, fuse_parser
 from silodcli.args import (
     cell_levels_arg,
     cells_arg,
+    egress_cap_arg,
     epochs_arg,
     gpus_arg,
     grace_arg,
@@ -82,7 +83,7 @@ def build_parser() -> ConfigurableParser:
         serve_p.add_argument("--state-dir", type=path_arg, required=True, metavar="DIR", help="where state is kept")
         serve_p.add_argument(
             "--remote-io-limit",
-            type=rate_arg,
+            type=egress_cap_arg,
             metavar="RATE",
             help="cluster egress cap, e.g. 1GB/s (default: none)",
         )

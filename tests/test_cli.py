@@ -346,6 +346,8 @@ def test_secret_options_from_the_environment_are_not_echoed(
     [
         (("--listen", "nonsense"), "must be HOST:PORT"),
         (("--remote-io-limit", "1G"), "ambiguous"),
+        (("--remote-io-limit", "0"), "rate '0' is 0, which lets no job read remotely; leave the flag out for no limit"),
+        (("--remote-io-limit", "0GB/s"), "rate '0GB/s' is 0"),
         (("--node-timeout", "0"), "positive number of seconds"),
         # 192.0.2.0/24 is documentation space (RFC 5737): never an address of this machine; binding sends nothing.
         (("--listen", "192.0.2.1:7420"), "cannot listen on 192.0.2.1:7420: 192.0.2.1 is not an address of this"),
