@@ -13,6 +13,10 @@ from pathlib import Path
 from datamgr.store.sqlite import DATABASE_NAME, SCHEMA_VERSION, StateDirError, lock_state_dir, refusing_damage
 from silodlib.directories import make_directory
 
+# A database's write-ahead log and shared memory, then the database: the order in which they move, so that a
+# database never sits beside another database's log.
+_DATABASE_FILES = ("-wal", "-shm", "")
+
 
 def back_up(state_dir: Path, destination: Path) -> int:
     """Copy the state database of `state_dir` into `destination`, a new file readable by its owner only, and
@@ -23,18 +27,16 @@ def back_up(state_dir: Path, destination: Path) -> int:
     that cannot be made (FileExistsError if it exists: a backup never replaces a file)."""
     source_path = state_dir / DATABASE_NAME
     if not source_path.is_file():
-        raise StateDirError(f"cannot back up state dir {state_dir}: it has no state database (silod.db)")
+        raise StateDirError(f"cannot back up state dir {state_dir}: it has no state database ({DATABASE_NAME})")
     os.close(os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
     try:
-        with refusing_damage(source_path, f"cannot back up state dir {state_dir}", "nothing was written"):
-            source = sqlite3.connect(f"{source_path.resolve().as_uri()}?mode=ro", uri=True)
-            copy = sqlite3.connect(destination)
-            try:
-                source.backup(copy)
-                row = copy.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()
-            finally:
-                copy.close()
-                source.close()
+        with (
+            refusing_damage(source_path, f"cannot back up state dir {state_dir}", "nothing was written"),
+            contextlib.closing(_read_only(source_path)) as source,
+            contextlib.closing(sqlite3.connect(destination)) as copy,
+        ):
+            source.backup(copy)
+            row = copy.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()
     except BaseException:
         destination.unlink(missing_ok=True)
         raise
@@ -50,59 +52,66 @@ def restore(state_dir: Path, backup: Path) -> tuple[int, Path | None]:
     file of a data manager that was killed (whose log still holds its last changes) would come back as a mix of
     both. Raises StateDirError for a backup that is not a readable silod state database and for a state dir in
     use."""
-    with refusing_damage(backup, f"cannot restore {backup}", "nothing was changed"):
-        revision = _backup_revision(backup)
-    make_directory(state_dir, mode=0o700)
-    lock = lock_state_dir(state_dir)
-    try:
-        current = state_dir / DATABASE_NAME
-        kept = None
-        if current.exists():
-            kept = state_dir / f"{DATABASE_NAME}.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-            _move_database(current, kept)
+    if not backup.is_file():
+        raise StateDirError(f"cannot restore {backup}: no such file")
+    with (
+        refusing_damage(backup, f"cannot restore {backup}", "nothing was changed"),
+        contextlib.closing(_read_only(backup, immutable=True)) as source,
+    ):
+        revision = _revision_of_backup(source, backup)
+        make_directory(state_dir, mode=0o700)
+        lock = lock_state_dir(state_dir)
         try:
-            source = sqlite3.connect(f"{backup.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
-            copy = sqlite3.connect(current)
-            try:
-                os.chmod(current, 0o600)
-                source.backup(copy)
-            finally:
-                copy.close()
-                source.close()
-        except BaseException:  # a full disk, say: put the state dir back as it was
-            for suffix in ("-wal", "-shm", ""):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(f"{current}{suffix}")
-            if kept is not None:
-                _move_database(kept, current)
-            raise
-    finally:
-        os.close(lock)
+            kept = _copy_in(source, state_dir / DATABASE_NAME)
+        finally:
+            os.close(lock)
     return revision, kept
 
 
-def _move_database(source: Path, target: Path) -> None:
-    """Rename a database with its write-ahead log and shared memory, the log first: a database never sits beside
-    another database's log."""
-    for suffix in ("-wal", "-shm", ""):
-        with contextlib.suppress(FileNotFoundError):
-            os.rename(f"{source}{suffix}", f"{target}{suffix}")
+def _read_only(path: Path, *, immutable: bool = False) -> sqlite3.Connection:
+    """A read-only connection to the database at `path`; `immutable` for a file nothing writes (a backup), which
+    then needs no locks and gets no shared-memory file beside it."""
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}", uri=True)
 
 
-def _backup_revision(backup: Path) -> int:
-    """The revision a backup holds; StateDirError if it is not a silod state database this silod can serve."""
-    if not backup.is_file():
-        raise StateDirError(f"cannot restore {backup}: no such file")
-    source = sqlite3.connect(f"{backup.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+def _revision_of_backup(source: sqlite3.Connection, backup: Path) -> int:
+    """The revision the backup open as `source` holds; StateDirError if it is not a silod state database this
+    silod can serve."""
     try:
         meta = dict(source.execute("SELECT key, value FROM meta").fetchall())
     except sqlite3.OperationalError:  # no meta table: another SQLite database
         meta = {}
-    finally:
-        source.close()
     version = meta.get("schema_version")
     if version is None:
         raise StateDirError(f"cannot restore {backup}: it is not a silod state database")
     if version > SCHEMA_VERSION:
         raise StateDirError(f"cannot restore {backup}: written by a newer silod (schema {version} > {SCHEMA_VERSION})")
     return int(meta.get("revision", 0))
+
+
+def _copy_in(source: sqlite3.Connection, current: Path) -> Path | None:
+    """Copy the database open as `source` to `current`, keeping the database there (see `restore`); returns where
+    it was kept. A copy that fails (a full disk, say) leaves the state dir as it was."""
+    kept = None
+    if current.exists():
+        kept = current.with_name(f"{current.name}.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        _move_database(current, kept)
+    try:
+        with contextlib.closing(sqlite3.connect(current)) as copy:
+            os.chmod(current, 0o600)
+            source.backup(copy)
+    except BaseException:
+        for suffix in _DATABASE_FILES:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{current}{suffix}")
+        if kept is not None:
+            _move_database(kept, current)
+        raise
+    return kept
+
+
+def _move_database(source: Path, target: Path) -> None:
+    """Rename a database with its write-ahead log and shared memory (`_DATABASE_FILES`)."""
+    for suffix in _DATABASE_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(f"{source}{suffix}", f"{target}{suffix}")
