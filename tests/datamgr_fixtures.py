@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 import signal
 import subprocess
@@ -206,3 +207,12 @@ def allocations(manager: DataManager) -> PolicyAllocations:
     """What the policy that owns `manager`'s allocations allocates through, as its controller does."""
     assert manager.policy_allocations is not None
     return manager.policy_allocations
+
+
+def damage_tables(path: Path) -> None:
+    """Overwrite the last pages of a closed database with random bytes: its header and schema still read, its
+    tables do not."""
+    data = bytearray(path.read_bytes())
+    tail = len(data) - 3 * 4096
+    data[tail:] = random.Random(5).randbytes(len(data) - tail)
+    path.write_bytes(data)

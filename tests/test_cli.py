@@ -12,8 +12,11 @@ import pytest
 
 from datamgr.client import DataManagerClient
 from datamgr.embedded import EmbeddedDataManager
+from datamgr.entities import Node
 from datamgr.server import ServerConfig
-from datamgr.store import SQLiteStore
+from datamgr.state import Change
+from datamgr.store import Commit, SQLiteStore
+from datamgr.store.backup import back_up
 from silodcli.main import main
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.cluster_fixtures import eventually
@@ -21,6 +24,7 @@ from tests.datamgr_fixtures import (
     REMOTE_IO_LIMIT,
     STILL_ALIVE_SECONDS,
     RunningDataManager,
+    damage_tables,
     full_state,
     make_local_dataset,
     silod_cli,
@@ -426,7 +430,7 @@ def test_a_backup_of_a_state_dir_without_a_readable_database_exits_2_and_leaves_
     assert not out.exists()
 
 
-@pytest.mark.parametrize("backup", ["missing", "another SQLite database", "damaged"])
+@pytest.mark.parametrize("backup", ["missing", "another SQLite database", "damaged", "damaged past its header"])
 def test_a_restore_from_a_file_that_is_no_silod_backup_exits_2_and_changes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], backup: str
 ) -> None:
@@ -438,11 +442,18 @@ def test_a_restore_from_a_file_that_is_no_silod_backup_exits_2_and_changes_nothi
         sqlite3.connect(given).execute("CREATE TABLE t (x)").connection.close()
     elif backup == "damaged":
         given.write_bytes(b"not a database\n" * 100)
+    elif backup == "damaged past its header":  # a real backup whose tables' pages were lost: SQLite copies them
+        other = SQLiteStore(tmp_path / "other")
+        other.commit([Commit(1, Change(nodes_put=tuple(Node(f"n{i:04d}", "h1:7421", 10_000) for i in range(2000))))])
+        other.close()
+        back_up(tmp_path / "other", given)
+        damage_tables(given)
     assert main(["datamgr", "restore", "--state-dir", str(state_dir), str(given)], environ={}) == 2
     why = {
         "missing": f"cannot restore {given}: no such file",
         "another SQLite database": f"cannot restore {given}: it is not a silod state database",
         "damaged": f"cannot restore {given}: {given} is damaged or not a silod database",
+        "damaged past its header": f"cannot restore {given}: {given} is damaged or not a silod database",
     }[backup]
     assert why in capsys.readouterr().err
     assert sorted(p.name for p in state_dir.iterdir()) == ["lock", "silod.db"]

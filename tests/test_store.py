@@ -22,6 +22,7 @@ from datamgr.store.memory import MemoryStore
 from datamgr.store.sqlite import SCHEMA_VERSION, StateDirError
 from silodlib.backends.base import ObjectInfo
 from silodlib.manifest import Manifest, build_manifest
+from tests.datamgr_fixtures import damage_tables
 
 DATASET = Dataset("s3://bkt/train", {"region": "eu-west-1"}, 1000, 3, 4, 4 << 20, "d1", 500)
 NODE = Node("n1", "h1:7421", 10_000)
@@ -292,15 +293,6 @@ def test_a_state_dir_from_a_newer_silod_is_refused(tmp_path: Path) -> None:
         SQLiteStore(tmp_path)
 
 
-def _damage_tables(path: Path) -> None:
-    """Overwrite the last pages of a closed database with random bytes: its header and schema still read, its
-    tables do not."""
-    data = bytearray(path.read_bytes())
-    tail = len(data) - 3 * 4096
-    data[tail:] = random.Random(5).randbytes(len(data) - tail)
-    path.write_bytes(data)
-
-
 @pytest.mark.parametrize("damage", ["not a database", "cut short", "tables overwritten"])
 def test_a_damaged_state_database_is_refused_naming_it_and_left_as_it_was(tmp_path: Path, damage: str) -> None:
     """A state dir restored from a broken backup, a disk that lost pages: the data manager must not start on it
@@ -314,7 +306,7 @@ def test_a_damaged_state_database_is_refused_naming_it_and_left_as_it_was(tmp_pa
     elif damage == "cut short":
         path.write_bytes(path.read_bytes()[:5000])
     else:
-        _damage_tables(path)
+        damage_tables(path)
     before = path.read_bytes()
 
     with pytest.raises(StateDirError) as refused:

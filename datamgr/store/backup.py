@@ -86,6 +86,11 @@ def _revision_of_backup(source: sqlite3.Connection, backup: Path) -> int:
         raise StateDirError(f"cannot restore {backup}: it is not a silod state database")
     if version > SCHEMA_VERSION:
         raise StateDirError(f"cannot restore {backup}: written by a newer silod (schema {version} > {SCHEMA_VERSION})")
+    # SQLite's backup copies pages as they are: a file damaged past its first pages would be restored, and the
+    # data manager then refuse to start on it. Its structure is checked first (one pass over the file).
+    problems = [row[0] for row in source.execute("PRAGMA quick_check")]
+    if problems != ["ok"]:
+        raise StateDirError(f"cannot restore {backup}: it is damaged ({problems[0]}); nothing was changed")
     return int(meta.get("revision", 0))
 
 
