@@ -61,6 +61,10 @@ class MountProcess:
     def job_dir(self, job_id: str) -> Path:
         return self.mountpoint / job_id
 
+    def log_lines(self, containing: str) -> list[str]:
+        """The lines of the daemon's log that contain `containing`, oldest first."""
+        return [line for line in self.log_path.read_text().splitlines() if containing in line]
+
     def stats(self) -> dict[str, Any]:
         """The daemon's latest statistics (written every stats interval)."""
         data: dict[str, Any] = json.loads((self.cache_dir / "stats.json").read_text())

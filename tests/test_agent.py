@@ -91,7 +91,7 @@ def test_the_node_keeps_its_allocations_while_the_data_manager_is_down_and_resyn
         assert (job_dir / path).read_bytes() == data
     assert system.node_stats(node, "j1")["io_bytes_per_sec"] == 30_000_000
     lost = eventually(
-        lambda: [line for line in node.log_path.read_text().splitlines() if "lost the data manager" in line],
+        lambda: node.log_lines("lost the data manager"),
         what="the agent noticing the outage",
     )
     assert "TLS" not in lost[0] and "tls" not in lost[0]  # a crash, not a setting to fix: no TLS advice

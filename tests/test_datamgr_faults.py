@@ -186,7 +186,7 @@ def test_a_node_agent_registering_while_the_state_disk_is_full_says_why_it_waits
     try:
         node.start()
         waiting = eventually(
-            lambda: [line for line in node.log_path.read_text().splitlines() if "waiting for the data manager" in line],
+            lambda: node.log_lines("waiting for the data manager"),
             what="the agent waiting",
         )
         assert "(RESOURCE_EXHAUSTED: the data manager's state disk is full" in waiting[0], waiting[0]
