@@ -266,9 +266,9 @@ def parse_seconds_option(uri: DatasetURI, name: str, value: str, maximum: float)
     except ValueError:
         seconds = math.nan
     if not 0 < seconds <= maximum:  # NaN fails too
-        shown = value if len(value) <= 40 else value[:40] + "..."
         raise InvalidBackendOption(
-            f"{uri}: option {name!r} must be a number of seconds greater than 0 and at most {maximum:g}, got {shown!r}"
+            f"{uri}: option {name!r} must be a number of seconds greater than 0 and at most {maximum:g}, "
+            f"got {_shown(value)!r}"
         )
     return seconds
 
@@ -289,10 +289,15 @@ def min_read_rate_option(uri: DatasetURI, options: Mapping[str, str]) -> int:
     try:
         return parse_rate(value)
     except UnitError as exc:
-        why = str(exc) if len(value) <= 40 else f"got {value[:40] + '...'!r}"
+        why = str(exc) if _shown(value) == value else f"got {_shown(value)!r}"
         raise InvalidBackendOption(
             f"{uri}: option {MIN_READ_RATE_OPTION!r} must be a rate such as 64KiB/s, or 0 for no deadline: {why}"
         ) from None
+
+
+def _shown(value: str) -> str:
+    """An option's value as a refusal shows it: cut short, since options arrive from the wire too."""
+    return value if len(value) <= 40 else value[:40] + "..."
 
 
 def parse_url_option(uri: DatasetURI, name: str, value: str) -> str:
