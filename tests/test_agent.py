@@ -8,6 +8,7 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Sequence
 
 import pytest
 
@@ -71,9 +72,13 @@ def test_allocations_are_enforced_on_the_node(system: System) -> None:
     eventually(lambda: _cached_bytes(node) <= quota, what="quota shrink evicting")
     assert _cached_bytes(node) > quota - SIZE  # evicted down to the quota, not emptied
 
-    usage = eventually(
-        lambda: system.client.call(system.client.stub.GetJob, pb.GetJobRequest(job_id="j1")).usage, what="usage"
-    )
+    def reported_epoch() -> Sequence[pb.JobUsage] | None:
+        # The agent reports every half second: a report taken while the epoch was being read shows part of it,
+        # and the data manager keeps the last one it got, so wait for one taken after the reads.
+        usage = system.client.call(system.client.stub.GetJob, pb.GetJobRequest(job_id="j1")).usage
+        return usage if usage and usage[0].bytes_read >= FILES * SIZE else None
+
+    usage = eventually(reported_epoch, what="a usage report covering the epoch read")
     assert usage[0].node_id == "n1" and usage[0].bytes_read >= FILES * SIZE
 
 
