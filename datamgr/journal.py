@@ -12,7 +12,9 @@ it here as a `JournalEntry`. The contract, pinned by tests/test_journal.py:
   batch is durable.
 - A batch that fails fails every waiting entry (it and every later one, which were applied on top of it):
   `rollback` gets them newest first, before any of their callers hears, so that nothing that reached no disk
-  stays applied. None of them was acknowledged or sent to a node.
+  stays applied. None of them was acknowledged or sent to a node. When the store says the disk may still hold
+  them (`StoreUnwritable.may_reappear`: a flush failed and the store could not erase what it wrote), their
+  callers and the log are told that a restart may bring them back, rather than that nothing changed.
 """
 
 from __future__ import annotations
@@ -107,7 +109,15 @@ class GroupCommitJournal:
     def _fail_pending(self, exc: Exception) -> None:
         failed = list(reversed(self._pending))
         self._pending.clear()
-        log.error("could not persist revisions %d-%d: %s", failed[-1].revision, failed[0].revision, exc)
+        log.error(
+            "could not persist revisions %d-%d: %s%s",
+            failed[-1].revision,
+            failed[0].revision,
+            exc,
+            "; the disk may still hold them: a restart before the next successful write may bring them back"
+            if isinstance(exc, StoreUnwritable) and exc.may_reappear
+            else "",
+        )
         self._rollback(failed)
         for entry in failed:
             assert entry.durable is not None
@@ -123,11 +133,19 @@ def _refusal(exc: Exception) -> Exception:
             "the data manager's state disk is full: nothing was changed; free space in its state dir and call again"
         )
     if isinstance(exc, StoreUnwritable):
+        outcome = _MAY_REAPPEAR if exc.may_reappear else "nothing was changed"
         return StateDiskUnwritable(
-            f"the data manager cannot write its state disk: {exc}; nothing was changed; repair the disk, then "
-            "restart the data manager if its file system had to be remounted"
+            f"the data manager cannot write its state disk: {exc}; {outcome}; repair the disk, then restart the "
+            "data manager if its file system had to be remounted"
         )
     return exc
+
+
+_MAY_REAPPEAR = (
+    "the change is not applied, but the disk may still hold it (it failed while being flushed and could not be "
+    "erased): a restart of the data manager before its next successful write may bring it back, so check the "
+    "state after one"
+)
 
 
 def _log_fields(entry: JournalEntry) -> dict[str, object]:

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,8 +82,11 @@ def full_state(client: DataManagerClient) -> tuple[bytes, ...]:
 class DataManagerProcess:
     """`silod datamgr serve` as a child process, for restart, signal and CLI tests."""
 
-    def __init__(self, state_dir: Path, log_path: Path, *extra: str, listen: str = "127.0.0.1:0") -> None:
+    def __init__(
+        self, state_dir: Path, log_path: Path, *extra: str, listen: str = "127.0.0.1:0", launcher: Sequence[str] = ()
+    ) -> None:
         self.listen = listen
+        self.launcher = list(launcher)  # a command the process runs under (a fault injector's)
         self.state_dir = state_dir
         self.log_path = log_path
         self.extra = extra
@@ -96,7 +99,7 @@ class DataManagerProcess:
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         args = [*SILOD, "datamgr", "serve", "--listen", self.listen, "--state-dir", str(self.state_dir)]
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen([*args, *self.extra], stdout=log, stderr=log)
+            self.process = subprocess.Popen([*self.launcher, *args, *self.extra], stdout=log, stderr=log)
         return self.process
 
     def start(self, timeout: float = 30.0) -> DataManagerProcess:

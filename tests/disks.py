@@ -1,9 +1,11 @@
 """Real disks a test can fill up, pull away or read from cold: file systems mounted for the test (tmpfs, or
-ext4 on a loop device) and unmounted after it."""
+ext4 on a loop device) and unmounted after it; and, where the kernel cannot be made to, a faked flush failure."""
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -104,3 +106,38 @@ def repair_ext4(disk: Path) -> None:
     check = subprocess.run(["e2fsck", "-f", "-y", str(image)], capture_output=True, text=True)
     assert check.returncode in (0, 1), f"e2fsck exited {check.returncode}: {check.stdout}{check.stderr}"  # 1: fixed
     subprocess.run([*_MOUNT_EXT4, str(image), str(disk)], check=True)
+
+
+class FailingFlushes:
+    """Make the flushes (fsync, fdatasync) of one process fail with EIO, as those of a disk that answers an I/O error
+    and stays writable (a transient fault) do. FAKED: the kernel cannot be made to do that here (no device-mapper
+    for dm-flakey, no fail_make_request), so libfiu's wrappers of the two calls, preloaded into the process
+    (`launcher`), answer instead of the kernel while told to (`fiu-ctrl`). Every other call, writes included,
+    reaches the real file system."""
+
+    FLUSHES = "posix/io/sync/*"
+
+    def __init__(self) -> None:
+        if shutil.which("fiu-run") is None or shutil.which("fiu-ctrl") is None:
+            missing_dependency("libfiu's fiu-run and fiu-ctrl are not installed (Debian package fiu-utils)")
+        self.pid = 0
+
+    @property
+    def launcher(self) -> list[str]:
+        """The command prefix that starts a process this can fail (set `pid` to it once started)."""
+        return ["fiu-run", "-x"]
+
+    def fail_next(self) -> None:
+        """Fail the process's next flush only."""
+        self._control(f"enable name={self.FLUSHES},failinfo={errno.EIO},onetime=1")
+
+    def fail_every(self) -> None:
+        """Fail every flush of the process until `heal`."""
+        self._control(f"enable name={self.FLUSHES},failinfo={errno.EIO}")
+
+    def heal(self) -> None:
+        self._control(f"disable name={self.FLUSHES}")
+
+    def _control(self, command: str) -> None:
+        assert self.pid, "start the process under `launcher` and set `pid` first"
+        subprocess.run(["fiu-ctrl", "-c", command, str(self.pid)], check=True, capture_output=True, timeout=10)

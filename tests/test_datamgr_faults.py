@@ -30,7 +30,7 @@ from silodpb.v1 import datamgr_pb2 as pb
 from tests import polling
 from tests.cluster_fixtures import SIZE, System, eventually
 from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, silod_cli, watch
-from tests.disks import Ext4Factory, TmpfsFactory, fail_ext4, repair_ext4
+from tests.disks import Ext4Factory, FailingFlushes, TmpfsFactory, fail_ext4, repair_ext4
 from tests.mount_fixtures import MountProcess
 from tests.net_faults import connection_ports, silenced_connections
 from tests.rate_sampling import WINDOW, Sample, assert_held_to, readers_demanding_more, sample
@@ -248,6 +248,96 @@ def test_a_state_disk_turned_read_only_by_an_error_refuses_changes_by_name_keeps
         assert "Traceback" not in datamgr.log_path.read_text()
     finally:
         datamgr.stop()
+
+
+# --- a flush of the state disk fails and the disk stays writable (faked: libfiu) ---------------------------------
+
+MAY_REAPPEAR = "a restart of the data manager before its next successful write may bring it back"
+
+
+def _flaky_state_disk(tmp_path: Path) -> tuple[DataManagerProcess, FailingFlushes]:
+    flushes = FailingFlushes()
+    datamgr = DataManagerProcess(
+        tmp_path / "state", tmp_path / "datamgr.log", "--remote-io-limit", "1GB/s", launcher=flushes.launcher
+    )
+    return datamgr, flushes
+
+
+def _start_failable(datamgr: DataManagerProcess, flushes: FailingFlushes) -> str:
+    datamgr.start()
+    assert datamgr.process is not None
+    flushes.pid = datamgr.process.pid
+    return datamgr.address
+
+
+def test_a_change_refused_on_a_failed_flush_stays_refused_after_a_crash_and_the_next_needs_no_restart_faked_eio(
+    tmp_path: Path,
+) -> None:
+    """SQLite writes a commit's whole transaction to its log, then flushes it; when the flush fails (EIO) it rolls
+    the change back in memory but leaves it in the log, and a restart replays every complete transaction it finds
+    there. So a data manager that said "nothing was changed" and was then killed came back with the change. It now
+    erases the log after such a failure: the refused change never comes back, and the next change is written
+    without a restart, taking the revision the refused one never used."""
+    datamgr, flushes = _flaky_state_disk(tmp_path)
+    try:
+        with DataManagerClient(_start_failable(datamgr, flushes), timeout=10) as client:
+            uri = _cluster(client, tmp_path)
+            acknowledged, view = full_state(client), _node_view(client)
+            flushes.fail_next()
+            _assert_refused_once(client, "nothing was changed")
+            assert full_state(client) == acknowledged
+        datamgr.kill()  # at once: nothing written since the refusal can hide what the disk holds
+
+        with DataManagerClient(_start_failable(datamgr, flushes), timeout=10) as client:
+            assert full_state(client) == acknowledged, "the refused change came back after a restart"
+            flushes.fail_next()
+            _assert_refused_once(client, "nothing was changed")
+            assert client.allocate_cache_size(uri, 6_000).revision == view[0] + 1  # no restart in between
+            changed = full_state(client)
+        datamgr.kill()
+
+        with DataManagerClient(_start_failable(datamgr, flushes), timeout=10) as client:
+            assert full_state(client) == changed
+            assert _node_view(client) == (view[0] + 1, view[1], 6_000)
+        log = datamgr.log_path.read_text()
+        assert "could not persist revisions" in log and "Traceback" not in log, log
+    finally:
+        datamgr.stop()
+
+
+def test_a_change_whose_flushes_keep_failing_is_refused_as_one_a_restart_may_bring_back_faked_eio(
+    tmp_path: Path,
+) -> None:
+    """While the disk keeps failing, the log holding the refused change cannot be erased either: the caller, the
+    CLI and the log say that a restart before the next successful write may bring it back, and it does (SQLite
+    replays it), which is why the message cannot say "nothing was changed". Meanwhile the change is not served."""
+    datamgr, flushes = _flaky_state_disk(tmp_path)
+    try:
+        with DataManagerClient(_start_failable(datamgr, flushes), timeout=10) as client:
+            _cluster(client, tmp_path)
+            acknowledged, view = full_state(client), _node_view(client)
+            flushes.fail_every()
+            _assert_refused_once(client, MAY_REAPPEAR)
+            cli = silod_cli("alloc", "io", "j1", "9MB/s", datamgr=datamgr.address)
+            assert cli.returncode == 1 and MAY_REAPPEAR in cli.stderr and "Traceback" not in cli.stderr, cli.stderr
+            assert full_state(client) == acknowledged
+            assert _node_view(client) == view
+        log = datamgr.log_path.read_text()
+        assert "a restart before the next successful write may bring them back" in log, log
+        datamgr.kill()
+
+        with DataManagerClient(_start_failable(datamgr, flushes), timeout=10) as client:
+            assert _node_view(client)[:2] == (view[0] + 1, 9_000_000), "the last refused change is back, as warned"
+    finally:
+        datamgr.stop()
+
+
+def _assert_refused_once(client: DataManagerClient, outcome: str) -> None:
+    """A change of j1's rate, never acknowledged, is refused with FAILED_PRECONDITION saying `outcome`."""
+    with pytest.raises(ClientError) as caught:
+        client.allocate_remote_io("j1", 7_000_000)
+    assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION, caught.value
+    assert UNWRITABLE in str(caught.value) and outcome in str(caught.value), caught.value
 
 
 # --- the connection between a node agent and the data manager goes silent ---------------------------------------

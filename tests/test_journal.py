@@ -117,6 +117,21 @@ def test_a_failed_batch_rolls_back_every_waiting_entry_newest_first_and_fails_th
     assert journaled.published == [] and journaled.store.load().revision == 0
 
 
+@pytest.mark.expected_warnings
+@pytest.mark.parametrize(("may_reappear", "told"), [(False, "nothing was changed"), (True, "may bring it back")])
+def test_a_caller_is_told_whether_a_restart_may_bring_back_its_refused_change(may_reappear: bool, told: str) -> None:
+    journaled = Journaled(_FailingStoreFake(StoreUnwritable("silod.db: disk I/O error", may_reappear=may_reappear)))
+
+    async def scenario() -> BaseException | None:
+        (result,) = await asyncio.gather(journaled.journal.write(entry(1)), return_exceptions=True)
+        return result
+
+    refusal = asyncio.run(scenario())
+    assert isinstance(refusal, StateDiskUnwritable), refusal
+    assert told in str(refusal) and "silod.db: disk I/O error" in str(refusal)
+    assert ("nothing was changed" in str(refusal)) is not may_reappear
+
+
 def test_a_caller_that_goes_away_does_not_cancel_the_shared_write() -> None:
     journaled = Journaled(_RecordingStore())
 

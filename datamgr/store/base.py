@@ -21,7 +21,15 @@ class StoreFull(Exception):
 class StoreUnwritable(Exception):
     """The state's file system refused a commit for another reason than room: it is read-only (as ext4 turns
     itself after an I/O error, `errors=remount-ro`) or it answered an I/O error. The commit was rolled back
-    whole, as for `StoreFull`; the message names the state file and what its file system says."""
+    whole, as for `StoreFull`; the message names the state file and what its file system says.
+
+    `may_reappear`: the commit got as far as the disk before the error (its flush failed) and the store could not
+    erase it there, so a restart before the store's next successful commit may find it, although it was refused
+    and is not served meanwhile. False when it never reached the disk or was erased: it is gone for good."""
+
+    def __init__(self, message: str, *, may_reappear: bool = False) -> None:
+        super().__init__(message)
+        self.may_reappear = may_reappear
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,6 +182,7 @@ class SQLiteStore:
     def commit(self, commits: Sequence[Commit]) -> None:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
+        committing = False  # only COMMIT writes a transaction's commit record to the log
         try:
             for commit in commits:
                 _write_change(db, commit.change)
@@ -194,6 +195,7 @@ class SQLiteStore:
                 floor = last - self._retained
                 db.execute("DELETE FROM events WHERE revision <= ?", (floor,))
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('event_floor', ?)", (floor,))
+            committing = True
             db.execute("COMMIT")
         except BaseException as exc:
             if db.in_transaction:  # SQLite rolls back by itself on some errors (SQLITE_FULL among them)
@@ -202,10 +204,26 @@ class SQLiteStore:
             if code == sqlite3.SQLITE_FULL:
                 raise StoreFull(f"the state disk is full: no room to write {self._path} ({exc})") from exc
             if code in _UNWRITABLE:
-                raise StoreUnwritable(f"{self._path}: {_why_unwritable(self._path.parent, exc)}") from exc
+                may_reappear = committing and _may_be_logged(exc) and not self._erase_log()
+                reason = _why_unwritable(self._path.parent, exc)
+                raise StoreUnwritable(f"{self._path}: {reason}", may_reappear=may_reappear) from exc
             raise
         if last >= self._next_prune:
             self._next_prune = last + _PRUNE_EVERY
+
+    def _erase_log(self) -> bool:
+        """Empty the write-ahead log, once what it holds that was committed is in the database; True if it is empty.
+
+        Called after a COMMIT that failed once its commit record may have been written (its flush failed): SQLite
+        has rolled the transaction back in memory but left it whole in the log, and a restart replays every
+        complete transaction it finds there, flushed or not. The next successful commit overwrites it; until then
+        only an empty log keeps a restart from bringing back a change its callers were told was refused. Fails
+        (False) while the disk still fails, or while a reader holds the log for longer than the busy timeout."""
+        try:
+            busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.Error:
+            return False
+        return bool(busy == 0)
 
     def events_since(self, node_id: str, revision: int) -> list[bytes] | None:
         if not self._read_meta("event_floor", 0) <= revision <= self._read_meta("revision", 0):
@@ -293,6 +311,18 @@ def _why_unwritable(directory: Path, exc: BaseException) -> str:
     except OSError as probe:
         return f"{exc} ({probe.strerror or probe})"
     return str(exc)
+
+
+# An I/O error of COMMIT in a write of the log: SQLite writes the commit record last and checksums it whole, so a
+# commit that failed there left no complete transaction in the log. Any other I/O error of COMMIT (a failed flush
+# above all, or one in the shared-memory index after the flush) may come after the record is written.
+_BEFORE_COMMIT_RECORD = frozenset({sqlite3.SQLITE_IOERR_WRITE})
+
+
+def _may_be_logged(exc: BaseException) -> bool:
+    """Whether a COMMIT that failed with `exc` may have left its whole transaction in the write-ahead log."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and int(code) & 0xFF == sqlite3.SQLITE_IOERR and code not in _BEFORE_COMMIT_RECORD
 
 
 def _result_code(exc: BaseException) -> int | None:
