@@ -108,14 +108,14 @@ def repair_ext4(disk: Path) -> None:
     subprocess.run([*_MOUNT_EXT4, str(image), str(disk)], check=True)
 
 
-class FailingFlushes:
-    """Make the flushes (fsync, fdatasync) of one process fail with EIO, as those of a disk that answers an I/O error
-    and stays writable (a transient fault) do. FAKED: the kernel cannot be made to do that here (no device-mapper
-    for dm-flakey, no fail_make_request), so libfiu's wrappers of the two calls, preloaded into the process
-    (`launcher`), answer instead of the kernel while told to (`fiu-ctrl`). Every other call, writes included,
-    reaches the real file system."""
+class PosixFaults:
+    """Make calls of one process fail with EIO, as a disk that answers an I/O error and stays usable (a transient
+    fault, a bad sector) makes them. FAKED: the kernel cannot be made to do that here (no device-mapper for
+    dm-flakey, no fail_make_request), so libfiu's wrappers of the calls, preloaded into the process (`launcher`),
+    answer instead of the kernel while told to (`fiu-ctrl`). Every other call reaches the real file system."""
 
-    FLUSHES = "posix/io/sync/*"
+    FLUSHES = "posix/io/sync/*"  # fsync, fdatasync
+    PREADS = "posix/io/rw/pread"
 
     def __init__(self) -> None:
         if shutil.which("fiu-run") is None or shutil.which("fiu-ctrl") is None:
@@ -127,16 +127,16 @@ class FailingFlushes:
         """The command prefix that starts a process this can fail (set `pid` to it once started)."""
         return ["fiu-run", "-x"]
 
-    def fail_next(self) -> None:
-        """Fail the process's next flush only."""
-        self._control(f"enable name={self.FLUSHES},failinfo={errno.EIO},onetime=1")
+    def fail_next(self, calls: str) -> None:
+        """Fail the process's next call of `calls` (one of the names above) only."""
+        self._control(f"enable name={calls},failinfo={errno.EIO},onetime=1")
 
-    def fail_every(self) -> None:
-        """Fail every flush of the process until `heal`."""
-        self._control(f"enable name={self.FLUSHES},failinfo={errno.EIO}")
+    def fail_every(self, calls: str) -> None:
+        """Fail every call of `calls` until `heal`."""
+        self._control(f"enable name={calls},failinfo={errno.EIO}")
 
-    def heal(self) -> None:
-        self._control(f"disable name={self.FLUSHES}")
+    def heal(self, calls: str) -> None:
+        self._control(f"disable name={calls}")
 
     def _control(self, command: str) -> None:
         assert self.pid, "start the process under `launcher` and set `pid` first"

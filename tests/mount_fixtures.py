@@ -22,14 +22,16 @@ class MountProcess:
     """`silod mount` (or, with `node()`, `silod node`) in the foreground under `root`; `start()` returns once
     the mount is live."""
 
-    def __init__(self, root: Path, jobs: dict[str, str], *extra: str, stats_interval: float = 0.2) -> None:
+    def __init__(
+        self, root: Path, jobs: dict[str, str], *extra: str, stats_interval: float = 0.2, launcher: Sequence[str] = ()
+    ) -> None:
         self.mountpoint = root / "mnt"
         self.cache_dir = root / "cache"
         self.log_path = root / "mount.log"
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         job_args = [a for job_id, uri in jobs.items() for a in ("--job", f"{job_id}={uri}")]
         self.argv = [
-            *SILOD, "mount", str(self.mountpoint), "--cache-dir", str(self.cache_dir), "--foreground",
+            *launcher, *SILOD, "mount", str(self.mountpoint), "--cache-dir", str(self.cache_dir), "--foreground",
             "--stats-interval", str(stats_interval), *job_args, *extra,
         ]  # fmt: skip
         self.process: subprocess.Popen[bytes] | None = None
@@ -125,10 +127,12 @@ def mount_factory(tmp_path: Path) -> Iterator[MountFactory]:
     """`start(jobs, *extra_args, name=...)` -> a live MountProcess, stopped at teardown."""
     started: list[MountProcess] = []
 
-    def start(jobs: dict[str, str], *extra: str, name: str = "m", stats_interval: float = 0.2) -> MountProcess:
+    def start(
+        jobs: dict[str, str], *extra: str, name: str = "m", stats_interval: float = 0.2, launcher: Sequence[str] = ()
+    ) -> MountProcess:
         root = tmp_path / name
         root.mkdir(exist_ok=True)
-        mount = MountProcess(root, jobs, *extra, stats_interval=stats_interval)
+        mount = MountProcess(root, jobs, *extra, stats_interval=stats_interval, launcher=launcher)
         started.append(mount)
         return mount.start()
 

@@ -1,8 +1,9 @@
 """Cache-disk faults under a running `silod mount`: the disk unmounted, the cache's files deleted, an entry cut
-short. Each drives the real entry point over a `file://` dataset and checks what a training job relies on:
-every read returns the backend's bytes (never EIO for an item the backend has, never a short or wrong read),
-the mount goes on and unmounts cleanly, one warning names the cache dir, and the cache's numbers (the same
-`statistics()` behind the stats file and /metrics) never claim bytes the cache no longer holds.
+short, a read of an entry failing with EIO (faked). Each drives the real entry point over a `file://` dataset and
+checks what a training job relies on: every read returns the backend's bytes (never EIO for an item the backend
+has, never a short or wrong read), the mount goes on and unmounts cleanly, one warning names the cache dir, and
+the cache's numbers (the same `statistics()` behind the stats file and /metrics) never claim bytes the cache no
+longer holds.
 
 A damaged entry of the right size (a flipped bit) cannot be told from a good one without checksums, which the
 cache does not keep; it is not driven here. Not a fault but the same machinery: a cold cache disk (its files'
@@ -19,6 +20,7 @@ import re
 import subprocess
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -27,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from datamgr.devservers import free_port
 from tests import polling
 from tests.datamgr_fixtures import SILOD
-from tests.disks import Ext4Factory, TmpfsFactory
+from tests.disks import Ext4Factory, PosixFaults, TmpfsFactory
 from tests.mount_fixtures import MountFactory, MountProcess
 
 CHUNK = 64 * 1024  # the smallest chunk size: several items a file, for a small dataset
@@ -51,12 +53,15 @@ def dataset(tmp_path: Path) -> Dataset:
     return f"file://{root}", files
 
 
-def start_mount(mount_factory: MountFactory, uri: str) -> tuple[MountProcess, int]:
-    """A mount caching the whole dataset if it can (quota 100 MB), with its metrics on a free port."""
+def start_mount(mount_factory: MountFactory, uri: str, launcher: Sequence[str] = ()) -> tuple[MountProcess, int]:
+    """A mount caching the whole dataset if it can (quota 100 MB), with its metrics on a free port; `launcher`: a
+    command it runs under (a fault injector's)."""
     port = free_port()
     mount = mount_factory(
-        {"job1": uri}, "--chunk-size", str(CHUNK), "--cache-size", f"{uri}=100MB", "--metrics-port", str(port)
-    )
+        {"job1": uri},
+        "--chunk-size", str(CHUNK), "--cache-size", f"{uri}=100MB", "--metrics-port", str(port),
+        launcher=launcher,
+    )  # fmt: skip
     return mount, port
 
 
@@ -280,6 +285,39 @@ def test_a_cache_entry_cut_short_on_disk_is_never_served_but_dropped_and_fetched
     assert now["silod_cache_dropped_items_total"] == 3
     assert now["silod_backend_bytes_total"] == FILE_SIZE * FILES + 3 * CHUNK  # each damaged entry once more
     assert_one_cache_warning_naming(mount, mount.cache_dir.resolve())
+    unmount_cleanly(mount)
+
+
+@pytest.mark.expected_warnings
+def test_a_cache_entry_whose_read_fails_with_eio_is_served_from_the_backend_and_cached_again_faked_eio(
+    mount_factory: MountFactory, dataset: Dataset
+) -> None:
+    """A bad sector under a cached entry: the read of it answers EIO (faked with libfiu: the daemon's next `pread`,
+    the cache's, fails; the file stays whole). The training job gets the backend's bytes, not an error; the entry
+    is dropped, fetched once more and cached again; one warning names the cache dir and the error."""
+    uri, files = dataset
+    faults = PosixFaults()
+    mount, port = start_mount(mount_factory, uri, launcher=faults.launcher)
+    assert mount.process is not None
+    faults.pid = mount.process.pid
+    before, _ = cached_and_fresh(files)
+    read_all(mount, files, before)
+    cached = numbers(port)
+    assert cached["silod_cache_items"] == 3 * len(before)
+
+    faults.fail_next(PosixFaults.PREADS)
+    read_all(mount, files, before[:1])  # served, although the first pread of its first item failed
+    read_all(mount, files, sorted(files))
+    assert mount.process.poll() is None
+
+    now = numbers(port)
+    assert now["silod_cache_dropped_items_total"] == 1
+    assert now["silod_backend_bytes_total"] == cached["silod_backend_bytes_total"] + CHUNK + FILE_SIZE * (
+        FILES - len(before)
+    )  # the failed entry once more, and the files not read before
+    assert (now["silod_cache_items"], now["silod_cache_bytes"]) == (3 * FILES, FILE_SIZE * FILES)
+    assert_one_cache_warning_naming(mount, mount.cache_dir.resolve())
+    assert any("Input/output error" in message for _, message in warnings_in_log(mount))
     unmount_cleanly(mount)
 
 

@@ -30,7 +30,7 @@ from silodpb.v1 import datamgr_pb2 as pb
 from tests import polling
 from tests.cluster_fixtures import SIZE, System, eventually
 from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, silod_cli, watch
-from tests.disks import Ext4Factory, FailingFlushes, TmpfsFactory, fail_ext4, repair_ext4
+from tests.disks import Ext4Factory, PosixFaults, TmpfsFactory, fail_ext4, repair_ext4
 from tests.mount_fixtures import MountProcess
 from tests.net_faults import connection_ports, silenced_connections
 from tests.rate_sampling import WINDOW, Sample, assert_held_to, readers_demanding_more, sample
@@ -255,15 +255,15 @@ def test_a_state_disk_turned_read_only_by_an_error_refuses_changes_by_name_keeps
 MAY_REAPPEAR = "a restart of the data manager before its next successful write may bring it back"
 
 
-def _flaky_state_disk(tmp_path: Path) -> tuple[DataManagerProcess, FailingFlushes]:
-    flushes = FailingFlushes()
+def _flaky_state_disk(tmp_path: Path) -> tuple[DataManagerProcess, PosixFaults]:
+    flushes = PosixFaults()
     datamgr = DataManagerProcess(
         tmp_path / "state", tmp_path / "datamgr.log", "--remote-io-limit", "1GB/s", launcher=flushes.launcher
     )
     return datamgr, flushes
 
 
-def _start_failable(datamgr: DataManagerProcess, flushes: FailingFlushes) -> str:
+def _start_failable(datamgr: DataManagerProcess, flushes: PosixFaults) -> str:
     datamgr.start()
     assert datamgr.process is not None
     flushes.pid = datamgr.process.pid
@@ -283,14 +283,14 @@ def test_a_change_refused_on_a_failed_flush_stays_refused_after_a_crash_and_the_
         with DataManagerClient(_start_failable(datamgr, flushes), timeout=10) as client:
             uri = _cluster(client, tmp_path)
             acknowledged, view = full_state(client), _node_view(client)
-            flushes.fail_next()
+            flushes.fail_next(PosixFaults.FLUSHES)
             _assert_refused_once(client, "nothing was changed")
             assert full_state(client) == acknowledged
         datamgr.kill()  # at once: nothing written since the refusal can hide what the disk holds
 
         with DataManagerClient(_start_failable(datamgr, flushes), timeout=10) as client:
             assert full_state(client) == acknowledged, "the refused change came back after a restart"
-            flushes.fail_next()
+            flushes.fail_next(PosixFaults.FLUSHES)
             _assert_refused_once(client, "nothing was changed")
             assert client.allocate_cache_size(uri, 6_000).revision == view[0] + 1  # no restart in between
             changed = full_state(client)
@@ -316,7 +316,7 @@ def test_a_change_whose_flushes_keep_failing_is_refused_as_one_a_restart_may_bri
         with DataManagerClient(_start_failable(datamgr, flushes), timeout=10) as client:
             _cluster(client, tmp_path)
             acknowledged, view = full_state(client), _node_view(client)
-            flushes.fail_every()
+            flushes.fail_every(PosixFaults.FLUSHES)
             _assert_refused_once(client, MAY_REAPPEAR)
             cli = silod_cli("alloc", "io", "j1", "9MB/s", datamgr=datamgr.address)
             assert cli.returncode == 1 and MAY_REAPPEAR in cli.stderr and "Traceback" not in cli.stderr, cli.stderr
