@@ -29,6 +29,7 @@ from tests.datamgr_fixtures import (
     make_local_dataset,
     silod_cli,
 )
+from tests.disks import TmpfsFactory
 
 
 @pytest.fixture
@@ -415,6 +416,13 @@ def test_a_state_dir_whose_database_is_damaged_exits_2_naming_it(
     assert (tmp_path / "silod.db").read_bytes() == b"not a database\n" * 100
 
 
+def _state_of_2000_nodes(state_dir: Path) -> None:
+    """A state dir whose database is some 200 kB: 2,000 registered nodes."""
+    store = SQLiteStore(state_dir)
+    store.commit([Commit(1, Change(nodes_put=tuple(Node(f"n{i:04d}", "h1:7421", 10_000) for i in range(2000))))])
+    store.close()
+
+
 @pytest.mark.parametrize("state", ["no database", "a damaged database"])
 def test_a_backup_of_a_state_dir_without_a_readable_database_exits_2_and_leaves_no_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], state: str
@@ -443,9 +451,7 @@ def test_a_restore_from_a_file_that_is_no_silod_backup_exits_2_and_changes_nothi
     elif backup == "damaged":
         given.write_bytes(b"not a database\n" * 100)
     elif backup == "damaged past its header":  # a real backup whose tables' pages were lost: SQLite copies them
-        other = SQLiteStore(tmp_path / "other")
-        other.commit([Commit(1, Change(nodes_put=tuple(Node(f"n{i:04d}", "h1:7421", 10_000) for i in range(2000))))])
-        other.close()
+        _state_of_2000_nodes(tmp_path / "other")
         back_up(tmp_path / "other", given)
         damage_tables(given)
     assert main(["datamgr", "restore", "--state-dir", str(state_dir), str(given)], environ={}) == 2
@@ -456,6 +462,39 @@ def test_a_restore_from_a_file_that_is_no_silod_backup_exits_2_and_changes_nothi
         "damaged past its header": f"cannot restore {given}: {given} is damaged or not a silod database",
     }[backup]
     assert why in capsys.readouterr().err
+    assert sorted(p.name for p in state_dir.iterdir()) == ["lock", "silod.db"]
+    assert (state_dir / "silod.db").read_bytes() == database
+
+
+def test_a_backup_onto_a_full_disk_exits_2_saying_so_and_leaves_no_file(
+    tmpfs: TmpfsFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state_dir = tmp_path / "state"
+    _state_of_2000_nodes(state_dir)
+    out = tmpfs(tmp_path / "small-disk", "64k") / "backup.db"
+    assert main(["datamgr", "backup", "--state-dir", str(state_dir), str(out)], environ={}) == 2
+    err = capsys.readouterr().err
+    assert f"cannot back up state dir {state_dir} to {out}: database or disk is full; nothing was written" in err
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_restore_onto_a_full_state_disk_exits_2_saying_so_and_leaves_the_state_dir_as_it_was(
+    tmpfs: TmpfsFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    given = tmp_path / "backup.db"
+    _state_of_2000_nodes(tmp_path / "other")
+    back_up(tmp_path / "other", given)
+    disk = tmpfs(tmp_path / "state-disk", "1m")
+    state_dir = disk / "state"
+    SQLiteStore(state_dir).close()
+    database = (state_dir / "silod.db").read_bytes()
+    room = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    (disk / "filler").write_bytes(b"\0" * (room - given.stat().st_size // 2))  # room for half the backup
+    assert main(["datamgr", "restore", "--state-dir", str(state_dir), str(given)], environ={}) == 2
+    err = capsys.readouterr().err
+    assert f"cannot restore {given} into state dir {state_dir}: database or disk is full; it is as it was" in err
+    assert "Traceback" not in err
     assert sorted(p.name for p in state_dir.iterdir()) == ["lock", "silod.db"]
     assert (state_dir / "silod.db").read_bytes() == database
 

@@ -92,7 +92,7 @@ _TENANT_COLUMNS = "name, cells, cache_bytes, io_bytes_per_sec"
 _NODE_COLUMNS = "node_id, address, cache_capacity_bytes, gpus"
 # What SQLite answers when the file system refuses its writes: an I/O error (EIO, or EROFS from a file system
 # turned read-only under an open database), a read-only database, a file it cannot open.
-_UNWRITABLE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN})
+UNWRITABLE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN})
 
 
 class StateDirError(RuntimeError):
@@ -200,10 +200,10 @@ class SQLiteStore:
         except BaseException as exc:
             if db.in_transaction:  # SQLite rolls back by itself on some errors (SQLITE_FULL among them)
                 db.execute("ROLLBACK")
-            code = _result_code(exc)
+            code = result_code(exc)
             if code == sqlite3.SQLITE_FULL:
                 raise StoreFull(f"the state disk is full: no room to write {self._path} ({exc})") from exc
-            if code in _UNWRITABLE:
+            if code in UNWRITABLE:
                 may_reappear = committing and _may_be_logged(exc) and not self._erase_log()
                 reason = _why_unwritable(self._path.parent, exc)
                 raise StoreUnwritable(f"{self._path}: {reason}", may_reappear=may_reappear) from exc
@@ -296,7 +296,7 @@ def refusing_damage(path: Path, refused: str | None = None, advice: str = _REPAI
     try:
         yield
     except sqlite3.DatabaseError as exc:
-        if _result_code(exc) not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        if result_code(exc) not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
             raise
         refused = refused or f"cannot use state dir {path.parent}"
         raise StateDirError(f"{refused}: {path} is damaged or not a silod database ({exc}); {advice}") from None
@@ -325,7 +325,7 @@ def _may_be_logged(exc: BaseException) -> bool:
     return code is not None and int(code) & 0xFF == sqlite3.SQLITE_IOERR and code not in _BEFORE_COMMIT_RECORD
 
 
-def _result_code(exc: BaseException) -> int | None:
+def result_code(exc: BaseException) -> int | None:
     """SQLite's primary result code for an error SQLite itself reported (None for any other, such as a value
     the sqlite3 module could not bind)."""
     code = getattr(exc, "sqlite_errorcode", None) if isinstance(exc, sqlite3.Error) else None
