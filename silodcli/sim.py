@@ -42,7 +42,7 @@ from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimResult, Simul
 from datamgr.scheduler.sim.scenarios import Scenario, load_scenario
 from datamgr.scheduler.sim.tenants import load_tenants
 from datamgr.scheduler.sim.trace import load_trace, write_trace
-from silodcli.exits import EXIT_FAILED, fail
+from silodcli.exits import EXIT_FAILED, fail, refusing_unwritable_outputs
 from silodcli.processes import in_workers, run_in_processes, say_when_done
 from silodcli.progress import ProgressLine
 from silodcli.sim_colocation import ColocationInputs, colocation_inputs, run_colocation_compare, run_colocation_sim
@@ -168,6 +168,7 @@ def _on_colocation_inputs(
     return None
 
 
+@refusing_unwritable_outputs("sim")
 def run_sim(args: argparse.Namespace) -> int:
     if (code := _on_colocation_inputs(args, "sim", run_colocation_sim)) is not None:
         return code
@@ -196,6 +197,7 @@ def run_sim(args: argparse.Namespace) -> int:
     return 0
 
 
+@refusing_unwritable_outputs("sim compare")
 def run_compare(args: argparse.Namespace) -> int:
     if (code := _on_colocation_inputs(args, "sim compare", run_colocation_compare)) is not None:
         return code

@@ -27,7 +27,7 @@ from datamgr.scheduler.sim.engine import check_inputs
 from datamgr.scheduler.sim.fields import SimInputError, format_duration, output_directory
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimulationStalled, TraceJob
 from datamgr.scheduler.sim.scenarios import available_scenarios, is_generated_scenario, load_scenario
-from silodcli.exits import EXIT_FAILED, fail
+from silodcli.exits import EXIT_FAILED, fail, refusing_unwritable_outputs
 from silodcli.processes import in_workers, run_in_processes
 from silodcli.sim import (
     _config,
@@ -40,9 +40,14 @@ if TYPE_CHECKING:
     from datamgr.scheduler.sim.report import Summary
 
 
+def _command(args: argparse.Namespace) -> str:
+    return f"sim sweep {args.sweep_kind}"
+
+
+@refusing_unwritable_outputs(_command)
 def run_sweep(args: argparse.Namespace) -> int:
     kind: sweep.Kind = args.sweep_kind
-    command = f"sim sweep {kind}"
+    command = _command(args)
     try:
         _check_names(args.policy, args.cache_systems)
         name, points = _bandwidth_points(args) if kind == "bandwidth" else _sharing_points(args)

@@ -28,6 +28,7 @@ from silodcli.main import build_parser, main
 from silodcli.processes import run_in_processes
 from silodcli.progress import ProgressLine
 from silodcli.sim import with_gpu_defaults
+from tests.disks import TmpfsFactory
 from tests.sim_fixtures import install_missing_node_policy, is_png, tiny_inputs
 
 CLUSTER = ClusterSpec(nodes=2, gpus_per_node=4, cache_bytes_per_node=10**12, remote_io_bytes_per_sec=250e6)
@@ -370,6 +371,25 @@ def test_an_out_that_cannot_be_a_directory_is_refused_naming_it_before_anything_
     assert printed.out == ""  # no run reported: none started
     assert in_the_way.read_text() == "kept"
     assert [p.name for p in tmp_path.iterdir()] == ["results"]
+
+
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [
+        (["sim", "--policy", "fifo"], "sim"),
+        (["sim", "compare", "--policies", "fifo", "--cache-systems", "silod,alluxio", "--jobs", "2"], "sim compare"),
+        (["sim", "sweep", "bandwidth", "--scales", "1,2", "--cache-systems", "silod,alluxio"], "sim sweep bandwidth"),
+    ],
+    ids=["sim", "compare-in-workers", "sweep"],
+)
+def test_a_simulation_whose_outputs_fill_the_disk_exits_1_saying_where_without_a_traceback(
+    tmpfs: TmpfsFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], name: str
+) -> None:
+    out = tmpfs(tmp_path / "small-disk", "16k") / "out"
+    assert main([*command, "--scenario", "micro", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"silod {name}: cannot write its outputs (" in err and "No space left on device" in err, err
+    assert str(out) in err and "Traceback" not in err
 
 
 def test_sim_runs_the_micro_scenario_and_writes_its_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
