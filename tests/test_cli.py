@@ -416,6 +416,23 @@ def test_a_state_dir_whose_database_is_damaged_exits_2_naming_it(
     assert (tmp_path / "silod.db").read_bytes() == b"not a database\n" * 100
 
 
+def test_a_data_manager_started_on_a_full_state_disk_exits_2_saying_so_and_the_state_dir_works_once_freed(
+    tmpfs: TmpfsFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    disk = tmpfs(tmp_path / "state-disk", "1m")
+    filler = disk / "filler"
+    filler.write_bytes(b"\0" * (os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize - 8192))
+    state_dir = disk / "state"
+    assert main(["datamgr", "serve", "--listen", "127.0.0.1:0", "--state-dir", str(state_dir)], environ={}) == 2
+    err = capsys.readouterr().err
+    assert f"cannot use state dir {state_dir}: database or disk is full; free space on its disk" in err
+    assert "Traceback" not in err
+    filler.unlink()
+    store = SQLiteStore(state_dir)  # what the data manager's next start opens: the lock was given back
+    assert store.load().revision == 0
+    store.close()
+
+
 def _state_of_2000_nodes(state_dir: Path) -> None:
     """A state dir whose database is some 200 kB: 2,000 registered nodes."""
     store = SQLiteStore(state_dir)

@@ -8,26 +8,21 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from datamgr.store.sqlite import (
     DATABASE_NAME,
     SCHEMA_VERSION,
-    UNWRITABLE,
     StateDirError,
     lock_state_dir,
     refusing_damage,
-    result_code,
+    refusing_disk_errors,
 )
 from silodlib.directories import make_directory
 
 # A database's write-ahead log and shared memory, then the database: the order in which they move, so that a
 # database never sits beside another database's log.
 _DATABASE_FILES = ("-wal", "-shm", "")
-
-# What SQLite answers when a copy's disk fails it: no room, or it refuses writes (an I/O error, read-only, no file).
-_DISK_REFUSALS = UNWRITABLE | {sqlite3.SQLITE_FULL}
 
 
 def back_up(state_dir: Path, destination: Path) -> int:
@@ -45,7 +40,7 @@ def back_up(state_dir: Path, destination: Path) -> int:
     try:
         with (
             refusing_damage(source_path, refused, "nothing was written"),
-            _refusing_disk_errors(f"{refused} to {destination}", "nothing was written"),
+            refusing_disk_errors(f"{refused} to {destination}", "nothing was written"),
             contextlib.closing(_read_only(source_path)) as source,
             contextlib.closing(sqlite3.connect(destination)) as copy,
         ):
@@ -76,23 +71,11 @@ def restore(state_dir: Path, backup: Path) -> tuple[int, Path | None]:
         make_directory(state_dir, mode=0o700)
         lock = lock_state_dir(state_dir)
         try:
-            with _refusing_disk_errors(f"cannot restore {backup} into state dir {state_dir}", "it is as it was"):
+            with refusing_disk_errors(f"cannot restore {backup} into state dir {state_dir}", "it is as it was"):
                 kept = _copy_in(source, state_dir / DATABASE_NAME)
         finally:
             os.close(lock)
     return revision, kept
-
-
-@contextlib.contextmanager
-def _refusing_disk_errors(refused: str, outcome: str) -> Iterator[None]:
-    """Turn SQLite's answer to a disk that fails a copy ("database or disk is full", "disk I/O error") into a
-    StateDirError that says what was refused and what was left, rather than a traceback."""
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        if result_code(exc) not in _DISK_REFUSALS:
-            raise
-        raise StateDirError(f"{refused}: {exc}; {outcome}") from None
 
 
 def _read_only(path: Path, *, immutable: bool = False) -> sqlite3.Connection:

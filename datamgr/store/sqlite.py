@@ -92,7 +92,11 @@ _TENANT_COLUMNS = "name, cells, cache_bytes, io_bytes_per_sec"
 _NODE_COLUMNS = "node_id, address, cache_capacity_bytes, gpus"
 # What SQLite answers when the file system refuses its writes: an I/O error (EIO, or EROFS from a file system
 # turned read-only under an open database), a read-only database, a file it cannot open.
-UNWRITABLE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN})
+_UNWRITABLE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN})
+_DISK_REFUSALS = _UNWRITABLE | {sqlite3.SQLITE_FULL}  # and no room
+
+
+_FIX_THE_DISK = "free space on its disk (or repair the disk), then start the data manager again"
 
 
 class StateDirError(RuntimeError):
@@ -114,7 +118,7 @@ class SQLiteStore:
         # reader sees only committed transactions, never a batch that is still being written.
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
-            with refusing_damage(path):
+            with refusing_damage(path), refusing_disk_errors(f"cannot use state dir {state_dir}", _FIX_THE_DISK):
                 os.chmod(path, 0o600)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")
@@ -200,10 +204,10 @@ class SQLiteStore:
         except BaseException as exc:
             if db.in_transaction:  # SQLite rolls back by itself on some errors (SQLITE_FULL among them)
                 db.execute("ROLLBACK")
-            code = result_code(exc)
+            code = _result_code(exc)
             if code == sqlite3.SQLITE_FULL:
                 raise StoreFull(f"the state disk is full: no room to write {self._path} ({exc})") from exc
-            if code in UNWRITABLE:
+            if code in _UNWRITABLE:
                 may_reappear = committing and _may_be_logged(exc) and not self._erase_log()
                 reason = _why_unwritable(self._path.parent, exc)
                 raise StoreUnwritable(f"{self._path}: {reason}", may_reappear=may_reappear) from exc
@@ -296,10 +300,23 @@ def refusing_damage(path: Path, refused: str | None = None, advice: str = _REPAI
     try:
         yield
     except sqlite3.DatabaseError as exc:
-        if result_code(exc) not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        if _result_code(exc) not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
             raise
         refused = refused or f"cannot use state dir {path.parent}"
         raise StateDirError(f"{refused}: {path} is damaged or not a silod database ({exc}); {advice}") from None
+
+
+@contextlib.contextmanager
+def refusing_disk_errors(refused: str, outcome: str) -> Iterator[None]:
+    """Turn SQLite's answer to a disk that fails it outside a commit ("database or disk is full", "disk I/O error",
+    a read-only file system) into a StateDirError that says what was refused and what was left or is to be done,
+    rather than a traceback: starting on a state dir, copying a backup in or out."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if _result_code(exc) not in _DISK_REFUSALS:
+            raise
+        raise StateDirError(f"{refused}: {exc}; {outcome}") from None
 
 
 def _why_unwritable(directory: Path, exc: BaseException) -> str:
@@ -325,7 +342,7 @@ def _may_be_logged(exc: BaseException) -> bool:
     return code is not None and int(code) & 0xFF == sqlite3.SQLITE_IOERR and code not in _BEFORE_COMMIT_RECORD
 
 
-def result_code(exc: BaseException) -> int | None:
+def _result_code(exc: BaseException) -> int | None:
     """SQLite's primary result code for an error SQLite itself reported (None for any other, such as a value
     the sqlite3 module could not bind)."""
     code = getattr(exc, "sqlite_errorcode", None) if isinstance(exc, sqlite3.Error) else None
