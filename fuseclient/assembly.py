@@ -47,7 +47,8 @@ class MountConfig:
 
 
 class MountError(RuntimeError):
-    """The mount cannot start as configured: a dataset cannot be listed (unreachable, denied, missing)."""
+    """The mount cannot start as configured: a dataset cannot be listed (unreachable, denied, missing), or its
+    cache cannot be opened (a full or failing cache disk)."""
 
 
 class CacheDirInUse(Exception):
@@ -109,7 +110,7 @@ def add_job(
 
 async def build_state(config: MountConfig) -> MountState:
     """The standalone mount's state: each dataset listed once, jobs with their fixed allocations. Raises
-    `MountError` for a dataset that cannot be listed."""
+    `MountError` for a dataset that cannot be listed or whose cache cannot be opened."""
     mount = MountState()
     for uri in sorted(set(config.jobs.values())):
         backend = RetryingBackend(open_backend(uri, config.backend_options))
@@ -119,7 +120,11 @@ async def build_state(config: MountConfig) -> MountState:
         except BackendError as exc:
             raise MountError(f"cannot list the dataset: {exc}") from None
         quota = config.cache_sizes.get(uri, 0)
-        mount.add_dataset(await open_dataset(config.cache_dir, uri, backend, manifest, quota))
+        try:
+            mount.add_dataset(await open_dataset(config.cache_dir, uri, backend, manifest, quota))
+        except OSError as exc:
+            where = dataset_cache_dir(config.cache_dir, uri)
+            raise MountError(f"cannot open the cache of dataset {uri} in {where}: {exc.strerror or exc}") from None
     for job_id, uri in config.jobs.items():
         add_job(mount, job_id, mount.datasets[uri], config.io_rates.get(job_id))
     return mount

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 from datamgr.devservers import free_port
 from tests import polling
 from tests.datamgr_fixtures import silod_cli
+from tests.disks import TmpfsFactory
 
 
 @pytest.fixture
@@ -70,6 +72,25 @@ def test_a_dataset_that_cannot_be_listed_fails_the_mount_with_its_reason_not_a_t
     assert result.returncode == 1
     assert "silod mount: cannot list the dataset: s3://bkt/x: endpoint unreachable" in result.stderr
     assert "Traceback" not in result.stderr
+    assert not os.path.ismount(mountpoint)
+
+
+def test_a_cache_disk_full_at_start_fails_the_mount_naming_the_dataset_and_the_reason_not_a_traceback(
+    tmpfs: TmpfsFactory, tmp_path: Path, dataset: str
+) -> None:
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    disk = tmpfs(tmp_path / "cache-disk", "64k")
+    (disk / "cache").mkdir()
+    with contextlib.suppress(OSError), (disk / "filler").open("wb") as filler:
+        while filler.write(b"\0" * 4096):  # until the disk refuses
+            filler.flush()
+    result = silod_cli(
+        "mount", str(mountpoint), "--cache-dir", str(disk / "cache"), "--foreground", "--job", f"j={dataset}"
+    )
+    assert result.returncode == 1, result.stderr
+    assert f"silod mount: cannot open the cache of dataset {dataset} in {disk / 'cache'}/" in result.stderr
+    assert "No space left on device" in result.stderr and "Traceback" not in result.stderr
     assert not os.path.ismount(mountpoint)
 
 
