@@ -26,10 +26,11 @@ from pathlib import Path
 import grpc
 import trio
 
-from fuseclient.assembly import add_job, open_dataset
+from fuseclient.assembly import add_job, open_cache, open_dataset, uncached_dataset
+from fuseclient.cache import NoCache
 from fuseclient.daemon import ReadyCallback
 from fuseclient.fs import forget_job_directory
-from fuseclient.mounted import MountState
+from fuseclient.mounted import MountedDataset, MountState
 from fuseclient.readahead import DEFAULT_READ_AHEAD
 from fuseclient.runtime import run_filesystem
 from fuseclient.throttle import default_burst
@@ -112,8 +113,13 @@ class NodeAgent:
                 self._call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves cancel() untyped
 
     async def report_usage(self) -> None:
+        """Report the mount's usage every `report_interval`, first trying again to open the caches of the datasets
+        served uncached."""
         while True:
             await trio.sleep(self._config.report_interval)
+            for dataset in list(self._mount.datasets.values()):
+                if isinstance(dataset.cache, NoCache):
+                    await self._reopen_cache(dataset)
             request = self._usage(trio.current_time())
             try:
                 await trio.to_thread.run_sync(functools.partial(self._stub.ReportUsage, request, timeout=CALL_TIMEOUT))
@@ -179,7 +185,10 @@ class NodeAgent:
     async def _set_dataset(self, wanted: pb.NodeDataset) -> None:
         current = self._mount.datasets.get(wanted.uri)
         if current is not None and current.manifest.digest == wanted.manifest_digest:
-            if current.cache.quota_bytes != wanted.cache_quota_bytes:
+            if isinstance(current.cache, NoCache):
+                current.cache.set_quota(wanted.cache_quota_bytes)
+                await self._reopen_cache(current)
+            elif current.cache.quota_bytes != wanted.cache_quota_bytes:
                 evicted = await trio.to_thread.run_sync(current.cache.set_quota, wanted.cache_quota_bytes)
                 log.info(
                     "cache quota of %s = %d bytes (%d items evicted)",
@@ -203,10 +212,33 @@ class NodeAgent:
             )
         except OSError as exc:
             log.error(
-                "cannot open the cache of dataset %s: %s", wanted.uri, exc, extra=self._ids(dataset_uri=wanted.uri)
+                "cannot open the cache of dataset %s (%s): serving it from its backend, uncached, and trying to open "
+                "the cache again every %g s",
+                wanted.uri,
+                exc,
+                self._config.report_interval,
+                extra=self._ids(dataset_uri=wanted.uri),
             )
-            return
+            dataset = uncached_dataset(wanted.uri, backend, manifest, wanted.cache_quota_bytes)
         self._mount.add_dataset(dataset)
+
+    async def _reopen_cache(self, dataset: MountedDataset) -> None:
+        """Give a dataset served uncached (`NoCache`) its cache once its directory opens; quietly try again later
+        if it still cannot be opened (its first failure was logged)."""
+        try:
+            cache = await open_cache(self._config.cache_dir, dataset.uri, dataset.manifest, dataset.cache.quota_bytes)
+        except OSError:
+            return
+        if self._mount.datasets.get(dataset.uri) is not dataset:  # removed or replaced while the cache opened
+            cache.close()
+            return
+        dataset.cache = cache
+        log.info(
+            "cache of dataset %s opened: caching it again (quota %d bytes)",
+            dataset.uri,
+            cache.quota_bytes,
+            extra=self._ids(dataset_uri=dataset.uri),
+        )
 
     def _set_job(self, wanted: pb.NodeJob) -> None:
         job = self._mount.jobs.get(wanted.job_id)

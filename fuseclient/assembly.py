@@ -14,7 +14,7 @@ from pathlib import Path
 import trio
 
 from fuseclient.access import AccessTracker
-from fuseclient.cache import DatasetCache
+from fuseclient.cache import DatasetCache, NoCache
 from fuseclient.mounted import MountedDataset, MountedJob, MountState
 from fuseclient.readahead import DEFAULT_READ_AHEAD
 from fuseclient.throttle import TokenBucket, default_burst
@@ -79,10 +79,25 @@ def dataset_cache_dir(cache_dir: Path, uri: str) -> Path:
     return cache_dir / hashlib.sha256(uri.encode()).hexdigest()[:24]
 
 
+async def open_cache(cache_root: Path, uri: str, manifest: Manifest, quota: int) -> DatasetCache:
+    """The dataset's cache, opened in a worker thread (restoring complete entries from an earlier run); OSError if
+    its directory cannot be opened."""
+    directory = dataset_cache_dir(cache_root, uri)
+    return await trio.to_thread.run_sync(lambda: DatasetCache(directory, manifest, quota, dataset_uri=uri))
+
+
+def uncached_dataset(uri: str, backend: Backend, manifest: Manifest, quota: int) -> MountedDataset:
+    """A dataset served from its backend alone, while its cache directory cannot be opened (`NoCache`)."""
+    return _mounted(uri, manifest, backend, NoCache(manifest, quota))
+
+
+def _mounted(uri: str, manifest: Manifest, backend: Backend, cache: DatasetCache | NoCache) -> MountedDataset:
+    return MountedDataset(uri, manifest, DatasetTree(manifest), backend, cache, trio.CapacityLimiter(FETCH_CONCURRENCY))
+
+
 async def open_dataset(cache_root: Path, uri: str, backend: Backend, manifest: Manifest, quota: int) -> MountedDataset:
     """A dataset ready to serve: its cache opened (restoring complete entries from an earlier run)."""
-    directory = dataset_cache_dir(cache_root, uri)
-    cache = await trio.to_thread.run_sync(lambda: DatasetCache(directory, manifest, quota, dataset_uri=uri))
+    cache = await open_cache(cache_root, uri, manifest, quota)
     log.info(
         "dataset %s: %d files, %d items, %d bytes; cache quota %d bytes, %d items already cached",
         uri,
@@ -93,7 +108,7 @@ async def open_dataset(cache_root: Path, uri: str, backend: Backend, manifest: M
         cache.statistics().cached_items,
         extra=log_ids(dataset_uri=uri),
     )
-    return MountedDataset(uri, manifest, DatasetTree(manifest), backend, cache, trio.CapacityLimiter(FETCH_CONCURRENCY))
+    return _mounted(uri, manifest, backend, cache)
 
 
 def add_job(

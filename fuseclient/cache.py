@@ -70,7 +70,9 @@ class CacheStats:
     evicted: int  # items evicted by quota shrinks (including a restore above the quota)
     write_errors: int  # admissions that failed on disk (ENOSPC, EACCES, EROFS, ...)
     dropped: int = 0  # entries whose file went missing, short or unreadable (all of them if the directory is lost)
-    directory_lost: bool = False  # the cache directory vanished: nothing cached, nothing admitted until restart
+    # The cache cannot use its directory: it vanished (nothing cached or admitted until restart), or could not be
+    # opened (`NoCache`, until the node agent opens it).
+    directory_lost: bool = False
 
 
 class DatasetCache:
@@ -475,6 +477,51 @@ class DatasetCache:
             _reason(exc),
             extra=self._log_ids,
         )
+
+
+class NoCache:
+    """The stand-in for the cache of a dataset whose cache directory could not be opened (a full or failing cache
+    disk): it holds and admits nothing, so that the dataset is served from its backend, uncached, rather than not
+    at all. It keeps the quota it is given, for the cache that replaces it once the directory opens (the node
+    agent tries again: `fuseclient.agent`). Items of size 0 count as cached, as in `DatasetCache`."""
+
+    def __init__(self, manifest: Manifest, quota_bytes: int) -> None:
+        _check_quota(quota_bytes)
+        self._manifest = manifest
+        self._quota = quota_bytes
+        self._cached = ~cache_disk.items_with_files(manifest)
+
+    @property
+    def cached(self) -> bitarray:
+        return self._cached
+
+    @property
+    def quota_bytes(self) -> int:
+        return self._quota
+
+    @property
+    def used_bytes(self) -> int:
+        return 0
+
+    def contains(self, item: int) -> bool:
+        return bool(self._cached[item])
+
+    def read(self, item: int, offset: int, length: int) -> bytes | None:
+        return b"" if self._cached[item] else None
+
+    def admit(self, item: int, data: bytes) -> bool:
+        return bool(self._cached[item])
+
+    def set_quota(self, quota_bytes: int) -> int:
+        _check_quota(quota_bytes)
+        self._quota = quota_bytes
+        return 0
+
+    def close(self) -> None:
+        pass
+
+    def statistics(self) -> CacheStats:
+        return CacheStats(self._quota, 0, self._cached.count(), 0, 0, 0, 0, directory_lost=True)
 
 
 def _check_quota(quota_bytes: int) -> None:

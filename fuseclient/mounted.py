@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import trio
 
 from fuseclient.access import AccessStats, AccessTracker, RateMeter
-from fuseclient.cache import DatasetCache
+from fuseclient.cache import DatasetCache, NoCache
 from fuseclient.throttle import TokenBucket
 from fuseclient.tree import DatasetTree
 from silodlib.backends import Backend
@@ -35,7 +35,7 @@ class MountedDataset:
     manifest: Manifest
     tree: DatasetTree
     backend: Backend
-    cache: DatasetCache
+    cache: DatasetCache | NoCache  # NoCache while its cache directory cannot be opened: served uncached
     fetch_limiter: trio.CapacityLimiter
     inflight: dict[int, Flight] = field(default_factory=dict)
     fetches: int = 0  # backend reads, their bytes and the seconds they took (for metrics)

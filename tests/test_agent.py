@@ -4,11 +4,13 @@ either daemon being killed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,7 @@ from datamgr.client import DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.cluster_fixtures import FILES, SIZE, System, eventually
 from tests.datamgr_fixtures import silod_cli
+from tests.disks import TmpfsFactory
 from tests.mount_fixtures import MountProcess
 
 
@@ -59,6 +62,43 @@ def _job_read_once_into_a_full_cache(system: System) -> MountProcess:
         (job_dir / path).read_bytes()
     eventually(lambda: _cached_bytes(node) == FILES * SIZE, what="cache filled")
     return node
+
+
+def _fill(disk: Path) -> Path:
+    """Write a file into `disk` until the disk refuses another byte; returns it."""
+    filler = disk / "filler"
+    with contextlib.suppress(OSError), filler.open("wb") as file:
+        while file.write(b"\0" * 4096):
+            file.flush()
+    return filler
+
+
+@pytest.mark.expected_warnings  # the cache that cannot be opened, the stats file that cannot be written
+def test_a_dataset_whose_cache_cannot_be_opened_is_served_uncached_and_cached_once_the_disk_has_room(
+    tmpfs: TmpfsFactory, system: System, tmp_path: Path
+) -> None:
+    """A node's cache disk full when a dataset arrives: the job's directory appears all the same and reads the
+    backend's bytes, uncached (it used to be missing: "this node cannot serve"); once the disk has room again the
+    agent opens the cache on its next report and the dataset is cached as its quota allows."""
+    filler = _fill(tmpfs(tmp_path / "n1" / "cache", "4m"))  # the node's cache dir (`MountProcess.node`); 2 MB data
+    node = system.start_node("n1")
+    system.client.register_dataset(system.uri)
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
+    system.client.allocate_cache_size(system.uri, FILES * SIZE)
+    system.client.allocate_remote_io("j1", 40_000_000)
+    job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job directory")
+    for path, data in system.files.items():
+        assert (job_dir / path).read_bytes() == data
+    assert node.log_lines("serving it from its backend, uncached") and not node.log_lines("cannot serve")
+    assert _cached_bytes(node) == 0
+
+    filler.unlink()
+    eventually(lambda: node.log_lines("opened: caching it again"), what="the cache opened")
+    for path, data in system.files.items():
+        assert (job_dir / path).read_bytes() == data
+    eventually(lambda: _cached_bytes(node) == FILES * SIZE, what="the dataset cached")
+    stats = node.wait_for_stats(lambda s: s["datasets"][system.uri]["cached_items"] == FILES)
+    assert not stats["datasets"][system.uri]["directory_lost"]
 
 
 def test_allocations_are_enforced_on_the_node(system: System) -> None:

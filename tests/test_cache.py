@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fuseclient.cache import WRITE_PIECE, CacheStats, DatasetCache
+from fuseclient.cache import WRITE_PIECE, CacheStats, DatasetCache, NoCache
 from silodlib.manifest import Manifest
 from tests.cache_fixtures import (
     cached_items,
@@ -121,6 +121,19 @@ def test_empty_items_are_cached_from_the_start_and_cost_nothing(
     assert cache.set_quota(0) == 0  # an empty item is never a victim: it frees nothing
     assert cache.statistics() == CacheStats(0, 0, 1, 0, 0, 0, 0)
     assert files_on_disk(tmp_path / "cache") == {}
+
+
+def test_no_cache_holds_and_admits_nothing_but_empty_items_and_keeps_its_quota_for_the_real_one() -> None:
+    manifest = Manifest(100, ["a", "empty", "z"], [10, 0, 10], [0, 0, 0], ["1", "2", "3"])
+    cache = NoCache(manifest, 50)
+    assert cache.cached.tolist() == [0, 1, 0]
+    assert (cache.contains(0), cache.contains(1)) == (False, True)
+    assert cache.read(0, 0, 10) is None and cache.read(1, 0, 4096) == b""
+    assert not cache.admit(0, b"x" * 10) and cache.admit(1, b"")
+    assert cache.set_quota(70) == 0 and cache.quota_bytes == 70
+    assert cache.statistics() == CacheStats(70, 0, 1, 0, 0, 0, 0, directory_lost=True)
+    with pytest.raises(ValueError, match=">= 0"):
+        cache.set_quota(-1)
 
 
 def test_close_refuses_further_admissions(make_cache: Callable[..., DatasetCache]) -> None:
