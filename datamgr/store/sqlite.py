@@ -94,8 +94,6 @@ _NODE_COLUMNS = "node_id, address, cache_capacity_bytes, gpus"
 # turned read-only under an open database), a read-only database, a file it cannot open.
 _UNWRITABLE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN})
 _DISK_REFUSALS = _UNWRITABLE | {sqlite3.SQLITE_FULL}  # and no room
-
-
 _FIX_THE_DISK = "free space on its disk (or repair the disk), then start the data manager again"
 
 
