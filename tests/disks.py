@@ -110,12 +110,14 @@ def repair_ext4(disk: Path) -> None:
 
 class PosixFaults:
     """Make calls of one process fail with EIO, as a disk that answers an I/O error and stays usable (a transient
-    fault, a bad sector) makes them. FAKED: the kernel cannot be made to do that here (no device-mapper for
-    dm-flakey, no fail_make_request), so libfiu's wrappers of the calls, preloaded into the process (`launcher`),
-    answer instead of the kernel while told to (`fiu-ctrl`). Every other call reaches the real file system."""
+    fault, a bad sector) makes them, or with another error (EMFILE: a process out of descriptors). FAKED: the
+    kernel cannot be made to do that here (no device-mapper for dm-flakey, no fail_make_request), so libfiu's
+    wrappers of the calls, preloaded into the process (`launcher`), answer instead of the kernel while told to
+    (`fiu-ctrl`). Every other call reaches the real file system."""
 
     FLUSHES = "posix/io/sync/*"  # fsync, fdatasync
     PREADS = "posix/io/rw/pread"
+    OPENS = "posix/io/oc/open"
 
     def __init__(self) -> None:
         if shutil.which("fiu-run") is None or shutil.which("fiu-ctrl") is None:
@@ -127,9 +129,9 @@ class PosixFaults:
         """The command prefix that starts a process this can fail (set `pid` to it once started)."""
         return ["fiu-run", "-x"]
 
-    def fail_next(self, calls: str) -> None:
-        """Fail the process's next call of `calls` (one of the names above) only."""
-        self._control(f"enable name={calls},failinfo={errno.EIO},onetime=1")
+    def fail_next(self, calls: str, error: int = errno.EIO) -> None:
+        """Fail the process's next call of `calls` (one of the names above) only, with `error`."""
+        self._control(f"enable name={calls},failinfo={error},onetime=1")
 
     def fail_every(self, calls: str) -> None:
         """Fail every call of `calls` until `heal`."""

@@ -1,9 +1,9 @@
 """Cache-disk faults under a running `silod mount`: the disk unmounted, the cache's files deleted, an entry cut
-short, a read of an entry failing with EIO (faked). Each drives the real entry point over a `file://` dataset and
-checks what a training job relies on: every read returns the backend's bytes (never EIO for an item the backend
-has, never a short or wrong read), the mount goes on and unmounts cleanly, one warning names the cache dir, and
-the cache's numbers (the same `statistics()` behind the stats file and /metrics) never claim bytes the cache no
-longer holds.
+short, a read of an entry failing with EIO (faked), the daemon out of file descriptors (faked). Each drives the
+real entry point over a `file://` dataset and checks what a training job relies on: every read returns the
+backend's bytes (never EIO for an item the backend has, never a short or wrong read), the mount goes on and
+unmounts cleanly, one warning names the cache dir, and the cache's numbers (the same `statistics()` behind the
+stats file and /metrics) never claim bytes the cache no longer holds.
 
 A damaged entry of the right size (a flipped bit) cannot be told from a good one without checksums, which the
 cache does not keep; it is not driven here. Not a fault but the same machinery: a cold cache disk (its files'
@@ -12,6 +12,7 @@ pages dropped, as on a node whose datasets outgrow its memory) still serves ever
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -318,6 +319,37 @@ def test_a_cache_entry_whose_read_fails_with_eio_is_served_from_the_backend_and_
     assert (now["silod_cache_items"], now["silod_cache_bytes"]) == (3 * FILES, FILE_SIZE * FILES)
     assert_one_cache_warning_naming(mount, mount.cache_dir.resolve())
     assert any("Input/output error" in message for _, message in warnings_in_log(mount))
+    unmount_cleanly(mount)
+
+
+@pytest.mark.expected_warnings
+def test_a_cache_entry_the_daemon_cannot_open_for_want_of_descriptors_is_fetched_once_and_kept_faked_emfile(
+    mount_factory: MountFactory, dataset: Dataset
+) -> None:
+    """The daemon out of file descriptors (EMFILE, faked with libfiu: its next `open`, the cache's) says nothing
+    about the entry: the reader gets the backend's bytes, the entry stays cached and serves the next reads, and one
+    warning names the cache dir and the shortage."""
+    uri, files = dataset
+    faults = PosixFaults()
+    mount, port = start_mount(mount_factory, uri, launcher=faults.launcher)
+    assert mount.process is not None
+    faults.pid = mount.process.pid
+    before, _ = cached_and_fresh(files)
+    read_all(mount, files, before)
+    cached = numbers(port)
+
+    faults.fail_next(PosixFaults.OPENS, errno.EMFILE)
+    read_all(mount, files, before)  # the first item's cache file cannot be opened; the rest are read from disk
+    read_all(mount, files, before)
+    now = numbers(port)
+    assert now["silod_cache_dropped_items_total"] == 0
+    assert now["silod_backend_bytes_total"] == cached["silod_backend_bytes_total"] + CHUNK  # that item, once
+    assert (now["silod_cache_items"], now["silod_cache_bytes"]) == (
+        cached["silod_cache_items"],
+        cached["silod_cache_bytes"],
+    )
+    assert_one_cache_warning_naming(mount, mount.cache_dir.resolve())
+    assert any("Too many open files" in message for _, message in warnings_in_log(mount))
     unmount_cleanly(mount)
 
 
