@@ -3,6 +3,7 @@ ext4 on a loop device) and unmounted after it; and, where the kernel cannot be m
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -106,6 +107,16 @@ def repair_ext4(disk: Path) -> None:
     check = subprocess.run(["e2fsck", "-f", "-y", str(image)], capture_output=True, text=True)
     assert check.returncode in (0, 1), f"e2fsck exited {check.returncode}: {check.stdout}{check.stderr}"  # 1: fixed
     subprocess.run([*_MOUNT_EXT4, str(image), str(disk)], check=True)
+
+
+def fill_up(disk: Path) -> Path:
+    """Write a file into `disk` until its file system refuses another byte (ENOSPC); returns the file, which the
+    test deletes to free the disk."""
+    filler = disk / "filler"
+    with contextlib.suppress(OSError), filler.open("wb") as file:
+        while file.write(b"\0" * 4096):
+            file.flush()
+    return filler
 
 
 class PosixFaults:

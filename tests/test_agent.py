@@ -4,7 +4,6 @@ either daemon being killed."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import shutil
@@ -18,7 +17,7 @@ from datamgr.client import DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.cluster_fixtures import FILES, SIZE, System, eventually
 from tests.datamgr_fixtures import silod_cli
-from tests.disks import TmpfsFactory
+from tests.disks import TmpfsFactory, fill_up
 from tests.mount_fixtures import MountProcess
 
 
@@ -50,27 +49,23 @@ def test_jobs_registered_with_the_cli_appear_on_their_node_and_go_when_finished(
     assert usage.available
 
 
-def _job_read_once_into_a_full_cache(system: System) -> MountProcess:
-    """Node n1 running job j1, whose whole dataset has been read once and is now cached."""
+def _job_on_n1(system: System) -> tuple[MountProcess, Path]:
+    """Node n1 running job j1 with a quota for its whole dataset; the node and the job's directory there."""
     node = system.start_node("n1")
     system.client.register_dataset(system.uri)
     system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
     system.client.allocate_cache_size(system.uri, FILES * SIZE)
     system.client.allocate_remote_io("j1", 40_000_000)
-    job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job directory")
+    return node, eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job directory")
+
+
+def _job_read_once_into_a_full_cache(system: System) -> MountProcess:
+    """Node n1 running job j1, whose whole dataset has been read once and is now cached."""
+    node, job_dir = _job_on_n1(system)
     for path in system.files:
         (job_dir / path).read_bytes()
     eventually(lambda: _cached_bytes(node) == FILES * SIZE, what="cache filled")
     return node
-
-
-def _fill(disk: Path) -> Path:
-    """Write a file into `disk` until the disk refuses another byte; returns it."""
-    filler = disk / "filler"
-    with contextlib.suppress(OSError), filler.open("wb") as file:
-        while file.write(b"\0" * 4096):
-            file.flush()
-    return filler
 
 
 @pytest.mark.expected_warnings  # the cache that cannot be opened, the stats file that cannot be written
@@ -80,13 +75,8 @@ def test_a_dataset_whose_cache_cannot_be_opened_is_served_uncached_and_cached_on
     """A node's cache disk full when a dataset arrives: the job's directory appears all the same and reads the
     backend's bytes, uncached (it used to be missing: "this node cannot serve"); once the disk has room again the
     agent opens the cache on its next report and the dataset is cached as its quota allows."""
-    filler = _fill(tmpfs(tmp_path / "n1" / "cache", "4m"))  # the node's cache dir (`MountProcess.node`); 2 MB data
-    node = system.start_node("n1")
-    system.client.register_dataset(system.uri)
-    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
-    system.client.allocate_cache_size(system.uri, FILES * SIZE)
-    system.client.allocate_remote_io("j1", 40_000_000)
-    job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job directory")
+    filler = fill_up(tmpfs(tmp_path / "n1" / "cache", "4m"))  # the node's cache dir (`MountProcess.node`); 2 MB data
+    node, job_dir = _job_on_n1(system)
     for path, data in system.files.items():
         assert (job_dir / path).read_bytes() == data
     assert node.log_lines("serving it from its backend, uncached") and not node.log_lines("cannot serve")

@@ -289,13 +289,11 @@ def test_a_cache_entry_cut_short_on_disk_is_never_served_but_dropped_and_fetched
     unmount_cleanly(mount)
 
 
-@pytest.mark.expected_warnings
-def test_a_cache_entry_whose_read_fails_with_eio_is_served_from_the_backend_and_cached_again_faked_eio(
+def _half_cached_under_faults(
     mount_factory: MountFactory, dataset: Dataset
-) -> None:
-    """A bad sector under a cached entry: the read of it answers EIO (faked with libfiu: the daemon's next `pread`,
-    the cache's, fails; the file stays whole). The training job gets the backend's bytes, not an error; the entry
-    is dropped, fetched once more and cached again; one warning names the cache dir and the error."""
+) -> tuple[MountProcess, int, PosixFaults, list[str], dict[str, float]]:
+    """A mount whose calls libfiu can fail, with half the files read (cached): the mount, its metrics port, the
+    faults, the cached files and the numbers then."""
     uri, files = dataset
     faults = PosixFaults()
     mount, port = start_mount(mount_factory, uri, launcher=faults.launcher)
@@ -303,13 +301,24 @@ def test_a_cache_entry_whose_read_fails_with_eio_is_served_from_the_backend_and_
     faults.pid = mount.process.pid
     before, _ = cached_and_fresh(files)
     read_all(mount, files, before)
-    cached = numbers(port)
+    return mount, port, faults, before, numbers(port)
+
+
+@pytest.mark.expected_warnings
+def test_a_cache_entry_whose_read_fails_with_eio_is_served_from_the_backend_and_cached_again_faked_eio(
+    mount_factory: MountFactory, dataset: Dataset
+) -> None:
+    """A bad sector under a cached entry: the read of it answers EIO (faked with libfiu: the daemon's next `pread`,
+    the cache's, fails; the file stays whole). The training job gets the backend's bytes, not an error; the entry
+    is dropped, fetched once more and cached again; one warning names the cache dir and the error."""
+    files = dataset[1]
+    mount, port, faults, before, cached = _half_cached_under_faults(mount_factory, dataset)
     assert cached["silod_cache_items"] == 3 * len(before)
 
     faults.fail_next(PosixFaults.PREADS)
     read_all(mount, files, before[:1])  # served, although the first pread of its first item failed
     read_all(mount, files, sorted(files))
-    assert mount.process.poll() is None
+    assert mount.process is not None and mount.process.poll() is None
 
     now = numbers(port)
     assert now["silod_cache_dropped_items_total"] == 1
@@ -329,14 +338,8 @@ def test_a_cache_entry_the_daemon_cannot_open_for_want_of_descriptors_is_fetched
     """The daemon out of file descriptors (EMFILE, faked with libfiu: its next `open`, the cache's) says nothing
     about the entry: the reader gets the backend's bytes, the entry stays cached and serves the next reads, and one
     warning names the cache dir and the shortage."""
-    uri, files = dataset
-    faults = PosixFaults()
-    mount, port = start_mount(mount_factory, uri, launcher=faults.launcher)
-    assert mount.process is not None
-    faults.pid = mount.process.pid
-    before, _ = cached_and_fresh(files)
-    read_all(mount, files, before)
-    cached = numbers(port)
+    files = dataset[1]
+    mount, port, faults, before, cached = _half_cached_under_faults(mount_factory, dataset)
 
     faults.fail_next(PosixFaults.OPENS, errno.EMFILE)
     read_all(mount, files, before)  # the first item's cache file cannot be opened; the rest are read from disk

@@ -29,7 +29,7 @@ from tests.datamgr_fixtures import (
     make_local_dataset,
     silod_cli,
 )
-from tests.disks import TmpfsFactory
+from tests.disks import TmpfsFactory, fill_up
 
 
 @pytest.fixture
@@ -420,8 +420,8 @@ def test_a_data_manager_started_on_a_full_state_disk_exits_2_saying_so_and_the_s
     tmpfs: TmpfsFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     disk = tmpfs(tmp_path / "state-disk", "1m")
-    filler = disk / "filler"
-    filler.write_bytes(b"\0" * (os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize - 8192))
+    filler = fill_up(disk)
+    os.truncate(filler, filler.stat().st_size - 8192)  # room for the state dir and its lock, not for a database
     state_dir = disk / "state"
     assert main(["datamgr", "serve", "--listen", "127.0.0.1:0", "--state-dir", str(state_dir)], environ={}) == 2
     err = capsys.readouterr().err

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -13,7 +12,7 @@ import pytest
 from datamgr.devservers import free_port
 from tests import polling
 from tests.datamgr_fixtures import silod_cli
-from tests.disks import TmpfsFactory
+from tests.disks import TmpfsFactory, fill_up
 
 
 @pytest.fixture
@@ -82,9 +81,7 @@ def test_a_cache_disk_full_at_start_fails_the_mount_naming_the_dataset_and_the_r
     mountpoint.mkdir()
     disk = tmpfs(tmp_path / "cache-disk", "64k")
     (disk / "cache").mkdir()
-    with contextlib.suppress(OSError), (disk / "filler").open("wb") as filler:
-        while filler.write(b"\0" * 4096):  # until the disk refuses
-            filler.flush()
+    fill_up(disk)
     result = silod_cli(
         "mount", str(mountpoint), "--cache-dir", str(disk / "cache"), "--foreground", "--job", f"j={dataset}"
     )
