@@ -48,6 +48,11 @@ class StateDiskUnwritable(DataManagerError):
     Retrying does not help until an operator repairs the disk; calls that only read are still served."""
 
 
+class StateDiskUnreadable(DataManagerError):
+    """The data manager's state disk fails a read of what only the disk holds (a dataset's manifest): I/O errors
+    or damaged pages. Retrying helps only if the fault was transient; an operator should repair the disk."""
+
+
 @dataclass(frozen=True, slots=True)
 class Dataset:
     """A registered dataset: its frozen manifest's summary and its per-node cache quota."""

@@ -26,6 +26,7 @@ from datamgr.entities import (
     JobHistory,
     Node,
     NotFound,
+    StateDiskUnreadable,
     Tenant,
     Worker,
 )
@@ -33,7 +34,7 @@ from datamgr.journal import GroupCommitJournal, JournalEntry
 from datamgr.listing import freeze_manifest
 from datamgr.liveness import DatasetUsage, JobUsage, NodeLiveness
 from datamgr.state import Change, ClusterState, diff_views
-from datamgr.store import StateStore
+from datamgr.store import StateStore, StoreUnreadable
 from datamgr.validation import (
     check_address,
     check_bytes,
@@ -255,7 +256,13 @@ class DataManager:
 
     def manifest(self, dataset_uri: str) -> tuple[bytes, str]:
         dataset = self.dataset("dataset_uri", dataset_uri)
-        return self._store.manifest(dataset.uri), dataset.manifest_digest
+        try:
+            return self._store.manifest(dataset.uri), dataset.manifest_digest
+        except StoreUnreadable as exc:  # only the disk holds manifests
+            raise StateDiskUnreadable(
+                f"the data manager cannot read the manifest of {dataset.uri} from its state disk: {exc}; "
+                "repair the disk (calls that need no manifest are still served)"
+            ) from None
 
     # ---- jobs ----
 
@@ -551,7 +558,7 @@ class DataManager:
         self._note_contact(node_id)
         with self.hub.subscribe(node_id) as subscription:
             # No await between subscribing and reading the log or state: nothing can slip in between.
-            logged = self._store.events_since(node_id, since_revision) if since_revision else None
+            logged = self._logged_events(node_id, since_revision) if since_revision else None
             if logged is None:
                 snapshot = convert.snapshot_event(self.state.revision, self.state.node_view(node_id))
                 await self._settled()  # never show a node state that is not yet on disk
@@ -567,6 +574,21 @@ class DataManager:
                 yield event
             async for event in events_after(subscription, last):
                 yield event
+
+    def _logged_events(self, node_id: str, since_revision: int) -> list[bytes] | None:
+        """The node's events after `since_revision` from the log; None (a snapshot, taken from memory) if the log no
+        longer reaches back that far, or if the disk fails the read: the node resyncs instead of waiting on it."""
+        try:
+            return self._store.events_since(node_id, since_revision)
+        except StoreUnreadable as exc:
+            log.warning(
+                "node %s resumes from revision %d with a snapshot: the event log cannot be read (%s)",
+                node_id,
+                since_revision,
+                exc,
+                extra={"node_id": node_id},
+            )
+            return None
 
     async def watch_decisions(self) -> AsyncGenerator[pb.DecisionEvent, None]:
         """The policy's decisions for the jobs it places: all of them first, then each revision's changes."""

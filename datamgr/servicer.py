@@ -19,6 +19,7 @@ from datamgr.entities import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
+    StateDiskUnreadable,
     StateDiskUnwritable,
     Unavailable,
     Worker,
@@ -39,6 +40,7 @@ STATUS_OF: dict[type[DataManagerError], grpc.StatusCode] = {
     ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     # gRPC's rule for a call that must not be retried "until the system state has been explicitly fixed".
     StateDiskUnwritable: grpc.StatusCode.FAILED_PRECONDITION,
+    StateDiskUnreadable: grpc.StatusCode.FAILED_PRECONDITION,
 }
 MANIFEST_CHUNK_BYTES = 1024 * 1024
 

@@ -332,6 +332,42 @@ def test_a_change_whose_flushes_keep_failing_is_refused_as_one_a_restart_may_bri
         datamgr.stop()
 
 
+@pytest.mark.expected_warnings  # "resumes from revision 1 with a snapshot: the event log cannot be read"
+def test_a_state_disk_failing_reads_refuses_manifests_by_name_and_resumes_watches_from_memory_faked_eio(
+    tmp_path: Path,
+) -> None:
+    """Reads of the state disk answering EIO (libfiu fails the data manager's `pread`s): a manifest, which only the
+    disk holds, is refused with FAILED_PRECONDITION naming the dataset and the disk, where it was UNKNOWN
+    "Unexpected <class 'sqlite3.OperationalError'>" with a traceback; a node resuming its watch, whose missed events
+    are on disk, gets a snapshot of the state in memory instead, and changes go on. Once the disk reads again,
+    both are as before."""
+    datamgr, faults = _flaky_state_disk(tmp_path)
+    try:
+        with DataManagerClient(_start_failable(datamgr, faults), timeout=10) as client:
+            uri = _cluster(client, tmp_path)
+            manifest = _manifest(client, uri)
+            client.allocate_cache_size(uri, 10_000)  # a change: the reader's cached pages are stale, reads go to disk
+            view = _node_view(client)
+            faults.fail_every(PosixFaults.PREADS)
+            with pytest.raises(grpc.RpcError) as caught:
+                _manifest(client, uri)
+            assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            said = caught.value.details() or ""
+            assert f"cannot read the manifest of {uri} from its state disk: {datamgr.state_dir / 'silod.db'}: " in said
+            assert "disk I/O error" in said or "malformed" in said  # SQLite's words for a failed read of the log
+            resumed = _resumed(client, 1)
+            assert resumed.HasField("snapshot") and resumed.revision == view[0]
+            assert client.allocate_remote_io("j1", 9_000_000).revision == view[0] + 1
+
+            faults.heal(PosixFaults.PREADS)
+            assert _manifest(client, uri) == manifest
+            assert not _resumed(client, 1).HasField("snapshot")  # from the event log again
+        log = datamgr.log_path.read_text()
+        assert "resumes from revision 1 with a snapshot" in log and "Traceback" not in log, log
+    finally:
+        datamgr.stop()
+
+
 def _assert_refused_once(client: DataManagerClient, outcome: str) -> None:
     """A change of j1's rate, never acknowledged, is refused with FAILED_PRECONDITION saying `outcome`."""
     with pytest.raises(ClientError) as caught:

@@ -32,6 +32,11 @@ class StoreUnwritable(Exception):
         self.may_reappear = may_reappear
 
 
+class StoreUnreadable(Exception):
+    """The state's file system failed a read of what only the disk holds (a manifest, the event log): an I/O error,
+    or pages found damaged. The message names the state file and SQLite's answer."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoredState:
     """Everything a restarted data manager serves, as of `revision`."""
@@ -69,11 +74,13 @@ class StateStore(Protocol):
         ...
 
     def events_since(self, node_id: str, revision: int) -> list[bytes] | None:
-        """A node's events after `revision`, oldest first; None if the log no longer reaches back that far."""
+        """A node's events after `revision`, oldest first; None if the log no longer reaches back that far.
+        StoreUnreadable if the disk fails the read."""
         ...
 
     def manifest(self, dataset_uri: str) -> bytes:
-        """The encoded manifest of a registered dataset (KeyError if there is none)."""
+        """The encoded manifest of a registered dataset (KeyError if there is none). StoreUnreadable if the disk
+        fails the read."""
         ...
 
     def close(self) -> None: ...

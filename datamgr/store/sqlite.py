@@ -20,7 +20,14 @@ from typing import Any
 
 from datamgr.entities import Dataset, Job, JobHistory, Node, Tenant, Worker
 from datamgr.state import Change
-from datamgr.store.base import DEFAULT_RETAINED_REVISIONS, Commit, StoredState, StoreFull, StoreUnwritable
+from datamgr.store.base import (
+    DEFAULT_RETAINED_REVISIONS,
+    Commit,
+    StoredState,
+    StoreFull,
+    StoreUnreadable,
+    StoreUnwritable,
+)
 from silodlib.directories import make_directory
 
 SCHEMA_VERSION = 5
@@ -94,6 +101,7 @@ _NODE_COLUMNS = "node_id, address, cache_capacity_bytes, gpus"
 # turned read-only under an open database), a read-only database, a file it cannot open.
 _UNWRITABLE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN})
 _DISK_REFUSALS = _UNWRITABLE | {sqlite3.SQLITE_FULL}  # and no room
+_UNREADABLE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CORRUPT})  # a read failed, or found damaged pages
 _FIX_THE_DISK = "free space on its disk (or repair the disk), then start the data manager again"
 
 
@@ -228,20 +236,33 @@ class SQLiteStore:
         return bool(busy == 0)
 
     def events_since(self, node_id: str, revision: int) -> list[bytes] | None:
-        if not self._read_meta("event_floor", 0) <= revision <= self._read_meta("revision", 0):
-            return None
-        rows = self._reader.execute(
-            "SELECT payload FROM events WHERE node_id = ? AND revision > ? ORDER BY revision",
-            (node_id, revision),
-        )
-        return [payload for (payload,) in rows]
+        with self._reading():
+            if not self._read_meta("event_floor", 0) <= revision <= self._read_meta("revision", 0):
+                return None
+            rows = self._reader.execute(
+                "SELECT payload FROM events WHERE node_id = ? AND revision > ? ORDER BY revision",
+                (node_id, revision),
+            )
+            return [payload for (payload,) in rows]
 
     def manifest(self, dataset_uri: str) -> bytes:
-        row = self._reader.execute("SELECT data FROM manifests WHERE uri = ?", (dataset_uri,)).fetchone()
+        with self._reading():
+            row = self._reader.execute("SELECT data FROM manifests WHERE uri = ?", (dataset_uri,)).fetchone()
         if row is None:
             raise KeyError(dataset_uri)
         data: bytes = row[0]
         return data
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A read of the running data manager's disk: an I/O error or damaged pages become StoreUnreadable, naming
+        the file, rather than an error the caller cannot tell from a bug."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if _result_code(exc) not in _UNREADABLE:
+                raise
+            raise StoreUnreadable(f"{self._path}: {exc}") from exc
 
     def close(self) -> None:
         self._reader.close()
