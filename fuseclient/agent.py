@@ -91,6 +91,7 @@ class NodeAgent:
         self._reached = False  # a call has succeeded: the address and security settings are right
         self._registered = False  # this run has registered the node (again after the data manager lost it)
         self._waiting = False  # "waiting for the data manager" is logged, not yet answered by a registration
+        self._reopening: set[str] = set()  # datasets whose cache a `_reopen_cache` is opening now
 
     # ---- trio side ----
 
@@ -224,15 +225,24 @@ class NodeAgent:
 
     async def _reopen_cache(self, dataset: MountedDataset) -> None:
         """Give a dataset served uncached (`NoCache`) its cache once its directory opens; quietly try again later
-        if it still cannot be opened (its first failure was logged)."""
+        if it still cannot be opened (its first failure was logged). One try at a time per dataset, until the cache
+        is in place: the report loop and a change of the dataset may both ask, and two caches must never open one
+        directory."""
+        if dataset.uri in self._reopening:
+            return
+        self._reopening.add(dataset.uri)
         try:
             cache = await open_cache(self._config.cache_dir, dataset.uri, dataset.manifest, dataset.cache.quota_bytes)
+            if self._mount.datasets.get(dataset.uri) is not dataset:  # removed or replaced while the cache opened
+                cache.close()
+                return
+            if cache.quota_bytes != dataset.cache.quota_bytes:  # the quota changed while the cache opened
+                await trio.to_thread.run_sync(cache.set_quota, dataset.cache.quota_bytes)
+            dataset.cache = cache
         except OSError:
             return
-        if self._mount.datasets.get(dataset.uri) is not dataset:  # removed or replaced while the cache opened
-            cache.close()
-            return
-        dataset.cache = cache
+        finally:
+            self._reopening.discard(dataset.uri)
         log.info(
             "cache of dataset %s opened: caching it again (quota %d bytes)",
             dataset.uri,
