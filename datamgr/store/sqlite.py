@@ -13,7 +13,7 @@ import json
 import os
 import sqlite3
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,7 @@ _NODE_COLUMNS = "node_id, address, cache_capacity_bytes, gpus"
 _UNWRITABLE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN})
 _DISK_REFUSALS = _UNWRITABLE | {sqlite3.SQLITE_FULL}  # and no room
 _UNREADABLE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CORRUPT})  # a read failed, or found damaged pages
+_DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})  # damaged, or not a database at all
 _FIX_THE_DISK = "free space on its disk (or repair the disk), then start the data manager again"
 
 
@@ -253,16 +254,10 @@ class SQLiteStore:
         data: bytes = row[0]
         return data
 
-    @contextlib.contextmanager
-    def _reading(self) -> Iterator[None]:
+    def _reading(self) -> contextlib.AbstractContextManager[None]:
         """A read of the running data manager's disk: an I/O error or damaged pages become StoreUnreadable, naming
         the file, rather than an error the caller cannot tell from a bug."""
-        try:
-            yield
-        except sqlite3.DatabaseError as exc:
-            if _result_code(exc) not in _UNREADABLE:
-                raise
-            raise StoreUnreadable(f"{self._path}: {exc}") from exc
+        return _translating(_UNREADABLE, lambda exc: StoreUnreadable(f"{self._path}: {exc}"))
 
     def close(self) -> None:
         self._reader.close()
@@ -311,31 +306,34 @@ _REPAIR_STATE_DIR = (
 )
 
 
-@contextlib.contextmanager
-def refusing_damage(path: Path, refused: str | None = None, advice: str = _REPAIR_STATE_DIR) -> Iterator[None]:
+def refusing_damage(
+    path: Path, refused: str | None = None, advice: str = _REPAIR_STATE_DIR
+) -> contextlib.AbstractContextManager[None]:
     """Turn SQLite's "database disk image is malformed" or "file is not a database" about `path` into a
     StateDirError that says what was refused (by default: the state dir holding `path`) and what to do; SQLite
     has written nothing to such a file."""
-    try:
-        yield
-    except sqlite3.DatabaseError as exc:
-        if _result_code(exc) not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
-            raise
-        refused = refused or f"cannot use state dir {path.parent}"
-        raise StateDirError(f"{refused}: {path} is damaged or not a silod database ({exc}); {advice}") from None
+    refused = refused or f"cannot use state dir {path.parent}"
+    return _translating(
+        _DAMAGED, lambda exc: StateDirError(f"{refused}: {path} is damaged or not a silod database ({exc}); {advice}")
+    )
 
 
-@contextlib.contextmanager
-def refusing_disk_errors(refused: str, outcome: str) -> Iterator[None]:
+def refusing_disk_errors(refused: str, outcome: str) -> contextlib.AbstractContextManager[None]:
     """Turn SQLite's answer to a disk that fails it outside a commit ("database or disk is full", "disk I/O error",
     a read-only file system) into a StateDirError that says what was refused and what was left or is to be done,
     rather than a traceback: starting on a state dir, copying a backup in or out."""
+    return _translating(_DISK_REFUSALS, lambda exc: StateDirError(f"{refused}: {exc}; {outcome}"))
+
+
+@contextlib.contextmanager
+def _translating(codes: frozenset[int], error: Callable[[sqlite3.DatabaseError], Exception]) -> Iterator[None]:
+    """Raise SQLite's errors whose primary result code is one of `codes` as `error(exc)`; let any other pass."""
     try:
         yield
-    except sqlite3.OperationalError as exc:
-        if _result_code(exc) not in _DISK_REFUSALS:
+    except sqlite3.DatabaseError as exc:
+        if _result_code(exc) not in codes:
             raise
-        raise StateDirError(f"{refused}: {exc}; {outcome}") from None
+        raise error(exc) from None
 
 
 def _why_unwritable(directory: Path, exc: BaseException) -> str:
