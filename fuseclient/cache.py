@@ -487,7 +487,6 @@ class NoCache:
 
     def __init__(self, manifest: Manifest, quota_bytes: int) -> None:
         _check_quota(quota_bytes)
-        self._manifest = manifest
         self._quota = quota_bytes
         self._cached = ~cache_disk.items_with_files(manifest)
 
