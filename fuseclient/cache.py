@@ -15,8 +15,9 @@ Promises (each pinned by tests/test_cache.py):
 - While under quota nothing is evicted, and a quota increase evicts nothing.
 - An item is visible (its bit set, `read` serving it) only once its file is complete under its final name.
 - A restart reuses every complete entry and never serves a partial one.
-- An entry whose file goes missing, is cut short or cannot be read under a running cache (an operator's clean-up,
-  a failing disk) is never served: the read that finds it so drops it from the accounting and the bitset, the
+- An entry whose file goes missing, is cut short, cannot be read or holds other bytes than were written under a
+  running cache (an operator's clean-up, a failing disk: every read checks the checksums of the blocks it
+  covers, `cache_disk`) is never served: the read that finds it so drops it from the accounting and the bitset, the
   caller fetches the item from the backend, and the cache may admit it again. If the whole directory is gone
   (its disk unmounted, its tree deleted), every entry is dropped at once and nothing more is cached until a
   restart: the path may now lead to another disk (the root file system under an unmounted disk's mountpoint),
@@ -69,7 +70,8 @@ class CacheStats:
     rejected_full: int  # misses not admitted because the quota was full
     evicted: int  # items evicted by quota shrinks (including a restore above the quota)
     write_errors: int  # admissions that failed on disk (ENOSPC, EACCES, EROFS, ...)
-    dropped: int = 0  # entries whose file went missing, short or unreadable (all of them if the directory is lost)
+    dropped: int = 0  # entries whose file went missing, short, unreadable or corrupt (all if the directory is lost)
+    corrupt: int = 0  # of those, entries whose bytes failed their checksums: a sign of a failing cache disk
     # The cache cannot use its directory: it vanished (nothing cached or admitted until restart), or could not be
     # opened (`NoCache`, until the node agent opens it).
     directory_lost: bool = False
@@ -117,6 +119,7 @@ class DatasetCache:
         self._evicted = 0
         self._write_errors = 0
         self._dropped = 0
+        self._corrupt = 0
         self._lost = False
         self._warned: set[tuple[str, int]] = set()
         self._made_buckets: set[int] = set()
@@ -176,6 +179,7 @@ class DatasetCache:
                 evicted=self._evicted,
                 write_errors=self._write_errors,
                 dropped=self._dropped,
+                corrupt=self._corrupt,
                 directory_lost=self._lost,
             )
 
@@ -185,8 +189,9 @@ class DatasetCache:
         """Up to `length` bytes of cached `item` from `offset` (short at its end), or None if not cached.
 
         None also when the item was evicted meanwhile, or when its file is missing, of another size than the
-        item or unreadable, which drops the entry (see the module docstring): the caller then fetches from the
-        backend, which always has the right bytes. Never returns a partial entry's bytes.
+        entry, unreadable or holding bytes that fail their checksums (`cache_disk`), which drops the entry (see
+        the module docstring): the caller then fetches from the backend, which always has the right bytes. Never
+        returns a partial entry's bytes, nor bytes other than those admitted.
         """
         if offset < 0 or length < 0:
             raise ValueError(f"item {item}: read offset and length must be >= 0")
@@ -205,25 +210,15 @@ class DatasetCache:
             else:  # missing: evicted since the bit check (then _drop does nothing), or deleted
                 self._drop(item, _reason(exc))
             return None
-        chunks: list[bytes] = []
-        got = 0
         try:
-            # The size first: a file cut short (or swapped for another) may still hold the range asked for.
-            found = os.fstat(fd).st_size
-            damage = None if found == size else f"{found} bytes on disk, {size} expected"
-            while damage is None and got < wanted and (chunk := os.pread(fd, wanted - got, offset + got)):
-                chunks.append(chunk)
-                got += len(chunk)
-            if damage is None and got < wanted:
-                damage = f"cut short to {offset + got} bytes while read, {size} expected"
+            return cache_disk.read_entry(fd, size, offset, wanted)
+        except cache_disk.EntryDamaged as exc:
+            self._drop(item, str(exc), corrupt=isinstance(exc, cache_disk.ChecksumMismatch))
         except OSError as exc:
-            damage = _reason(exc)
+            self._drop(item, _reason(exc))
         finally:
             os.close(fd)
-        if damage is not None:
-            self._drop(item, damage)
-            return None
-        return b"".join(chunks)
+        return None
 
     def admit(self, item: int, data: bytes) -> bool:
         """Store a freshly fetched item if it fits under the quota; True if it is cached on return.
@@ -337,11 +332,12 @@ class DatasetCache:
         self._evicted += len(victims)
         return victims
 
-    def _drop(self, item: int, reason: str) -> None:
-        """Take cached `item`, whose file turned out missing, of the wrong size or unreadable, out of the
-        accounting and the bitset (and its file off the disk), so that nothing claims it and a fetch may admit it
-        again; or lose the whole cache if its directory is gone. Does nothing if the item was evicted meanwhile:
-        its file was deleted on purpose."""
+    def _drop(self, item: int, reason: str, *, corrupt: bool = False) -> None:
+        """Take cached `item`, whose file turned out missing, of the wrong size, unreadable or `corrupt` (failing
+        its checksums), out of the accounting and the bitset (and its file off the disk), so that nothing claims
+        it and a fetch may admit it again; or lose the whole cache if its directory is gone. Does nothing if the
+        item was evicted meanwhile: its file was deleted on purpose. The first drop of each kind is logged: a
+        corrupt entry says more about the disk than a deleted one, so it is not hidden behind one."""
         if not self._cached[item]:
             return
         if self._directory_gone():
@@ -353,18 +349,20 @@ class DatasetCache:
             self._cached[item] = 0
             self._used -= self._manifest.item_size(item)
             self._dropped += 1
+            self._corrupt += int(corrupt)
             self._busy.add(item)  # no admission may write it until the damaged file is gone
         self._unlink(item)
         with self._lock:
             self._busy.discard(item)
-        if self._first_time(("drop", 0)):
+        if self._first_time(("corrupt" if corrupt else "drop", 0)):
             log.warning(
                 "cache of %s: dropped item %d, its cache file in %s is unusable (%s); reading it from the backend "
-                "and caching it again; further such entries are counted (dropped), not logged",
+                "and caching it again; further such entries are counted (%s), not logged",
                 self._name,
                 item,
                 self._directory,
-                reason,
+                reason + ("; the cache disk returned other bytes than were written to it" if corrupt else ""),
+                "corrupt" if corrupt else "dropped",
                 extra=self._log_ids,
             )
 
@@ -426,9 +424,10 @@ class DatasetCache:
                 directory.mkdir(exist_ok=True)  # whose loss means the cache directory is gone)
                 fd = os.open(temp, flags, 0o644)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view[:WRITE_PIECE]) :]
+                for part in (data, cache_disk.checksums(data)):
+                    view = memoryview(part)
+                    while view:
+                        view = view[os.write(fd, view[:WRITE_PIECE]) :]
             finally:
                 os.close(fd)
             os.rename(temp, directory / str(item))

@@ -25,9 +25,9 @@ def _family(kind: type[Metric], name: str, documentation: str, label: str) -> An
 
 
 class MountMetrics(MetricsEndpoint, Collector):
-    """Per dataset: cache bytes, items, quota, admissions, rejections, evictions, write errors, dropped entries,
-    backend reads and their latency. Per job: bytes read and from remote, hits, misses, throttle wait, rate, epoch,
-    throughput. `reconnects` (if given) counts the node agent's watch-stream reconnects."""
+    """Per dataset: cache bytes, items, quota, admissions, rejections, evictions, write errors, dropped and
+    corrupt entries, backend reads and their latency. Per job: bytes read and from remote, hits, misses, throttle
+    wait, rate, epoch, throughput. `reconnects` (if given) counts the node agent's watch-stream reconnects."""
 
     def __init__(
         self, mount: MountState, token: trio.lowlevel.TrioToken, reconnects: Callable[[], int] | None = None
@@ -71,7 +71,13 @@ class MountMetrics(MetricsEndpoint, Collector):
         dropped = _family(
             CounterMetricFamily,
             "silod_cache_dropped_items",
-            "Cached items dropped because their file went missing, short or unreadable",
+            "Cached items dropped because their file went missing, short, unreadable or corrupt",
+            "dataset",
+        )
+        corrupt = _family(
+            CounterMetricFamily,
+            "silod_cache_corrupt_items",
+            "Cached items dropped because their bytes failed their checksums (a failing cache disk)",
             "dataset",
         )
         fetched = _family(CounterMetricFamily, "silod_backend_bytes", "Bytes read from the storage backend", "dataset")
@@ -88,9 +94,10 @@ class MountMetrics(MetricsEndpoint, Collector):
             evicted.add_metric([uri], stats.evicted)
             errors.add_metric([uri], stats.write_errors)
             dropped.add_metric([uri], stats.dropped)
+            corrupt.add_metric([uri], stats.corrupt)
             fetched.add_metric([uri], dataset.fetch_bytes)
             latency.add_metric([uri], count_value=dataset.fetches, sum_value=dataset.fetch_seconds)
-        yield from (cached, items, quota, admitted, rejected, evicted, errors, dropped, fetched, latency)
+        yield from (cached, items, quota, admitted, rejected, evicted, errors, dropped, corrupt, fetched, latency)
 
     def _jobs(self) -> Iterator[Metric]:
         read = _family(CounterMetricFamily, "silod_job_read_bytes", "Bytes the job read through the mount", "job")

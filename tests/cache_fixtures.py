@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from xxhash import xxh3_64_intdigest
 
 from fuseclient.cache import DatasetCache
 from fuseclient.cache_disk import FANOUT
@@ -31,6 +33,40 @@ def content(manifest: Manifest, item: int) -> bytes:
     return (pattern * (size // len(pattern) + 1))[:size]
 
 
+CHECKSUM_BLOCK = 64 * 1024  # the documented entry format, restated here rather than imported
+
+
+def entry_size(item_size: int) -> int:
+    """The documented entry size: the item's bytes, then 8 bytes of XXH3-64 per started 64 KiB block."""
+    return item_size + 8 * ((item_size + CHECKSUM_BLOCK - 1) // CHECKSUM_BLOCK)
+
+
+def entry(data: bytes) -> bytes:
+    """The documented entry of an item of bytes `data`: the bytes, then the little-endian XXH3-64 of each block."""
+    blocks = range(0, len(data), CHECKSUM_BLOCK)
+    return data + b"".join(
+        struct.pack("<Q", xxh3_64_intdigest(data[start : start + CHECKSUM_BLOCK])) for start in blocks
+    )
+
+
+def held_size(entry_bytes: int) -> int:
+    """The size of the item an entry of `entry_bytes` holds (the inverse of `entry_size`)."""
+    blocks = -(-entry_bytes // (CHECKSUM_BLOCK + 8))
+    return entry_bytes - 8 * blocks
+
+
+def held_bytes(entry_data: bytes) -> bytes:
+    """The item's bytes an entry holds, without its checksums."""
+    return entry_data[: held_size(len(entry_data))]
+
+
+def entries_on_disk(cache_dir: Path) -> dict[Path, int]:
+    """Complete entries below `cache_dir` (path -> bytes of the item each holds): named by their item number,
+    unlike the temporaries (`<item>.tmp-<pid>-<n>`) of admissions in progress."""
+    found = (p for p in cache_dir.rglob("*") if p.name.isdigit() and p.parent.name.isdigit())
+    return {p: held_size(p.stat().st_size) for p in found if p.is_file()}
+
+
 def item_file(directory: Path, item: int) -> Path:
     """The documented layout: items/<item // 1024>/<item>."""
     return directory / "items" / str(item // FANOUT) / str(item)
@@ -53,7 +89,7 @@ def check_consistent(cache: DatasetCache, directory: Path, manifest: Manifest) -
         for item in cached_items(cache)
         if manifest.item_size(item) > 0
     }
-    assert files_on_disk(directory) == expected
+    assert files_on_disk(directory) == {name: entry_size(size) for name, size in expected.items()}
     assert cache.used_bytes == sum(expected.values())
     assert cache.used_bytes <= cache.quota_bytes
 

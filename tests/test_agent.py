@@ -15,6 +15,7 @@ import pytest
 
 from datamgr.client import DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
+from tests.cache_fixtures import entries_on_disk
 from tests.cluster_fixtures import FILES, SIZE, System, eventually
 from tests.datamgr_fixtures import silod_cli
 from tests.disks import TmpfsFactory, fill_up
@@ -22,7 +23,7 @@ from tests.mount_fixtures import MountProcess
 
 
 def _cached_bytes(node: MountProcess) -> int:
-    return sum(p.stat().st_size for p in node.cache_dir.rglob("*") if p.is_file() and p.parent.name.isdigit())
+    return sum(entries_on_disk(node.cache_dir).values())
 
 
 def test_jobs_registered_with_the_cli_appear_on_their_node_and_go_when_finished(system: System) -> None:

@@ -12,6 +12,7 @@ from dataclasses import FrozenInstanceError
 from pathlib import Path
 
 import pytest
+from xxhash import xxh3_64_intdigest
 
 from fuseclient.cache import WRITE_PIECE, CacheStats, DatasetCache, NoCache
 from silodlib.manifest import Manifest
@@ -19,6 +20,7 @@ from tests.cache_fixtures import (
     cached_items,
     check_consistent,
     content,
+    entry,
     files_on_disk,
     item_file,
     one_file_manifest,
@@ -36,8 +38,8 @@ def test_admitted_items_are_files_under_the_documented_layout_and_read_back(
     for item in range(4):
         assert cache.admit(item, content(manifest, item))
 
-    assert files_on_disk(tmp_path / "cache") == {"0/0": 30, "0/1": 100, "0/2": 100, "0/3": 50}
-    assert item_file(tmp_path / "cache", 3).read_bytes() == content(manifest, 3)
+    assert files_on_disk(tmp_path / "cache") == {"0/0": 38, "0/1": 108, "0/2": 108, "0/3": 58}
+    assert item_file(tmp_path / "cache", 3).read_bytes() == entry(content(manifest, 3))
     assert cache.read(1, 0, 100) == content(manifest, 1)
     assert cache.read(1, 10, 20) == content(manifest, 1)[10:30]
     assert cache.read(3, 40, 100) == content(manifest, 3)[40:]  # short at the item's end
@@ -60,8 +62,67 @@ def test_items_larger_than_one_write_piece_are_written_whole(
         assert cache.admit(item, content(manifest, item))
 
     for item in range(3):
-        assert item_file(tmp_path / "cache", item).read_bytes() == content(manifest, item)
+        assert item_file(tmp_path / "cache", item).read_bytes() == entry(content(manifest, item))
         assert cache.read(item, 0, chunk) == content(manifest, item)
+    check_consistent(cache, tmp_path / "cache", manifest)
+
+
+# --- checksums ---------------------------------------------------------------------------------------
+
+
+def test_an_entry_is_the_items_bytes_then_the_xxh3_64_of_each_64_kib_block(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    known = b"123456789"
+    data = bytes(range(256)) * 600  # 150 KiB: two whole blocks and a short one
+    manifest = Manifest(len(data), ["check", "data"], [len(known), len(data)], [0, 0], ["1", "2"])
+    cache = make_cache(manifest, 1_000_000)
+    assert cache.admit(0, known) and cache.admit(1, data)
+
+    assert item_file(tmp_path / "cache", 0).read_bytes() == known + xxh3_64_intdigest(known).to_bytes(8, "little")
+    on_disk = item_file(tmp_path / "cache", 1).read_bytes()
+    assert on_disk == entry(data) and len(on_disk) == len(data) + 3 * 8
+
+
+def test_reads_at_any_offset_and_length_return_exactly_the_admitted_bytes(
+    make_cache: Callable[..., DatasetCache],
+) -> None:
+    """Reads are widened to whole 64 KiB blocks to check them, then cut back: block edges, unaligned and short."""
+    block = 64 * 1024
+    manifest = one_file_manifest(2, 3 * block + 1000)
+    cache = make_cache(manifest, 10**7)
+    data = content(manifest, 1)
+    assert cache.admit(1, data)
+    edges = [0, 1, block - 1, block, block + 1, 2 * block, 3 * block - 7, 3 * block + 999]
+    cases = [(offset, length) for offset in edges for length in (1, 7, block, block + 2, 4 * block)]
+    rng = random.Random(5)
+    cases += [(rng.randrange(len(data)), rng.randrange(1, 2 * block)) for _ in range(50)]
+    for offset, length in cases:
+        assert cache.read(1, offset, length) == data[offset : offset + length], (offset, length)
+    assert cache.statistics().dropped == 0
+
+
+@pytest.mark.expected_warnings
+@pytest.mark.parametrize("where", ["in the item's bytes", "in a checksum"])
+def test_a_changed_byte_is_served_by_no_read_that_covers_its_block_and_drops_the_entry_as_corrupt(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache], where: str
+) -> None:
+    block = 64 * 1024
+    manifest = one_file_manifest(1, 3 * block)
+    cache = make_cache(manifest, 10**7)
+    data = content(manifest, 0)
+    assert cache.admit(0, data)
+    path = item_file(tmp_path / "cache", 0)
+    damaged = bytearray(path.read_bytes())
+    damaged[2 * block + 10 if where == "in the item's bytes" else 3 * block + 2 * 8 + 1] ^= 0x01  # block 2
+    path.write_bytes(damaged)
+
+    assert cache.read(0, 0, 2 * block) == data[: 2 * block]  # blocks 0 and 1 are whole: served
+    assert cache.read(0, 2 * block - 1, 2) is None  # touches block 2
+    assert not cache.contains(0) and not path.exists()
+    stats = cache.statistics()
+    assert (stats.dropped, stats.corrupt, stats.used_bytes, stats.cached_items) == (1, 1, 0, 0)
+    assert cache.admit(0, data) and cache.read(0, 0, 3 * block) == data  # fetched and cached again
     check_consistent(cache, tmp_path / "cache", manifest)
 
 

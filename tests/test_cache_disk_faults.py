@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from datamgr.devservers import free_port
 from tests import polling
+from tests.cache_fixtures import entries_on_disk, held_bytes
 from tests.datamgr_fixtures import SILOD
 from tests.disks import Ext4Factory, PosixFaults, TmpfsFactory
 from tests.mount_fixtures import MountFactory, MountProcess
@@ -77,12 +78,6 @@ def read_all(mount: MountProcess, files: dict[str, bytes], paths: list[str]) -> 
     root = mount.job_dir("job1")
     for path in paths:
         assert (root / path).read_bytes() == files[path], path
-
-
-def item_files(cache_dir: Path) -> dict[Path, int]:
-    """Complete entries on disk (path -> size): named by their item number, unlike admissions in progress."""
-    entries = (p for p in cache_dir.rglob("*") if p.name.isdigit() and p.parent.name.isdigit())
-    return {p: p.stat().st_size for p in entries if p.is_file()}
 
 
 def warnings_in_log(mount: MountProcess) -> list[tuple[str, str]]:
@@ -176,7 +171,7 @@ def test_cache_files_deleted_under_a_running_mount_are_read_from_the_backend_and
     read_all(mount, files, sorted(files))
     assert mount.process is not None and mount.process.poll() is None
     now = numbers(port)
-    on_disk = item_files(mount.cache_dir)
+    on_disk = entries_on_disk(mount.cache_dir)
     total = FILE_SIZE * FILES
     assert now["silod_cache_dropped_items_total"] == 3 * len(before)
     if deleted == "everything in the cache dir":
@@ -220,7 +215,7 @@ def test_a_cache_dir_deleted_and_taken_by_a_second_mount_gets_no_file_from_the_f
 
     first_numbers, second_numbers = numbers(first_port), numbers(second_port)
     assert (first_numbers["silod_cache_items"], first_numbers["silod_cache_bytes"]) == (0, 0)
-    on_disk = item_files(cache_dir)
+    on_disk = entries_on_disk(cache_dir)
     assert len(on_disk) == second_numbers["silod_cache_items"] == 3 * len(before)
     assert sum(on_disk.values()) == second_numbers["silod_cache_bytes"]
     polling.eventually((cache_dir / "stats.json").exists, what="the second mount's first statistics")
@@ -261,11 +256,11 @@ def test_a_cache_entry_cut_short_on_disk_is_never_served_but_dropped_and_fetched
     mount, port = start_mount(mount_factory, uri)
     before, _ = cached_and_fresh(files)
     read_all(mount, files, before)
-    entries = sorted(item_files(mount.cache_dir).items())
+    entries = sorted(entries_on_disk(mount.cache_dir).items())
     assert len(entries) == 3 * len(before)
     whole_chunks = [path for path, size in entries if size == CHUNK]
     halved, emptied, replaced = whole_chunks[0], whole_chunks[3], whole_chunks[6]
-    where = {path: _locate(path.read_bytes(), files) for path in (halved, emptied, replaced)}
+    where = {path: _locate(held_bytes(path.read_bytes()), files) for path in (halved, emptied, replaced)}
     os.truncate(halved, CHUNK // 2)  # a partial file where a complete entry was
     os.truncate(emptied, 0)
     replaced.write_bytes(b"\xff" * (CHUNK - 4096))  # shorter, and other bytes
@@ -276,16 +271,52 @@ def test_a_cache_entry_cut_short_on_disk_is_never_served_but_dropped_and_fetched
     read_all(mount, files, sorted(files))
     assert mount.process is not None and mount.process.poll() is None
 
-    on_disk = item_files(mount.cache_dir)
+    on_disk = entries_on_disk(mount.cache_dir)
     assert sum(on_disk.values()) == FILE_SIZE * FILES and len(on_disk) == 3 * FILES
     for path, size in on_disk.items():  # every entry whole again: the damaged three dropped and fetched again
-        name, offset = _locate(path.read_bytes(), files)
+        name, offset = _locate(held_bytes(path.read_bytes()), files)
         assert offset % CHUNK == 0 and size == len(files[name][offset : offset + CHUNK]), path
     now = numbers(port)
     assert (now["silod_cache_items"], now["silod_cache_bytes"]) == (3 * FILES, FILE_SIZE * FILES)
     assert now["silod_cache_dropped_items_total"] == 3
     assert now["silod_backend_bytes_total"] == FILE_SIZE * FILES + 3 * CHUNK  # each damaged entry once more
     assert_one_cache_warning_naming(mount, mount.cache_dir.resolve())
+    unmount_cleanly(mount)
+
+
+@pytest.mark.expected_warnings
+def test_a_flipped_bit_in_a_cache_entry_is_never_served_but_dropped_counted_corrupt_and_fetched_again(
+    mount_factory: MountFactory, dataset: Dataset
+) -> None:
+    uri, files = dataset
+    mount, port = start_mount(mount_factory, uri)
+    before, _ = cached_and_fresh(files)
+    read_all(mount, files, before)
+    entries = sorted(path for path, size in entries_on_disk(mount.cache_dir).items() if size == CHUNK)
+    flipped = entries[2]
+    name, offset = _locate(held_bytes(flipped.read_bytes()), files)
+    with open(flipped, "r+b") as entry_file:  # one bit, at the right size: what a failing disk hands back
+        entry_file.seek(5000)
+        byte = entry_file.read(1)[0]
+        entry_file.seek(5000)
+        entry_file.write(bytes([byte ^ 0x10]))
+    cached = numbers(port)
+
+    assert direct_read(mount.job_dir("job1") / name, offset + 4096) == files[name][offset + 4096 : offset + 8192]
+    read_all(mount, files, sorted(files))
+    assert mount.process is not None and mount.process.poll() is None
+
+    now = numbers(port)
+    assert now["silod_cache_corrupt_items_total"] == now["silod_cache_dropped_items_total"] == 1
+    # The item fetched once more, read whole from the backend, then cached again with the right bytes.
+    assert now["silod_backend_bytes_total"] == cached["silod_backend_bytes_total"] + CHUNK + FILE_SIZE * (
+        FILES - len(before)
+    )
+    assert (now["silod_cache_items"], now["silod_cache_bytes"]) == (3 * FILES, FILE_SIZE * FILES)
+    assert held_bytes(flipped.read_bytes()) == files[name][offset : offset + CHUNK]
+    warnings = warnings_in_log(mount)
+    assert_one_cache_warning_naming(mount, mount.cache_dir.resolve())
+    assert "do not match their checksum" in warnings[0][1] and "other bytes than were written" in warnings[0][1]
     unmount_cleanly(mount)
 
 
@@ -366,7 +397,7 @@ def test_a_cold_cache_disk_serves_every_cached_item_without_refetching_or_droppi
     cached = numbers(port)
     assert cached["silod_cache_items"] == 3 * FILES
 
-    for path in item_files(mount.cache_dir):  # a read now waits for the disk
+    for path in entries_on_disk(mount.cache_dir):  # a read now waits for the disk
         fd = os.open(path, os.O_RDONLY)
         os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)

@@ -4,6 +4,7 @@ what a kill -9 leaves, and admissions on a disk that fills up or turns read-only
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import shutil
@@ -21,6 +22,7 @@ from tests.cache_fixtures import (
     cached_items,
     check_consistent,
     content,
+    entry,
     files_on_disk,
     item_file,
     one_file_manifest,
@@ -81,7 +83,7 @@ def test_a_restore_above_the_quota_evicts_random_entries_down_to_it(
     check_consistent(second, tmp_path / "cache", manifest)
 
 
-@pytest.mark.parametrize("fault", ["other manifest", "missing metadata", "corrupt metadata"])
+@pytest.mark.parametrize("fault", ["other manifest", "missing metadata", "corrupt metadata", "format before checksums"])
 def test_items_not_vouched_for_by_this_manifest_are_wiped(
     tmp_path: Path, make_cache: Callable[..., DatasetCache], fault: str
 ) -> None:
@@ -97,6 +99,9 @@ def test_items_not_vouched_for_by_this_manifest_are_wiped(
         assert reopened_with.digest != manifest.digest
     elif fault == "missing metadata":
         (directory / "cache.json").unlink()
+    elif fault == "format before checksums":  # what an upgraded node finds: entries without checksums
+        metadata = json.loads((directory / "cache.json").read_text())
+        (directory / "cache.json").write_text(json.dumps({**metadata, "format": "silod-cache/1"}))
     else:
         (directory / "cache.json").write_text("{not json")
 
@@ -118,13 +123,13 @@ def test_a_cache_of_200k_entries_on_disk_is_restored_whole(
     directory = tmp_path / "cache"
     manifest = one_file_manifest(count, 1)
     make_cache(manifest, count).close()
-    # Hard links to one 1-byte file per bucket: 200 k directory entries in about a second, where creating
+    # Hard links to one 1-byte item's entry per bucket: 200 k directory entries in about a second, where creating
     # 200 k files takes 5-20 s on ext4. The restore still does one lstat per entry.
     sources = tmp_path / "sources"
     sources.mkdir()
     for bucket in range(-(-count // FANOUT)):
         source = sources / str(bucket)
-        source.write_bytes(b"x")
+        source.write_bytes(entry(b"x"))
         bucket_dir = directory / "items" / str(bucket)
         bucket_dir.mkdir()
         for item in range(bucket * FANOUT, min(count, (bucket + 1) * FANOUT)):

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests import polling
+from tests.cache_fixtures import entries_on_disk
 from tests.datamgr_fixtures import make_local_dataset
 from tests.datasets import generate_dataset, upload_dataset
 from tests.mount_fixtures import MountFactory, MountProcess, options_args
@@ -269,16 +270,6 @@ def test_the_root_shows_one_directory_per_job(mount_factory: MountFactory, tmp_p
             assert (mount.job_dir(job) / path).read_bytes() == data
 
 
-def _cache_items(mount: MountProcess) -> dict[str, int]:
-    """Complete item files in the cache (name -> size): named by their item number, unlike the temporaries
-    (`<item>.tmp-<pid>-<n>`) of admissions in progress."""
-    return {
-        p.name: p.stat().st_size
-        for p in mount.cache_dir.rglob("*")
-        if p.is_file() and p.parent.name.isdigit() and p.name.isdigit()
-    }
-
-
 def test_the_quota_is_never_exceeded_and_nothing_is_evicted_under_it(
     mount_factory: MountFactory, local_uri: tuple[str, dict[str, bytes]]
 ) -> None:
@@ -291,7 +282,7 @@ def test_the_quota_is_never_exceeded_and_nothing_is_evicted_under_it(
         random.Random(epoch).shuffle(order)
         for path in order:
             assert (root / path).read_bytes() == files[path]
-        cached = _cache_items(mount)
+        cached = entries_on_disk(mount.cache_dir)
         assert sum(cached.values()) <= quota
         assert len(cached) == 20  # full: 20 whole items fit, the 21st does not
         if epoch == 0:
@@ -326,7 +317,7 @@ def test_kill_9_during_fetches_then_remount_serves_no_partial_entry(
         first.wait_for_stats(lambda s: s["datasets"][uri]["cached_items"] >= 5)
         first.kill()
         stop.set()
-    complete_before = _cache_items(first)
+    complete_before = entries_on_disk(first.cache_dir)
     assert 5 <= len(complete_before) < len(files)
 
     second = MountProcess(tmp_path / "first", {"job1": uri}, "--cache-size", f"{uri}=100MB")
