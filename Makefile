@@ -72,6 +72,7 @@ bench: setup
 	PYTHONPATH=$(CURDIR) $(PY) bench/cli_startup.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/control_plane.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/epoch_read.py
+	PYTHONPATH=$(CURDIR) $(PY) bench/cache_read.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/fuse_floor.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/manifest_memory.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/read_deadline.py
