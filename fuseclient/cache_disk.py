@@ -103,7 +103,7 @@ def checksums(data: bytes) -> bytes:
 def read_entry(fd: int, item_size: int, offset: int, length: int) -> bytes:
     """`length` bytes (at least 1, all within the item) from `offset` of the entry open as `fd`, read with the
     whole blocks they fall in and checked against those blocks' checksums; `EntryDamaged` if the file is not
-    a whole entry or a block does not match its checksum. OSError as reading raises it."""
+    a whole entry or a block does not match its checksum; the disk's own errors as the OSError `pread` raises."""
     found, expected = os.fstat(fd).st_size, entry_size(item_size)
     # The size first: a file cut short (or swapped for another) may still hold the blocks asked for.
     if found != expected:
