@@ -2,12 +2,13 @@
 that a test can kill and restart.
 
 `FaultProxy` is a loopback HTTP/1.1 proxy in front of a real server (moto, Azurite): it forwards every request and
-answer byte for byte, except the GETs of an object a test picks, which it can answer "busy" (503 with the
-service's own error document: S3's SlowDown, Azure's ServerBusy) without bothering the server, forward the
-server's answer for only up to a point and then stall, as a storage node that hangs mid-body does, or trickle
-the answer's body a byte at a time. It records
-every request it saw, so a test counts how often an object was asked for. It understands just enough HTTP to
-know where one request or answer ends (Content-Length, chunked, or until the connection closes).
+answer byte for byte, except the GETs of an object a test picks (or of a bucket or container: its listing),
+which it can answer "busy" (503 with the service's own error document: S3's SlowDown, Azure's ServerBusy)
+without bothering the server, forward the server's answer for only up to a point and then stall, as a storage
+node that hangs mid-body does, or trickle the answer's body (as it comes on the wire, chunked framing
+included) a byte at a time. It records every request it saw, so a test counts how often an object was asked
+for. It understands just enough HTTP to know where one request or answer ends (Content-Length, chunked, or
+until the connection closes).
 
 `RestartableAzurite` is Azurite's blob service on a port that stays the same across a SIGKILL and a restart,
 with its data directory kept, as a storage server that crashes and comes back.
@@ -196,9 +197,10 @@ class FaultProxy:
                 answer = _read_head(from_upstream)
                 if answer is None:
                     return
+                status = int(answer.first_line.split(" ", 2)[1])
                 if rule is not None and rule.fault == "trickle":
                     client.sendall(answer.raw)
-                    body = from_upstream.read(int(answer.headers.get("content-length", "0")))
+                    body = b"".join(_wire_body(from_upstream, answer.headers, method, status))
                     self._trickle(client, body, rule.trickle_every)
                     return
                 if rule is not None:  # a stall
@@ -208,7 +210,6 @@ class FaultProxy:
                     self._stall_until_hang_up(client)
                     return
                 client.sendall(answer.raw)
-                status = int(answer.first_line.split(" ", 2)[1])
                 if not _forward_body(from_upstream, client, answer.headers, method, status):
                     return
                 if answer.headers.get("connection", "").lower() == "close":
@@ -294,28 +295,41 @@ def _read_whole_body(reader: BinaryIO, headers: dict[str, str]) -> bytes:
 
 def _forward_body(reader: BinaryIO, client: socket.socket, headers: dict[str, str], method: str, status: int) -> bool:
     """Copy an answer's body to the client; False when the body ran to the end of the connection."""
+    for piece in _wire_body(reader, headers, method, status):
+        client.sendall(piece)
+    return not _ends_with_connection(headers, method, status)
+
+
+def _wire_body(reader: BinaryIO, headers: dict[str, str], method: str, status: int) -> Iterator[bytes]:
+    """An answer's body as it comes on the wire (chunked framing included), in pieces, up to its end."""
     if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-        return True
+        return
     if "chunked" in headers.get("transfer-encoding", "").lower():
         while True:
             size_line = reader.readline(65536)
-            client.sendall(size_line)
+            yield size_line
             size = int(size_line.split(b";", 1)[0].strip(), 16)
-            client.sendall(reader.read(size + 2))  # the chunk and its CRLF
+            yield reader.read(size + 2)  # the chunk and its CRLF
             if size == 0:  # trailers, if any, end with an empty line (already sent if there were none)
-                return True
+                return
     if "content-length" in headers:
         remaining = int(headers["content-length"])
         while remaining:
             piece = reader.read(min(remaining, 1 << 16))
             if not piece:
                 raise ConnectionError("upstream closed inside a body")
-            client.sendall(piece)
+            yield piece
             remaining -= len(piece)
-        return True
+        return
     while piece := reader.read(1 << 16):
-        client.sendall(piece)
-    return False
+        yield piece
+
+
+def _ends_with_connection(headers: dict[str, str], method: str, status: int) -> bool:
+    """Whether an answer's body is delimited by the end of the connection (neither chunked nor of a length)."""
+    bodiless = method == "HEAD" or status in (204, 304) or 100 <= status < 200
+    chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+    return not (bodiless or chunked or "content-length" in headers)
 
 
 def _busy_answer(code: str, document: bytes) -> bytes:
