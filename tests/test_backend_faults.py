@@ -9,6 +9,7 @@ or wrong read, and the retries silod makes are the ones its log reports.
 from __future__ import annotations
 
 import errno
+import logging
 import random
 import re
 import threading
@@ -22,7 +23,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from datamgr.devservers import azure_client
-from silodlib.backends import InvalidBackendOption, RetryPolicy, open_backend
+from silodlib.backends import InvalidBackendOption, RetryingBackend, RetryPolicy, open_backend
+from silodlib.backends.uri import parse_dataset_uri
 from tests import polling
 from tests.fault_proxy import AZURE_SERVER_BUSY, S3_SLOW_DOWN, FaultProxy, RestartableAzurite
 from tests.mount_fixtures import MountFactory, MountProcess, options_args
@@ -232,6 +234,42 @@ def test_an_answer_trickling_within_the_read_timeout_is_cut_at_the_reads_deadlin
     assert retries_logged(mount, object_uri) == SILOD_RETRIES_AFTER_TRICKLES[proxied.backend]
     assert "the answer came slower than min_read_rate 65.5 kB/s" in mount.log_path.read_text()
     assert failed_reads_logged(mount, object_uri) == 0
+
+
+# A listing page's deadline is READ_TIMEOUT plus the most a page's answer can hold at `min_read_rate`: at this rate
+# 1-3 s for either backend's page bound, where the trickle of even a two-object page would take over an hour.
+LIST_MIN_READ_RATE = 16_000_000  # bytes/s
+
+
+def test_a_listing_page_trickling_within_the_read_timeout_is_cut_at_its_deadline_and_the_listing_retried(
+    proxied: ProxiedDataset, caplog: pytest.LogCaptureFixture
+) -> None:
+    location = parse_dataset_uri(proxied.target.uri).location
+    listed = location[0] if proxied.backend == "s3" else location[1]  # the bucket or container: what a listing GETs
+    proxied.proxy.trickle(listed, TRICKLES, every=TRICKLE_EVERY)
+    options = {**proxied.options, "read_timeout": str(READ_TIMEOUT), "min_read_rate": str(LIST_MIN_READ_RATE)}
+    backend = RetryingBackend(open_backend(proxied.target.uri, options))
+    listing: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            listing["keys"] = sorted(info.key for info in backend.list())
+        except Exception as exc:  # reported by the assertions below
+            listing["error"] = exc
+
+    caplog.set_level(logging.INFO, logger="silodlib.backends.retry")
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(slowest_failure(READ_TIMEOUT + 3, TRICKLES + 1))
+    backend.close()
+
+    assert not thread.is_alive(), "the trickling listing was never cut"
+    assert listing == {"keys": sorted(proxied.files)}
+    faults = [g.fault for g in proxied.proxy.gets(listed)]
+    assert faults[:TRICKLES] == ["trickle"] * TRICKLES and faults[-1] is None and set(faults) == {"trickle", None}
+    polling.eventually(lambda: proxied.proxy.trickles_in_progress() == 0, what="every trickling page cut")
+    retries = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"listing {proxied.target.uri}")]
+    assert retries and all("the answer came slower than min_read_rate 16.0 MB/s" in message for message in retries)
 
 
 # --- a server that sheds load (503) -----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import binascii
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
+import requests
 from azure.core import MatchConditions
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.core.exceptions import (
@@ -16,9 +17,10 @@ from azure.core.exceptions import (
     ServiceRequestError,
     ServiceResponseError,
 )
-from azure.core.pipeline import PipelineResponse
+from azure.core.pipeline.transport import RequestsTransport
 from azure.identity import DefaultAzureCredential
 from azure.storage.blob import BlobProperties, BlobServiceClient, LinearRetry
+from azure.storage.blob._shared.constants import DATA_BLOCK_SIZE
 
 from silodlib.backends.base import (
     MIN_READ_RATE_OPTION,
@@ -41,6 +43,10 @@ from silodlib.backends.deadline import WATCHDOG, ReadDeadline
 from silodlib.backends.uri import DatasetURI
 
 _CREDENTIAL_OPTIONS = ("connection_string", "account_key", "sas_token")
+# The most one blob's entry in a List Blobs answer holds, for the deadline of a page: its name (up to 1,024
+# characters, XML-escaped), its properties and its metadata (`include=metadata`; up to 8 KiB, but a few
+# hundred bytes in practice, `hdi_isfolder` on hierarchical accounts).
+_LISTED_BLOB_BYTES = 4096
 
 
 class AzureBackend(Backend):
@@ -78,10 +84,12 @@ class AzureBackend(Backend):
                 include=["metadata"],
                 results_per_page=self.list_page_size,
             )
-            for blob in blobs:
-                split = relative_key(prefix, blob.name)
-                if split is not None:
-                    yield _object_info(split[0], blob, is_dir=split[1])
+            page_bytes = self.list_page_size * _LISTED_BLOB_BYTES
+            for page in self._deadline.of_pages(str(self.uri), blobs.by_page(), page_bytes):
+                for blob in page:
+                    split = relative_key(prefix, blob.name)
+                    if split is not None:
+                        yield _object_info(split[0], blob, is_dir=split[1])
 
     def stat(self, key: str) -> ObjectInfo:
         self._check_key(key)
@@ -151,9 +159,11 @@ class AzureBackend(Backend):
         # An unreachable endpoint must fail in seconds; the caller's retry wrapper decides about retrying.
         settings: dict[str, Any] = {
             "retry_policy": LinearRetry(backoff=1, retry_total=1, random_jitter_range=1),
-            "connection_timeout": 3,
-            "read_timeout": self._deadline.read_timeout,
-            "raw_response_hook": _watch_answer,
+            "transport": _WatchedTransport(
+                connection_timeout=3,
+                read_timeout=self._deadline.read_timeout,
+                connection_data_block_size=DATA_BLOCK_SIZE,  # what the SDK gives a transport it makes itself
+            ),
         }
         if "connection_string" in options:
             if "account_url" in options:
@@ -185,13 +195,19 @@ class AzureBackend(Backend):
         return BlobServiceClient(account_url, credential=credential, **settings)
 
 
-def _watch_answer(response: PipelineResponse[Any, Any]) -> None:
-    """Put every answer under the deadline of the read that asked for it (`deadline`), before its body is read
-    (the SDK's `raw_response_hook`, called for every try, its downloader's own re-sends included): the
-    downloader reads a blob's body in the thread that sent the request."""
-    answer = getattr(response.http_response.internal_response, "raw", None)  # requests' urllib3 response
-    if answer is not None:
-        WATCHDOG.watch(answer)
+class _WatchedTransport(RequestsTransport):  # type: ignore[misc]  # azure-core is untyped here (pyproject.toml)
+    """The SDK's own transport, whose `requests` session puts every answer under the deadline of the try that
+    asked for it (`deadline`), as soon as its headers are in: `requests` calls a session's response hooks
+    before it reads a body, so this covers the answers the SDK reads whole (listings) as well as the downloads
+    it streams, its downloader's own re-sends included."""
+
+    def _init_session(self, session: requests.Session) -> None:
+        super()._init_session(session)
+        session.hooks["response"].append(_watch_answer)
+
+
+def _watch_answer(response: requests.Response, *_: object, **__: object) -> None:
+    WATCHDOG.watch(response.raw)
 
 
 def _object_info(key: str, blob: BlobProperties, is_dir: bool) -> ObjectInfo:

@@ -1,4 +1,5 @@
-"""A deadline for each try of a backend read, kept by cutting the connection of an answer that comes too slowly.
+"""A deadline for each try of a backend read (and of each page of a listing), kept by cutting the connection of an
+answer that comes too slowly.
 
 A backend's `read_timeout` bounds the wait for each next byte of an answer, so a server (or a middlebox) that
 trickles, a byte every few seconds, never trips it: a 4 MiB read could take weeks, holding one of the
@@ -6,13 +7,20 @@ dataset's fetch slots, and a few such reads hang every read of the dataset. So a
 `read_timeout + n / min_read_rate` seconds in all: the idea of the AWS CRT's minimum-throughput monitor, kept
 as one deadline per try. Past it, the `Watchdog` shuts down the socket of every answer the try received; the
 blocked read wakes with its connection lost, and the try fails as transient (`BackendUnavailable`), to be
-retried on another connection.
+retried on another connection. A page of a listing is one request whose whole answer the SDK reads before
+handing it over; each page gets `read_timeout + page_bytes / min_read_rate`, where `page_bytes` is the most
+one page's answer can hold (`of_pages`), so a listing that trickles fails and is retried instead of hanging a
+dataset's registration. Not covered: headers that trickle (they come before any answer exists to watch), so
+a HEAD (`stat`), which is only headers, has `read_timeout` per byte as its only bound.
 
 The sockets are found through the answers' `fileno()` (a urllib3 response, under both botocore's and the Azure
 SDK's transports), registered by the thread that made the request (`Watchdog.watch`), which is the thread
-that reads the answer. A cut is made only while the try is still running. In the instant between a body read
-to its end, which hands the connection back to its pool, and the end of the try, another thread could take
-that connection; a cut then costs that thread's try a transient failure and a retry, never a wrong byte.
+that reads the answer, as soon as the answer's headers are in and before its body is read: for S3 by a
+handler of botocore's `before-send` event that sends the request itself, for Azure by a response hook on
+the transport's `requests` session. A cut is made only while the try is still running. In the instant
+between a body read to its end, which hands the connection back to its pool, and the end of the try, another
+thread could take that connection; a cut then costs that thread's try a transient failure and a retry, never
+a wrong byte.
 """
 
 from __future__ import annotations
@@ -25,11 +33,13 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 from silodlib.backends.base import BackendUnavailable, min_read_rate_option, read_timeout_option
 from silodlib.backends.uri import DatasetURI
 from silodlib.units import format_rate
+
+T = TypeVar("T")
 
 
 class Answer(Protocol):
@@ -165,3 +175,16 @@ class ReadDeadline:
                         f"cut after {seconds:.3g} s"
                     ) from None
                 raise
+
+    def of_pages(self, what: str, pages: Iterator[T], page_bytes: int) -> Iterator[T]:
+        """The pages of a listing of `what`, each fetched (`next(pages)`, one request) as one try of reading
+        `page_bytes`, the most one page's answer can hold: a listing that trickles is cut like a read."""
+        while True:
+            with self.of_read(what, page_bytes):
+                page = next(pages, _END)
+            if page is _END:
+                return
+            yield cast(T, page)
+
+
+_END = object()  # `of_pages`: no page left

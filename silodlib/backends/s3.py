@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, ClassVar, cast
 from urllib.parse import quote
 from xml.etree import ElementTree
@@ -18,7 +19,7 @@ import boto3
 import botocore.session
 import urllib3.exceptions
 from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
+from botocore.awsrequest import AWSPreparedRequest, AWSRequest, AWSResponse
 from botocore.config import Config
 from botocore.exceptions import (
     ClientError,
@@ -112,7 +113,8 @@ class S3Backend(Backend):
         prefix = self.uri.prefix
         with self._translated_errors(str(self.uri)):
             paginator = self._client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=self._bucket, Prefix=f"{prefix}/" if prefix else ""):
+            pages = iter(paginator.paginate(Bucket=self._bucket, Prefix=f"{prefix}/" if prefix else ""))
+            for page in self._deadline.of_pages(str(self.uri), pages, _LIST_PAGE_BYTES):
                 for obj in page.get("Contents", []):
                     split = relative_key(prefix, obj["Key"])
                     if split is not None:
@@ -269,6 +271,25 @@ class _Route:
 # An unreachable endpoint must fail in seconds; the caller's retry wrapper decides about retrying.
 _CONNECT_TIMEOUT = 3
 _MAX_CONNECTIONS = 32
+# The most one ListObjectsV2 answer holds, for its deadline: 1,000 keys (the service's page), each up to 1,024
+# bytes URL-encoded (up to 3 times longer; botocore asks for EncodingType=url) with its ETag, size, date and
+# storage class in XML: under 4 KiB an entry.
+_LIST_PAGE_BYTES = 1000 * 4096
+
+
+def _send_listing_watched(http: URLLib3Session, request: AWSPreparedRequest, **_: object) -> AWSResponse:
+    """botocore's `before-send` handler for ListObjectsV2: send `request` as the endpoint would, but put its
+    answer under the calling try's deadline (`deadline`) before reading the body, which botocore's session
+    otherwise reads whole before any hook sees the answer. A body cut short (by the deadline, or a connection
+    lost) is an error, not a shorter page: botocore has urllib3 accept short bodies."""
+    request.stream_output = True
+    response = http.send(request)
+    WATCHDOG.watch(response.raw)
+    body = response.content
+    expected = response.headers.get("content-length")
+    if expected is not None and len(body) != int(expected):
+        raise IncompleteReadError(actual_bytes=len(body), expected_bytes=int(expected))
+    return response
 
 
 def _make_client(
@@ -308,4 +329,10 @@ def _make_client(
         # Our requests are built here, never from user input: no need for botocore to re-validate each one.
         parameter_validation=False,
     )
-    return core, session.client("s3", endpoint_url=endpoint_url, config=config)
+    client = session.client("s3", endpoint_url=endpoint_url, config=config)
+    # The endpoint's own HTTP session (proxies, TLS, timeouts and pool as configured), which botocore would send on.
+    endpoint_session: URLLib3Session = getattr(client, "_endpoint").http_session  # noqa: B009 -- not in the stubs
+    # The stubs type handlers as returning None; a before-send handler's answer is what botocore then uses.
+    handler = cast("Callable[..., None]", partial(_send_listing_watched, endpoint_session))
+    client.meta.events.register("before-send.s3.ListObjectsV2", handler)
+    return core, client
