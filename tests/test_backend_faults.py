@@ -26,6 +26,7 @@ from datamgr.devservers import azure_client
 from silodlib.backends import InvalidBackendOption, RetryingBackend, RetryPolicy, open_backend
 from silodlib.backends.uri import parse_dataset_uri
 from tests import polling
+from tests.datamgr_fixtures import DataManagerProcess, silod_cli
 from tests.fault_proxy import AZURE_SERVER_BUSY, S3_SLOW_DOWN, FaultProxy, RestartableAzurite
 from tests.mount_fixtures import MountFactory, MountProcess, options_args
 from tests.storage_servers import DatasetTarget, DatasetTargetFactory
@@ -270,6 +271,25 @@ def test_a_listing_page_trickling_within_the_read_timeout_is_cut_at_its_deadline
     polling.eventually(lambda: proxied.proxy.trickles_in_progress() == 0, what="every trickling page cut")
     retries = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"listing {proxied.target.uri}")]
     assert retries and all("the answer came slower than min_read_rate 16.0 MB/s" in message for message in retries)
+
+
+def test_registering_a_dataset_whose_listing_trickles_is_refused_as_unavailable_naming_the_rate_not_hung(
+    proxied: ProxiedDataset, datamgr_process: DataManagerProcess
+) -> None:
+    location = parse_dataset_uri(proxied.target.uri).location
+    proxied.proxy.trickle(location[0] if proxied.backend == "s3" else location[1], 100, every=TRICKLE_EVERY)
+    options = {**proxied.options, "read_timeout": str(READ_TIMEOUT), "min_read_rate": str(LIST_MIN_READ_RATE)}
+    option_args = [arg for name, value in options.items() for arg in ("--option", f"{name}={value}")]
+    address = datamgr_process.start().address
+
+    refused = silod_cli("dataset", "add", proxied.target.uri, *option_args, datamgr=address)  # 60 s at most
+
+    assert refused.returncode == 1 and "UNAVAILABLE" in refused.stderr  # before: "did not answer in time", stuck
+    assert "the answer came slower than min_read_rate 16.0 MB/s" in refused.stderr
+    proxied.proxy.heal()
+    added = silod_cli("dataset", "add", proxied.target.uri, *option_args, datamgr=address)
+    assert added.returncode == 0, added.stderr
+    assert "Traceback" not in datamgr_process.log_path.read_text()
 
 
 # --- a server that sheds load (503) -----------------------------------------------------------------------------
