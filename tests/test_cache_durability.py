@@ -11,13 +11,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from fuseclient import cache_disk
 from fuseclient.cache import DatasetCache
 from fuseclient.cache_disk import FANOUT
+from tests import polling
 from tests.cache_fixtures import (
     cached_items,
     check_consistent,
@@ -109,11 +112,38 @@ def test_items_not_vouched_for_by_this_manifest_are_wiped(
 
     assert not second.cached.any()
     assert files_on_disk(directory) == {}
-    assert sorted(path.name for path in directory.iterdir()) == ["cache.json", "items"]
+    polling.eventually(  # the dropped items' tree, deleted by a thread of its own
+        lambda: sorted(path.name for path in directory.iterdir()) == ["cache.json", "items"],
+        what="the dropped items deleted",
+    )
     second.admit(3, content(reopened_with, 3))
     second.close()
     third = make_cache(reopened_with, 100)  # the new metadata now vouches for the new entries
     assert cached_items(third) == {3}
+
+
+def test_opening_a_cache_does_not_wait_for_the_deletion_of_its_dropped_items(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    manifest = one_file_manifest(10, 10)
+    (directory / "items" / "0").mkdir(parents=True)
+    (directory / "items" / "0" / "3").write_bytes(b"from a cache no metadata vouches for")
+    release = threading.Event()
+    deleted: list[str] = []
+
+    def slow_delete(path: str, is_dir: bool) -> None:  # a deletion that takes as long as the test wants
+        assert release.wait(30)
+        shutil.rmtree(path) if is_dir else os.unlink(path)
+        deleted.append(path)
+
+    cache_disk.open_directory(directory, manifest, "dataset", {}, slow_delete)  # returns with the deletion pending
+
+    stale = [path for path in directory.iterdir() if path.name.startswith("items.stale-")]
+    assert len(stale) == 1 and (directory / "items").is_dir() and not any((directory / "items").iterdir())
+    assert deleted == []
+    cache_disk.open_directory(directory, manifest, "dataset", {}, slow_delete)  # opened again meanwhile: left alone
+    release.set()
+    polling.eventually(lambda: deleted == [str(stale[0])], what="the dropped tree deleted, once")
+    assert sorted(path.name for path in directory.iterdir()) == ["cache.json", "items"]
 
 
 def test_a_cache_of_200k_entries_on_disk_is_restored_whole(
