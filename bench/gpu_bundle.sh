@@ -12,7 +12,7 @@ bundle=${1:-.gpu-bundle}
 python=${PYTHON:-.venv/bin/python}
 target_python=${GPU_PYTHON_VERSION:-3.12}
 # Imported by the mount and missing from the GPU image (or older there than the committed stubs need).
-wheels="trio outcome sniffio bitarray protobuf grpcio"
+wheels="trio outcome sniffio bitarray xxhash protobuf grpcio"
 
 pins=$("$python" -c 'import sys
 from importlib.metadata import version
