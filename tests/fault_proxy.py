@@ -61,6 +61,7 @@ class _Rule:
     remaining: int
     stall_after: int = 0
     trickle_every: float = 0.0
+    until_close: bool = False  # a trickle: the body delimited by the end of the connection, not by its framing
     busy_answer: tuple[str, bytes] = S3_SLOW_DOWN
 
 
@@ -112,12 +113,14 @@ class FaultProxy:
         with self._lock:
             self._rules.append(_Rule(name, "stall", count, stall_after=after_bytes))
 
-    def trickle(self, name: str, count: int, every: float) -> None:
+    def trickle(self, name: str, count: int, every: float, *, until_close: bool = False) -> None:
         """Forward the server's headers of the next `count` answers to GETs of `name`, then their body one byte every
         `every` seconds: the client never waits as long as a read timeout longer than `every` for its next byte,
-        yet the body takes (size x `every`) seconds, as from a server or middlebox that trickles."""
+        yet the body takes (size x `every`) seconds, as from a server or middlebox that trickles. `until_close`:
+        without its length or chunked framing, delimited by the end of the connection (as HTTP/1.0 allows), so
+        that a client cut off mid-body sees no error from the framing, only an end."""
         with self._lock:
-            self._rules.append(_Rule(name, "trickle", count, trickle_every=every))
+            self._rules.append(_Rule(name, "trickle", count, trickle_every=every, until_close=until_close))
 
     def heal(self) -> None:
         """Disarm every fault not yet used: from now on, every request passes through."""
@@ -199,8 +202,12 @@ class FaultProxy:
                     return
                 status = int(answer.first_line.split(" ", 2)[1])
                 if rule is not None and rule.fault == "trickle":
-                    client.sendall(answer.raw)
                     body = b"".join(_wire_body(from_upstream, answer.headers, method, status))
+                    if rule.until_close:
+                        client.sendall(_delimited_by_close(answer))
+                        body = _payload(body, answer.headers)
+                    else:
+                        client.sendall(answer.raw)
                     self._trickle(client, body, rule.trickle_every)
                     return
                 if rule is not None:  # a stall
@@ -323,6 +330,29 @@ def _wire_body(reader: BinaryIO, headers: dict[str, str], method: str, status: i
         return
     while piece := reader.read(1 << 16):
         yield piece
+
+
+def _delimited_by_close(answer: _Head) -> bytes:
+    """`answer`'s head without its body's framing (Content-Length, Transfer-Encoding), and `Connection: close`."""
+    lines = answer.raw.split(b"\r\n")
+    framing = (b"content-length:", b"transfer-encoding:", b"connection:")
+    kept = [line for line in lines[1:] if line and not line.lower().startswith(framing)]
+    return b"\r\n".join([lines[0], *kept, b"Connection: close", b"", b""])
+
+
+def _payload(wire_body: bytes, headers: dict[str, str]) -> bytes:
+    """The bytes a body carries: `wire_body` without its chunked framing, if it has one."""
+    if "chunked" not in headers.get("transfer-encoding", "").lower():
+        return wire_body
+    payload: list[bytes] = []
+    at = 0
+    while True:
+        end = wire_body.index(b"\r\n", at)
+        size = int(wire_body[at:end].split(b";", 1)[0].strip(), 16)
+        if size == 0:
+            return b"".join(payload)
+        payload.append(wire_body[end + 2 : end + 2 + size])
+        at = end + 2 + size + 2
 
 
 def _ends_with_connection(headers: dict[str, str], method: str, status: int) -> bool:

@@ -107,6 +107,18 @@ def test_a_try_cut_at_its_deadline_fails_as_transient_naming_the_rate_and_a_fail
         raise ConnectionError("refused")
 
 
+def test_a_try_cut_at_its_deadline_fails_even_when_the_read_took_the_cut_for_the_answers_end(
+    connection: tuple[socket.socket, socket.socket],
+) -> None:
+    """An answer delimited by the end of its connection reads a cut as its end, with no error: the try must not
+    return what came as if it were the whole answer."""
+    reader, _ = connection
+    deadline = ReadDeadline(read_timeout=0.2, min_read_rate=1000)
+    with pytest.raises(BackendUnavailable, match="slower than min_read_rate"), deadline.of_read("s3://b/p/k", 100):
+        WATCHDOG.watch(reader)
+        assert reader.recv(16) == b""  # the cut: an end of file, taken as the end of the answer
+
+
 def test_min_read_rate_0_sets_no_deadline(connection: tuple[socket.socket, socket.socket]) -> None:
     reader, server = connection
     with ReadDeadline(read_timeout=0.05, min_read_rate=0).of_read("s3://b/p/k", 1):

@@ -160,7 +160,7 @@ class ReadDeadline:
     @contextlib.contextmanager
     def of_read(self, what: str, length: int) -> Iterator[None]:
         """Run the block as one try of reading `length` bytes of `what` (a URI); raise `BackendUnavailable`
-        naming the rate if the deadline passed and cut it short."""
+        naming the rate if the deadline passed and cut it short, whether or not the block noticed the cut."""
         if not self.min_read_rate:
             yield
             return
@@ -170,11 +170,18 @@ class ReadDeadline:
                 yield
             except Exception:
                 if attempt.expired:
-                    raise BackendUnavailable(
-                        f"{what}: the answer came slower than min_read_rate {format_rate(self.min_read_rate)}: "
-                        f"cut after {seconds:.3g} s"
-                    ) from None
+                    raise self._too_slow(what, seconds) from None
                 raise
+            # Cut, yet no error: an answer delimited by the end of its connection reads the cut as its end, and an
+            # SDK takes what came as the whole answer (a listing page with fewer objects, say).
+            if attempt.expired:
+                raise self._too_slow(what, seconds)
+
+    def _too_slow(self, what: str, seconds: float) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"{what}: the answer came slower than min_read_rate {format_rate(self.min_read_rate)}: "
+            f"cut after {seconds:.3g} s"
+        )
 
     def of_pages(self, what: str, pages: Iterator[T], page_bytes: int) -> Iterator[T]:
         """The pages of a listing of `what`, each fetched (`next(pages)`, one request) as one try of reading
