@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := fuse3 libfuse3-dev pkg-config faketime e2fsprogs openssl nftables iproute2 fiu-utils
+APT_PACKAGES := fuse3 libfuse3-dev pkg-config faketime e2fsprogs openssl nftables iproute2 fiu-utils strace
 PROTO_SRC := proto/silodpb/v1/datamgr.proto
 
 .PHONY: setup system-packages run test test-fast test-external lint unit bench bench-pytorch proto clean

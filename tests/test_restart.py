@@ -3,14 +3,18 @@ same state and revisions, and watching nodes resume across the restart without l
 
 from __future__ import annotations
 
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from datamgr.client import DataManagerClient
+from datamgr.store.sqlite import SQLiteStore
 from silodpb.v1 import datamgr_pb2 as pb
-from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, silod_cli, watch
+from tests.datamgr_fixtures import SILOD, DataManagerProcess, full_state, make_local_dataset, silod_cli, watch
+from tests.storage_servers import missing_dependency
 
 
 def _populate(client: DataManagerClient, tmp_path: Path) -> tuple[str, int]:
@@ -140,3 +144,53 @@ def test_a_second_server_on_the_same_port_refuses_to_start(
     second.launch()
     assert second.wait() == 2
     assert f"cannot listen on 127.0.0.1:{port}: the port is in use" in (tmp_path / "second.log").read_text()
+
+
+def test_a_restore_flushes_the_state_dir_after_sqlite_commits_its_copy(tmp_path: Path) -> None:
+    """Durability, traced: SQLite commits the restored copy by deleting its rollback journal and does not flush the
+    directory after that, so a power loss could bring the journal back and the next open would roll the copy
+    back. The restore must flush the state dir after that deletion (and so after its own renames)."""
+    if shutil.which("strace") is None:
+        missing_dependency("strace is not installed (make setup installs it)")
+    state_dir, backup, trace = tmp_path / "state", tmp_path / "backup.db", tmp_path / "trace"
+    SQLiteStore(state_dir).close()  # a state dir with its database
+    assert silod_cli("datamgr", "backup", "--state-dir", str(state_dir), str(backup)).returncode == 0
+
+    traced = subprocess.run(
+        ["strace", "-f", "-qq", "-e", "trace=openat,unlink,fsync,fdatasync", "-o", str(trace),
+         *SILOD, "datamgr", "restore", "--state-dir", str(state_dir), str(backup)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+    assert traced.returncode == 0, traced.stderr
+    calls = trace.read_text().splitlines()
+    journal_gone = max(i for i, call in enumerate(calls) if f'unlink("{state_dir}/silod.db-journal")' in call)
+    directory_fds = {
+        match[1]
+        for call in calls
+        if (match := re.search(rf'openat\(AT_FDCWD, "{re.escape(str(state_dir))}", [^)]*\) = (\d+)', call))
+    }
+    flushed = [i for i, call in enumerate(calls) if (m := re.search(r"\b(fsync|fdatasync)\((\d+)\)", call))
+               and m[2] in directory_fds]  # fmt: skip
+    assert flushed and max(flushed) > journal_gone, "\n".join(calls[journal_gone:])
+
+
+def test_a_restore_whose_state_dir_cannot_be_flushed_exits_2_saying_it_may_not_last_faked_eio(tmp_path: Path) -> None:
+    """libfiu fails the restore's `fsync` (not SQLite's `fdatasync`s): the copy is in place, but not known to be on
+    the disk, so the restore is not reported as done."""
+    if shutil.which("fiu-run") is None:
+        missing_dependency("fiu-run is not installed (make setup installs fiu-utils)")
+    state_dir, backup = tmp_path / "state", tmp_path / "backup.db"
+    SQLiteStore(state_dir).close()
+    assert silod_cli("datamgr", "backup", "--state-dir", str(state_dir), str(backup)).returncode == 0
+
+    failed = subprocess.run(
+        ["fiu-run", "-x", "-c", "enable name=posix/io/sync/fsync,failinfo=5",
+         *SILOD, "datamgr", "restore", "--state-dir", str(state_dir), str(backup)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+    assert failed.returncode == 2, failed.stderr
+    assert f"restored {backup} into state dir {state_dir}, but could not flush the directory" in failed.stderr
+    assert "Input/output error" in failed.stderr and "restore again" in failed.stderr
+    assert "Traceback" not in failed.stderr

@@ -73,6 +73,7 @@ def restore(state_dir: Path, backup: Path) -> tuple[int, Path | None]:
         try:
             with refusing_disk_errors(f"cannot restore {backup} into state dir {state_dir}", "it is as it was"):
                 kept = _copy_in(source, state_dir / DATABASE_NAME)
+            _flush_directory(state_dir, backup)
         finally:
             os.close(lock)
     return revision, kept
@@ -123,6 +124,25 @@ def _copy_in(source: sqlite3.Connection, current: Path) -> Path | None:
             _move_database(kept, current)
         raise
     return kept
+
+
+def _flush_directory(state_dir: Path, backup: Path) -> None:
+    """Make the restore's renames and the end of SQLite's copy durable. SQLite commits the copy by deleting its
+    rollback journal and does not flush the directory after that (`synchronous` FULL): a power loss could bring
+    the journal back, and the next open would roll the copy back, leaving an empty database where the state was.
+    StateDirError if the directory cannot be flushed: the copy is in place, but a power loss may undo it."""
+    try:
+        fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StateDirError(
+            f"restored {backup} into state dir {state_dir}, but could not flush the directory to disk "
+            f"({exc.strerror or exc}): a power loss before the disk writes it back may undo the restore; "
+            "check the disk, then restore again"
+        ) from None
 
 
 def _move_database(source: Path, target: Path) -> None:
