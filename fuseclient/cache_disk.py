@@ -49,6 +49,7 @@ from pathlib import Path
 from bitarray import bitarray
 from xxhash import xxh3_64_intdigest
 
+from silodlib.directories import fsync_directory
 from silodlib.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -161,14 +162,14 @@ def open_directory(directory: Path, manifest: Manifest, name: str, log_ids: Mapp
         # The items go before the new metadata is written: a crash in between must not vouch for them.
         if items_dir.exists():
             os.rename(items_dir, directory / f"{_STALE_PREFIX}{os.getpid()}-{time.time_ns()}")
-            _fsync_directory(directory)
+            fsync_directory(directory)
         temp = directory / f"{METADATA_NAME}.tmp"
         with open(temp, "w") as file:
             json.dump(wanted, file)
             file.flush()
             os.fsync(file.fileno())
         os.rename(temp, metadata_path)
-        _fsync_directory(directory)
+        fsync_directory(directory)
     with os.scandir(directory) as entries:
         stale = [(e.path, e.is_dir(follow_symlinks=False)) for e in entries if e.name.startswith(_STALE_PREFIX)]
     items_dir.mkdir(exist_ok=True)
@@ -237,11 +238,3 @@ def restore(
 def _is_number(name: str) -> bool:
     """A canonical decimal number: what item and bucket names are (no sign, no leading zeros)."""
     return name.isascii() and name.isdigit() and (name == "0" or not name.startswith("0"))
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

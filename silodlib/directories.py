@@ -1,8 +1,10 @@
-"""Making the directories a daemon or a run writes into, with errors that say what is in the way."""
+"""Making the directories a daemon or a run writes into, with errors that say what is in the way, and flushing
+their entries to disk."""
 
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 
@@ -16,3 +18,13 @@ def make_directory(path: Path, mode: int = 0o777) -> None:
         if blocker is None:
             raise
         raise NotADirectoryError(errno.ENOTDIR, f"{blocker} is not a directory", str(path)) from None
+
+
+def fsync_directory(path: Path) -> None:
+    """Flush the directory `path` to disk, so that the creations, renames and deletions of its entries survive a
+    power loss (a file's own fsync does not cover its name). Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

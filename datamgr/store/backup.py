@@ -18,7 +18,7 @@ from datamgr.store.sqlite import (
     refusing_damage,
     refusing_disk_errors,
 )
-from silodlib.directories import make_directory
+from silodlib.directories import fsync_directory, make_directory
 
 # A database's write-ahead log and shared memory, then the database: the order in which they move, so that a
 # database never sits beside another database's log.
@@ -132,11 +132,7 @@ def _flush_directory(state_dir: Path, backup: Path) -> None:
     the journal back, and the next open would roll the copy back, leaving an empty database where the state was.
     StateDirError if the directory cannot be flushed: the copy is in place, but a power loss may undo it."""
     try:
-        fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_directory(state_dir)
     except OSError as exc:
         raise StateDirError(
             f"restored {backup} into state dir {state_dir}, but could not flush the directory to disk "
