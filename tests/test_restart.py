@@ -146,15 +146,22 @@ def test_a_second_server_on_the_same_port_refuses_to_start(
     assert f"cannot listen on 127.0.0.1:{port}: the port is in use" in (tmp_path / "second.log").read_text()
 
 
+def _state_dir_and_its_backup(tmp_path: Path) -> tuple[Path, Path]:
+    """A state dir with its (empty) database, and a backup of it taken with `silod datamgr backup`."""
+    state_dir, backup = tmp_path / "state", tmp_path / "backup.db"
+    SQLiteStore(state_dir).close()
+    assert silod_cli("datamgr", "backup", "--state-dir", str(state_dir), str(backup)).returncode == 0
+    return state_dir, backup
+
+
 def test_a_restore_flushes_the_state_dir_after_sqlite_commits_its_copy(tmp_path: Path) -> None:
     """Durability, traced: SQLite commits the restored copy by deleting its rollback journal and does not flush the
     directory after that, so a power loss could bring the journal back and the next open would roll the copy
     back. The restore must flush the state dir after that deletion (and so after its own renames)."""
     if shutil.which("strace") is None:
         missing_dependency("strace is not installed (make setup installs it)")
-    state_dir, backup, trace = tmp_path / "state", tmp_path / "backup.db", tmp_path / "trace"
-    SQLiteStore(state_dir).close()  # a state dir with its database
-    assert silod_cli("datamgr", "backup", "--state-dir", str(state_dir), str(backup)).returncode == 0
+    state_dir, backup = _state_dir_and_its_backup(tmp_path)
+    trace = tmp_path / "trace"
 
     traced = subprocess.run(
         ["strace", "-f", "-qq", "-e", "trace=openat,unlink,fsync,fdatasync", "-o", str(trace),
@@ -180,9 +187,7 @@ def test_a_restore_whose_state_dir_cannot_be_flushed_exits_2_saying_it_may_not_l
     the disk, so the restore is not reported as done."""
     if shutil.which("fiu-run") is None:
         missing_dependency("fiu-run is not installed (make setup installs fiu-utils)")
-    state_dir, backup = tmp_path / "state", tmp_path / "backup.db"
-    SQLiteStore(state_dir).close()
-    assert silod_cli("datamgr", "backup", "--state-dir", str(state_dir), str(backup)).returncode == 0
+    state_dir, backup = _state_dir_and_its_backup(tmp_path)
 
     failed = subprocess.run(
         ["fiu-run", "-x", "-c", "enable name=posix/io/sync/fsync,failinfo=5",
