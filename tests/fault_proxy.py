@@ -54,7 +54,8 @@ class SeenRequest:
 
 @dataclass(slots=True)
 class _Rule:
-    """Spoil the next `remaining` GETs of the object whose path ends in `/name`."""
+    """Spoil the next `remaining` requests (GETs; also HEADs for a trickle from the head) of the object whose path
+    ends in `/name`."""
 
     name: str
     fault: str  # "busy", "stall" or "trickle"
@@ -62,7 +63,13 @@ class _Rule:
     stall_after: int = 0
     trickle_every: float = 0.0
     until_close: bool = False  # a trickle: the body delimited by the end of the connection, not by its framing
+    from_head: bool = False  # a trickle: from the answer's first byte (its status line and headers), not its body
     busy_answer: tuple[str, bytes] = S3_SLOW_DOWN
+
+    def spoils(self, method: str, path: str) -> bool:
+        """Whether this rule spoils a request of `method` for `path`, if it has uses left."""
+        methods = ("GET", "HEAD") if self.from_head else ("GET",)
+        return self.remaining > 0 and method in methods and path.endswith("/" + self.name)
 
 
 @dataclass(slots=True)
@@ -113,14 +120,19 @@ class FaultProxy:
         with self._lock:
             self._rules.append(_Rule(name, "stall", count, stall_after=after_bytes))
 
-    def trickle(self, name: str, count: int, every: float, *, until_close: bool = False) -> None:
+    def trickle(
+        self, name: str, count: int, every: float, *, until_close: bool = False, from_head: bool = False
+    ) -> None:
         """Forward the server's headers of the next `count` answers to GETs of `name`, then their body one byte every
         `every` seconds: the client never waits as long as a read timeout longer than `every` for its next byte,
         yet the body takes (size x `every`) seconds, as from a server or middlebox that trickles. `until_close`:
         without its length or chunked framing, delimited by the end of the connection (as HTTP/1.0 allows), so
-        that a client cut off mid-body sees no error from the framing, only an end."""
+        that a client cut off mid-body sees no error from the framing, only an end. `from_head`: the whole answer
+        trickles, its status line and headers first, and the next `count` HEADs of `name` count too: a client
+        waits for headers that never end."""
+        rule = _Rule(name, "trickle", count, trickle_every=every, until_close=until_close, from_head=from_head)
         with self._lock:
-            self._rules.append(_Rule(name, "trickle", count, trickle_every=every, until_close=until_close))
+            self._rules.append(rule)
 
     def heal(self) -> None:
         """Disarm every fault not yet used: from now on, every request passes through."""
@@ -129,8 +141,12 @@ class FaultProxy:
 
     def gets(self, name: str) -> list[SeenRequest]:
         """The GETs of the object `name` received so far, in order."""
+        return self.requests(name, "GET")
+
+    def requests(self, name: str, method: str) -> list[SeenRequest]:
+        """The requests of `method` for the object `name` received so far, in order."""
         with self._lock:
-            return [r for r in self._seen if r.method == "GET" and r.path.endswith("/" + name)]
+            return [r for r in self._seen if r.method == method and r.path.endswith("/" + name)]
 
     def stalls_in_progress(self) -> int:
         """How many answers are stalled right now, the client still connected."""
@@ -203,11 +219,12 @@ class FaultProxy:
                 status = int(answer.first_line.split(" ", 2)[1])
                 if rule is not None and rule.fault == "trickle":
                     body = b"".join(_wire_body(from_upstream, answer.headers, method, status))
+                    head = answer.raw
                     if rule.until_close:
-                        client.sendall(_delimited_by_close(answer))
-                        body = _payload(body, answer.headers)
-                    else:
-                        client.sendall(answer.raw)
+                        head, body = _delimited_by_close(answer), _payload(body, answer.headers)
+                    if rule.from_head:
+                        head, body = b"", head + body
+                    client.sendall(head)
                     self._trickle(client, body, rule.trickle_every)
                     return
                 if rule is not None:  # a stall
@@ -234,12 +251,11 @@ class FaultProxy:
         """Record the request and the fault it gets: the first armed rule for its object, if any."""
         with self._lock:
             chosen = None
-            if method == "GET":
-                for rule in self._rules:
-                    if rule.remaining > 0 and path.endswith("/" + rule.name):
-                        rule.remaining -= 1
-                        chosen = rule
-                        break
+            for rule in self._rules:
+                if rule.spoils(method, path):
+                    rule.remaining -= 1
+                    chosen = rule
+                    break
             self._seen.append(SeenRequest(method, path, chosen.fault if chosen else None))
             return chosen
 

@@ -206,10 +206,10 @@ TRICKLES = 2
 TRICKLE_EVERY = 0.25  # seconds between bytes, well within READ_TIMEOUT: only the read's deadline can end the try
 MIN_READ_RATE = 64 * 1024  # bytes/s: a try of the 256 KiB object gets READ_TIMEOUT + 4 s
 # What a trickled read costs each backend's retries: on S3 each cut try is one silod retry. On Azure the SDK's
-# downloader re-sends the GET of the body that was cut, within the same try, whose deadline has passed: each
-# re-sent answer is cut as it arrives (the second trickled answer and one good one), and the SDK gives up to
-# silod's retry once, which gets the good answer.
-GETS_AFTER_TRICKLES = {"s3": ["trickle"] * TRICKLES + [None], "az": ["trickle"] * TRICKLES + [None, None]}
+# downloader re-sends the GET of the body that was cut, within the same try, whose deadline has passed: the
+# re-sent request (the second trickled answer) is cut as it starts waiting for its answer, a failure the SDK
+# leaves to silod's retry, which gets the good answer.
+GETS_AFTER_TRICKLES = ["trickle"] * TRICKLES + [None]
 SILOD_RETRIES_AFTER_TRICKLES = {"s3": TRICKLES, "az": 1}
 
 
@@ -227,7 +227,7 @@ def test_an_answer_trickling_within_the_read_timeout_is_cut_at_the_reads_deadlin
     )
 
     assert read.error is None and read.data == data  # exactly the bytes: the trickled ones were never served
-    assert [g.fault for g in proxied.proxy.gets(FAULTY)] == GETS_AFTER_TRICKLES[proxied.backend]
+    assert [g.fault for g in proxied.proxy.gets(FAULTY)] == GETS_AFTER_TRICKLES
     polling.eventually(  # every trickling answer was cut, not left to run
         lambda: proxied.proxy.trickles_in_progress() == 0, what="the client cutting every trickling answer"
     )
@@ -238,8 +238,9 @@ def test_an_answer_trickling_within_the_read_timeout_is_cut_at_the_reads_deadlin
 
 
 # A listing page's deadline is READ_TIMEOUT plus the most a page's answer can hold at `min_read_rate`: at this rate
-# 1-3 s for either backend's page bound, where the trickle of even a two-object page would take over an hour.
-LIST_MIN_READ_RATE = 16_000_000  # bytes/s
+# 1-3 s for either backend's page bound, where the trickle of even a two-object page would take over an hour; and
+# the deadline of a stat or of a read of one of the 256 KiB objects is READ_TIMEOUT and a few hundredths.
+FAST_MIN_READ_RATE = 16_000_000  # bytes/s
 
 
 @pytest.mark.parametrize("framing", ["its own framing", "the end of the connection"])
@@ -251,7 +252,7 @@ def test_a_listing_page_trickling_within_the_read_timeout_is_cut_at_its_deadline
     location = parse_dataset_uri(proxied.target.uri).location
     listed = location[0] if proxied.backend == "s3" else location[1]  # the bucket or container: what a listing GETs
     proxied.proxy.trickle(listed, TRICKLES, every=TRICKLE_EVERY, until_close=framing == "the end of the connection")
-    options = {**proxied.options, "read_timeout": str(READ_TIMEOUT), "min_read_rate": str(LIST_MIN_READ_RATE)}
+    options = {**proxied.options, "read_timeout": str(READ_TIMEOUT), "min_read_rate": str(FAST_MIN_READ_RATE)}
     backend = RetryingBackend(open_backend(proxied.target.uri, options))
     listing: dict[str, Any] = {}
 
@@ -276,12 +277,99 @@ def test_a_listing_page_trickling_within_the_read_timeout_is_cut_at_its_deadline
     assert retries and all("the answer came slower than min_read_rate 16.0 MB/s" in message for message in retries)
 
 
+class TrickledCall:
+    """A backend call whose answers can trickle from their first byte: what it asks for (the method and the name the
+    request's path ends in), how its retries are logged, and the result it must give."""
+
+    def __init__(self, operation: str, proxied: ProxiedDataset) -> None:
+        location = parse_dataset_uri(proxied.target.uri).location
+        bucket_or_container = location[0] if proxied.backend == "s3" else location[1]
+        faulty_uri = f"{proxied.target.uri}/{FAULTY}"
+        self.method, self.name, self.logged_as = {
+            "stat": ("HEAD", FAULTY, f"stat {faulty_uri}"),
+            "read": ("GET", FAULTY, f"read {faulty_uri}"),
+            "list": ("GET", bucket_or_container, f"listing {proxied.target.uri}"),
+        }[operation]
+        self.operation = operation
+        self.expected: object = {
+            "stat": len(proxied.files[FAULTY]),
+            "read": proxied.files[FAULTY],
+            "list": sorted(proxied.files),
+        }[operation]
+
+    def __call__(self, backend: RetryingBackend) -> object:
+        if self.operation == "stat":
+            return backend.stat(FAULTY).size
+        if self.operation == "read":
+            return backend.read(FAULTY, 0, len(self.expected))  # type: ignore[arg-type]
+        return sorted(info.key for info in backend.list())
+
+
+@pytest.mark.parametrize("operation", ["stat", "read", "list"])
+def test_an_answer_whose_headers_trickle_within_the_read_timeout_is_cut_at_the_deadline_and_the_call_retried(
+    proxied: ProxiedDataset, caplog: pytest.LogCaptureFixture, operation: str
+) -> None:
+    """Before its headers are in, no answer exists for an SDK hook to watch: the deadline must hold from the first
+    byte. A stat is only headers; a read and a listing wait for theirs before any body."""
+    call = TrickledCall(operation, proxied)
+    proxied.proxy.trickle(call.name, TRICKLES, every=TRICKLE_EVERY, from_head=True)
+    options = {**proxied.options, "read_timeout": str(READ_TIMEOUT), "min_read_rate": str(FAST_MIN_READ_RATE)}
+    backend = RetryingBackend(open_backend(proxied.target.uri, options))
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = call(backend)
+        except Exception as exc:  # reported by the assertions below
+            outcome["error"] = exc
+
+    caplog.set_level(logging.INFO, logger="silodlib.backends.retry")
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(slowest_failure(READ_TIMEOUT + 2, TRICKLES + 1))
+    backend.close()
+
+    assert not thread.is_alive(), f"the {operation} whose headers trickle was never cut"
+    assert outcome == {"result": call.expected}
+    faults = [r.fault for r in proxied.proxy.requests(call.name, call.method)]
+    assert faults[:TRICKLES] == ["trickle"] * TRICKLES and faults[-1] is None and set(faults) == {"trickle", None}
+    polling.eventually(lambda: proxied.proxy.trickles_in_progress() == 0, what="every trickling answer cut")
+    retries = [r.getMessage() for r in caplog.records if r.getMessage().startswith(call.logged_as)]
+    assert retries and all("the answer came slower than min_read_rate 16.0 MB/s" in message for message in retries)
+
+
+def test_headers_that_trickle_through_a_forward_proxy_are_cut_at_the_deadline_too(
+    proxied: ProxiedDataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With HTTP_PROXY set, both SDKs send through a proxy's connection pools, not the direct ones: here the fault
+    proxy, as a forward proxy in front of the real server (the backend's options name the server itself)."""
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", proxied.proxy.url)
+    proxied.proxy.trickle(FAULTY, TRICKLES, every=TRICKLE_EVERY, from_head=True)
+    options = {**proxied.target.options, "read_timeout": str(READ_TIMEOUT), "min_read_rate": str(FAST_MIN_READ_RATE)}
+    backend = RetryingBackend(open_backend(proxied.target.uri, options))
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        outcome["data"] = backend.read(FAULTY, 0, len(proxied.files[FAULTY]))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(slowest_failure(READ_TIMEOUT + 2, TRICKLES + 1))
+    backend.close()
+
+    assert not thread.is_alive(), "the read whose headers trickle through the proxy was never cut"
+    assert outcome == {"data": proxied.files[FAULTY]}
+    assert [r.fault for r in proxied.proxy.gets(FAULTY)] == GETS_AFTER_TRICKLES
+
+
 def test_registering_a_dataset_whose_listing_trickles_is_refused_as_unavailable_naming_the_rate_not_hung(
     proxied: ProxiedDataset, datamgr_process: DataManagerProcess
 ) -> None:
     location = parse_dataset_uri(proxied.target.uri).location
     proxied.proxy.trickle(location[0] if proxied.backend == "s3" else location[1], 100, every=TRICKLE_EVERY)
-    options = {**proxied.options, "read_timeout": str(READ_TIMEOUT), "min_read_rate": str(LIST_MIN_READ_RATE)}
+    options = {**proxied.options, "read_timeout": str(READ_TIMEOUT), "min_read_rate": str(FAST_MIN_READ_RATE)}
     option_args = [arg for name, value in options.items() for arg in ("--option", f"{name}={value}")]
     address = datamgr_process.start().address
 

@@ -1,7 +1,7 @@
 """The deadline of a backend read's try (silodlib/backends/deadline.py), on real sockets: a read blocked on an
 answer is woken when its try's deadline passes, an answer of a try that ended in time is never touched, and the
-`min_read_rate` option is validated by name. The mount-level behaviour against real servers is in
-test_backend_faults.py."""
+`min_read_rate` option is validated by name; the connections the backends send on put themselves under it. The
+mount-level behaviour against real servers is in test_backend_faults.py."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import urllib3
+from urllib3.connectionpool import HTTPConnectionPool
 
 from silodlib.backends import BackendUnavailable, InvalidBackendOption, open_backend
 from silodlib.backends.deadline import WATCHDOG, ReadDeadline
+from silodlib.backends.watched_http import watched_pools
 
 AZURE_KEY = "c2lsb2Qta2V5"  # any base64: no request is made
 NEVER = 10.0  # seconds a test waits for what must not happen before it fails instead of hanging
@@ -156,3 +159,31 @@ def test_a_min_read_rate_that_is_not_a_rate_is_refused_naming_the_option(uri: st
 @pytest.mark.parametrize("value", ["0", "1MiB/s", "100Mbps", "4096"])
 def test_a_min_read_rate_is_accepted_by_both_remote_backends(uri: str, value: str) -> None:
     open_backend(uri, _options(uri, min_read_rate=value)).close()
+
+
+def test_watched_pools_leave_urllib3s_shared_default_untouched_and_watch_each_pool_class_once() -> None:
+    """urllib3's default `pool_classes_by_scheme` is one mapping shared by every pool manager of the process: the
+    backends' watched pools must be new mappings, and watching again (a proxy manager requests caches) must not
+    stack a second watch on the first."""
+    default: dict[str, type[HTTPConnectionPool]] = dict(urllib3.poolmanager.pool_classes_by_scheme)
+
+    watched = watched_pools(urllib3.poolmanager.pool_classes_by_scheme)
+
+    assert urllib3.poolmanager.pool_classes_by_scheme == default
+    for scheme, pool in default.items():
+        assert issubclass(watched[scheme], pool) and watched[scheme] is not pool
+        assert issubclass(watched[scheme].ConnectionCls, pool.ConnectionCls)
+    assert watched_pools(watched) == watched == watched_pools(default)
+
+
+def test_a_watched_connection_is_cut_at_its_deadline_while_it_waits_for_the_answers_headers() -> None:
+    """A server that accepts the request and sends nothing: the connection's own socket timeout is far away, and
+    only the try's deadline, which the connection put its socket under as it started to wait, ends the wait."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        pool = watched_pools(urllib3.poolmanager.pool_classes_by_scheme)["http"]("127.0.0.1", port, timeout=NEVER)
+        started = time.monotonic()
+        with pytest.raises(urllib3.exceptions.ProtocolError), WATCHDOG.deadline(0.3) as attempt:
+            pool.urlopen("GET", "/", retries=False)
+        assert attempt.expired and time.monotonic() - started < NEVER / 2
+        pool.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import requests
 from azure.core import MatchConditions
@@ -18,9 +18,11 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 from azure.core.pipeline.transport import RequestsTransport
+from azure.core.pipeline.transport._bigger_block_size_http_adapters import BiggerBlockSizeHTTPAdapter
 from azure.identity import DefaultAzureCredential
 from azure.storage.blob import BlobProperties, BlobServiceClient, LinearRetry
 from azure.storage.blob._shared.constants import DATA_BLOCK_SIZE
+from requests.adapters import HTTPAdapter
 
 from silodlib.backends.base import (
     MIN_READ_RATE_OPTION,
@@ -39,8 +41,9 @@ from silodlib.backends.base import (
     relative_key,
     unquote_etag,
 )
-from silodlib.backends.deadline import WATCHDOG, ReadDeadline
+from silodlib.backends.deadline import ReadDeadline
 from silodlib.backends.uri import DatasetURI
+from silodlib.backends.watched_http import watched_pools
 
 _CREDENTIAL_OPTIONS = ("connection_string", "account_key", "sas_token")
 # The most one blob's entry in a List Blobs answer holds, for the deadline of a page: its name (up to 1,024
@@ -94,7 +97,8 @@ class AzureBackend(Backend):
     def stat(self, key: str) -> ObjectInfo:
         self._check_key(key)
         blob = self._container.get_blob_client(join_key(self.uri.prefix, key))
-        with self._translated_errors(self.object_uri(key)):
+        object_uri = self.object_uri(key)
+        with self._translated_errors(object_uri), self._deadline.of_head(object_uri):
             return _object_info(key, blob.get_blob_properties(), is_dir=False)
 
     def read(self, key: str, offset: int, length: int, version: str | None = None) -> bytes:
@@ -196,18 +200,27 @@ class AzureBackend(Backend):
 
 
 class _WatchedTransport(RequestsTransport):  # type: ignore[misc]  # azure-core is untyped here (pyproject.toml)
-    """The SDK's own transport, whose `requests` session puts every answer under the deadline of the try that
-    asked for it (`deadline`), as soon as its headers are in: `requests` calls a session's response hooks
-    before it reads a body, so this covers the answers the SDK reads whole (listings) as well as the downloads
-    it streams, its downloader's own re-sends included."""
+    """The SDK's own transport, whose `requests` session sends on connections that put every answer under the
+    deadline of the try that asked for it (`deadline`) from its first byte (`watched_http`): the answers the SDK
+    reads whole (listings, properties) as well as the downloads it streams, its downloader's re-sends included."""
 
     def _init_session(self, session: requests.Session) -> None:
         super()._init_session(session)
-        session.hooks["response"].append(_watch_answer)
+        for prefix, adapter in list(session.adapters.items()):  # the SDK's, configured as the SDK does: no retries
+            session.mount(prefix, _WatchedAdapter(max_retries=cast(HTTPAdapter, adapter).max_retries))
 
 
-def _watch_answer(response: requests.Response, *_: object, **__: object) -> None:
-    WATCHDOG.watch(response.raw)
+class _WatchedAdapter(BiggerBlockSizeHTTPAdapter):
+    """The SDK's `requests` adapter, its pools watched, direct or through a proxy (SOCKS included)."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = watched_pools(self.poolmanager.pool_classes_by_scheme)
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        manager.pool_classes_by_scheme = watched_pools(manager.pool_classes_by_scheme)  # unchanged once watched
+        return manager
 
 
 def _object_info(key: str, blob: BlobProperties, is_dir: bool) -> ObjectInfo:

@@ -1,5 +1,5 @@
-"""A deadline for each try of a backend read (and of each page of a listing), kept by cutting the connection of an
-answer that comes too slowly.
+"""A deadline for each try of a backend read (and of each page of a listing, and each stat), kept by cutting the
+connection of an answer that comes too slowly.
 
 A backend's `read_timeout` bounds the wait for each next byte of an answer, so a server (or a middlebox) that
 trickles, a byte every few seconds, never trips it: a 4 MiB read could take weeks, holding one of the
@@ -10,17 +10,15 @@ blocked read wakes with its connection lost, and the try fails as transient (`Ba
 retried on another connection. A page of a listing is one request whose whole answer the SDK reads before
 handing it over; each page gets `read_timeout + page_bytes / min_read_rate`, where `page_bytes` is the most
 one page's answer can hold (`of_pages`), so a listing that trickles fails and is retried instead of hanging a
-dataset's registration. Not covered: headers that trickle (they come before any answer exists to watch), so
-a HEAD (`stat`), which is only headers, has `read_timeout` per byte as its only bound.
+dataset's registration. A stat (a HEAD) is only headers: it gets `read_timeout` plus the most headers hold
+(`of_head`).
 
-The sockets are found through the answers' `fileno()` (a urllib3 response, under both botocore's and the Azure
-SDK's transports), registered by the thread that made the request (`Watchdog.watch`), which is the thread
-that reads the answer, as soon as the answer's headers are in and before its body is read: for S3 by a
-handler of botocore's `before-send` event that sends the request itself, for Azure by a response hook on
-the transport's `requests` session. A cut is made only while the try is still running. In the instant
-between a body read to its end, which hands the connection back to its pool, and the end of the try, another
-thread could take that connection; a cut then costs that thread's try a transient failure and a retry, never
-a wrong byte.
+The deadline holds from an answer's first byte, headers included: the connections the backends send on
+(`watched_http`) register their socket with the calling thread's try (`Watchdog.watch`) as they start to wait
+for the answer, in the thread that then reads it. A cut is made only while the try is still running. In the
+instant between a body read to its end, which hands the connection back to its pool, and the end of the try,
+another thread could take that connection; a cut then costs that thread's try a transient failure and a
+retry, never a wrong byte.
 """
 
 from __future__ import annotations
@@ -42,18 +40,19 @@ from silodlib.units import format_rate
 T = TypeVar("T")
 
 
-class Answer(Protocol):
-    """An HTTP answer being read: the socket under it is what a cut shuts down."""
+class Socket(Protocol):
+    """The socket an answer arrives on (or a TLS socket over it): what a cut shuts down."""
 
     def fileno(self) -> int: ...
 
 
 @dataclass(eq=False, slots=True)
 class _Try:
-    """One try under a deadline: the answers it received, whether it still runs, whether its deadline passed."""
+    """One try under a deadline: the sockets its answers arrive on, whether it still runs, whether its deadline
+    passed."""
 
     at: float  # time.monotonic()
-    answers: list[Answer] = field(default_factory=list)
+    sockets: list[Socket] = field(default_factory=list)
     running: bool = True
     expired: bool = False
 
@@ -78,8 +77,8 @@ class Watchdog:
 
     @contextlib.contextmanager
     def deadline(self, seconds: float) -> Iterator[_Try]:
-        """Run the block as one try of at most `seconds`: answers `watch`ed in it are cut once they pass. The
-        yielded try's `expired` says whether the deadline passed (and its answers were cut)."""
+        """Run the block as one try of at most `seconds`: sockets `watch`ed in it are cut once they pass. The
+        yielded try's `expired` says whether the deadline passed (and its sockets were cut)."""
         attempt = _Try(time.monotonic() + seconds)
         with self._lock:
             self._running.add(attempt)
@@ -96,20 +95,20 @@ class Watchdog:
             self._current.attempt = outer
             with self._lock:
                 attempt.running = False
-                attempt.answers.clear()
+                attempt.sockets.clear()
                 self._running.discard(attempt)
 
-    def watch(self, answer: Answer) -> None:
-        """Put `answer` under the calling thread's current deadline, if it has one; cut it at once if that
-        deadline has passed (an SDK's own retry within a try that has no time left)."""
+    def watch(self, sock: Socket) -> None:
+        """Put the socket an answer is awaited on under the calling thread's current deadline, if it has one; cut it
+        at once if that deadline has passed (an SDK's own retry within a try that has no time left)."""
         attempt: _Try | None = getattr(self._current, "attempt", None)
         if attempt is None:
             return
         with self._lock:
             if attempt.expired:
-                _cut(answer)
+                _cut(sock)
             elif attempt.running:
-                attempt.answers.append(answer)
+                attempt.sockets.append(sock)
 
     def _run(self) -> None:
         with self._lock:
@@ -117,19 +116,19 @@ class Watchdog:
                 now = time.monotonic()
                 for attempt in [a for a in self._running if a.at <= now]:
                     attempt.expired = True
-                    for answer in attempt.answers:
-                        _cut(answer)
-                    attempt.answers.clear()
-                    self._running.discard(attempt)  # an expired try's later answers are cut by `watch`
+                    for sock in attempt.sockets:
+                        _cut(sock)
+                    attempt.sockets.clear()
+                    self._running.discard(attempt)  # an expired try's later sockets are cut by `watch`
                 self._sleeping_until = min((a.at for a in self._running), default=math.inf)
                 self._wake.wait(None if self._sleeping_until == math.inf else self._sleeping_until - now)
 
 
-def _cut(answer: Answer) -> None:
-    """Shut down the socket under `answer` both ways, which wakes a read blocked on it (with an end of file or an
-    error). Through a duplicate of its descriptor, so the answer's own socket object stays as it is."""
+def _cut(watched: Socket) -> None:
+    """Shut down the socket both ways, which wakes a read blocked on it (with an end of file or an error). Through a
+    duplicate of its descriptor, so the connection's own socket object stays as it is."""
     try:
-        duplicate = os.dup(answer.fileno())
+        duplicate = os.dup(watched.fileno())
     except (OSError, ValueError):  # already closed: its try is over
         return
     try:
@@ -142,6 +141,10 @@ def _cut(answer: Answer) -> None:
 
 
 WATCHDOG = Watchdog()
+
+# The most an answer's status line and headers hold, for the deadline of a HEAD: S3 caps an object's user metadata at
+# 2 KiB and Azure a blob's at 8 KiB; the standard headers add a few hundred bytes.
+ANSWER_HEAD_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +179,10 @@ class ReadDeadline:
             # SDK takes what came as the whole answer (a listing page with fewer objects, say).
             if attempt.expired:
                 raise self._too_slow(what, seconds)
+
+    def of_head(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """Run the block as one try of a request answered by headers alone (a HEAD) of `what` (a URI)."""
+        return self.of_read(what, ANSWER_HEAD_BYTES)
 
     def _too_slow(self, what: str, seconds: float) -> BackendUnavailable:
         return BackendUnavailable(

@@ -34,6 +34,7 @@ from botocore.exceptions import (
 )
 from botocore.httpsession import URLLib3Session
 from botocore.utils import get_environ_proxies
+from urllib3.connectionpool import HTTPConnectionPool
 
 from silodlib.backends.base import (
     MIN_READ_RATE_OPTION,
@@ -53,8 +54,9 @@ from silodlib.backends.base import (
     relative_key,
     unquote_etag,
 )
-from silodlib.backends.deadline import WATCHDOG, ReadDeadline
+from silodlib.backends.deadline import ReadDeadline
 from silodlib.backends.uri import DatasetURI
+from silodlib.backends.watched_http import watched_pools
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -124,7 +126,8 @@ class S3Backend(Backend):
 
     def stat(self, key: str) -> ObjectInfo:
         self._check_key(key)
-        with self._translated_errors(self.object_uri(key)):
+        object_uri = self.object_uri(key)
+        with self._translated_errors(object_uri), self._deadline.of_head(object_uri):
             head = self._client.head_object(Bucket=self._bucket, Key=join_key(self.uri.prefix, key))
         mtime_ns = datetime_to_ns(head["LastModified"])
         return ObjectInfo(key, head["ContentLength"], unquote_etag(head["ETag"]), mtime_ns)
@@ -222,7 +225,6 @@ class _RangedGet:
         request = AWSRequest("GET", route.base_url + quote(key, safe="/~"), headers=headers, stream_output=True)
         route.signer.add_auth(request)
         response = route.http.send(request.prepare())
-        WATCHDOG.watch(response.raw)  # a body that trickles is cut at the read's deadline
         body: bytes = response.raw.read()
         if response.status_code in (200, 206):
             return body
@@ -254,6 +256,7 @@ class _RangedGet:
                     timeout=cast(int, (_CONNECT_TIMEOUT, self._read_timeout)),
                     max_pool_connections=_MAX_CONNECTIONS,
                 )
+                _watch_connections(http)
                 signer = S3SigV4Auth(credentials, "s3", self._client.meta.region_name)
                 self._route = _Route(base_url, signer, http)
             return self._route
@@ -277,14 +280,21 @@ _MAX_CONNECTIONS = 32
 _LIST_PAGE_BYTES = 1000 * 4096
 
 
-def _send_listing_watched(http: URLLib3Session, request: AWSPreparedRequest, **_: object) -> AWSResponse:
-    """botocore's `before-send` handler for ListObjectsV2: send `request` as the endpoint would, but put its
-    answer under the calling try's deadline (`deadline`) before reading the body, which botocore's session
-    otherwise reads whole before any hook sees the answer. A body cut short (by the deadline, or a connection
-    lost) is an error, not a shorter page: botocore has urllib3 accept short bodies."""
+def _watch_connections(http: URLLib3Session) -> None:
+    """Have `http` send on connections that put each answer under the calling try's deadline from its first byte
+    (`watched_http`). botocore keeps its pool classes in one mapping per session, which its pool manager and the
+    proxy managers it makes later share: swapped in place, before any request, they are used for every one."""
+    pools: dict[str, type[HTTPConnectionPool]] = getattr(http, "_pool_classes_by_scheme")  # noqa: B009 -- private
+    pools.update(watched_pools(pools))
+
+
+def _send_listing_checked(http: URLLib3Session, request: AWSPreparedRequest, **_: object) -> AWSResponse:
+    """botocore's `before-send` handler for ListObjectsV2: send `request` as the endpoint would, and refuse a body
+    cut short (a connection lost, a server that closed early) as an error to retry. botocore has urllib3 accept
+    short bodies; it retries a page of broken XML itself, but parses an empty body as an empty last page, which
+    would register a dataset without its objects."""
     request.stream_output = True
     response = http.send(request)
-    WATCHDOG.watch(response.raw)
     body = response.content
     expected = response.headers.get("content-length")
     if expected is not None and len(body) != int(expected):
@@ -330,9 +340,10 @@ def _make_client(
         parameter_validation=False,
     )
     client = session.client("s3", endpoint_url=endpoint_url, config=config)
-    # The endpoint's own HTTP session (proxies, TLS, timeouts and pool as configured), which botocore would send on.
+    # The endpoint's own HTTP session (proxies, TLS, timeouts and pool as configured), which botocore sends on.
     endpoint_session: URLLib3Session = getattr(client, "_endpoint").http_session  # noqa: B009 -- not in the stubs
+    _watch_connections(endpoint_session)
     # The stubs type handlers as returning None; a before-send handler's answer is what botocore then uses.
-    handler = cast("Callable[..., None]", partial(_send_listing_watched, endpoint_session))
+    handler = cast("Callable[..., None]", partial(_send_listing_checked, endpoint_session))
     client.meta.events.register("before-send.s3.ListObjectsV2", handler)
     return core, client
