@@ -58,9 +58,9 @@ class _Rule:
     ends in `/name`."""
 
     name: str
-    fault: str  # "busy", "stall" or "trickle"
+    fault: str  # "busy", "stall", "cut" or "trickle"
     remaining: int
-    stall_after: int = 0
+    stall_after: int = 0  # a stall or a cut: the body's bytes forwarded first
     trickle_every: float = 0.0
     until_close: bool = False  # a trickle: the body delimited by the end of the connection, not by its framing
     from_head: bool = False  # a trickle: from the answer's first byte (its status line and headers), not its body
@@ -119,6 +119,13 @@ class FaultProxy:
         to GETs of `name`, then send nothing more until the client hangs up or the proxy closes."""
         with self._lock:
             self._rules.append(_Rule(name, "stall", count, stall_after=after_bytes))
+
+    def cut(self, name: str, count: int, after_bytes: int) -> None:
+        """Forward the server's headers and the first `after_bytes` bytes of the body (as on the wire, chunked
+        framing included) of the next `count` answers to GETs of `name`, then close the connection: a server that
+        dies mid-answer, an answer shorter than its framing says."""
+        with self._lock:
+            self._rules.append(_Rule(name, "cut", count, stall_after=after_bytes))
 
     def trickle(
         self, name: str, count: int, every: float, *, until_close: bool = False, from_head: bool = False
@@ -227,11 +234,12 @@ class FaultProxy:
                     client.sendall(head)
                     self._trickle(client, body, rule.trickle_every)
                     return
-                if rule is not None:  # a stall
+                if rule is not None:  # a stall or a cut
                     client.sendall(answer.raw)
-                    length = int(answer.headers.get("content-length", "0"))
-                    client.sendall(from_upstream.read(min(rule.stall_after, length)))
-                    self._stall_until_hang_up(client)
+                    wire_body = b"".join(_wire_body(from_upstream, answer.headers, method, status))
+                    client.sendall(wire_body[: rule.stall_after])
+                    if rule.fault == "stall":
+                        self._stall_until_hang_up(client)
                     return
                 client.sendall(answer.raw)
                 if not _forward_body(from_upstream, client, answer.headers, method, status):

@@ -277,6 +277,29 @@ def test_a_listing_page_trickling_within_the_read_timeout_is_cut_at_its_deadline
     assert retries and all("the answer came slower than min_read_rate 16.0 MB/s" in message for message in retries)
 
 
+@pytest.mark.parametrize("after_bytes", [0, 200], ids=["after its headers", "mid-page"])
+def test_a_listing_page_cut_short_by_the_server_is_retried_not_parsed_as_a_page(
+    proxied: ProxiedDataset, after_bytes: int
+) -> None:
+    """A server that dies mid-answer: the page is shorter than its framing says. Cut right after its headers, S3's
+    empty body was parsed as an empty last page (botocore has urllib3 accept short bodies), and the dataset would
+    have registered without its objects; cut mid-page, the Azure SDK let the `requests` error through, taken for
+    a permanent failure. Either must be retried as a lost connection, as often as the retry policy allows: two
+    cuts in a row, more than either SDK's own retry takes."""
+    location = parse_dataset_uri(proxied.target.uri).location
+    listed = location[0] if proxied.backend == "s3" else location[1]
+    proxied.proxy.cut(listed, 2, after_bytes=after_bytes)
+    backend = RetryingBackend(open_backend(proxied.target.uri, proxied.options))
+
+    try:
+        keys = sorted(info.key for info in backend.list())
+    finally:
+        backend.close()
+
+    assert keys == sorted(proxied.files)
+    assert [g.fault for g in proxied.proxy.gets(listed)] == ["cut", "cut", None]
+
+
 class TrickledCall:
     """A backend call whose answers can trickle from their first byte: what it asks for (the method and the name the
     request's path ends in), how its retries are logged, and the result it must give."""

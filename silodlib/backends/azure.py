@@ -141,6 +141,10 @@ class AzureBackend(Backend):
             return AccessDenied(f"{what}: access denied ({cause})")
         if isinstance(exc, IncompleteReadError):
             return BackendUnavailable(f"{what}: connection lost during download ({cause})")
+        if isinstance(exc, requests.exceptions.ChunkedEncodingError | requests.exceptions.ConnectionError):
+            # The SDK reads the body of an answer it parses whole (a listing page) through `requests` and lets that
+            # library's errors through unwrapped: a page cut short.
+            return BackendUnavailable(f"{what}: connection lost while reading the answer ({cause})")
         if getattr(exc, "error_code", None) == "ContainerNotFound":
             account, container = self.uri.location
             return NoSuchObject(f"{what}: container az://{account}/{container} does not exist ({cause})")
