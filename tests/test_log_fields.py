@@ -93,6 +93,8 @@ def test_the_node_agent_and_the_data_manager_log_events_with_their_ids(system: S
     system.client.allocate_remote_io("j1", 7_000_000)
     system.client.allocate_cache_size(uri, FILES * SIZE // 4)
     logged(node.log_path, lambda e: e["msg"].startswith(f"cache of {uri}: quota now"), "eviction")
+    # Logged with each statistics write, every few seconds: the job must live until one has been.
+    logged(node.log_path, lambda e: e["msg"].startswith("job j1: epoch "), "the job's statistics")
     system.client.call(system.client.stub.FinishJob, pb.FinishJobRequest(job_id="j1"))
     logged(node.log_path, lambda e: "finished here" in e["msg"], "job finished")
     node.stop()
