@@ -17,6 +17,7 @@ from urllib3.connectionpool import HTTPConnectionPool
 from silodlib.backends import BackendUnavailable, InvalidBackendOption, open_backend
 from silodlib.backends.deadline import WATCHDOG, ReadDeadline
 from silodlib.backends.watched_http import watched_pools
+from tests import polling
 
 AZURE_KEY = "c2lsb2Qta2V5"  # any base64: no request is made
 NEVER = 10.0  # seconds a test waits for what must not happen before it fails instead of hanging
@@ -187,3 +188,108 @@ def test_a_watched_connection_is_cut_at_its_deadline_while_it_waits_for_the_answ
             pool.urlopen("GET", "/", retries=False)
         assert attempt.expired and time.monotonic() - started < NEVER / 2
         pool.close()
+
+
+class FakeTrickler:
+    """A fake server for faults a real one cannot be made to produce here: it reads what the client sends first,
+    then answers `opening` and after it a byte every 0.25 s, for ever, well within any per-byte timeout."""
+
+    def __init__(self, opening: bytes, trickled: bytes) -> None:
+        self._opening, self._trickled = opening, trickled
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.trickling = 0
+        self._closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._trickle, args=(client,), daemon=True).start()
+
+    def _trickle(self, client: socket.socket) -> None:
+        self.trickling += 1
+        try:
+            with client:
+                client.recv(65536)
+                client.sendall(self._opening)
+                at = 0
+                while not self._closed.wait(0.25):
+                    client.sendall(self._trickled[at % len(self._trickled) :][:1])
+                    at += 1
+        except OSError:
+            return  # the client hung up
+        finally:
+            self.trickling -= 1
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+
+
+@pytest.fixture
+def trickled_tls_handshake() -> Iterator[FakeTrickler]:
+    """A TLS server whose handshake never ends: the header of a 16 KiB handshake record, then the record."""
+    server = FakeTrickler(b"\x16\x03\x03\x40\x00", b"\x02")
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def trickled_proxy_tunnel() -> Iterator[FakeTrickler]:
+    """An HTTPS proxy whose answer to CONNECT never ends: its status line, then header lines."""
+    server = FakeTrickler(b"", b"HTTP/1.1 200 Connection established\r\nx-padding: 0\r\n")
+    yield server
+    server.close()
+
+
+def test_a_watched_connection_whose_tls_handshake_a_fake_server_trickles_is_cut_at_its_deadline(
+    trickled_tls_handshake: FakeTrickler,
+) -> None:
+    """The handshake runs on the TLS socket, which holds the connection's descriptor before the connection has it:
+    the cut must reach the descriptor. (Python bounds a handshake as a whole by the socket's timeout as well: the
+    connect timeout, 3 s in both backends.)"""
+    port = int(trickled_tls_handshake.url.rsplit(":", 1)[1])
+    pool = watched_pools(urllib3.poolmanager.pool_classes_by_scheme)["https"]("127.0.0.1", port)
+    started = time.monotonic()
+    with pytest.raises(urllib3.exceptions.HTTPError), WATCHDOG.deadline(0.3) as attempt:
+        pool.urlopen("GET", "/", retries=False, timeout=urllib3.Timeout(connect=NEVER, read=NEVER))
+    assert attempt.expired and time.monotonic() - started < NEVER / 2
+    pool.close()
+
+
+@pytest.mark.parametrize("backend", ["s3", "az"])
+def test_a_read_through_an_https_proxy_a_fake_trickling_its_tunnel_answer_fails_as_transient_at_the_deadline(
+    trickled_proxy_tunnel: FakeTrickler, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An HTTPS endpoint is reached through a tunnel the proxy opens (CONNECT): its answer, headers only, comes
+    before any answer of the storage's, on a connection still opening."""
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", trickled_proxy_tunnel.url)
+    endpoint = "https://127.0.0.1:9"  # never reached: the proxy does not open the tunnel
+    uri, options = {
+        "s3": ("s3://bucket/data", {"endpoint_url": endpoint, "access_key_id": "k", "secret_access_key": "s"}),
+        "az": ("az://account/container/data", {"account_url": f"{endpoint}/account", "account_key": AZURE_KEY}),
+    }[backend]
+    opened = open_backend(uri, {**options, "read_timeout": "1", "min_read_rate": "1MB/s"})  # a 1.001 s deadline
+    outcome: dict[str, object] = {}
+
+    def read() -> None:
+        try:
+            outcome["data"] = opened.read("object", 0, 1000)
+        except Exception as exc:  # reported by the assertions below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(NEVER)
+    opened.close()
+
+    assert not thread.is_alive(), "the read was never cut"
+    error = outcome.get("error")
+    assert isinstance(error, BackendUnavailable) and "slower than min_read_rate 1.0 MB/s" in str(error), outcome
+    polling.eventually(lambda: trickled_proxy_tunnel.trickling == 0, what="every trickled tunnel answer cut")

@@ -14,11 +14,11 @@ dataset's registration. A stat (a HEAD) is only headers: it gets `read_timeout` 
 (`of_head`).
 
 The deadline holds from an answer's first byte, headers included: the connections the backends send on
-(`watched_http`) register their socket with the calling thread's try (`Watchdog.watch`) as they start to wait
-for the answer, in the thread that then reads it. A cut is made only while the try is still running. In the
-instant between a body read to its end, which hands the connection back to its pool, and the end of the try,
-another thread could take that connection; a cut then costs that thread's try a transient failure and a
-retry, never a wrong byte.
+(`watched_http`) register their socket with the calling thread's try (`Watchdog.watch`) as they open (a proxy's
+tunnel, a TLS handshake) and as they start to wait for each answer, in the thread that then reads it. A cut is
+made only while the try is still running. In the instant between a body read to its end, which hands the
+connection back to its pool, and the end of the try, another thread could take that connection; a cut then costs
+that thread's try a transient failure and a retry, never a wrong byte.
 """
 
 from __future__ import annotations
