@@ -1,7 +1,8 @@
 """What a backend read's deadline costs per try (silodlib/backends/deadline.py), against a try without one.
 
 Each try of a remote read runs under a deadline the watchdog thread keeps (a set insertion and removal under a
-lock, a thread-local) and registers its answer (`Watchdog.watch`). This times `--tries` tries of the same shape
+lock, a thread-local), and its connection registers the socket the answer comes on (`Watchdog.watch`; once more
+when the connection is new, as it opens). This times `--tries` tries of the same shape
 as the S3 backend's, on a real socket that never needs cutting, with the deadline (`min_read_rate` 64KiB/s, the
 default) and without it (`min_read_rate` 0), alternating `--rounds` times so that both see the same machine.
 Compare the difference with the CPU a mount spends per file read from remote (docs/benchmarks.md).
