@@ -4,6 +4,7 @@ bounded by a deadline."""
 from __future__ import annotations
 
 import selectors
+import threading
 import time
 from collections.abc import Callable
 from typing import IO, Any
@@ -47,3 +48,21 @@ def read_lines(stream: IO[bytes], until: str, timeout: float = 15.0) -> list[str
             assert line, f"the stream ended before {until!r}: {lines}"
             lines.append(line.decode())
     return lines
+
+
+def outcome_within(seconds: float, call: Callable[[], object]) -> dict[str, object]:
+    """Run `call` in a daemon thread, so that a call that hangs fails the test instead of hanging it: {"result":
+    what it returned} or {"error": the exception it raised}, or {"hung": True} if it had not ended within
+    `seconds` (it is left running)."""
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = call()
+        except Exception as exc:  # the caller's assertions report it
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return {"hung": True} if thread.is_alive() else outcome

@@ -254,22 +254,14 @@ def test_a_listing_page_trickling_within_the_read_timeout_is_cut_at_its_deadline
     proxied.proxy.trickle(listed, TRICKLES, every=TRICKLE_EVERY, until_close=framing == "the end of the connection")
     options = {**proxied.options, "read_timeout": str(READ_TIMEOUT), "min_read_rate": str(FAST_MIN_READ_RATE)}
     backend = RetryingBackend(open_backend(proxied.target.uri, options))
-    listing: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            listing["keys"] = sorted(info.key for info in backend.list())
-        except Exception as exc:  # reported by the assertions below
-            listing["error"] = exc
-
     caplog.set_level(logging.INFO, logger="silodlib.backends.retry")
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(slowest_failure(READ_TIMEOUT + 3, TRICKLES + 1))
+
+    listing = polling.outcome_within(
+        slowest_failure(READ_TIMEOUT + 3, TRICKLES + 1), lambda: sorted(info.key for info in backend.list())
+    )
     backend.close()
 
-    assert not thread.is_alive(), "the trickling listing was never cut"
-    assert listing == {"keys": sorted(proxied.files)}
+    assert listing == {"result": sorted(proxied.files)}  # {"hung": True}: the trickling listing was never cut
     faults = [g.fault for g in proxied.proxy.gets(listed)]
     assert faults[:TRICKLES] == ["trickle"] * TRICKLES and faults[-1] is None and set(faults) == {"trickle", None}
     polling.eventually(lambda: proxied.proxy.trickles_in_progress() == 0, what="every trickling page cut")
@@ -338,22 +330,12 @@ def test_an_answer_whose_headers_trickle_within_the_read_timeout_is_cut_at_the_d
     proxied.proxy.trickle(call.name, TRICKLES, every=TRICKLE_EVERY, from_head=True)
     options = {**proxied.options, "read_timeout": str(READ_TIMEOUT), "min_read_rate": str(FAST_MIN_READ_RATE)}
     backend = RetryingBackend(open_backend(proxied.target.uri, options))
-    outcome: dict[str, object] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = call(backend)
-        except Exception as exc:  # reported by the assertions below
-            outcome["error"] = exc
-
     caplog.set_level(logging.INFO, logger="silodlib.backends.retry")
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(slowest_failure(READ_TIMEOUT + 2, TRICKLES + 1))
+
+    outcome = polling.outcome_within(slowest_failure(READ_TIMEOUT + 2, TRICKLES + 1), lambda: call(backend))
     backend.close()
 
-    assert not thread.is_alive(), f"the {operation} whose headers trickle was never cut"
-    assert outcome == {"result": call.expected}
+    assert outcome == {"result": call.expected}  # {"hung": True}: the answer whose headers trickle was never cut
     faults = [r.fault for r in proxied.proxy.requests(call.name, call.method)]
     assert faults[:TRICKLES] == ["trickle"] * TRICKLES and faults[-1] is None and set(faults) == {"trickle", None}
     polling.eventually(lambda: proxied.proxy.trickles_in_progress() == 0, what="every trickling answer cut")
@@ -372,18 +354,13 @@ def test_headers_that_trickle_through_a_forward_proxy_are_cut_at_the_deadline_to
     proxied.proxy.trickle(FAULTY, TRICKLES, every=TRICKLE_EVERY, from_head=True)
     options = {**proxied.target.options, "read_timeout": str(READ_TIMEOUT), "min_read_rate": str(FAST_MIN_READ_RATE)}
     backend = RetryingBackend(open_backend(proxied.target.uri, options))
-    outcome: dict[str, object] = {}
 
-    def run() -> None:
-        outcome["data"] = backend.read(FAULTY, 0, len(proxied.files[FAULTY]))
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(slowest_failure(READ_TIMEOUT + 2, TRICKLES + 1))
+    outcome = polling.outcome_within(
+        slowest_failure(READ_TIMEOUT + 2, TRICKLES + 1), lambda: backend.read(FAULTY, 0, len(proxied.files[FAULTY]))
+    )
     backend.close()
 
-    assert not thread.is_alive(), "the read whose headers trickle through the proxy was never cut"
-    assert outcome == {"data": proxied.files[FAULTY]}
+    assert outcome == {"result": proxied.files[FAULTY]}  # {"hung": True}: never cut
     assert [r.fault for r in proxied.proxy.gets(FAULTY)] == GETS_AFTER_TRICKLES
 
 

@@ -276,20 +276,11 @@ def test_a_read_through_an_https_proxy_a_fake_trickling_its_tunnel_answer_fails_
         "az": ("az://account/container/data", {"account_url": f"{endpoint}/account", "account_key": AZURE_KEY}),
     }[backend]
     opened = open_backend(uri, {**options, "read_timeout": "1", "min_read_rate": "1MB/s"})  # a 1.001 s deadline
-    outcome: dict[str, object] = {}
 
-    def read() -> None:
-        try:
-            outcome["data"] = opened.read("object", 0, 1000)
-        except Exception as exc:  # reported by the assertions below
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=read, daemon=True)
-    thread.start()
-    thread.join(NEVER)
+    outcome = polling.outcome_within(NEVER, lambda: opened.read("object", 0, 1000))
     opened.close()
 
-    assert not thread.is_alive(), "the read was never cut"
+    assert "hung" not in outcome, "the read was never cut"
     error = outcome.get("error")
     assert isinstance(error, BackendUnavailable) and "slower than min_read_rate 1.0 MB/s" in str(error), outcome
     polling.eventually(lambda: trickled_proxy_tunnel.trickling == 0, what="every trickled tunnel answer cut")
