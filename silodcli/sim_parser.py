@@ -121,7 +121,10 @@ def _add_generate_parser(actions: argparse._SubParsersAction[ConfigurableParser]
     size = generate_p.add_mutually_exclusive_group(required=True)
     size.add_argument("--jobs", type=argument_type(fields.positive_int, "count"), metavar="N", help="this many jobs")
     size.add_argument(
-        "--duration", type=argument_type(fields.duration, "duration"), metavar="D", help="arrivals within D, e.g. 4w"
+        "--duration",
+        type=argument_type(fields.positive_duration, "duration"),
+        metavar="D",
+        help="arrivals within D, e.g. 4w",
     )
     defaults = GeneratorConfig(jobs=1)
     generate_p.add_argument(

@@ -304,6 +304,25 @@ def test_a_job_count_below_one_or_not_whole_is_refused_by_the_rule_it_breaks(
 
 
 @pytest.mark.parametrize(
+    ("duration", "message"),
+    [
+        ("0s", "argument --duration: duration '0s' must be longer than 0"),  # a traceback before
+        ("0", "argument --duration: duration '0' must be longer than 0"),
+        ("-5m", "argument --duration: duration '-5m' must not be negative"),
+    ],
+)
+def test_a_generated_traces_duration_of_zero_or_less_is_refused_by_the_rule_it_breaks(
+    duration: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["sim", "generate", "--out", "t.csv", "--duration", duration])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
         # A name listed twice would run the same pair twice, both writing into one directory at once.
