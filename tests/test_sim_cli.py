@@ -272,6 +272,9 @@ def test_generate_writes_the_trace_the_generator_makes(tmp_path: Path, capsys: p
             "--baseline quiver is not one of --cache-systems silod",
         ),
         (["sim", "generate", "--out", "t.txt", "--jobs", "3"], "t.txt: a trace file must end in .csv or .jsonl"),
+        # A limit past what a rate can be (an OverflowError traceback in the first round before).
+        (["sim", "--scenario", "micro", "--remote-io-scale", "1e308"], "remote IO scale 1e+308 makes the remote IO"),
+        (["sim", "sweep", "bandwidth", "--scenario", "micro", "--scales", "1,1e308"], "larger than the largest rate"),
         (["sim", "generate", "--out", "no/such/dir/t.csv", "--jobs", "3"], "cannot write no/such/dir/t.csv: No such"),
     ],
 )

@@ -27,6 +27,7 @@ from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
 from datamgr.scheduler.sim.model import ClusterSpec
 from datamgr.scheduler.sim.tenants import check_tenants, default_levels, hierarchy_for, load_tenants, tenants_from_table
 from datamgr.scheduler.tenancy import TenantShare
+from silodlib.units import MAX_VALUE
 
 KEYS = ("nodes", "gpus_per_node", "cache_per_node", "remote_io")
 HOST_KEYS = ("cpus_per_node", "ram_per_node")
@@ -92,4 +93,10 @@ def with_remote_io_scale(cluster: ClusterSpec, scale: float) -> ClusterSpec:
     egress (cloud storage bandwidth grows far slower than GPU speed)."""
     if not scale > 0:
         raise ValueError(f"remote IO scale must be positive, not {scale!r}")
-    return replace(cluster, remote_io_bytes_per_sec=cluster.remote_io_bytes_per_sec * scale)
+    limit = cluster.remote_io_bytes_per_sec * scale
+    if not limit <= MAX_VALUE:
+        raise SimInputError(
+            f"remote IO scale {scale:g} makes the remote IO limit {limit:.3g} bytes/s, larger than the largest rate "
+            f"silod takes ({MAX_VALUE:,} bytes/s)"
+        )
+    return replace(cluster, remote_io_bytes_per_sec=limit)
