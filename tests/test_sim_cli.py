@@ -287,6 +287,21 @@ def test_bad_input_exits_2_naming_the_problem(
     assert not list(tmp_path.iterdir())  # nothing ran, nothing written
 
 
+def test_a_trace_with_timestamps_for_arrivals_is_refused_at_once_naming_the_mistake(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Public traces often carry Unix timestamps; taken as seconds from the trace start they put 54 years of empty
+    rounds and samples before the first job (over 5 minutes and 9.5 GB, still stepping, before this check)."""
+    monkeypatch.chdir(tmp_path)
+    header = "job_id,arrival,gpus,model,ideal_rate,dataset,dataset_size,epochs"
+    Path("t.csv").write_text(f"{header}\na,1700000000,1,m,1MB/s,d,1GB,1\nb,1700000100,1,m,1MB/s,d,1GB,1\n")
+    Path("c.toml").write_text('nodes = 1\ngpus_per_node = 1\ncache_per_node = "0B"\nremote_io = "1MB/s"\n')
+
+    assert main(["sim", "--trace", "t.csv", "--cluster", "c.toml", "--out", "out"]) == 2
+    assert "trace job 'a': arrival 1700000000 s is 53.9 years after the trace start" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.toml", "t.csv"]  # nothing ran, nothing written
+
+
 @pytest.mark.parametrize(
     ("count", "message"),
     [

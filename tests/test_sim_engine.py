@@ -18,7 +18,7 @@ from datamgr.scheduler.perf import Estimator, SiloDPerf
 from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.registry import CACHE_SYSTEMS, FilledIn, Scheduler, build_scheduler, load_policy
 from datamgr.scheduler.sim.decisions import InvalidDecision
-from datamgr.scheduler.sim.engine import simulate
+from datamgr.scheduler.sim.engine import check_inputs, simulate
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimConfig, SimResult, TraceJob
 from datamgr.scheduler.sim.report import makespan
@@ -332,6 +332,31 @@ def test_a_decision_beyond_the_remote_io_limit_is_refused_naming_the_scheduler()
 def test_a_job_needing_more_gpus_than_the_cluster_has_is_refused() -> None:
     with pytest.raises(ValueError, match=r"'big'.*8 GPUs"):
         run([job("big", gpus=8)], cluster(gpus=4))
+
+
+YEAR = 365 * 86_400
+
+
+@pytest.mark.parametrize(
+    ("late", "message"),
+    [
+        # A Unix timestamp for an arrival: 54 years of empty rounds and samples before the first job (the run took
+        # over 5 minutes and 9.5 GB and was still stepping when stopped).
+        (job("ts", arrival=1_700_000_000), "'ts': arrival 1700000000 s is 53.9 years after the trace start, past"),
+        # A rate without its unit: 114 bytes/s for 13 epochs of 143 GB.
+        (job("r50", rate=114, size=143 * GB, epochs=13), "'r50': it would run 517 years even at its ideal rate"),
+    ],
+)
+def test_a_job_past_the_horizon_is_refused_as_a_unit_mistake_naming_it(late: TraceJob, message: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        check_inputs([job("a"), late], cluster())
+    assert message in str(refused.value)
+    assert "past the simulator's horizon of 10 years" in str(refused.value)
+
+
+def test_a_job_just_within_the_horizon_is_accepted() -> None:
+    """The bound is on the trace, not a limit of the model: a job arriving and running just within it is taken."""
+    check_inputs([job("late", arrival=10 * YEAR, rate=GB, size=GB, epochs=10 * YEAR - 1)], cluster())
 
 
 class StorageScript:

@@ -67,6 +67,7 @@ from datamgr.scheduler.sim.model import (
 )
 from datamgr.scheduler.sim.uniform import UniformCache
 from datamgr.scheduler.snapshot import OPPORTUNISTIC, DatasetState, JobState, Snapshot
+from silodlib.units import format_rate, format_size
 
 Progress = Callable[[float, int, int], None]
 
@@ -89,6 +90,14 @@ def simulate(
     """
     check_inputs(trace, cluster)
     return _Run(trace, cluster, scheduler, config, decision_log, progress).run()
+
+
+# How far from the trace start a run may reach: an arrival, or a job's run even at its ideal rate. The simulator steps
+# through every round and sample interval up to the last finish and keeps each sample, so a trace past it is a
+# unit mistake (a Unix timestamp for an arrival, a rate without its unit), which would run for hours and fill
+# memory rather than fail. Cluster traces span months.
+HORIZON_YEARS = 10
+_YEAR_SECONDS = 365 * 86_400
 
 
 def check_inputs(trace: Sequence[TraceJob], cluster: ClusterSpec) -> None:
@@ -115,11 +124,28 @@ def check_inputs(trace: Sequence[TraceJob], cluster: ClusterSpec) -> None:
         for name in ("ideal_bytes_per_sec", "dataset_bytes", "epochs"):
             if not getattr(job, name) > 0:
                 raise ValueError(f"{where}: {name} must be positive, not {getattr(job, name)!r}")
+        _check_within_horizon(job, where)
         known = sizes.setdefault(job.dataset, job.dataset_bytes)
         if known != job.dataset_bytes:
             raise ValueError(
                 f"{where}: dataset {job.dataset!r} is {job.dataset_bytes} bytes, an earlier job says {known}"
             )
+
+
+def _check_within_horizon(job: TraceJob, where: str) -> None:
+    past = f"past the simulator's horizon of {HORIZON_YEARS} years"
+    if job.arrival > HORIZON_YEARS * _YEAR_SECONDS:
+        raise ValueError(
+            f"{where}: arrival {job.arrival:.10g} s is {job.arrival / _YEAR_SECONDS:.3g} years after the trace start, "
+            f"{past}: arrivals count from the trace start (a timestamp is not one: subtract the first arrival)"
+        )
+    ideal_seconds = job.epochs * job.dataset_bytes / job.ideal_bytes_per_sec
+    if ideal_seconds > HORIZON_YEARS * _YEAR_SECONDS:
+        raise ValueError(
+            f"{where}: it would run {ideal_seconds / _YEAR_SECONDS:.3g} years even at its ideal rate "
+            f"({job.epochs:g} epochs of {format_size(job.dataset_bytes)} at {format_rate(job.ideal_bytes_per_sec)}), "
+            f"{past}: check the units of its ideal_rate and dataset_size (an ideal_rate of 114 is 114 bytes/s)"
+        )
 
 
 def _check_host_demand(job: TraceJob, cluster: ClusterSpec, where: str) -> None:
