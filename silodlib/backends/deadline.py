@@ -41,7 +41,7 @@ T = TypeVar("T")
 
 
 class Socket(Protocol):
-    """The socket an answer arrives on (or a TLS socket over it): what a cut shuts down."""
+    """A connection's socket (a TLS socket over it, or its descriptor while it opens): what a cut shuts down."""
 
     def fileno(self) -> int: ...
 
@@ -99,8 +99,8 @@ class Watchdog:
                 self._running.discard(attempt)
 
     def watch(self, sock: Socket) -> None:
-        """Put the socket an answer is awaited on under the calling thread's current deadline, if it has one; cut it
-        at once if that deadline has passed (an SDK's own retry within a try that has no time left)."""
+        """Put a connection's socket under the calling thread's current deadline, if it has one; cut it at once if
+        that deadline has passed (an SDK's own retry within a try that has no time left)."""
         attempt: _Try | None = getattr(self._current, "attempt", None)
         if attempt is None:
             return
