@@ -109,7 +109,9 @@ def _bandwidth_points(args: argparse.Namespace) -> tuple[str, list[sweep.Point]]
     if args.remote_io_scale != 1.0:
         raise SimInputError("--remote-io-scale: the bandwidth sweep scales the remote IO limit by --scales; give those")
     inputs = _inputs(args)
-    return inputs.name, sweep.bandwidth_points(inputs.trace, inputs.cluster, args.scales)
+    return inputs.name, _checked(
+        inputs.name, "bandwidth", sweep.bandwidth_points(inputs.trace, inputs.cluster, args.scales)
+    )
 
 
 def _sharing_points(args: argparse.Namespace) -> tuple[str, list[sweep.Point]]:
@@ -126,13 +128,20 @@ def _sharing_points(args: argparse.Namespace) -> tuple[str, list[sweep.Point]]:
             f"give a generated scenario (one with a [generate] recipe): {', '.join(_generated_scenarios())}"
         )
     cluster = with_remote_io_scale(scenario.cluster, args.remote_io_scale)
-    points = sweep.sharing_points(scenario.recipe, cluster, args.fractions)
+    return scenario.name, _checked(
+        scenario.name, "sharing", sweep.sharing_points(scenario.recipe, cluster, args.fractions)
+    )
+
+
+def _checked(name: str, kind: sweep.Kind, points: list[sweep.Point]) -> list[sweep.Point]:
+    """`points`, each a trace its cluster can run (a point's trace or cluster is the knob's, not the one checked
+    already); raises SimInputError naming the point, before any run starts."""
     for point in points:
         try:
             check_inputs(point.trace, point.cluster)
         except ValueError as exc:
-            raise SimInputError(f"--scenario {scenario.name} at sharing {point.value:g}: {exc}") from None
-    return scenario.name, points
+            raise SimInputError(f"{name} at {sweep.value_text(kind, point.value)}: {exc}") from None
+    return points
 
 
 def _generated_scenarios() -> list[str]:

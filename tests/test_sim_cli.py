@@ -275,6 +275,8 @@ def test_generate_writes_the_trace_the_generator_makes(tmp_path: Path, capsys: p
         # A limit past what a rate can be (an OverflowError traceback in the first round before).
         (["sim", "--scenario", "micro", "--remote-io-scale", "1e308"], "remote IO scale 1e+308 makes the remote IO"),
         (["sim", "sweep", "bandwidth", "--scenario", "micro", "--scales", "1,1e308"], "larger than the largest rate"),
+        # A point whose limit would take a million years to bring the datasets in (a traceback from a worker before).
+        (["sim", "sweep", "bandwidth", "--scenario", "micro", "--scales", "1,1e-9"], "micro at 1e-09x: the trace's"),
         (["sim", "generate", "--out", "no/such/dir/t.csv", "--jobs", "3"], "cannot write no/such/dir/t.csv: No such"),
     ],
 )

@@ -354,6 +354,19 @@ def test_a_job_past_the_horizon_is_refused_as_a_unit_mistake_naming_it(late: Tra
     assert "past the simulator's horizon of 10 years" in str(refused.value)
 
 
+def test_a_remote_io_limit_that_would_take_past_the_horizon_to_bring_in_the_datasets_is_refused() -> None:
+    """10 GB read once by each of two jobs on one dataset (counted once) and 5 GB of another's half epoch, at 1 B/s:
+    476 years, whatever the caches. A remote_io of `1` meant as 1 GB/s."""
+    trace = [job("a", epochs=3), job("b", epochs=1), job("c", dataset="other", epochs=0.5)]
+    with pytest.raises(ValueError) as refused:
+        check_inputs(trace, cluster(io=1))
+    assert str(refused.value).startswith(
+        "the trace's jobs read at least 14.0 GiB from remote storage, 476 years at the cluster's remote IO limit of "
+        "1 B/s, past the simulator's horizon of 10 years"
+    )
+    check_inputs(trace, cluster(io=50))  # 9.5 years
+
+
 def test_a_job_just_within_the_horizon_is_accepted() -> None:
     """The bound is on the trace, not a limit of the model: a job arriving and running just within it is taken."""
     check_inputs([job("late", arrival=10 * YEAR, rate=GB, size=GB, epochs=10 * YEAR - 1)], cluster())

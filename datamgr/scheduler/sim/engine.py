@@ -92,10 +92,11 @@ def simulate(
     return _Run(trace, cluster, scheduler, config, decision_log, progress).run()
 
 
-# How far from the trace start a run may reach: an arrival, or a job's run even at its ideal rate. The simulator steps
-# through every round and sample interval up to the last finish and keeps each sample, so a trace past it is a
-# unit mistake (a Unix timestamp for an arrival, a rate without its unit), which would run for hours and fill
-# memory rather than fail. Cluster traces span months.
+# How far from the trace start a run may reach: an arrival, a job's run even at its ideal rate, or the time the
+# remote IO limit needs to bring in what the jobs read. The simulator steps through every round and sample interval
+# up to the last finish and keeps each sample, so a trace past it is a unit mistake (a Unix timestamp for an
+# arrival, a rate without its unit), which would run for hours and fill memory rather than fail. Cluster traces span
+# months.
 HORIZON_YEARS = 10
 _YEAR_SECONDS = 365 * 86_400
 
@@ -130,6 +131,7 @@ def check_inputs(trace: Sequence[TraceJob], cluster: ClusterSpec) -> None:
             raise ValueError(
                 f"{where}: dataset {job.dataset!r} is {job.dataset_bytes} bytes, an earlier job says {known}"
             )
+    _check_egress_within_horizon(trace, cluster)
 
 
 def _check_within_horizon(job: TraceJob, where: str) -> None:
@@ -145,6 +147,22 @@ def _check_within_horizon(job: TraceJob, where: str) -> None:
             f"{where}: it would run {ideal_seconds / _YEAR_SECONDS:.3g} years even at its ideal rate "
             f"({job.epochs:g} epochs of {format_size(job.dataset_bytes)} at {format_rate(job.ideal_bytes_per_sec)}), "
             f"{past}: check the units of its ideal_rate and dataset_size (an ideal_rate of 114 is 114 bytes/s)"
+        )
+
+
+def _check_egress_within_horizon(trace: Sequence[TraceJob], cluster: ClusterSpec) -> None:
+    """Every byte a job reads comes from remote storage once, at least: each dataset's bytes its jobs read (an epoch
+    reads each once), whatever the caches, through the remote IO limit. That time bounds the run from below."""
+    read_once: dict[str, float] = {}
+    for job in trace:
+        read_once[job.dataset] = max(read_once.get(job.dataset, 0.0), min(job.epochs, 1.0) * job.dataset_bytes)
+    needed = sum(read_once.values())
+    seconds = needed / cluster.remote_io_bytes_per_sec
+    if seconds > HORIZON_YEARS * _YEAR_SECONDS:
+        raise ValueError(
+            f"the trace's jobs read at least {format_size(needed)} from remote storage, {seconds / _YEAR_SECONDS:.3g} "
+            f"years at the cluster's remote IO limit of {format_rate(cluster.remote_io_bytes_per_sec)}, past the "
+            f"simulator's horizon of {HORIZON_YEARS} years: check the unit of remote_io (a bare number is bytes/s)"
         )
 
 
