@@ -58,7 +58,7 @@ class _Rule:
     ends in `/name`."""
 
     name: str
-    fault: str  # "busy", "stall", "cut" or "trickle"
+    fault: str  # "busy", "stall", "cut", "trickle" or "whole" (the Range header dropped)
     remaining: int
     stall_after: int = 0  # a stall or a cut: the body's bytes forwarded first
     trickle_every: float = 0.0
@@ -126,6 +126,12 @@ class FaultProxy:
         dies mid-answer, an answer shorter than its framing says."""
         with self._lock:
             self._rules.append(_Rule(name, "cut", count, stall_after=after_bytes))
+
+    def whole(self, name: str, count: int) -> None:
+        """Drop the Range header from the next `count` GETs of `name`, so that the server answers 200 with the whole
+        object, as a server or proxy that ignores ranges may (HTTP allows it)."""
+        with self._lock:
+            self._rules.append(_Rule(name, "whole", count))
 
     def trickle(
         self, name: str, count: int, every: float, *, until_close: bool = False, from_head: bool = False
@@ -219,7 +225,10 @@ class FaultProxy:
                         self._sockets.add(upstream)
                     from_upstream = upstream.makefile("rb")
                 assert from_upstream is not None
-                upstream.sendall(request.raw + body)
+                head = request.raw
+                if rule is not None and rule.fault == "whole":
+                    head, rule = _without_range(request), None  # and the answer passes through
+                upstream.sendall(head + body)
                 answer = _read_head(from_upstream)
                 if answer is None:
                     return
@@ -315,6 +324,11 @@ def _read_head(reader: BinaryIO) -> _Head | None:
         name, _, value = line.decode("latin-1").partition(":")
         headers[name.strip().lower()] = value.strip()
     return _Head(b"".join(raw), first.decode("latin-1").strip(), headers)
+
+
+def _without_range(request: _Head) -> bytes:
+    """`request`'s head without its Range header."""
+    return b"".join(line for line in request.raw.splitlines(keepends=True) if not line.lower().startswith(b"range:"))
 
 
 def _read_whole_body(reader: BinaryIO, headers: dict[str, str]) -> bytes:

@@ -292,6 +292,25 @@ def test_a_listing_page_cut_short_by_the_server_is_retried_not_parsed_as_a_page(
     assert [g.fault for g in proxied.proxy.gets(listed)] == ["cut", "cut", None]
 
 
+def test_a_server_that_ignores_the_range_and_sends_the_whole_object_gives_the_reader_the_range_asked_for(
+    proxied: ProxiedDataset,
+) -> None:
+    """HTTP lets a server answer a ranged GET with 200 and the whole object (an old proxy or CDN in front of the
+    store does): the range is cut from it, not taken for the range (a mount read that as a changed object)."""
+    proxied.proxy.whole(FAULTY, 2)
+    backend = open_backend(proxied.target.uri, proxied.options)
+    try:
+        middle = backend.read(FAULTY, 100_000, 50_000)
+        end = backend.read(FAULTY, 250_000, 50_000)  # past the object's end: short
+        after = backend.read(FAULTY, 0, 1_000)  # a ranged answer again, on a connection of the same pool
+    finally:
+        backend.close()
+
+    data = proxied.files[FAULTY]
+    assert (middle, end, after) == (data[100_000:150_000], data[250_000:], data[:1_000])
+    assert [g.fault for g in proxied.proxy.gets(FAULTY)] == ["whole", "whole", None]
+
+
 class TrickledCall:
     """A backend call whose answers can trickle from their first byte: what it asks for (the method and the name the
     request's path ends in), how its retries are logged, and the result it must give."""
