@@ -305,38 +305,22 @@ def test_a_trace_with_timestamps_for_arrivals_is_refused_at_once_naming_the_mist
 
 
 @pytest.mark.parametrize(
-    ("count", "message"),
+    ("size", "message"),
     [
-        ("-3", "argument --jobs: '-3' must be at least 1"),  # not "is not a whole number, zero or more"
-        ("0", "argument --jobs: '0' must be at least 1"),
-        ("2.5", "argument --jobs: '2.5' is not a whole number"),
+        (["--jobs", "-3"], "argument --jobs: '-3' must be at least 1"),  # not "is not a whole number, zero or more"
+        (["--jobs", "0"], "argument --jobs: '0' must be at least 1"),
+        (["--jobs", "2.5"], "argument --jobs: '2.5' is not a whole number"),
+        (["--duration", "0s"], "argument --duration: duration '0s' must be longer than 0"),  # a traceback before
+        (["--duration", "0"], "argument --duration: duration '0' must be longer than 0"),
+        (["--duration", "-5m"], "argument --duration: duration '-5m' must not be negative"),
     ],
 )
-def test_a_job_count_below_one_or_not_whole_is_refused_by_the_rule_it_breaks(
-    count: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_a_generated_traces_size_that_breaks_its_rule_is_refused_naming_it(
+    size: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exited:
-        main(["sim", "generate", "--out", "t.csv", "--jobs", count])
-    assert exited.value.code == 2
-    assert message in capsys.readouterr().err
-    assert not list(tmp_path.iterdir())
-
-
-@pytest.mark.parametrize(
-    ("duration", "message"),
-    [
-        ("0s", "argument --duration: duration '0s' must be longer than 0"),  # a traceback before
-        ("0", "argument --duration: duration '0' must be longer than 0"),
-        ("-5m", "argument --duration: duration '-5m' must not be negative"),
-    ],
-)
-def test_a_generated_traces_duration_of_zero_or_less_is_refused_by_the_rule_it_breaks(
-    duration: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as exited:
-        main(["sim", "generate", "--out", "t.csv", "--duration", duration])
+        main(["sim", "generate", "--out", "t.csv", *size])
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
