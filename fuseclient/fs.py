@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 SLOT_SHIFT = 40
 DATASET_TIMEOUT = 24 * 3600.0  # immutable content
 ROOT_TIMEOUT = 1.0  # the set of jobs changes as jobs come and go
+NAME_MAX = 255  # bytes in a name: what registration allows (`silodlib.manifest`) and POSIX file systems hold
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
 
 
@@ -102,6 +103,8 @@ class SilodFS(pyfuse3.Operations):
         return self._attributes(inode)
 
     async def lookup(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        if len(name) > NAME_MAX:  # the kernel passes FUSE names of up to 1,024 bytes; statfs promises 255
+            raise pyfuse3.FUSEError(errno.ENAMETOOLONG)
         text = os.fsdecode(name)
         if parent_inode == pyfuse3.ROOT_INODE:
             job = self._mount.jobs.get(text)
@@ -148,7 +151,7 @@ class SilodFS(pyfuse3.Operations):
         data.f_bfree = data.f_bavail = 0
         data.f_files = sum(d.tree.node_count for d in datasets) + 1
         data.f_ffree = data.f_favail = 0
-        data.f_namemax = 255
+        data.f_namemax = NAME_MAX
         return data
 
     # ---- file contents ----

@@ -20,11 +20,24 @@ from silodlib.manifest import Manifest
 
 @dataclass(slots=True)
 class Flight:
-    """One backend fetch of an item that concurrent readers of the item all wait for."""
+    """One backend fetch of an item, shared by every job that wants the item meanwhile.
 
+    Each job waits for the item's bytes on its own throttle (its wait is `boarding`), so a job held at a low
+    or zero rate holds up no other job's read of the item. The first job granted them takes the fetch off and
+    is charged for it; the others' waits are cancelled, and they read its bytes without being charged.
+    """
+
+    boarding: set[trio.CancelScope] = field(default_factory=set)
+    took_off: bool = False
     done: trio.Event = field(default_factory=trio.Event)
     data: bytes | None = None
     error: BaseException | None = None
+
+    def take_off(self) -> None:
+        """The fetch starts: the jobs still waiting on their throttles for it stop waiting."""
+        self.took_off = True
+        for wait in self.boarding:
+            wait.cancel()
 
 
 @dataclass(eq=False)
@@ -146,7 +159,12 @@ class MountState:
         self.jobs_by_slot[job.slot] = job
 
     def remove_job(self, job_id: str) -> MountedJob:
-        """Forget a job; files it has open keep working (their handles hold the job)."""
+        """Forget a job. Files it has open keep reading what is cached (their handles hold the job), but its
+        throttle is closed: the data manager no longer gives it remote IO, and its reads waiting for some (at
+        a rate of 0, for good) end with an error rather than hold their readers, and the kernel pages they
+        lock, until the agent stops."""
         job = self.jobs.pop(job_id)
         del self.jobs_by_slot[job.slot]
+        if job.bucket is not None:
+            job.bucket.close()
         return job

@@ -3,8 +3,9 @@
 A read is split into the items it covers. A cached item is read from local disk with `pread` on the event loop
 (a worker thread for reads that miss the page cache was measured slower on a fast disk: docs/benchmarks.md);
 a missing one is fetched whole (uniform caching caches whole items), once however many readers want it at the
-same time (single-flight; the fetch is charged to the job that started it), and offered to the cache, which
-admits it only while the dataset is under its quota.
+same time (single-flight: each job waits on its own throttle, and the first whose throttle grants the bytes
+fetches them and is charged for them, so no job waits on another's rate), and offered to the cache, which admits
+it only while the dataset is under its quota.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 import trio
 
 from fuseclient.mounted import Flight, MountedDataset, MountedJob
+from fuseclient.throttle import ThrottleClosed
 from silodlib.backends import BackendError, ChangedObject
 
 
@@ -32,8 +34,10 @@ class FetchedItems:
     items: dict[int, bytes] = field(default_factory=dict)
 
     def keep(self, item: int, data: bytes) -> None:
-        self.items = {k: v for k, v in self.items.items() if k > item}
-        self.items[item] = data
+        """Keep `item` and the next one (fetched ahead, or still coming), and nothing else: a reader going
+        backwards or jumping about must not leave every item it passed in memory until it closes the file."""
+        ahead = self.items.get(item + 1)
+        self.items = {item: data} if ahead is None else {item: data, item + 1: ahead}
 
 
 async def read(job: MountedJob, file_index: int, offset: int, size: int, fetched: FetchedItems | None = None) -> bytes:
@@ -87,27 +91,55 @@ async def _read_ahead(job: MountedJob, item: int, fetched: FetchedItems) -> None
         fetched.items[item] = await fetch_item(job, item)
 
 
+class NoRemoteIO(BackendError):
+    """The job has left this node (its throttle is closed): no read of it may go to the backend any more."""
+
+
 async def fetch_item(job: MountedJob, item: int) -> bytes:
-    """The bytes of `item` from the backend, fetched once for all concurrent readers of it."""
+    """The bytes of `item` from the backend, fetched once for all concurrent readers of it (single-flight): by
+    the first of their jobs whose throttle grants the bytes (`Flight`)."""
     dataset = job.dataset
     while True:
         flight = dataset.inflight.get(item)
         if flight is None:
-            return await _lead_fetch(job, dataset, item)
+            flight = dataset.inflight[item] = Flight()
+        if not flight.took_off and await _granted_first(job, dataset, item, flight):
+            return await _lead_fetch(job, dataset, item, flight)
         await flight.done.wait()
         if flight.data is not None:
             return flight.data
         if not isinstance(flight.error, trio.Cancelled):
             raise flight.error or ChangedObject(f"fetch of item {item} failed")
-        # the reader that led the fetch went away: lead a new one
+        # the reader that led the fetch went away: fetch anew
 
 
-async def _lead_fetch(job: MountedJob, dataset: MountedDataset, item: int) -> bytes:
-    flight = dataset.inflight[item] = Flight()
+async def _granted_first(job: MountedJob, dataset: MountedDataset, item: int, flight: Flight) -> bool:
+    """Wait on the job's throttle for the item's bytes until granted (True: the job takes the flight off) or
+    until another job's grant takes it off first (False)."""
+    length = dataset.manifest.item_size(item)
+    wait = trio.CancelScope()
+    flight.boarding.add(wait)
     try:
-        length = dataset.manifest.item_size(item)
-        if job.bucket is not None:
-            await job.bucket.consume(length)
+        with wait:
+            if job.bucket is not None:
+                await job.bucket.consume(length)
+                if flight.took_off:  # granted in the instant another job took it off, and resumed after it
+                    job.bucket.give_back(length)
+                    return False
+            flight.take_off()
+            return True
+        return False  # another job took it off
+    except ThrottleClosed:
+        raise NoRemoteIO("it has left this node, so it has no remote IO to read with") from None
+    finally:
+        flight.boarding.discard(wait)
+        if not flight.took_off and not flight.boarding and dataset.inflight.get(item) is flight:
+            del dataset.inflight[item]  # every job waiting for it went away before any was granted
+
+
+async def _lead_fetch(job: MountedJob, dataset: MountedDataset, item: int, flight: Flight) -> bytes:
+    length = dataset.manifest.item_size(item)
+    try:
         data, seconds = await trio.to_thread.run_sync(_fetch_and_offer, dataset, item, limiter=dataset.fetch_limiter)
         job.bytes_from_remote += length
         dataset.fetches += 1

@@ -19,6 +19,10 @@ import trio
 DEFAULT_BURST_SECONDS = 0.1
 
 
+class ThrottleClosed(Exception):
+    """The bucket was closed: its job has left the node, and nothing will grant it bytes again."""
+
+
 def default_burst(rate: float, item_size: int) -> int:
     """A burst of a tenth of a second at `rate`, but never less than one item (so any item can be fetched).
 
@@ -53,7 +57,8 @@ class TokenBucket:
     Requests are served strictly in arrival order, so a large request is not starved by a stream of small ones.
 
     A rate of 0 means the job may not read uncached data: requests wait until a positive rate is set. Tokens
-    held then are kept, so reads resume at once when the rate comes back.
+    held then are kept, so reads resume at once when the rate comes back. A closed bucket (its job gone) fails
+    every request, waiting or new, with `ThrottleClosed`: without it a request at a rate of 0 would wait for good.
 
     Must be created, reconfigured and consumed inside one trio run: it reads `trio.current_time()`.
     """
@@ -68,6 +73,7 @@ class TokenBucket:
         # trio's Lock is fair (FIFO hand-off), and the holder is the only consumer that may take tokens.
         self._turn = trio.Lock()
         self._changed = trio.Event()
+        self._closed = False
         self._granted = 0
         self._waiting = 0
         self._waited_done = 0.0
@@ -97,14 +103,32 @@ class TokenBucket:
         self._changed.set()
         self._changed = trio.Event()
 
+    def close(self) -> None:
+        """Fail every request from now on, those already waiting included, with `ThrottleClosed`."""
+        self._closed = True
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def give_back(self, nbytes: int) -> None:
+        """Return `nbytes` granted to a request that fetched nothing after all (another job fetched the item
+        first), as if it had never been granted: up to the burst, and no longer counted as granted."""
+        if not 0 <= nbytes <= self._granted:
+            raise ValueError(f"cannot give back {nbytes} bytes of the {self._granted} granted")
+        self._accrue(trio.current_time())
+        self._tokens = min(self._burst, self._tokens + nbytes)
+        self._granted -= nbytes
+
     async def consume(self, nbytes: int) -> None:
         """Return once `nbytes` may be fetched, after every earlier caller has been served.
 
         Cancellable at any point: a cancelled request takes no tokens and leaves its place in line. A request
-        for 0 bytes fetches nothing and is granted without queueing.
+        for 0 bytes fetches nothing and is granted without queueing. Raises `ThrottleClosed` once the bucket is
+        closed.
         """
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+        if self._closed:
+            raise ThrottleClosed("the bucket is closed")
         if nbytes == 0:
             await trio.lowlevel.checkpoint()
             return
@@ -129,6 +153,8 @@ class TokenBucket:
     async def _wait_for_tokens(self, nbytes: int) -> None:
         """Wait, holding the turn, until the bucket holds min(nbytes, burst) tokens at a positive rate."""
         while True:
+            if self._closed:
+                raise ThrottleClosed("the bucket is closed")
             now = trio.current_time()
             self._accrue(now)
             needed = min(nbytes, self._burst)

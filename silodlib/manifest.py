@@ -28,6 +28,7 @@ from silodlib.backends.base import ObjectInfo
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
 _FORMAT_TAG = b"silod-manifest/1\n"
 _MAX_NAME_BYTES = 255
+_MIN_NS, _MAX_NS = -(2**63), 2**63 - 1  # the modification times a manifest (and the kernel's inode) can hold
 
 
 class ManifestError(ValueError):
@@ -119,7 +120,10 @@ class Manifest:
         self.chunk_size = chunk_size
         self.paths = paths if isinstance(paths, StringColumn) else StringColumn.of(paths)
         self.sizes = array("q", sizes)
-        self.mtimes_ns = array("q", mtimes_ns)
+        try:
+            self.mtimes_ns = array("q", mtimes_ns)
+        except OverflowError:  # a time before 1677 or after 2262 (ext4 goes to 2446): the nearest that 64 bits hold
+            self.mtimes_ns = array("q", (min(max(ns, _MIN_NS), _MAX_NS) for ns in mtimes_ns))
         self.versions = versions if isinstance(versions, StringColumn) else StringColumn.of(versions)
         self.empty_dirs = tuple(empty_dirs)
         item_counts = (items_in_file(size, chunk_size) for size in self.sizes)

@@ -4,6 +4,7 @@ either daemon being killed."""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
@@ -17,7 +18,7 @@ from datamgr.client import DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.cache_fixtures import entries_on_disk
 from tests.cluster_fixtures import FILES, SIZE, System, eventually
-from tests.datamgr_fixtures import silod_cli
+from tests.datamgr_fixtures import DataManagerProcess, silod_cli
 from tests.disks import TmpfsFactory, fill_up
 from tests.mount_fixtures import MountProcess
 
@@ -43,7 +44,9 @@ def test_jobs_registered_with_the_cli_appear_on_their_node_and_go_when_finished(
     assert silod_cli("job", "finish", "j1", datamgr=address).returncode == 0
     eventually(lambda: not node.job_dir("j1").exists(), what="job directory removed")
     assert os.listdir(node.mountpoint) == []
-    assert open_file.read() == system.files["c0/f000.bin"]  # open files keep working until closed
+    with pytest.raises(OSError) as raised:  # uncached (no quota): the job has no remote IO left to read with
+        open_file.read()
+    assert raised.value.errno == errno.EIO
     open_file.close()
 
     usage = system.client.call(system.client.stub.GetNode, pb.GetNodeRequest(node_id="n1"))

@@ -3,6 +3,9 @@ epoch accounting, hit ratios under a quota, and one backend fetch per concurrent
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 import random
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -11,6 +14,7 @@ from typing import cast
 import pyfuse3
 import pytest
 import trio
+import trio.testing
 
 from fuseclient import readpath
 from fuseclient.assembly import MountConfig, build_state
@@ -31,9 +35,16 @@ def _dataset(root: Path) -> str:
     return f"file://{root}"
 
 
-def _run(tmp_path: Path, quota: int, scenario: Callable[[MountState, SilodFS], Awaitable[None]]) -> None:
+def _run(
+    tmp_path: Path,
+    quota: int,
+    scenario: Callable[[MountState, SilodFS], Awaitable[None]],
+    io_rates: dict[str, int] | None = None,
+) -> None:
+    """Run `scenario` over a mount of one dataset read by job "job", or by the jobs `io_rates` names."""
     uri = _dataset(tmp_path / "ds")
-    config = MountConfig(tmp_path / "mnt", tmp_path / "cache", {"job": uri}, cache_sizes={uri: quota})
+    jobs = dict.fromkeys(io_rates or ["job"], uri)
+    config = MountConfig(tmp_path / "mnt", tmp_path / "cache", jobs, cache_sizes={uri: quota}, io_rates=io_rates or {})
 
     async def main() -> None:
         mount = await build_state(config)
@@ -146,6 +157,120 @@ def test_concurrent_misses_on_one_item_fetch_it_once(tmp_path: Path, quota: int)
     _run(tmp_path, quota, scenario)
 
 
+def _counted(job: MountedJob) -> _CountingBackend:
+    """Count the backend reads of the job's dataset from now on."""
+    counting = _CountingBackend(job.dataset.backend)
+    job.dataset.backend = cast(Backend, counting)
+    return counting
+
+
+def test_a_job_at_a_zero_rate_holds_up_no_other_jobs_fetch_of_the_item_and_reads_it_uncharged(tmp_path: Path) -> None:
+    # Before, "fast" joined the fetch "slow" had started, which waited on slow's rate: for good at 0.
+    async def scenario(mount: MountState, fs: SilodFS) -> None:
+        slow, fast = mount.jobs["slow"], mount.jobs["fast"]
+        counting = _counted(slow)
+        results: dict[str, bytes] = {}
+
+        async def reader(job: MountedJob) -> None:
+            results[job.job_id] = await readpath.read(job, 3, 0, SIZE)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader, slow)
+            await trio.testing.wait_all_tasks_blocked()
+            assert slow.bucket is not None and slow.bucket.statistics().waiting == 1
+            with trio.fail_after(5):
+                await reader(fast)
+        assert results["slow"] == results["fast"] and len(results["fast"]) == SIZE
+        assert counting.reads == [slow.dataset.manifest.paths[3]]
+        assert (fast.bytes_from_remote, slow.bytes_from_remote, slow.bucket.statistics().granted_bytes) == (SIZE, 0, 0)
+        assert slow.dataset.inflight == {}
+
+    _run(tmp_path, 0, scenario, io_rates={"slow": 0, "fast": 10**9})
+
+
+def test_jobs_granted_an_item_in_the_same_instant_fetch_it_once_and_only_the_one_that_fetched_is_charged(
+    tmp_path: Path,
+) -> None:
+    # Both throttles wake together: the job resumed second finds the fetch taken off and gives its bytes back.
+    async def scenario(mount: MountState, fs: SilodFS) -> None:
+        jobs = [mount.jobs["a"], mount.jobs["b"]]
+        counting = _counted(jobs[0])
+        results: list[bytes] = []
+
+        async def reader(job: MountedJob) -> None:
+            results.append(await readpath.read(job, 3, 0, SIZE))
+
+        async with trio.open_nursery() as nursery:
+            for job in jobs:
+                nursery.start_soon(reader, job)
+            await trio.testing.wait_all_tasks_blocked()
+            for job in jobs:
+                assert job.bucket is not None
+                job.bucket.set_rate(10**9)
+        assert len(results) == 2 and results[0] == results[1]
+        assert counting.reads == [jobs[0].dataset.manifest.paths[3]]
+        granted = sorted(job.bucket.statistics().granted_bytes for job in jobs if job.bucket is not None)
+        assert granted == [0, SIZE]
+        assert sorted(job.bytes_from_remote for job in jobs) == [0, SIZE]
+
+    _run(tmp_path, 0, scenario, io_rates={"a": 0, "b": 0})
+
+
+async def _open(fs: SilodFS, job: MountedJob, file_index: int) -> int:
+    """A handle on the job's file `file_index`, opened as a reader would: by its path."""
+    inode = (await fs.lookup(pyfuse3.ROOT_INODE, job.job_id.encode(), CTX)).st_ino
+    for name in job.dataset.manifest.paths[file_index].split("/"):
+        inode = (await fs.lookup(inode, name.encode(), CTX)).st_ino
+    return (await fs.open(inode, os.O_RDONLY, CTX)).fh
+
+
+@pytest.mark.expected_warnings  # each failed read, named
+def test_a_removed_jobs_reads_waiting_for_remote_io_fail_with_eio_and_its_cached_items_still_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The data manager gives a job that left the node no remote IO: at a rate of 0 its reads waited for good.
+    async def scenario(mount: MountState, fs: SilodFS) -> None:
+        job = mount.jobs["job"]
+        cached = await readpath.read(mount.jobs["warm"], 0, 0, SIZE)  # the quota holds the whole dataset
+        handles = [await _open(fs, job, file_index) for file_index in (0, 3, 4)]
+        errors: list[int] = []
+
+        async def reader() -> None:
+            with pytest.raises(pyfuse3.FUSEError) as raised:
+                await fs.read(handles[1], 0, SIZE)
+            errors.append(raised.value.errno)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            await trio.testing.wait_all_tasks_blocked()
+            mount.remove_job("job")
+        assert errors == [errno.EIO]
+        with pytest.raises(pyfuse3.FUSEError) as raised:
+            await fs.read(handles[2], 0, SIZE)
+        assert raised.value.errno == errno.EIO
+        assert await fs.read(handles[0], 0, SIZE) == cached  # what the cache holds still reads
+        assert job.dataset.inflight == {}
+        failed = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert failed == ["job job: read failed: it has left this node, so it has no remote IO to read with"] * 2
+
+    _run(tmp_path, FILES * SIZE, scenario, io_rates={"job": 0, "warm": 10**9})
+
+
+def test_a_name_longer_than_statfs_allows_is_enametoolong_and_one_as_long_as_it_allows_is_looked_up(
+    tmp_path: Path,
+) -> None:
+    async def scenario(mount: MountState, fs: SilodFS) -> None:
+        job_dir = await fs.lookup(pyfuse3.ROOT_INODE, b"job", CTX)
+        assert (await fs.statfs(CTX)).f_namemax == 255
+        for name, expected in ((b"x" * 255, errno.ENOENT), (b"x" * 256, errno.ENAMETOOLONG)):
+            for parent in (pyfuse3.ROOT_INODE, job_dir.st_ino):
+                with pytest.raises(pyfuse3.FUSEError) as raised:
+                    await fs.lookup(parent, name, CTX)
+                assert raised.value.errno == expected
+
+    _run(tmp_path, 0, scenario)
+
+
 CHUNK, BIG = 64 * 1024, 4 * 64 * 1024 + 1000  # a file of four full chunks and a 1000-byte tail
 
 
@@ -200,3 +325,18 @@ def test_chunks_the_reader_read_ahead_count_as_misses_and_cached_ones_as_hits_ne
         assert len(cast(_CountingBackend, job.dataset.backend).reads) == 5
 
     _run_big_file(tmp_path, 1 << 20, scenario)
+
+
+def test_a_reader_going_backwards_through_a_file_keeps_at_most_two_fetched_chunks(tmp_path: Path) -> None:
+    # Before, a handle kept every chunk numbered above the one it read: reading a file backwards held it all.
+    async def scenario(job: MountedJob, fs: SilodFS, inode: int, content: bytes) -> None:
+        fetched = readpath.FetchedItems()
+        data, held = [], []
+        for offset in reversed(range(0, BIG, 16 * 1024)):
+            data.append(await readpath.read(job, 0, offset, 16 * 1024, fetched))
+            held.append(len(fetched.items))
+        assert b"".join(reversed(data)) == content
+        assert max(held) <= 2
+        assert len(cast(_CountingBackend, job.dataset.backend).reads) == 5
+
+    _run_big_file(tmp_path, 0, scenario)

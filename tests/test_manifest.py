@@ -96,3 +96,12 @@ def test_items_covering_a_read_are_clipped_at_the_end_of_the_file() -> None:
     assert manifest.items_covering(1, CHUNK - 1, 2) == range(1, 3)
     assert manifest.items_covering(1, CHUNK, 10 * CHUNK) == range(2, 4)
     assert not manifest.items_covering(1, 2 * CHUNK + 5, 100)  # at the end: nothing
+
+
+def test_modification_times_past_what_64_bit_nanoseconds_hold_are_the_nearest_they_hold() -> None:
+    # ext4 keeps times up to 2446; a manifest (and the kernel's inode) nanoseconds up to 2262 and from 1677.
+    times = [2**63 + 5, -(2**63) - 5, 1_700_000_000 * 10**9]
+    objects = [ObjectInfo(f"f{i}", 10, "v", ns) for i, ns in enumerate(times)]
+    manifest = build_manifest(objects, CHUNK)
+    assert list(manifest.mtimes_ns) == [2**63 - 1, -(2**63), times[2]]
+    assert Manifest.decode(manifest.encode()).digest == manifest.digest

@@ -3,6 +3,7 @@ crash safety, throttling and unmounting."""
 
 from __future__ import annotations
 
+import datetime
 import errno
 import hashlib
 import multiprocessing
@@ -384,6 +385,39 @@ def test_unmount_does_not_hang_on_reads_blocked_by_a_zero_rate(
     assert not reader.is_alive()
     assert isinstance(outcome[0], OSError)
     assert not os.path.ismount(mount.mountpoint)
+
+
+def test_a_file_modified_after_2262_is_served_with_the_latest_time_a_mount_can_show(
+    mount_factory: MountFactory, tmp_path: Path
+) -> None:
+    # ext4 keeps times up to 2446; before, listing such a file failed the mount with an OverflowError traceback.
+    root = tmp_path / "dataset"
+    files = _local_dataset(root, files=2, size=100)
+    late = int(datetime.datetime(2400, 1, 1, tzinfo=datetime.UTC).timestamp()) * 10**9
+    os.utime(root / "part0/file00000.bin", ns=(late, late))
+    assert (root / "part0/file00000.bin").stat().st_mtime_ns == late  # the file system holds it
+    job_dir = mount_factory({"job1": f"file://{root}"}).job_dir("job1")
+    assert (job_dir / "part0/file00000.bin").stat().st_mtime_ns == 2**63 - 1
+    assert (job_dir / "part1/file00001.bin").stat().st_mtime_ns == (root / "part1/file00001.bin").stat().st_mtime_ns
+    assert {path: (job_dir / path).read_bytes() for path in files} == files
+
+
+def test_a_job_at_a_zero_rate_holds_up_no_other_jobs_read_of_the_same_file(
+    mount_factory: MountFactory, local_uri: tuple[str, dict[str, bytes]]
+) -> None:
+    # Before, the second job's read joined the fetch the first had started, which waited on the first's rate:
+    # at 0 for good, and the kernel's lock on the page it was reading with it.
+    uri, files = local_uri
+    mount = mount_factory({"slow": uri, "fast": uri}, "--io-rate", "slow=0")
+    name, data = next(iter(files.items()))
+    slow_read: list[bytes] = []
+    slow = threading.Thread(target=lambda: slow_read.append((mount.job_dir("slow") / name).read_bytes()), daemon=True)
+    slow.start()
+    slow.join(timeout=1.0)
+    assert slow.is_alive(), "a read at a rate of 0 must wait for a rate"
+    assert polling.outcome_within(10, (mount.job_dir("fast") / name).read_bytes) == {"result": data}
+    slow.join(timeout=10)
+    assert slow_read == [data]  # the waiting job read the fetch the other made, uncharged
 
 
 def _loader_worker(job_root: Path, batches: multiprocessing.Queue[list[str] | None]) -> None:
