@@ -2,6 +2,9 @@
 
 An event about a job, dataset or node carries its ids as fields (`extra=silodlib.logfields.log_ids(...)`:
 `job_id`, `dataset_uri`, `node_id`), which the JSON format shows next to the message.
+
+No secret reaches the log at any level: the handler scrubs every record (`ScrubSecrets`, `silodlib.scrub`)
+before it is written, so the SDKs' DEBUG dumps of requests and headers are safe to turn on.
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ import sys
 from datetime import UTC, datetime
 from typing import TextIO
 
+from silodlib.scrub import scrub
+
 HUMAN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-# Libraries that log every HTTP request (with its headers) at INFO: quiet unless the operator asks for DEBUG.
+# Libraries that log every HTTP request (with its headers, scrubbed like every record) at INFO or DEBUG: quiet
+# unless the operator asks for DEBUG.
 NOISY_LOGGERS = ("azure", "botocore", "urllib3")
 # What every LogRecord has; anything else on a record came from `extra=`.
 _RECORD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
@@ -32,18 +38,47 @@ class JsonFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key not in _RECORD_ATTRIBUTES:
                 entry.setdefault(key, value)
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:  # set, scrubbed, by ScrubSecrets
+            entry["exc"] = record.exc_text
         if record.stack_info:
             entry["stack"] = self.formatStack(record.stack_info)
         return json.dumps(entry, default=str)
 
 
+class ScrubSecrets(logging.Filter):
+    """Rewrites each record so that nothing `silodlib.scrub` knows as secret is written: its message (with its
+    arguments merged in), its traceback, its stack and its `extra=` strings. A handler filter, not a logger's,
+    because records from every logger (the SDKs' included) pass through the handler and only some through any
+    one logger. It never drops a record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+            scrubbed = scrub(message)
+        except Exception:  # a bad format or argument: logging would print both, unscrubbed, as a "Logging error"
+            message, scrubbed = "", scrub(f"unformattable log message {record.msg!r} with arguments {record.args!r}")
+        if scrubbed != message:
+            record.msg, record.args = scrubbed, ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = scrub(record.exc_text)
+        if record.stack_info:
+            record.stack_info = scrub(record.stack_info)
+        for key, value in list(vars(record).items()):
+            if key not in _RECORD_ATTRIBUTES and isinstance(value, str):
+                setattr(record, key, scrub(value))
+        return True
+
+
 def setup_logging(level: str, *, json_lines: bool = False, stream: TextIO | None = None) -> None:
-    """Log at `level` to `stream` (stderr) unless logging is already set up; keep NOISY_LOGGERS at WARNING
-    below DEBUG."""
+    """Log at `level` to `stream` (stderr), secrets scrubbed, unless logging is already set up; keep
+    NOISY_LOGGERS at WARNING below DEBUG."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if json_lines else logging.Formatter(HUMAN_FORMAT))
+    handler.addFilter(ScrubSecrets())
     logging.basicConfig(level=level, handlers=[handler])
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET if level == "DEBUG" else logging.WARNING)

@@ -12,10 +12,18 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
+from silodlib.scrub import register_secret
+
 TLS_CA_ENV = "SILOD_TLS_CA"
 TLS_CERT_ENV = "SILOD_TLS_CERT"
 TLS_KEY_ENV = "SILOD_TLS_KEY"
 TOKEN_FILE_ENV = "SILOD_AUTH_TOKEN_FILE"
+
+
+# The longest token file: gRPC refuses calls at random once their headers together pass its default metadata
+# soft limit of 8 KiB (and all of them past its hard limit). A token of up to 4 KiB leaves the other headers
+# room, and reading no more than that stops a wrong file (a log, /dev/zero) from being read whole, or forever.
+MAX_TOKEN_BYTES = 4096
 
 
 class SecurityConfigError(ValueError):
@@ -24,13 +32,20 @@ class SecurityConfigError(ValueError):
 
 
 def read_token(path: Path) -> str:
-    """The bearer token in `path` (--auth-token-file), without surrounding whitespace (so a trailing newline
-    does not count)."""
-    token = _read(path, "--auth-token-file").decode("ascii", errors="replace").strip()
+    """The bearer token in `path` (--auth-token-file), a file of at most MAX_TOKEN_BYTES, without surrounding
+    whitespace (so a trailing newline does not count)."""
+    data = _read(path, "--auth-token-file", MAX_TOKEN_BYTES + 1)
+    if len(data) > MAX_TOKEN_BYTES:
+        raise SecurityConfigError(
+            f"--auth-token-file {path} is longer than {MAX_TOKEN_BYTES:,} bytes, more than a token gRPC can carry "
+            "in every call's headers; give a shorter token"
+        )
+    token = data.decode("ascii", errors="replace").strip()
     if not token:
         raise SecurityConfigError(f"--auth-token-file {path} is empty")
     if not all("!" <= char <= "~" for char in token):  # what an HTTP/2 header value can carry unescaped
         raise SecurityConfigError(f"--auth-token-file {path}: the token must be printable ASCII without spaces")
+    register_secret(token)  # gRPC's own DEBUG logs of a call's metadata may show it (silodlib.scrub)
     return token
 
 
@@ -62,9 +77,11 @@ def read_key_pair(cert: Path, key: Path) -> tuple[bytes, bytes]:
     return private_key, chain
 
 
-def _read(path: Path, flag: str) -> bytes:
+def _read(path: Path, flag: str, most: int = -1) -> bytes:
+    """The file's bytes, at most `most` of them (-1: all)."""
     try:
-        return path.read_bytes()
+        with path.open("rb") as file:
+            return file.read(most)
     except OSError as exc:
         raise SecurityConfigError(f"cannot read {flag} {path}: {exc.strerror or exc}") from None
 

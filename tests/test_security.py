@@ -1,10 +1,13 @@
 """TLS, mutual TLS and the bearer token, end to end over real sockets: the embedded data manager, `silod`
 subprocesses and a node agent with a real mount. Every failure must be quick (no hang on a handshake), name
-what to fix, and never show the token."""
+what to fix, and never show the token; and no log, DEBUG included, shows a secret (moto and Azurite)."""
 
 from __future__ import annotations
 
+import io
+import logging
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -12,25 +15,32 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, quote
 
 import grpc
 import pytest
+from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 from cryptography.hazmat.primitives import serialization
 
 from datamgr.client import ClientError, DataManagerClient
 from datamgr.embedded import EmbeddedDataManager
+from datamgr.logs import HUMAN_FORMAT, JsonFormatter, ScrubSecrets
 from datamgr.security import TOKEN_FREE_METHODS, ServerSecurity
 from datamgr.server import ServerConfig
 from silodcli.main import main
+from silodlib.backends import parse_dataset_uri
 from silodlib.credentials import ChannelSecurity, SecurityConfigError
 from silodlib.grpc_channel import explain_refusal, open_channel
+from silodlib.scrub import register_secret, scrub
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 from tests import polling
 from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, silod_cli
 from tests.mount_fixtures import MountProcess
+from tests.storage_servers import AzuriteServer, DatasetTargetFactory, S3Server
 from tests.tls import TlsFiles, make_tls_files
 
 QUICK = 5.0  # seconds: a refused connection must fail well within this, never hang
@@ -356,6 +366,9 @@ def test_the_cli_talks_to_a_tls_and_token_data_manager(
         (("--tls-cert", "{GARBAGE}", "--tls-key", "{KEY}"), "--tls-cert {GARBAGE} is not a PEM certificate file"),
         (("--tls-cert", "{CERT}", "--tls-key", "{GARBAGE}"), "--tls-key {GARBAGE} is not a PEM private key"),
         (("--auth-token-file", "{EMPTY}"), "--auth-token-file {EMPTY} is empty"),
+        # Longer than gRPC's headers carry (a 12 KiB one failed calls at random), and a file that never ends.
+        (("--auth-token-file", "{LONG}"), "--auth-token-file {LONG} is longer than 4,096 bytes"),
+        (("--auth-token-file", "{ENDLESS}"), "--auth-token-file {ENDLESS} is longer than 4,096 bytes"),
     ],
 )
 def test_serve_refuses_bad_security_flags_by_name(
@@ -377,6 +390,8 @@ def test_serve_refuses_bad_security_flags_by_name(
         (("--tls-ca", "{GARBAGE}"), "--tls-ca {GARBAGE} is not a PEM certificate file"),
         (("--tls-ca", "{MISSING}"), "cannot read --tls-ca {MISSING}: No such file or directory"),
         (("--auth-token-file", "{EMPTY}"), "--auth-token-file {EMPTY} is empty"),
+        (("--auth-token-file", "{LONG}"), "--auth-token-file {LONG} is longer than 4,096 bytes"),
+        (("--auth-token-file", "{ENDLESS}"), "--auth-token-file {ENDLESS} is longer than 4,096 bytes"),
     ],
 )
 @pytest.mark.parametrize("command", [("status",), ("node", "--node-id", "n1", "--mountpoint", "M", "--cache-dir", "C")])
@@ -400,6 +415,7 @@ def test_clients_refuse_bad_security_flags_by_name(
 def _bad_files(tmp_path: Path, tls: TlsFiles) -> dict[str, Path]:
     (tmp_path / "garbage.pem").write_text("-----BEGIN NOTHING-----\n")
     (tmp_path / "empty").write_text("  \n")
+    (tmp_path / "long").write_text("t" * 12_288 + "\n")
     return {
         "CERT": tls.server_cert,
         "KEY": tls.server_key,
@@ -407,6 +423,8 @@ def _bad_files(tmp_path: Path, tls: TlsFiles) -> dict[str, Path]:
         "GARBAGE": tmp_path / "garbage.pem",
         "EMPTY": tmp_path / "empty",
         "MISSING": tmp_path / "missing.pem",
+        "LONG": tmp_path / "long",
+        "ENDLESS": Path("/dev/zero"),
     }
 
 
@@ -491,3 +509,172 @@ def test_a_connection_closed_during_set_up_suggests_tls_only_to_a_client_that_ne
     assert never is not None and "if it serves TLS, set --tls-ca" in never
     assert explain_refusal(failed.value, address, plaintext, connected_before=True) is None
     listener.close()
+
+
+# ---- no secret in the logs, DEBUG included ----
+
+
+def _sas_for(azurite: AzuriteServer, uri: str) -> str:
+    """A read-and-list SAS for the container of `uri`, good for an hour."""
+    return generate_container_sas(
+        azurite.account_name,
+        parse_dataset_uri(uri).location[1],
+        account_key=azurite.account_key,
+        permission=ContainerSasPermissions(read=True, list=True),
+        expiry=datetime.now(UTC) + timedelta(hours=1),
+    )
+
+
+def test_debug_logs_of_the_data_manager_and_a_node_hold_no_secret(
+    start_datamgr: Callable[..., DataManagerProcess],
+    dataset_target_factory: DatasetTargetFactory,
+    s3_server: S3Server,
+    azurite: AzuriteServer,
+    token: tuple[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The SDKs dump every request at DEBUG (botocore its headers and the string it signs, urllib3 its request
+    # line with a SAS query): a data manager listing, and a node agent reading, S3 with a session token and
+    # Azure with a SAS and with the account key must write all of that without one secret.
+    value, token_path = token
+    session_token = f"SessTokSECRET42-{secrets.token_hex(8)}"
+    s3, az_sas, az_key = (dataset_target_factory(backend) for backend in ("s3", "az", "az"))
+    for target in (s3, az_sas, az_key):
+        target.put("x.bin", target.uri.encode())
+    sas = _sas_for(azurite, az_sas.uri)
+    monkeypatch.setenv("SILOD_LOG_LEVEL", "DEBUG")
+    monkeypatch.setenv("SILOD_TEST_SECRET_KEY", s3_server.secret_access_key)
+    monkeypatch.setenv("SILOD_TEST_SESSION_TOKEN", session_token)
+    monkeypatch.setenv("SILOD_TEST_SAS", sas)
+    monkeypatch.setenv("SILOD_TEST_ACCOUNT_KEY", azurite.account_key)
+    options = {
+        s3.uri: [*(f"{k}={s3.options[k]}" for k in ("endpoint_url", "region", "path_style", "access_key_id"))],
+        az_sas.uri: [f"account_url={azurite.account_url}"],
+        az_key.uri: [f"account_url={azurite.account_url}"],
+    }
+    secret_envs = {
+        s3.uri: ["secret_access_key=SILOD_TEST_SECRET_KEY", "session_token=SILOD_TEST_SESSION_TOKEN"],
+        az_sas.uri: ["sas_token=SILOD_TEST_SAS"],
+        az_key.uri: ["account_key=SILOD_TEST_ACCOUNT_KEY"],
+    }
+    datamgr = start_datamgr("--auth-token-file", token_path)
+    node = MountProcess.node(
+        tmp_path / "n1", datamgr.address, "n1", "--cache-capacity", "1GiB", "--auth-token-file", str(token_path)
+    )
+    cli_output = ""
+    try:
+        node.start()
+        with DataManagerClient(datamgr.address, timeout=QUICK, token=value) as client:
+            _eventually(lambda: client.call(client.stub.GetNode, pb.GetNodeRequest(node_id="n1")), "registration")
+            for number, uri in enumerate(options, 1):
+                flags = [a for o in options[uri] for a in ("--option", o)]
+                flags += [a for e in secret_envs[uri] for a in ("--option-env", e)]
+                flags += ["--auth-token-file", str(token_path)]
+                added = silod_cli("dataset", "add", uri, *flags, datamgr=datamgr.address)
+                assert added.returncode == 0, added.stderr
+                cli_output += added.stdout + added.stderr
+                client.register_job(f"j{number}", uri, 1_000_000, [("n1", 1)])
+                client.allocate_remote_io(f"j{number}", 1_000_000)
+        for number, uri in enumerate(options, 1):
+            item = node.job_dir(f"j{number}") / "x.bin"
+            _eventually(item.exists, str(item))
+            assert item.read_bytes() == uri.encode()
+    finally:
+        node.stop()
+    datamgr_log, node_log = datamgr.log_path.read_text(), node.log_path.read_text()
+
+    # Everything the SDKs log at DEBUG is there, scrubbed where it held a secret.
+    for log in (datamgr_log, node_log):
+        assert "DEBUG botocore.auth: CanonicalRequest:" in log and "\nx-amz-security-token:<redacted>\n" in log
+        assert "botocore.auth: Signature:\n<redacted>\n" in log
+        assert re.search(rf'"GET /{azurite.account_name}/\S*[?&]<redacted> HTTP/1\.1" 20[06]', log)  # urllib3, SAS
+    assert "DEBUG botocore.endpoint: Sending http request:" in datamgr_log
+    assert "'X-Amz-Security-Token': b'<redacted>'" in datamgr_log and "'Authorization': b'<redacted>'" in datamgr_log
+    sig = parse_qs(sas)["sig"][0]
+    secret_values = (s3_server.secret_access_key, session_token, sas, sig, quote(sig, safe=""), azurite.account_key)
+    for text in (datamgr_log, node_log, cli_output):
+        for secret in (*secret_values, value):
+            assert secret not in text
+
+
+def _logged_through_the_handler(
+    formatter: logging.Formatter, secret: str, sas_url: str
+) -> tuple[str, tuple[object, ...]]:
+    """What silod's handler writes of a few records holding secrets, and the arguments of one that holds none."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter)
+    handler.addFilter(ScrubSecrets())
+    log = logging.getLogger("silod.test.scrub")
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    try:
+        headers = {"Authorization": b"Bearer abc.def", "X-Amz-Security-Token": b"T0k"}
+        log.debug("Sending http request: headers=%s", headers)
+        log.info("opened with %s", secret, extra={"detail": f"key {secret}"})
+        try:
+            raise RuntimeError(f"GET {sas_url} failed")
+        except RuntimeError:
+            log.exception("read failed")
+        plain = log.makeRecord(log.name, logging.INFO, __file__, 0, "listed %d objects", (3,), None)
+        log.handle(plain)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(logging.NOTSET)
+        log.propagate = True
+    assert isinstance(plain.args, tuple)
+    return stream.getvalue(), plain.args
+
+
+def test_the_log_handler_scrubs_messages_arguments_tracebacks_and_fields() -> None:
+    # What a record holds besides its message (its arguments, an exception's traceback, `extra=` fields) is
+    # written too, in both formats; a record without secrets is left as logged.
+    secret = f"registered-{secrets.token_hex(8)}"
+    register_secret(secret)
+    sas_url = f"https://a.blob.core.windows.net/c/k?sv=2024-05-04&sr=c&sp=rl&sig={secrets.token_hex(8)}"
+    for formatter in (logging.Formatter(HUMAN_FORMAT), JsonFormatter()):
+        text, plain_args = _logged_through_the_handler(formatter, secret, sas_url)
+        for leaked in (secret, "abc.def", "T0k", sas_url.split("?")[1]):
+            assert leaked not in text
+        assert "'Authorization': b'<redacted>'" in text and "https://a.blob.core.windows.net/c/k?<redacted>" in text
+        assert "listed 3 objects" in text and plain_args == (3,)
+
+
+@pytest.mark.parametrize(
+    ("logged", "scrubbed"),
+    [
+        ("x-amz-security-token:bSess0/+=", "x-amz-security-token:<redacted>"),  # botocore.auth's CanonicalRequest
+        ("Signature:\nb0c1d2", "Signature:\n<redacted>"),  # a signature starting with "b" is no bytes literal
+        (
+            "{'X-Amz-Security-Token': b'tok', 'Authorization': b'AWS4-HMAC-SHA256 Credential=id/x, Signature=f0'}",
+            "{'X-Amz-Security-Token': b'<redacted>', 'Authorization': b'<redacted>'}",
+        ),
+        (
+            "GET /b/k?X-Amz-Credential=id%2Fx&X-Amz-Security-Token=t%2B&X-Amz-Signature=f0 HTTP/1.1",
+            "GET /b/k?X-Amz-Credential=id%2Fx&X-Amz-Security-Token=<redacted>&X-Amz-Signature=<redacted> HTTP/1.1",
+        ),
+        (
+            '"GET /acct/c/k?se=2030-01-01T00%3A00Z&sp=rl&sv=2024&sr=c&sig=a%2Bb%3D HTTP/1.1" 206',
+            '"GET /acct/c/k?<redacted> HTTP/1.1" 206',
+        ),  # the whole query of a SAS URL
+        ("Authorization: SharedKey acct:a+b/c==", "Authorization: SharedKey acct:<redacted>"),
+        ("[('authorization', 'Bearer t!k')]", "[('authorization', '<redacted>')]"),
+        ("authorization: Bearer eyJ0.eXAi-_x", "authorization: Bearer <redacted>"),
+        (
+            "AccountName=acct;AccountKey=a+b/c==;BlobEndpoint=http://h/",
+            "AccountName=acct;AccountKey=<redacted>;BlobEndpoint=http://h/",
+        ),
+        (
+            "<SecretAccessKey>wJ/K</SecretAccessKey><SessionToken>FQo</SessionToken>",
+            "<SecretAccessKey><redacted></SecretAccessKey><SessionToken><redacted></SessionToken>",
+        ),
+        ('{"access_token": "eyJ0", "expires_in": 3599}', '{"access_token": "<redacted>", "expires_in": 3599}'),
+        # What is no secret stays readable, refusal advice included.
+        ("send 'authorization: Bearer <token>' with the token", "send 'authorization: Bearer <token>' with the token"),
+        ("SignatureDoesNotMatch: the bearer token is wrong", "SignatureDoesNotMatch: the bearer token is wrong"),
+    ],
+)
+def test_secrets_are_scrubbed_in_every_shape_the_sdks_log_them(logged: str, scrubbed: str) -> None:
+    assert scrub(logged) == scrubbed

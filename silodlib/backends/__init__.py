@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from silodlib.backends.base import (
-    REDACTED,
     AccessDenied,
     Backend,
     BackendError,
@@ -27,6 +26,7 @@ from silodlib.backends.local import LocalBackend
 from silodlib.backends.retry import RetryingBackend, RetryPolicy, call_with_retries
 from silodlib.backends.uri import DatasetURI, InvalidDatasetURI, parse_dataset_uri
 from silodlib.imports import import_named
+from silodlib.scrub import REDACTED
 
 __all__ = [
     "REDACTED",

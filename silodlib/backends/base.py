@@ -12,7 +12,6 @@ import abc
 import contextlib
 import logging
 import math
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,14 +19,11 @@ from typing import ClassVar
 from urllib.parse import urlsplit
 
 from silodlib.backends.uri import DatasetURI
+from silodlib.scrub import REDACTED, register_secret, scrub
 from silodlib.units import UnitError, parse_rate
 
 log = logging.getLogger(__name__)
 
-REDACTED = "<redacted>"
-
-# Secret-bearing fragments SDKs may echo in URLs or connection strings, whatever option supplied them.
-_SECRET_PATTERNS = re.compile(r"(?i)(sig=|accountkey=|x-amz-security-token=|x-amz-signature=)[^&;\s'\"]*")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 READ_TIMEOUT_OPTION = "read_timeout"
@@ -120,6 +116,8 @@ class Backend(abc.ABC):
                 raise InvalidBackendOption(f"{uri}: option {name!r} must not be empty")
         self.uri = uri
         self._secrets = tuple(options[name] for name in self.secret_options if name in options)
+        for secret in self._secrets:  # the SDK's DEBUG logs of its requests may show them (see silodlib.scrub)
+            register_secret(secret)
 
     @abc.abstractmethod
     def list(self) -> Iterator[ObjectInfo]:
@@ -191,7 +189,7 @@ class Backend(abc.ABC):
         text = str(exc)
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
-        text = _SECRET_PATTERNS.sub(lambda m: m.group(1) + REDACTED, text)
+        text = scrub(text)
         first_line = (text.strip().splitlines() or [""])[0][:300]
         return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
 
