@@ -16,7 +16,10 @@ A job registered with GPUs instead is the policy's to place: the controller move
 (`PolicyAllocations.place`), which makes the placement its workers (the nodes mount its dataset for it) and
 publishes the decision on WatchDecisions for the cluster's launcher to carry out. The state a policy hands
 back per job (`Decision.job_states`) is kept in the job's history, persisted with it, and reaches the next
-snapshot as `JobState.policy_state`.
+snapshot as `JobState.policy_state`, with the policy that wrote it (`JobHistory.policy_state_by`): a state dir
+outlives a policy (`--policy` may change at any restart), and a state one policy wrote means nothing to
+another, which is handed only its own (`lifecycle.policy_state_of`) and starts the other jobs afresh; the first
+round after a switch clears the states it cannot read.
 
 Grace periods, for any policy. A job registered with a grace period that a round preempts suspends: the
 preemption is published at once (SUSPENDING, with the time its period ends), but it keeps holding the GPUs it
@@ -172,13 +175,28 @@ def _job_state(manager: DataManager, job_id: str, now: float) -> JobState:
         pending_since=history.pending_since,
         queued_seconds_before=history.queued_seconds_before,
         preemptions=history.preemptions,
-        policy_state=MappingProxyType(dict(history.policy_state)),
+        policy_state=MappingProxyType(dict(lifecycle.policy_state_of(history, manager.policy or ""))),
         held=MappingProxyType(dict(history.held) if history.suspending else {}),
         job_class=job.job_class,
         grace_seconds=job.grace_seconds,
         tenant=job.tenant,
         priority=job.priority,
     )
+
+
+def states_to_persist(
+    manager: DataManager, snapshot: Snapshot, job_states: Mapping[str, Mapping[str, float]]
+) -> dict[str, Mapping[str, float]]:
+    """The job states a round persists: those the decision handed back, and an empty one for each job of the
+    snapshot whose kept state another policy wrote, so that the histories hold no state the running policy
+    cannot read."""
+    policy = manager.policy or ""
+    kept = dict(job_states)
+    for job_id in snapshot.jobs:
+        history = manager.history(job_id) if job_id in manager.state.jobs else None
+        if job_id not in kept and history is not None and history.policy_state_by not in ("", policy):
+            kept[job_id] = {}
+    return kept
 
 
 def _epoch_hit_ratio(usage: Sequence[JobUsage], dataset_bytes: int, workers: Mapping[str, int]) -> float | None:
@@ -417,7 +435,7 @@ class Controller:
                     refused.append((change, str(exc)))
                 else:
                     applied.append(change)
-            await self._allocations.hand_back(decision.job_states)
+            await self._allocations.hand_back(states_to_persist(self._manager, snapshot, decision.job_states))
         except Exception as exc:  # a plugin policy's bug or a failed commit must not stop the server
             failure = exc
         report = RoundReport(

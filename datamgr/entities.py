@@ -211,6 +211,9 @@ class JobHistory:
     attained_gpu_seconds_before: float = 0.0  # GPU time held before `last_start_time` (all of it while stopped)
     preemptions: int = 0
     policy_state: Mapping[str, float] = field(default_factory=dict)
+    # The policy that handed `policy_state` back: a state dir outlives a policy (`--policy` may change at any
+    # restart), and one policy's state means nothing to another. "" in a history written before it was kept.
+    policy_state_by: str = ""
     held: Mapping[str, int] = field(default_factory=dict)  # node -> GPUs still held while it suspends
     suspended_until: float | None = None  # when its grace period ends; None unless it suspends
 

@@ -103,10 +103,21 @@ def released(history: JobHistory) -> JobHistory:
     return replace(history, held={}, suspended_until=None)
 
 
-def with_policy_state(history: JobHistory, state: Mapping[str, float]) -> JobHistory | None:
-    """The history with the state the policy handed back; None when that is what it already holds."""
+def with_policy_state(history: JobHistory, state: Mapping[str, float], policy: str) -> JobHistory | None:
+    """The history with the state `policy` handed back (an empty state is no policy's); None when that is what
+    it already holds."""
     new = {key: float(value) for key, value in state.items()}
-    return None if new == dict(history.policy_state) else replace(history, policy_state=new)
+    by = policy if new else ""
+    if new == dict(history.policy_state) and by == history.policy_state_by:
+        return None
+    return replace(history, policy_state=new, policy_state_by=by)
+
+
+def policy_state_of(history: JobHistory, policy: str) -> Mapping[str, float]:
+    """The state `policy` handed back for the job, or nothing if another policy wrote the one kept. A state kept
+    before its writer was (`policy_state_by` "") is taken as the running policy's, as it always was; if the
+    policy changed with that upgrade, it must cope (Tiresias and HiveD ignore a state they cannot use)."""
+    return history.policy_state if history.policy_state_by in ("", policy) else {}
 
 
 # ---- a round's compute changes ----

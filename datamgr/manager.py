@@ -450,7 +450,7 @@ class DataManager:
         histories = []
         for job_id, state in sorted(states.items()):
             if job_id in self.state.jobs:
-                updated = lifecycle.with_policy_state(self.history(job_id), state)
+                updated = lifecycle.with_policy_state(self.history(job_id), state, self.policy or "")
                 if updated is not None:
                     histories.append(updated)
         if not histories:
@@ -518,13 +518,15 @@ class DataManager:
     async def register_node(
         self, node_id: str, address: str, cache_capacity_bytes: int, gpus: int = 0
     ) -> tuple[Node, bool, int]:
-        """Register a node; `gpus` are those the policy may place jobs on (0: none)."""
+        """Register a node; `gpus` are those the policy may place jobs on (0: none), at most a node cell's of the
+        cell levels (FAILED_PRECONDITION: no cell hierarchy could hold more)."""
         node = Node(
             check_id("node_id", node_id),
             check_address("address", address),
             check_bytes("cache_capacity_bytes", cache_capacity_bytes),
             check_gpus("gpus", gpus, allow_zero=True),
         )
+        tenants.check_node_gpus(node, self.cell_levels)
         existing = self.state.nodes.get(node_id)
         if existing is not None and existing != node:
             raise AlreadyExists(

@@ -100,4 +100,5 @@ def _tenant_message(manager: DataManager, name: str, job_ids: list[str]) -> pb.T
 def _preemptible(manager: DataManager, job: Job) -> bool:
     """Whether a running job runs preemptibly: registered low priority, or a regular job that the policy runs as
     a low-priority one because its tenant's VC is full (HiveD's overflow marks it in its policy state)."""
-    return job.priority == LOW_PRIORITY or manager.history(job.job_id).policy_state.get(OPPORTUNISTIC) == 1.0
+    state = lifecycle.policy_state_of(manager.history(job.job_id), manager.policy or "")
+    return job.priority == LOW_PRIORITY or state.get(OPPORTUNISTIC) == 1.0

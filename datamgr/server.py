@@ -85,6 +85,7 @@ async def serve(
     try:
         manager, controller = _manager_and_controller(config, store, scheduler)
         _check_stored_tenants(manager)
+        _check_stored_nodes(manager)
         metrics = None if config.metrics_port is None else DataManagerMetrics(manager)
         interceptors = [metrics.interceptor] if metrics else []  # first: refused calls are counted too
         server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors + security.interceptors())
@@ -180,6 +181,16 @@ def _check_stored_tenants(manager: DataManager) -> None:
         tenants.check_vcs(registered, manager.cell_levels, manager.state.nodes.values(), field="tenants")
     except DataManagerError as exc:
         log.warning("%s: policies that keep virtual clusters (hived) cannot run until they fit", exc)
+
+
+def _check_stored_nodes(manager: DataManager) -> None:
+    """Refuse cell levels whose node cell is smaller than a registered node's GPUs (every round of hived would
+    fail): restart with the levels the node was registered under, or unregister it to change them."""
+    for node in sorted(manager.state.nodes.values(), key=lambda node: node.node_id):
+        try:
+            tenants.check_node_gpus(node, manager.cell_levels, field="nodes")
+        except DataManagerError as exc:
+            raise ServeError(f"--cell-levels: {exc}; unregister the node to change the levels") from None
 
 
 def _manager_and_controller(

@@ -72,6 +72,20 @@ def cell_gpus(cell_levels: str, nodes: Iterable[Node]) -> dict[str, int]:
     return {"gpu": 1, "node": largest} if largest else {"gpu": 1}
 
 
+def check_node_gpus(node: Node, cell_levels: str, field: str = "gpus") -> None:
+    """FAILED_PRECONDITION unless the node's GPUs fit a node cell of `--cell-levels` (any do without it: a node
+    cell is then the largest node's). A node cell cannot hold more, so no hierarchy of these levels could hold
+    the node, and every round of a policy that keeps cells (hived) would fail."""
+    if not cell_levels:
+        return
+    per_node = cell_gpus(cell_levels, ())["node"]
+    if node.gpus > per_node:
+        raise FailedPrecondition(
+            f"{field}: node {node.node_id!r} has {node.gpus} GPUs, more than the {per_node} of a node cell of "
+            f"--cell-levels {cell_levels}"
+        )
+
+
 def vc_gpus(tenant: Tenant, gpus_per_cell: Mapping[str, int]) -> int:
     """The GPUs a tenant's cells hold; 0 while a level it names has no known size."""
     if any(level not in gpus_per_cell for level, count in tenant.cells.items() if count):

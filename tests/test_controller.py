@@ -431,3 +431,40 @@ def test_round_requests_coalesce_and_name_what_changed() -> None:
         assert not await requests.wait(0)
 
     asyncio.run(scenario())
+
+
+# ---- switching policies on a state dir ----
+
+
+def test_a_policy_is_handed_only_the_job_states_it_wrote_after_a_switch_either_way(tmp_path: Path) -> None:
+    """hived runs a job and keeps its cells as its state; restarted with tiresias-las, the state is not handed
+    to Tiresias (it read it as a queue: every round failed) and is cleared; restarted with hived again, Tiresias's
+    queue is not handed to HiveD either, and the job stays where it runs."""
+
+    async def round_by(policy: str, *, new_job: str = "") -> tuple[DataManager, str]:
+        async with owned_manager(tmp_path, policy) as (manager, requests):
+            if new_job:
+                uri = next(iter(manager.state.datasets))
+                await manager.register_job(new_job, uri, 1000, [], gpus=1)
+            report = await Controller(manager, build_scheduler(policy, "silod"), requests).run_round("test")
+            assert report.error == ""
+            return manager, ",".join(sorted(j for j, job in manager.state.jobs.items() if job.workers))
+
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "hived") as (manager, _):
+            await manager.register_node("n1", "h1:1", 10_000, gpus=2)
+            uri = await add_dataset(manager, tmp_path / "a", files=2, size=500)
+            await manager.register_job("first", uri, 1000, [], gpus=1)
+        manager, placed = await round_by("hived")
+        assert placed == "first" and manager.history("first").policy_state["opportunistic"] == 1.0
+        assert manager.history("first").policy_state_by == "hived"
+        manager, placed = await round_by("tiresias-las", new_job="second")
+        assert placed == "first,second"
+        assert snapshot_of(manager, 1000, time.time()).jobs["first"].policy_state["queue"] == 0.0
+        assert "opportunistic" not in manager.history("first").policy_state  # HiveD's cells are gone
+        assert manager.history("first").policy_state_by == "tiresias-las"
+        manager, placed = await round_by("hived", new_job="third")
+        assert placed == "first,second"  # no GPU left for the third
+        assert snapshot_of(manager, 1000, time.time()).jobs["first"].policy_state["opportunistic"] == 1.0
+
+    asyncio.run(scenario())

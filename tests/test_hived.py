@@ -6,10 +6,11 @@ the cells a job of some GPUs asks for."""
 from __future__ import annotations
 
 import random
+import tracemalloc
 
 import pytest
 
-from datamgr.scheduler.cells import Cell, CellHierarchy, CellRequest, parse_levels
+from datamgr.scheduler.cells import MAX_CELL_GPUS, Cell, CellHierarchy, CellRequest, parse_levels
 from datamgr.scheduler.hived import CellAllocator, IllegalRequest, LowCell, VirtualCluster, check_feasible
 
 FIVE_LEVELS = [("gpu", 1), ("pcie", 2), ("socket", 2), ("node", 2), ("rack", 2)]  # 8-GPU nodes, 2 per rack
@@ -449,3 +450,22 @@ def test_a_job_asks_for_the_smallest_cell_level_holding_its_gpus(
 def test_a_job_no_cell_can_hold_is_refused(gpus: int, within: int | None, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         racks().request_for(gpus, within=within)
+
+
+def test_a_hierarchy_whose_cells_hold_more_than_a_million_gpus_is_refused_naming_the_level() -> None:
+    with pytest.raises(ValueError, match=r"level node:2000000 makes cells of 2,000,000 GPUs; silod allows at most"):
+        CellHierarchy([("gpu", 1), ("node", 2_000_000)], 1)
+    with pytest.raises(ValueError, match=r"level rack:1000000000 makes cells of 2,000,000,000 GPUs"):
+        CellHierarchy([("gpu", 1), ("node", 2), ("rack", 1_000_000_000)], 1)
+
+
+def test_the_largest_hierarchy_allowed_enumerates_its_node_cells_only_when_asked() -> None:
+    """2^20 one-GPU nodes to a rack: sizing its cells (as a check of --cell-levels does) enumerates none of them."""
+    tracemalloc.start()
+    try:
+        hierarchy = CellHierarchy([("gpu", 1), ("node", 1), ("rack", MAX_CELL_GPUS)], 1)
+        assert (hierarchy.gpus(3), hierarchy.total_gpus) == (MAX_CELL_GPUS, MAX_CELL_GPUS)
+        assert tracemalloc.get_traced_memory()[1] < 1_000_000  # bytes at the peak: 2^20 node cells would be 100s of MB
+    finally:
+        tracemalloc.stop()
+    assert CellHierarchy([("gpu", 1), ("node", 2), ("rack", 2)], 1).node_of((0, 1, 0)) == "rack0/node1"

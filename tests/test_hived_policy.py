@@ -5,8 +5,10 @@ in its policy state, and sub-node affinity (a 2-GPU job on one PCIe switch)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 
@@ -311,3 +313,88 @@ def test_a_tenant_scheduler_the_policy_does_not_know_is_refused(tmp_path: Path) 
     path.write_text('[a]\ncells = { node = 1 }\nscheduler = "sjf"\n')
     with pytest.raises(SimInputError, match=r"tenant 'a': scheduler: 'sjf' is not one of fifo, tiresias"):
         load_tenants(path)
+
+
+# ---- live: states written against another hierarchy, or by another policy ----
+
+
+def _worker(job_id: str, submit: float, node: str, state: Mapping[str, float] | None = None) -> JobState:
+    """A 1-GPU job registered with its worker on `node` (the cluster scheduler placed it), and its state."""
+    return JobState(
+        job_id, submit, 1, "ds", GB, RATE, GB, placement={node: 1}, policy_state=MappingProxyType(dict(state or {}))
+    )
+
+
+def test_states_recorded_on_an_oversubscribed_node_that_shrank_since_do_not_fail_the_round() -> None:
+    """Five workers on a node of 4 GPUs make its node cell 5 GPUs; two finish and it is 4 again. The job whose
+    state records the fifth GPU is adopted where a GPU is free instead of every round failing."""
+    five = {f"j{i}": _worker(f"j{i}", float(i), "n1") for i in range(5)}
+    first = hived().schedule(Snapshot(0.0, {"n1": NodeState("n1", 5, 0)}, 1e9, {}, five), SiloDPerf())
+    left = {job_id: five[job_id]._replace(policy_state=first.job_states[job_id]) for job_id in ("j2", "j3", "j4")}
+    assert left["j4"].policy_state["c0"] == 4.0  # the fifth GPU, which a 4-GPU node cell lacks
+    left["new"] = JobState("new", 9.0, 1, "ds", GB, RATE, GB, priority="low")
+
+    decision = hived().schedule(Snapshot(1.0, {"n1": NodeState("n1", 4, 0)}, 1e9, {}, left), SiloDPerf())
+
+    assert decision.placements == {job_id: {"n1": 1} for job_id in ("j2", "j3", "j4", "new")}
+    assert decision.job_states["j4"]["c0"] < 4.0
+
+
+def test_cells_recorded_on_another_node_than_the_job_runs_on_are_not_replayed() -> None:
+    """A node whose id sorts first registers: the state's cell index now names its GPU, not the one the job
+    runs on. The job keeps its own node's GPU, and a new job goes to the free one."""
+    running = _worker("a", 0.0, "n1", {OPPORTUNISTIC: 1.0, "cells": 1.0, "level": 1.0, "c0": 0.0})
+    new = JobState("b", 1.0, 1, "ds", GB, RATE, GB, priority="low")
+    nodes = {"n0": NodeState("n0", 1, 0), "n1": NodeState("n1", 1, 0)}
+
+    decision = hived().schedule(Snapshot(0.0, nodes, 1e9, {}, {"a": running, "b": new}), SiloDPerf())
+
+    assert decision.placements == {"a": {"n1": 1}, "b": {"n0": 1}}
+
+
+def test_a_regular_job_taking_a_node_whose_gpus_one_adopted_job_holds_preempts_it_whole() -> None:
+    """After a policy switch a job another policy ran on both GPUs of a node holds them as two low-priority
+    GPU cells; a tenant's job needing that node cell preempts both at once (which failed every round)."""
+    adopted = _worker("old", 0.0, "n0")._replace(gpus=2, placement=MappingProxyType({"n0": 2}))
+    regular = JobState("new", 1.0, 2, "ds", GB, RATE, GB, tenant="a")
+    snapshot = Snapshot(
+        0.0,
+        {"n0": NodeState("n0", 2, 0)},
+        1e9,
+        {},
+        {"old": adopted, "new": regular},
+        tenants={"a": TenantShare(cells={"node": 1})},
+        cell_levels="gpu:1,node:2",
+    )
+
+    decision = hived().schedule(snapshot, SiloDPerf())
+
+    assert decision.placements == {"new": {"n0": 2}}
+    assert decision.job_states["old"] == {}
+
+
+def test_a_state_hived_cannot_read_is_treated_as_no_state() -> None:
+    """A state that lacks keys HiveD's has (another policy's, in a state dir older than the controller's record
+    of who wrote it): the job is kept where it runs, adopted, and moved into its tenant's VC as its turn is now."""
+    running = _worker("a", 0.0, "n0", {OPPORTUNISTIC: 0.0, "cells": 1.0, "level": 1.0, "c0": 0.0})._replace(tenant="a")
+    snapshot = Snapshot(
+        0.0,
+        {"n0": NodeState("n0", 2, 0)},
+        1e9,
+        {},
+        {"a": running},
+        tenants={"a": TenantShare(cells={"node": 1})},
+        cell_levels="gpu:1,node:2",
+    )
+    decision = hived().schedule(snapshot, SiloDPerf())
+    assert decision.placements == {"a": {"n0": 1}}
+    assert decision.job_states["a"] == {OPPORTUNISTIC: 0.0, "cells": 1.0, "level": 1.0, "c0": 0.0, "v0": 0.0}
+
+
+def test_more_workers_on_a_node_than_a_node_cell_of_the_cell_levels_holds_do_not_fail_the_round() -> None:
+    """The data manager refuses a node with more GPUs than a node cell, not more workers than its GPUs: the
+    snapshot's node shows them all. The jobs beyond the node cell's GPUs hold no cell and keep running."""
+    jobs = {f"j{i}": _worker(f"j{i}", float(i), "n1") for i in range(3)}
+    snapshot = Snapshot(0.0, {"n1": NodeState("n1", 3, 0)}, 1e9, {}, jobs, cell_levels="gpu:1,node:2")
+    decision = hived().schedule(snapshot, SiloDPerf())
+    assert decision.placements == {job_id: {"n1": 1} for job_id in jobs}

@@ -68,9 +68,21 @@ def test_start_stop_and_resume_bank_attained_service_and_time_queued() -> None:
 
 def test_policy_state_is_kept_only_when_it_changes() -> None:
     history = JobHistory("j", 0.0)
-    updated = lifecycle.with_policy_state(history, {"queue": 1})
+    updated = lifecycle.with_policy_state(history, {"queue": 1}, "tiresias-las")
     assert updated is not None and dict(updated.policy_state) == {"queue": 1.0}
-    assert lifecycle.with_policy_state(updated, {"queue": 1.0}) is None
+    assert lifecycle.with_policy_state(updated, {"queue": 1.0}, "tiresias-las") is None
+    rewritten = lifecycle.with_policy_state(updated, {"queue": 1.0}, "hived")  # the same numbers, another writer
+    assert rewritten is not None and rewritten.policy_state_by == "hived"
+
+
+def test_a_policy_is_handed_only_the_state_it_wrote_or_one_kept_before_writers_were() -> None:
+    written = JobHistory("j", 0.0, policy_state={"queue": 1.0}, policy_state_by="tiresias-las")
+    assert dict(lifecycle.policy_state_of(written, "tiresias-las")) == {"queue": 1.0}
+    assert dict(lifecycle.policy_state_of(written, "hived")) == {}
+    unmarked = JobHistory("j", 0.0, policy_state={"queue": 1.0})
+    assert dict(lifecycle.policy_state_of(unmarked, "hived")) == {"queue": 1.0}
+    cleared = lifecycle.with_policy_state(written, {}, "hived")
+    assert cleared is not None and (dict(cleared.policy_state), cleared.policy_state_by) == ({}, "")
 
 
 def test_a_rounds_moves_put_stops_first_and_leave_jobs_registered_with_workers_where_they_are() -> None:

@@ -362,3 +362,35 @@ def test_a_restart_warns_when_the_vcs_no_longer_fit_the_nodes(tmp_path: Path, ca
     (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warning.startswith("tenants: the VC assignment does not fit at level 2 (node)")
     assert warning.endswith("policies that keep virtual clusters (hived) cannot run until they fit")
+
+
+def test_a_node_with_more_gpus_than_a_node_cell_is_refused(cluster: Cluster) -> None:
+    message = refused(
+        cluster, lambda: cluster.client.register_node("n1", "h1:1", 10**9, gpus=5), grpc.StatusCode.FAILED_PRECONDITION
+    )
+    assert message.endswith(
+        "gpus: node 'n1' has 5 GPUs, more than the 4 of a node cell of --cell-levels gpu:1,pcie:2,node:2"
+    )
+    cluster.client.register_node("n1", "h1:1", 10**9, gpus=NODE_GPUS)  # a node cell's worth is fine
+
+
+def test_a_restart_refuses_cell_levels_whose_node_cell_is_smaller_than_a_registered_node(tmp_path: Path) -> None:
+    with EmbeddedDataManager(config(tmp_path)) as dm, DataManagerClient(dm.address, timeout=10) as client:
+        client.register_node("n1", "h1:1", 10**9, gpus=NODE_GPUS)
+    with pytest.raises(ServeError) as error:
+        EmbeddedDataManager(config(tmp_path, "gpu:1,node:2")).start()
+    assert str(error.value) == (
+        "--cell-levels: nodes: node 'n1' has 4 GPUs, more than the 2 of a node cell of --cell-levels gpu:1,node:2; "
+        "unregister the node to change the levels"
+    )
+
+
+def test_cell_levels_of_more_than_a_million_gpus_stop_the_server_with_exit_2_naming_the_level(
+    tmp_path: Path,
+) -> None:
+    levels, fragment = "gpu:1,node:2,rack:1000000000", "level rack:1000000000 makes cells of 2,000,000,000 GPUs"
+    with pytest.raises(ServeError, match=fragment):
+        asyncio.run(serve(config(tmp_path, levels)))
+    result = silod_cli("datamgr", "serve", "--state-dir", str(tmp_path / "state"), "--cell-levels", levels)
+    assert result.returncode == 2 and "argument --cell-levels: " in result.stderr and fragment in result.stderr
+    assert not (tmp_path / "state").exists()

@@ -349,3 +349,11 @@ def test_a_history_file_gives_gittins_its_distribution(tmp_path: Path) -> None:
     path.write_text("# GPU-time of past jobs\n4h\n8h  # a comment\n\n12h\n")
     policy = load_policy("tiresias-gittins", {"history": str(path)})
     assert policy.history.services == (4 * HOUR, 8 * HOUR, 12 * HOUR)  # type: ignore[attr-defined]
+
+
+def test_a_state_that_is_no_place_in_the_queues_starts_the_job_afresh_in_queue_1() -> None:
+    """HiveD's cells in a state dir written before the controller recorded who wrote each state."""
+    hived_state = {"opportunistic": 1.0, "cells": 1.0, "level": 1.0, "c0": 0.0}
+    running_job = job("j", 1, submit=10, on={"n0": 1}, attained=60.0, state=hived_state)
+    decision = las().schedule(snapshot(running_job, time=70), VanillaPerf())
+    assert decision.job_states["j"] == queue_state(0, 10) and running(decision.placements or {}) == {"j"}

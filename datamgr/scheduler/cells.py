@@ -20,6 +20,11 @@ from typing import NamedTuple
 
 Cell = tuple[int, ...]
 
+# The most GPUs one cell may hold, this code's choice: 2^20, more than any single cluster has, and few enough
+# that a hierarchy's free lists and node maps stay small. `--cell-levels gpu:1,node:2,rack:1000000000` would
+# otherwise describe billions of node cells that a round, or even a check of the levels, could never hold.
+MAX_CELL_GPUS = 1 << 20
+
 
 class Level(NamedTuple):
     """A level of the hierarchy: its name and h_k, how many buddy cells of the level below make one of it."""
@@ -47,13 +52,38 @@ def parse_levels(spec: str) -> tuple[tuple[str, int], ...]:
     return tuple(levels)
 
 
+def _cell_gpus(levels: Sequence[Level]) -> tuple[int, ...]:
+    """g_k for every level bottom up; a ValueError naming the first level whose cell holds more than
+    `MAX_CELL_GPUS` GPUs (checked before anything is enumerated)."""
+    gpus: list[int] = []
+    for level in levels:
+        held = (gpus[-1] if gpus else 1) * level.buddies
+        if held > MAX_CELL_GPUS:
+            raise ValueError(
+                f"level {level.name}:{level.buddies} makes cells of {held:,} GPUs; silod allows at most "
+                f"{MAX_CELL_GPUS:,} GPUs in one cell"
+            )
+        gpus.append(held)
+    return tuple(gpus)
+
+
+class _NodeMaps(NamedTuple):
+    """A hierarchy's node cells: the silod node ids in path order, and both ways between cell and id."""
+
+    ids: tuple[str, ...]
+    node_of: dict[Cell, str]
+    node_cell: dict[str, Cell]
+
+
 class CellHierarchy:
     """The physical cells of one homogeneous pool, and how they map to silod's nodes. Immutable.
 
     `levels` lists the levels bottom up as (name, h_k); the first level is one GPU (h_1 = 1). `top_cells` is
     how many cells of the top level there are. The level named `node_level` is silod's node: `node_ids` names
     its cells in path order (their cell names by default), which `placement` uses to turn cells into GPUs per
-    node.
+    node. A level whose cell would hold more than `MAX_CELL_GPUS` GPUs is a ValueError naming it. The node
+    cells are enumerated only when first needed, so a hierarchy built to check levels or to size cells
+    (`CellHierarchy(levels, 1)`) costs nothing however many nodes a top cell has.
     """
 
     def __init__(
@@ -82,16 +112,15 @@ class CellHierarchy:
             raise ValueError(f"a hierarchy needs at least one top-level cell, not {top_cells}")
         self.top = len(self.levels)
         self.node_level = self.level(node_level)
-        self._gpus = tuple(math.prod(level.buddies for level in self.levels[:k]) for k in range(1, self.top + 1))
-        nodes = self.cells(self.node_level)
-        ids = tuple(node_ids) if node_ids is not None else tuple(self.name(cell) for cell in nodes)
-        if len(ids) != len(nodes):
-            raise ValueError(f"{len(ids)} node ids for {len(nodes)} {node_level} cells")
-        if len(set(ids)) != len(ids):
+        self._gpus = _cell_gpus(self.levels)
+        nodes = top_cells * self._gpus[-1] // self._gpus[self.node_level - 1]
+        ids = tuple(node_ids) if node_ids is not None else None
+        if ids is not None and len(ids) != nodes:
+            raise ValueError(f"{len(ids)} node ids for {nodes} {node_level} cells")
+        if ids is not None and len(set(ids)) != len(ids):
             raise ValueError("node ids repeat")
-        self.node_ids = ids
-        self._node_of = dict(zip(nodes, ids, strict=True))
-        self._node_cell = dict(zip(ids, nodes, strict=True))
+        self._given_ids = ids
+        self._nodes: _NodeMaps | None = None
 
     @classmethod
     def over_nodes(cls, levels: Sequence[tuple[str, int]], node_ids: Sequence[str]) -> CellHierarchy:
@@ -104,6 +133,19 @@ class CellHierarchy:
                 f"{len(node_ids)} nodes do not fill whole {probe.level_name(probe.top)} cells of {per_top} nodes"
             )
         return cls(levels, len(node_ids) // per_top, node_ids=node_ids)
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        """The silod node of each node cell, in path order."""
+        return self._node_maps().ids
+
+    def _node_maps(self) -> _NodeMaps:
+        """The node cells and their silod nodes, enumerated on first use."""
+        if self._nodes is None:
+            cells = self.cells(self.node_level)
+            ids = self._given_ids if self._given_ids is not None else tuple(self.name(cell) for cell in cells)
+            self._nodes = _NodeMaps(ids, dict(zip(cells, ids, strict=True)), dict(zip(ids, cells, strict=True)))
+        return self._nodes
 
     @property
     def total_gpus(self) -> int:
@@ -196,13 +238,14 @@ class CellHierarchy:
         """The silod node holding a cell at or below the node level."""
         if self.level_of(cell) > self.node_level:
             raise ValueError(f"{self.name(cell)} spans several nodes")
-        return self._node_of[cell[: self.top - self.node_level + 1]]
+        return self._node_maps().node_of[cell[: self.top - self.node_level + 1]]
 
     def node_cell(self, node_id: str) -> Cell:
         """The node-level cell of a silod node."""
-        if node_id not in self._node_cell:
+        node_cell = self._node_maps().node_cell
+        if node_id not in node_cell:
             raise ValueError(f"no node {node_id!r} in the cell hierarchy")
-        return self._node_cell[node_id]
+        return node_cell[node_id]
 
     def node_gpus(self, node_id: str) -> list[Cell]:
         """The GPU cells of a silod node, in path order."""
@@ -213,7 +256,8 @@ class CellHierarchy:
         level = self.level_of(cell)
         if level <= self.node_level:
             return [self.node_of(cell)]
-        return [self._node_of[node] for node in self.descendants(cell, self.node_level)]
+        node_of = self._node_maps().node_of
+        return [node_of[node] for node in self.descendants(cell, self.node_level)]
 
     def placement(self, cells: Iterable[Cell], gpus: int) -> dict[str, int]:
         """A job of `gpus` GPUs on `cells`, as silod places jobs (GPUs per node): the cells' GPUs taken in path

@@ -47,9 +47,10 @@ allocator from them, so the policy is pure and a restarted data manager resumes 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 from datamgr.scheduler.cells import Cell, CellHierarchy, CellRequest, parse_levels
 from datamgr.scheduler.hived import CellAllocator, LowCell, VirtualCluster
@@ -69,17 +70,14 @@ def cell_hierarchy(cell_levels: str, node_gpus: tuple[tuple[str, int], ...]) -> 
     """The hierarchy of `cell_levels` over the nodes (id, GPUs), in id order; without levels a node is one
     cell of as many GPUs as the largest node has. Nodes that do not fill the last top cell (live, while they
     register) are padded with absent ones, and a node may have fewer GPUs than a node cell: `_Round` excludes
-    the GPUs that are not there. A node with more GPUs than a node cell is a ValueError naming it."""
+    the GPUs that are not there. A node may also show more GPUs than a node cell: the data manager refuses to
+    register such a node, but not more workers on a node than its GPUs, and a snapshot counts those; the
+    hierarchy holds a node cell of it, and the jobs on the GPUs beyond hold no cell (`_adopt`), rather than
+    every round failing until enough of them finish."""
     largest = max((gpus for _, gpus in node_gpus), default=1)
     levels = parse_levels(cell_levels) if cell_levels else (("gpu", 1), ("node", max(largest, 1)))
     probe = CellHierarchy(levels, 1)
-    per_node = probe.gpus(probe.node_level)
-    for node, count in node_gpus:
-        if count > per_node:
-            raise ValueError(
-                f"node {node} has {count} GPUs, more than the {per_node} of a node cell of {cell_levels!r}"
-            )
-    per_top = probe.gpus(probe.top) // per_node
+    per_top = probe.gpus(probe.top) // probe.gpus(probe.node_level)
     missing = -len(node_gpus) % per_top if node_gpus else per_top
     return CellHierarchy.over_nodes(levels, [node for node, _ in node_gpus] + [f"{ABSENT}{i}" for i in range(missing)])
 
@@ -130,6 +128,7 @@ class _Round:
         self.low_cells: dict[str, list[Cell]] = {}  # running low-priority job -> its cells
         self.preempted: set[str] = set()  # jobs this round preempted
         self.pieces: dict[str, list[Cell]] = {}  # a regular job running in its VC -> its VC cells
+        self.vc_pairs: dict[str, list[tuple[int, Cell]]] = {}  # the same jobs -> (VC cell, physical cell) pairs
         self._rebuild()
         self._exclude_unusable_gpus()
 
@@ -155,18 +154,23 @@ class _Round:
                     self.allocator.exclude(gpu)
 
     def _rebuild(self) -> None:
+        """Take the cells every running job's state records, regular jobs' first; a job whose state records
+        none that still hold it (`_recorded`), or cells another job's state took first, is adopted as one
+        HiveD did not place."""
         running = self.snapshot.running_jobs()
+        recorded = {job.job_id: _recorded(self.hierarchy, job) for job in running}
         foreign = []
         for job in running:
             self.placements[job.job_id] = job.placement
-            state = job.policy_state
-            if state.get(OPPORTUNISTIC) == 0.0 and self._restore_regular(job, state):
+            cells = recorded[job.job_id]
+            if cells is not None and cells.roots is not None and self._restore_regular(job, cells.roots, cells.cells):
                 continue
-            if state.get(OPPORTUNISTIC) != 1.0:
+            if cells is None or cells.roots is not None:
                 foreign.append(job)
         for job in running:
-            if job.policy_state.get(OPPORTUNISTIC) == 1.0:
-                self._restore_low(job, _cells(self.hierarchy, job.policy_state))
+            cells = recorded[job.job_id]
+            if cells is not None and cells.roots is None and not self._restore_low(job, cells.cells):
+                foreign.append(job)
         for job in foreign:
             self._adopt(job)
 
@@ -183,14 +187,23 @@ class _Round:
             return self.vcs[SHARED] if job.tenant in self.quota else None
         return self.vcs.get(job.tenant)
 
-    def _restore_regular(self, job: JobState, state: Mapping[str, float]) -> bool:
+    def _restore_regular(self, job: JobState, roots: list[int], cells: list[Cell]) -> bool:
+        """Put a regular job back on its recorded cells in its VC; False, taking nothing, if it has no VC now
+        or the VC cannot hold them (a VC re-registered smaller, cells another job's state took first)."""
         vc = self._vc_of(job)
         if vc is None:
             return False
-        roots = [int(state[f"v{index}"]) for index in range(int(state.get("cells", 0)))]
-        self.pieces[job.job_id] = [
-            vc.restore(root, cell) for root, cell in zip(roots, _cells(self.hierarchy, state), strict=True)
-        ]
+        pairs = list(zip(roots, cells, strict=True))
+        pieces: list[Cell] = []
+        try:
+            for root, cell in pairs:
+                pieces.append(vc.restore(root, cell))
+        except ValueError:
+            for virtual in pieces:
+                vc.release(virtual)
+            return False
+        self.pieces[job.job_id] = pieces
+        self.vc_pairs[job.job_id] = pairs
         self.regular_gpus[job.tenant] += job.gpus
         return True
 
@@ -199,9 +212,7 @@ class _Round:
         it is: `put_back`); its (VC cell, physical cell) pairs."""
         vc = self._vc_of(job)
         assert vc is not None
-        pairs = [
-            (int(job.policy_state[f"v{i}"]), cell) for i, cell in enumerate(_cells(self.hierarchy, job.policy_state))
-        ]
+        pairs = self.vc_pairs.pop(job.job_id)
         for virtual in self.pieces.pop(job.job_id):
             vc.release(virtual)
         self.regular_gpus[job.tenant] -= job.gpus
@@ -225,13 +236,23 @@ class _Round:
             )
             return False
         self.pieces[job.job_id] = restored
+        self.vc_pairs[job.job_id] = pairs
         self.regular_gpus[job.tenant] += job.gpus
         return True
 
-    def _restore_low(self, job: JobState, cells: list[Cell]) -> None:
-        for cell in cells:
-            self.allocator.take_low(job.job_id, cell)
+    def _restore_low(self, job: JobState, cells: list[Cell]) -> bool:
+        """Give a low-priority job these cells; False, taking none, if another job holds some of them."""
+        taken: list[Cell] = []
+        try:
+            for cell in cells:
+                self.allocator.take_low(job.job_id, cell)
+                taken.append(cell)
+        except ValueError:
+            for cell in taken:
+                self.allocator.release_low(cell)
+            return False
         self.low_cells[job.job_id] = cells
+        return True
 
     def _adopt(self, job: JobState) -> None:
         """A running job without HiveD's cells: its GPUs become low-priority GPU cells where they are free."""
@@ -293,12 +314,15 @@ class _Round:
         where = ", ".join(self.hierarchy.name(cell) for cell in cells)
         self.notes[job.job_id] = f"{'moved ' if moved else ''}{kind} on {where}"
 
-    def _preempt(self, taken: Iterable[LowCell], by: JobState) -> None:
+    def _preempt(self, taken: Sequence[LowCell], by: JobState) -> None:
+        """Stop whole the low-priority jobs that lost cells to `by`: release their other cells (those `taken`
+        are released already, and one job may lose several, such as an adopted job's GPUs to a node cell)."""
+        released = {cell for _, cell in taken}
         for owner, cell in taken:
             if owner not in self.low_cells:
                 continue
             for other in self.low_cells.pop(owner):
-                if other != cell:
+                if other not in released:
                     self.allocator.release_low(other)
             del self.placements[owner]
             self.preempted.add(owner)
@@ -317,12 +341,38 @@ def _encode(hierarchy: CellHierarchy, cells: list[Cell], roots: list[int] | None
     return MappingProxyType(state)
 
 
-def _cells(hierarchy: CellHierarchy, state: Mapping[str, float]) -> list[Cell]:
-    count = int(state.get("cells", 0))
-    if not count:
-        return []
-    level = int(state["level"])
-    return [hierarchy.cell_at(level, int(state[f"c{index}"])) for index in range(count)]
+class _Recorded(NamedTuple):
+    """The cells a running job's state records: physical cells, and for a regular job the VC cell of each."""
+
+    cells: list[Cell]
+    roots: list[int] | None  # None: a low-priority job
+
+
+def _recorded(hierarchy: CellHierarchy, job: JobState) -> _Recorded | None:
+    """The cells the job's policy state records, if they still hold it exactly where it runs; else None.
+
+    The state is only a memo of where HiveD put the job, written against the hierarchy of its round. The
+    hierarchy changes under it: a node cell is as large as the largest node without `--cell-levels`, and a
+    node counts the workers registered on it when they outnumber its GPUs, so a node cell shrinks when such
+    jobs finish; node ids that sort before the others shift every later node's cells; and a state another
+    policy wrote (a policy switch on a state dir written before the controller kept only a policy's own) is
+    no HiveD state at all. Replaying such a state would fail every round. A job it no longer places is still
+    running where it runs, so it is treated as a job HiveD did not place (`_adopt`: its GPUs taken as
+    low-priority cells, and a regular job moved into its VC when its turn comes), which the paper's logic
+    allows: a running job outside its VC is preemptible until it moves in."""
+    state = job.policy_state
+    opportunistic = state.get(OPPORTUNISTIC)
+    if opportunistic not in (0.0, 1.0):
+        return None
+    try:
+        count = int(state["cells"])
+        level = int(state["level"])
+        cells = [hierarchy.cell_at(level, int(state[f"c{index}"])) for index in range(count)]
+        roots = None if opportunistic == 1.0 else [int(state[f"v{index}"]) for index in range(count)]
+        where = hierarchy.placement(cells, job.gpus)
+    except (KeyError, ValueError, OverflowError):  # a key missing, a number out of range
+        return None
+    return _Recorded(cells, roots) if where == dict(job.placement) else None
 
 
 class HivedScheduler:

@@ -120,9 +120,12 @@ class JobQueue(NamedTuple):
 
     @classmethod
     def of(cls, job: JobState) -> JobQueue | None:
-        """The place the job's state records; None for a job the policy has not seen yet."""
+        """The place the job's state records; None for a job the policy has not seen yet, or whose state is
+        not a place in the queues. The controller hands a policy only the states it wrote, but a state dir
+        written before it recorded who wrote them may hold another policy's (HiveD's cells, say): such a
+        job starts afresh in Q1, as after a switch, rather than failing every round."""
         state = job.policy_state
-        if not state:
+        if not all(key in state for key in cls._fields):
             return None
         return cls(int(state["queue"]), state["entered"], state["service_base"], state["waited_base"])
 
