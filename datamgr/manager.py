@@ -554,13 +554,16 @@ class DataManager:
         self.liveness.forget(node_id)
         return revision
 
-    async def watch(self, node_id: str, since_revision: int) -> AsyncIterator[pb.WatchEvent]:
-        """The node's events after `since_revision`, or a snapshot if that is 0 or no longer in the log."""
+    async def watch(self, node_id: str, since_revision: int, history: int = 0) -> AsyncIterator[pb.WatchEvent]:
+        """The node's events after `since_revision` of `history`, or a snapshot if that is 0, no longer in the log,
+        or a revision of another history of the state (`StateStore.history`: a state dir restored or copied back,
+        where the same number names other changes). The first event names this data manager's history, which the
+        node sends back when it resumes (0, from a node that predates histories: the revision alone decides)."""
         self.node("node_id", node_id)
         self._note_contact(node_id)
         with self.hub.subscribe(node_id) as subscription:
             # No await between subscribing and reading the log or state: nothing can slip in between.
-            logged = self._logged_events(node_id, since_revision) if since_revision else None
+            logged = self._logged_events(node_id, since_revision, history) if since_revision else None
             if logged is None:
                 snapshot = convert.snapshot_event(self.state.revision, self.state.node_view(node_id))
                 await self._settled()  # never show a node state that is not yet on disk
@@ -570,6 +573,7 @@ class DataManager:
                 if not backlog:  # nothing missed: say so, so the node knows it is connected and current
                     # At the durable revision: changes still being written arrive through the subscription.
                     backlog = [pb.WatchEvent(revision=self._durable_revision())]
+            backlog[0].history = self._store.history
             last = since_revision
             for event in backlog:
                 last = event.revision
@@ -577,11 +581,11 @@ class DataManager:
             async for event in events_after(subscription, last):
                 yield event
 
-    def _logged_events(self, node_id: str, since_revision: int) -> list[bytes] | None:
-        """The node's events after `since_revision` from the log; None (a snapshot, taken from memory) if the log no
-        longer reaches back that far, or if the disk fails the read: the node resyncs instead of waiting on it."""
+    def _logged_events(self, node_id: str, since_revision: int, history: int) -> list[bytes] | None:
+        """The node's events after `since_revision` of `history` from the log; None (a snapshot, taken from memory)
+        if the log does not hold them, or if the disk fails the read: the node resyncs instead of waiting on it."""
         try:
-            return self._store.events_since(node_id, since_revision)
+            return self._store.events_since(node_id, since_revision, history)
         except StoreUnreadable as exc:
             log.warning(
                 "node %s resumes from revision %d with a snapshot: the event log cannot be read (%s)",

@@ -187,7 +187,7 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
         self, request: pb.WatchAllocationsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.WatchEvent]:
         try:
-            async for event in self._manager.watch(request.node_id, request.since_revision):
+            async for event in self._manager.watch(request.node_id, request.since_revision, request.history):
                 yield event
         except DataManagerError as error:
             await _abort(context, error)

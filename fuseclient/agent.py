@@ -5,7 +5,9 @@ anything is served), follows its allocation watch stream and applies each revisi
 with workers here appears as `MOUNTPOINT/JOB_ID/`, a finished job's directory disappears (files it has open
 keep working), quota and rate changes apply as they arrive. When the data manager is unreachable the
 mount keeps enforcing the last allocations it received, and the agent reconnects with backoff, resuming from
-the last revision it applied. Usage is reported every few seconds.
+the last revision it applied, named with the history the data manager's stream gave it: a data manager whose state
+was restored from an older copy answers a revision of another history with a fresh snapshot. Usage is reported
+every few seconds.
 
 The gRPC client is the blocking one, in a worker thread: the mount runs on trio, which cannot share an event
 loop with grpc's asyncio API. The thread fetches manifests and hands each revision to the trio loop, which
@@ -87,6 +89,7 @@ class NodeAgent:
         self._stop = threading.Event()
         self._call: grpc.CallIterator[pb.WatchEvent] | None = None
         self.revision = 0
+        self.history = 0  # the history `revision` belongs to, as the stream that sent it named it (0: none named)
         self.reconnects = 0  # times the watch stream came back after an outage
         self._reached = False  # a call has succeeded: the address and security settings are right
         self._registered = False  # this run has registered the node (again after the data manager lost it)
@@ -157,9 +160,19 @@ class NodeAgent:
             )
         return pb.ReportUsageRequest(node_id=self._config.node_id, datasets=datasets, jobs=jobs)
 
-    async def _apply(self, event: pb.WatchEvent) -> None:
-        """Apply one revision: a snapshot replaces everything, changes apply in order."""
+    async def _apply(self, event: pb.WatchEvent, *, opens_stream: bool) -> None:
+        """Apply one revision: a snapshot replaces everything, changes apply in order. The first event of a stream
+        names the history of its revisions (0 from a data manager that names none), which goes with them."""
         if event.HasField("snapshot"):
+            if self.revision:
+                log.info(
+                    "the data manager %s sent a snapshot of its revision %d where this node was at revision %d: "
+                    "following it",
+                    self._config.datamgr,
+                    event.revision,
+                    self.revision,
+                    extra=self._ids(),
+                )
             await self._apply_snapshot(event.snapshot)
         for change in event.changes:
             kind = change.WhichOneof("change")
@@ -172,6 +185,8 @@ class NodeAgent:
             elif kind == "dataset_removed":
                 await self._remove_dataset(change.dataset_removed)
         self.revision = event.revision
+        if opens_stream:
+            self.history = event.history
 
     async def _apply_snapshot(self, snapshot: pb.AllocationSnapshot) -> None:
         for job_id in set(self._mount.jobs) - {j.job_id for j in snapshot.jobs}:
@@ -309,11 +324,15 @@ class NodeAgent:
             self._register()
         while not self._stop.is_set():
             try:
-                request = pb.WatchAllocationsRequest(node_id=self._config.node_id, since_revision=self.revision)
+                request = pb.WatchAllocationsRequest(
+                    node_id=self._config.node_id, since_revision=self.revision, history=self.history
+                )
                 self._call = self._stub.WatchAllocations(request)
-                for event in self._call:
+                for index, event in enumerate(self._call):
                     self._fetch_manifests(event)
-                    trio.from_thread.run(self._apply, event, trio_token=token)
+                    trio.from_thread.run(
+                        functools.partial(self._apply, event, opens_stream=index == 0), trio_token=token
+                    )
                     if outage:
                         log.info(
                             "data manager %s is back; at revision %d",

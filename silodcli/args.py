@@ -98,6 +98,18 @@ def path_arg(text: str) -> Path:
     return Path(text)
 
 
+def backup_file_arg(text: str) -> Path:
+    """The path of the new file `silod datamgr backup` writes: not one that names a directory by its spelling
+    ("DIR/", "DIR/.", ".."), which `Path` would turn into the directory's own name ("DIR"), making a file where a
+    directory was meant. A directory named without a slash is refused where the file is made (`back_up`)."""
+    if os.path.basename(text) in ("", ".", ".."):
+        raise argparse.ArgumentTypeError(
+            f"{text} names a directory, and a backup is a new file: give the file's path (such as "
+            f"{os.path.join(text, 'silod-backup.db')})"
+        )
+    return path_arg(text)
+
+
 size_arg = argument_type(parse_size, "size")
 rate_arg = argument_type(parse_rate, "rate")
 

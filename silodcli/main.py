@@ -15,6 +15,7 @@ from datamgr.defaults import DATAMGR_ENV, DEFAULT_DATAMGR, DEFAULT_LISTEN, DEFAU
 from datamgr.logs import setup_logging
 from silodcli import config, fuse_parser
 from silodcli.args import (
+    backup_file_arg,
     cell_levels_arg,
     cells_arg,
     egress_cap_arg,
@@ -136,16 +137,16 @@ def build_parser() -> ConfigurableParser:
         "see docs/scheduler.md); repeat for more. Command line only",
     )
     serve_p.set_defaults(run=Deferred("silodcli.serve:run_serve"), default_log_level="INFO")
-    for action, about, file_help in (
+    for action, about, file_type, file_help in (
         ("backup", "copy the state database to a new file, consistently, while the data manager runs or not",
-         "the copy: a new file, never replaced"),
+         backup_file_arg, "the copy: the path of a new file, never replaced (not a directory)"),
         ("restore", "make a backup the state database of a stopped data manager's state dir, keeping the one it "
-         "replaces", "a copy silod datamgr backup made"),
+         "replaces", path_arg, "a copy silod datamgr backup made (the file, not a directory)"),
     ):  # fmt: skip
         state_p = datamgr.add_parser(action, help=about)
         with config.settings(state_p, "datamgr"):
             state_p.add_argument("--state-dir", type=path_arg, required=True, metavar="DIR", help="the state dir")
-        state_p.add_argument("file", type=path_arg, metavar="FILE", help=file_help)
+        state_p.add_argument("file", type=file_type, metavar="FILE", help=file_help)
         state_p.set_defaults(run=Deferred(f"silodcli.serve:run_{action}"))
 
     alloc = sub.add_parser("alloc", help="set allocations (the paper's two calls)").add_subparsers(

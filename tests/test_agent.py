@@ -228,3 +228,39 @@ def test_a_job_on_two_nodes_gets_half_its_rate_on_each(system: System) -> None:
     system.client.allocate_remote_io("j1", 10_000_000)
     for node in nodes:
         eventually(lambda: system.node_stats(node, "j1")["io_bytes_per_sec"] == 5_000_000, what="half rate")  # noqa: B023
+
+
+def test_a_node_behind_a_restored_data_manager_that_went_past_it_follows_the_restored_state(system: System) -> None:
+    # Backup at revision R; the node goes on to R+2; the data manager is stopped and the backup restored; changes
+    # on the restored state take it past the node's revision before the node reconnects. Resumed by its revision
+    # alone, the node would get the last change only: keep j2, miss j3, enforce the old rate, and say nothing.
+    node = system.start_node("n1")
+    system.client.register_dataset(system.uri)
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
+    system.client.allocate_remote_io("j1", 30_000_000)
+    state_dir = str(system.datamgr.state_dir)
+    backup = system.root / "backup.db"
+    assert silod_cli("datamgr", "backup", "--state-dir", state_dir, str(backup)).returncode == 0
+    system.client.allocate_remote_io("j1", 9_000_000)
+    seen = system.client.register_job("j2", system.uri, 100_000_000, [("n1", 1)]).revision
+    eventually(lambda: system.node_stats(node, "j2") and system.node_stats(node, "j1")["io_bytes_per_sec"] == 9e6)
+    system.datamgr.kill()
+    restored = silod_cli("datamgr", "restore", "--state-dir", state_dir, str(backup))
+    assert restored.returncode == 0, restored.stderr
+
+    # The changes reach the restored state on another address, which the node does not know: all before it resumes.
+    elsewhere = DataManagerProcess(system.datamgr.state_dir, system.root / "elsewhere.log")
+    try:
+        with DataManagerClient(elsewhere.start().address, timeout=10) as client:
+            revision = client.register_job("j3", system.uri, 100_000_000, [("n1", 1)]).revision
+            while revision <= seen:
+                revision = client.allocate_remote_io("j3", 1_000_000 * revision).revision
+        assert elsewhere.terminate() == 0
+    finally:
+        elsewhere.stop()
+
+    system.datamgr.start()
+    eventually(lambda: system.node_stats(node, "j1")["io_bytes_per_sec"] == 30_000_000, what="the restored rate")
+    eventually(lambda: not node.job_dir("j2").exists(), what="j2, unknown to the restored state, gone")
+    eventually(lambda: node.job_dir("j3").is_dir(), what="j3, registered on the restored state")
+    assert node.log_lines(f"sent a snapshot of its revision {revision} where this node was at revision {seen}")

@@ -530,3 +530,33 @@ def test_a_state_or_cache_dir_that_cannot_be_made_exits_2_naming_it(
     job = f"j=file://{tmp_path}"
     assert main(["mount", str(mountpoint), "--cache-dir", unusable, "--job", job, "--foreground"], environ={}) == 2
     assert f"cannot use --cache-dir {unusable}: {why}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spelling", ["new/", "existing", "existing/", "existing/."])
+def test_a_backup_to_a_directory_exits_2_saying_a_backup_wants_a_file_path(tmp_path: Path, spelling: str) -> None:
+    """`Path` drops a trailing slash: "new/" made a file named `new`, and an existing directory was refused as
+    "File exists". Neither writes anything."""
+    state_dir = tmp_path / "state"
+    SQLiteStore(state_dir).close()
+    (tmp_path / "existing").mkdir()
+    given = f"{tmp_path}/{spelling}"  # as typed: `tmp_path / spelling` would drop the slash too
+    refused = silod_cli("datamgr", "backup", "--state-dir", str(state_dir), given)
+    assert refused.returncode == 2
+    err = refused.stderr
+    assert f"{given}: it is a directory" in err or f"{given} names a directory" in err, err
+    assert "Traceback" not in err
+    assert "a backup is a new file: give the file's path" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["existing", "state"]
+    assert list((tmp_path / "existing").iterdir()) == []
+
+
+def test_a_restore_from_a_directory_exits_2_saying_it_is_a_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state_dir = tmp_path / "state"
+    SQLiteStore(state_dir).close()
+    database = (state_dir / "silod.db").read_bytes()
+    assert main(["datamgr", "restore", "--state-dir", str(state_dir), str(tmp_path)], environ={}) == 2
+    assert f"cannot restore {tmp_path}: it is a directory, not a backup file" in capsys.readouterr().err
+    assert sorted(p.name for p in state_dir.iterdir()) == ["lock", "silod.db"]
+    assert (state_dir / "silod.db").read_bytes() == database

@@ -3,8 +3,10 @@ same state and revisions, and watching nodes resume across the restart without l
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -13,7 +15,16 @@ import pytest
 from datamgr.client import DataManagerClient
 from datamgr.store.sqlite import SQLiteStore
 from silodpb.v1 import datamgr_pb2 as pb
-from tests.datamgr_fixtures import SILOD, DataManagerProcess, full_state, make_local_dataset, silod_cli, watch
+from tests.datamgr_fixtures import (
+    SILOD,
+    STREAM_DEADLINE,
+    DataManagerProcess,
+    NodeWatch,
+    full_state,
+    make_local_dataset,
+    silod_cli,
+    watch,
+)
 from tests.storage_servers import missing_dependency
 
 
@@ -199,3 +210,97 @@ def test_a_restore_whose_state_dir_cannot_be_flushed_exits_2_saying_it_may_not_l
     assert f"restored {backup} into state dir {state_dir}, but could not flush the directory" in failed.stderr
     assert "Input/output error" in failed.stderr and "restore again" in failed.stderr
     assert "Traceback" not in failed.stderr
+
+
+def _watch_from(client: DataManagerClient, since: int, history: int) -> NodeWatch:
+    """Node n1's watch resumed from revision `since` of `history`, as a node agent resumes it."""
+    request = pb.WatchAllocationsRequest(node_id="n1", since_revision=since, history=history)
+    return NodeWatch(client.stub.WatchAllocations(request, timeout=STREAM_DEADLINE))
+
+
+def test_a_node_resumes_its_watch_in_the_history_it_was_told_across_a_restart(
+    datamgr_process: DataManagerProcess, tmp_path: Path
+) -> None:
+    with DataManagerClient(datamgr_process.start().address) as client:
+        _populate(client, tmp_path)
+        stream = watch(client, "n1")
+        first = stream.next()
+        stream.cancel()
+        missed_before_kill = client.allocate_remote_io("j1", 9_000_000).revision
+    datamgr_process.kill()
+
+    with DataManagerClient(datamgr_process.start().address) as client:
+        missed_after = client.allocate_remote_io("j1", 6_000_000).revision
+        resumed = _watch_from(client, first.revision, first.history)
+        events = [resumed.next(), resumed.next()]
+        assert [e.revision for e in events] == [missed_before_kill, missed_after]
+        assert not any(e.HasField("snapshot") for e in events)  # from the log, not a snapshot
+        assert events[0].history not in (0, first.history)  # a new history from the restart on
+
+
+def test_a_node_past_a_restored_backup_gets_a_snapshot_after_the_restored_state_passes_its_revision(
+    datamgr_process: DataManagerProcess, tmp_path: Path
+) -> None:
+    """Backup at revision R; the node sees later changes (R+2); restore; the restored data manager changes until it
+    is past the node's revision before the node resumes. The node's revision names another change there: resumed
+    from the log, the node would get the last change alone and keep a job the data manager does not know."""
+    backup = tmp_path / "backup.db"
+    state_dir = str(datamgr_process.state_dir)
+    with DataManagerClient(datamgr_process.start().address) as client:
+        uri, _ = _populate(client, tmp_path)
+        assert silod_cli("datamgr", "backup", "--state-dir", state_dir, str(backup)).returncode == 0
+        stream = watch(client, "n1")
+        history = stream.next().history
+        client.allocate_remote_io("j1", 9_000_000)
+        seen = client.register_job("j2", uri, 1_000, [("n1", 1)]).revision
+        while (event := stream.next()).revision < seen:
+            pass
+        stream.cancel()
+    datamgr_process.kill()
+    restored = silod_cli("datamgr", "restore", "--state-dir", state_dir, str(backup))
+    assert restored.returncode == 0, restored.stderr
+
+    with DataManagerClient(datamgr_process.start().address) as client:
+        rate = 3_000_000
+        while (revision := client.allocate_remote_io("j1", rate).revision) <= seen:
+            rate += 3_000_000
+        resumed = _watch_from(client, event.revision, history).next()
+        assert resumed.HasField("snapshot") and resumed.revision == revision
+        assert [(j.job_id, j.job_io_bytes_per_sec) for j in resumed.snapshot.jobs] == [("j1", rate)]
+
+
+def _revision_of(database: Path) -> int:
+    """The revision a closed state database holds (with the write-ahead log beside it, if any)."""
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        return int(db.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()[0])
+
+
+def test_two_restores_in_the_same_second_keep_both_replaced_databases(
+    datamgr_process: DataManagerProcess, tmp_path: Path
+) -> None:
+    """The replaced database's name has the time to the second: libfaketime stops the clock, so both restores
+    happen in the same second, deterministically. The first keeps the database of a killed data manager, with its
+    write-ahead log; the second must neither rename over it nor set its own beside that log."""
+    if shutil.which("faketime") is None:
+        missing_dependency("faketime is not installed (make setup installs it)")
+    backup = tmp_path / "backup.db"
+    state_dir = str(datamgr_process.state_dir)
+    with DataManagerClient(datamgr_process.start().address) as client:
+        _, revision = _populate(client, tmp_path)
+        assert silod_cli("datamgr", "backup", "--state-dir", state_dir, str(backup)).returncode == 0
+        client.allocate_remote_io("j1", 9_000_000)
+    datamgr_process.kill()  # its write-ahead log holds its last change
+
+    kept = []
+    for _ in range(2):
+        restore = subprocess.run(
+            ["faketime", "-f", "2026-11-27 10:00:00", *SILOD, "datamgr", "restore", "--state-dir", state_dir,
+             str(backup)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert restore.returncode == 0, restore.stderr
+        kept.append(Path(restore.stdout.strip().rsplit(" ", 1)[1]))
+
+    assert kept[0] != kept[1] and kept[0].name.startswith("silod.db.replaced-20261127T100000Z")
+    assert not Path(f"{kept[1]}-wal").exists()  # nothing of the first's beside the second
+    assert [_revision_of(path) for path in kept] == [revision + 1, revision]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -275,6 +276,67 @@ def test_event_log_answers_only_for_revisions_it_still_holds(make_store: StoreFa
     assert store.events_since("n2", 2040) == []
 
 
+def test_a_revision_of_another_history_is_not_resumed_from_the_log(make_store: StoreFactory) -> None:
+    store = make_store()
+    store.commit([Commit(1, Change(nodes_put=(NODE,)), [("n1", b"event-1")])])
+    store.commit([Commit(2, Change(), [("n1", b"event-2")])])
+    assert store.history != 0  # 0 on the wire means "not known"
+    assert store.events_since("n1", 1, store.history) == [b"event-2"]
+    assert store.events_since("n1", 1, 1 if store.history != 1 else 2) is None  # the same number, another change
+    assert store.events_since("n1", 1) == [b"event-2"]  # a node from before histories: the revision alone decides
+
+
+def _commit_events(store: SQLiteStore, revisions: range, tag: str) -> None:
+    for revision in revisions:
+        store.commit([Commit(revision, Change(), [("n1", f"{tag}{revision}".encode())])])
+
+
+def test_a_copy_of_the_state_dir_shares_its_revisions_up_to_the_copy_and_none_after(tmp_path: Path) -> None:
+    """An operator copies the state dir (a backup, a volume snapshot, by hand); the original goes on to revision 7;
+    the copy, at revision 4, is put back and goes on to 8 itself. Revisions 5 to 7 of the two name different changes:
+    a node at the original's 7 must not resume from the copy's log, which would send it the copy's 8 alone."""
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    store = SQLiteStore(original)
+    _commit_events(store, range(1, 5), "")
+    copied_in = store.history
+    store.close()
+    shutil.copytree(original, copy)
+    store = SQLiteStore(original)
+    _commit_events(store, range(5, 8), "")
+    went_on_in = store.history
+    store.close()
+
+    restarted = SQLiteStore(original)  # a restart stays in the same history: its nodes resume from the log
+    assert restarted.events_since("n1", 7, went_on_in) == []
+    assert restarted.events_since("n1", 3, copied_in) == [b"4", b"5", b"6", b"7"]
+    restarted.close()
+    restored = SQLiteStore(copy)
+    _commit_events(restored, range(5, 9), "copy-")
+    assert restored.events_since("n1", 7, went_on_in) is None  # the original's revision 7: a snapshot
+    assert restored.events_since("n1", 5, went_on_in) is None
+    assert restored.events_since("n1", 4, copied_in) == [b"copy-5", b"copy-6", b"copy-7", b"copy-8"]
+    assert restored.events_since("n1", 5, copied_in) is None  # that history ended at 4 in this copy
+    assert restored.events_since("n1", 7, restored.history) == [b"copy-8"]
+    restored.close()
+
+
+def test_an_open_that_changes_nothing_writes_nothing_and_its_history_is_not_resumed_after_it(tmp_path: Path) -> None:
+    """A data manager starts on a full state disk: the history drawn at the open is written with the first change
+    only. A node told that history before any change gets a snapshot after the next start, never a wrong log."""
+    store = SQLiteStore(tmp_path)
+    _commit_events(store, range(1, 3), "")
+    store.close()
+    database = (tmp_path / "silod.db").read_bytes()
+    idle = SQLiteStore(tmp_path)
+    unwritten = idle.history
+    assert idle.events_since("n1", 1, unwritten) == [b"2"]
+    idle.close()
+    assert (tmp_path / "silod.db").read_bytes() == database
+    reopened = SQLiteStore(tmp_path)
+    assert reopened.events_since("n1", 1, unwritten) is None
+    reopened.close()
+
+
 def test_a_second_owner_of_the_state_dir_is_refused(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path)
     with pytest.raises(StateDirError, match=r"in use by another data manager \(pid \d+\)"):
@@ -337,6 +399,7 @@ class _CountingStore:
         self.inner = inner
         self.batches: list[list[int]] = []
         self.load = inner.load
+        self.history = inner.history
         self.events_since = inner.events_since
         self.manifest = inner.manifest
         self.close = inner.close

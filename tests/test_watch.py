@@ -11,7 +11,7 @@ import pytest
 from datamgr.client import DataManagerClient
 from datamgr.watch import WatchHub, WatchOverflow
 from silodpb.v1 import datamgr_pb2 as pb
-from tests.datamgr_fixtures import RunningDataManager, make_local_dataset, watch
+from tests.datamgr_fixtures import STREAM_DEADLINE, NodeWatch, RunningDataManager, make_local_dataset, watch
 
 
 def kinds(event: pb.WatchEvent) -> list[tuple[str, str]]:
@@ -124,3 +124,32 @@ def test_resuming_with_nothing_missed_starts_with_an_empty_event_at_the_current_
     assert (marker.revision, len(marker.changes), marker.HasField("snapshot")) == (current, 0, False)
     live = client.allocate_remote_io("j1", 7).revision
     assert resumed.next().revision == live
+
+
+def test_every_stream_names_its_history_and_a_revision_of_another_gets_a_fresh_snapshot(
+    cluster: tuple[DataManagerClient, str, str],
+) -> None:
+    """A node resumes with its revision and the history the stream named: the same number in another history of the
+    state (a state dir restored from an older copy) names other changes, so it gets a snapshot. A node from before
+    histories (0) resumes by its revision alone, as it always did."""
+    client, _, _ = cluster
+    stream = watch(client, "n1")
+    first = stream.next()
+    history = first.history
+    assert history != 0
+    current = client.allocate_remote_io("j1", 2).revision
+    live = stream.next()
+    assert (live.revision, live.history) == (current, 0)  # only a stream's first event names it
+    stream.cancel()
+
+    def first_event(history: int) -> pb.WatchEvent:
+        request = pb.WatchAllocationsRequest(node_id="n1", since_revision=current, history=history)
+        resumed = NodeWatch(client.stub.WatchAllocations(request, timeout=STREAM_DEADLINE))
+        event = resumed.next()
+        resumed.cancel()
+        return event
+
+    same, other, unknown = first_event(history), first_event(1 if history != 1 else 2), first_event(0)
+    assert [e.HasField("snapshot") for e in (same, other, unknown)] == [False, True, False]
+    assert [j.job_id for j in other.snapshot.jobs] == ["j1"] and other.revision == current
+    assert {e.history for e in (same, other, unknown)} == {history}  # every stream names the history it is in

@@ -30,11 +30,17 @@ def back_up(state_dir: Path, destination: Path) -> int:
     return the revision copied. SQLite's online backup through a read-only connection: the copy is the last
     committed state, consistent, whether a data manager runs on the state dir or not, which it neither blocks
     nor changes (copying the files instead can catch the database and its write-ahead log at different
-    moments). Raises StateDirError for a state dir without a readable database, OSError for a destination
-    that cannot be made (FileExistsError if it exists: a backup never replaces a file)."""
+    moments). Raises StateDirError for a state dir without a readable database and for a destination that is a
+    directory, OSError for a destination that cannot be made (FileExistsError if it exists: a backup never
+    replaces a file)."""
     source_path = state_dir / DATABASE_NAME
     if not source_path.is_file():
         raise StateDirError(f"cannot back up state dir {state_dir}: it has no state database ({DATABASE_NAME})")
+    if destination.is_dir():  # written under a name of our choosing, the operator would have to find out which
+        raise StateDirError(
+            f"cannot write the backup {destination}: it is a directory, and a backup is a new file: give the file's "
+            f"path (such as {destination / 'silod-backup.db'})"
+        )
     os.close(os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
     refused = f"cannot back up state dir {state_dir}"
     try:
@@ -61,6 +67,8 @@ def restore(state_dir: Path, backup: Path) -> tuple[int, Path | None]:
     file of a data manager that was killed (whose log still holds its last changes) would come back as a mix of
     both. Raises StateDirError for a backup that is not a readable silod state database and for a state dir in
     use."""
+    if backup.is_dir():
+        raise StateDirError(f"cannot restore {backup}: it is a directory, not a backup file")
     if not backup.is_file():
         raise StateDirError(f"cannot restore {backup}: no such file")
     with (
@@ -110,7 +118,7 @@ def _copy_in(source: sqlite3.Connection, current: Path) -> Path | None:
     it was kept. A copy that fails (a full disk, say) leaves the state dir as it was."""
     kept = None
     if current.exists():
-        kept = current.with_name(f"{current.name}.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        kept = _unused_name(current)
         _move_database(current, kept)
     try:
         with contextlib.closing(sqlite3.connect(current)) as copy:
@@ -141,8 +149,22 @@ def _flush_directory(state_dir: Path, backup: Path) -> None:
         ) from None
 
 
+def _unused_name(current: Path) -> Path:
+    """A name to keep the database `current` under that no file beside it has, nor a write-ahead log or shared
+    memory of that name: `silod.db.replaced-TIME`, the time to the second, then `-2`, `-3`... for a second restore
+    within that second. A rename would replace a kept database, or set the database beside an older one's log, which
+    SQLite would replay into it. The state dir's lock keeps any other restore from taking the name meanwhile."""
+    stamp = f"{current.name}.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    kept, count = current.with_name(stamp), 1
+    while any(os.path.lexists(f"{kept}{suffix}") for suffix in _DATABASE_FILES):
+        count += 1
+        kept = current.with_name(f"{stamp}-{count}")
+    return kept
+
+
 def _move_database(source: Path, target: Path) -> None:
-    """Rename a database with its write-ahead log and shared memory (`_DATABASE_FILES`)."""
+    """Rename a database with its write-ahead log and shared memory (`_DATABASE_FILES`) to names that no file has
+    (`_unused_name`; the failed restore's own files are gone before its kept database moves back)."""
     for suffix in _DATABASE_FILES:
         with contextlib.suppress(FileNotFoundError):
             os.rename(f"{source}{suffix}", f"{target}{suffix}")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import secrets
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -11,6 +12,19 @@ from datamgr.state import Change
 
 # How many revisions back a store's event log reaches by default: a node further behind resyncs from a snapshot.
 DEFAULT_RETAINED_REVISIONS = 100_000
+
+
+def new_history() -> int:
+    """A history for a store opened now (`StateStore.history`): random, so that no other copy of the state, however
+    it was made, draws the same one; never 0, which on the wire means "not known"."""
+    return secrets.randbelow(2**63 - 1) + 1
+
+
+def in_history(history: int, revision: int, current: int, ended: Mapping[int, int]) -> bool:
+    """Whether `revision` of `history` is a revision of a store whose history is `current` and whose earlier ones
+    ended at the revisions `ended` holds: the same number then names the same change. 0: a history not known (a
+    node from before histories), which the revision alone has to do for."""
+    return history in (0, current) or revision <= ended.get(history, -1)
 
 
 class StoreFull(Exception):
@@ -65,6 +79,15 @@ class StateStore(Protocol):
     those only ever see committed data.
     """
 
+    @property
+    def history(self) -> int:
+        """The history of the state that the revisions after this store was opened belong to: new at every open
+        (`new_history`). The same revision number names different changes in two copies of a state dir once
+        both have been served and changed (a state dir restored from a backup, or copied back by hand, after the
+        original went further), and every such copy is opened before it is served: so a revision names one change
+        only together with its history, and a node that saw another history's revision needs a snapshot."""
+        ...
+
     def load(self) -> StoredState: ...
 
     def commit(self, commits: Sequence[Commit]) -> None:
@@ -73,9 +96,10 @@ class StateStore(Protocol):
         writes)."""
         ...
 
-    def events_since(self, node_id: str, revision: int) -> list[bytes] | None:
-        """A node's events after `revision`, oldest first; None if the log no longer reaches back that far.
-        StoreUnreadable if the disk fails the read."""
+    def events_since(self, node_id: str, revision: int, history: int = 0) -> list[bytes] | None:
+        """A node's events after `revision` of `history`, oldest first; None if the log no longer reaches back that
+        far, or if `revision` is not this store's (a revision it never had, or one of a history it does not share:
+        `in_history`). StoreUnreadable if the disk fails the read."""
         ...
 
     def manifest(self, dataset_uri: str) -> bytes:

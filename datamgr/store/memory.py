@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from datamgr.entities import Dataset, Job, JobHistory, Node, Tenant
 from datamgr.state import Change
-from datamgr.store.base import DEFAULT_RETAINED_REVISIONS, Commit, StoredState
+from datamgr.store.base import DEFAULT_RETAINED_REVISIONS, Commit, StoredState, in_history, new_history
 
 
 class MemoryStore:
@@ -27,6 +27,7 @@ class MemoryStore:
         self._events: dict[str, deque[tuple[int, bytes]]] = {}
         self._event_floor = 0  # the log holds every event after this revision
         self._retained = retained_revisions
+        self.history = new_history()  # nothing outlives the store: it has no earlier history
 
     def load(self) -> StoredState:
         return StoredState(
@@ -70,8 +71,8 @@ class MemoryStore:
                 log.popleft()
         self._event_floor = floor
 
-    def events_since(self, node_id: str, revision: int) -> list[bytes] | None:
-        if not self._event_floor <= revision <= self._revision:
+    def events_since(self, node_id: str, revision: int, history: int = 0) -> list[bytes] | None:
+        if not (self._event_floor <= revision <= self._revision and in_history(history, revision, self.history, {})):
             return None
         return [payload for at, payload in self._events.get(node_id, ()) if at > revision]
 

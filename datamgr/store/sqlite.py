@@ -27,6 +27,8 @@ from datamgr.store.base import (
     StoreFull,
     StoreUnreadable,
     StoreUnwritable,
+    in_history,
+    new_history,
 )
 from silodlib.directories import make_directory
 
@@ -54,6 +56,7 @@ CREATE TABLE IF NOT EXISTS tenants (name TEXT PRIMARY KEY, cells TEXT NOT NULL, 
     io_bytes_per_sec INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS events (revision INTEGER NOT NULL, node_id TEXT NOT NULL, payload BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS events_by_node ON events (node_id, revision);
+CREATE TABLE IF NOT EXISTS histories (history INTEGER PRIMARY KEY, last_revision INTEGER NOT NULL);
 """
 
 # Schema version -> the statements that bring a state dir written at that version to the next one. Each
@@ -112,7 +115,14 @@ class StateDirError(RuntimeError):
 
 
 class SQLiteStore:
-    """`StateStore` on one SQLite database file, `silod.db`, in `state_dir`."""
+    """`StateStore` on one SQLite database file, `silod.db`, in `state_dir`.
+
+    Its histories (`StateStore.history`): meta's `history` is the one the state dir's last revision belongs to
+    (none before the first change written by a silod that keeps histories), and the table `histories` holds the
+    earlier ones with the revision each ended at. The history drawn at an open is written with the first change
+    after it, in the same transaction, so that a start that changes nothing writes nothing (a data manager starts
+    on a full disk) and every revision on disk belongs to the history written beside it.
+    """
 
     def __init__(self, state_dir: Path, *, retained_revisions: int = DEFAULT_RETAINED_REVISIONS) -> None:
         try:
@@ -131,6 +141,7 @@ class SQLiteStore:
                 self._db.execute("PRAGMA synchronous=FULL")
                 self._db.executescript(_SCHEMA)  # creates what a fresh state dir lacks; alters nothing that exists
                 self._upgrade_schema(path)
+                self._ended, self._history_written = self._earlier_histories(), False
         except BaseException:
             self._db.close()
             os.close(self._lock_fd)
@@ -138,6 +149,7 @@ class SQLiteStore:
         self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._retained = retained_revisions
         self._next_prune = _PRUNE_EVERY
+        self.history = new_history()
 
     def _upgrade_schema(self, path: Path) -> None:
         """Bring a state dir written by an older silod to the current schema, keeping its contents; refuse
@@ -158,6 +170,15 @@ class SQLiteStore:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+
+    def _earlier_histories(self) -> dict[int, int]:
+        """The histories the state dir has been in, each with the last revision it holds: the one it was in until
+        this open ends at the revision it was opened at."""
+        ended = dict(self._db.execute("SELECT history, last_revision FROM histories").fetchall())
+        previous = self._meta("history", None)
+        if previous is not None:
+            ended[previous] = self._meta("revision", 0)
+        return ended
 
     def _meta(self, key: str, default: int | None) -> Any:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -195,6 +216,9 @@ class SQLiteStore:
         db.execute("BEGIN IMMEDIATE")
         committing = False  # only COMMIT writes a transaction's commit record to the log
         try:
+            if not self._history_written:  # the first change since the open: the revisions from here are new
+                db.executemany("INSERT OR REPLACE INTO histories VALUES (?, ?)", self._ended.items())
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('history', ?)", (self.history,))
             for commit in commits:
                 _write_change(db, commit.change)
                 db.executemany(
@@ -205,6 +229,7 @@ class SQLiteStore:
             if last >= self._next_prune and last > self._retained:
                 floor = last - self._retained
                 db.execute("DELETE FROM events WHERE revision <= ?", (floor,))
+                db.execute("DELETE FROM histories WHERE last_revision < ?", (floor,))  # no revision left to resume
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('event_floor', ?)", (floor,))
             committing = True
             db.execute("COMMIT")
@@ -219,6 +244,7 @@ class SQLiteStore:
                 reason = _why_unwritable(self._path.parent, exc)
                 raise StoreUnwritable(f"{self._path}: {reason}", may_reappear=may_reappear) from exc
             raise
+        self._history_written = True
         if last >= self._next_prune:
             self._next_prune = last + _PRUNE_EVERY
 
@@ -236,7 +262,9 @@ class SQLiteStore:
             return False
         return bool(busy == 0)
 
-    def events_since(self, node_id: str, revision: int) -> list[bytes] | None:
+    def events_since(self, node_id: str, revision: int, history: int = 0) -> list[bytes] | None:
+        if not in_history(history, revision, self.history, self._ended):
+            return None
         with self._reading():
             if not self._read_meta("event_floor", 0) <= revision <= self._read_meta("revision", 0):
                 return None

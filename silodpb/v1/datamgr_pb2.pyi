@@ -1253,18 +1253,26 @@ class WatchAllocationsRequest(_message.Message):
 
     NODE_ID_FIELD_NUMBER: _builtins.int
     SINCE_REVISION_FIELD_NUMBER: _builtins.int
+    HISTORY_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     since_revision: _builtins.int
     """The last revision the node applied; 0 asks for a full snapshot."""
+    history: _builtins.int
+    """The history that revision belongs to, as the stream that sent it named it (WatchEvent.history). A revision
+    of another history of the state (a state dir restored or copied back, whose revision numbers name other
+    changes) gets a snapshot. 0 (a node from before histories, or one following such a data manager): the
+    revision alone decides.
+    """
     def __init__(
         self,
         *,
         node_id: _builtins.str = ...,
         since_revision: _builtins.int = ...,
+        history: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "since_revision", b"since_revision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["history", b"history", "node_id", b"node_id", "since_revision", b"since_revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1437,7 +1445,13 @@ class WatchEvent(_message.Message):
     REVISION_FIELD_NUMBER: _builtins.int
     SNAPSHOT_FIELD_NUMBER: _builtins.int
     CHANGES_FIELD_NUMBER: _builtins.int
+    HISTORY_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
+    history: _builtins.int
+    """On the first event of every stream: the history of the state the stream's revisions belong to, to send back
+    with the last revision applied when resuming. 0 on later events, and from a data manager from before
+    histories.
+    """
     @_builtins.property
     def snapshot(self) -> Global___AllocationSnapshot:
         """Present when the node must replace its whole state (first event of a fresh watch)."""
@@ -1450,10 +1464,11 @@ class WatchEvent(_message.Message):
         revision: _builtins.int = ...,
         snapshot: Global___AllocationSnapshot | None = ...,
         changes: _abc.Iterable[Global___AllocationChange] | None = ...,
+        history: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot", b"snapshot"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "revision", b"revision", "snapshot", b"snapshot"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "history", b"history", "revision", b"revision", "snapshot", b"snapshot"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
