@@ -195,7 +195,13 @@ def tenant_message(tenant: Tenant, vc_gpus: int) -> pb.Tenant:
 
 
 def node_message(
-    node: Node, *, cache_allocated: int, available: bool, seconds_since_seen: float, job_ids: Iterable[str]
+    node: Node,
+    *,
+    cache_allocated: int,
+    available: bool,
+    seconds_since_seen: float,
+    job_ids: Iterable[str],
+    start_grace: bool,
 ) -> pb.Node:
     return pb.Node(
         node_id=node.node_id,
@@ -204,6 +210,7 @@ def node_message(
         cache_allocated_bytes=cache_allocated,
         available=available,
         seconds_since_seen=seconds_since_seen,
+        start_grace=start_grace,
         job_ids=sorted(job_ids),
         gpus=node.gpus,
     )

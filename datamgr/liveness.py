@@ -42,6 +42,7 @@ class JobUsage:
 class _NodeRecord:
     last_seen: float
     available: bool = True
+    heard: bool = False  # contact since the start: until then `last_seen` is the start, the grace's beginning
     datasets: Sequence[DatasetUsage] = ()
     jobs: Sequence[JobUsage] = ()
 
@@ -58,6 +59,7 @@ class NodeLiveness:
         """Record contact; True if the node was unavailable and is back."""
         record = self._nodes.setdefault(node_id, _NodeRecord(self._clock()))
         record.last_seen = self._clock()
+        record.heard = True
         returned = not record.available
         record.available = True
         return returned
@@ -85,6 +87,12 @@ class NodeLiveness:
     def available(self, node_id: str) -> bool:
         record = self._nodes.get(node_id)
         return record is not None and record.available
+
+    def in_start_grace(self, node_id: str) -> bool:
+        """Whether the node is available only through the grace it got at the start: nothing heard from it since
+        (its `seconds_since_seen` counts from the start, not from a report)."""
+        record = self._nodes.get(node_id)
+        return record is not None and record.available and not record.heard
 
     def seconds_since_seen(self, node_id: str) -> float:
         record = self._nodes.get(node_id)

@@ -195,12 +195,20 @@ class DataManager:
     async def _allocate_remote_io(self, job_id: str, io_bytes_per_sec: int) -> tuple[Job, int]:
         job = self.job(job_id)
         rate = check_rate("io_bytes_per_sec", io_bytes_per_sec)
-        if self.remote_io_limit is not None:
+        # Lowering a job's rate is never refused: after a restart with a lower limit, that is how the policy or the
+        # operator brings the allocations back under it.
+        if self.remote_io_limit is not None and rate > job.io_bytes_per_sec:
             left = self.remote_io_limit - (self.state.io_allocated_bytes_per_sec - job.io_bytes_per_sec)
             if rate > left:
+                beyond = (
+                    f"; the other jobs are allocated {-left} bytes/s ({format_rate(-left)}) beyond the limit, "
+                    "lowered since they were allocated: lower theirs first"
+                    if left < 0
+                    else ""
+                )
                 raise FailedPrecondition(
                     f"io_bytes_per_sec {rate} exceeds the remote IO limit of {self.remote_io_limit} bytes/s: "
-                    f"{left} bytes/s ({format_rate(left)}) are left for job {job_id!r}"
+                    f"{max(0, left)} bytes/s ({format_rate(max(0, left))}) are left for job {job_id!r}{beyond}"
                 )
         if rate == job.io_bytes_per_sec:
             return job, await self._settled()
@@ -493,7 +501,9 @@ class DataManager:
         return tenant, True, revision
 
     def _check_io_reservations(self, tenant: Tenant, others: Sequence[Tenant]) -> None:
-        if self.remote_io_limit is None:
+        """A tenant's remote IO must fit what the others leave of the limit. One that reserves none is never
+        refused: the others' reservations can exceed a limit lowered at a restart, which is none of its doing."""
+        if self.remote_io_limit is None or not tenant.io_bytes_per_sec:
             return
         reserved = sum(t.io_bytes_per_sec for t in others)
         if reserved + tenant.io_bytes_per_sec > self.remote_io_limit:

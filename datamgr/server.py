@@ -24,8 +24,9 @@ from datamgr.scheduler.registry import Scheduler, UnknownPolicy, accepts_options
 from datamgr.security import ServerSecurity
 from datamgr.servicer import DataManagerServicer
 from datamgr.store import SQLiteStore
-from silodlib.listening import probe_listening, why_not_listening
+from silodlib.listening import host_and_port, probe_listening, why_not_listening
 from silodlib.metrics_endpoint import MetricsPortError
+from silodlib.units import format_rate
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ async def serve(
         manager, controller = _manager_and_controller(config, store, scheduler)
         _check_stored_tenants(manager)
         _check_stored_nodes(manager)
+        _warn_if_remote_io_over_limit(manager)
         metrics = None if config.metrics_port is None else DataManagerMetrics(manager)
         interceptors = [metrics.interceptor] if metrics else []  # first: refused calls are counted too
         server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors + security.interceptors())
@@ -134,8 +136,15 @@ async def serve(
 
 
 def _scheduler(config: ServerConfig) -> Scheduler | None:
-    """The scheduler `--policy` names, or None for external; raises ServeError naming what is wrong."""
+    """The scheduler `--policy` names, or None for external; raises ServeError naming what is wrong (knobs for
+    no policy too: they would be dropped without a word, and the operator left believing them in force)."""
     if config.policy == EXTERNAL_POLICY:
+        if config.policy_options:
+            given = " ".join(f"--policy-option {key}={value}" for key, value in config.policy_options)
+            raise ServeError(
+                f"{given}: --policy-option needs --policy NAME, the policy whose knobs they are (the default, "
+                f"--policy {EXTERNAL_POLICY}, runs none)"
+            )
         return None
     known = available_policies()
     if config.policy not in known:
@@ -193,6 +202,26 @@ def _check_stored_nodes(manager: DataManager) -> None:
             raise ServeError(f"--cell-levels: {exc}; unregister the node to change the levels") from None
 
 
+def _warn_if_remote_io_over_limit(manager: DataManager) -> None:
+    """Warn when the state dir holds more remote IO, allocated to jobs or reserved by tenants, than
+    --remote-io-limit allows: a limit lowered at a restart. Not refused, as an operator lowers a limit on
+    purpose; the policy (or `silod alloc io`) then lowers the allocations, and no call adds to them meanwhile."""
+    limit = manager.remote_io_limit
+    if limit is None:
+        return
+    allocated = manager.state.io_allocated_bytes_per_sec
+    reserved = sum(tenant.io_bytes_per_sec for tenant in manager.state.tenants.values())
+    if allocated > limit or reserved > limit:
+        log.warning(
+            "--remote-io-limit %s is below what the state dir holds: jobs are allocated %s of remote IO and "
+            "tenants reserve %s; the policy (or silod alloc io) must lower the allocations, and silod tenant "
+            "remove the reservations, to fit it (calls that add remote IO beyond it are refused)",
+            format_rate(limit),
+            format_rate(allocated),
+            format_rate(reserved),
+        )
+
+
 def _manager_and_controller(
     config: ServerConfig, store: SQLiteStore, scheduler: Scheduler | None
 ) -> tuple[DataManager, Controller | None]:
@@ -219,9 +248,10 @@ def _manager_and_controller(
 
 
 def _bind(server: grpc.aio.Server, listen: str, security: ServerSecurity) -> int:
-    host, sep, port_text = listen.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise ServeError(f"--listen {listen!r} must be HOST:PORT, e.g. 127.0.0.1:7420")
+    try:
+        host, wanted_port = host_and_port(listen)
+    except ValueError as exc:
+        raise ServeError(f"--listen {exc}") from None
     if not _is_loopback(host):
         for warning in security.exposure_warnings(listen):
             log.warning("%s", warning)
@@ -231,9 +261,9 @@ def _bind(server: grpc.aio.Server, listen: str, security: ServerSecurity) -> int
         else:
             port = server.add_secure_port(listen, security.credentials)
     except RuntimeError:
-        raise ServeError(f"cannot listen on {listen}: {_why_unbindable(host, int(port_text))}") from None
+        raise ServeError(f"cannot listen on {listen}: {_why_unbindable(host, wanted_port)}") from None
     if port == 0:
-        raise ServeError(f"cannot listen on {listen}: {_why_unbindable(host, int(port_text))}")
+        raise ServeError(f"cannot listen on {listen}: {_why_unbindable(host, wanted_port)}")
     return port
 
 

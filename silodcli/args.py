@@ -13,8 +13,17 @@ from typing import Any, TypeVar
 from datamgr.entities import JOB_CLASSES, PRIORITIES
 from datamgr.scheduler.sim.fields import parse_duration
 from datamgr.tenants import check_cell_levels
-from datamgr.validation import MAX_CELLS, MAX_EPOCHS, MAX_GRACE_SECONDS, MAX_WORKERS
-from silodlib.units import parse_rate, parse_size
+from datamgr.validation import (
+    MAX_CELLS,
+    MAX_CHUNK_SIZE,
+    MAX_EPOCHS,
+    MAX_GRACE_SECONDS,
+    MAX_WORKERS,
+    MIN_CHUNK_SIZE,
+)
+from silodlib.listening import host_and_port
+from silodlib.manifest import DEFAULT_CHUNK_SIZE
+from silodlib.units import format_size, parse_rate, parse_size
 
 T = TypeVar("T")
 
@@ -114,6 +123,22 @@ size_arg = argument_type(parse_size, "size")
 rate_arg = argument_type(parse_rate, "rate")
 
 
+def _chunk_size(text: str) -> int:
+    """A dataset's item size for large files, in the range the data manager accepts. The request carries 0 for
+    "the default" (the flag left out), so a 0 typed here would silently become 4 MiB: it is refused as any size
+    out of range is."""
+    size = parse_size(text)
+    if not MIN_CHUNK_SIZE <= size <= MAX_CHUNK_SIZE:
+        raise ValueError(
+            f"chunk size {text!r} must be from {format_size(MIN_CHUNK_SIZE)} to {format_size(MAX_CHUNK_SIZE)} "
+            f"(leave the flag out for {format_size(DEFAULT_CHUNK_SIZE)})"
+        )
+    return size
+
+
+chunk_size_arg = argument_type(_chunk_size, "size")
+
+
 def _egress_cap(text: str) -> int:
     """A cluster's remote IO limit: a rate above 0. A cap of 0 would let no job read remotely while `silod status`
     shows no cap at all (its summary carries 0 for none), which an operator who typed it for "no limit" would
@@ -127,13 +152,33 @@ def _egress_cap(text: str) -> int:
 egress_cap_arg = argument_type(_egress_cap, "rate")
 
 
+# The shortest and longest interval a daemon or `silod status --watch` takes (--round, --node-timeout,
+# --report-interval, --stats-interval, --watch). Each tick logs, prints or sends something, so a tick of a
+# nanosecond (--round 1e-9) floods the log and burns a core; the tests' shortest is 0.1 s. Beyond a day an
+# interval is a typo, and `inf` would reach the sleeps that time them (and "every infs" the log).
+MIN_INTERVAL_SECONDS = 0.1
+MAX_INTERVAL_SECONDS = 86_400.0
+
+
 def positive_seconds(text: str) -> float:
+    """A finite number of seconds above 0 (a simulated interval: `silod sim --round`)."""
+    return _seconds(text, 0.0, math.inf)
+
+
+def interval_seconds(text: str) -> float:
+    """How often a daemon or a watch acts, or how long it waits: from MIN_INTERVAL_SECONDS to a day."""
+    return _seconds(text, MIN_INTERVAL_SECONDS, MAX_INTERVAL_SECONDS)
+
+
+def _seconds(text: str, low: float, high: float) -> float:
+    """A finite number of seconds above 0, from `low` to `high`, refused naming those bounds."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    if not (math.isfinite(value) and value > 0 and low <= value <= high):
+        bounds = "" if high == math.inf else f" from {low:g} to {high:,.0f} (a day)"
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds{bounds}")
     return value
 
 
@@ -159,9 +204,20 @@ def worker_arg(text: str) -> tuple[str, int]:
 
 
 def gpus_arg(text: str) -> int:
-    """A number of GPUs: a whole number from 0 to MAX_WORKERS."""
+    """A node's GPUs for the policy: a whole number from 0 (none) to MAX_WORKERS."""
     if not text.isdigit() or int(text) > MAX_WORKERS:
         raise argparse.ArgumentTypeError(f"GPUs {text!r} must be a whole number from 0 to {MAX_WORKERS:,}")
+    return int(text)
+
+
+def job_gpus_arg(text: str) -> int:
+    """A job's GPU demand for the policy to place: at least one GPU. `--gpus 0` would register no job the policy
+    can place, and none with workers either (the data manager would ask for workers the command line never sent)."""
+    if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(
+            f"GPUs {text!r} must be a whole number from 1 to {MAX_WORKERS:,}: a job the policy places runs on at "
+            "least one GPU (give --worker for a job that runs where you say)"
+        )
     return int(text)
 
 
@@ -233,6 +289,15 @@ def option_env_arg(text: str) -> tuple[str, str]:
     if variable not in os.environ:
         raise argparse.ArgumentTypeError(f"option {key}: environment variable {variable} is not set")
     return key, os.environ[variable]
+
+
+def _datamgr_address(text: str) -> str:
+    """Where a client finds the data manager: HOST:PORT, the port one it can listen on (not 0, "any free port")."""
+    host_and_port(text, lowest_port=1)
+    return text
+
+
+datamgr_address_arg = argument_type(_datamgr_address, "address")
 
 
 def port_arg(text: str) -> int:

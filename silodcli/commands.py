@@ -215,6 +215,14 @@ def node_remove(args: argparse.Namespace, client: DataManagerClient) -> None:
     on serving a node the data manager no longer knows, and register it again, with its own flags, the next
     time its watch reconnects. The data manager itself lets any client unregister any node not in use."""
     node = client.call(client.stub.GetNode, pb.GetNodeRequest(node_id=args.node_id))
+    if node.available and node.start_grace:  # no agent heard from: only the start's grace keeps the node live
+        raise ClientError(
+            f"the data manager restarted {node.seconds_since_seen:.0f} s ago and counts node {args.node_id} as live "
+            "for its --node-timeout after a start (30 s by default) although its agent has not reported since: "
+            "remove the node once `silod status` shows it unavailable (stop its agent first if it runs: a running "
+            "agent registers its node again)",
+            grpc.StatusCode.FAILED_PRECONDITION,
+        )
     if node.available:
         raise ClientError(
             f"node {args.node_id}'s agent reported {node.seconds_since_seen:.0f} s ago: stop it first (a running "

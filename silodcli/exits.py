@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import signal
 import sys
 from collections.abc import Callable
 
@@ -11,6 +12,7 @@ EXIT_FAILED = 1  # the run was refused midway (a simulation that stalls, a polic
 EXIT_REJECTED = 1  # the data manager refused the call
 EXIT_USAGE = 2  # a bad command line or bad input, refused before anything runs
 EXIT_UNREACHABLE = 3  # the data manager could not be reached
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # stdout's reader went away: what a shell reports for a tool SIGPIPE killed
 
 
 def fail(command: str, exc: Exception, code: int = EXIT_USAGE) -> int:

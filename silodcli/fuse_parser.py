@@ -11,12 +11,13 @@ from silodcli import config
 from silodcli.args import (
     ActionAfterItsOptions,
     argument_type,
+    datamgr_address_arg,
     gpus_arg,
+    interval_seconds,
     option_arg,
     option_env_arg,
     path_arg,
     port_arg,
-    positive_seconds,
     rate_arg,
     size_arg,
 )
@@ -82,7 +83,7 @@ def add_commands(
         "--kernel-read-ahead", type=read_ahead_arg, default=DEFAULT_READ_AHEAD, metavar="SIZE", help=READ_AHEAD_HELP
     )
     mount_p.add_argument("--foreground", action="store_true", help="stay attached instead of daemonizing")
-    mount_p.add_argument("--stats-interval", type=positive_seconds, metavar="S", help="log per-job statistics")
+    mount_p.add_argument("--stats-interval", type=interval_seconds, metavar="S", help="log per-job statistics")
     mount_p.add_argument("--metrics-port", type=port_arg, metavar="PORT", help="serve Prometheus /metrics (all hosts)")
     mount_p.add_argument("--log-file", type=path_arg, metavar="FILE", help="daemon log (default CACHE_DIR/mount.log)")
     mount_p.set_defaults(run=Deferred("silodcli.fuse_client:run_mount"), default_log_level="INFO")
@@ -98,6 +99,7 @@ def add_commands(
     with config.settings(node_p, "node", with_globals=True):
         node_p.add_argument(
             "--datamgr",
+            type=datamgr_address_arg,
             default=DEFAULT_DATAMGR,
             metavar="ADDR",
             help=f"data manager HOST:PORT (env {DATAMGR_ENV}; default %(default)s)",
@@ -120,13 +122,13 @@ def add_commands(
         )
         node_p.add_argument("--address", default="", metavar="HOST:PORT", help="shown in status (default: hostname)")
         node_p.add_argument(
-            "--report-interval", type=positive_seconds, default=5.0, metavar="S", help="usage reports (default 5)"
+            "--report-interval", type=interval_seconds, default=5.0, metavar="S", help="usage reports (default 5)"
         )
         node_p.add_argument("--allow-other", action="store_true", help="let other users (containers) read the mount")
         node_p.add_argument(
             "--kernel-read-ahead", type=read_ahead_arg, default=DEFAULT_READ_AHEAD, metavar="SIZE", help=READ_AHEAD_HELP
         )
-        node_p.add_argument("--stats-interval", type=positive_seconds, metavar="S", help="log per-job statistics")
+        node_p.add_argument("--stats-interval", type=interval_seconds, metavar="S", help="log per-job statistics")
         node_p.add_argument(
             "--metrics-port", type=port_arg, metavar="PORT", help="serve Prometheus /metrics (all hosts)"
         )

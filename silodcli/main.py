@@ -1,6 +1,7 @@
 """`silod`: one command with subcommands for the data manager, its clients and the demo.
 
-Exit codes: 0 success, 1 the data manager rejected the call, 2 bad command line, 3 data manager unreachable.
+Exit codes: 0 success, 1 the data manager rejected the call (or standard output could not be written), 2 bad
+command line, 3 data manager unreachable, 141 standard output's reader went away (`silod status | head -1`).
 Building the command line loads only what parsing needs; what a command runs loads when it runs (`deferred`).
 """
 
@@ -18,17 +19,19 @@ from silodcli.args import (
     backup_file_arg,
     cell_levels_arg,
     cells_arg,
+    chunk_size_arg,
+    datamgr_address_arg,
     egress_cap_arg,
     epochs_arg,
-    gpus_arg,
     grace_arg,
+    interval_seconds,
     job_class_arg,
+    job_gpus_arg,
     key_value,
     option_arg,
     option_env_arg,
     path_arg,
     port_arg,
-    positive_seconds,
     priority_arg,
     rate_arg,
     size_arg,
@@ -36,9 +39,10 @@ from silodcli.args import (
 )
 from silodcli.config import ConfigError, ConfigurableParser
 from silodcli.deferred import Deferred
-from silodcli.exits import EXIT_USAGE
+from silodcli.exits import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_USAGE
 from silodcli.security_flags import add_client_flags, add_server_flags
 from silodcli.sim_parser import add_sim_parser
+from silodcli.stdout import StdoutError, checked_stdout, discard_stdout
 
 
 def _client_command(parser: ConfigurableParser, command: str) -> None:
@@ -46,6 +50,7 @@ def _client_command(parser: ConfigurableParser, command: str) -> None:
     with config.settings(parser, "client"):
         parser.add_argument(
             "--datamgr",
+            type=datamgr_address_arg,
             default=DEFAULT_DATAMGR,
             metavar="ADDR",
             help=f"data manager HOST:PORT (env {DATAMGR_ENV}; default %(default)s)",
@@ -90,7 +95,7 @@ def build_parser() -> ConfigurableParser:
         )
         serve_p.add_argument(
             "--node-timeout",
-            type=positive_seconds,
+            type=interval_seconds,
             default=30.0,
             metavar="S",
             help="seconds without a report before a node is marked unavailable (default %(default)s)",
@@ -109,7 +114,7 @@ def build_parser() -> ConfigurableParser:
         serve_p.add_argument(
             "--round",
             dest="round_seconds",
-            type=positive_seconds,
+            type=interval_seconds,
             default=DEFAULT_ROUND_SECONDS,
             metavar="SECONDS",
             help="with --policy: the longest time between two rounds; job changes start one at once "
@@ -166,7 +171,9 @@ def build_parser() -> ConfigurableParser:
     )
     add_p = dataset.add_parser("add", help="list a dataset once and freeze its manifest")
     add_p.add_argument("uri", metavar="URI", help="s3://bucket/prefix, az://account/container/prefix, file:///path")
-    add_p.add_argument("--chunk-size", type=size_arg, metavar="SIZE", help="item size for large files (4MiB)")
+    add_p.add_argument(
+        "--chunk-size", type=chunk_size_arg, metavar="SIZE", help="item size for large files, 64KiB to 1GiB (4MiB)"
+    )
     add_p.add_argument("--option", type=option_arg, action="append", default=[], metavar="KEY=VALUE")
     add_p.add_argument(
         "--option-env",
@@ -202,7 +209,7 @@ def build_parser() -> ConfigurableParser:
     )
     where.add_argument(
         "--gpus",
-        type=gpus_arg,
+        type=job_gpus_arg,
         metavar="N",
         help="instead of --worker: submit the job pending, for the data manager's policy to place on N GPUs "
         "(a launcher follows the decisions: docs/deploy.md)",
@@ -271,7 +278,7 @@ def build_parser() -> ConfigurableParser:
         "--watch",
         nargs="?",
         const=2.0,
-        type=positive_seconds,
+        type=interval_seconds,
         metavar="SECONDS",
         help="redraw every SECONDS (default 2) until Ctrl-C",
     )
@@ -350,6 +357,19 @@ def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | N
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Run the command line; every command's output, `--help` included, checked (`_run`)."""
+    try:
+        with checked_stdout():
+            return _run(argv, environ)
+    except StdoutError as exc:
+        discard_stdout()
+        if isinstance(exc.error, BrokenPipeError):  # the reader has all it wants: end quietly, as `yes | head` does
+            return EXIT_BROKEN_PIPE
+        print(f"silod: cannot write standard output: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _run(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     try:
         args = parse_args(argv, environ)
     except ConfigError as exc:

@@ -26,6 +26,8 @@ def summary_line(summary: pb.ClusterSummary) -> str:
     limit = summary.remote_io_limit_bytes_per_sec
     io = format_rate(summary.remote_io_allocated_bytes_per_sec)
     io_of = f"{io} of {format_rate(limit)}" if limit else f"{io} (no limit)"
+    if limit and summary.remote_io_allocated_bytes_per_sec > limit:  # a limit lowered at a restart
+        io_of += " (over the limit: lower the allocations)"
     return (
         f"revision {summary.revision} | {summary.dataset_count} datasets, {summary.job_count} jobs, "
         f"{summary.node_count} nodes ({summary.nodes_available} available) | remote IO {io_of} | "

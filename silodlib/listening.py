@@ -1,10 +1,20 @@
-"""Why a server cannot listen where it was told to, in words an operator can act on: the data manager's gRPC
-port and both daemons' /metrics share it."""
+"""Addresses as HOST:PORT, and why a server cannot listen where it was told to, in words an operator can act on:
+the data manager's gRPC port and both daemons' /metrics share it."""
 
 from __future__ import annotations
 
 import errno
 import socket
+
+
+def host_and_port(address: str, lowest_port: int = 0) -> tuple[str, int]:
+    """The host and port of HOST:PORT (an IPv6 host in brackets, `[::1]:7420`), the port from `lowest_port` (0,
+    any free port, is for a server to listen on) to 65535. Raises ValueError naming the address and the form:
+    gRPC would take a malformed one (no port, port 99999) and fail only later, saying it cannot connect or bind."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not lowest_port <= int(port) <= 65535:
+        raise ValueError(f"{address!r} must be HOST:PORT with a PORT from {lowest_port} to 65535, e.g. 127.0.0.1:7420")
+    return host, int(port)
 
 
 def why_not_listening(exc: OSError, host: str) -> str:

@@ -63,10 +63,12 @@ def make_local_dataset(root: Path, files: int = 8, size: int = 1000) -> str:
 
 
 def full_state(client: DataManagerClient) -> tuple[bytes, ...]:
-    """Everything the queries show but the clock, serialized, to compare before and after a call."""
+    """Everything the queries show but the clock and what a start begins afresh, serialized, to compare before and
+    after a call."""
     nodes = client.call(client.stub.ListNodes, pb.ListNodesRequest())
     for node in nodes.nodes:
         node.ClearField("seconds_since_seen")
+        node.ClearField("start_grace")  # whether the node was heard from since the data manager started
     jobs = client.call(client.stub.ListJobs, pb.ListJobsRequest())
     for job in jobs.jobs:  # what a job has held and waited grows with the clock
         job.schedule.ClearField("attained_gpu_seconds")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from silodpb.v1 import datamgr_pb2 as pb
 from tests.cluster_fixtures import eventually
 from tests.datamgr_fixtures import (
     REMOTE_IO_LIMIT,
+    SILOD,
     STILL_ALIVE_SECONDS,
     RunningDataManager,
     damage_tables,
@@ -219,6 +222,32 @@ def test_the_datamgr_address_comes_from_the_environment(cluster: tuple[RunningDa
         (("node", "--node-id", "n1"), "the following arguments are required: --mountpoint, --cache-dir"),
         # The agent's flags before an action would be silently replaced by the action's defaults.
         (("node", "--datamgr", "127.0.0.1:1", "remove", "n1"), "--datamgr given before 'remove'"),
+        # 0 is what the request carries for "the default chunk size": typed, it is out of range as any other.
+        (("dataset", "add", "URI", "--chunk-size", "0"), "chunk size '0' must be from 64.0 KiB to 1.0 GiB"),
+        (("dataset", "add", "URI", "--chunk-size", "2GiB"), "chunk size '2GiB' must be from 64.0 KiB to 1.0 GiB"),
+        # A job the policy places runs on GPUs; with none it would be a job with workers, and it names none.
+        (
+            ("job", "add", "j", "--dataset", "URI", "--ideal-rate", "1MB/s", "--gpus", "0"),
+            "GPUs '0' must be a whole number from 1 to 1,000,000",
+        ),
+        # A data manager address is HOST:PORT, with a port it can listen on: not only "cannot reach" it later.
+        (("status", "--datamgr", "127.0.0.1"), "argument --datamgr: '127.0.0.1' must be HOST:PORT with a PORT"),
+        (("status", "--datamgr", "nonsense"), "argument --datamgr: 'nonsense' must be HOST:PORT"),
+        (("status", "--datamgr", "127.0.0.1:99999"), "'127.0.0.1:99999' must be HOST:PORT with a PORT from 1 to"),
+        (("status", "--datamgr", "127.0.0.1:0"), "'127.0.0.1:0' must be HOST:PORT with a PORT from 1 to 65535"),
+        (("node", "remove", "n1", "--datamgr", "127.0.0.1"), "argument --datamgr: '127.0.0.1' must be HOST:PORT"),
+        # Intervals: a tick of a nanosecond floods the output (22k frames in 3 s); inf is no interval.
+        (("status", "--watch", "1e-9"), "argument --watch: '1e-9' must be a positive number of seconds from 0.1"),
+        (("status", "--watch", "inf"), "argument --watch: 'inf' must be a positive number of seconds from 0.1 to"),
+        (("status", "--watch", "nan"), "'nan' must be a positive number of seconds from 0.1 to 86,400 (a day)"),
+        (
+            ("node", "--node-id", "n", "--mountpoint", "m", "--cache-dir", "c", "--report-interval", "0.01"),
+            "argument --report-interval: '0.01' must be a positive number of seconds from 0.1",
+        ),
+        (
+            ("node", "--node-id", "n", "--mountpoint", "m", "--cache-dir", "c", "--stats-interval", "1e9"),
+            "argument --stats-interval: '1e9' must be a positive number of seconds from 0.1 to 86,400",
+        ),
     ],
 )
 def test_bad_command_lines_exit_2_naming_the_problem_and_change_nothing(
@@ -319,8 +348,84 @@ def test_an_unreachable_data_manager_exits_3(tmp_path: Path) -> None:
     assert "cannot reach the data manager at 127.0.0.1:1" in result.stderr
 
 
-@pytest.mark.parametrize("address", ["nonsense", "nonsense.invalid:7420"])  # .invalid never resolves (RFC 2606)
-def test_a_data_manager_name_that_does_not_resolve_exits_3(capsys: pytest.CaptureFixture[str], address: str) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [("status",), ("status", "--json"), ("status", "--watch", "1"), ("--help",)],
+    ids=["status", "json", "watch", "help"],
+)
+@pytest.mark.parametrize("reader", ["gone", "full"])
+def test_output_whose_reader_is_gone_or_that_cannot_be_written_ends_the_command_without_a_traceback(
+    datamgr: RunningDataManager, command: tuple[str, ...], reader: str
+) -> None:
+    # `silod status | head -1` once head has exited (the pipe's reading end closed before anything is written,
+    # so the outcome does not depend on timing), and `silod status > /dev/full`.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with open("/dev/full", "w") as full:
+        stdout = write_end if reader == "gone" else full
+        environ = {**os.environ, "SILOD_DATAMGR": datamgr.address}
+        result = subprocess.run(
+            [*SILOD, *command], stdout=stdout, stderr=subprocess.PIPE, env=environ, text=True, timeout=60
+        )
+    os.close(write_end)
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr  # nor at exit's flush
+    if reader == "gone":  # quietly, as `yes | head` ends; 141 as the shell reports a tool that SIGPIPE stopped
+        assert result.returncode == 141
+        assert "silod" not in result.stderr and "Error" not in result.stderr
+    else:
+        assert result.returncode == 1
+        assert result.stderr.count("silod") == 1  # one line
+        assert "silod: cannot write standard output: No space left on device\n" in result.stderr
+
+
+@pytest.mark.expected_warnings  # the restarted data manager warns of the allocations over its lowered limit
+def test_a_restart_with_a_lower_remote_io_limit_warns_and_lets_allocations_only_come_down_to_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", 2_000_000, STILL_ALIVE_SECONDS)
+    with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address, timeout=10) as client:
+        uri = make_local_dataset(tmp_path / "ds")
+        client.register_node("n1", "h1:1", 2**30)
+        client.register_dataset(uri)
+        for job_id in ("j1", "j2"):
+            client.register_job(job_id, uri, 10**6, [("n1", 1)])
+        client.allocate_remote_io("j1", 1_000_000)
+        client.register_tenant("t1", {"node": 0}, io_bytes_per_sec=600_000)
+    with EmbeddedDataManager(replace(config, remote_io_limit=500_000)) as dm:
+        assert (
+            "--remote-io-limit 500.0 kB/s is below what the state dir holds: jobs are allocated 1.0 MB/s of remote "
+            "IO and tenants reserve 600.0 kB/s" in caplog.text
+        )
+        environ = {"SILOD_DATAMGR": dm.address}
+        assert main(["status"], environ) == 0
+        assert "remote IO 1.0 MB/s of 500.0 kB/s (over the limit" in capsys.readouterr().out
+        assert main(["alloc", "io", "j2", "1"], environ) == 1
+        assert (
+            "0 bytes/s (0 B/s) are left for job 'j2'; the other jobs are allocated 500000 bytes/s (500.0 kB/s) "
+            "beyond the limit" in capsys.readouterr().err
+        )
+        assert main(["tenant", "add", "t2", "--cells", "node=0"], environ) == 0  # it reserves no remote IO
+        assert main(["tenant", "add", "t3", "--cells", "node=0", "--remote-io", "1B/s"], environ) == 1
+        assert "the other tenants reserve 600.0 kB/s of the remote IO limit of 500.0 kB/s" in capsys.readouterr().err
+        assert main(["alloc", "io", "j1", "800kB/s"], environ) == 0  # lowering is how allocations come under it
+        assert main(["alloc", "io", "j1", "900kB/s"], environ) == 1  # but never up while over it
+
+
+def test_node_remove_right_after_a_restart_says_the_restart_keeps_the_node_live_not_its_agent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", REMOTE_IO_LIMIT, STILL_ALIVE_SECONDS)
+    with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address, timeout=10) as client:
+        client.register_node("n3", "h3:1", 2**30)  # its agent is gone from now on
+    with EmbeddedDataManager(config) as dm:
+        assert main(["node", "remove", "n3"], {"SILOD_DATAMGR": dm.address}) == 1
+    refusal = capsys.readouterr().err
+    assert "the data manager restarted 0 s ago and counts node n3 as live for its --node-timeout" in refusal
+    assert "its agent has not reported since" in refusal and "agent reported" not in refusal
+
+
+def test_a_data_manager_name_that_does_not_resolve_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    address = "nonsense.invalid:7420"  # .invalid never resolves (RFC 2606)
     assert main(["status", "--datamgr", address], environ={}) == 3
     assert f"cannot reach the data manager at {address}: the name does not resolve" in capsys.readouterr().err
 
@@ -354,6 +459,13 @@ def test_secret_options_from_the_environment_are_not_echoed(
         (("--remote-io-limit", "0"), "rate '0' is 0, which lets no job read remotely; leave the flag out for no limit"),
         (("--remote-io-limit", "0GB/s"), "rate '0GB/s' is 0"),
         (("--node-timeout", "0"), "positive number of seconds"),
+        (("--node-timeout", "inf"), "argument --node-timeout: 'inf' must be a positive number of seconds from 0.1"),
+        # 38,421 rounds, each with its log line, in 8 s; and "every infs".
+        (("--round", "1e-9"), "argument --round: '1e-9' must be a positive number of seconds from 0.1 to 86,400"),
+        (("--round", "inf"), "argument --round: 'inf' must be a positive number of seconds from 0.1 to 86,400"),
+        # Knobs without the policy they are for were dropped without a word.
+        (("--policy-option", "queues=1h"), "--policy-option queues=1h: --policy-option needs --policy NAME"),
+        (("--listen", "127.0.0.1:99999"), "--listen '127.0.0.1:99999' must be HOST:PORT with a PORT from 0 to"),
         # 192.0.2.0/24 is documentation space (RFC 5737): never an address of this machine; binding sends nothing.
         (("--listen", "192.0.2.1:7420"), "cannot listen on 192.0.2.1:7420: 192.0.2.1 is not an address of this"),
     ],

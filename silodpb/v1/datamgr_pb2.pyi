@@ -444,6 +444,7 @@ class Node(_message.Message):
     SECONDS_SINCE_SEEN_FIELD_NUMBER: _builtins.int
     JOB_IDS_FIELD_NUMBER: _builtins.int
     GPUS_FIELD_NUMBER: _builtins.int
+    START_GRACE_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     address: _builtins.str
     cache_capacity_bytes: _builtins.int
@@ -453,6 +454,11 @@ class Node(_message.Message):
     seconds_since_seen: _builtins.float
     gpus: _builtins.int
     """as registered: the GPUs the policy may place jobs on"""
+    start_grace: _builtins.bool
+    """Available only through the grace every registered node gets when the data manager starts (--node-timeout):
+    nothing heard from the node since, and seconds_since_seen counts from the start. False from data managers
+    from before this field.
+    """
     @_builtins.property
     def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -466,10 +472,11 @@ class Node(_message.Message):
         seconds_since_seen: _builtins.float = ...,
         job_ids: _abc.Iterable[_builtins.str] | None = ...,
         gpus: _builtins.int = ...,
+        start_grace: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "available", b"available", "cache_allocated_bytes", b"cache_allocated_bytes", "cache_capacity_bytes", b"cache_capacity_bytes", "gpus", b"gpus", "job_ids", b"job_ids", "node_id", b"node_id", "seconds_since_seen", b"seconds_since_seen"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "available", b"available", "cache_allocated_bytes", b"cache_allocated_bytes", "cache_capacity_bytes", b"cache_capacity_bytes", "gpus", b"gpus", "job_ids", b"job_ids", "node_id", b"node_id", "seconds_since_seen", b"seconds_since_seen", "start_grace", b"start_grace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
