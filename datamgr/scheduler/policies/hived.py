@@ -194,17 +194,10 @@ class _Round:
         if vc is None:
             return False
         pairs = list(zip(roots, cells, strict=True))
-        pieces: list[Cell] = []
-        try:
-            for root, cell in pairs:
-                pieces.append(vc.restore(root, cell))
-        except ValueError:
-            for virtual in pieces:
-                vc.release(virtual)
+        pieces = _restored(vc, pairs)
+        if pieces is None:
             return False
-        self.pieces[job.job_id] = pieces
-        self.vc_pairs[job.job_id] = pairs
-        self.regular_gpus[job.tenant] += job.gpus
+        self._hold(job, pieces, pairs)
         return True
 
     def set_aside(self, job: JobState) -> list[tuple[int, Cell]]:
@@ -222,23 +215,22 @@ class _Round:
         """Keep a job set aside on its cells if they are all still free in its VC; else it is preempted."""
         vc = self._vc_of(job)
         assert vc is not None
-        restored: list[Cell] = []
-        try:
-            for root, cell in pairs:
-                restored.append(vc.restore(root, cell))
-        except ValueError:
-            for virtual in restored:
-                vc.release(virtual)
+        restored = _restored(vc, pairs)
+        if restored is None:
             del self.placements[job.job_id]
             self.states[job.job_id] = _NO_STATE
             self.notes[job.job_id] = (
                 f"preempted in the VC of tenant {job.tenant}: jobs of higher priority need its cells"
             )
             return False
-        self.pieces[job.job_id] = restored
+        self._hold(job, restored, pairs)
+        return True
+
+    def _hold(self, job: JobState, pieces: list[Cell], pairs: list[tuple[int, Cell]]) -> None:
+        """Record a regular job as running in its VC on `pieces`, its (VC cell, physical cell) `pairs`."""
+        self.pieces[job.job_id] = pieces
         self.vc_pairs[job.job_id] = pairs
         self.regular_gpus[job.tenant] += job.gpus
-        return True
 
     def _restore_low(self, job: JobState, cells: list[Cell]) -> bool:
         """Give a low-priority job these cells; False, taking none, if another job holds some of them."""
@@ -328,6 +320,19 @@ class _Round:
             self.preempted.add(owner)
             self.states[owner] = _NO_STATE
             self.notes[owner] = f"preempted: tenant {by.tenant}'s job {by.job_id} needs {self.hierarchy.name(cell)}"
+
+
+def _restored(vc: VirtualCluster, pairs: Sequence[tuple[int, Cell]]) -> list[Cell] | None:
+    """The VC cells `pairs` (VC cell, physical cell) take in `vc`; None, taking none, if it cannot hold them all."""
+    pieces: list[Cell] = []
+    try:
+        for root, cell in pairs:
+            pieces.append(vc.restore(root, cell))
+    except ValueError:
+        for virtual in pieces:
+            vc.release(virtual)
+        return None
+    return pieces
 
 
 def _encode(hierarchy: CellHierarchy, cells: list[Cell], roots: list[int] | None) -> Mapping[str, float]:
