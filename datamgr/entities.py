@@ -66,9 +66,20 @@ class Dataset:
     manifest_digest: str
     cache_quota_bytes: int = 0
 
-    def same_registration(self, options: Mapping[str, str], chunk_size_bytes: int) -> bool:
-        """Whether a repeated RegisterDataset asks for exactly this dataset (then it is idempotent)."""
-        return dict(self.options) == dict(options) and self.chunk_size_bytes == chunk_size_bytes
+    def registration_differences(self, options: Mapping[str, str], chunk_size_bytes: int) -> list[str]:
+        """What a repeated RegisterDataset asks for that this dataset is not registered with, in words (none: the
+        call is idempotent). Options are named by key only, since their values may be secrets."""
+        differences = []
+        if self.chunk_size_bytes != chunk_size_bytes:
+            differences.append(f"with chunk size {self.chunk_size_bytes}, not {chunk_size_bytes}")
+        changed = {key for key in options.keys() & self.options.keys() if options[key] != self.options[key]}
+        for what, keys in (
+            ("without option", options.keys() - self.options.keys()),
+            ("with option", self.options.keys() - options.keys()),
+            ("with another value of option", changed),
+        ):
+            differences.extend(f"{what} {key!r}" for key in sorted(keys))
+        return differences
 
 
 @dataclass(frozen=True, slots=True)

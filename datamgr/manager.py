@@ -249,9 +249,10 @@ class DataManager:
 
     def _existing_dataset(self, uri: str, options: Mapping[str, str], chunk: int) -> Dataset | None:
         dataset = self.state.datasets.get(uri)
-        if dataset is not None and not dataset.same_registration(options, chunk):
+        differences = [] if dataset is None else dataset.registration_differences(options, chunk)
+        if differences:
             raise AlreadyExists(
-                f"uri: dataset {uri} is registered with other options or chunk size; unregister it first"
+                f"uri: dataset {uri} is registered {'; '.join(differences)}; unregister it first to change them"
             )
         return dataset
 

@@ -378,7 +378,7 @@ BAD_CALLS: list[tuple[str, Call, grpc.StatusCode, str]] = [
         "dataset: other chunk size",
         lambda s: s.client.register_dataset(s.a, chunk_size=2**20),
         EXISTS,
-        "unregister",
+        "is registered with chunk size 4194304, not 1048576; unregister it first to change them",
     ),
     (
         "dataset: a name the file system refuses",

@@ -73,3 +73,15 @@ def test_diff_views_orders_datasets_before_jobs_and_removals_after() -> None:
     assert diff_views(empty, view) == [DATASET, NodeJobView(state.jobs["j1"], 1, 20)]
     assert diff_views(view, empty) == [JobRemoved("j1"), DatasetRemoved(DATASET.uri)]
     assert diff_views(view, view) == []
+
+
+def test_a_dataset_registered_again_with_other_parameters_names_each_difference_and_no_option_value() -> None:
+    registered = Dataset("s3://b/p", {"region": "eu-west-1", "secret_access_key": "old-secret"}, 10, 1, 1, 4096, "d")
+    assert registered.registration_differences(dict(registered.options), 4096) == []
+    asked = {"secret_access_key": "new-secret", "endpoint_url": "http://127.0.0.1:9"}
+    assert registered.registration_differences(asked, 8192) == [
+        "with chunk size 4096, not 8192",
+        "without option 'endpoint_url'",
+        "with option 'region'",
+        "with another value of option 'secret_access_key'",
+    ]
