@@ -112,7 +112,8 @@ def snapshot_of(manager: DataManager, remote_io_bytes_per_sec: int, now: float) 
       service, policy state) is the one the data manager keeps for it (`JobHistory`); a job suspending
       through its grace period has an empty placement and `held`, the GPUs it still holds.
     - A node's GPUs are those it registered for the policy, or the workers registered on it if more (a node
-      that registered none has no GPU free for the policy).
+      that registered none has no GPU free for the policy); an unavailable node's (its agent stopped
+      reporting) are only those its jobs hold, so no job is placed on a node that may be gone.
     - A dataset's `cached_bytes` is the least that a node mounting it reported: like its quota, per node.
     - The cache capacity is the smallest cache of the nodes running jobs. A quota is per dataset per node
       and a node holds the quotas of the datasets its jobs read, so quotas that add up to at most that
@@ -129,7 +130,7 @@ def snapshot_of(manager: DataManager, remote_io_bytes_per_sec: int, now: float) 
         for uri, d in state.datasets.items()
     }
     nodes = {
-        node_id: NodeState(node_id, max(node.gpus, _workers_on(state, node_id)), node.cache_capacity_bytes)
+        node_id: NodeState(node_id, _gpus_offered(manager, node_id), node.cache_capacity_bytes)
         for node_id, node in state.nodes.items()
     }
     hosting = [nodes[node_id].cache_bytes for node_id in state.nodes if state.jobs_on_node(node_id)]
@@ -222,6 +223,19 @@ def _unread_share(usage: JobUsage, workers: Mapping[str, int], total_workers: in
 def _cached_bytes(manager: DataManager, uri: str) -> int:
     reported = {u.node_id: u.cached_bytes for u in manager.liveness.dataset_usage(uri)}
     return min((reported.get(node_id, 0) for node_id in manager.state.nodes_mounting(uri)), default=0)
+
+
+def _gpus_offered(manager: DataManager, node_id: str) -> int:
+    """The GPUs the snapshot shows for a node: all it has, or, while it is unavailable, those its jobs (running
+    or suspending) hold, none free. Its jobs keep running there as far as the data manager knows (a silent agent
+    may be only cut off), but a new placement there would go to a node that may be gone, for good: nothing would
+    move it while the node stays silent (`DataManager._place` refuses one too)."""
+    state = manager.state
+    gpus = max(state.nodes[node_id].gpus, _workers_on(state, node_id))
+    if manager.liveness.available(node_id):
+        return gpus
+    held = _workers_on(state, node_id) + state.node_gpus_placed(node_id) + state.node_gpus_held(node_id)
+    return min(gpus, held)
 
 
 def _workers_on(state: ClusterState, node_id: str) -> int:

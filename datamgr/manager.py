@@ -383,9 +383,10 @@ class DataManager:
     async def _place(self, job_id: str, placement: Mapping[str, int]) -> int:
         """Run a job the policy places on `placement` (node -> GPUs; empty: stop it) from now on.
 
-        Refused, naming what is wrong, for a job registered with its workers, a node that is not registered or
-        has not that many GPUs free for the policy, a placement that is not all of the job's GPUs, or a node
-        without room for its dataset's cache quota. A stop is never refused."""
+        Refused, naming what is wrong, for a job registered with its workers, a node that is not registered,
+        unavailable (unless the job runs there already) or has not that many GPUs free for the policy, a placement
+        that is not all of the job's GPUs, or a node without room for its dataset's cache quota. A stop is never
+        refused."""
         job = self.job(job_id)
         if not job.placed_by_policy:
             raise FailedPrecondition(
@@ -405,8 +406,14 @@ class DataManager:
                 f"all the {job.gpus} it asks for or on none"
             )
         dataset = self.state.datasets[job.dataset_uri]
+        running = lifecycle.placement_of(job)
         for node_id, gpus in sorted(wanted.items()):
             self.node("placement", node_id)
+            if not self.liveness.available(node_id) and running.get(node_id) != gpus:
+                raise FailedPrecondition(
+                    f"placement of job {job_id!r}: node {node_id!r} is unavailable (its agent has not reported for "
+                    f"{self.liveness.seconds_since_seen(node_id):.0f} s); no job is placed on it until it reports"
+                )
             held = self.state.node_gpus_held(node_id)
             free = (
                 self.state.node_gpus_for_policy(node_id)
@@ -420,7 +427,7 @@ class DataManager:
                     f"{suspending}, not {gpus}"
                 )
             self._check_room_for(node_id, dataset)
-        if wanted == lifecycle.placement_of(job):
+        if wanted == running:
             return await self._settled()
         updated, history = lifecycle.moved(job, history, wanted, self.wall_clock())
         nodes = set(job.node_ids) | set(wanted)

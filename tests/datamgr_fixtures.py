@@ -192,14 +192,23 @@ def watch(client: DataManagerClient, node_id: str, since: int = 0) -> NodeWatch:
 
 @contextlib.asynccontextmanager
 async def owned_manager(
-    tmp_path: Path, policy: str | None, remote_io_limit: int = 1000, wall_clock: Callable[[], float] = time.time
+    tmp_path: Path,
+    policy: str | None,
+    remote_io_limit: int = 1000,
+    wall_clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] = time.monotonic,
 ) -> AsyncIterator[tuple[DataManager, RoundRequests]]:
     """A data manager on a fresh state dir whose allocations belong to `policy` (None: external), and its round
-    requests."""
+    requests; `clock` times its nodes' liveness."""
     store = SQLiteStore(tmp_path / "state")
     requests = RoundRequests()
     manager = DataManager(
-        store, remote_io_limit=remote_io_limit, policy=policy, on_jobs_changed=requests.request, wall_clock=wall_clock
+        store,
+        remote_io_limit=remote_io_limit,
+        policy=policy,
+        on_jobs_changed=requests.request,
+        wall_clock=wall_clock,
+        clock=clock,
     )
     try:
         yield manager, requests

@@ -468,3 +468,46 @@ def test_a_policy_is_handed_only_the_job_states_it_wrote_after_a_switch_either_w
         assert snapshot_of(manager, 1000, time.time()).jobs["first"].policy_state["opportunistic"] == 1.0
 
     asyncio.run(scenario())
+
+
+# ---- nodes that stop reporting ----
+
+
+def placed(manager: DataManager, job_id: str) -> list[tuple[str, int]]:
+    """Where the policy placed a job: (node, GPUs) of its workers."""
+    return [(worker.node_id, worker.count) for worker in manager.state.jobs[job_id].workers]
+
+
+@pytest.mark.expected_warnings  # node n1 stopped reporting; marked unavailable
+def test_no_job_is_placed_on_a_node_that_stopped_reporting_and_its_running_jobs_keep_their_gpus(
+    tmp_path: Path,
+) -> None:
+    """n1's agent falls silent with 4 GPUs, 2 of them free: fifo saw them free and placed the next job there, on
+    a node that may be gone, and nothing moved it. Now the snapshot shows only the GPUs n1's jobs hold, a placement
+    there is refused, and once n1 reports again the job goes there."""
+    clock = [0.0]
+
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "fifo", clock=lambda: clock[0]) as (manager, requests):
+            await manager.register_node("n1", "h1:1", 10_000, gpus=4)
+            await manager.register_node("n2", "h2:1", 10_000, gpus=1)
+            uri = await add_dataset(manager, tmp_path / "a", files=2, size=500)
+            await manager.register_job("first", uri, 1000, [], gpus=2)
+            controller = Controller(manager, build_scheduler("fifo", "silod"), requests)
+            assert (await controller.run_round("test")).error == ""
+            assert placed(manager, "first") == [("n1", 2)]
+            clock[0] = 60.0  # past the 30 s node timeout; n2 reports, n1 does not
+            manager.report_usage("n2", [], [])
+            assert manager.expire_nodes() == ["n1"]
+            assert snapshot_of(manager, 1000, time.time()).nodes["n1"].gpus == 2  # its job's, none free
+            await manager.register_job("second", uri, 1000, [], gpus=2)
+            assert (await controller.run_round("test")).error == ""
+            assert placed(manager, "second") == []  # pending: n2 has 1 GPU, n1 is silent
+            assert placed(manager, "first") == [("n1", 2)]
+            with pytest.raises(FailedPrecondition, match="node 'n1' is unavailable"):
+                await allocations(manager).place("second", {"n1": 2})
+            manager.report_usage("n1", [], [])  # back
+            assert (await controller.run_round("test")).error == ""
+            assert placed(manager, "second") == [("n1", 2)]
+
+    asyncio.run(scenario())
