@@ -269,6 +269,12 @@ class NodeAgent:
         job = self._mount.jobs.get(wanted.job_id)
         rate = wanted.io_bytes_per_sec
         share = pass_share(wanted.workers, wanted.job_workers)  # job_workers 0: an older data manager
+        if job is not None and job.dataset is not self._mount.datasets.get(wanted.dataset_uri):
+            # The id now reads another dataset, or its dataset was registered anew (another manifest): a job
+            # finished and registered again while this node missed it (a snapshot after a restore, a
+            # reconnect). Its directory must show the dataset it reads now, never the old one's bytes.
+            self._remove_job(wanted.job_id)
+            job = None
         if job is None:
             dataset = self._mount.datasets.get(wanted.dataset_uri)
             ids = self._ids(job_id=wanted.job_id, dataset_uri=wanted.dataset_uri)

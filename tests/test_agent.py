@@ -18,7 +18,7 @@ from datamgr.client import DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.cache_fixtures import entries_on_disk
 from tests.cluster_fixtures import FILES, SIZE, System, eventually
-from tests.datamgr_fixtures import DataManagerProcess, silod_cli
+from tests.datamgr_fixtures import DataManagerProcess, make_local_dataset, silod_cli
 from tests.disks import TmpfsFactory, fill_up
 from tests.mount_fixtures import MountProcess
 
@@ -264,3 +264,28 @@ def test_a_node_behind_a_restored_data_manager_that_went_past_it_follows_the_res
     eventually(lambda: not node.job_dir("j2").exists(), what="j2, unknown to the restored state, gone")
     eventually(lambda: node.job_dir("j3").is_dir(), what="j3, registered on the restored state")
     assert node.log_lines(f"sent a snapshot of its revision {revision} where this node was at revision {seen}")
+
+
+def test_a_job_id_that_reads_another_dataset_after_a_snapshot_serves_that_dataset_not_the_old_one(
+    system: System,
+) -> None:
+    # Backup with j1 on A; then j1 finishes and is registered again on B; the backup restored: the snapshot says
+    # j1 reads A. The node kept j1 on B (it only updated the rate of a job it knew) and served B's bytes as j1's.
+    node = system.start_node("n1")
+    system.client.register_dataset(system.uri)
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
+    system.client.allocate_remote_io("j1", 50_000_000)  # at 0, the reads below would wait for a rate
+    state_dir = str(system.datamgr.state_dir)
+    backup = system.root / "backup.db"
+    assert silod_cli("datamgr", "backup", "--state-dir", state_dir, str(backup)).returncode == 0
+    other = make_local_dataset(system.root / "other", files=3, size=700)
+    system.client.call(system.client.stub.FinishJob, pb.FinishJobRequest(job_id="j1"))
+    system.client.register_dataset(other)
+    system.client.register_job("j1", other, 100_000_000, [("n1", 1)])
+    eventually(lambda: (node.job_dir("j1") / "d0/f000.bin").is_file(), what="j1 on the other dataset")
+    system.datamgr.kill()
+    assert silod_cli("datamgr", "restore", "--state-dir", state_dir, str(backup)).returncode == 0
+    system.datamgr.start()
+    eventually(lambda: not (node.job_dir("j1") / "d0/f000.bin").exists(), what="the other dataset's files gone")
+    job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="j1 again")
+    assert {path: (job_dir / path).read_bytes() for path in system.files} == system.files
