@@ -398,10 +398,16 @@ class NodeAgent:
                 return
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.ALREADY_EXISTS and config.cache_capacity is None:
-                    log.info("node %s is already registered; using its registration", config.node_id, extra=self._ids())
-                    self._now_registered()
-                    return
-                self._raise_if_refused(exc)
+                    registered = self._registration()
+                    if registered is not None:
+                        self._refuse_other_than(registered)
+                        log.info(
+                            "node %s is already registered; using its registration", config.node_id, extra=self._ids()
+                        )
+                        self._now_registered()
+                        return
+                else:
+                    self._raise_if_refused(exc)
                 if not self._waiting:
                     log.warning(
                         "waiting for the data manager %s (%s)", config.datamgr, self._why(exc), extra=self._ids()
@@ -411,6 +417,30 @@ class NodeAgent:
                 return
             failures += 1
             self._stop.wait(RECONNECT.delay(failures))
+
+    def _registration(self) -> pb.Node | None:
+        """The node's registration as the data manager holds it; None if it cannot be asked now (tried again)."""
+        try:
+            node: pb.Node = self._stub.GetNode(pb.GetNodeRequest(node_id=self._config.node_id), timeout=CALL_TIMEOUT)
+        except grpc.RpcError:
+            return None
+        return node
+
+    def _refuse_other_than(self, registered: pb.Node) -> None:
+        """AgentError if this agent asks for another address or GPU count than the node is registered with. Only
+        what it was given counts: without --cache-capacity its capacity is the disk's free space, which moves, so
+        the registered one is kept; so are the registered address without --address and GPUs without --gpus."""
+        config = self._config
+        differences = []
+        if config.address and config.address != registered.address:
+            differences.append(f"address {registered.address}, not {config.address}")
+        if config.gpus and config.gpus != registered.gpus:
+            differences.append(f"{registered.gpus} GPUs, not {config.gpus}")
+        if differences:
+            raise AgentError(
+                f"cannot register node {config.node_id}: it is registered with {' and '.join(differences)} (stop "
+                f"this agent, then `silod node remove {config.node_id}`, which is refused while jobs run there)"
+            )
 
     def _now_registered(self) -> None:
         self._reached = self._registered = True

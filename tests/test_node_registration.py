@@ -61,6 +61,37 @@ def test_an_agent_the_data_manager_refuses_exits_1_before_mounting_and_says_why(
     assert _capacity(system, "n1") == 2**30  # the refused start changed nothing
 
 
+@pytest.mark.parametrize(
+    ("flags", "difference"),
+    [(("--gpus", "4"), "0 GPUs, not 4"), (("--address", "elsewhere:1"), "not elsewhere:1")],
+    ids=["gpus", "address"],
+)
+def test_an_agent_without_a_capacity_asking_for_other_gpus_or_another_address_is_refused_not_ignored(
+    system: System, flags: tuple[str, str], difference: str
+) -> None:
+    # Without --cache-capacity the agent keeps the registered capacity (its default, the disk's free space, moves);
+    # the GPUs and address it was given were dropped with it, and the agent ran as registered, saying nothing.
+    system.start_node("n1").stop()
+    agent = MountProcess.node(system.root / "n1-again", system.datamgr.address, "n1", *flags)
+
+    result = _run(agent)
+
+    assert result.returncode == 1, result.stderr
+    assert "silod node: cannot register node n1: it is registered with" in result.stderr
+    assert difference in result.stderr and "silod node remove n1" in result.stderr
+    assert not is_live_mount(agent.mountpoint)
+    registered = system.client.call(system.client.stub.GetNode, pb.GetNodeRequest(node_id="n1"))
+    assert registered.gpus == 0 and registered.cache_capacity_bytes == 2**30  # unchanged
+
+
+def test_an_agent_without_a_capacity_gpus_or_address_uses_the_registration(system: System) -> None:
+    system.start_node("n1").stop()
+    agent = MountProcess.node(system.root / "n1-again", system.datamgr.address, "n1")
+    system.nodes.append(agent)
+    agent.start()
+    assert agent.log_lines("node n1 is already registered; using its registration")
+
+
 def test_silod_node_remove_lets_the_agent_register_again_with_another_capacity(system: System) -> None:
     agent = _registered_with_another_capacity(system)
 
