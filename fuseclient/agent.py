@@ -28,13 +28,13 @@ from pathlib import Path
 import grpc
 import trio
 
-from fuseclient.assembly import add_job, open_cache, open_dataset, uncached_dataset
+from fuseclient.assembly import MountError, add_job, open_cache, open_dataset, uncached_dataset
 from fuseclient.cache import NoCache
 from fuseclient.daemon import ReadyCallback
 from fuseclient.fs import forget_job_directory
 from fuseclient.mounted import MountedDataset, MountState
 from fuseclient.readahead import DEFAULT_READ_AHEAD
-from fuseclient.runtime import run_filesystem
+from fuseclient.runtime import METRICS_HOST, run_filesystem
 from fuseclient.throttle import default_burst
 from silodlib.backends import BackendError, RetryingBackend, open_backend
 from silodlib.backoff import Backoff
@@ -42,6 +42,7 @@ from silodlib.credentials import ChannelSecurity
 from silodlib.grpc_channel import explain_refusal, open_channel
 from silodlib.logfields import log_ids
 from silodlib.manifest import Manifest
+from silodlib.metrics_endpoint import MetricsPortError, refuse_busy_port
 from silodlib.sharding import pass_share
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
@@ -493,6 +494,11 @@ async def run_agent(config: AgentConfig, on_ready: ReadyCallback = lambda: None)
     """Mount, follow the data manager, report usage; until a signal or an external unmount."""
     config.cache_dir.mkdir(parents=True, exist_ok=True)
     mount = MountState()
+    if config.metrics_port is not None:  # a port in use must stop the agent before it registers its node
+        try:
+            refuse_busy_port(METRICS_HOST, config.metrics_port)
+        except MetricsPortError as exc:
+            raise MountError(str(exc)) from None
     with open_channel(config.datamgr, config.security, CHANNEL_OPTIONS) as channel:
         agent = NodeAgent(config, mount, pb_grpc.DataManagerStub(channel))
         await agent.register_before_mounting()

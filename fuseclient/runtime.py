@@ -29,6 +29,7 @@ from silodlib.metrics_endpoint import MetricsPortError
 log = logging.getLogger(__name__)
 
 STATS_FILE = "stats.json"
+METRICS_HOST = "0.0.0.0"  # all interfaces: node metrics hold no secrets, and Prometheus scrapes from elsewhere
 
 
 class ServeSettings(Protocol):
@@ -83,7 +84,8 @@ async def run_filesystem(
     if metrics_port is not None:
         metrics = MountMetrics(mount, trio.lowlevel.current_trio_token(), reconnects)
         try:
-            log.info("metrics at http://0.0.0.0:%d/metrics", metrics.serve("0.0.0.0", metrics_port), extra=ids)
+            port = metrics.serve(METRICS_HOST, metrics_port)
+            log.info("metrics at http://%s:%d/metrics", METRICS_HOST, port, extra=ids)
         except MetricsPortError as exc:  # before mounting: the daemon stops with the reason, nothing mounted
             raise MountError(str(exc)) from None
     pyfuse3.init(SilodFS(mount), str(mountpoint), options)

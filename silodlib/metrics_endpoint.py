@@ -6,11 +6,25 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from silodlib.listening import why_not_listening
+from silodlib.listening import probe_listening, why_not_listening
 
 
 class MetricsPortError(Exception):
     """/metrics cannot be served where asked; the message says where and why."""
+
+
+def refuse_busy_port(host: str, port: int) -> None:
+    """MetricsPortError, as `MetricsEndpoint.serve` would raise it, if `host:port` cannot be bound now: for a
+    daemon that must know before it does what it cannot take back (a node agent registering its node). Another
+    program may still take the port before `serve`, which then fails as before. Port 0 (any free port) passes."""
+    if port:
+        busy = probe_listening(host, port)
+        if busy is not None:
+            raise MetricsPortError(_cannot_serve(host, port, busy))
+
+
+def _cannot_serve(host: str, port: int, exc: OSError) -> str:
+    return f"--metrics-port {port}: cannot serve /metrics on {host}: {why_not_listening(exc, host)}"
 
 
 class MetricsEndpoint:
@@ -26,9 +40,7 @@ class MetricsEndpoint:
         try:
             self._http, _ = start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:
-            raise MetricsPortError(
-                f"--metrics-port {port}: cannot serve /metrics on {host}: {why_not_listening(exc, host)}"
-            ) from None
+            raise MetricsPortError(_cannot_serve(host, port, exc)) from None
         return int(self._http.server_port)
 
     def close(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,9 +23,10 @@ from datamgr.server import ServerConfig
 from fuseclient import readpath
 from fuseclient.assembly import MountConfig, build_state
 from fuseclient.metrics import MountMetrics
+from silodpb.v1 import datamgr_pb2 as pb
 from tests import polling
-from tests.datamgr_fixtures import make_local_dataset, silod_cli
-from tests.mount_fixtures import is_live_mount
+from tests.datamgr_fixtures import RunningDataManager, make_local_dataset, silod_cli
+from tests.mount_fixtures import MountProcess, is_live_mount
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -139,3 +141,19 @@ def test_a_metrics_port_in_use_stops_a_mount_before_it_mounts_naming_the_port(tm
     assert f"silod mount: --metrics-port {port}: cannot serve /metrics on 0.0.0.0: the port is in use" in result.stderr
     assert "Traceback" not in result.stderr
     assert not is_live_mount(mountpoint)
+
+
+def test_a_metrics_port_in_use_stops_a_node_agent_before_it_registers_its_node(
+    datamgr: RunningDataManager, tmp_path: Path
+) -> None:
+    # The port was bound only once the node was registered: the agent exited 1, its node stayed registered and
+    # shown available, and an agent started again with other flags was refused until `silod node remove`.
+    agent = MountProcess.node(tmp_path / "n1", datamgr.address, "n1", "--cache-capacity", "1GiB")
+    with _port_in_use() as port:
+        result = subprocess.run([*agent.argv, "--metrics-port", str(port)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"silod node: --metrics-port {port}: cannot serve /metrics on 0.0.0.0: the port is in use" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not is_live_mount(agent.mountpoint)
+    nodes = datamgr.client.call(datamgr.client.stub.ListNodes, pb.ListNodesRequest())
+    assert [node.node_id for node in nodes.nodes] == []
