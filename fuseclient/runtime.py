@@ -3,7 +3,6 @@ the node agent's), until a signal or an external unmount, then a clean close."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -80,6 +79,7 @@ async def run_filesystem(
     if settings.allow_other:
         options.add("allow_other")
     prepare_mountpoint(mountpoint)
+    _remove_earlier_statistics(settings.cache_dir / STATS_FILE, ids)
     metrics = None
     if metrics_port is not None:
         metrics = MountMetrics(mount, trio.lowlevel.current_trio_token(), reconnects)
@@ -133,11 +133,21 @@ async def _set_read_ahead(mountpoint: Path, size: int, ids: Mapping[str, str]) -
     log.info("kernel read-ahead on %s: %d KiB (%s)", mountpoint, size // 1024, setting, extra=ids)
 
 
+def _remove_earlier_statistics(stats_file: Path, ids: dict[str, str]) -> None:
+    """Remove the statistics file an earlier daemon on this cache dir left (it writes until it stops, and a killed
+    one cannot clean up), whether or not this one writes any: no numbers are better than a dead process's. The
+    cache dir is this daemon's (its lock), so the file is no live daemon's."""
+    try:
+        stats_file.unlink(missing_ok=True)
+    except OSError as exc:  # a read-only or failing cache disk: the mount serves all the same
+        log.warning("cannot remove the statistics an earlier daemon left in %s: %s", stats_file, exc, extra=ids)
+
+
 async def _report_statistics(mount: MountState, interval: float, stats_file: Path, node_id: str | None) -> None:
     """Every `interval` seconds: one log line per job, and all numbers as JSON in `stats_file`.
 
-    A file left by an earlier daemon (killed, so it could not clean up) is removed first: until this daemon
-    writes its own, no numbers are better than a dead process's. A file that cannot be written (a full or
+    A file left by an earlier daemon is removed at the start (`_remove_earlier_statistics`). A file that cannot
+    be written (a full or
     vanished disk, no file descriptor left) is warned about once and tried again every interval: statistics
     are never worth a mount its readers depend on.
 
@@ -150,8 +160,6 @@ async def _report_statistics(mount: MountState, interval: float, stats_file: Pat
         log.warning("statistics not written to %s: cannot open its directory: %s", stats_file, exc)
         return
     try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(stats_file.name, dir_fd=directory)
         await _write_statistics_every(mount, interval, directory, stats_file, node_id)
     finally:
         os.close(directory)

@@ -23,16 +23,22 @@ class MountProcess:
     the mount is live."""
 
     def __init__(
-        self, root: Path, jobs: dict[str, str], *extra: str, stats_interval: float = 0.2, launcher: Sequence[str] = ()
+        self,
+        root: Path,
+        jobs: dict[str, str],
+        *extra: str,
+        stats_interval: float | None = 0.2,
+        launcher: Sequence[str] = (),
     ) -> None:
         self.mountpoint = root / "mnt"
         self.cache_dir = root / "cache"
         self.log_path = root / "mount.log"
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         job_args = [a for job_id, uri in jobs.items() for a in ("--job", f"{job_id}={uri}")]
+        stats = () if stats_interval is None else ("--stats-interval", str(stats_interval))  # None: writes none
         self.argv = [
             *launcher, *SILOD, "mount", str(self.mountpoint), "--cache-dir", str(self.cache_dir), "--foreground",
-            "--stats-interval", str(stats_interval), *job_args, *extra,
+            *stats, *job_args, *extra,
         ]  # fmt: skip
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -128,7 +134,11 @@ def mount_factory(tmp_path: Path) -> Iterator[MountFactory]:
     started: list[MountProcess] = []
 
     def start(
-        jobs: dict[str, str], *extra: str, name: str = "m", stats_interval: float = 0.2, launcher: Sequence[str] = ()
+        jobs: dict[str, str],
+        *extra: str,
+        name: str = "m",
+        stats_interval: float | None = 0.2,
+        launcher: Sequence[str] = (),
     ) -> MountProcess:
         root = tmp_path / name
         root.mkdir(exist_ok=True)

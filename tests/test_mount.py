@@ -477,3 +477,18 @@ def test_two_shuffled_epochs_through_the_mount_hit_the_cached_fraction(
     assert first["hit_bytes"] == 0 and first["accessed_bytes"] == len(files) * 8000
     assert second["hit_bytes"] / second["accessed_bytes"] == pytest.approx(0.25)
     assert stats["jobs"]["job1"]["access"]["epoch"] == 3
+
+
+def test_the_statistics_an_earlier_mount_left_are_removed_by_a_mount_that_writes_none(
+    mount_factory: MountFactory, local_uri: tuple[str, dict[str, bytes]]
+) -> None:
+    # Only a mount that wrote statistics removed an earlier one's file: one started without --stats-interval left
+    # a stopped daemon's numbers (its jobs, its counts) in place, as if they were its own.
+    uri, _ = local_uri
+    first = mount_factory({"job1": uri})
+    stats = first.cache_dir / "stats.json"
+    polling.eventually(stats.exists, what="the first mount's statistics")
+    first.stop()
+    assert stats.exists()  # a daemon leaves its last numbers when it stops
+    second = mount_factory({"job1": uri}, stats_interval=None)
+    assert second.cache_dir == first.cache_dir and not stats.exists()
