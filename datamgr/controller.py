@@ -441,14 +441,12 @@ class Controller:
             starts = [m for m in moves if not m.stops]
             decreases = [s for s in steps if s.decreases]
             increases = [s for s in steps if not s.decreases]
-            ordered: list[Step | Move] = [*stops, *decreases, *starts, *increases]
-            for change in ordered:
-                try:
-                    await self._apply(change)
-                except DataManagerError as exc:
-                    refused.append((change, str(exc)))
-                else:
-                    applied.append(change)
+            await self._apply_each([*stops, *decreases, *starts], applied, refused)
+            # A job whose start was refused would hold remote IO it cannot use until the next round.
+            not_started = {change.job_id for change, _ in refused if isinstance(change, Move)}
+            idle = [s for s in increases if s.resource == "io" and s.target in not_started]
+            refused.extend((step, "its start was refused this round") for step in idle)
+            await self._apply_each([s for s in increases if s not in idle], applied, refused)
             await self._allocations.hand_back(states_to_persist(self._manager, snapshot, decision.job_states))
         except Exception as exc:  # a plugin policy's bug or a failed commit must not stop the server
             failure = exc
@@ -468,6 +466,18 @@ class Controller:
             released=tuple(released),
         )
         return report, failure
+
+    async def _apply_each(
+        self, changes: Sequence[Step | Move], applied: list[Step | Move], refused: list[tuple[Step | Move, str]]
+    ) -> None:
+        """Apply the changes in order, each one applied or refused with the data manager's reason."""
+        for change in changes:
+            try:
+                await self._apply(change)
+            except DataManagerError as exc:
+                refused.append((change, str(exc)))
+            else:
+                applied.append(change)
 
     async def _apply(self, change: Step | Move) -> None:
         if isinstance(change, Move):

@@ -511,3 +511,21 @@ def test_no_job_is_placed_on_a_node_that_stopped_reporting_and_its_running_jobs_
             assert placed(manager, "second") == [("n1", 2)]
 
     asyncio.run(scenario())
+
+
+@pytest.mark.expected_warnings  # the round's refusals
+def test_a_job_whose_start_is_refused_is_given_no_remote_io_that_round(tmp_path: Path) -> None:
+    # Before, the start was refused (n1 has 1 GPU, not 2) but the rate was applied: the job held remote IO that no
+    # node read with, taken from the jobs that could, until the next round.
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "fixed") as (manager, requests):
+            await manager.register_node("n1", "h1:1", 10_000, gpus=1)
+            uri = await add_dataset(manager, tmp_path / "a", files=2, size=500)
+            await manager.register_job("big", uri, 1000, [], gpus=2)
+            policy = FixedPolicy(cache={}, io={"big": 500}, placements={"big": {"n1": 2}})
+            report = await Controller(manager, scheduler_of(policy), requests).run_round("test")
+            assert manager.state.jobs["big"].io_bytes_per_sec == 0
+            assert [reason for _, reason in report.refused][-1] == "its start was refused this round"
+            assert "node 'n1' has 1 GPUs free for the policy, not 2" in report.refused[0][1]
+
+    asyncio.run(scenario())
