@@ -271,10 +271,7 @@ def test_a_job_id_that_reads_another_dataset_after_a_snapshot_serves_that_datase
 ) -> None:
     # Backup with j1 on A; then j1 finishes and is registered again on B; the backup restored: the snapshot says
     # j1 reads A. The node kept j1 on B (it only updated the rate of a job it knew) and served B's bytes as j1's.
-    node = system.start_node("n1")
-    system.client.register_dataset(system.uri)
-    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
-    system.client.allocate_remote_io("j1", 50_000_000)  # at 0, the reads below would wait for a rate
+    node, _ = _job_on_n1(system)  # with a rate: at 0, the reads below would wait for one
     state_dir = str(system.datamgr.state_dir)
     backup = system.root / "backup.db"
     assert silod_cli("datamgr", "backup", "--state-dir", state_dir, str(backup)).returncode == 0
