@@ -195,7 +195,7 @@ def states_to_persist(
     kept = dict(job_states)
     for job_id in snapshot.jobs:
         history = manager.history(job_id) if job_id in manager.state.jobs else None
-        if job_id not in kept and history is not None and history.policy_state_by not in ("", policy):
+        if job_id not in kept and history is not None and lifecycle.written_by_another(history, policy):
             kept[job_id] = {}
     return kept
 
@@ -231,22 +231,11 @@ def _gpus_offered(manager: DataManager, node_id: str) -> int:
     may be only cut off), but a new placement there would go to a node that may be gone, for good: nothing would
     move it while the node stays silent (`DataManager._place` refuses one too)."""
     state = manager.state
-    gpus = max(state.nodes[node_id].gpus, _workers_on(state, node_id))
+    registered = state.node_workers_registered(node_id)
+    gpus = max(state.nodes[node_id].gpus, registered)
     if manager.liveness.available(node_id):
         return gpus
-    held = _workers_on(state, node_id) + state.node_gpus_placed(node_id) + state.node_gpus_held(node_id)
-    return min(gpus, held)
-
-
-def _workers_on(state: ClusterState, node_id: str) -> int:
-    """The workers registered on a node by jobs registered with their workers."""
-    return sum(
-        w.count
-        for job_id in state.jobs_on_node(node_id)
-        if not state.jobs[job_id].placed_by_policy
-        for w in state.jobs[job_id].workers
-        if w.node_id == node_id
-    )
+    return min(gpus, registered + state.node_gpus_placed(node_id) + state.node_gpus_held(node_id))
 
 
 Resource = Literal["cache", "io"]

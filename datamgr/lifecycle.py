@@ -117,7 +117,13 @@ def policy_state_of(history: JobHistory, policy: str) -> Mapping[str, float]:
     """The state `policy` handed back for the job, or nothing if another policy wrote the one kept. A state kept
     before its writer was (`policy_state_by` "") is taken as the running policy's, as it always was; if the
     policy changed with that upgrade, it must cope (Tiresias and HiveD ignore a state they cannot use)."""
-    return history.policy_state if history.policy_state_by in ("", policy) else {}
+    return {} if written_by_another(history, policy) else history.policy_state
+
+
+def written_by_another(history: JobHistory, policy: str) -> bool:
+    """Whether the job's kept state was handed back by another policy than `policy` (one kept before writers
+    were is no other's)."""
+    return history.policy_state_by not in ("", policy)
 
 
 # ---- a round's compute changes ----

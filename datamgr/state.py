@@ -101,14 +101,17 @@ class ClusterState:
     def node_gpus_for_policy(self, node_id: str) -> int:
         """The GPUs of a node that the policy may place jobs on: its registered GPUs less the workers of jobs
         registered with their workers there (those hold GPUs the policy did not give out)."""
-        registered = sum(
+        return max(0, self.nodes[node_id].gpus - self.node_workers_registered(node_id))
+
+    def node_workers_registered(self, node_id: str) -> int:
+        """The workers on a node of jobs registered with their workers (not placed by the policy)."""
+        return sum(
             w.count
             for job_id in self.jobs_on_node(node_id)
             if not self.jobs[job_id].placed_by_policy
             for w in self.jobs[job_id].workers
             if w.node_id == node_id
         )
-        return max(0, self.nodes[node_id].gpus - registered)
 
     def node_gpus_placed(self, node_id: str, except_job: str = "") -> int:
         """The GPUs of a node that the policy has placed jobs on (but `except_job`)."""
