@@ -438,10 +438,7 @@ class NodeAgent:
         if config.gpus and config.gpus != registered.gpus:
             differences.append(f"{registered.gpus} GPUs, not {config.gpus}")
         if differences:
-            raise AgentError(
-                f"cannot register node {config.node_id}: it is registered with {' and '.join(differences)} (stop "
-                f"this agent, then `silod node remove {config.node_id}`, which is refused while jobs run there)"
-            )
+            raise self._registered_otherwise(f"it is registered with {' and '.join(differences)}")
 
     def _now_registered(self) -> None:
         self._reached = self._registered = True
@@ -451,14 +448,19 @@ class NodeAgent:
         """AgentError for a registration the data manager refuses, which waiting would not change."""
         node_id = self._config.node_id
         if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
-            raise AgentError(
-                f"cannot register node {node_id}: {exc.details()} (stop this agent, then `silod node remove "
-                f"{node_id}`, which is refused while jobs run there)"
-            ) from None
+            raise self._registered_otherwise(exc.details() or "registered with other parameters") from None
         if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
             raise AgentError(f"cannot register node {node_id}: {exc.details()}") from None
         if exc.code() == grpc.StatusCode.UNAUTHENTICATED:  # waiting would not bring a token
             raise AgentError(f"cannot register node {node_id}: {self._why(exc)}") from None
+
+    def _registered_otherwise(self, how: str) -> AgentError:
+        """The refusal of a node registered with other parameters than this agent asks for, and how to change them."""
+        node_id = self._config.node_id
+        return AgentError(
+            f"cannot register node {node_id}: {how} (stop this agent, then `silod node remove {node_id}`, which is "
+            "refused while jobs run there)"
+        )
 
     def _ids(self, *, job_id: str | None = None, dataset_uri: str | None = None) -> dict[str, str]:
         """Log fields for an event on this node, about the job or dataset given."""
