@@ -138,12 +138,11 @@ async def _granted_first(job: MountedJob, dataset: MountedDataset, item: int, fl
 
 
 async def _lead_fetch(job: MountedJob, dataset: MountedDataset, item: int, flight: Flight) -> bytes:
-    length = dataset.manifest.item_size(item)
     try:
         data, seconds = await trio.to_thread.run_sync(_fetch_and_offer, dataset, item, limiter=dataset.fetch_limiter)
-        job.bytes_from_remote += length
+        job.bytes_from_remote += len(data)  # the item's size: `_fetch_and_offer` checked it
         dataset.fetches += 1
-        dataset.fetch_bytes += length
+        dataset.fetch_bytes += len(data)
         dataset.fetch_seconds += seconds
         flight.data = data
         return data
