@@ -17,11 +17,14 @@ import errno
 import logging
 import os
 import stat
+from collections.abc import Iterable
+from itertools import chain
 
 import pyfuse3
 
 from fuseclient.mounted import MountedJob, MountState
 from fuseclient.openfile import OpenFile
+from fuseclient.tree import NO_FILES_BENEATH
 from silodlib.backends import AccessDenied, BackendError
 from silodlib.logfields import log_ids
 
@@ -31,6 +34,7 @@ SLOT_SHIFT = 40
 DATASET_TIMEOUT = 24 * 3600.0  # immutable content
 ROOT_TIMEOUT = 1.0  # the set of jobs changes as jobs come and go
 NAME_MAX = 255  # bytes in a name: what registration allows (`silodlib.manifest`) and POSIX file systems hold
+DOT_ENTRIES = 2  # `.` and `..` open every listing
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
 
 
@@ -79,6 +83,7 @@ class SilodFS(pyfuse3.Operations):
         if inode == pyfuse3.ROOT_INODE:
             attrs.st_mode = stat.S_IFDIR | 0o555
             attrs.st_nlink = 2 + len(self._mount.jobs)
+            attrs.st_mtime_ns = attrs.st_ctime_ns = attrs.st_atime_ns = self._mount.jobs_changed_ns
             attrs.entry_timeout = attrs.attr_timeout = ROOT_TIMEOUT
             return attrs
         job, node = self._resolve(inode)
@@ -87,6 +92,10 @@ class SilodFS(pyfuse3.Operations):
         if tree.is_dir(node):
             attrs.st_mode = stat.S_IFDIR | 0o555
             attrs.st_nlink = 2 + len(tree.dirs[node].subdirs)
+            newest_ns = tree.dir_mtimes_ns[node]
+            if newest_ns == NO_FILES_BENEATH:  # only empty folders beneath: when this job came to the node
+                newest_ns = job.added_ns
+            attrs.st_mtime_ns = attrs.st_ctime_ns = attrs.st_atime_ns = newest_ns
             return attrs
         file_index = tree.file_index(node)
         size = job.dataset.manifest.sizes[file_index]
@@ -125,19 +134,27 @@ class SilodFS(pyfuse3.Operations):
         return inode
 
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
-        """List from position `start_id`; each entry's next id is its position + 1, so offsets are exact."""
+        """List from position `start_id`: `.` and `..` at 0 and 1, then the entries; each entry's next id is its
+        position + 1, so offsets are exact."""
         if fh == pyfuse3.ROOT_INODE:
-            for job in sorted(self._mount.jobs.values(), key=lambda j: j.slot):
-                if job.slot >= start_id:
-                    inode = self._inode(job, 0)
-                    if not pyfuse3.readdir_reply(token, os.fsencode(job.job_id), self._attributes(inode), job.slot + 1):
-                        return
-            return
-        job, node = self._resolve(fh)
-        tree = job.dataset.tree
-        for position, child in enumerate(tree.entries(node, start_id), start=start_id):
-            inode = self._inode(job, child)
-            if not pyfuse3.readdir_reply(token, os.fsencode(tree.name(child)), self._attributes(inode), position + 1):
+            parent = pyfuse3.ROOT_INODE  # the kernel answers for what lies above the mount point
+            jobs = sorted(self._mount.jobs.values(), key=lambda j: j.slot)
+            entries: Iterable[tuple[int, str, int]] = (
+                (job.slot + DOT_ENTRIES, job.job_id, self._inode(job, 0)) for job in jobs
+            )
+        else:
+            job, node = self._resolve(fh)
+            tree = job.dataset.tree
+            parent = pyfuse3.ROOT_INODE if node == 0 else self._inode(job, tree.dirs[node].parent)
+            first = max(start_id - DOT_ENTRIES, 0)
+            entries = (
+                (position + DOT_ENTRIES, tree.name(child), self._inode(job, child))
+                for position, child in enumerate(tree.entries(node, first), start=first)
+            )
+        for position, name, inode in chain(((0, ".", fh), (1, "..", parent)), entries):
+            if position >= start_id and not pyfuse3.readdir_reply(
+                token, os.fsencode(name), self._attributes(inode), position + 1
+            ):
                 return
 
     async def releasedir(self, fh: int) -> None:

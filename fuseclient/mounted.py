@@ -6,6 +6,7 @@ kernel holds for that job's files.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import trio
@@ -100,6 +101,7 @@ class MountedJob:
     cache_misses: int = 0
     open_epochs: dict[int, EpochRecord] = field(default_factory=dict)  # epochs still counting, by number
     finished_epochs: list[EpochRecord] = field(default_factory=list)
+    added_ns: int = field(default_factory=time.time_ns)  # when it came to this node: its empty folders' time
 
     def record_access(self, item: int, *, read_ahead: bool = False) -> None:
         """Count an access to `item` in the epoch it belongs to (`AccessTracker.record`; the old one for a
@@ -141,6 +143,7 @@ class MountState:
         self.jobs: dict[str, MountedJob] = {}
         self.jobs_by_slot: dict[int, MountedJob] = {}
         self._next_slot = 0
+        self.jobs_changed_ns = time.time_ns()  # the root's time: a job's directory last came or went
 
     def add_dataset(self, dataset: MountedDataset) -> None:
         self.datasets[dataset.uri] = dataset
@@ -157,6 +160,7 @@ class MountState:
     def add_job(self, job: MountedJob) -> None:
         self.jobs[job.job_id] = job
         self.jobs_by_slot[job.slot] = job
+        self.jobs_changed_ns = time.time_ns()
 
     def remove_job(self, job_id: str) -> MountedJob:
         """Forget a job. Files it has open keep reading what is cached (their handles hold the job), but its
@@ -165,6 +169,7 @@ class MountState:
         lock, until the agent stops."""
         job = self.jobs.pop(job_id)
         del self.jobs_by_slot[job.slot]
+        self.jobs_changed_ns = time.time_ns()
         if job.bucket is not None:
             job.bucket.close()
         return job

@@ -4,6 +4,10 @@ Nodes are numbered: directories 0..D-1 (0 is the dataset's root), then files D..
 (directory, name), so that the files directly inside a directory are one contiguous run. A lookup is a dict
 probe for subdirectories and a binary search over that run for files; a listing offset is a position in it.
 Per file this costs one 8-byte array slot on top of the manifest, not a dict entry.
+
+A directory's time is the newest of the files beneath it: object stores keep no times for folders, and a
+dataset is immutable while mounted, so that is the last time its contents changed, which is what a
+directory's modification time says.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from silodlib.manifest import Manifest
+
+NO_FILES_BENEATH = -(2**63)  # a directory's time where no file lies beneath it: the least 64 bits hold
 
 
 @dataclass(slots=True)
@@ -45,6 +51,19 @@ class DatasetTree:
                 position += 1
             directory.files_end = position
         self._dir_index.clear()  # only needed while building
+        self.dir_mtimes_ns = self._newest_beneath(parents)
+
+    def _newest_beneath(self, parents: array[int]) -> array[int]:
+        """Per directory, the newest modification time of the files beneath it; NO_FILES_BENEATH where none
+        is. A directory is numbered after its parent (`_ensure_dir`), so one pass from the last folds every
+        directory into its parent after all of its own subdirectories have been folded into it."""
+        newest = array("q", [NO_FILES_BENEATH]) * len(self.dirs)
+        for parent, mtime_ns in zip(parents, self.manifest.mtimes_ns, strict=True):
+            newest[parent] = max(newest[parent], mtime_ns)
+        for dir_id in range(len(self.dirs) - 1, 0, -1):
+            parent = self.dirs[dir_id].parent
+            newest[parent] = max(newest[parent], newest[dir_id])
+        return newest
 
     def _ensure_dir(self, path: str) -> int:
         existing = self._dir_index.get(path)

@@ -402,6 +402,38 @@ def test_a_file_modified_after_2262_is_served_with_the_latest_time_a_mount_can_s
     assert {path: (job_dir / path).read_bytes() for path in files} == files
 
 
+def test_a_directory_shows_the_newest_time_beneath_it_and_the_root_when_its_jobs_last_changed(
+    mount_factory: MountFactory, tmp_path: Path
+) -> None:
+    # Directories showed 1970: object stores keep no folder times, and the mount gave none.
+    root = tmp_path / "dataset"
+    _local_dataset(root, files=8, size=100)
+    (root / "empty" / "inner").mkdir(parents=True)
+    for i, path in enumerate(sorted(root.rglob("*.bin"))):
+        os.utime(path, ns=(10**18 + i * 10**9, 10**18 + i * 10**9))
+    newest = {part: max(p.stat().st_mtime_ns for p in (root / part).iterdir()) for part in ("part0", "part1")}
+    before = time.time_ns()
+    mount = mount_factory({"job1": f"file://{root}"})
+    job_dir = mount.job_dir("job1")
+    assert job_dir.stat().st_mtime_ns == max(p.stat().st_mtime_ns for p in root.rglob("*.bin"))
+    assert {part: (job_dir / part).stat().st_mtime_ns for part in newest} == newest
+    added = (job_dir / "empty").stat().st_mtime_ns  # nothing beneath: when the job came to the node
+    assert before <= added <= time.time_ns() and (job_dir / "empty" / "inner").stat().st_mtime_ns == added
+    assert before <= mount.mountpoint.stat().st_mtime_ns <= time.time_ns()
+
+
+def test_a_listing_opens_with_dot_and_dot_dot(mount_factory: MountFactory, tmp_path: Path) -> None:
+    _local_dataset(tmp_path / "dataset", files=4, size=10)
+    mount = mount_factory({"job1": f"file://{tmp_path / 'dataset'}"})
+
+    def listing(path: Path) -> list[str]:
+        return subprocess.run(["ls", "-a1f", str(path)], check=True, capture_output=True, text=True).stdout.split()
+
+    assert listing(mount.mountpoint) == [".", "..", "job1"]
+    assert listing(mount.job_dir("job1")) == [".", "..", "part0", "part1", "part2", "part3"]
+    assert listing(mount.job_dir("job1") / "part2") == [".", "..", "file00002.bin"]
+
+
 def test_a_job_at_a_zero_rate_holds_up_no_other_jobs_read_of_the_same_file(
     mount_factory: MountFactory, local_uri: tuple[str, dict[str, bytes]]
 ) -> None:
