@@ -53,7 +53,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_greedy", "test_journal", "test_layout", "test_lifecycle", "test_manager", "test_manifest", "test_perf",
         "test_policies", "test_policy_conformance", "test_registry", "test_sim_cli", "test_sim_engine",
         "test_sim_floor", "test_sim_inputs", "test_sim_internals", "test_sim_preemption",
-        "test_sim_report", "test_sim_sweep", "test_snapshot", "test_state", "test_store", "test_throttle",
+        "test_scrub", "test_sim_report", "test_sim_sweep", "test_snapshot", "test_state", "test_store", "test_throttle",
         "test_tenant_report", "test_tenant_trace", "test_tiresias", "test_units",
         "test_tenant_storage", "test_read_deadline",
         "test_tenant_storage_sim",
