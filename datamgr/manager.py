@@ -33,6 +33,7 @@ from datamgr.entities import (
 from datamgr.journal import GroupCommitJournal, JournalEntry
 from datamgr.listing import freeze_manifest
 from datamgr.liveness import DatasetUsage, JobUsage, NodeLiveness
+from datamgr.node_agents import NodeAgents
 from datamgr.state import Change, ClusterState, diff_views
 from datamgr.store import StateStore, StoreUnreadable
 from datamgr.validation import (
@@ -109,6 +110,7 @@ class DataManager:
         self.hub: WatchHub[pb.WatchEvent] = WatchHub()
         self.decision_hub: WatchHub[pb.DecisionEvent] = WatchHub()
         self.liveness = NodeLiveness(node_timeout, clock, self.state.nodes)
+        self.node_agents = NodeAgents(wall_clock)  # which agent process serves each node (`node_agents`)
         self._journal = GroupCommitJournal(store, self.hub.publish, self._roll_back)
         # The right to allocate while the policy owns allocations: handed to the live controller alone.
         self.policy_allocations = None if policy is None else PolicyAllocations(self)
@@ -534,16 +536,18 @@ class DataManager:
     # ---- nodes ----
 
     async def register_node(
-        self, node_id: str, address: str, cache_capacity_bytes: int, gpus: int = 0
+        self, node_id: str, address: str, cache_capacity_bytes: int, gpus: int = 0, agent_id: str = ""
     ) -> tuple[Node, bool, int]:
         """Register a node; `gpus` are those the policy may place jobs on (0: none), at most a node cell's of the
-        cell levels (FAILED_PRECONDITION: no cell hierarchy could hold more)."""
+        cell levels (FAILED_PRECONDITION: no cell hierarchy could hold more). Refused (`NodeServedElsewhere`) for an
+        `agent_id` other than that of the agent serving the node (`node_agents`; "": an agent older than agent ids)."""
         node = Node(
             check_id("node_id", node_id),
             check_address("address", address),
             check_bytes("cache_capacity_bytes", cache_capacity_bytes),
             check_gpus("gpus", gpus, allow_zero=True),
         )
+        self.node_agents.check(node_id, agent_id)
         tenants.check_node_gpus(node, self.cell_levels)
         existing = self.state.nodes.get(node_id)
         if existing is not None and existing != node:
@@ -572,14 +576,20 @@ class DataManager:
         self.liveness.forget(node_id)
         return revision
 
-    async def watch(self, node_id: str, since_revision: int, history: int = 0) -> AsyncIterator[pb.WatchEvent]:
+    async def watch(
+        self, node_id: str, since_revision: int, history: int = 0, agent_id: str = "", peer: str = ""
+    ) -> AsyncIterator[pb.WatchEvent]:
         """The node's events after `since_revision` of `history`, or a snapshot if that is 0, no longer in the log,
         or a revision of another history of the state (`StateStore.history`: a state dir restored or copied back,
         where the same number names other changes). The first event names this data manager's history, which the
-        node sends back when it resumes (0, from a node that predates histories: the revision alone decides)."""
+        node sends back when it resumes (0, from a node that predates histories: the revision alone decides).
+
+        While the stream is open, agent `agent_id` (at gRPC `peer`) serves the node: another agent's stream,
+        registration or usage report for it is refused (`NodeServedElsewhere`), as this stream is if another agent
+        serves the node now."""
         self.node("node_id", node_id)
-        self._note_contact(node_id)
-        with self.hub.subscribe(node_id) as subscription:
+        with self.node_agents.streaming(node_id, agent_id, peer), self.hub.subscribe(node_id) as subscription:
+            self._note_contact(node_id)
             # No await between subscribing and reading the log or state: nothing can slip in between.
             logged = self._logged_events(node_id, since_revision, history) if since_revision else None
             if logged is None:
@@ -634,8 +644,12 @@ class DataManager:
         job = self.state.jobs.get(job_id)
         return None if job is None else lifecycle.decision_view(job, self.history(job_id))
 
-    def report_usage(self, node_id: str, datasets: Sequence[DatasetUsage], jobs: Sequence[JobUsage]) -> None:
+    def report_usage(
+        self, node_id: str, datasets: Sequence[DatasetUsage], jobs: Sequence[JobUsage], agent_id: str = ""
+    ) -> None:
+        """Keep the node's latest usage; refused (`NodeServedElsewhere`) from an agent other than the one serving it."""
         self.node("node_id", node_id)
+        self.node_agents.check(node_id, agent_id)
         if self.liveness.report(node_id, datasets, jobs):
             log.info("node %s is available again", node_id, extra={"node_id": node_id})
 

@@ -36,6 +36,9 @@ STOP_GRACE_SECONDS = 1.0
 GRPC_OPTIONS = [
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_timeout_ms", 10_000),
+    # ... and the wait for a ping's answer: grpcio waits 60 s whatever keepalive_timeout_ms says, so a peer whose
+    # kernel still acknowledges (a frozen agent) kept its stream 80 s; TCP_USER_TIMEOUT finds a dead host sooner.
+    ("grpc.http2.ping_timeout_ms", 10_000),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
     # gRPC shares a port between servers by default (SO_REUSEPORT): a second data manager on the port would

@@ -25,6 +25,7 @@ from datamgr.entities import (
     Worker,
 )
 from datamgr.manager import DataManager
+from datamgr.node_agents import REFUSAL_KEY, SERVED_ELSEWHERE, NodeServedElsewhere
 from datamgr.watch import WatchOverflow
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
@@ -41,6 +42,7 @@ STATUS_OF: dict[type[DataManagerError], grpc.StatusCode] = {
     # gRPC's rule for a call that must not be retried "until the system state has been explicitly fixed".
     StateDiskUnwritable: grpc.StatusCode.FAILED_PRECONDITION,
     StateDiskUnreadable: grpc.StatusCode.FAILED_PRECONDITION,
+    NodeServedElsewhere: grpc.StatusCode.FAILED_PRECONDITION,
 }
 MANIFEST_CHUNK_BYTES = 1024 * 1024
 
@@ -57,7 +59,9 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: DataManager
     message = str(error)
     if len(message) > MAX_ERROR_CHARS:
         message = f"{message[:MAX_ERROR_CHARS]}... ({len(message) - MAX_ERROR_CHARS:,} more characters)"
-    await context.abort(STATUS_OF[type(error)], message)
+    # A node agent tells this refusal from the other FAILED_PRECONDITIONs by its metadata, not its words.
+    trailing = ((REFUSAL_KEY, SERVED_ELSEWHERE),) if isinstance(error, NodeServedElsewhere) else ()
+    await context.abort(STATUS_OF[type(error)], message, trailing_metadata=trailing)
     raise AssertionError("context.abort returned")  # pragma: no cover - abort always raises
 
 
@@ -173,7 +177,7 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
     @_unary
     async def RegisterNode(self, request: pb.RegisterNodeRequest, context: Any) -> pb.RegisterNodeResponse:
         node, created, revision = await self._manager.register_node(
-            request.node_id, request.address, request.cache_capacity_bytes, request.gpus
+            request.node_id, request.address, request.cache_capacity_bytes, request.gpus, request.agent_id
         )
         return pb.RegisterNodeResponse(
             node=queries.node_info(self._manager, node.node_id), created=created, revision=revision
@@ -187,7 +191,10 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
         self, request: pb.WatchAllocationsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.WatchEvent]:
         try:
-            async for event in self._manager.watch(request.node_id, request.since_revision, request.history):
+            events = self._manager.watch(
+                request.node_id, request.since_revision, request.history, request.agent_id, context.peer()
+            )
+            async for event in events:
                 yield event
         except DataManagerError as error:
             await _abort(context, error)
@@ -210,7 +217,8 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
     @_unary
     async def ReportUsage(self, request: pb.ReportUsageRequest, context: Any) -> pb.ReportUsageResponse:
         datasets = [convert.dataset_usage(usage) for usage in request.datasets]
-        self._manager.report_usage(request.node_id, datasets, [convert.job_usage(usage) for usage in request.jobs])
+        jobs = [convert.job_usage(usage) for usage in request.jobs]
+        self._manager.report_usage(request.node_id, datasets, jobs, request.agent_id)
         return pb.ReportUsageResponse()
 
     @_unary

@@ -9,6 +9,11 @@ the last revision it applied, named with the history the data manager's stream g
 was restored from an older copy answers a revision of another history with a fresh snapshot. Usage is reported
 every few seconds.
 
+Each agent process sends a random agent id with its calls: while its watch stream is open the data manager counts
+it as the node's agent and refuses another agent with the same --node-id (`datamgr.node_agents`). Refused at its
+start, an agent stops, as for its other refusals; refused later (it lost its stream, and another agent took the
+node meanwhile), it says so and keeps trying, to take the node back once the other agent's stream ends.
+
 The gRPC client is the blocking one, in a worker thread: the mount runs on trio, which cannot share an event
 loop with grpc's asyncio API. The thread fetches manifests and hands each revision to the trio loop, which
 alone mutates the mount state.
@@ -22,6 +27,7 @@ import logging
 import shutil
 import socket
 import threading
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +57,15 @@ log = logging.getLogger(__name__)
 
 CALL_TIMEOUT = 10.0
 RECONNECT = Backoff(base_delay=0.2, max_delay=10.0, floor=0.5)  # waits before registering or watching again
-CHANNEL_OPTIONS = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeout_ms", 10_000)]
+# A ping every 20 s, 10 s for its answer (`grpc.http2.ping_timeout_ms` too: grpcio otherwise waits 60 s for it).
+CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.ping_timeout_ms", 10_000),
+]
+# The trailing metadata of the data manager's refusal of a call for a node another agent serves (datamgr.node_agents,
+# documented in the proto at RegisterNodeRequest.agent_id).
+SERVED_ELSEWHERE = ("silod-refusal", "node-served-by-another-agent")
 
 
 class AgentError(RuntimeError):
@@ -60,6 +74,15 @@ class AgentError(RuntimeError):
 
 class ManifestMismatch(Exception):
     """A fetched manifest does not hash to the digest the allocation names; fetched again on reconnect."""
+
+
+def served_elsewhere(exc: grpc.RpcError) -> bool:
+    """Whether the data manager refused a call because another agent serves this node (the same --node-id)."""
+    if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+        return False
+    key, value = SERVED_ELSEWHERE
+    # gRPC hands the values of text metadata as str, though grpc-stubs types them bytes
+    return any(item.key == key and item.value in (value, value.encode()) for item in exc.trailing_metadata() or ())
 
 
 @dataclass(frozen=True)
@@ -86,6 +109,7 @@ class NodeAgent:
         self._config = config
         self._mount = mount
         self._stub = stub
+        self.agent_id = uuid.uuid4().hex  # this process, to the data manager: another with our node id is refused
         self._manifests: dict[str, Manifest] = {}  # by digest; written by the watch thread only
         self._stop = threading.Event()
         self._call: grpc.CallIterator[pb.WatchEvent] | None = None
@@ -96,6 +120,8 @@ class NodeAgent:
         self._registered = False  # this run has registered the node (again after the data manager lost it)
         self._waiting = False  # "waiting for the data manager" is logged, not yet answered by a registration
         self._reopening: set[str] = set()  # datasets whose cache a `_reopen_cache` is opening now
+        self._watch_refused = False  # "another agent serves this node" is logged for the watch, not yet lifted
+        self._report_refused = False  # and for the usage reports
 
     # ---- trio side ----
 
@@ -129,8 +155,26 @@ class NodeAgent:
             try:
                 await trio.to_thread.run_sync(functools.partial(self._stub.ReportUsage, request, timeout=CALL_TIMEOUT))
             except grpc.RpcError as exc:
-                # The watch loop reports outages.
-                log.debug("usage report not delivered: %s", exc.code(), extra=self._ids())
+                if served_elsewhere(exc):
+                    if not self._report_refused:
+                        log.error(
+                            "the data manager %s refuses this agent's usage reports: %s; trying again every %g s",
+                            self._config.datamgr,
+                            exc.details(),
+                            self._config.report_interval,
+                            extra=self._ids(),
+                        )
+                    self._report_refused = True
+                else:  # the watch loop reports outages
+                    log.debug("usage report not delivered: %s", exc.code(), extra=self._ids())
+            else:
+                if self._report_refused:
+                    log.info(
+                        "the data manager %s takes this agent's usage reports again",
+                        self._config.datamgr,
+                        extra=self._ids(),
+                    )
+                self._report_refused = False
 
     def _usage(self, now: float) -> pb.ReportUsageRequest:
         datasets = []
@@ -159,7 +203,7 @@ class NodeAgent:
                     remote_demand_bytes_per_sec=stats.access.remote_demand_bytes_per_sec,
                 )
             )
-        return pb.ReportUsageRequest(node_id=self._config.node_id, datasets=datasets, jobs=jobs)
+        return pb.ReportUsageRequest(node_id=self._config.node_id, datasets=datasets, jobs=jobs, agent_id=self.agent_id)
 
     async def _apply(self, event: pb.WatchEvent, *, opens_stream: bool) -> None:
         """Apply one revision: a snapshot replaces everything, changes apply in order. The first event of a stream
@@ -332,7 +376,10 @@ class NodeAgent:
         while not self._stop.is_set():
             try:
                 request = pb.WatchAllocationsRequest(
-                    node_id=self._config.node_id, since_revision=self.revision, history=self.history
+                    node_id=self._config.node_id,
+                    since_revision=self.revision,
+                    history=self.history,
+                    agent_id=self.agent_id,
                 )
                 self._call = self._stub.WatchAllocations(request)
                 for index, event in enumerate(self._call):
@@ -349,6 +396,15 @@ class NodeAgent:
                         )
                         outage = False
                         self.reconnects += 1
+                    if self._watch_refused:
+                        log.info(
+                            "the data manager %s lets this agent serve node %s again; at revision %d",
+                            self._config.datamgr,
+                            self._config.node_id,
+                            self.revision,
+                            extra=self._ids(),
+                        )
+                        self._watch_refused = False
                     failures = 0
             except (grpc.RpcError, ManifestMismatch) as exc:
                 if self._stop.is_set():
@@ -356,7 +412,9 @@ class NodeAgent:
                 if isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.NOT_FOUND:
                     self.revision = 0  # the data manager lost this node: start over
                     self._registered = False
-                    self._register()
+                    self._register(served=True)
+                elif isinstance(exc, grpc.RpcError) and served_elsewhere(exc):
+                    self._refused_while_serving(exc)
                 elif not outage:
                     log.warning(
                         "lost the data manager %s (%s); enforcing the allocations of revision %d until it is back",
@@ -371,9 +429,10 @@ class NodeAgent:
             failures += 1
             self._stop.wait(RECONNECT.delay(failures))
 
-    def _register(self, *, wait: bool = True) -> None:
+    def _register(self, *, wait: bool = True, served: bool = False) -> None:
         """Register this node. Raises AgentError if the data manager refuses; while it does not answer, waits
-        with backoff (or, without `wait`, returns after the one try, leaving the node unregistered)."""
+        with backoff (or, without `wait`, returns after the one try, leaving the node unregistered). An agent that
+        has `served` the node is refused only once another agent serves it: it waits for that one to stop instead."""
         config = self._config
         capacity = config.cache_capacity
         if capacity is None:
@@ -383,16 +442,18 @@ class NodeAgent:
             address=config.address or socket.gethostname(),
             cache_capacity_bytes=capacity,
             gpus=config.gpus,
+            agent_id=self.agent_id,
         )
         failures = 0
         while not self._stop.is_set():
             try:
                 self._stub.RegisterNode(request, timeout=CALL_TIMEOUT)
                 log.info(
-                    "registered node %s with %d bytes of cache at %s",
+                    "registered node %s with %d bytes of cache at %s (agent %s)",
                     config.node_id,
                     capacity,
                     config.datamgr,
+                    self.agent_id,
                     extra=self._ids(),
                 )
                 self._now_registered()
@@ -403,13 +464,18 @@ class NodeAgent:
                     if registered is not None:
                         self._refuse_other_than(registered)
                         log.info(
-                            "node %s is already registered; using its registration", config.node_id, extra=self._ids()
+                            "node %s is already registered; using its registration (agent %s)",
+                            config.node_id,
+                            self.agent_id,
+                            extra=self._ids(),
                         )
                         self._now_registered()
                         return
+                elif served and served_elsewhere(exc):
+                    self._refused_while_serving(exc)
                 else:
                     self._raise_if_refused(exc)
-                if not self._waiting:
+                if not self._waiting and not served_elsewhere(exc):
                     log.warning(
                         "waiting for the data manager %s (%s)", config.datamgr, self._why(exc), extra=self._ids()
                     )
@@ -447,12 +513,35 @@ class NodeAgent:
     def _raise_if_refused(self, exc: grpc.RpcError) -> None:
         """AgentError for a registration the data manager refuses, which waiting would not change."""
         node_id = self._config.node_id
+        if served_elsewhere(exc):  # another agent with this node id: this one must not serve it too
+            raise AgentError(f"cannot register node {node_id}: {exc.details()}") from None
         if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
             raise self._registered_otherwise(exc.details() or "registered with other parameters") from None
         if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
             raise AgentError(f"cannot register node {node_id}: {exc.details()}") from None
         if exc.code() == grpc.StatusCode.UNAUTHENTICATED:  # waiting would not bring a token
             raise AgentError(f"cannot register node {node_id}: {self._why(exc)}") from None
+
+    def _refused_while_serving(self, exc: grpc.RpcError) -> None:
+        """Log, once until it is lifted, that the data manager refuses this agent the node another agent serves now
+        (this one lost its stream, to a partition say, and the other took over): this agent keeps enforcing what it
+        last received and keeps trying, to take the node back once the other agent's stream ends."""
+        if self._watch_refused:
+            return
+        self._watch_refused = True
+        serving = (
+            f"enforcing the allocations of revision {self.revision}" if self.revision else "serving no job meanwhile"
+        )
+        log.error(
+            "the data manager %s refuses node %s to this agent (%s): %s; %s, and trying again until the other agent's "
+            "stream ends",
+            self._config.datamgr,
+            self._config.node_id,
+            self.agent_id,
+            exc.details(),
+            serving,
+            extra=self._ids(),
+        )
 
     def _registered_otherwise(self, how: str) -> AgentError:
         """The refusal of a node registered with other parameters than this agent asks for, and how to change them."""

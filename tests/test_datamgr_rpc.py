@@ -4,6 +4,10 @@ must each be refused with the right status code and a message naming the problem
 from __future__ import annotations
 
 import math
+import re
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +20,15 @@ from datamgr.embedded import EmbeddedDataManager
 from datamgr.server import ServerConfig
 from silodlib.manifest import Manifest
 from silodpb.v1 import datamgr_pb2 as pb
-from tests.datamgr_fixtures import REMOTE_IO_LIMIT, RunningDataManager, full_state, make_local_dataset
+from tests import polling
+from tests.datamgr_fixtures import (
+    REMOTE_IO_LIMIT,
+    STREAM_DEADLINE,
+    NodeWatch,
+    RunningDataManager,
+    full_state,
+    make_local_dataset,
+)
 from tests.storage_servers import DatasetTargetFactory
 
 
@@ -450,3 +462,158 @@ def test_removing_a_dataset_in_use_names_its_jobs(setup: Setup) -> None:
         setup.client.call(setup.client.stub.UnregisterDataset, pb.UnregisterDatasetRequest(uri=setup.a))
     assert info.value.code == PRECONDITION
     assert full_state(setup.client) == before
+
+
+# ---- one node agent per node: another agent with the same node id is refused while one's watch is open ----
+
+
+def _watch(setup: Setup, agent_id: str, node_id: str = "n1") -> NodeWatch:
+    request = pb.WatchAllocationsRequest(node_id=node_id, agent_id=agent_id)
+    return NodeWatch(setup.client.stub.WatchAllocations(request, timeout=STREAM_DEADLINE))
+
+
+def _usage(agent_id: str, bytes_read: int) -> pb.ReportUsageRequest:
+    return pb.ReportUsageRequest(
+        node_id="n1", agent_id=agent_id, jobs=[pb.JobUsage(job_id="j1", bytes_read=bytes_read)]
+    )
+
+
+def _register_n1(agent_id: str, capacity: int = 100_000) -> pb.RegisterNodeRequest:
+    return pb.RegisterNodeRequest(node_id="n1", address="h1:1", cache_capacity_bytes=capacity, agent_id=agent_id)
+
+
+def _refused_as_served_elsewhere(call: Callable[[], object]) -> str:
+    """The message of `call`'s refusal, which must be FAILED_PRECONDITION with the metadata agents recognise."""
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    error = info.value
+    assert error.code() == PRECONDITION, error.details()
+    metadata: list[tuple[str, object]] = [(item.key, item.value) for item in error.trailing_metadata()]  # str values
+    assert ("silod-refusal", "node-served-by-another-agent") in metadata, metadata
+    message = error.details() or ""
+    assert re.fullmatch(
+        r"node_id: node 'n1' is served by another node agent, at ipv4:127\.0\.0\.1:\d+ since "
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(agent agent-a\): give each agent its own --node-id, or stop the other "
+        r"agent first",
+        message,
+    ), message
+    return message
+
+
+def test_a_watch_a_report_and_a_registration_from_another_agent_are_refused_while_a_watch_is_open(
+    setup: Setup,
+) -> None:
+    """Two agents started with the same --node-id: while the first one's watch stream is open, the second's calls
+    for the node are refused, naming where the first one runs, and change nothing; once the stream has ended, the
+    second one takes the node."""
+    stub = setup.client.stub
+    stub.RegisterNode(_register_n1("agent-a"))
+    first = _watch(setup, "agent-a")
+    assert first.next().HasField("snapshot")  # the stream is open
+    before = full_state(setup.client)
+
+    _refused_as_served_elsewhere(lambda: _watch(setup, "agent-b").next())
+    _refused_as_served_elsewhere(lambda: stub.ReportUsage(_usage("agent-b", 5_000)))
+    _refused_as_served_elsewhere(lambda: stub.RegisterNode(_register_n1("agent-b")))
+    _refused_as_served_elsewhere(lambda: stub.RegisterNode(_register_n1("agent-b", 1)))  # not "other parameters"
+    assert full_state(setup.client) == before
+    # The first agent's own calls go on, a second stream of its own (a reconnect) included.
+    stub.ReportUsage(_usage("agent-a", 1_000))
+    reconnect = _watch(setup, "agent-a")
+    assert reconnect.next().HasField("snapshot")
+    stub.RegisterNode(_register_n1("agent-a"))
+
+    first.cancel()
+    _refused_as_served_elsewhere(lambda: stub.ReportUsage(_usage("agent-b", 5_000)))  # its reconnect holds the node
+    reconnect.cancel()
+
+    def report_accepted() -> bool:
+        try:
+            stub.ReportUsage(_usage("agent-b", 5_000))
+        except grpc.RpcError as exc:
+            assert exc.code() == PRECONDITION, exc.details()
+            return False
+        return True
+
+    polling.eventually(report_accepted, what="agent-b's report accepted once agent-a's streams ended", timeout=10)
+    job = setup.client.call(stub.GetJob, pb.GetJobRequest(job_id="j1"))
+    assert [(u.node_id, u.bytes_read) for u in job.usage] == [("n1", 5_000)]
+    second = _watch(setup, "agent-b")
+    assert second.next().HasField("snapshot")
+    stub.RegisterNode(_register_n1("agent-b"))
+    with pytest.raises(grpc.RpcError) as info:  # now the first agent is the other one
+        stub.ReportUsage(_usage("agent-a", 1_000))
+    assert info.value.code() == PRECONDITION and "(agent agent-b)" in (info.value.details() or "")
+    second.cancel()
+
+
+def test_an_agent_without_an_id_is_never_refused_and_holds_no_node(setup: Setup) -> None:
+    """An agent from before agent ids sends none: never refused while another agent serves the node (as an agent
+    with an id is), and holding the node against no agent while it watches."""
+    stub = setup.client.stub
+    first = _watch(setup, "agent-a")
+    first.next()
+    _refused_as_served_elsewhere(lambda: stub.ReportUsage(_usage("agent-c", 1_000)))
+    stub.RegisterNode(_register_n1(""))
+    stub.ReportUsage(_usage("", 1_000))
+    old = _watch(setup, "")
+    assert old.next().HasField("snapshot")
+    first.cancel()
+
+    def accepted() -> bool:
+        try:
+            stub.RegisterNode(_register_n1("agent-b"))
+        except grpc.RpcError as exc:
+            assert exc.code() == PRECONDITION, exc.details()
+            return False
+        return True
+
+    polling.eventually(accepted, what="agent-b registering once agent-a's stream ended", timeout=10)
+    stub.ReportUsage(_usage("agent-b", 2_000))  # the old agent's open stream holds nothing
+    second = _watch(setup, "agent-b")
+    assert second.next().HasField("snapshot")
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ReportUsage(_usage("agent-a", 2_000))
+    assert info.value.code() == PRECONDITION
+    stub.ReportUsage(_usage("", 3_000))  # while the old agent is still not
+    old.cancel()
+    second.cancel()
+
+
+# A keepalive ping after 20 s, 10 s for its answer (datamgr.server.GRPC_OPTIONS); half as much again for a loaded
+# machine. Without `grpc.http2.ping_timeout_ms`, grpcio waited 60 s for the answer: 80 s in all.
+FROZEN_AGENT_RELEASED_WITHIN = 45.0
+_FROZEN_AGENT = """
+import sys, time, grpc
+from silodpb.v1 import datamgr_pb2 as pb, datamgr_pb2_grpc as pb_grpc
+channel = grpc.insecure_channel(sys.argv[1])
+watch = pb_grpc.DataManagerStub(channel).WatchAllocations(pb.WatchAllocationsRequest(node_id="n1", agent_id="agent-a"))
+next(watch)
+print("watching", flush=True)
+time.sleep(3600)
+"""
+
+
+def test_the_node_of_a_frozen_agent_is_free_for_another_once_keepalive_finds_it_silent(setup: Setup) -> None:
+    """An agent that freezes (SIGSTOP; a hung host) keeps its connection open, and its kernel acknowledges the data
+    manager's packets: only the keepalive ping, unanswered, ends its stream and so its hold on the node."""
+    agent = subprocess.Popen(
+        [sys.executable, "-c", _FROZEN_AGENT, setup.client.address], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert agent.stdout is not None and agent.stdout.readline() == "watching\n"
+        _refused_as_served_elsewhere(lambda: setup.client.stub.ReportUsage(_usage("agent-b", 5_000)))
+        agent.send_signal(signal.SIGSTOP)
+
+        def report_accepted() -> bool:
+            try:
+                setup.client.stub.ReportUsage(_usage("agent-b", 5_000))
+            except grpc.RpcError as exc:
+                assert exc.code() == PRECONDITION, exc.details()
+                return False
+            return True
+
+        polling.eventually(report_accepted, what="the frozen agent's hold ended", timeout=FROZEN_AGENT_RELEASED_WITHIN)
+    finally:
+        agent.kill()
+        agent.wait()

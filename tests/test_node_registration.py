@@ -4,13 +4,17 @@ its agent can register again with other parameters. Real processes: a data manag
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import subprocess
+import threading
 import time
 
+import grpc
 import pytest
 
 from silodpb.v1 import datamgr_pb2 as pb
-from tests.cluster_fixtures import System, eventually
+from tests.cluster_fixtures import FILES, SIZE, System, eventually
 from tests.datamgr_fixtures import silod_cli
 from tests.mount_fixtures import MountProcess, is_live_mount
 
@@ -121,3 +125,165 @@ def test_an_agent_refused_once_the_data_manager_answers_late_unmounts_and_says_w
     assert "silod node: cannot register node n1: node_id: node 'n1' is registered with" in log
     assert "Traceback" not in log and "ExceptionGroup" not in log
     assert not is_live_mount(agent.mountpoint)
+
+
+# ---- two agents with one node id: the data manager lets one serve the node ----
+
+
+@pytest.mark.parametrize("foreground", [True, False], ids=["foreground", "detached"])
+def test_a_second_agent_with_the_node_id_of_a_serving_one_exits_1_naming_it_and_the_first_keeps_serving(
+    system: System, foreground: bool
+) -> None:
+    """Both used to be accepted: both mounted the node's jobs and each read at the node's rate, twice the remote
+    IO the data manager gave it, while their usage reports overwrote each other."""
+    first = system.start_node("n1")
+    system.client.register_dataset(system.uri)
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
+    system.client.allocate_remote_io("j1", 30_000_000)
+    job_dir = eventually(lambda: first.job_dir("j1").is_dir() and first.job_dir("j1"), what="j1 on the first agent")
+    second = MountProcess.node(system.root / "n1-copy", system.datamgr.address, "n1", "--cache-capacity", "1GiB")
+    if not foreground:
+        second.argv.remove("--foreground")
+
+    try:
+        result = _run(second)
+    finally:  # had it mounted after all (live, or dead once killed), unmounting would stop it, detached or not
+        subprocess.run(["fusermount3", "-u", "-z", str(second.mountpoint)], capture_output=True, check=False)
+
+    assert result.returncode == 1, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "silod node: cannot register node n1: node_id: node 'n1' is served by another node agent, at ipv4:" in (
+        result.stderr
+    )
+    assert "give each agent its own --node-id, or stop the other agent first" in result.stderr
+    (registered,) = first.log_lines("registered node n1")
+    agent_id = registered.rsplit("(agent ", 1)[1].rstrip(")")
+    assert f"(agent {agent_id})" in result.stderr  # names the one that serves the node
+    assert "Traceback" not in result.stderr
+    assert not is_live_mount(second.mountpoint)
+    # The first agent serves on: its reads, its allocation changes, its usage reports.
+    for path, data in system.files.items():
+        assert (job_dir / path).read_bytes() == data
+    system.client.allocate_remote_io("j1", 7_000_000)
+    eventually(lambda: system.node_stats(first, "j1")["io_bytes_per_sec"] == 7_000_000, what="the first's new rate")
+
+    def reported_reads() -> bool:
+        usage = system.client.call(system.client.stub.GetJob, pb.GetJobRequest(job_id="j1")).usage
+        return bool(usage) and usage[0].bytes_read >= FILES * SIZE
+
+    eventually(reported_reads, what="the first agent's report of its reads")
+    assert first.process is not None and first.process.poll() is None
+    assert _available(system, "n1")
+
+
+class TcpRelay:
+    """A loopback TCP relay to `target` that a test can cut, as a network partition cuts a node off: `cut()` closes
+    every connection through it and refuses new ones until `restore()`."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self._target = (host, int(port))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._cut = False
+        self._open: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                if self._cut:
+                    client.close()
+                    continue
+                upstream = socket.create_connection(self._target)
+                self._open += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        with self._lock:
+            self._cut = True
+            for connection in self._open:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
+                connection.close()
+            self._open = []
+
+    def restore(self) -> None:
+        with self._lock:
+            self._cut = False
+
+    def close(self) -> None:
+        self.cut()
+        self._listener.close()
+
+
+def _registrable_by_another_agent(system: System) -> bool:
+    """Whether the data manager lets an agent other than the one serving n1 register it (as it is registered)."""
+    request = pb.RegisterNodeRequest(
+        node_id="n1", address=socket.gethostname(), cache_capacity_bytes=2**30, agent_id="probe"
+    )
+    try:
+        system.client.stub.RegisterNode(request, timeout=10)
+    except grpc.RpcError as exc:
+        assert exc.code() == grpc.StatusCode.FAILED_PRECONDITION, exc.details()
+        return False
+    return True
+
+
+def test_an_agent_cut_off_while_another_took_its_node_is_refused_serves_its_last_allocation_and_takes_over_later(
+    system: System,
+) -> None:
+    """A partition ends the first agent's stream; a second agent with its node id starts meanwhile and serves the
+    node. When the network comes back the first agent is refused: it says so, keeps running (it serves its last
+    allocation meanwhile) and keeps trying; once the second agent stops, it follows the node again."""
+    relay = TcpRelay(system.datamgr.address)
+    try:
+        first = MountProcess.node(system.root / "first", relay.address, "n1", "--cache-capacity", "1GiB")
+        system.nodes.append(first)
+        first.start()
+        system.client.register_dataset(system.uri)
+        system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
+        system.client.allocate_remote_io("j1", 30_000_000)
+        eventually(lambda: system.node_stats(first, "j1")["io_bytes_per_sec"] == 30_000_000, what="the first's rate")
+        assert not _registrable_by_another_agent(system)
+
+        relay.cut()
+        eventually(lambda: _registrable_by_another_agent(system), what="the first agent's stream ended")
+        second = system.start_node("n1")
+        eventually(lambda: system.node_stats(second, "j1")["io_bytes_per_sec"] == 30_000_000, what="the second's rate")
+        (registered,) = second.log_lines("registered node n1")
+        second_id = registered.rsplit("(agent ", 1)[1].rstrip(")")
+        relay.restore()
+
+        refused = eventually(lambda: first.log_lines("refuses node n1 to this agent"), timeout=30, what="the refusal")
+        assert "ERROR" in refused[0] and f"(agent {second_id}): give each agent its own --node-id" in refused[0]
+        assert "enforcing the allocations of revision" in refused[0]
+        system.client.allocate_remote_io("j1", 9_000_000)
+        eventually(lambda: system.node_stats(second, "j1")["io_bytes_per_sec"] == 9_000_000, what="the second's rate")
+        assert system.node_stats(first, "j1")["io_bytes_per_sec"] == 30_000_000  # its last allocation, not followed
+        eventually(lambda: first.log_lines("refuses this agent's usage reports"), what="its reports refused")
+        assert first.process is not None and first.process.poll() is None and is_live_mount(first.mountpoint)
+
+        second.stop()
+        eventually(lambda: first.log_lines("lets this agent serve node n1 again"), timeout=30, what="the first back")
+        eventually(lambda: system.node_stats(first, "j1")["io_bytes_per_sec"] == 9_000_000, what="the first's rate")
+        assert "Traceback" not in first.log_path.read_text()
+    finally:
+        relay.close()

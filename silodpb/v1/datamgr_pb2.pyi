@@ -1167,12 +1167,21 @@ class RegisterNodeRequest(_message.Message):
     ADDRESS_FIELD_NUMBER: _builtins.int
     CACHE_CAPACITY_BYTES_FIELD_NUMBER: _builtins.int
     GPUS_FIELD_NUMBER: _builtins.int
+    AGENT_ID_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     address: _builtins.str
     cache_capacity_bytes: _builtins.int
     gpus: _builtins.int
     """GPUs the policy may place jobs on (jobs registered with `gpus`); 0: none, the node only runs workers that
     jobs registered with their `workers` name.
+    """
+    agent_id: _builtins.str
+    """The node agent process that sends this: a random id (uuid4 hex) each `silod node` process draws at start and
+    sends on its RegisterNode, WatchAllocations and ReportUsage calls. While one agent's WatchAllocations stream
+    is open for a node, that agent serves the node, and these three calls for it from another agent id are refused
+    with FAILED_PRECONDITION and the trailing metadata `silod-refusal: node-served-by-another-agent` (two agents
+    started with the same --node-id would both serve the node's allocations). Empty: an agent from before agent
+    ids, never in conflict (neither refused nor holding its node against others).
     """
     def __init__(
         self,
@@ -1181,10 +1190,11 @@ class RegisterNodeRequest(_message.Message):
         address: _builtins.str = ...,
         cache_capacity_bytes: _builtins.int = ...,
         gpus: _builtins.int = ...,
+        agent_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "cache_capacity_bytes", b"cache_capacity_bytes", "gpus", b"gpus", "node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_id", b"agent_id", "cache_capacity_bytes", b"cache_capacity_bytes", "gpus", b"gpus", "node_id", b"node_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1261,6 +1271,7 @@ class WatchAllocationsRequest(_message.Message):
     NODE_ID_FIELD_NUMBER: _builtins.int
     SINCE_REVISION_FIELD_NUMBER: _builtins.int
     HISTORY_FIELD_NUMBER: _builtins.int
+    AGENT_ID_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     since_revision: _builtins.int
     """The last revision the node applied; 0 asks for a full snapshot."""
@@ -1270,16 +1281,19 @@ class WatchAllocationsRequest(_message.Message):
     changes) gets a snapshot. 0 (a node from before histories, or one following such a data manager): the
     revision alone decides.
     """
+    agent_id: _builtins.str
+    """The agent following the node (see RegisterNodeRequest.agent_id); its open stream makes it the node's agent."""
     def __init__(
         self,
         *,
         node_id: _builtins.str = ...,
         since_revision: _builtins.int = ...,
         history: _builtins.int = ...,
+        agent_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["history", b"history", "node_id", b"node_id", "since_revision", b"since_revision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "history", b"history", "node_id", b"node_id", "since_revision", b"since_revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1488,7 +1502,10 @@ class ReportUsageRequest(_message.Message):
     NODE_ID_FIELD_NUMBER: _builtins.int
     DATASETS_FIELD_NUMBER: _builtins.int
     JOBS_FIELD_NUMBER: _builtins.int
+    AGENT_ID_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
+    agent_id: _builtins.str
+    """The agent reporting (see RegisterNodeRequest.agent_id)."""
     @_builtins.property
     def datasets(self) -> _containers.RepeatedCompositeFieldContainer[Global___DatasetUsage]: ...
     @_builtins.property
@@ -1499,10 +1516,11 @@ class ReportUsageRequest(_message.Message):
         node_id: _builtins.str = ...,
         datasets: _abc.Iterable[Global___DatasetUsage] | None = ...,
         jobs: _abc.Iterable[Global___JobUsage] | None = ...,
+        agent_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["datasets", b"datasets", "jobs", b"jobs", "node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "datasets", b"datasets", "jobs", b"jobs", "node_id", b"node_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
