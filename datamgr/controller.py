@@ -31,8 +31,8 @@ so a restart neither loses the hold nor ends it early.
 Changes go through the manager's own calls, so they get the same validation, persistence and watch push as
 AllocateCacheSize and AllocateRemoteIO. Within a round, preemptions go first, then storage decreases, then
 starts and migrations, then storage increases, so every intermediate state keeps within the node GPUs and
-capacities and the remote IO limit. A refused change is logged and tried again by the next round; nothing a
-round does stops the server.
+capacities and the remote IO limit; the starts and migrations go in one change, so that jobs may trade GPUs.
+A refused change is logged and tried again by the next round; nothing a round does stops the server.
 """
 
 from __future__ import annotations
@@ -115,10 +115,12 @@ def snapshot_of(manager: DataManager, remote_io_bytes_per_sec: int, now: float) 
       that registered none has no GPU free for the policy); an unavailable node's (its agent stopped
       reporting) are only those its jobs hold, so no job is placed on a node that may be gone.
     - A dataset's `cached_bytes` is the least that a node mounting it reported: like its quota, per node.
-    - The cache capacity is the smallest cache of the nodes running jobs. A quota is per dataset per node
-      and a node holds the quotas of the datasets its jobs read, so quotas that add up to at most that
-      smallest cache fit on every node, wherever the jobs run. (The paper's cache is one pool for the
-      cluster; a single number that is always safe for per-node caches is this one.)
+    - The cache capacity is the smallest cache of the nodes that run jobs or offer the policy GPUs. A quota is
+      per dataset per node and a node holds the quotas of the datasets its jobs read, so quotas that add up to
+      at most that smallest cache fit on every node where jobs run or the policy may start one. (The paper's
+      cache is one pool for the cluster; a single number that is always safe for per-node caches is this one.
+      Counting only the nodes that ran jobs, a decision to start one on a smaller node was refused for want of
+      room for its dataset's quota, every round, while the policy kept that quota.)
     - The seed is the state's revision, so a randomized policy decides the same on the same state.
     - The tenants are the registered ones with their virtual clusters (cells by level name, cache, remote IO),
       and `cell_levels` the data manager's `--cell-levels`; a job's `tenant` and `priority` are as registered.
@@ -133,7 +135,7 @@ def snapshot_of(manager: DataManager, remote_io_bytes_per_sec: int, now: float) 
         node_id: NodeState(node_id, _gpus_offered(manager, node_id), node.cache_capacity_bytes)
         for node_id, node in state.nodes.items()
     }
-    hosting = [nodes[node_id].cache_bytes for node_id in state.nodes if state.jobs_on_node(node_id)]
+    hosting = [node.cache_bytes for node_id, node in nodes.items() if node.gpus or state.jobs_on_node(node_id)]
     return Snapshot(
         time=now,
         nodes=nodes,
@@ -430,7 +432,8 @@ class Controller:
             starts = [m for m in moves if not m.stops]
             decreases = [s for s in steps if s.decreases]
             increases = [s for s in steps if not s.decreases]
-            await self._apply_each([*stops, *decreases, *starts], applied, refused)
+            await self._apply_each([*stops, *decreases], applied, refused)
+            await self._place_together(starts, applied, refused)
             # A job whose start was refused would hold remote IO it cannot use until the next round.
             not_started = {change.job_id for change, _ in refused if isinstance(change, Move)}
             idle = [s for s in increases if s.resource == "io" and s.target in not_started]
@@ -467,6 +470,23 @@ class Controller:
                 refused.append((change, str(exc)))
             else:
                 applied.append(change)
+
+    async def _place_together(
+        self, moves: Sequence[Move], applied: list[Step | Move], refused: list[tuple[Step | Move, str]]
+    ) -> None:
+        """Start and migrate jobs in one change, so that jobs trading GPUs can (one moves onto the GPUs another
+        leaves as that one moves onto its own): one at a time, every order is refused. If the data manager
+        refuses them together, each is tried alone, so that those that fit start and each refusal names its job
+        (jobs trading GPUs then wait for a round whose moves are all possible)."""
+        if len(moves) > 1:
+            try:
+                await self._allocations.place_all({move.job_id: move.wanted for move in moves})
+            except DataManagerError:
+                pass
+            else:
+                applied.extend(moves)
+                return
+        await self._apply_each(moves, applied, refused)
 
     async def _apply(self, change: Step | Move) -> None:
         if isinstance(change, Move):

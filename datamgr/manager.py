@@ -66,10 +66,10 @@ class DataManager:
     """The single source of truth for datasets, jobs, nodes and their allocations.
 
     With `policy` set, allocations belong to that policy (the live controller runs it): the allocation calls
-    refuse every caller, and the controller allocates through `policy_allocations`. `on_jobs_changed` hears,
-    once each is durable, of every job registered or finished (and every tenant registered or unregistered,
-    which changes what a policy that keeps tenants' VCs may do), with a short description; the controller runs
-    a round on it.
+    refuse every caller, and the controller allocates through `policy_allocations`. `request_round` hears,
+    once each is durable, of every job registered or finished, every tenant registered or unregistered (which
+    changes what a policy that keeps tenants' VCs may do), and every node registered or available again (GPUs
+    and cache the policy may use now), with a short description; the controller runs a round on it.
 
     Jobs registered with GPUs instead of workers are the policy's to place (`PolicyAllocations.place`); each
     change to their decisions reaches WatchDecisions (`watch_decisions`) once durable. One preempted with a
@@ -92,14 +92,14 @@ class DataManager:
         clock: Callable[[], float] = time.monotonic,
         freeze: ManifestFreezer = freeze_manifest,
         policy: str | None = None,
-        on_jobs_changed: Callable[[str], None] = lambda description: None,
+        request_round: Callable[[str], None] = lambda description: None,
         wall_clock: Callable[[], float] = time.time,
         cell_levels: str = "",
     ) -> None:
         stored = store.load()
         self._store = store
         self._freeze = freeze
-        self._on_jobs_changed = on_jobs_changed
+        self._request_round = request_round
         self.remote_io_limit = remote_io_limit
         self.policy = policy
         self.wall_clock = wall_clock
@@ -329,10 +329,10 @@ class DataManager:
                 )
             return existing, False, await self._settled()
         for node_id in job.node_ids:
-            self._check_room_for(node_id, dataset)
+            self._check_room_for(node_id, [dataset])
         change = Change(jobs_put=(job,), histories_put=(lifecycle.registered(job, self.wall_clock()),))
         revision = await self._commit(change, job.node_ids, f"registered job {_describe(job)}")
-        self._on_jobs_changed(f"registered job {job_id}")
+        self._request_round(f"registered job {job_id}")
         return job, True, revision
 
     def _checked_demand(self, workers: Sequence[Worker], gpus: int) -> tuple[Worker, ...]:
@@ -364,31 +364,76 @@ class DataManager:
             seen.add(worker.node_id)
         return tuple(workers)
 
-    def _check_room_for(self, node_id: str, dataset: Dataset) -> None:
-        if dataset.uri in self.state.datasets_on_node(node_id):
+    def _check_room_for(self, node_id: str, datasets: Sequence[Dataset]) -> None:
+        """Refuse `datasets` on a node without room for the cache quotas of those it does not hold yet."""
+        new = [d for d in datasets if d.uri not in self.state.datasets_on_node(node_id)]
+        if not new:
             return
         allocated = self.state.node_cache_allocated(node_id)
         capacity = self.state.nodes[node_id].cache_capacity_bytes
-        if allocated + dataset.cache_quota_bytes > capacity:
+        quotas = sum(d.cache_quota_bytes for d in new)
+        if allocated + quotas > capacity:
+            which = (
+                f"dataset {new[0].uri} has a cache quota of"
+                if len(new) == 1
+                else f"datasets {', '.join(d.uri for d in new)} have cache quotas of, in all,"
+            )
             raise FailedPrecondition(
-                f"workers: node {node_id!r} has room for {max(0, capacity - allocated)} bytes of quota but "
-                f"dataset {dataset.uri} has a cache quota of {dataset.cache_quota_bytes} bytes"
+                f"workers: node {node_id!r} has room for {max(0, capacity - allocated)} bytes of quota but {which} "
+                f"{quotas} bytes"
             )
 
     async def finish_job(self, job_id: str) -> int:
         job = self.job(job_id)
         change = Change(jobs_deleted=(job_id,), histories_deleted=(job_id,) if job_id in self.state.histories else ())
         revision = await self._commit(change, job.node_ids, f"finished job {job_id}")
-        self._on_jobs_changed(f"finished job {job_id}")
+        self._request_round(f"finished job {job_id}")
         return revision
 
     async def _place(self, job_id: str, placement: Mapping[str, int]) -> int:
-        """Run a job the policy places on `placement` (node -> GPUs; empty: stop it) from now on.
+        """Run a job the policy places on `placement` (node -> GPUs; empty: stop it) from now on (`_place_all`)."""
+        return await self._place_all({job_id: placement})
 
-        Refused, naming what is wrong, for a job registered with its workers, a node that is not registered,
-        unavailable (unless the job runs there already) or has not that many GPUs free for the policy, a placement
-        that is not all of the job's GPUs, or a node without room for its dataset's cache quota. A stop is never
-        refused."""
+    async def _place_all(self, placements: Mapping[str, Mapping[str, int]]) -> int:
+        """Run the jobs the policy places on their placements (node -> GPUs; empty: stop it) from now on, in one
+        change. A node's free GPUs are counted without those of the jobs placed here, so jobs may trade GPUs in
+        one call (one moves onto the GPUs another leaves as that one moves onto its), which one at a time would
+        refuse in every order.
+
+        Refused as a whole, naming what is wrong, for a job registered with its workers, a node that is not
+        registered, unavailable (unless the job runs there already) or has not that many GPUs free for the
+        policy, a placement that is not all of a job's GPUs, or a node without room for the cache quotas of the
+        datasets new to it. A stop is never refused."""
+        wanted = {job_id: self._checked_placement(job_id, placement) for job_id, placement in placements.items()}
+        self._check_gpus_free(wanted)
+        for node_id in sorted({node_id for nodes in wanted.values() for node_id in nodes}):
+            uris = {self.state.jobs[job_id].dataset_uri for job_id, nodes in wanted.items() if node_id in nodes}
+            self._check_room_for(node_id, [self.state.datasets[uri] for uri in sorted(uris)])
+        now = self.wall_clock()
+        jobs_put: list[Job] = []
+        histories_put: list[JobHistory] = []
+        nodes: set[str] = set()
+        summaries: list[str] = []
+        for job_id, placement in wanted.items():
+            job = self.state.jobs[job_id]
+            if placement == lifecycle.placement_of(job):
+                continue
+            updated, history = lifecycle.moved(job, self.history(job_id), placement, now)
+            jobs_put.append(updated)
+            histories_put.append(history)
+            nodes.update(job.node_ids, placement)
+            verb = "preempted" if not placement else "placed"
+            where = f" on {_placement_text(placement)}" if placement else ""
+            if history.suspending:
+                where = f", suspending on {_placement_text(history.held)} until {_time_text(history.suspended_until)}"
+            summaries.append(f"{verb} job {job_id}{where}")
+        if not jobs_put:
+            return await self._settled()
+        change = Change(jobs_put=tuple(jobs_put), histories_put=tuple(histories_put))
+        return await self._commit(change, sorted(nodes), "; ".join(summaries))
+
+    def _checked_placement(self, job_id: str, placement: Mapping[str, int]) -> dict[str, int]:
+        """The placement's nodes with GPUs, once what one job's placement must satisfy alone is checked."""
         job = self.job(job_id)
         if not job.placed_by_policy:
             raise FailedPrecondition(
@@ -407,7 +452,6 @@ class DataManager:
                 f"placement of job {job_id!r}: {sum(wanted.values())} GPUs ({_placement_text(wanted)}); it runs on "
                 f"all the {job.gpus} it asks for or on none"
             )
-        dataset = self.state.datasets[job.dataset_uri]
         running = lifecycle.placement_of(job)
         for node_id, gpus in sorted(wanted.items()):
             self.node("placement", node_id)
@@ -416,29 +460,27 @@ class DataManager:
                     f"placement of job {job_id!r}: node {node_id!r} is unavailable (its agent has not reported for "
                     f"{self.liveness.seconds_since_seen(node_id):.0f} s); no job is placed on it until it reports"
                 )
+        return wanted
+
+    def _check_gpus_free(self, wanted: Mapping[str, Mapping[str, int]]) -> None:
+        """Refuse placements that ask more of a node than its GPUs for the policy, less those that jobs outside
+        `wanted` are placed on and those suspending jobs hold."""
+        for node_id in sorted({node_id for nodes in wanted.values() for node_id in nodes}):
+            placed_here = sorted(job_id for job_id, nodes in wanted.items() if node_id in nodes)
+            asked = sum(wanted[job_id][node_id] for job_id in placed_here)
             held = self.state.node_gpus_held(node_id)
             free = (
                 self.state.node_gpus_for_policy(node_id)
-                - self.state.node_gpus_placed(node_id, except_job=job_id)
+                - self.state.node_gpus_placed(node_id, except_jobs=set(wanted))
                 - held
             )
-            if gpus > free:
+            if asked > free:
                 suspending = f" ({held} held by suspending jobs)" if held else ""
+                jobs = "job " if len(placed_here) == 1 else "jobs "
                 raise FailedPrecondition(
-                    f"placement of job {job_id!r}: node {node_id!r} has {max(0, free)} GPUs free for the policy"
-                    f"{suspending}, not {gpus}"
+                    f"placement of {jobs}{', '.join(map(repr, placed_here))}: node {node_id!r} has {max(0, free)} "
+                    f"GPUs free for the policy{suspending}, not {asked}"
                 )
-            self._check_room_for(node_id, dataset)
-        if wanted == running:
-            return await self._settled()
-        updated, history = lifecycle.moved(job, history, wanted, self.wall_clock())
-        nodes = set(job.node_ids) | set(wanted)
-        verb = "preempted" if not wanted else "placed"
-        where = f" on {_placement_text(wanted)}" if wanted else ""
-        if history.suspending:
-            where = f", suspending on {_placement_text(history.held)} until {_time_text(history.suspended_until)}"
-        change = Change(jobs_put=(updated,), histories_put=(history,))
-        return await self._commit(change, sorted(nodes), f"{verb} job {job_id}{where}")
 
     def next_release(self) -> float | None:
         """When the first grace period still running ends (the wall clock); None if no job suspends."""
@@ -507,7 +549,7 @@ class DataManager:
         self._check_io_reservations(tenant, others)
         change = Change(tenants_put=(tenant,))
         revision = await self._commit(change, (), f"registered tenant {name} ({_vc_text(tenant)})")
-        self._on_jobs_changed(f"registered tenant {name}")
+        self._request_round(f"registered tenant {name}")
         return tenant, True, revision
 
     def _check_io_reservations(self, tenant: Tenant, others: Sequence[Tenant]) -> None:
@@ -530,7 +572,7 @@ class DataManager:
         if jobs:
             raise FailedPrecondition(f"name: tenant {name!r} has unfinished jobs {jobs}; finish them first")
         revision = await self._commit(Change(tenants_deleted=(name,)), (), f"unregistered tenant {name}")
-        self._on_jobs_changed(f"unregistered tenant {name}")
+        self._request_round(f"unregistered tenant {name}")
         return revision
 
     # ---- nodes ----
@@ -559,7 +601,9 @@ class DataManager:
         if existing is not None:
             return existing, False, await self._settled()
         summary = f"registered node {node_id} at {address} with {format_size(node.cache_capacity_bytes)} of cache"
-        return node, True, await self._commit(Change(nodes_put=(node,)), (), summary)
+        revision = await self._commit(Change(nodes_put=(node,)), (), summary)
+        self._request_round(f"registered node {node_id}")
+        return node, True, revision
 
     async def unregister_node(self, node_id: str) -> int:
         self.node("node_id", node_id)
@@ -651,11 +695,15 @@ class DataManager:
         self.node("node_id", node_id)
         self.node_agents.check(node_id, agent_id)
         if self.liveness.report(node_id, datasets, jobs):
-            log.info("node %s is available again", node_id, extra={"node_id": node_id})
+            self._back(node_id)
 
     def _note_contact(self, node_id: str) -> None:
         if self.liveness.seen(node_id):
-            log.info("node %s is available again", node_id, extra={"node_id": node_id})
+            self._back(node_id)
+
+    def _back(self, node_id: str) -> None:
+        log.info("node %s is available again", node_id, extra={"node_id": node_id})
+        self._request_round(f"node {node_id} is available again")
 
     def expire_nodes(self) -> list[str]:
         """Mark nodes that stopped reporting unavailable (they stay registered)."""
@@ -779,6 +827,9 @@ class PolicyAllocations:
 
     async def place(self, job_id: str, placement: Mapping[str, int]) -> int:
         return await self._manager._place(job_id, placement)
+
+    async def place_all(self, placements: Mapping[str, Mapping[str, int]]) -> int:
+        return await self._manager._place_all(placements)
 
     async def hand_back(self, states: Mapping[str, Mapping[str, float]]) -> int | None:
         return await self._manager._hand_back(states)

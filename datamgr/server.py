@@ -244,7 +244,7 @@ def _manager_and_controller(
         remote_io_limit=config.remote_io_limit,
         node_timeout=config.node_timeout,
         policy=config.policy,
-        on_jobs_changed=requests.request,
+        request_round=requests.request,
         cell_levels=config.cell_levels,
     )
     return manager, Controller(manager, scheduler, requests, round_seconds=config.round_seconds)

@@ -113,12 +113,12 @@ class ClusterState:
             if w.node_id == node_id
         )
 
-    def node_gpus_placed(self, node_id: str, except_job: str = "") -> int:
-        """The GPUs of a node that the policy has placed jobs on (but `except_job`)."""
+    def node_gpus_placed(self, node_id: str, except_jobs: Collection[str] = ()) -> int:
+        """The GPUs of a node that the policy has placed jobs on (but `except_jobs`)."""
         return sum(
             w.count
             for job_id in self.jobs_on_node(node_id)
-            if job_id != except_job and self.jobs[job_id].placed_by_policy
+            if job_id not in except_jobs and self.jobs[job_id].placed_by_policy
             for w in self.jobs[job_id].workers
             if w.node_id == node_id
         )

@@ -206,7 +206,7 @@ async def owned_manager(
         store,
         remote_io_limit=remote_io_limit,
         policy=policy,
-        on_jobs_changed=requests.request,
+        request_round=requests.request,
         wall_clock=wall_clock,
         clock=clock,
     )

@@ -403,6 +403,7 @@ def test_a_burst_of_job_registrations_is_served_by_one_round(tmp_path: Path) -> 
     async def scenario() -> None:
         async with owned_manager(tmp_path, "greedy") as (manager, requests):
             await manager.register_node("n1", "h1:1", 10_000)
+            assert requests.take() == "registered node n1"  # a round of its own, had a controller been running
             a = await add_dataset(manager, tmp_path / "a", files=2, size=500)
             controller = Controller(manager, build_scheduler("greedy"), requests, round_seconds=3600)
             for i in range(5):  # before the controller runs: all of them wait for the same round
@@ -527,5 +528,97 @@ def test_a_job_whose_start_is_refused_is_given_no_remote_io_that_round(tmp_path:
             assert manager.state.jobs["big"].io_bytes_per_sec == 0
             assert [reason for _, reason in report.refused][-1] == "its start was refused this round"
             assert "node 'n1' has 1 GPUs free for the policy, not 2" in report.refused[0][1]
+
+    asyncio.run(scenario())
+
+
+def test_the_cache_budget_counts_an_idle_node_that_offers_the_policy_gpus_so_a_job_can_start_there(
+    tmp_path: Path,
+) -> None:
+    """n1 (15 KB of cache, 4 GPUs for the policy) runs nothing; n2 (30 KB) runs x on a 20 KB dataset. The budget
+    was n2's cache alone: greedy kept the dataset's 20 KB quota, which n1 has no room for, so y's start there was
+    refused round after round while n1's GPUs stayed free."""
+
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "greedy", remote_io_limit=10_000) as (manager, requests):
+            await manager.register_node("n1", "h1:1", 15_000, gpus=4)
+            await manager.register_node("n2", "h2:1", 30_000)
+            uri = await add_dataset(manager, tmp_path / "a", files=20, size=1000)
+            await manager.register_job("x", uri, 5000, [Worker("n2", 4)])
+            await manager.register_job("y", uri, 5000, [], gpus=4)
+            assert snapshot_of(manager, 10_000, time.time()).cache_capacity_bytes == 15_000
+            controller = Controller(manager, build_scheduler("greedy", "silod"), requests)
+            report = await controller.run_round("test")
+            assert (report.error, report.refused) == ("", ())
+            assert placed(manager, "y") == [("n1", 4)]
+            assert manager.state.datasets[uri].cache_quota_bytes <= 15_000
+
+    asyncio.run(scenario())
+
+
+def test_jobs_trading_gpus_between_nodes_move_in_one_change_where_one_at_a_time_every_order_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A runs on n1's 4 GPUs and B on 2 of n2's 4; the policy moves A to n2, B to n1 and starts C on n1 (as sjf
+    does when a short job arrives): A needs the GPUs B leaves, B those A leaves. Applied one at a time, each move
+    was refused whatever the order, every round, and C waited with 2 GPUs free."""
+
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "fixed") as (manager, requests):
+            await manager.register_node("n1", "h1:1", 10_000, gpus=4)
+            await manager.register_node("n2", "h2:1", 10_000, gpus=4)
+            uri = await add_dataset(manager, tmp_path / "a", files=2, size=500)
+            for job_id, gpus in (("A", 4), ("B", 2), ("C", 2)):
+                await manager.register_job(job_id, uri, 1000, [], gpus=gpus)
+            await allocations(manager).place("A", {"n1": 4})
+            await allocations(manager).place("B", {"n2": 2})
+            revision = manager.state.revision
+            placements = {"A": {"n2": 4}, "B": {"n1": 2}, "C": {"n1": 2}}
+            policy = FixedPolicy(cache={}, io={}, placements=placements)
+            report = await Controller(manager, scheduler_of(policy), requests).run_round("test")
+            assert (report.error, report.refused) == ("", ())
+            assert {job_id: dict(placed(manager, job_id)) for job_id in placements} == placements
+            assert manager.state.revision == revision + 1  # one change: nodes never see a half-done trade
+            assert manager.history("A").preemptions == manager.history("B").preemptions == 0  # moved, not stopped
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.expected_warnings  # the round's refusal
+def test_moves_refused_together_are_tried_one_at_a_time_and_each_refusal_names_its_job(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "fixed") as (manager, requests):
+            await manager.register_node("n1", "h1:1", 10_000, gpus=2)
+            uri = await add_dataset(manager, tmp_path / "a", files=2, size=500)
+            await manager.register_job("fits", uri, 1000, [], gpus=2)
+            await manager.register_job("too-big", uri, 1000, [], gpus=3)
+            policy = FixedPolicy(cache={}, io={}, placements={"fits": {"n1": 2}, "too-big": {"n1": 3}})
+            report = await Controller(manager, scheduler_of(policy), requests).run_round("test")
+            assert placed(manager, "fits") == [("n1", 2)] and placed(manager, "too-big") == []
+            assert [(str(change), reason) for change, reason in report.refused] == [
+                (
+                    "start too-big (nothing -> n1:3)",
+                    "placement of job 'too-big': node 'n1' has 0 GPUs free for the policy, not 3",
+                )
+            ]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.expected_warnings  # node n1 stopped reporting; marked unavailable
+def test_a_node_registered_or_available_again_requests_a_round(tmp_path: Path) -> None:
+    # A job waiting for GPUs waited for the timer (30 s by default) after a node joined or came back.
+    clock = [0.0]
+
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "fifo", clock=lambda: clock[0]) as (manager, requests):
+            await manager.register_node("n1", "h1:1", 10_000, gpus=4)
+            assert requests.take() == "registered node n1"
+            await manager.register_node("n1", "h1:1", 10_000, gpus=4)  # the same registration again: nothing new
+            assert not await requests.wait(0)
+            clock[0] = 60.0  # past the node timeout
+            assert manager.expire_nodes() == ["n1"]
+            manager.report_usage("n1", [], [])
+            assert requests.take() == "node n1 is available again"
 
     asyncio.run(scenario())
