@@ -216,7 +216,10 @@ class UniformCache:
         self._withdraw(reader)
         reader.region = region_of(job)
         region_bytes = space.region_bytes(reader.region)
-        hit = min(1.0, space.region_cached(reader.region) / region_bytes)
+        cached = space.region_cached(reader.region)
+        # Less than a byte missing is the rounding of summed float bins, not a miss: counted as one, it left a job
+        # whose dataset is all cached, and which its policy therefore gave no remote IO, at b / (1 - hit) = 0 B/s.
+        hit = 1.0 if region_bytes - cached < 1.0 else cached / region_bytes
         job.segment = Segment(hit, min(region_bytes, reader.region.bytes_to_stage_end))
 
     def fetching(self, job: JobRun, now: float) -> None:
