@@ -351,6 +351,13 @@ def test_a_history_file_gives_gittins_its_distribution(tmp_path: Path) -> None:
     assert policy.history.services == (4 * HOUR, 8 * HOUR, 12 * HOUR)  # type: ignore[attr-defined]
 
 
+def test_a_history_file_that_is_not_there_is_named_as_a_missing_file(tmp_path: Path) -> None:
+    # It was read as a list of durations: "duration '/...' is not a number of seconds".
+    missing = tmp_path / "history.txt"
+    with pytest.raises(UnknownPolicy, match=f"option history: '{missing}' is no file \\(nor a list of durations\\)"):
+        load_policy("tiresias-gittins", {"history": str(missing)})
+
+
 def test_a_state_that_is_no_place_in_the_queues_starts_the_job_afresh_in_queue_1() -> None:
     """HiveD's cells in a state dir written before the controller recorded who wrote each state."""
     hived_state = {"opportunistic": 1.0, "cells": 1.0, "level": 1.0, "c0": 0.0}

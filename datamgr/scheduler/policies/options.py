@@ -90,6 +90,8 @@ class OptionReader:
             lines = Path(value).read_text(encoding="utf-8").splitlines()
             items = [line.split("#", 1)[0].strip() for line in lines]
             return OptionReader({key: [item for item in items if item]}).durations(key)
+        if isinstance(value, str) and "/" in value:  # no duration has a slash: a path to a file that is not there
+            raise ValueError(f"option {key}: {value!r} is no file (nor a list of durations)")
         return self.durations(key)
 
 
