@@ -763,6 +763,12 @@ class DataManager:
             self.state.apply(entry.undo)
         self.state.revision = entries[-1].revision - 1
 
+    def end_watches(self) -> None:
+        """End every watch stream, and refuse new ones (WatchClosed): the server is stopping, and streams it
+        would otherwise cancel at the end of its grace period end now, each with a status that says why."""
+        self.hub.close()
+        self.decision_hub.close()
+
     async def close(self) -> None:
         """Wait for pending changes to be written (call before closing the store)."""
         await self._journal.close()

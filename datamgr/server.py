@@ -129,6 +129,7 @@ async def serve(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        manager.end_watches()
         await server.stop(STOP_GRACE_SECONDS)
         await manager.close()
         if metrics is not None:

@@ -26,7 +26,7 @@ from datamgr.entities import (
 )
 from datamgr.manager import DataManager
 from datamgr.node_agents import REFUSAL_KEY, SERVED_ELSEWHERE, NodeServedElsewhere
-from datamgr.watch import WatchOverflow
+from datamgr.watch import WatchClosed, WatchOverflow
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 
@@ -45,6 +45,7 @@ STATUS_OF: dict[type[DataManagerError], grpc.StatusCode] = {
     NodeServedElsewhere: grpc.StatusCode.FAILED_PRECONDITION,
 }
 MANIFEST_CHUNK_BYTES = 1024 * 1024
+STOPPING = "the data manager is stopping; reconnect once it is back"
 
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
@@ -202,6 +203,8 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
             await context.abort(
                 grpc.StatusCode.ABORTED, "watch stream fell behind; reconnect with the last applied revision"
             )
+        except WatchClosed:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, STOPPING)
 
     async def WatchDecisions(
         self, request: pb.WatchDecisionsRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -213,6 +216,8 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
             await _abort(context, error)
         except WatchOverflow:
             await context.abort(grpc.StatusCode.ABORTED, "decision stream fell behind; reconnect for a fresh snapshot")
+        except WatchClosed:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, STOPPING)
 
     @_unary
     async def ReportUsage(self, request: pb.ReportUsageRequest, context: Any) -> pb.ReportUsageResponse:

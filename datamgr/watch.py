@@ -9,6 +9,7 @@ ended rather than buffered without bound: its client reconnects and catches up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -22,12 +23,17 @@ class WatchOverflow(Exception):
     """The stream's consumer fell more than the backlog behind; it must resume from its last revision."""
 
 
+class WatchClosed(Exception):
+    """The hub was closed (the data manager is stopping): the stream ends, and its client reconnects later."""
+
+
 class Subscription(Generic[E]):
     """One open watch stream's queue of events."""
 
     def __init__(self, backlog: int) -> None:
-        self._queue: asyncio.Queue[E] = asyncio.Queue(maxsize=backlog)
+        self._queue: asyncio.Queue[E | None] = asyncio.Queue(maxsize=backlog)  # None: closed
         self._overflowed = False
+        self._closed = False
 
     def offer(self, event: E) -> None:
         try:
@@ -35,10 +41,22 @@ class Subscription(Generic[E]):
         except asyncio.QueueFull:
             self._overflowed = True
 
+    def close(self) -> None:
+        """End the stream: `next` raises WatchClosed once the events already queued are taken."""
+        self._closed = True
+        with contextlib.suppress(asyncio.QueueFull):  # a full queue is drained first, then found closed
+            self._queue.put_nowait(None)
+
     async def next(self) -> E:
-        if self._overflowed and self._queue.empty():
-            raise WatchOverflow
-        return await self._queue.get()
+        if self._queue.empty():
+            if self._overflowed:
+                raise WatchOverflow
+            if self._closed:
+                raise WatchClosed
+        event = await self._queue.get()
+        if event is None:
+            raise WatchClosed
+        return event
 
 
 class _Revisioned(Protocol):
@@ -65,10 +83,13 @@ class WatchHub(Generic[E]):
     def __init__(self, backlog: int = DEFAULT_BACKLOG) -> None:
         self._backlog = backlog
         self._subscribers: defaultdict[str, set[Subscription[E]]] = defaultdict(set)
+        self._closed = False
 
     @contextmanager
     def subscribe(self, node_id: str) -> Iterator[Subscription[E]]:
         subscription: Subscription[E] = Subscription(self._backlog)
+        if self._closed:
+            subscription.close()
         self._subscribers[node_id].add(subscription)
         try:
             yield subscription
@@ -80,6 +101,13 @@ class WatchHub(Generic[E]):
     def publish(self, node_id: str, event: E) -> None:
         for subscription in self._subscribers.get(node_id, ()):
             subscription.offer(event)
+
+    def close(self) -> None:
+        """End every open stream, and every one opened from now on (WatchClosed)."""
+        self._closed = True
+        for subscriptions in self._subscribers.values():
+            for subscription in subscriptions:
+                subscription.close()
 
     def watcher_count(self, node_id: str) -> int:
         return len(self._subscribers.get(node_id, ()))

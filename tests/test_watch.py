@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import grpc
 import pytest
 
 from datamgr.client import DataManagerClient
-from datamgr.watch import WatchHub, WatchOverflow
+from datamgr.embedded import EmbeddedDataManager
+from datamgr.server import ServerConfig
+from datamgr.watch import WatchClosed, WatchHub, WatchOverflow
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.datamgr_fixtures import STREAM_DEADLINE, NodeWatch, RunningDataManager, make_local_dataset, watch
 
@@ -110,6 +113,42 @@ def test_a_subscriber_that_falls_behind_is_told_to_resume_instead_of_buffering_f
         assert hub.watcher_count("n1") == 0
 
     asyncio.run(scenario())
+
+
+def test_a_closed_hub_ends_its_streams_after_what_they_have_queued_and_every_stream_opened_later() -> None:
+    async def scenario() -> None:
+        hub: WatchHub[pb.WatchEvent] = WatchHub(backlog=2)
+        with hub.subscribe("n1") as waiting, hub.subscribe("n1") as behind:
+            blocked = asyncio.create_task(waiting.next())
+            await asyncio.sleep(0)
+            for revision in (1, 2):
+                hub.publish("n1", pb.WatchEvent(revision=revision))
+            assert (await blocked).revision == 1
+            hub.close()
+            assert (await waiting.next()).revision == 2
+            assert [(await behind.next()).revision for _ in range(2)] == [1, 2]  # its queue was full when closed
+            for subscription in (waiting, behind):
+                with pytest.raises(WatchClosed):
+                    await subscription.next()
+        with hub.subscribe("n2") as late, pytest.raises(WatchClosed):
+            await late.next()
+
+    asyncio.run(scenario())
+
+
+def test_a_stopping_data_manager_ends_open_watch_streams_at_once_saying_so(tmp_path: Path) -> None:
+    # They were cancelled at the end of the server's grace period, and grpcio now and then logged the cancellation
+    # as an ERROR with a traceback.
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", 1_000_000_000, 3600.0)
+    with EmbeddedDataManager(config) as datamgr, DataManagerClient(datamgr.address, timeout=10) as client:
+        client.register_node("n1", "h1:1", 1_000_000)
+        stream = watch(client, "n1")
+        assert stream.next().HasField("snapshot")
+        datamgr.stop()
+        with pytest.raises(grpc.RpcError) as ended:
+            stream.next()
+    assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert ended.value.details() == "the data manager is stopping; reconnect once it is back"
 
 
 def test_resuming_with_nothing_missed_starts_with_an_empty_event_at_the_current_revision(
