@@ -155,14 +155,18 @@ egress_cap_arg = argument_type(_egress_cap, "rate")
 # The shortest and longest interval a daemon or `silod status --watch` takes (--round, --node-timeout,
 # --report-interval, --stats-interval, --watch). Each tick logs, prints or sends something, so a tick of a
 # nanosecond (--round 1e-9) floods the log and burns a core; the tests' shortest is 0.1 s. Beyond a day an
-# interval is a typo, and `inf` would reach the sleeps that time them (and "every infs" the log).
+# interval is a typo, and `inf` would reach the sleeps that time them (and "every infs" the log). `silod sim
+# --round` takes the same shortest (the simulator's `model.MIN_ROUND_SECONDS`, for its scenarios' rounds), and no
+# longest: a simulated round costs nothing while nothing happens.
 MIN_INTERVAL_SECONDS = 0.1
 MAX_INTERVAL_SECONDS = 86_400.0
 
 
 def positive_seconds(text: str) -> float:
-    """A finite number of seconds above 0 (a simulated interval: `silod sim --round`)."""
-    return _seconds(text, 0.0, math.inf)
+    """A finite number of seconds, MIN_INTERVAL_SECONDS or more (a simulated interval: `silod sim --round`, the
+    longest time between two policy rounds, which a live data manager takes from MIN_INTERVAL_SECONDS too: a round
+    of a nanosecond would run hours of rounds for a simulated minute)."""
+    return _seconds(text, MIN_INTERVAL_SECONDS, math.inf)
 
 
 def interval_seconds(text: str) -> float:
@@ -177,7 +181,7 @@ def _seconds(text: str, low: float, high: float) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not (math.isfinite(value) and value > 0 and low <= value <= high):
-        bounds = "" if high == math.inf else f" from {low:g} to {high:,.0f} (a day)"
+        bounds = f" of at least {low:g}" if high == math.inf else f" from {low:g} to {high:,.0f} (a day)"
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds{bounds}")
     return value
 

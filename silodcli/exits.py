@@ -13,6 +13,7 @@ EXIT_REJECTED = 1  # the data manager refused the call
 EXIT_USAGE = 2  # a bad command line or bad input, refused before anything runs
 EXIT_UNREACHABLE = 3  # the data manager could not be reached
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # stdout's reader went away: what a shell reports for a tool SIGPIPE killed
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # Ctrl-C: what a shell reports for a tool SIGINT killed
 
 
 def fail(command: str, exc: Exception, code: int = EXIT_USAGE) -> int:

@@ -1,7 +1,8 @@
 """`silod`: one command with subcommands for the data manager, its clients and the demo.
 
 Exit codes: 0 success, 1 the data manager rejected the call (or standard output could not be written), 2 bad
-command line, 3 data manager unreachable, 141 standard output's reader went away (`silod status | head -1`).
+command line, 3 data manager unreachable, 130 interrupted (Ctrl-C) where the command does not end on it by design,
+141 standard output's reader went away (`silod status | head -1`).
 Building the command line loads only what parsing needs; what a command runs loads when it runs (`deferred`).
 """
 
@@ -39,7 +40,7 @@ from silodcli.args import (
 )
 from silodcli.config import ConfigError, ConfigurableParser
 from silodcli.deferred import Deferred
-from silodcli.exits import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_USAGE
+from silodcli.exits import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from silodcli.security_flags import add_client_flags, add_server_flags
 from silodcli.sim_parser import add_sim_parser
 from silodcli.stdout import StdoutError, checked_stdout, discard_stdout
@@ -357,7 +358,9 @@ def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | N
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """Run the command line; every command's output, `--help` included, checked (`_run`)."""
+    """Run the command line; every command's output, `--help` included, checked (`_run`). Ctrl-C that a command
+    does not take as its way to end (`status --watch` does) ends it with one line, not a traceback, and exit 130;
+    the line adds what the interrupt's message says of the command's outputs (`sim_outputs`)."""
     try:
         with checked_stdout():
             return _run(argv, environ)
@@ -367,6 +370,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             return EXIT_BROKEN_PIPE
         print(f"silod: cannot write standard output: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except KeyboardInterrupt as exc:
+        print(f"silod: interrupted; {exc}" if str(exc) else "silod: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _run(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:

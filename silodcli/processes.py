@@ -3,12 +3,14 @@
 `silod sim compare` and `silod sim sweep` both run a list of simulations that share nothing: each is a
 single-threaded call, so on a machine with several cores they go to as many worker processes. Both take the
 number of processes as `--jobs N` (`sim_parser.add_jobs_option`) and report each run as it ends in their own words (the
-`finished` callback of `run_in_processes`).
+`finished` callback of `run_in_processes`). Ctrl-C is the parent's to handle: the workers ignore it (a terminal sends
+it to all of them, and each would print a traceback), and the parent ends them when it stops waiting.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -46,7 +48,9 @@ def run_in_processes(
 
     Runs are independent and single-threaded, so with `processes` > 1 they go to that many worker processes,
     started afresh (spawned, not forked from a process that may hold threads); the calls must pickle (a
-    `functools.partial` of a module-level function does). The first call to fail stops the rest and raises."""
+    `functools.partial` of a module-level function does). The first call to fail stops the rest and raises; so
+    does Ctrl-C (KeyboardInterrupt), which the workers ignore: the parent ends them, their calls unfinished, rather
+    than wait for calls whose results nobody will read."""
     if not in_workers(len(calls), processes):
         results: list[T] = []
         for index, call in enumerate(calls):
@@ -56,12 +60,29 @@ def run_in_processes(
     processes = min(processes, len(calls))
     print(f"running {len(calls)} simulations, {processes} at a time", file=sys.stderr, flush=True)
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=processes, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=_ignore_interrupts) as pool:
         futures: dict[Future[T], int] = {pool.submit(call): index for index, call in enumerate(calls)}
         try:
             for count, future in enumerate(as_completed(futures), start=1):
                 finished(futures[future], count, future.result())  # a failed call raises here
         except BaseException:
-            pool.shutdown(cancel_futures=True)
+            _stop(pool)
             raise
         return [future.result() for future in futures]
+
+
+def _ignore_interrupts() -> None:
+    """A worker's first act: leave Ctrl-C (SIGINT) to the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End the pool's workers now, their calls unfinished, and wait until they have: none may write anything after
+    this. Python 3.14 has `ProcessPoolExecutor.terminate_workers` for this; until then the pool's own table of its
+    processes is the only list of them (which `shutdown` clears)."""
+    processes = list((pool._processes or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join()

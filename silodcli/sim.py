@@ -5,10 +5,13 @@
         [--jobs N]
     silod sim generate --out FILE (--jobs N | --duration D) [--sharing F] [--seed N] ...
 
-Bad input (a file, a name, a missing option, a job the cluster cannot run) exits 2 with a message naming
-it, before anything runs; a run the engine has to stop (a stalled trace, a policy breaking a resource limit)
-exits 1. The command line is `sim_parser`'s, which loads none of this. The plotting code loads only when a
-simulation runs: matplotlib alone takes a third of a second to import, which `silod sim generate` should not pay.
+Bad input (a file, a name, a missing option or knob, a job the cluster cannot run, an output that would replace
+an input) exits 2 with a message naming it, before anything runs; a run the engine has to stop (a stalled trace,
+a policy breaking a resource limit) exits 1. Each run is built the same way by `silod sim`, `compare` and `sweep`:
+the inputs with `_inputs`, the settings with `_config`, each policy's knobs and scheduler with `checked_runs`. The
+files go into `--out` all at once when a command has written them all (`sim_outputs`). The command line is
+`sim_parser`'s, which loads none of this. The plotting code loads only when a simulation runs: matplotlib alone
+takes a third of a second to import, which `silod sim generate` should not pay.
 """
 
 from __future__ import annotations
@@ -37,15 +40,16 @@ from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale, wi
 from datamgr.scheduler.sim.decisions import InvalidDecision
 from datamgr.scheduler.sim.engine import check_inputs, simulate
 from datamgr.scheduler.sim.fields import SimInputError, format_duration, output_directory
-from datamgr.scheduler.sim.generator import GeneratorConfig, generate
+from datamgr.scheduler.sim.generator import GeneratorConfig, KnobError, generate_jobs, trace_size
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimResult, SimulationStalled, TraceJob
 from datamgr.scheduler.sim.scenarios import Scenario, load_scenario
 from datamgr.scheduler.sim.tenants import load_tenants
-from datamgr.scheduler.sim.trace import load_trace, write_trace
+from datamgr.scheduler.sim.trace import load_trace, trace_format, write_jobs, writing_trace
 from silodcli.exits import EXIT_FAILED, fail, refusing_unwritable_outputs
 from silodcli.processes import in_workers, run_in_processes, say_when_done
 from silodcli.progress import ProgressLine
 from silodcli.sim_colocation import ColocationInputs, colocation_inputs, run_colocation_compare, run_colocation_sim
+from silodcli.sim_outputs import input_files, refuse_overwriting_inputs, staged_outputs
 from silodcli.sim_parser import DECISION_LOG, DEFAULT_POLICIES
 from silodcli.tables import render_table
 
@@ -55,6 +59,21 @@ if TYPE_CHECKING:
 SLOWDOWN_CDF = "slowdown_cdf.png"  # written only when some job has a class label
 TENANT_DELAY = ("tenant_delay.csv", "tenant_delay.png")  # only when some job has a tenant
 SHARING_SAFETY = ("sharing_safety.csv", "sharing_safety.png")  # compare's, only beside a `private` run
+# Every file a run may write into its directory, and a compare into its own: the files a run replaces, or removes
+# when it does not write them, so that none is left from an earlier run (`sim_outputs.staged_outputs`).
+RUN_FILES = (
+    "jobs.csv",
+    "groups.csv",
+    "summary.json",
+    "timeline.csv",
+    "jct_cdf.png",
+    "timeline.png",
+    "fairness.png",
+    SLOWDOWN_CDF,
+    *TENANT_DELAY,
+    DECISION_LOG,
+)
+COMPARE_FILES = ("compare.csv", "compare.md", "jct_cdf.png", SLOWDOWN_CDF, *SHARING_SAFETY)
 
 
 @dataclass(frozen=True)
@@ -138,6 +157,41 @@ def _takes(policy: str, key: str) -> bool:
     return accepts_options(policy) if keys is None else key in keys
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """One run's policy, cache system and knobs, checked (`checked_runs`): what a worker process builds its
+    scheduler from (names and knobs pickle; a scheduler need not)."""
+
+    policy: str
+    cache_system: str
+    knobs: PolicyOptions | None
+    label: str  # the scheduler's name, `fifo/silod`
+
+    def scheduler(self) -> Scheduler:
+        return build_scheduler(self.policy, self.cache_system, self.knobs)
+
+    @property
+    def directory(self) -> str:
+        """The name of the run's directory in a comparison's `--out`: `fifo-silod`."""
+        return self.label.replace("/", "-")
+
+
+def checked_runs(
+    args: argparse.Namespace, inputs: SimInputs, policies: Sequence[str], cache_systems: Sequence[str]
+) -> list[RunPlan]:
+    """Every policy on every cache system, policy by policy, each with the knobs it runs with (`knobs_for`: the
+    scenario's `[policy]` table under `--policy-option`), each scheduler built once so that an unknown name, a
+    `--policy-option` no policy takes or a knob's bad value is refused before anything runs (SimInputError,
+    UnknownPolicy). `silod sim`, `compare` and `sweep` all build their runs here."""
+    check_policy_options(args, policies)
+    plans = []
+    for policy in policies:
+        knobs = knobs_for(args, inputs, policy)
+        for cache_system in cache_systems:
+            plans.append(RunPlan(policy, cache_system, knobs, build_scheduler(policy, cache_system, knobs).name))
+    return plans
+
+
 def with_gpu_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """`args` with the GPU simulator's defaults for what was not given: policy fifo and cache system silod for a
     run, the paper's policies and cache systems for a comparison. The parser leaves them unset (None) so that a
@@ -174,15 +228,16 @@ def run_sim(args: argparse.Namespace) -> int:
         return code
     try:
         inputs = _inputs(args)
-        check_policy_options(args, [args.policy])
-        scheduler = build_scheduler(args.policy, args.cache_system, knobs_for(args, inputs, args.policy))
+        (plan,) = checked_runs(args, inputs, [args.policy], [args.cache_system])
         out = output_directory(args.out or Path(f"sim-{inputs.name}-{args.policy}-{args.cache_system}"))
+        refuse_overwriting_inputs(out, RUN_FILES, input_files(args))
     except (SimInputError, UnknownPolicy) as exc:
         return fail("sim", exc)
     from datamgr.scheduler.sim import report
 
     try:
-        run = simulate_into(inputs, scheduler, _config(args, inputs), out, args.decision_log)
+        with staged_outputs(out, RUN_FILES) as staging:
+            run = simulate_into(inputs, plan.scheduler(), _config(args, inputs), staging, args.decision_log)
     except (SimulationStalled, InvalidDecision) as exc:
         return fail("sim", exc, EXIT_FAILED)
     print(report.summary_text(run.summary))
@@ -206,22 +261,32 @@ def run_compare(args: argparse.Namespace) -> int:
         if baseline not in args.cache_systems:
             raise SimInputError(f"--baseline {baseline} is not one of --cache-systems {','.join(args.cache_systems)}")
         inputs = _inputs(args)
-        check_policy_options(args, args.policies)
-        pairs = [(p, c, knobs_for(args, inputs, p)) for p in args.policies for c in args.cache_systems]
-        for pair in pairs:
-            build_scheduler(*pair)  # refuse an unknown name or knob before anything runs
+        plans = checked_runs(args, inputs, args.policies, args.cache_systems)
         out = output_directory(args.out or Path(f"sim-{inputs.name}-compare"))
+        names = [*COMPARE_FILES, *(f"{plan.directory}/{name}" for plan in plans for name in RUN_FILES)]
+        refuse_overwriting_inputs(out, names, input_files(args))
     except (SimInputError, UnknownPolicy) as exc:
         return fail("sim compare", exc)
-    from datamgr.scheduler.sim import plots, report, tenant_report
+    from datamgr.scheduler.sim import report
 
     try:
-        simulated = _simulate_pairs(inputs, pairs, _config(args, inputs), out, args.decision_log, args.jobs)
+        with staged_outputs(out, names) as staging:
+            simulated = _simulate_pairs(inputs, plans, _config(args, inputs), staging, args.decision_log, args.jobs)
+            runs = [(run.result, run.summary) for run in simulated]
+            files = _write_comparison(staging, runs, baseline)
     except (SimulationStalled, InvalidDecision) as exc:
         return fail("sim compare", exc, EXIT_FAILED)
-    runs = [(run.result, run.summary) for run in simulated]
     print(render_table(report.COMPARISON_HEADERS, report.comparison_rows(runs, baseline)))
     print(report.speedup_note(baseline))
+    per_run = ", ".join(simulated[0].files)
+    print(f"wrote {out}/: {', '.join(files)}, and in each POLICY-CACHE/: {per_run}")
+    return 0
+
+
+def _write_comparison(out: Path, runs: Sequence[tuple[SimResult, Summary]], baseline: str) -> list[str]:
+    """A comparison's own files in `out` (a fresh directory: `staged_outputs`); the names of those written."""
+    from datamgr.scheduler.sim import plots, report, tenant_report
+
     report.write_comparison_csv(out / "compare.csv", runs, baseline)
     safety_section = tenant_report.sharing_safety_section(runs)
     report.write_comparison_markdown(out / "compare.md", runs, baseline, safety_section)
@@ -231,20 +296,13 @@ def run_compare(args: argparse.Namespace) -> int:
     if any(report.has_classes(result.jobs) for result, _ in runs):
         plots.plot_slowdown_cdf(out / SLOWDOWN_CDF, plotted)
         files.append(SLOWDOWN_CDF)
-    else:
-        (out / SLOWDOWN_CDF).unlink(missing_ok=True)  # an earlier compare's, which would pass for this one's
     if tenant_report.has_private(runs):
         csv_name, png_name = SHARING_SAFETY
         safety = tenant_report.sharing_safety_rows(runs)
         tenant_report.write_sharing_safety_csv(out / csv_name, safety)
         plots.plot_sharing_safety(out / png_name, tenant_report.sharing_safety_runs(runs), safety)
         files.extend(SHARING_SAFETY)
-    else:
-        for name in SHARING_SAFETY:
-            (out / name).unlink(missing_ok=True)
-    per_run = ", ".join(simulated[0].files)
-    print(f"wrote {out}/: {', '.join(files)}, and in each POLICY-CACHE/: {per_run}")
-    return 0
+    return files
 
 
 @dataclass(frozen=True)
@@ -258,34 +316,27 @@ class _Run:
 
 def _simulate_pairs(
     inputs: SimInputs,
-    runs: Sequence[tuple[str, str, PolicyOptions | None]],
+    plans: Sequence[RunPlan],
     config: SimConfig,
     out: Path,
     decision_log: bool,
     processes: int,
 ) -> list[_Run]:
-    """Each (policy, cache system, knobs) run, its outputs in a subdirectory of `out`, in the order of `runs`
-    (names, not schedulers, go to the workers: they build their own).
+    """Each run, its outputs in a subdirectory of `out` (`RunPlan.directory`), in the order of `plans`
+    (plans, not schedulers, go to the workers: they build their own).
 
     With `processes` > 1 the runs go to that many worker processes (`run_in_processes`) and a line reports each
     as it ends; one at a time, each shows its own progress line. The first run to fail stops the rest."""
-    workers = in_workers(len(runs), processes)
-    calls = [partial(_simulate_pair, inputs, run, config, out, decision_log, not workers) for run in runs]
-    labels = [f"{policy}/{cache_system}" for policy, cache_system, _ in runs]
-    return run_in_processes(calls, processes, say_when_done(labels, workers))
+    workers = in_workers(len(plans), processes)
+    calls = [partial(_simulate_pair, inputs, plan, config, out, decision_log, not workers) for plan in plans]
+    return run_in_processes(calls, processes, say_when_done([plan.label for plan in plans], workers))
 
 
 def _simulate_pair(
-    inputs: SimInputs,
-    run: tuple[str, str, PolicyOptions | None],
-    config: SimConfig,
-    out: Path,
-    decision_log: bool,
-    show_progress: bool,
+    inputs: SimInputs, plan: RunPlan, config: SimConfig, out: Path, decision_log: bool, show_progress: bool
 ) -> _Run:
-    """`simulate_into` of one pair into a subdirectory of `out` named after it: what a `compare` worker runs."""
-    scheduler = build_scheduler(*run)
-    return simulate_into(inputs, scheduler, config, out / scheduler.name.replace("/", "-"), decision_log, show_progress)
+    """`simulate_into` of one run into its subdirectory of `out`: what a `compare` worker runs."""
+    return simulate_into(inputs, plan.scheduler(), config, out / plan.directory, decision_log, show_progress)
 
 
 def simulate_into(
@@ -296,15 +347,13 @@ def simulate_into(
     decision_log: bool,
     show_progress: bool = True,
 ) -> _Run:
-    """One run, its outputs written into `out`: per-job, per-group and timeline CSVs, the summary as JSON,
-    plots, and with `decision_log` the gzipped decision log. Without it, a log an earlier run left in `out`
-    is removed, so that every file there describes this run."""
+    """One run, its outputs written into `out`, a fresh directory (`staged_outputs` clears those of an earlier run
+    that this one does not write): per-job, per-group and timeline CSVs, the summary as JSON, plots, and with
+    `decision_log` the gzipped decision log; `RUN_FILES` are all it may write."""
     from datamgr.scheduler.sim import plots, report, tenant_report
 
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / DECISION_LOG
-    if not decision_log:
-        log_path.unlink(missing_ok=True)
     label = scheduler.name if show_progress else None
     with _gzip_text(log_path) if decision_log else contextlib.nullcontext() as log:
         result = simulate_showing_progress(inputs.trace, inputs.cluster, scheduler, config, label, log)
@@ -320,15 +369,10 @@ def simulate_into(
     ]
     if report.has_classes(result.jobs):
         writers.append((SLOWDOWN_CDF, lambda path: plots.plot_slowdown_cdf(path, {scheduler.name: result})))
-    else:
-        (out / SLOWDOWN_CDF).unlink(missing_ok=True)  # as the decision log: every file in `out` is this run's
     if tenant_report.has_tenants(result.jobs):  # HiveD's Figure 7: each tenant's queueing delay over time
         csv_name, png_name = TENANT_DELAY
         writers.append((csv_name, lambda path: tenant_report.write_tenant_delay_csv(path, result)))
         writers.append((png_name, lambda path: plots.plot_tenant_delay(path, result, inputs.cluster)))
-    else:
-        for name in TENANT_DELAY:
-            (out / name).unlink(missing_ok=True)
     for name, write in writers:
         write(out / name)
     files = [name for name, _ in writers] + ([DECISION_LOG] if decision_log else [])
@@ -346,10 +390,11 @@ def simulate_showing_progress(
     """`engine.simulate`, with a `ProgressLine` named `progress_label` unless that is None (a run in a worker
     process, whose lines would garble the parent's)."""
     progress = ProgressLine(progress_label) if progress_label is not None else None
-    result = simulate(trace, cluster, scheduler, config, decision_log=decision_log, progress=progress)
-    if progress is not None:
-        progress.close()
-    return result
+    try:
+        return simulate(trace, cluster, scheduler, config, decision_log=decision_log, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()  # a line of its own, interrupted or not: what follows must not overwrite it
 
 
 def _gzip_text(path: Path) -> TextIO:
@@ -361,23 +406,30 @@ def _gzip_text(path: Path) -> TextIO:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    config = GeneratorConfig(
-        jobs=args.jobs,
-        duration_seconds=args.duration,
-        arrivals_per_hour=args.arrivals_per_hour,
-        sharing=args.sharing,
-        gpu_speed_scale=args.gpu_speed_scale,
-        irregular=args.irregular,
-        seed=args.seed,
-    )
-    trace = generate(config)
+    """Write the synthetic trace the options describe, job by job (in the same memory at any length). Everything
+    is checked before a job is made: the file's extension and path (the file is made at once, and becomes `--out`
+    only once whole), then the knobs' bounds, on average and then on the arrivals themselves (`trace_size`)."""
     try:
-        if not trace:
-            raise SimInputError(f"no job arrives within {format_duration(args.duration)} at this arrival rate")
-        write_trace(args.out, trace)
+        with writing_trace(args.out) as file:
+            config = GeneratorConfig(
+                jobs=args.jobs,
+                duration_seconds=args.duration,
+                arrivals_per_hour=args.arrivals_per_hour,
+                sharing=args.sharing,
+                gpu_speed_scale=args.gpu_speed_scale,
+                irregular=args.irregular,
+                seed=args.seed,
+            )
+            count, last = trace_size(config)
+            if not count:
+                raise SimInputError(f"no job arrives within {format_duration(args.duration)} at this arrival rate")
+            write_jobs(file, trace_format(args.out), generate_jobs(config, count))
     except SimInputError as exc:
         return fail("sim generate", exc)
+    except KnobError as exc:  # named by the options that set the knobs
+        options = ", ".join(f"--{knob.replace('_', '-')}" for knob in exc.knobs)
+        return fail("sim generate", SimInputError(f"{options}: {exc.rule}"))
     except OSError as exc:
         return fail("sim generate", SimInputError(f"cannot write {args.out}: {exc.strerror or exc}"))
-    print(f"wrote {len(trace)} jobs arriving over {format_duration(trace[-1].arrival)} to {args.out}")
+    print(f"wrote {count} jobs arriving over {format_duration(last)} to {args.out}")
     return 0

@@ -35,6 +35,7 @@ from datamgr.scheduler.sim.scenarios import is_colocation_scenario, load_colocat
 from silodcli.exits import EXIT_FAILED, fail
 from silodcli.processes import in_workers, run_in_processes, say_when_done
 from silodcli.progress import ProgressLine
+from silodcli.sim_outputs import input_files, refuse_overwriting_inputs, staged_outputs
 from silodcli.tables import render_table
 
 # option -> (its attribute, what it is when not given): the GPU-only options a co-location run refuses.
@@ -48,6 +49,10 @@ _GPU_ONLY: dict[str, tuple[str, object]] = {
     "--remote-io-scale": ("remote_io_scale", 1.0),
     "--seed": ("seed", 0),  # the co-location policies draw nothing at random; a scenario's jobs have their own seed
 }
+
+
+RUN_FILES = ("jobs.csv", "timeline.csv", "summary.json", "utilisation.png")  # what a run writes into its --out
+COMPARE_FILES = ("compare.csv", "compare.md", "utilisation.png")  # a comparison's own, beside a directory per run
 
 
 @dataclass(frozen=True)
@@ -94,10 +99,12 @@ def run_colocation_sim(args: argparse.Namespace, inputs: ColocationInputs) -> in
         if policy_name not in COLOCATION_POLICIES:
             _refuse_policy(policy_name)
         out = fields.output_directory(args.out or Path(f"sim-{inputs.name}-{policy_name}"))
+        refuse_overwriting_inputs(out, RUN_FILES, input_files(args))
     except (SimInputError, UnknownPolicy) as exc:
         return fail("sim", exc)
     try:
-        run = simulate_colocation_into(inputs, policy_name, out, show_progress=True)
+        with staged_outputs(out, RUN_FILES) as staging:
+            run = simulate_colocation_into(inputs, policy_name, staging, show_progress=True)
     except (SimulationStalled, InvalidPlan) as exc:
         return fail("sim", exc, EXIT_FAILED)
     from datamgr.scheduler.sim import colocation_report
@@ -120,21 +127,24 @@ def run_colocation_compare(args: argparse.Namespace, inputs: ColocationInputs) -
         if baseline not in policies:
             raise SimInputError(f"--baseline {baseline} is not one of --policies {','.join(policies)}")
         out = fields.output_directory(args.out or Path(f"sim-{inputs.name}-compare"))
+        names = [*COMPARE_FILES, *(f"{policy}/{name}" for policy in policies for name in RUN_FILES)]
+        refuse_overwriting_inputs(out, names, input_files(args))
     except (SimInputError, UnknownPolicy) as exc:
         return fail("sim compare", exc)
     from datamgr.scheduler.sim import colocation_report, plots
 
     workers = in_workers(len(policies), args.jobs)
-    calls = [partial(simulate_colocation_into, inputs, name, out / name, not workers) for name in policies]
     try:
-        runs = run_in_processes(calls, args.jobs, say_when_done(policies, workers))
+        with staged_outputs(out, names) as staging:
+            calls = [partial(simulate_colocation_into, inputs, name, staging / name, not workers) for name in policies]
+            runs = run_in_processes(calls, args.jobs, say_when_done(policies, workers))
+            summaries = [run.summary for run in runs]
+            colocation_report.write_comparison(staging / "compare.csv", staging / "compare.md", summaries, baseline)
+            plots.plot_utilisation(staging / "utilisation.png", {run.result.policy: run.result for run in runs})
     except (SimulationStalled, InvalidPlan) as exc:
         return fail("sim compare", exc, EXIT_FAILED)
-    summaries = [run.summary for run in runs]
     print(render_table(colocation_report.COMPARISON_HEADERS, colocation_report.comparison_rows(summaries, baseline)))
     print(f"speedups are over {baseline}")
-    colocation_report.write_comparison(out / "compare.csv", out / "compare.md", summaries, baseline)
-    plots.plot_utilisation(out / "utilisation.png", {run.result.policy: run.result for run in runs})
     print(f"wrote {out}/: compare.csv, compare.md, utilisation.png, and in each POLICY/: {', '.join(runs[0].files)}")
     return 0
 
@@ -163,7 +173,7 @@ def simulate_colocation_into(
     colocation_report.write_timeline_csv(out / "timeline.csv", result)
     colocation_report.write_summary_json(out / "summary.json", summary)
     plots.plot_utilisation(out / "utilisation.png", {policy_name: result})
-    return ColocationRun(result, summary, ("jobs.csv", "timeline.csv", "summary.json", "utilisation.png"))
+    return ColocationRun(result, summary, RUN_FILES)
 
 
 def _refuse_policy(name: str) -> str:

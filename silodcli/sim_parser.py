@@ -21,7 +21,7 @@ from datamgr.scheduler.registry import (
 from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.generator import GeneratorConfig
 from datamgr.scheduler.sim.model import SimConfig
-from datamgr.scheduler.sim.scenarios import available_scenarios
+from datamgr.scheduler.sim.scenarios import PREEMPTION_COST, available_scenarios
 from silodcli.args import ActionAfterItsOptions, argument_type, key_value, path_arg, positive_seconds
 from silodcli.config import ConfigurableParser
 from silodcli.deferred import Deferred
@@ -180,13 +180,13 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--round", dest="round_seconds", type=positive_seconds, metavar="SECONDS",
-        help="longest time between policy rounds; arrivals and finishes start one at once (default: the scenario's, "
-        f"else {SimConfig().round_seconds:g})",
+        help="longest time between policy rounds, at least 0.1; arrivals and finishes start one at once (default: "
+        f"the scenario's, else {SimConfig().round_seconds:g})",
     )  # fmt: skip
     parser.add_argument(
-        "--preemption-cost", dest="preemption_seconds", type=argument_type(fields.duration, "duration"), metavar="D",
-        help="time a preempted job spends restoring its checkpoint when it resumes, holding its GPUs, e.g. 60s "
-        "(default: the scenario's, else 0)",
+        "--preemption-cost", dest="preemption_seconds", type=argument_type(PREEMPTION_COST, "duration"), metavar="D",
+        help="time a preempted job spends restoring its checkpoint when it resumes, holding its GPUs, e.g. 60s; at "
+        "most a day (default: the scenario's, else 0)",
     )  # fmt: skip
     parser.add_argument(
         "--policy-option", dest="policy_options", type=key_value, action="append", default=[],

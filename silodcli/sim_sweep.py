@@ -1,13 +1,15 @@
 """`silod sim sweep`: one policy on several cache systems across a knob, as the SiloD paper's Figures 14a and 15.
 
     silod sim sweep bandwidth (--trace FILE --cluster FILE | --scenario NAME) [--scales X,..] [--policy P]
-        [--cache-systems C,..] [--jobs N] [--out DIR] [--seed N] [--round SECONDS] [--time-limit D]
+        [--cache-systems C,..] [--jobs N] [--out DIR] [--tenants FILE] [silod sim's run options]
     silod sim sweep sharing --scenario NAME [--fractions F,..] [--policy P] [--cache-systems C,..] [--jobs N] ...
 
 Which runs a sweep makes and how their results become rows is `datamgr.scheduler.sim.sweep`, and its command
 line is `sim_parser`'s; this module checks everything before the first run (exit 2 naming the option and the
 rule), runs them in worker processes as `silod sim compare` does (`silodcli.processes`; exit 1 if one fails),
-and writes `sweep.csv`, `sweep.md` and the plot.
+and writes `sweep.csv`, `sweep.md` and the plot. Each run is the run `silod sim` would make at that point, built
+by the same code (`silodcli.sim`'s `_inputs`, `_config` and `checked_runs`): the scenario's `[simulation]` and
+`[policy]` tables, `--policy-option`, `--preemption-cost` and `--tenants` apply as they do there.
 """
 
 from __future__ import annotations
@@ -21,23 +23,23 @@ from typing import TYPE_CHECKING
 
 from datamgr.scheduler.registry import CACHE_SYSTEMS, UnknownPolicy, build_scheduler
 from datamgr.scheduler.sim import sweep
-from datamgr.scheduler.sim.cluster import with_remote_io_scale
 from datamgr.scheduler.sim.decisions import InvalidDecision
 from datamgr.scheduler.sim.engine import check_inputs
 from datamgr.scheduler.sim.fields import SimInputError, format_duration, output_directory
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimulationStalled, TraceJob
-from datamgr.scheduler.sim.scenarios import available_scenarios, is_generated_scenario, load_scenario
+from datamgr.scheduler.sim.scenarios import available_scenarios, generator_kind, is_generated_scenario
 from silodcli.exits import EXIT_FAILED, fail, refusing_unwritable_outputs
 from silodcli.processes import in_workers, run_in_processes
-from silodcli.sim import (
-    _config,
-    _inputs,
-    simulate_showing_progress,
-)
+from silodcli.sim import RunPlan, SimInputs, _config, _inputs, checked_runs, simulate_showing_progress
+from silodcli.sim_outputs import input_files, refuse_overwriting_inputs, staged_outputs
 from silodcli.tables import render_table
 
 if TYPE_CHECKING:
     from datamgr.scheduler.sim.report import Summary
+
+
+# Every file a sweep may write into --out: a bandwidth sweep removes an earlier sharing sweep's plot, and so on.
+SWEEP_FILES = ("sweep.csv", "sweep.md", *(f"{kind}.png" for kind in sweep.KINDS))
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -50,22 +52,23 @@ def run_sweep(args: argparse.Namespace) -> int:
     command = _command(args)
     try:
         _check_names(args.policy, args.cache_systems)
-        name, points = _bandwidth_points(args) if kind == "bandwidth" else _sharing_points(args)
-        out = output_directory(args.out or Path(f"sim-{name}-sweep-{kind}"))
-    except SimInputError as exc:
+        inputs, points = _bandwidth_points(args) if kind == "bandwidth" else _sharing_points(args)
+        plans = {plan.cache_system: plan for plan in checked_runs(args, inputs, [args.policy], args.cache_systems)}
+        out = output_directory(args.out or Path(f"sim-{inputs.name}-sweep-{kind}"))
+        refuse_overwriting_inputs(out, SWEEP_FILES, input_files(args))
+    except (SimInputError, UnknownPolicy) as exc:
         return fail(command, exc)
 
     runs = sweep.sweep_runs(kind, points, args.policy, args.cache_systems)
     at = {point.value: point for point in points}
-    config = _config(args, None)
+    config = _config(args, inputs)
     one_at_a_time = not in_workers(len(runs), args.jobs)
     calls = [
         partial(
             _summarize_run,
             at[run.value].trace,
             at[run.value].cluster,
-            run.policy,
-            run.cache_system,
+            plans[run.cache_system],
             config,
             run.label if one_at_a_time else None,
         )
@@ -77,15 +80,16 @@ def run_sweep(args: argparse.Namespace) -> int:
         print(f"[{count}/{len(runs)}] {runs[index].label}: avg JCT {jct}", file=sys.stderr, flush=True)
 
     try:
-        summaries = run_in_processes(calls, args.jobs, finished)
+        with staged_outputs(out, SWEEP_FILES) as staging:
+            summaries = run_in_processes(calls, args.jobs, finished)
+            rows = sweep.sweep_rows(runs, summaries)
+            title = f"{kind} sweep: {inputs.name}, {args.policy}"
+            (staging / "sweep.csv").write_text(sweep.csv_text(kind, rows), encoding="utf-8")
+            (staging / "sweep.md").write_text(sweep.markdown_text(title, kind, rows), encoding="utf-8")
+            sweep.plot_sweep(staging / f"{kind}.png", title, kind, rows)
     except (SimulationStalled, InvalidDecision) as exc:
         return fail(command, exc, EXIT_FAILED)
 
-    rows = sweep.sweep_rows(runs, summaries)
-    title = f"{kind} sweep: {name}, {args.policy}"
-    (out / "sweep.csv").write_text(sweep.csv_text(kind, rows), encoding="utf-8")
-    (out / "sweep.md").write_text(sweep.markdown_text(title, kind, rows), encoding="utf-8")
-    sweep.plot_sweep(out / f"{kind}.png", title, kind, rows)
     print(render_table(sweep.table_headers(kind), sweep.table_rows(kind, rows)))
     print(sweep.speedup_note(kind))
     print(f"wrote {out}/: sweep.csv, sweep.md, {kind}.png")
@@ -105,31 +109,38 @@ def _check_names(policy: str, cache_systems: Sequence[str]) -> None:
         raise SimInputError(f"--policy: {exc}") from None
 
 
-def _bandwidth_points(args: argparse.Namespace) -> tuple[str, list[sweep.Point]]:
+def _bandwidth_points(args: argparse.Namespace) -> tuple[SimInputs, list[sweep.Point]]:
+    """The inputs as `silod sim` reads them, and the trace on their cluster at each scale of its remote IO."""
     if args.remote_io_scale != 1.0:
         raise SimInputError("--remote-io-scale: the bandwidth sweep scales the remote IO limit by --scales; give those")
     inputs = _inputs(args)
-    return inputs.name, _checked(
-        inputs.name, "bandwidth", sweep.bandwidth_points(inputs.trace, inputs.cluster, args.scales)
-    )
+    return inputs, _checked(inputs.name, "bandwidth", sweep.bandwidth_points(inputs.trace, inputs.cluster, args.scales))
 
 
-def _sharing_points(args: argparse.Namespace) -> tuple[str, list[sweep.Point]]:
-    """A generated scenario's trace at each fraction; a trace file cannot be re-drawn with more sharing."""
+def _sharing_points(args: argparse.Namespace) -> tuple[SimInputs, list[sweep.Point]]:
+    """The scenario as `silod sim` reads it (its cluster with `--remote-io-scale` and `--tenants`), and its trace
+    redrawn at each fraction; only a Philly-like recipe has a sharing knob to set."""
     if args.trace is not None or args.cluster is not None or args.scenario is None:
         raise SimInputError(
             "the sharing sweep regenerates a scenario's trace at each fraction, so it takes --scenario NAME of a "
             f"generated scenario ({', '.join(_generated_scenarios())}), not --trace or --cluster"
         )
-    scenario = load_scenario(args.scenario)
-    if scenario.recipe is None:
-        raise SimInputError(
-            f"--scenario {scenario.name}: it replays a trace file, which cannot be regenerated with more sharing; "
-            f"give a generated scenario (one with a [generate] recipe): {', '.join(_generated_scenarios())}"
+    kind = generator_kind(args.scenario)  # read from the file: generating a refused scenario's trace costs seconds
+    if kind != "philly":
+        what = (
+            "it replays a trace file, which cannot be regenerated with more sharing"
+            if kind is None
+            else f'its [generate] recipe is of kind "{kind}", which has no sharing knob to set (only a Philly-like '
+            "recipe draws jobs onto shared or private copies of datasets)"
         )
-    cluster = with_remote_io_scale(scenario.cluster, args.remote_io_scale)
-    return scenario.name, _checked(
-        scenario.name, "sharing", sweep.sharing_points(scenario.recipe, cluster, args.fractions)
+        raise SimInputError(
+            f"--scenario {args.scenario}: {what}; give a scenario with a Philly-like [generate] recipe: "
+            f"{', '.join(_generated_scenarios())}"
+        )
+    inputs = _inputs(args)
+    assert inputs.scenario is not None and inputs.scenario.recipe is not None  # a Philly-like recipe's scenario
+    return inputs, _checked(
+        inputs.name, "sharing", sweep.sharing_points(inputs.scenario.recipe, inputs.cluster, args.fractions)
     )
 
 
@@ -149,17 +160,11 @@ def _generated_scenarios() -> list[str]:
 
 
 def _summarize_run(
-    trace: list[TraceJob],
-    cluster: ClusterSpec,
-    policy: str,
-    cache_system: str,
-    config: SimConfig,
-    progress_label: str | None,
+    trace: list[TraceJob], cluster: ClusterSpec, plan: RunPlan, config: SimConfig, progress_label: str | None
 ) -> Summary:
     """One run of a sweep, summarized (no decision log, no files): what a worker process runs. The summary, not
     the whole result, travels back from the worker."""
     from datamgr.scheduler.sim import report
 
-    scheduler = build_scheduler(policy, cache_system)
-    result = simulate_showing_progress(trace, cluster, scheduler, config, progress_label)
+    result = simulate_showing_progress(trace, cluster, plan.scheduler(), config, progress_label)
     return report.summarize(result, cluster)

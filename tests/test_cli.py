@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import shutil
 import sqlite3
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +18,7 @@ import pytest
 
 from datamgr.client import DataManagerClient
 from datamgr.embedded import EmbeddedDataManager
-from datamgr.entities import Node
+from datamgr.entities import Node, Tenant
 from datamgr.server import ServerConfig
 from datamgr.state import Change
 from datamgr.store import Commit, SQLiteStore
@@ -33,6 +37,8 @@ from tests.datamgr_fixtures import (
     silod_cli,
 )
 from tests.disks import TmpfsFactory, fill_up
+from tests.state_files import edit, files_of, killed_state_dir, revision_and_nodes
+from tests.storage_servers import missing_dependency
 
 
 @pytest.fixture
@@ -168,7 +174,7 @@ def test_job_add_registers_the_class_and_grace_period_that_status_and_show_then_
         ("--grace-period", "-3m", "argument --grace-period: duration '-3m' must not be negative"),
         ("--grace-period", "abc", "argument --grace-period: duration 'abc' is not a number of seconds or a number"),
         ("--grace-period", "2d", "argument --grace-period: duration '2d' must be at most a day (86,400s)"),
-        ("--grace-period", "1e999", "must be at most a day"),  # infinite
+        ("--grace-period", "1e999", "argument --grace-period: duration '1e999' is too long to be a number of seconds"),
     ],
 )
 def test_job_add_with_a_bad_class_or_grace_period_exits_2_naming_the_flag_and_the_rule_and_changes_nothing(
@@ -626,6 +632,150 @@ def test_a_restore_onto_a_full_state_disk_exits_2_saying_so_and_leaves_the_state
     assert "Traceback" not in err
     assert sorted(p.name for p in state_dir.iterdir()) == ["lock", "silod.db"]
     assert (state_dir / "silod.db").read_bytes() == database
+
+
+@pytest.mark.parametrize("beside", ["a write-ahead log", "a rollback journal"])
+def test_a_restore_from_a_database_with_a_log_beside_it_exits_2_saying_what_to_restore_instead(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], beside: str
+) -> None:
+    """A restore reads the file alone: given the `silod.db` of a data manager that was killed, it silently dropped
+    the acknowledged changes its log held (or, the log holding most of them, called it "not a silod state
+    database"). A journal beside a file says the copy was never finished (a backup killed midway, before backups
+    were written under another name)."""
+    state_dir = tmp_path / "state"
+    SQLiteStore(state_dir).close()
+    database = (state_dir / "silod.db").read_bytes()
+    if beside == "a write-ahead log":
+        killed = tmp_path / "killed"
+        killed_state_dir(killed, 3)
+        given = killed / "silod.db"
+    else:
+        given = tmp_path / "backup.db"
+        _state_of_2000_nodes(tmp_path / "other")
+        back_up(tmp_path / "other", given)
+        Path(f"{given}-journal").write_bytes(b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7" + bytes(504))  # a journal's magic
+
+    assert main(["datamgr", "restore", "--state-dir", str(state_dir), str(given)], environ={}) == 2
+
+    err = capsys.readouterr().err
+    if beside == "a write-ahead log":
+        assert f"cannot restore {given}: a write-ahead log ({given}-wal) is beside it, holding changes a restore" in err
+        assert f"back that state dir up with silod datamgr backup --state-dir {killed} FILE, which reads the log" in err
+    else:
+        assert f"cannot restore {given}: a rollback journal ({given}-journal) is beside it" in err
+    assert "nothing was changed" in err and "Traceback" not in err
+    assert sorted(p.name for p in state_dir.iterdir()) == ["lock", "silod.db"]
+    assert (state_dir / "silod.db").read_bytes() == database
+    if beside == "a write-ahead log":  # the advice, followed, restores every acknowledged change
+        assert main(["datamgr", "backup", "--state-dir", str(killed), str(tmp_path / "b.db")], environ={}) == 0
+        assert main(["datamgr", "restore", "--state-dir", str(state_dir), str(tmp_path / "b.db")], environ={}) == 0
+        assert revision_and_nodes(state_dir) == (3, ["killed1", "killed2", "killed3"])
+
+
+@pytest.mark.parametrize("command", ["serve", "backup", "restore"])
+def test_a_database_holding_a_row_this_silod_cannot_read_is_not_served_backed_up_or_restored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """One changed byte in a row's JSON, in a database SQLite finds whole (`quick_check` passes): the data manager
+    exited 1 with a JSONDecodeError traceback, and backups and restores took the file as a good one."""
+    state_dir = tmp_path / "state"
+    store = SQLiteStore(state_dir)
+    store.commit([Commit(1, Change(nodes_put=(Node("n1", "h1:7421", 10_000),)))])
+    store.commit([Commit(2, Change(tenants_put=(Tenant("t1", {"node": 1}),)))])
+    store.close()
+    damaged = tmp_path / "backup.db" if command == "restore" else state_dir / "silod.db"
+    if command == "restore":
+        back_up(state_dir, damaged)
+        state_dir = tmp_path / "other"
+        SQLiteStore(state_dir).close()
+    edit(damaged, """UPDATE tenants SET cells = '{"node": 1]'""")
+    before = damaged.read_bytes()
+    args = {
+        "serve": ["serve", "--listen", "127.0.0.1:0", "--state-dir", str(state_dir)],
+        "backup": ["backup", "--state-dir", str(state_dir), str(tmp_path / "new-backup.db")],
+        "restore": ["restore", "--state-dir", str(state_dir), str(damaged)],
+    }[command]
+
+    assert main(["datamgr", *args], environ={}) == 2
+
+    err = capsys.readouterr().err
+    refused = {
+        "serve": f"cannot use state dir {state_dir}",
+        "backup": f"cannot back up state dir {state_dir}",
+        "restore": f"cannot restore {damaged}",
+    }[command]
+    assert f"{refused}: {damaged} holds a row this silod cannot read: table tenants, row 't1': column cells " in err
+    assert ("nothing was written" if command == "backup" else "nothing was changed") in err
+    assert "Traceback" not in err
+    assert damaged.read_bytes() == before
+    assert not (tmp_path / "new-backup.db").exists()
+    if command == "restore":
+        assert revision_and_nodes(state_dir) == (0, [])
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory every user may enter (pytest's own temporary directories are private to the user running it)."""
+    path = Path(tempfile.mkdtemp(prefix="silod-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+@pytest.mark.parametrize("database", ["unreadable to it", "readable by all, but not its to make private"])
+def test_a_state_dir_whose_database_another_user_owns_exits_2_naming_the_file(shared_dir: Path, database: str) -> None:
+    """The data manager run as another user (a service account) than the one who made its state dir's database
+    (root, once): it exited 1 with a traceback, SQLite's "unable to open database file" naming no file, or
+    PermissionError from chmod."""
+    if os.geteuid() != 0:
+        missing_dependency("root, to run the data manager as another user (setpriv)")
+    nobody = pwd.getpwuid(65534).pw_name
+    state_dir = shared_dir / "state"
+    SQLiteStore(state_dir).close()
+    for path in (state_dir, state_dir / "lock"):  # the directory given to the user, its database left to root's
+        os.chown(path, 65534, 65534)
+    if database != "unreadable to it":
+        (state_dir / "silod.db").chmod(0o666)
+    before = files_of(state_dir)
+
+    refused = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+         *SILOD, "datamgr", "serve", "--listen", "127.0.0.1:0", "--state-dir", str(state_dir)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+    assert refused.returncode == 2, refused.stderr
+    why = "Permission denied" if database == "unreadable to it" else "Operation not permitted (making it private"
+    assert f"silod: cannot use state dir {state_dir}: {state_dir / 'silod.db'}: {why}" in refused.stderr
+    advice = "nothing was changed: give the state dir and its files to the user the data manager runs as"
+    assert f"{advice} (chown -R {nobody} {state_dir})" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert files_of(state_dir) == before
+
+
+def test_a_backup_killed_midway_leaves_no_file_under_its_name_and_a_retry_makes_it(tmp_path: Path) -> None:
+    """strace kills the backup at its 20th write: before, it left a partial FILE with its journal, and a retry was
+    refused with "File exists"."""
+    if shutil.which("strace") is None:
+        missing_dependency("strace is not installed (make setup installs it)")
+    state_dir, out = tmp_path / "state", tmp_path / "backup.db"
+    _state_of_2000_nodes(state_dir)
+
+    killed = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=pwrite64", "-e", "inject=pwrite64:signal=KILL:when=20",
+         *SILOD, "datamgr", "backup", "--state-dir", str(state_dir), str(out)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+    assert killed.returncode != 0
+    assert not os.path.lexists(out) and not os.path.lexists(f"{out}-journal")
+    assert [p.name.split("-")[0] for p in tmp_path.glob("backup.db.partial-*")] == ["backup.db.partial"]
+    again = silod_cli("datamgr", "backup", "--state-dir", str(state_dir), str(out))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == f"backed up state dir {state_dir} at revision 1 to {out}"
+    restored = tmp_path / "restored"
+    assert silod_cli("datamgr", "restore", "--state-dir", str(restored), str(out)).returncode == 0
+    assert revision_and_nodes(restored) == (1, [f"n{i:04d}" for i in range(2000)])
 
 
 @pytest.mark.parametrize("where", ["/proc/silod-test", "a-file"], ids=["under-proc", "a-file-in-the-way"])

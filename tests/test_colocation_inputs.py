@@ -187,6 +187,8 @@ def test_a_cluster_file_reads_its_bandwidth_and_defaults_the_rest(tmp_path: Path
         ('machines = 4\nmachine_bandwidth = "0Gbps"\n', ": machine_bandwidth: '0Gbps' must be positive"),
         ('machines = 4\nmachine_bandwidth = "1GB"\n', ": machine_bandwidth: rate '1GB' has no time unit"),
         ("machines = 4\nprofile_iterations = -1\n", ": profile_iterations: -1 is not a whole number"),
+        # Past the largest float: an OverflowError traceback before.
+        ("machines = 1" + "0" * 400 + "\n", ": machines: 100000000000000000000000... (401 characters) is too large"),
     ],
 )
 def test_a_bad_cluster_file_is_refused_naming_the_file_and_key(tmp_path: Path, text: str, message: str) -> None:

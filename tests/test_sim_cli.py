@@ -10,24 +10,39 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import io
 import json
 import math
+import multiprocessing
+import os
+import signal
+import tracemalloc
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import pytest
 
 from datamgr.scheduler.registry import CACHE_SYSTEMS, PAPER_CACHE_SYSTEMS
-from datamgr.scheduler.sim import plots, report
+from datamgr.scheduler.sim import generator, plots, report
 from datamgr.scheduler.sim.fields import format_duration
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
-from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, RemoteIoLedger, Sample, SimResult
+from datamgr.scheduler.sim.model import (
+    RUNNING,
+    ClusterSpec,
+    JobOutcome,
+    RemoteIoLedger,
+    Sample,
+    SimResult,
+    UnfinishedJob,
+)
 from datamgr.scheduler.sim.trace import load_trace
 from silodcli.main import build_parser, main
 from silodcli.processes import run_in_processes
 from silodcli.progress import ProgressLine
-from silodcli.sim import with_gpu_defaults
+from silodcli.sim import RUN_FILES, with_gpu_defaults
+from silodcli.sim_outputs import staged_outputs
 from tests.disks import TmpfsFactory
 from tests.sim_fixtures import install_missing_node_policy, is_png, tiny_inputs
 
@@ -59,7 +74,8 @@ def result(policy: str = "fifo", cache_system: str = "silod", *jobs: JobOutcome)
     for time, rate in ((0, 100e6), (30, 250e6), (31, 100e6), (60, 200e6), (120, 0.0)):
         ledger.record(time, rate)  # a one-second burst at 30 s, between samples
     ledger.end = 220
-    return SimResult(policy, cache_system, outcomes, samples, unfinished=["z"], remote_io=ledger)
+    unfinished = [UnfinishedJob("z", 5, RUNNING)]
+    return SimResult(policy, cache_system, outcomes, samples, unfinished_jobs=unfinished, remote_io=ledger)
 
 
 # --- report math -----------------------------------------------------------------------------------------------
@@ -89,10 +105,10 @@ def test_the_summary_averages_fairness_over_jobs_and_remote_io_over_the_run() ->
 
 def test_the_summary_text_shows_the_numbers_in_human_units() -> None:
     text = report.summary_text(report.summarize(result(), CLUSTER))
-    assert "fifo/silod: 3 of 4 jobs finished (1 still running when the run stopped)" in text
+    assert "fifo/silod: 3 of 4 jobs finished (1 unfinished when the run stopped: 1 running)" in text
     assert "average JCT   1.9m (median 1.7m, p95 3.2m, p99 3.3m)" in text
     assert "queueing      0s average (median 0s, p95 0s) from arrival to first start" in text
-    assert "makespan      3.7m" in text
+    assert "makespan      -" in text  # job z has not finished: the last finish is still to come
     assert "fairness      0.525 p5, 0.75 median over jobs" in text
     assert "remote IO     82.5 MB/s mean (33%), 250.0 MB/s peak (100%) of 250.0 MB/s" in text
     assert "0.10 hit ratio, 88% of cached bytes effective" in text
@@ -108,7 +124,7 @@ def test_speedups_are_over_the_same_policy_on_the_baseline_cache_system() -> Non
     assert report.jct_speedups(summarized, "alluxio")[:2] == [1.0, 4.0]
     rows = report.comparison_rows(summarized, "alluxio")
     assert [row[7] for row in rows] == ["1.00x", "4.00x", "-"]
-    assert rows[1][:6] == ("fifo", "silod", "1/2", "50s", "50s", "0.750")
+    assert rows[1][:6] == ("fifo", "silod", "1/2", "50s", "-", "0.750")  # no makespan while job z runs
 
 
 def test_the_csv_files_hold_one_row_per_job_sample_and_run(tmp_path: Path) -> None:
@@ -278,6 +294,25 @@ def test_generate_writes_the_trace_the_generator_makes(tmp_path: Path, capsys: p
         # A point whose limit would take a million years to bring the datasets in (a traceback from a worker before).
         (["sim", "sweep", "bandwidth", "--scenario", "micro", "--scales", "1,1e-9"], "micro at 1e-09x: the trace's"),
         (["sim", "generate", "--out", "no/such/dir/t.csv", "--jobs", "3"], "cannot write no/such/dir/t.csv: No such"),
+        # Knobs whose trace the simulator would refuse, named by their options: a rate past the largest (an
+        # OverflowError traceback before), one rounded to 0 bytes/s, arrivals 1e296 years apart (a 300-digit "arriving
+        # over ...d" before).
+        (
+            ["sim", "generate", "--out", "t.csv", "--jobs", "10", "--gpu-speed-scale", "1e300"],
+            "silod sim generate: --gpu-speed-scale: 1e+300 must be at most 1e+10: the fastest job the generator draws",
+        ),
+        (
+            ["sim", "generate", "--out", "t.csv", "--jobs", "10", "--gpu-speed-scale", "1e-300"],
+            "silod sim generate: --gpu-speed-scale: 1e-300 must be at least 0.002: the longest job the generator draws",
+        ),
+        (
+            ["sim", "generate", "--out", "t.csv", "--jobs", "10", "--arrivals-per-hour", "1e-300"],
+            "silod sim generate: --jobs, --arrivals-per-hour: 10 jobs at 1e-300 an hour arrive over 1.14e+297 years",
+        ),
+        (
+            ["sim", "generate", "--out", "t.csv", "--duration", "1000w"],
+            "silod sim generate: --duration: 604,800,000 s must be at most the simulator's horizon of 10 years",
+        ),
     ],
 )
 def test_bad_input_exits_2_naming_the_problem(
@@ -287,6 +322,87 @@ def test_bad_input_exits_2_naming_the_problem(
     assert main(argv) == 2
     assert message in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # nothing ran, nothing written
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        ("t.txt", "t.txt: a trace file must end in .csv or .jsonl"),
+        ("no/such/dir/t.csv", "cannot write no/such/dir/t.csv: No such file or directory"),
+        ("a-dir.csv", "cannot write a-dir.csv: Is a directory"),
+    ],
+    ids=["extension", "no-directory", "a-directory"],
+)
+def test_generate_refuses_an_output_it_cannot_write_before_it_makes_a_job(
+    out: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A million jobs were drawn, 9 s and 520 MB, before the file's extension or directory was looked at."""
+    monkeypatch.chdir(tmp_path)
+    Path("a-dir.csv").mkdir()
+
+    def no_job(*args: object) -> object:
+        raise AssertionError("a job was drawn")
+
+    monkeypatch.setattr(generator, "_draw", no_job)
+    assert main(["sim", "generate", "--out", out, "--jobs", "1000000"]) == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-dir.csv"]  # nothing written, not even in part
+
+
+def test_generate_writes_a_trace_job_by_job_in_the_same_memory_at_any_length(tmp_path: Path) -> None:
+    """It built the whole trace first, about half a kilobyte a job: 2.3 GB and growing a minute into --jobs 1e9."""
+    assert main(["sim", "generate", "--out", str(tmp_path / "warm.csv"), "--jobs", "10"]) == 0  # imports done
+    tracemalloc.start()
+    try:
+        assert main(["sim", "generate", "--out", str(tmp_path / "t.csv"), "--jobs", "10000"]) == 0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 2**20, f"{peak:,} bytes at the peak for 10,000 jobs"
+    assert len(load_trace(tmp_path / "t.csv")) == 10_000
+
+
+@pytest.mark.parametrize(
+    ("options", "sha256"),
+    [
+        (
+            ["--jobs", "5000", "--sharing", "0.2", "--irregular", "0.3", "--gpu-speed-scale", "2.5", "--seed", "11"],
+            {".csv": "35726fbfd44680a63758622a074fc813a994e45e83a7afe40934a05c3a365282",
+             ".jsonl": "5c10b25da72035ff46b07cc73e28c1ffb0cb70dbd8678cd0cf219d328f00c501"},
+        ),
+        (
+            ["--duration", "36h", "--arrivals-per-hour", "0.5"],
+            {".csv": "b3e1ad1d0819235fec244e40021533714fb71f8a56ca8eb013cdfc5f3c6a59ae",
+             ".jsonl": "7dffb4e8637947ce0d2ae4d57621abe75adb8c9d2b9dde33bf96a1beab09c83e"},
+        ),
+    ],
+    ids=["jobs", "duration"],
+)  # fmt: skip
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_generate_writes_the_same_bytes_for_the_same_options_as_it_always_has(
+    options: list[str], sha256: dict[str, str], suffix: str, tmp_path: Path
+) -> None:
+    """The files `silod sim generate` wrote at 35fa8e1, when it built the whole trace before writing it: writing job
+    by job must not change a byte of a trace someone's results were measured on."""
+    out = tmp_path / f"t{suffix}"
+    assert main(["sim", "generate", "--out", str(out), *options]) == 0
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == sha256[suffix]
+
+
+def test_a_generate_refused_for_arrivals_past_the_horizon_leaves_the_file_at_out_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ten jobs 0.91 years apart on average pass the 10-year horizon with this seed: the trace was written, and the
+    simulator refused it. Now nothing is written, and an earlier trace at --out stays whole."""
+    out = tmp_path / "t.csv"
+    out.write_text("an earlier trace\n")
+    argv = ["sim", "generate", "--out", str(out), "--jobs", "10", "--arrivals-per-hour", "0.000125", "--seed", "0"]
+    assert main(argv) == 2
+    assert (
+        "--jobs, --arrivals-per-hour: job 8 of 10 arrives 11.3 years after the trace start" in capsys.readouterr().err
+    )
+    assert out.read_text() == "an earlier trace\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["t.csv"]
 
 
 def test_a_trace_with_timestamps_for_arrivals_is_refused_at_once_naming_the_mistake(
@@ -313,6 +429,8 @@ def test_a_trace_with_timestamps_for_arrivals_is_refused_at_once_naming_the_mist
         (["--duration", "0s"], "argument --duration: duration '0s' must be longer than 0"),  # a traceback before
         (["--duration", "0"], "argument --duration: duration '0' must be longer than 0"),
         (["--duration", "-5m"], "argument --duration: duration '-5m' must not be negative"),
+        # Infinity: arrivals drawn until memory ran out, before.
+        (["--duration", "1e400"], "argument --duration: duration '1e400' is too long to be a number of seconds"),
     ],
 )
 def test_a_generated_traces_size_that_breaks_its_rule_is_refused_naming_it(
@@ -337,6 +455,13 @@ def test_a_generated_traces_size_that_breaks_its_rule_is_refused_naming_it(
         (["--time-limit", "0"], "argument --time-limit: duration '0' must be longer than 0"),
         (["--time-limit", "0s"], "argument --time-limit: duration '0s' must be longer than 0"),
         (["--time-limit", "-1d"], "argument --time-limit: duration '-1d' must not be negative"),
+        # The live data manager's shortest round: a nanosecond's made hours of rounds of a minute's trace.
+        (["--round", "1e-9"], "argument --round: '1e-9' must be a positive number of seconds of at least 0.1"),
+        (["compare", "--round", "0.01"], "argument --round: '0.01' must be a positive number of seconds of at least"),
+        # Paid at every preemption: a cost of 1e12 s, or infinity, ran until memory ran out.
+        (["--preemption-cost", "1e400"], "argument --preemption-cost: duration '1e400' is too long to be a number"),
+        (["--preemption-cost", "1e12"], "argument --preemption-cost: '1e12' must be at most a day (86,400 s)"),
+        (["sweep", "bandwidth", "--preemption-cost", "2d"], "argument --preemption-cost: '2d' must be at most a day"),
     ],
 )
 def test_run_options_the_parser_refuses_exit_2_naming_the_rule_and_write_nothing(
@@ -630,3 +755,154 @@ def test_compare_stops_with_exit_1_when_a_run_in_a_worker_process_fails(
     argv = ["sim", "compare", *tiny_inputs(tmp_path), "--policies", "fifo,missing-node", "--cache-systems", "silod"]
     assert main([*argv, "--jobs", "2", "--out", str(tmp_path / "out")]) == 1
     assert "no-such-node" in capsys.readouterr().err
+
+
+# --- a run a time limit stops ------------------------------------------------------------------------------------
+
+TRACE_HEADER = "job_id,arrival,gpus,model,ideal_rate,dataset,dataset_size,epochs\n"
+ONE_NODE_TWO_GPUS = 'nodes = 1\ngpus_per_node = 2\ncache_per_node = "0"\nremote_io = "100GB/s"\n'
+
+
+def cut_inputs(tmp_path: Path, *rows: str) -> list[str]:
+    """--trace and --cluster arguments for `rows` on one node of two GPUs, no cache, remote IO to spare."""
+    (tmp_path / "cut.csv").write_text(TRACE_HEADER + "".join(f"{row}\n" for row in rows))
+    (tmp_path / "cut.toml").write_text(ONE_NODE_TWO_GPUS)
+    return ["--trace", str(tmp_path / "cut.csv"), "--cluster", str(tmp_path / "cut.toml")]
+
+
+def test_a_time_limited_run_measures_its_remote_io_and_gpus_from_the_first_arrival_finished_or_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # x reads at 100 MB/s for 10 h, y for the hour from 1 h: at 3 h x still runs. Over [0, 3 h] the cluster
+    # fetched 100 MB/s x 3 h + 100 MB/s x 1 h and held 1, 2 then 1 of its 2 GPUs (the finished y alone arrived
+    # at 1 h: from there the numbers were 150 MB/s and 75 %).
+    argv = cut_inputs(tmp_path, "x,0,1,m,100MB/s,d1,3600GB,1", "y,1h,1,m,100MB/s,d2,360GB,1")
+    out = tmp_path / "out"
+    assert main(["sim", *argv, "--time-limit", "3h", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["remote_io_mean"] == pytest.approx(100e6 * 4 / 3)
+    assert summary["gpu_utilisation"] == pytest.approx((60 * 1 + 60 * 2 + 61 * 1) / 181 / 2)  # samples 0 to 3 h
+    assert summary["makespan"] is None  # x finishes after the limit: the makespan is unknown, not y's 1 h
+    printed = capsys.readouterr().out
+    assert "fifo/silod: 1 of 2 jobs finished (1 unfinished when the run stopped: 1 running)" in printed
+    assert "  makespan      -" in printed and "133.3 MB/s mean" in printed and "GPUs          67% busy" in printed
+
+
+def test_a_run_stopped_before_any_job_finished_still_measures_what_ran(tmp_path: Path) -> None:
+    argv = ["sim", "compare", *cut_inputs(tmp_path, "a,0,1,m,100MB/s,d1,360GB,1"), "--time-limit", "10m"]
+    assert main([*argv, "--policies", "fifo", "--cache-systems", "silod", "--out", str(tmp_path / "out")]) == 0
+    (row,) = csv.DictReader((tmp_path / "out" / "compare.csv").open())
+    assert (row["finished"], row["jobs"]) == ("0", "1")
+    assert float(row["remote_io_mean"]) == pytest.approx(100e6) and float(row["remote_io_peak"]) == 100e6
+    assert float(row["gpu_utilisation"]) == pytest.approx(0.5)
+    assert math.isnan(float(row["makespan"])) and math.isnan(float(row["average_jct"]))
+
+
+def test_the_summary_says_where_each_unfinished_job_stood_when_the_run_stopped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # x runs on one GPU, w waits for both, y arrives at 1 h: after 30 minutes none has finished.
+    rows = ("x,0,1,m,100MB/s,d1,3600GB,1", "w,0,2,m,100MB/s,d2,360GB,1", "y,1h,1,m,100MB/s,d3,360GB,1")
+    assert main(["sim", *cut_inputs(tmp_path, *rows), "--time-limit", "30m", "--out", str(tmp_path / "out")]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    expected = "1 running, 1 waiting (queued or preempted), 1 not yet arrived"
+    assert first == f"fifo/silod: 0 of 3 jobs finished (3 unfinished when the run stopped: {expected})"
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    counts = ("unfinished_running", "unfinished_waiting", "unfinished_not_arrived")
+    assert [summary[name] for name in counts] == [1, 1, 1]
+
+
+# --- interrupted runs and outputs that are inputs ------------------------------------------------------------------
+
+
+def contents(directory: Path) -> dict[str, bytes]:
+    """Every file under `directory` (hidden ones included), by its path relative to it."""
+    return {str(path.relative_to(directory)): path.read_bytes() for path in directory.rglob("*") if path.is_file()}
+
+
+def test_ctrl_c_during_a_run_exits_130_in_one_line_and_leaves_the_earlier_runs_files_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert main(["sim", *tiny_inputs(tmp_path), "--out", str(out), "--decision-log"]) == 0
+    earlier = contents(out)
+    capsys.readouterr()
+
+    def interrupted(*args: object, decision_log: io.TextIOBase, **kwargs: object) -> SimResult:
+        decision_log.write('{"time": 0}\n')  # a decision log begun, as a run's first rounds write it
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("silodcli.sim.simulate", interrupted)
+    assert main(["sim", *tiny_inputs(tmp_path), "--policy", "sjf", "--out", str(out), "--decision-log"]) == 130
+    err = capsys.readouterr().err
+    assert err == f"silod: interrupted; nothing of this run was written to {out}/\n"  # no traceback
+    assert contents(out) == earlier  # the fifo run's files, whole, and nothing of the sjf run's
+
+
+def test_ctrl_c_during_a_compare_in_workers_ends_them_and_leaves_the_earlier_compare_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    argv = ["sim", "compare", *tiny_inputs(tmp_path), "--cache-systems", "silod", "--jobs", "2", "--out", str(out)]
+    assert main([*argv, "--policies", "fifo"]) == 0
+    earlier = contents(out)
+
+    def interrupt_after_the_first(labels: list[str], workers: bool) -> Callable[[int, int, object], None]:
+        def finished(index: int, count: int, result: object) -> None:
+            raise KeyboardInterrupt  # Ctrl-C while the parent waits for the other runs
+
+        return finished
+
+    monkeypatch.setattr("silodcli.sim.say_when_done", interrupt_after_the_first)
+    assert main([*argv, "--policies", "sjf,gavel,fifo"]) == 130
+    assert "Traceback" not in capsys.readouterr().err
+    assert contents(out) == earlier  # no sjf-silod/ beside the fifo compare's compare.md
+    assert multiprocessing.active_children() == []  # the workers were ended, not left to finish their runs
+
+
+@pytest.mark.parametrize(
+    ("action", "output"),
+    [
+        (["sim"], "jobs.csv"),
+        (["sim", "compare", "--policies", "fifo", "--cache-systems", "silod"], "fifo-silod/timeline.csv"),
+        (["sim", "sweep", "bandwidth", "--scales", "1"], "sweep.md"),
+    ],
+    ids=["sim", "compare", "sweep"],
+)
+def test_an_output_that_is_an_input_file_is_refused_naming_both_before_anything_runs(
+    action: list[str], output: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = tiny_inputs(tmp_path)
+    trace = Path(argv[1])
+    out = tmp_path / "out"
+    (out / output).parent.mkdir(parents=True)
+    (out / output).hardlink_to(trace)  # the same file by another name: `--out .` beside jobs.csv is this too
+    before = trace.read_bytes()
+    assert main([*action, *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out}: the run would replace {out / output}, which is the --trace file {trace}" in err
+    assert trace.read_bytes() == before
+    assert [path.name for path in out.rglob("*") if path.is_file()] == [Path(output).name]  # nothing ran
+
+
+def test_ctrl_c_while_a_runs_files_move_into_place_waits_until_all_have(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "decisions.jsonl.gz").write_text("an earlier run's")
+    replace = os.replace
+
+    def interrupted_midway(source: Path, target: Path) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C after the first move has begun
+        replace(source, target)
+
+    monkeypatch.setattr("silodcli.sim_outputs.os.replace", interrupted_midway)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a suite run in the background ignores it
+    try:
+        with pytest.raises(KeyboardInterrupt), staged_outputs(out, RUN_FILES) as staging:
+            for name in ("jobs.csv", "summary.json", "timeline.csv"):
+                (staging / name).write_text(name)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert contents(out) == {name: name.encode() for name in ("jobs.csv", "summary.json", "timeline.csv")}

@@ -5,6 +5,7 @@ Bad input must fail whole, with a message naming the file, the line (or key), th
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter
 from dataclasses import replace
@@ -13,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale
+from datamgr.scheduler.sim.engine import check_inputs
 from datamgr.scheduler.sim.fields import SimInputError, parse_duration
 from datamgr.scheduler.sim.generator import WORKLOADS, GeneratorConfig, generate
-from datamgr.scheduler.sim.model import ClusterSpec, TraceJob
+from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, TraceJob
 from datamgr.scheduler.sim.scenarios import (
     _load,
     available_scenarios,
@@ -23,6 +25,7 @@ from datamgr.scheduler.sim.scenarios import (
     is_generated_scenario,
     load_scenario,
 )
+from datamgr.scheduler.sim.tenants import load_tenants
 from datamgr.scheduler.sim.trace import load_trace, write_trace
 
 HEADER = "job_id,arrival,gpus,model,ideal_rate,dataset,dataset_size,epochs"
@@ -173,6 +176,24 @@ ERRORS = [
     pytest.param(HEADER + "\na,0,1,m,1MB/s,d,1TB\n", "t.csv:2: 7 cells, but the header has 8 columns", id="cells"),
     pytest.param(HEADER + "\n", "t.csv: the trace has no jobs", id="empty"),
     pytest.param("", "t.csv: the trace has no header line", id="no-header"),
+    # A quote left open makes one cell of the rest of the file: past the csv module's 128 KiB, a traceback before.
+    pytest.param(
+        HEADER + '\n"a,0,1,m,1MB/s,d,1TB,1\n' + "x" * 140_000 + "\n",
+        't.csv:2: not valid CSV from here on (field larger than field limit (131072)): is a quote (") left open?',
+        id="stray-quote",
+    ),
+    # Infinite: a run that never ends, or a wait that never does.
+    pytest.param(
+        HEADER + "\na,1e400,1,m,1MB/s,d,1TB,1\n",
+        "t.csv:2: arrival: duration '1e400' is too long to be a number of seconds",
+        id="infinite-arrival",
+    ),
+    # Held again at every preemption: at most a day, as the data manager takes a live job's.
+    pytest.param(
+        HEADER + ",grace_period\na,0,1,m,1MB/s,d,1TB,1,2d\n",
+        "t.csv:2: grace_period: '2d' must be at most a day (86,400 s), as the data manager takes a job's",
+        id="grace-period-over-a-day",
+    ),
 ]
 
 
@@ -217,6 +238,27 @@ JSON_ERRORS = [
         "t.jsonl:1: class: expected a non-empty string, not ' '",
         id="class-blank",
     ),
+    # Integers past the largest float (an OverflowError traceback before), and past what Python reads at all.
+    pytest.param(
+        "{" + JSON_ROW.replace('"gpus": 1', '"gpus": 1' + "0" * 400) + ', "dataset_size": 1, "epochs": 1}\n',
+        "t.jsonl:1: gpus: 100000000000000000000000... (401 characters) is too large a number",
+        id="gpus-past-a-float",
+    ),
+    pytest.param(
+        "{" + JSON_ROW.replace('"arrival": 0', '"arrival": 1' + "0" * 400) + ', "dataset_size": 1, "epochs": 1}\n',
+        "t.jsonl:1: arrival: 100000000000000000000000... (401 characters) is too large a number",
+        id="arrival-past-a-float",
+    ),
+    pytest.param(
+        "{" + JSON_ROW + ', "dataset_size": 1' + "0" * 400 + ', "epochs": 1}\n',
+        "t.jsonl:1: dataset_size: 100000000000000000000000... (401 characters) is too large a number",
+        id="size-past-a-float",
+    ),
+    pytest.param(
+        "{" + JSON_ROW + ', "dataset_size": 1' + "0" * 5000 + ', "epochs": 1}\n',
+        "t.jsonl:1: not valid JSON: a number of more than 4,300 digits",
+        id="size-past-python",
+    ),
 ]
 
 
@@ -240,6 +282,34 @@ def test_durations_take_seconds_and_units() -> None:
         parse_duration("2 hours")
 
 
+@pytest.mark.parametrize("text", ["1e400", "1e307w", "9" * 400])
+def test_a_duration_past_the_largest_float_is_refused_not_read_as_infinity(text: str) -> None:
+    """Infinity was taken: `sim generate --duration 1e400` then drew arrivals until memory ran out."""
+    with pytest.raises(ValueError, match=r"is too long to be a number of seconds"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["t.csv", "t.jsonl", "c.toml"],
+)
+def test_a_byte_order_mark_before_a_file_is_not_part_of_its_first_line(tmp_path: Path, name: str) -> None:
+    """Spreadsheet programs and Windows editors start UTF-8 files with one: the CSV header's first column was
+    '\\ufeffjob_id', and the JSON and TOML readers refused their first line."""
+    text = {
+        "t.csv": HEADER + "\n" + GOOD_ROW + "\n",
+        "t.jsonl": '{"job_id": "a", "arrival": 0, "gpus": 1, "model": "m", "ideal_rate": "1MB/s", "dataset": "d", '
+        '"dataset_size": "1TB", "epochs": 1}\n',
+        "c.toml": CLUSTER,
+    }[name]
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8-sig")
+    if name == "c.toml":
+        assert load_cluster(path) == ClusterSpec(2, 4, 10**12, 200_000_000)
+    else:
+        assert [j.job_id for j in load_trace(path)] == ["a"]
+
+
 # --- cluster files ---------------------------------------------------------------------------------------------
 
 CLUSTER = 'nodes = 2\ngpus_per_node = 4\ncache_per_node = "1TB"\nremote_io = "200MB/s"\n'
@@ -261,12 +331,61 @@ def test_a_cluster_file_is_read_with_units(tmp_path: Path) -> None:
         (CLUSTER.replace('"200MB/s"', '"0MB/s"'), "c.toml: remote_io: '0MB/s' must be positive"),
         (CLUSTER.replace('"200MB/s"', '"200MB"'), "c.toml: remote_io: rate '200MB' has no time unit"),
         (CLUSTER + "nodes = 3\n", "c.toml: not valid TOML: Cannot overwrite a value (at line 5"),
+        # Past the largest float (an OverflowError traceback before), and past what Python reads at all.
+        (
+            CLUSTER.replace("nodes = 2", "nodes = 1" + "0" * 400),
+            "c.toml: nodes: 100000000000000000000000... (401 characters) is too large a number",
+        ),
+        (CLUSTER.replace("nodes = 2", "nodes = 1" + "0" * 5000), "c.toml: not valid TOML: a number of more than 4,300"),
+        # A bare number is bytes/s, bounded as "200MB/s" is (the remote IO scale was blamed for it before).
+        (
+            CLUSTER.replace('"200MB/s"', "1e30"),
+            "c.toml: remote_io: 1e+30 is more than the largest value silod takes (9,223,372,036,854,775,807 bytes/s)",
+        ),
+        (CLUSTER.replace('"1TB"', "1e30"), "c.toml: cache_per_node: 1e+30 is more than the largest value silod takes"),
+        # A run's cost grows with the nodes and GPUs whatever the trace (a million nodes: 10 s for one job).
+        (
+            CLUSTER.replace("nodes = 2", "nodes = 100001"),
+            "c.toml: nodes: 100001 must be at most 100,000: a run's cost grows with the cluster's size",
+        ),
+        (
+            CLUSTER.replace("gpus_per_node = 4", "gpus_per_node = 1048577"),
+            "c.toml: gpus_per_node: 1048577 must be at most 1,048,576, the most GPUs the simulator takes",
+        ),
+        (
+            CLUSTER.replace("nodes = 2", "nodes = 2048").replace("gpus_per_node = 4", "gpus_per_node = 1024"),
+            "c.toml: nodes x gpus_per_node: 2,048 x 1,024 GPUs must be at most 1,048,576 GPUs in all",
+        ),
     ],
 )
 def test_a_bad_cluster_file_is_refused_naming_the_key_and_rule(tmp_path: Path, content: str, message: str) -> None:
     with pytest.raises(SimInputError) as caught:
         load_cluster(write(tmp_path / "c.toml", content))
     assert message in str(caught.value)
+
+
+def test_a_cluster_or_tenants_file_that_is_not_utf8_is_refused_naming_the_file_and_line(tmp_path: Path) -> None:
+    """A UnicodeDecodeError traceback before."""
+    cluster = tmp_path / "c.toml"
+    cluster.write_bytes(CLUSTER.replace('"200MB/s"', '"200MB/s"  # caf\xe9').encode("latin-1"))
+    with pytest.raises(SimInputError, match=f"^{cluster}:4: not UTF-8 text$"):
+        load_cluster(cluster)
+    tenants = tmp_path / "vcs.toml"
+    tenants.write_bytes("[caf\xe9]\ncells = { node = 1 }\n".encode("latin-1"))
+    with pytest.raises(SimInputError, match=f"^{tenants}:1: not UTF-8 text$"):
+        load_tenants(tenants)
+
+
+def test_a_cluster_past_the_simulators_size_or_a_grace_period_past_a_day_is_refused_however_it_was_made() -> None:
+    """The file readers refuse them naming the key or column; traces and clusters built in code meet the same
+    bounds in `check_inputs`."""
+    with pytest.raises(ValueError, match="the cluster has 100,001 nodes and 100,001 GPUs; the simulator takes at most"):
+        check_inputs([job("a")], ClusterSpec(100_001, 1, 0, 10**9))
+    with pytest.raises(ValueError, match="at most 100,000 nodes and 1,048,576 GPUs"):
+        check_inputs([job("a")], ClusterSpec(2, 2**20, 0, 10**9))
+    with pytest.raises(ValueError, match=r"trace job 'a': grace period 86401.0 s must be from 0 to a day \(86,400 s\)"):
+        check_inputs([job("a", grace_seconds=86_401.0)], ClusterSpec(1, 1, 0, 10**9))
+    check_inputs([job("a", grace_seconds=86_400.0)], ClusterSpec(100_000, 1, 0, 10**9))  # the bounds themselves
 
 
 def test_the_remote_io_scale_multiplies_only_the_limit() -> None:
@@ -363,6 +482,53 @@ def test_the_irregular_fraction_flags_that_share_of_jobs() -> None:
     assert not any(j.irregular for j in generate(GeneratorConfig(jobs=1000, seed=2)))
     flagged = generate(GeneratorConfig(jobs=4000, irregular=0.25, seed=2))
     assert sum(j.irregular for j in flagged) / len(flagged) == pytest.approx(0.25, abs=0.03)
+
+
+YEARS_10 = 10 * 365 * 86400  # the simulator's horizon
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        # 2.3 GB and growing after a minute before: the trace is the simulator's to hold.
+        ({"jobs": 10**9}, "jobs: 1,000,000,000 must be at most 10,000,000, the most jobs a trace may have"),
+        ({"duration_seconds": YEARS_10 + 1}, "duration: 315,360,001 s must be at most the simulator's horizon"),
+        # An ideal rate past the largest rate (an OverflowError traceback before), or one rounded to 0 bytes/s.
+        ({"gpu_speed_scale": 1e300}, "gpu_speed_scale: 1e+300 must be at most 1e+10: the fastest job"),
+        ({"gpu_speed_scale": 1e-300}, "gpu_speed_scale: 1e-300 must be at least 0.002: the longest job"),
+        ({"gpu_speed_scale": 0.0019}, "gpu_speed_scale: 0.0019 must be at least 0.002"),
+        # Arrivals 1e296 years apart, and a trace of 87 million jobs.
+        (
+            {"jobs": 10, "arrivals_per_hour": 1e-300},
+            "jobs, arrivals_per_hour: 10 jobs at 1e-300 an hour arrive over 1.14e+297 years on average",
+        ),
+        (
+            {"duration_seconds": 520 * 7 * 86400, "arrivals_per_hour": 1000},
+            "duration, arrivals_per_hour: 1000 arrivals an hour for 314,496,000 s make 8.74e+07 jobs on average",
+        ),
+    ],
+)
+def test_knobs_whose_trace_the_simulator_could_not_run_or_hold_are_refused_naming_them(
+    knobs: dict[str, float], message: str
+) -> None:
+    size: dict[str, float | None] = {"jobs": None} if "duration_seconds" in knobs else {"jobs": 5}
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        GeneratorConfig(**{**size, **knobs})  # type: ignore[arg-type]
+
+
+def test_arrivals_that_pass_the_horizon_by_chance_are_refused_before_a_job_is_made() -> None:
+    """Ten jobs 0.91 years apart on average arrive within the horizon on average, but not with every seed."""
+    config = GeneratorConfig(jobs=10, arrivals_per_hour=1 / 8000, seed=0)
+    with pytest.raises(ValueError, match=r"^jobs, arrivals_per_hour: job 8 of 10 arrives 11.3 years after the trace"):
+        generate(config)
+    assert len(generate(replace(config, seed=1))) == 10
+
+
+@pytest.mark.parametrize("scale", [0.002, 1e10])
+def test_every_job_generated_at_the_bounds_of_the_speed_scale_is_one_the_simulator_runs(scale: float) -> None:
+    trace = generate(GeneratorConfig(jobs=3000, gpu_speed_scale=scale, seed=3))
+    assert all(1 <= j.ideal_bytes_per_sec <= 2**63 - 1 for j in trace)
+    check_inputs(trace, ClusterSpec(10, 8, 0, 2**63 - 1))  # within the horizon, at its ideal rate
 
 
 # --- shipped scenarios -----------------------------------------------------------------------------------------
@@ -466,3 +632,29 @@ def test_a_bad_scenario_recipe_is_refused_naming_the_key(tmp_path: Path, recipe:
     with pytest.raises(SimInputError) as caught:
         _load("s", path)
     assert str(caught.value).startswith(str(path)) and message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("simulation", "message"),
+    [
+        ("round = '0.01'", "[simulation] round: '0.01' must be at least 0.1 s, the live data manager's"),
+        ("preemption_cost = '2d'", "[simulation] preemption_cost: '2d' must be at most a day (86,400 s)"),
+        ("preemption_cost = 1e400", "[simulation] preemption_cost: inf is not finite"),
+    ],
+)
+def test_a_scenarios_round_and_preemption_cost_are_bounded_as_the_command_line_bounds_them(
+    tmp_path: Path, simulation: str, message: str
+) -> None:
+    """A round of a nanosecond runs hours of rounds for a minute's trace; a preemption cost of 10^12 s (paid at every
+    preemption) ran until memory ran out."""
+    write(tmp_path / "t.csv", HEADER + "\n" + GOOD_ROW + "\n")
+    path = write(
+        tmp_path / "s.toml", f'description = "d"\ntrace = "t.csv"\n[simulation]\n{simulation}\n[cluster]\n{CLUSTER}'
+    )
+    with pytest.raises(SimInputError) as caught:
+        _load("s", path)
+    assert str(caught.value).startswith(f"{path}: {message}"), caught.value
+    with pytest.raises(ValueError, match=r"preemption_seconds must be from 0 to a day \(86,400 s\)"):
+        SimConfig(preemption_seconds=86_401)
+    with pytest.raises(ValueError, match=r"round_seconds must be at least 0\.1"):
+        SimConfig(round_seconds=0.01)

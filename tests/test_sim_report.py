@@ -459,6 +459,18 @@ def test_a_pipe_in_a_markdown_cell_is_escaped() -> None:
     ]
 
 
+def test_a_line_break_in_a_markdown_cell_keeps_the_row_on_one_line() -> None:
+    # A trace's label is free text: a CSV cell "te\ny" split compare.md's row by class in two.
+    rows = [["te\ny", "1"], ["a\r\nb|c", "2"], ["d\re", "3"]]
+    assert report.markdown_table(["CLASS", "JOBS"], rows).splitlines() == [
+        "| CLASS | JOBS |",
+        "| --- | --- |",
+        "| te<br>y | 1 |",
+        r"| a<br>b\|c | 2 |",
+        "| d<br>e | 3 |",
+    ]
+
+
 def test_the_io_bound_share_counts_the_busy_samples_whose_demand_exceeds_the_limit() -> None:
     def busy(demand: float, running: int = 1) -> Sample:
         return Sample(0.0, 0.0, 0.0, running, running, 0, 0, 0, 1.0, 1.0, demand)

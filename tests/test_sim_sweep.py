@@ -6,6 +6,7 @@ one run at a time and in worker processes, with its refusals of bad input.
 from __future__ import annotations
 
 import csv
+import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,6 +17,7 @@ from datamgr.scheduler.registry import build_scheduler
 from datamgr.scheduler.sim import sweep
 from datamgr.scheduler.sim.cluster import with_remote_io_scale
 from datamgr.scheduler.sim.engine import simulate
+from datamgr.scheduler.sim.fields import format_duration
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig
 from datamgr.scheduler.sim.report import summarize
@@ -274,6 +276,20 @@ def test_sharing_regenerates_the_scenario_at_each_fraction(
     assert is_png(out / "sharing.png")
 
 
+def test_each_run_is_the_run_silod_sim_makes_with_the_scenarios_settings_and_knobs(tmp_path: Path) -> None:
+    # tiresias-fig7's [simulation] round (1 h) and [policy] knobs make Tiresias's Figure 7: 11.7 h under 2D-LAS
+    # (the sweep ran 5-minute rounds and the default knobs before: 10.0 h).
+    common = ["--scenario", "tiresias-fig7", "--policy", "tiresias-las"]
+    assert main(["sim", *common, "--out", str(tmp_path / "single")]) == 0
+    single = json.loads((tmp_path / "single" / "summary.json").read_text())
+    argv = ["sim", "sweep", "bandwidth", *common, "--cache-systems", "silod", "--scales", "1"]
+    assert main([*argv, "--jobs", "1", "--out", str(tmp_path / "sweep")]) == 0
+    (row,) = read_csv(tmp_path / "sweep" / "sweep.csv")
+    assert float(row["average_jct"]) == pytest.approx(single["average_jct"])
+    assert float(row["makespan"]) == pytest.approx(single["makespan"])
+    assert format_duration(float(row["average_jct"])) == "11.7h"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -290,6 +306,22 @@ def test_sharing_regenerates_the_scenario_at_each_fraction(
             "--remote-io-scale: the bandwidth sweep scales",
         ),
         (["bandwidth"], "give --trace FILE and --cluster FILE, or --scenario NAME"),
+        # A sweep's runs are built as `silod sim` builds its run: the same knobs, the same tenants, refused alike.
+        (
+            ["bandwidth", "--scenario", "micro", "--policy", "tiresias-las", "--policy-option", "queues=garbage"],
+            "policy 'tiresias-las': option queues: duration 'garbage' is not a number",
+        ),
+        (["bandwidth", "--scenario", "micro", "--policy-option", "s=8"], "--policy-option: none of fifo takes 's'"),
+        (["sharing", "--scenario", "cluster96", "--tenants", "nowhere.toml"], "cannot read nowhere.toml"),
+        # Generated, but by recipes without a sharing knob.
+        (
+            ["sharing", "--scenario", "fitgpp-synthetic"],
+            '--scenario fitgpp-synthetic: its [generate] recipe is of kind "te-be", which has no sharing knob',
+        ),
+        (
+            ["sharing", "--scenario", "hived-tenants"],
+            '--scenario hived-tenants: its [generate] recipe is of kind "tenants", which has no sharing knob',
+        ),
     ],
 )
 def test_bad_input_exits_2_naming_the_option_before_anything_runs(

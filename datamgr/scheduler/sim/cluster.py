@@ -13,7 +13,8 @@ tenants = "vcs.toml"      # optional: the tenants' VCs, a file next to this one 
 
 The four are required and no other key is accepted, so a typo cannot silently leave a default in place.
 CPUs and RAM go together: a cluster without them runs only jobs that ask for neither. `sim/tenants.py`
-describes the cell levels and the tenants' tables.
+describes the cell levels and the tenants' tables. At most `model.MAX_NODES` nodes and `model.MAX_GPUS` GPUs in
+all: a run's cost grows with them whatever the trace.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
-from datamgr.scheduler.sim.model import ClusterSpec
+from datamgr.scheduler.sim.model import MAX_GPUS, MAX_NODES, ClusterSpec
 from datamgr.scheduler.sim.tenants import check_tenants, default_levels, hierarchy_for, load_tenants, tenants_from_table
 from datamgr.scheduler.tenancy import TenantShare
 from silodlib.units import MAX_VALUE
@@ -32,6 +33,9 @@ from silodlib.units import MAX_VALUE
 KEYS = ("nodes", "gpus_per_node", "cache_per_node", "remote_io")
 HOST_KEYS = ("cpus_per_node", "ram_per_node")
 SHARING_KEYS = ("cell_levels", "tenants")
+_WHY_BOUNDED = "a run's cost grows with the cluster's size, whatever the trace"
+_NODES = fields.at_most(fields.positive_int, MAX_NODES, f"{MAX_NODES:,}: {_WHY_BOUNDED}")
+_GPUS_PER_NODE = fields.at_most(fields.positive_int, MAX_GPUS, f"{MAX_GPUS:,}, the most GPUs the simulator takes")
 
 
 def cluster_from_table(table: Mapping[str, object], where: str, directory: Path) -> ClusterSpec:
@@ -42,9 +46,16 @@ def cluster_from_table(table: Mapping[str, object], where: str, directory: Path)
     if len(host) == 1:
         other = HOST_KEYS[1 - HOST_KEYS.index(host[0])]
         raise SimInputError(f"{where}: {host[0]} is given without {other}; give both or neither")
+    nodes = read_field(_NODES, table["nodes"], f"{where}: nodes")
+    gpus_per_node = read_field(_GPUS_PER_NODE, table["gpus_per_node"], f"{where}: gpus_per_node")
+    if nodes * gpus_per_node > MAX_GPUS:
+        raise SimInputError(
+            f"{where}: nodes x gpus_per_node: {nodes:,} x {gpus_per_node:,} GPUs must be at most {MAX_GPUS:,} GPUs in "
+            f"all: {_WHY_BOUNDED}"
+        )
     spec = ClusterSpec(
-        nodes=read_field(fields.positive_int, table["nodes"], f"{where}: nodes"),
-        gpus_per_node=read_field(fields.positive_int, table["gpus_per_node"], f"{where}: gpus_per_node"),
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
         cache_bytes_per_node=read_field(fields.size, table["cache_per_node"], f"{where}: cache_per_node"),
         remote_io_bytes_per_sec=read_field(fields.positive(fields.rate), table["remote_io"], f"{where}: remote_io"),
         cpus_per_node=read_field(fields.positive_number, table["cpus_per_node"], f"{where}: cpus_per_node")

@@ -33,10 +33,10 @@ run preemptibly, `policy_state["opportunistic"] == 1`, as HiveD's policies mark 
 GPUs and the nodes where they use any GPU (`_RegularUse`, kept up to date as placements and policy states
 change, so a sample costs nothing per running job).
 
-Results: one `JobOutcome` per finished job, the samples, the jobs a `config.time_limit` left unfinished, and
-the remote IO ledger (the cluster's total remote rate at every change). The same inputs and seed give the
-same result: randomness comes only from the seed (the LRU model's read orders) and ties break by event
-sequence.
+Results: one `JobOutcome` per finished job, the samples, the jobs a `config.time_limit` left unfinished (and
+where each stood then: running, waiting or not yet arrived), and the remote IO ledger (the cluster's total
+remote rate at every change). The same inputs and seed give the same result: randomness comes only from the
+seed (the LRU model's read orders) and ties break by event sequence.
 """
 
 from __future__ import annotations
@@ -56,6 +56,14 @@ from datamgr.scheduler.sim.jobs import JobRun
 from datamgr.scheduler.sim.lru import LruPool
 from datamgr.scheduler.sim.measures import EqualShareRates, EqualShareWork, Fairness, fairness
 from datamgr.scheduler.sim.model import (
+    HORIZON_SECONDS,
+    HORIZON_YEARS,
+    MAX_GPUS,
+    MAX_NODES,
+    NOT_ARRIVED,
+    RUNNING,
+    WAITING,
+    YEAR_SECONDS,
     ClusterSpec,
     JobOutcome,
     RemoteIoLedger,
@@ -64,9 +72,11 @@ from datamgr.scheduler.sim.model import (
     SimResult,
     SimulationStalled,
     TraceJob,
+    UnfinishedJob,
 )
 from datamgr.scheduler.sim.uniform import UniformCache
 from datamgr.scheduler.snapshot import OPPORTUNISTIC, DatasetState, JobState, Snapshot
+from datamgr.validation import MAX_GRACE_SECONDS
 from silodlib.units import format_rate, format_size
 
 Progress = Callable[[float, int, int], None]
@@ -92,19 +102,17 @@ def simulate(
     return _Run(trace, cluster, scheduler, config, decision_log, progress).run()
 
 
-# How far from the trace start a run may reach: an arrival, a job's run even at its ideal rate, or the time the
-# remote IO limit needs to bring in what the jobs read. The simulator steps through every round and sample interval
-# up to the last finish and keeps each sample, so a trace past it is a unit mistake (a Unix timestamp for an
-# arrival, a rate without its unit), which would run for hours and fill memory rather than fail. Cluster traces span
-# months.
-HORIZON_YEARS = 10
-_YEAR_SECONDS = 365 * 86_400
-
-
 def check_inputs(trace: Sequence[TraceJob], cluster: ClusterSpec) -> None:
-    """Raise ValueError naming the job and the rule for a trace the cluster cannot run."""
+    """Raise ValueError naming the job and the rule for a trace the cluster cannot run, or one the simulator would
+    take hours or all memory to: past its horizon (`model.HORIZON_YEARS`), on more than `model.MAX_NODES` nodes or
+    `model.MAX_GPUS` GPUs, with a grace period of more than a day."""
     if cluster.nodes < 1 or cluster.gpus_per_node < 1:
         raise ValueError(f"the cluster needs at least one node with a GPU, not {cluster}")
+    if cluster.nodes > MAX_NODES or cluster.total_gpus > MAX_GPUS:
+        raise ValueError(
+            f"the cluster has {cluster.nodes:,} nodes and {cluster.total_gpus:,} GPUs; the simulator takes at most "
+            f"{MAX_NODES:,} nodes and {MAX_GPUS:,} GPUs"
+        )
     if cluster.cache_bytes_per_node < 0 or not cluster.remote_io_bytes_per_sec > 0:
         raise ValueError(f"the cluster needs a cache of at least 0 bytes and a positive remote IO limit: {cluster}")
     sizes: dict[str, int] = {}
@@ -136,15 +144,15 @@ def check_inputs(trace: Sequence[TraceJob], cluster: ClusterSpec) -> None:
 
 def _check_within_horizon(job: TraceJob, where: str) -> None:
     past = f"past the simulator's horizon of {HORIZON_YEARS} years"
-    if job.arrival > HORIZON_YEARS * _YEAR_SECONDS:
+    if job.arrival > HORIZON_SECONDS:
         raise ValueError(
-            f"{where}: arrival {job.arrival:.10g} s is {job.arrival / _YEAR_SECONDS:.3g} years after the trace start, "
+            f"{where}: arrival {job.arrival:.10g} s is {job.arrival / YEAR_SECONDS:.3g} years after the trace start, "
             f"{past}: arrivals count from the trace start (a timestamp is not one: subtract the first arrival)"
         )
     ideal_seconds = job.epochs * job.dataset_bytes / job.ideal_bytes_per_sec
-    if ideal_seconds > HORIZON_YEARS * _YEAR_SECONDS:
+    if ideal_seconds > HORIZON_SECONDS:
         raise ValueError(
-            f"{where}: it would run {ideal_seconds / _YEAR_SECONDS:.3g} years even at its ideal rate "
+            f"{where}: it would run {ideal_seconds / YEAR_SECONDS:.3g} years even at its ideal rate "
             f"({job.epochs:g} epochs of {format_size(job.dataset_bytes)} at {format_rate(job.ideal_bytes_per_sec)}), "
             f"{past}: check the units of its ideal_rate and dataset_size (an ideal_rate of 114 is 114 bytes/s)"
         )
@@ -158,18 +166,21 @@ def _check_egress_within_horizon(trace: Sequence[TraceJob], cluster: ClusterSpec
         read_once[job.dataset] = max(read_once.get(job.dataset, 0.0), min(job.epochs, 1.0) * job.dataset_bytes)
     needed = sum(read_once.values())
     seconds = needed / cluster.remote_io_bytes_per_sec
-    if seconds > HORIZON_YEARS * _YEAR_SECONDS:
+    if seconds > HORIZON_SECONDS:
         raise ValueError(
-            f"the trace's jobs read at least {format_size(needed)} from remote storage, {seconds / _YEAR_SECONDS:.3g} "
+            f"the trace's jobs read at least {format_size(needed)} from remote storage, {seconds / YEAR_SECONDS:.3g} "
             f"years at the cluster's remote IO limit of {format_rate(cluster.remote_io_bytes_per_sec)}, past the "
             f"simulator's horizon of {HORIZON_YEARS} years: check the unit of remote_io (a bare number is bytes/s)"
         )
 
 
 def _check_host_demand(job: TraceJob, cluster: ClusterSpec, where: str) -> None:
-    """A job asking for CPUs or RAM runs on one node, which must have them (and a GP is not negative)."""
-    if not job.grace_seconds >= 0:
-        raise ValueError(f"{where}: grace period {job.grace_seconds!r} must not be negative")
+    """A job asking for CPUs or RAM runs on one node, which must have them (and a GP is from 0 to a day)."""
+    if not 0 <= job.grace_seconds <= MAX_GRACE_SECONDS:
+        raise ValueError(
+            f"{where}: grace period {job.grace_seconds!r} s must be from 0 to a day ({MAX_GRACE_SECONDS:,.0f} s), "
+            "as the data manager takes a job's"
+        )
     if not (job.cpus or job.ram_bytes):
         return
     if not cluster.cpus_per_node:
@@ -356,9 +367,14 @@ class _Run:
             cache_system=self.scheduler.cache_system,
             jobs=self.finished,
             samples=self.samples,
-            unfinished=[job.job_id for job in self.jobs if job.finished_at is None],
+            unfinished_jobs=[self._unfinished(job) for job in self.jobs if job.finished_at is None],
             remote_io=self.ledger,
         )
+
+    def _unfinished(self, job: JobRun) -> UnfinishedJob:
+        """Where a job stood when the run stopped before it finished."""
+        state = RUNNING if job.job_id in self.running else WAITING if job.job_id in self.present else NOT_ARRIVED
+        return UnfinishedJob(job.job_id, job.trace.arrival, state)
 
     def _arrive(self, job: JobRun) -> None:
         self.arrivals_left -= 1

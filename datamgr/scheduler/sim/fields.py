@@ -15,12 +15,16 @@ import re
 import tomllib
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from silodlib.directories import make_directory
-from silodlib.units import UnitError, parse_rate, parse_size
+from silodlib.units import MAX_VALUE, UnitError, parse_rate, parse_size
+
+if TYPE_CHECKING:
+    from _csv import Reader as CsvReader
 
 T = TypeVar("T")
+N = TypeVar("N", int, float)
 Reader = Callable[[object], T]  # raw value -> typed value, or ValueError stating the rule
 
 DURATION_UNITS: dict[str, float] = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
@@ -32,15 +36,24 @@ class SimInputError(ValueError):
     and the rule it breaks. Nothing is returned from a file with an error in it."""
 
 
+def shown(value: object) -> str:
+    """`value` as a message quotes it: its repr, cut short past 40 characters (a 400-digit number, a field that
+    swallowed the lines after it), so that the message stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text):,} characters)"
+
+
 def _as_number(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(f"expected a number, not {value!r}")
+        raise ValueError(f"expected a number, not {shown(value)}")
     try:
         number = float(value)
+    except OverflowError:  # an int past the largest float, as JSON and TOML give them (1 and 400 zeros)
+        raise ValueError(f"{shown(value)} is too large a number") from None
     except ValueError:
-        raise ValueError(f"{value!r} is not a number") from None
+        raise ValueError(f"{shown(value)} is not a number") from None
     if not math.isfinite(number):
-        raise ValueError(f"{value!r} is not finite")
+        raise ValueError(f"{shown(value)} is not finite")
     return number
 
 
@@ -85,13 +98,17 @@ def text(value: object) -> str:
 
 
 def parse_duration(raw: str) -> float:
-    """Seconds in `raw`: a plain number of seconds or a number with s, m, h, d or w ("90m", "2h", "4w")."""
+    """Seconds in `raw`: a plain number of seconds or a number with s, m, h, d or w ("90m", "2h", "4w"), finite
+    ("1e400" is refused rather than read as infinity, which no time limit, arrival or wait can be)."""
     if raw.strip().startswith("-"):
-        raise ValueError(f"duration {raw!r} must not be negative")
+        raise ValueError(f"duration {shown(raw)} must not be negative")
     match = _DURATION.match(raw)
     if not match or match.group(2) not in ("", *DURATION_UNITS):
-        raise ValueError(f"duration {raw!r} is not a number of seconds or a number with s, m, h, d or w")
-    return float(match.group(1)) * DURATION_UNITS.get(match.group(2), 1.0)
+        raise ValueError(f"duration {shown(raw)} is not a number of seconds or a number with s, m, h, d or w")
+    seconds = float(match.group(1)) * DURATION_UNITS.get(match.group(2), 1.0)
+    if not math.isfinite(seconds):
+        raise ValueError(f"duration {shown(raw)} is too long to be a number of seconds")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:
@@ -118,7 +135,36 @@ def positive_duration(value: object) -> float:
     return seconds
 
 
-def _with_units(parse: Callable[[str], int]) -> Callable[[object], int]:
+def at_most(read: Reader[N], high: N, bound: str) -> Reader[N]:
+    """`read` that also refuses a value above `high`; `bound` says what the limit is and why, in words
+    ("a day (86,400 s): ...") after "must be at most"."""
+
+    def read_at_most(value: object) -> N:
+        number = read(value)
+        if number > high:
+            raise ValueError(f"{shown(value)} must be at most {bound}")
+        return number
+
+    return read_at_most
+
+
+def at_least(read: Reader[N], low: N, bound: str) -> Reader[N]:
+    """`read` that also refuses a value below `low`; `bound` says what the limit is and why after "must be at
+    least"."""
+
+    def read_at_least(value: object) -> N:
+        number = read(value)
+        if number < low:
+            raise ValueError(f"{shown(value)} must be at least {bound}")
+        return number
+
+    return read_at_least
+
+
+def _with_units(parse: Callable[[str], int], unit: str) -> Callable[[object], int]:
+    """A quantity in `unit` as the units module reads it from a string, or a plain number of `unit`, with the same
+    bounds: not negative, at most `MAX_VALUE` (what silod takes everywhere, a 64-bit integer's range)."""
+
     def read(value: object) -> int:
         if isinstance(value, str):
             try:
@@ -128,13 +174,15 @@ def _with_units(parse: Callable[[str], int]) -> Callable[[object], int]:
         number = _as_number(value)
         if number < 0:
             raise ValueError(f"{value!r} must not be negative")
+        if number > MAX_VALUE:
+            raise ValueError(f"{shown(value)} is more than the largest value silod takes ({MAX_VALUE:,} {unit})")
         return round(number)
 
     return read
 
 
-size = _with_units(parse_size)  # bytes: 1300000000000, "1.3TB", "500GiB"
-rate = _with_units(parse_rate)  # bytes/s: 114000000, "114MB/s", "1Gbps"
+size = _with_units(parse_size, "bytes")  # bytes: 1300000000000, "1.3TB", "500GiB"
+rate = _with_units(parse_rate, "bytes/s")  # bytes/s: 114000000, "114MB/s", "1Gbps"
 
 
 def positive(read: Callable[[object], int]) -> Callable[[object], int]:
@@ -176,17 +224,18 @@ def read_field(read: Reader[T], raw: object, where: str) -> T:
 def csv_rows(path: Path, columns: Collection[str], required: Collection[str]) -> Iterator[tuple[int, dict[str, str]]]:
     """The rows of the CSV file at `path` after its header, each as (line number, column -> cell), blank lines
     skipped. The header must name each column once, only `columns` and every one of `required`, and a row must
-    have a cell for every column; otherwise a `SimInputError` names the file, the line and the column."""
-    with path.open(newline="", encoding="utf-8") as file:
+    have a cell for every column; otherwise a `SimInputError` names the file, the line and the column. A UTF-8
+    byte order mark (what spreadsheet programs write first) is not part of the first column's name."""
+    with path.open(newline="", encoding="utf-8-sig") as file:
         reader = csv.reader(file)
-        header = [name.strip() for name in next(reader, [])]
+        header = [name.strip() for name in _next_row(reader, path) or []]
         if not header:
             raise SimInputError(f"{path}: the trace has no header line")
         repeated = [name for index, name in enumerate(header) if name in header[:index]]
         if repeated:
             raise SimInputError(f"{path}:1: column {repeated[0]!r} appears twice")
         check_keys(header, columns, required, f"{path}:1", "column")
-        for cells in reader:
+        while (cells := _next_row(reader, path)) is not None:
             if not cells:
                 continue
             if len(cells) != len(header):
@@ -194,6 +243,16 @@ def csv_rows(path: Path, columns: Collection[str], required: Collection[str]) ->
                     f"{path}:{reader.line_num}: {len(cells)} cells, but the header has {len(header)} columns"
                 )
             yield reader.line_num, dict(zip(header, cells, strict=True))
+
+
+def _next_row(reader: CsvReader, path: Path) -> list[str] | None:
+    """The CSV reader's next row, None at the end; a row the csv module cannot read (a cell past its size limit, as
+    a quote left open makes of the lines after it) is a `SimInputError` naming the line the row starts on."""
+    start = reader.line_num + 1
+    try:
+        return next(reader, None)
+    except csv.Error as exc:
+        raise SimInputError(f'{path}:{start}: not valid CSV from here on ({exc}): is a quote (") left open?') from None
 
 
 @contextlib.contextmanager
@@ -219,12 +278,18 @@ def output_directory(path: Path) -> Path:
 
 
 def load_toml(path: Path) -> dict[str, Any]:
-    """The TOML document at `path`; an unreadable file or bad TOML is a `SimInputError` naming the file (and
-    the line, which tomllib's message ends with)."""
+    """The TOML document at `path`; an unreadable file, one that is not UTF-8 (a byte order mark first is allowed)
+    or bad TOML is a `SimInputError` naming the file (and the line, which tomllib's message ends with)."""
     try:
-        with path.open("rb") as file:
-            return tomllib.load(file)
+        data = path.read_bytes()
     except OSError as exc:
         raise SimInputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        return tomllib.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SimInputError(f"{path}:{line}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise SimInputError(f"{path}: not valid TOML: {exc}") from None
+    except ValueError:  # what tomllib lets through: an integer of more digits than Python converts
+        raise SimInputError(f"{path}: not valid TOML: a number of more than 4,300 digits") from None

@@ -10,9 +10,41 @@ import math
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from datamgr.scheduler.cells import MAX_CELL_GPUS
 from datamgr.scheduler.snapshot import NodeState
 from datamgr.scheduler.tenancy import TenantShare
+from datamgr.validation import MAX_GRACE_SECONDS
+
+# How far from the trace start a run may reach: an arrival, a job's run even at its ideal rate, or the time the
+# remote IO limit needs to bring in what the jobs read. The simulator steps through every round and sample interval
+# up to the last finish and keeps each sample, so a trace past it is a unit mistake (a Unix timestamp for an
+# arrival, a rate without its unit), which would run for hours and fill memory rather than fail. Cluster traces span
+# months. `engine.check_inputs` holds traces to it, and the generator its knobs.
+HORIZON_YEARS = 10
+YEAR_SECONDS = 365 * 86_400
+HORIZON_SECONDS = HORIZON_YEARS * YEAR_SECONDS
+
+# The largest cluster the simulator takes. A run's cost grows with the nodes, whatever the trace (each round walks
+# every node's state: a one-job trace took 1.8 s and 110 MB on 100,000 nodes, 10 s and 390 MB on a million, and
+# 10^11 nodes never started), and under HiveD with the GPUs (a cell each: 1.2 GB on 10^7 GPUs). The shipped
+# scenarios have at most 84 nodes, and even a cluster of 100,000 GPUs is 12,500 nodes of 8; the GPU bound is the most
+# one cell holds (`cells.MAX_CELL_GPUS`), so a whole node, or the whole cluster, is always a cell HiveD can make.
+MAX_NODES = 100_000
+MAX_GPUS = MAX_CELL_GPUS
+
+# A preempted job pays its grace period (holding its GPUs, suspending) and then the preemption's cost (restoring
+# its checkpoint) at every preemption, and the simulator samples every simulated minute through both: one
+# preemption costing a year took 13 s and 430 MB, and one costing 10^12 s never ended. Both are minutes in the
+# papers (FitGpp's grace periods: a mean of 3, at most 20; Tiresias measured about 60 s per preempt-and-resume),
+# so both stop at a day: the bound the data manager puts on a live job's grace period.
+MAX_PREEMPTION_SECONDS = MAX_GRACE_SECONDS
+
+# The shortest time between two policy rounds a run takes: the live data manager's shortest `--round`
+# (`silodcli.args.MIN_INTERVAL_SECONDS`). A round of a nanosecond would run a policy a billion times a simulated
+# second, hours of rounds for a trace of minutes.
+MIN_ROUND_SECONDS = 0.1
 
 
 class SimulationStalled(RuntimeError):
@@ -114,10 +146,15 @@ class SimConfig:
         for name in ("round_seconds", "sample_seconds", "chunk_bytes"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)!r}")
+        if not self.round_seconds >= MIN_ROUND_SECONDS:
+            raise ValueError(f"round_seconds must be at least {MIN_ROUND_SECONDS:g}, not {self.round_seconds!r}")
         if self.max_chunks_per_dataset < 4:
             raise ValueError(f"max_chunks_per_dataset must be at least 4, not {self.max_chunks_per_dataset}")
-        if not self.preemption_seconds >= 0:
-            raise ValueError(f"preemption_seconds must be at least 0, not {self.preemption_seconds!r}")
+        if not 0 <= self.preemption_seconds <= MAX_PREEMPTION_SECONDS:
+            raise ValueError(
+                f"preemption_seconds must be from 0 to a day ({MAX_PREEMPTION_SECONDS:,.0f} s), "
+                f"not {self.preemption_seconds!r}"
+            )
         if self.time_limit is not None and not self.time_limit >= 0:
             raise ValueError(f"time_limit must be a time of at least 0 seconds, not {self.time_limit!r}")
 
@@ -231,11 +268,31 @@ class RemoteIoLedger:
         return max(self._rates, default=0.0)
 
 
+# Where an unfinished job stood when a time limit stopped the run (`UnfinishedJob.state`).
+RUNNING = "running"  # placed: training, or restoring its checkpoint
+WAITING = "waiting"  # arrived, not running: queued for its first start, or preempted (suspending included)
+NOT_ARRIVED = "not arrived"  # it arrives after the time limit
+
+
+class UnfinishedJob(NamedTuple):
+    """A trace job a time limit stopped the run before it finished, and where it stood then: the report counts
+    it, and measures the run from the first arrival whether that job finished or not."""
+
+    job_id: str
+    arrival: float
+    state: str  # RUNNING, WAITING or NOT_ARRIVED
+
+
 @dataclass(frozen=True, slots=True)
 class SimResult:
     policy: str
     cache_system: str
     jobs: list[JobOutcome]  # finished jobs, in finishing order
     samples: list[Sample] = field(default_factory=list)
-    unfinished: list[str] = field(default_factory=list)  # trace jobs not finished when the run was cut off
+    unfinished_jobs: list[UnfinishedJob] = field(default_factory=list)  # in trace order; only with a time limit
     remote_io: RemoteIoLedger = field(default_factory=RemoteIoLedger)
+
+    @property
+    def unfinished(self) -> list[str]:
+        """The ids of the jobs not finished when the run was cut off."""
+        return [job.job_id for job in self.unfinished_jobs]

@@ -12,7 +12,8 @@ Definitions (the numbers `silod sim` prints):
   once (FitGpp's Table 3) and exactly once, twice, three times or more (its Table 4); and the re-scheduling
   interval, from a preemption to the restart after it (`JobOutcome.restart_seconds`), at the 50th, 75th, 95th
   and 99th percentiles over every preemption of a finished job (its Table 2: a job never preempted adds none);
-- makespan: the last finish - the first arrival;
+- makespan: the last finish - the first arrival; none (NaN) for a run a time limit stopped before every job
+  finished, whose last finish lies beyond the limit;
 - fairness: Gavel's ratio over each finished job's stay (`JobOutcome.fairness`: the bytes it read over the
   bytes an equal share of the cluster would have read from its arrival to its finish, waiting included),
   its 5th percentile over the jobs (the FAIRNESS column: the worst-off jobs, which Gavel's max-min
@@ -20,14 +21,15 @@ Definitions (the numbers `silod sim` prints):
   that ran alone while a long queue shrank everyone's equal share dominate with ratios in the hundreds (a
   crowded cluster's equal share is small, so a job that runs at full speed there scores far above 1, while
   on an uncrowded one it scores 1 at best). The timeline plots the per-sample ratio of the running jobs;
-- remote IO: the mean from the first arrival to the end of the run, and the peak, against the cluster's
-  limit, from the engine's ledger of every change of the cluster's remote rate; and the share of the time
-  with jobs running in which their demand with no cache (f* summed) exceeded the limit (`io_bound_share`);
+- remote IO: the mean from the first arrival (of any job, finished or not: a time limit leaves some unfinished)
+  to the end of the run, and the peak, against the cluster's limit, from the engine's ledger of every change of
+  the cluster's remote rate; and the share of the time with jobs running in which their demand with no cache (f*
+  summed) exceeded the limit (`io_bound_share`);
 - hit ratio: cached bytes read / bytes read, over all finished jobs;
 - effective cache: the share of cached bytes that the jobs reading them can still hit this epoch (cache is
   only effective from the epoch after it is filled), weighted by cached bytes over the samples;
-- GPU utilisation: the mean over the samples from the first arrival on of the share of the cluster's GPUs that
-  running jobs hold, and that running regular jobs hold (those not marked as run preemptibly: HiveD's
+- GPU utilisation: the mean over the samples from the first arrival (of any job) on of the share of the cluster's
+  GPUs that running jobs hold, and that running regular jobs hold (those not marked as run preemptibly: HiveD's
   low-priority jobs are not regular); fragmentation: the mean share of nodes on which a regular job uses any GPU,
   the nodes not available for a whole-node regular job (HiveD's fragmentation level, its Figures 7 and 9);
 - preempted GPUs: each finished job's preemptions times its GPUs, summed (HiveD's Figure 8);
@@ -41,6 +43,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import statistics
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -50,7 +53,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from datamgr.scheduler.sim.fields import format_duration
-from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimResult
+from datamgr.scheduler.sim.model import NOT_ARRIVED, RUNNING, WAITING, ClusterSpec, JobOutcome, Sample, SimResult
 from datamgr.scheduler.sim.trace import LABELS
 from silodlib.units import format_rate
 
@@ -80,6 +83,10 @@ class Summary:
     label: str
     jobs: int
     finished: int
+    # The jobs a time limit stopped the run before they finished, by where they stood then (`model.UnfinishedJob`).
+    unfinished_running: int
+    unfinished_waiting: int  # arrived, not running: queued or preempted
+    unfinished_not_arrived: int
     average_jct: float
     median_jct: float
     p95_jct: float
@@ -180,12 +187,18 @@ def io_bound_share(samples: Sequence[Sample], limit: float) -> float:
     return sum(s.demand_bytes_per_sec > limit for s in busy) / len(busy) if busy else math.nan
 
 
-def gpu_use(samples: Sequence[Sample], jobs: Sequence[JobOutcome], cluster: ClusterSpec) -> tuple[float, float, float]:
-    """The means, over the samples from the first arrival on, of the share of the cluster's GPUs held by running
+def first_arrival(result: SimResult) -> float:
+    """The earliest arrival of the run's jobs, finished or not: where the run's measures over time start (NaN
+    for a run without jobs)."""
+    arrivals = [*(j.arrival for j in result.jobs), *(j.arrival for j in result.unfinished_jobs)]
+    return min(arrivals) if arrivals else math.nan
+
+
+def gpu_use(samples: Sequence[Sample], first: float, cluster: ClusterSpec) -> tuple[float, float, float]:
+    """The means, over the samples from the `first` arrival on, of the share of the cluster's GPUs held by running
     jobs, of the share held by running regular jobs, and of the share of nodes on which a regular job uses any
-    GPU (NaN for a run without jobs)."""
-    first = min((j.arrival for j in jobs), default=math.inf)
-    taken = [s for s in samples if s.time >= first]
+    GPU (NaN for a run without jobs, or one stopped before any arrived)."""
+    taken = [s for s in samples if s.time >= first]  # none when `first` is NaN
     if not taken:
         return math.nan, math.nan, math.nan
     gpus, nodes = cluster.total_gpus, cluster.nodes
@@ -197,8 +210,14 @@ def gpu_use(samples: Sequence[Sample], jobs: Sequence[JobOutcome], cluster: Clus
 
 
 def makespan(jobs: Sequence[JobOutcome]) -> float:
-    """From the first arrival to the last finish."""
+    """From the first arrival to the last finish of `jobs`, all of them finished."""
     return max(j.finish for j in jobs) - min(j.arrival for j in jobs) if jobs else math.nan
+
+
+def run_makespan(result: SimResult) -> float:
+    """The run's makespan; NaN when a time limit stopped it before every job finished: its last finish lies
+    beyond the limit, and the finished jobs' last finish would understate it by an unknown amount."""
+    return math.nan if result.unfinished_jobs else makespan(result.jobs)
 
 
 def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
@@ -211,11 +230,15 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
     fairness = [j.fairness for j in jobs if not math.isnan(j.fairness)]
     preempted, once, twice, more = preemption_shares(jobs)
     intervals = rescheduling_intervals(jobs)
-    utilisation, regular_utilisation, fragmentation = gpu_use(result.samples, jobs, cluster)
+    utilisation, regular_utilisation, fragmentation = gpu_use(result.samples, first_arrival(result), cluster)
+    states = [j.state for j in result.unfinished_jobs]
     return Summary(
         label=f"{result.policy}/{result.cache_system}",
-        jobs=len(jobs) + len(result.unfinished),
+        jobs=len(jobs) + len(result.unfinished_jobs),
         finished=len(jobs),
+        unfinished_running=states.count(RUNNING),
+        unfinished_waiting=states.count(WAITING),
+        unfinished_not_arrived=states.count(NOT_ARRIVED),
         average_jct=average_jct(jobs),
         median_jct=percentile(jcts, 50),
         p95_jct=percentile(jcts, 95),
@@ -226,11 +249,11 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
         median_slowdown=percentile(slowdown, 50),
         p95_slowdown=percentile(slowdown, 95),
         p99_slowdown=percentile(slowdown, 99),
-        makespan=makespan(jobs),
+        makespan=run_makespan(result),
         fairness_median=percentile(fairness, 50),
         fairness_p5=percentile(fairness, 5),
         remote_io_mean=mean_remote_io(result),
-        remote_io_peak=result.remote_io.peak() if jobs else math.nan,
+        remote_io_peak=remote_io_peak(result),
         remote_io_limit=cluster.remote_io_bytes_per_sec,
         io_bound_share=io_bound_share(result.samples, cluster.remote_io_bytes_per_sec),
         hit_ratio=sum(j.hit_bytes for j in jobs) / read if read else math.nan,
@@ -294,12 +317,15 @@ def _groups(kind: str, jobs: Sequence[JobOutcome], key: Callable[[JobOutcome], _
 
 def mean_remote_io(result: SimResult) -> float:
     """Remote bytes fetched from the first arrival to the end of the run, over that time (from the engine's
-    ledger of every rate change, so short bursts between samples count)."""
-    arrivals = [j.arrival for j in result.jobs]
-    if not arrivals:
-        return math.nan
-    start, end = min(arrivals), result.remote_io.end
-    return result.remote_io.bytes_between(start, end) / (end - start) if end > start else 0.0
+    ledger of every rate change, so short bursts between samples count); NaN when no time passed in between (no
+    job, or a time limit before the first arrival)."""
+    start, end = first_arrival(result), result.remote_io.end
+    return result.remote_io.bytes_between(start, end) / (end - start) if end > start else math.nan
+
+
+def remote_io_peak(result: SimResult) -> float:
+    """The highest total remote rate of the run (NaN when it ended before any job arrived: nothing to measure)."""
+    return result.remote_io.peak() if result.remote_io.end >= first_arrival(result) else math.nan
 
 
 def format_time(seconds: float) -> str:
@@ -332,11 +358,9 @@ def _slowdown(value: float) -> str:
 
 def summary_text(summary: Summary) -> str:
     """The lines `silod sim` prints for one run."""
-    unfinished = summary.jobs - summary.finished
     return "\n".join(
         [
-            f"{summary.label}: {summary.finished} of {summary.jobs} jobs finished"
-            + (f" ({unfinished} still running when the run stopped)" if unfinished else ""),
+            f"{summary.label}: {summary.finished} of {summary.jobs} jobs finished" + _unfinished(summary),
             f"  average JCT   {format_time(summary.average_jct)} (median {format_time(summary.median_jct)}, "
             f"p95 {format_time(summary.p95_jct)}, p99 {format_time(summary.p99_jct)})",
             f"  queueing      {format_time(summary.average_queueing_delay)} average (median "
@@ -363,6 +387,17 @@ def summary_text(summary: Summary) -> str:
             *([_rescheduling(summary)] if summary.preemptions else []),
         ]
     )
+
+
+def _unfinished(summary: Summary) -> str:
+    """Where the jobs a time limit left unfinished stood when it stopped the run (nothing when none was left)."""
+    counts = (
+        (summary.unfinished_running, "running"),
+        (summary.unfinished_waiting, "waiting (queued or preempted)"),
+        (summary.unfinished_not_arrived, "not yet arrived"),
+    )
+    parts = [f"{count} {state}" for count, state in counts if count]
+    return f" ({summary.jobs - summary.finished} unfinished when the run stopped: {', '.join(parts)})" if parts else ""
 
 
 def _preempted_jobs(summary: Summary) -> str:
@@ -571,12 +606,17 @@ def _detail_cells(summary: Summary) -> tuple[str, ...]:
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A GitHub-flavoured Markdown table; a `|` inside a cell is escaped so it cannot split the cell."""
+    """A GitHub-flavoured Markdown table of one line per row, whatever the cells hold (a label is free text): a
+    `|` inside a cell is escaped so it cannot split the cell, and a line break becomes `<br>`, which GitHub shows as
+    a line break inside the cell, so it cannot split the row."""
+    return "\n".join([_markdown_row(headers), _markdown_row(["---"] * len(headers)), *map(_markdown_row, rows)])
 
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
-    return "\n".join([line(headers), line(["---"] * len(headers)), *(line(row) for row in rows)])
+def _markdown_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(_LINE_BREAK.sub("<br>", cell.replace("|", "\\|")) for cell in cells) + " |"
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # what ends a line of Markdown (CommonMark's line endings)
 
 
 def write_summary_json(path: Path, summary: Summary) -> None:

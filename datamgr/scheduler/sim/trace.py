@@ -17,7 +17,7 @@ Fields (CSV header names, JSON keys):
 | `tenant`, `class` | no | free-form labels ("vc-a", "be") the report breaks its numbers down by (1) |
 | `priority` | no | `high` (the default: a regular job) or `low` (preemptible, HiveD's low-priority jobs); a label too |
 | `cpus`, `ram` | no | CPUs (4, 0.5) and RAM ("16GB") the job holds besides its GPUs, on one node (2) |
-| `grace_period` | no | how long it keeps its resources, suspending, once preempted ("3m"; default 0: none) |
+| `grace_period` | no | how long it keeps its resources, suspending, once preempted ("3m", at most a day; default 0) |
 
 (1) FitGpp's policies read class `te` (any case) as trial-and-error and any other as best-effort.
 (2) The cluster must then give CPUs and RAM per node (`cluster.py`).
@@ -28,15 +28,20 @@ rule, and nothing of a file with an error is returned.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
 from datamgr.scheduler.sim.model import TraceJob
+from datamgr.validation import MAX_GRACE_SECONDS
 from silodlib.units import SIZE_UNITS, parse_rate, parse_size
 
 REQUIRED = ("job_id", "arrival", "gpus", "model", "ideal_rate", "dataset", "dataset_size")
@@ -47,6 +52,11 @@ HOST = ("cpus", "ram", "grace_period")  # optional columns of FitGpp's jobs, wri
 COLUMNS = (*REQUIRED, "epochs", "steps", "step_bytes", "flags", *LABELS, *HOST)
 FLAGS = ("irregular",)
 FORMATS = (".csv", ".jsonl")
+# A grace period is held again at every preemption: bounded as the data manager bounds a live job's
+# (`model.MAX_PREEMPTION_SECONDS` says why).
+_GRACE_PERIOD = fields.at_most(
+    fields.duration, MAX_GRACE_SECONDS, f"a day ({MAX_GRACE_SECONDS:,.0f} s), as the data manager takes a job's"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +68,7 @@ class _Row:
 def load_trace(path: Path) -> list[TraceJob]:
     """The jobs of the trace at `path`, in file order. Raises `SimInputError` naming the file, line, field
     and rule of the first problem."""
-    rows = _jsonl_rows(path) if _format(path) == ".jsonl" else _csv_rows(path)
+    rows = _jsonl_rows(path) if trace_format(path) == ".jsonl" else _csv_rows(path)
     jobs: list[TraceJob] = []
     lines: dict[str, int] = {}
     sizes: dict[str, tuple[int, int]] = {}  # dataset -> (size, line that set it)
@@ -81,7 +91,8 @@ def load_trace(path: Path) -> list[TraceJob]:
     return jobs
 
 
-def _format(path: Path) -> str:
+def trace_format(path: Path) -> str:
+    """The format of the trace file at `path`, by its extension: ".csv" or ".jsonl"; `SimInputError` for another."""
     if path.suffix not in FORMATS:
         raise SimInputError(f"{path}: a trace file must end in {' or '.join(FORMATS)}")
     return path.suffix
@@ -93,7 +104,7 @@ def _csv_rows(path: Path) -> Iterator[_Row]:
 
 
 def _jsonl_rows(path: Path) -> Iterator[_Row]:
-    with path.open(encoding="utf-8") as file:
+    with path.open(encoding="utf-8-sig") as file:  # a byte order mark first is not part of the first line
         for number, line in enumerate(file, start=1):
             if not line.strip():
                 continue
@@ -101,6 +112,8 @@ def _jsonl_rows(path: Path) -> Iterator[_Row]:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise SimInputError(f"{path}:{number}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+            except ValueError:  # what json lets through: an integer of more digits than Python converts
+                raise SimInputError(f"{path}:{number}: not valid JSON: a number of more than 4,300 digits") from None
             if not isinstance(record, dict):
                 raise SimInputError(f"{path}:{number}: expected a JSON object, not {type(record).__name__}")
             yield _Row(number, {key: value for key, value in record.items() if value is not None})
@@ -125,7 +138,7 @@ def _job(values: Mapping[str, object], where: str) -> TraceJob:
         irregular="irregular" in read_field(_flags, values.get("flags", ""), f"{where}: flags"),
         cpus=read("cpus", fields.positive_number) if "cpus" in values else 0.0,
         ram_bytes=read("ram", fields.positive(fields.size)) if "ram" in values else 0,
-        grace_seconds=read("grace_period", fields.duration) if "grace_period" in values else 0.0,
+        grace_seconds=read("grace_period", _GRACE_PERIOD) if "grace_period" in values else 0.0,
         **{name: read(column, fields.text) for column, name in LABELS.items() if column in values},
     )
     if job.priority not in ("", *PRIORITIES):
@@ -167,15 +180,59 @@ def write_trace(path: Path, jobs: Sequence[TraceJob]) -> None:
     """Write `jobs` as a trace file (CSV or JSONL by `path`'s extension) that `load_trace` reads back equal:
     sizes and rates in the largest decimal unit that keeps them exact ("1.3TB", "114MB/s"). A label column no
     job uses is left out, so an unlabelled trace (every generated one) has only the columns it needs."""
-    if _format(path) == ".jsonl":
-        path.write_text("".join(json.dumps(_json_record(job)) + "\n" for job in jobs), encoding="utf-8")
-        return
+    with writing_trace(path) as file:
+        write_jobs(file, trace_format(path), jobs, optional_columns(jobs))
+
+
+@contextlib.contextmanager
+def writing_trace(path: Path) -> Iterator[TextIO]:
+    """A file for `write_jobs` to write the trace at `path` into, made at once: a bad extension is a
+    `SimInputError` and a path that cannot be written an OSError before any job is made. It is written beside `path`
+    (as `.NAME.partial`) and becomes `path` only when the block ends without an exception; otherwise it is removed,
+    and what was at `path` stays as it was, so a refused or interrupted trace never passes for a whole one."""
+    trace_format(path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with partial.open("w", newline="", encoding="utf-8") as file:
+            yield file
+        partial.replace(path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def optional_columns(jobs: Iterable[TraceJob]) -> tuple[str, ...]:
+    """The label and host columns some job of `jobs` has a value in, in the order a trace file gives them."""
+    jobs = list(jobs)
     labels = [column for column, name in LABELS.items() if any(getattr(job, name) for job in jobs)]
-    host = [column for column in HOST if any(_host(job)[column] for job in jobs)]
-    with path.open("w", newline="", encoding="utf-8") as file:
-        writer = csv.DictWriter(file, fieldnames=[*REQUIRED, "epochs", "flags", *labels, *host], extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(_record(job) for job in jobs)
+    return (*labels, *(column for column in HOST if any(_host(job)[column] for job in jobs)))
+
+
+def write_jobs(file: TextIO, suffix: str, jobs: Iterable[TraceJob], optional: Sequence[str] = ()) -> int:
+    """Write `jobs` into `file` one at a time as `write_trace` writes them into a `suffix` (".csv", ".jsonl") file,
+    with the `optional` label and host columns in CSV, and return how many it wrote: a trace of any length in
+    the same memory (the generator's). A job with a value in a column left out is a ValueError, as that value would
+    be lost."""
+    if suffix == ".jsonl":
+        count = 0
+        for job in jobs:
+            file.write(json.dumps(_json_record(job)) + "\n")
+            count += 1
+        return count
+    left_out = [column for column in (*LABELS, *HOST) if column not in optional]
+    writer = csv.DictWriter(file, fieldnames=[*REQUIRED, "epochs", "flags", *optional], extrasaction="ignore")
+    writer.writeheader()
+    count = 0
+    for job in jobs:
+        record = _record(job)
+        lost = [column for column in left_out if record[column]]
+        if lost:
+            raise ValueError(f"job {job.job_id!r} has a {lost[0]}, a column this trace leaves out")
+        writer.writerow(record)
+        count += 1
+    return count
 
 
 def _record(job: TraceJob) -> dict[str, str]:

@@ -33,7 +33,7 @@ from datamgr.scheduler.sim.colocation_inputs import (
 )
 from datamgr.scheduler.sim.fields import SimInputError, check_keys, read_field
 from datamgr.scheduler.sim.generator import GPU_DEMAND, GeneratorConfig, generate
-from datamgr.scheduler.sim.model import ClusterSpec, TraceJob
+from datamgr.scheduler.sim.model import MAX_PREEMPTION_SECONDS, MIN_ROUND_SECONDS, ClusterSpec, TraceJob
 from datamgr.scheduler.sim.te_be import TeBeConfig, generate_te_be
 from datamgr.scheduler.sim.tenant_trace import (
     PAPER_TENANTS,
@@ -53,6 +53,16 @@ _TE_BE_REQUIRED = ("kind", "jobs", "seed", "te_share", "load")
 _TE_BE_KEYS = (*_TE_BE_REQUIRED, "grace_scale", "min_duration", "workloads")
 _TENANTS_KEYS = ("kind", "jobs", "seed", "load")
 _SIMULATION_KEYS = ("round", "preemption_cost")
+# `[simulation]`'s settings, read as `silod sim --round` and `--preemption-cost` read theirs (model.py says why
+# they are bounded).
+ROUND = fields.at_least(
+    fields.positive_duration, MIN_ROUND_SECONDS, f"{MIN_ROUND_SECONDS:g} s, the live data manager's"
+)
+PREEMPTION_COST = fields.at_most(
+    fields.duration,
+    MAX_PREEMPTION_SECONDS,
+    f"a day ({MAX_PREEMPTION_SECONDS:,.0f} s): it is paid at every preemption, and checkpoints restore in minutes",
+)
 
 
 @dataclass(frozen=True)
@@ -91,11 +101,18 @@ def is_generated_scenario(name: str) -> bool:
     """Whether the shipped scenario `name` draws a Philly-like trace from a recipe (its `Scenario.recipe`, which a
     sharing sweep redraws), read from its file without generating the trace: listing the generated scenarios in
     an error message must not cost seconds of trace generation."""
+    return generator_kind(name) == "philly"
+
+
+def generator_kind(name: str) -> str | None:
+    """The kind of the shipped GPU scenario `name`'s `[generate]` recipe (`philly`, `te-be`, `tenants`), read from
+    its file without generating the trace; None for a scenario that replays a trace file, a co-location scenario
+    or an unknown name."""
     document = shipped_document(name)
     if document is None or is_colocation_document(document):
-        return False
+        return None
     generate = document.get("generate")
-    return generate is not None and _kind(generate, f"scenario {name}: [generate]") == "philly"
+    return None if generate is None else _kind(generate, f"scenario {name}: [generate]")
 
 
 def load_colocation_scenario(name: str) -> ColocationScenario:
@@ -138,9 +155,9 @@ def _load(name: str, path: Path) -> Scenario:
         recipe = _recipe(document["generate"], f"{where}: [generate]")
         trace = generate(recipe)
 
-    def setting(key: str) -> float | None:
+    def setting(key: str, read: fields.Reader[float]) -> float | None:
         raw = simulation.get(key)
-        return None if raw is None else read_field(fields.duration, raw, f"{where}: [simulation] {key}")
+        return None if raw is None else read_field(read, raw, f"{where}: [simulation] {key}")
 
     return Scenario(
         name=name,
@@ -148,8 +165,8 @@ def _load(name: str, path: Path) -> Scenario:
         cluster=spec,
         trace=trace,
         recipe=recipe,
-        round_seconds=setting("round"),
-        preemption_seconds=setting("preemption_cost"),
+        round_seconds=setting("round", ROUND),
+        preemption_seconds=setting("preemption_cost", PREEMPTION_COST),
         policy_options=_table(document.get("policy", {}), f"{where}: [policy]"),
     )
 

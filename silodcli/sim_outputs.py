@@ -1,0 +1,112 @@
+"""Where `silod sim` and its actions put their files: all of a run's, or none.
+
+A command writes its files into a fresh hidden directory inside `--out` (`.silod-partial-XXXXXXXX`) and, only once
+it has written every one, moves them into `--out`, replacing an earlier run's, and removes the files an earlier run
+left that this one does not write (a decision log, a plot by class): every file in `--out` describes one run. A
+run that is interrupted (Ctrl-C), stops (exit 1) or cannot write leaves `--out` as it was, its hidden directory
+removed; the moves are renames within one file system, and Ctrl-C waits for them to end. Only a process killed
+outright (SIGKILL, a power cut) can leave a hidden directory behind, never a mix of two runs' files.
+
+The alternative, removing an earlier run's files before a run starts, would lose a complete earlier run to a
+Ctrl-C and still leave a half-written one; writing aside costs nothing but the rename.
+
+Before anything runs, a command whose outputs include one of its input files (the same file by any name: a hard
+link, a symlink) is refused (`refuse_overwriting_inputs`): `silod sim --trace jobs.csv --out .` would replace the
+trace with the run's own `jobs.csv`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from pathlib import Path
+from types import FrameType
+
+from datamgr.scheduler.sim.fields import SimInputError
+
+STAGING_PREFIX = ".silod-partial-"
+
+
+@contextlib.contextmanager
+def staged_outputs(out: Path, names: Collection[str]) -> Iterator[Path]:
+    """A fresh directory inside `out` to write the files `names` (paths relative to `out`, `fifo-silod/jobs.csv`)
+    into. When the block ends without an exception, the files written there replace those in `out`, and each of
+    `names` not written is removed from `out`; on an exception, Ctrl-C included, `out` is left as it was (a
+    KeyboardInterrupt comes out saying so)."""
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
+    try:
+        try:
+            yield staging
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(f"nothing of this run was written to {out}/") from None
+        except OSError as exc:  # a full disk: named by the file the run was writing, as it would be in `out`
+            if isinstance(exc.filename, str) and Path(exc.filename).is_relative_to(staging):
+                exc.filename = str(out / Path(exc.filename).relative_to(staging))
+            raise
+        _commit(staging, out, names)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _commit(staging: Path, out: Path, names: Collection[str]) -> None:
+    """Move every file under `staging` to the same place under `out`, and remove each of `names` from `out` that
+    `staging` lacks."""
+    with _interrupts_deferred():
+        for name in names:
+            if not (staging / name).exists():
+                (out / name).unlink(missing_ok=True)
+        for path in sorted(staging.rglob("*")):
+            if path.is_file():
+                target = out / path.relative_to(staging)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, target)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Within, Ctrl-C (SIGINT) waits: it is raised, as it would have been, when the block ends. Only the main
+    thread receives signals; elsewhere, or where SIGINT is ignored, the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[FrameType | None] = []
+    previous = signal.signal(signal.SIGINT, lambda _signum, frame: received.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received and callable(previous):
+        previous(signal.SIGINT, received[0])  # Python's own handler raises KeyboardInterrupt
+    elif received and previous == signal.SIG_DFL:
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def input_files(args: argparse.Namespace) -> dict[str, Path | None]:
+    """The input files a `silod sim` command line names, by option (None for one not given)."""
+    return {option: getattr(args, option.removeprefix("--"), None) for option in ("--trace", "--cluster", "--tenants")}
+
+
+def refuse_overwriting_inputs(out: Path, names: Iterable[str], inputs: Mapping[str, Path | None]) -> None:
+    """Raise SimInputError, naming both, when one of the files `names` in `out` is one of the `inputs` (option ->
+    file): the run would replace or remove its own input."""
+    for name in names:
+        output = out / name
+        for option, path in inputs.items():
+            if path is not None and _same_file(output, path):
+                raise SimInputError(
+                    f"--out {out}: the run would replace {output}, which is the {option} file {path}; give another "
+                    "--out, or move the input elsewhere"
+                )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # either does not exist (or cannot be looked at): not one file
+        return False
