@@ -16,9 +16,10 @@ Promises (each pinned by tests/test_cache.py):
 - An item is visible (its bit set, `read` serving it) only once its file is complete under its final name.
 - A restart reuses every complete entry and never serves a partial one.
 - An entry whose file goes missing, is cut short, cannot be read or holds other bytes than were written under a
-  running cache (an operator's clean-up, a failing disk: every read checks the checksums of the blocks it
-  covers, `cache_disk`) is never served: the read that finds it so drops it from the accounting and the bitset, the
-  caller fetches the item from the backend, and the cache may admit it again. If the whole directory is gone
+  running cache (an operator's clean-up, a failing disk, another item's entry put in its place: every read checks
+  the checksums of the blocks it covers, which are seeded with the item, `cache_disk`) is never served: the read
+  that finds it so drops it from the accounting and the bitset, the caller fetches the item from the backend,
+  and the cache may admit it again. If the whole directory is gone
   (its disk unmounted, its tree deleted), every entry is dropped at once and nothing more is cached until a
   restart: the path may now lead to another disk (the root file system under an unmounted disk's mountpoint),
   which the quota was never meant for. One WARNING per cache says which (tests/test_cache_disk_faults.py).
@@ -211,7 +212,7 @@ class DatasetCache:
                 self._drop(item, _reason(exc))
             return None
         try:
-            return cache_disk.read_entry(fd, size, offset, wanted)
+            return cache_disk.read_entry(fd, item, size, offset, wanted)
         except cache_disk.EntryDamaged as exc:
             self._drop(item, str(exc), corrupt=isinstance(exc, cache_disk.ChecksumMismatch))
         except OSError as exc:
@@ -424,7 +425,7 @@ class DatasetCache:
                 directory.mkdir(exist_ok=True)  # whose loss means the cache directory is gone)
                 fd = os.open(temp, flags, 0o644)
             try:
-                for part in (data, cache_disk.checksums(data)):
+                for part in (data, cache_disk.checksums(item, data)):
                     view = memoryview(part)
                     while view:
                         view = view[os.write(fd, view[:WRITE_PIECE]) :]

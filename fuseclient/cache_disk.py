@@ -6,9 +6,9 @@ On-disk layout, inside the directory the caller dedicates to this dataset:
   dataset was re-registered with different content or numbering) or another format drops every item instead
   of serving bytes that belong to another numbering or that it would read wrongly.
 - `items/<item // 1024>/<item>`: an entry, `entry_size(size)` bytes: the item's bytes, exactly
-  `manifest.item_size(item)` of them, then their checksums, the XXH3-64 hash (seed 0) of each `CHECKSUM_BLOCK`
-  of the item (the last block may be short), 8 bytes little-endian each. The fan-out keeps directories at 1024
-  entries or fewer (ImageNet-1k is 1.28 M items).
+  `manifest.item_size(item)` of them, then their checksums, the XXH3-64 hash of each `CHECKSUM_BLOCK` of the
+  item (the last block may be short) seeded with the item's number, 8 bytes little-endian each. The fan-out
+  keeps directories at 1024 entries or fewer (ImageNet-1k is 1.28 M items).
 - `items/<item // 1024>/<item>.tmp-<pid>-<n>`: an admission in progress; renamed to the final name when
   complete, deleted by a restart that finds it.
 Items of size 0 have no file: their content is known from the manifest, so they count as cached from the
@@ -23,6 +23,11 @@ unaligned read reads at most one block more on each side. The checksums cost 8 b
 of a block with probability 2^-64 rather than 2^-32, and hashes 64 KiB blocks twice as fast on the reference
 machine (23 GB/s against 11 for the `crc32c` package on the CPU's CRC32C instruction), with any 64-bit CPU's
 vector unit rather than one instruction.
+
+Why the item's number seeds the hashes: an entry must hold its own item's bytes, not merely bytes that were once
+written whole. Two entries of the same size swapped on disk (a file system repair that reattached files by
+guess, a copy or a script that got the names wrong) would each pass checks seeded alike, and be served as the
+other's bytes; seeded with the item, each fails them, and is dropped and counted as damage like a flipped bit.
 
 Crash safety and the fsync policy: items are written to a temporary name and renamed, never fsynced. A
 crash of the process (kill -9 included) at any point leaves either a complete final file or a temporary
@@ -58,7 +63,7 @@ FANOUT = 1024
 METADATA_NAME = "cache.json"
 ITEMS_NAME = "items"
 CHECKSUM_BLOCK = 64 * 1024
-_FORMAT = "silod-cache/2"  # /1 had no checksums
+_FORMAT = "silod-cache/3"  # /1 had no checksums; /2 did not seed them with the item
 _STALE_PREFIX = "items.stale-"
 
 _CHECKSUM = struct.Struct("<Q")
@@ -93,19 +98,20 @@ def entry_size(item_size: int) -> int:
     return item_size + _CHECKSUM.size * -(-item_size // CHECKSUM_BLOCK)
 
 
-def checksums(data: bytes) -> bytes:
-    """What follows the item's bytes in its file: the XXH3-64 of each block of `data`."""
+def checksums(item: int, data: bytes) -> bytes:
+    """What follows the bytes `data` of item `item` in its file: the XXH3-64 of each block, seeded with `item`."""
     view = memoryview(data)
     block = CHECKSUM_BLOCK
     return b"".join(
-        _CHECKSUM.pack(xxh3_64_intdigest(view[start : start + block])) for start in range(0, len(data), block)
+        _CHECKSUM.pack(xxh3_64_intdigest(view[start : start + block], item)) for start in range(0, len(data), block)
     )
 
 
-def read_entry(fd: int, item_size: int, offset: int, length: int) -> bytes:
-    """`length` bytes (at least 1, all within the item) from `offset` of the entry open as `fd`, read with the
-    whole blocks they fall in and checked against those blocks' checksums; `EntryDamaged` if the file is not
-    a whole entry or a block does not match its checksum; the disk's own errors as the OSError `pread` raises."""
+def read_entry(fd: int, item: int, item_size: int, offset: int, length: int) -> bytes:
+    """`length` bytes (at least 1, all within the item) from `offset` of item `item`'s entry, open as `fd`, read
+    with the whole blocks they fall in and checked against those blocks' checksums; `EntryDamaged` if the file is
+    not a whole entry or a block does not match its checksum (`ChecksumMismatch`: another item's entry of the same
+    size fails them too); the disk's own errors as the OSError `pread` raises."""
     found, expected = os.fstat(fd).st_size, entry_size(item_size)
     # The size first: a file cut short (or swapped for another) may still hold the blocks asked for.
     if found != expected:
@@ -117,7 +123,7 @@ def read_entry(fd: int, item_size: int, offset: int, length: int) -> bytes:
     table = _pread_exactly(fd, _CHECKSUM.size * (last + 1 - first), item_size + _CHECKSUM.size * first)
     view = memoryview(data)
     for index, (wanted,) in enumerate(_CHECKSUM.iter_unpack(table)):
-        if xxh3_64_intdigest(view[index * block : (index + 1) * block]) != wanted:
+        if xxh3_64_intdigest(view[index * block : (index + 1) * block], item) != wanted:
             at = (first + index) * block
             raise ChecksumMismatch(f"its bytes {at}-{min(item_size, at + block) - 1} do not match their checksum")
     if offset == start and length == len(data):

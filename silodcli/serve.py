@@ -65,7 +65,8 @@ def _on_state_dir(command: Callable[[], str], failing: str) -> int:
         print(f"silod: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
-        print(f"silod: {failing}: {exc.strerror or exc}", file=sys.stderr)
+        file = f"{exc.filename}: " if exc.filename and str(exc.filename) not in failing else ""  # which file refused
+        print(f"silod: {failing}: {file}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     print(line)
     return 0

@@ -41,11 +41,12 @@ def entry_size(item_size: int) -> int:
     return item_size + 8 * ((item_size + CHECKSUM_BLOCK - 1) // CHECKSUM_BLOCK)
 
 
-def entry(data: bytes) -> bytes:
-    """The documented entry of an item of bytes `data`: the bytes, then the little-endian XXH3-64 of each block."""
+def entry(item: int, data: bytes) -> bytes:
+    """The documented entry of item `item` of bytes `data`: the bytes, then the little-endian XXH3-64 of each
+    block, seeded with the item's number."""
     blocks = range(0, len(data), CHECKSUM_BLOCK)
     return data + b"".join(
-        struct.pack("<Q", xxh3_64_intdigest(data[start : start + CHECKSUM_BLOCK])) for start in blocks
+        struct.pack("<Q", xxh3_64_intdigest(data[start : start + CHECKSUM_BLOCK], item)) for start in blocks
     )
 
 

@@ -39,7 +39,7 @@ def test_admitted_items_are_files_under_the_documented_layout_and_read_back(
         assert cache.admit(item, content(manifest, item))
 
     assert files_on_disk(tmp_path / "cache") == {"0/0": 38, "0/1": 108, "0/2": 108, "0/3": 58}
-    assert item_file(tmp_path / "cache", 3).read_bytes() == entry(content(manifest, 3))
+    assert item_file(tmp_path / "cache", 3).read_bytes() == entry(3, content(manifest, 3))
     assert cache.read(1, 0, 100) == content(manifest, 1)
     assert cache.read(1, 10, 20) == content(manifest, 1)[10:30]
     assert cache.read(3, 40, 100) == content(manifest, 3)[40:]  # short at the item's end
@@ -62,7 +62,7 @@ def test_items_larger_than_one_write_piece_are_written_whole(
         assert cache.admit(item, content(manifest, item))
 
     for item in range(3):
-        assert item_file(tmp_path / "cache", item).read_bytes() == entry(content(manifest, item))
+        assert item_file(tmp_path / "cache", item).read_bytes() == entry(item, content(manifest, item))
         assert cache.read(item, 0, chunk) == content(manifest, item)
     check_consistent(cache, tmp_path / "cache", manifest)
 
@@ -70,7 +70,7 @@ def test_items_larger_than_one_write_piece_are_written_whole(
 # --- checksums ---------------------------------------------------------------------------------------
 
 
-def test_an_entry_is_the_items_bytes_then_the_xxh3_64_of_each_64_kib_block(
+def test_an_entry_is_the_items_bytes_then_the_xxh3_64_of_each_64_kib_block_seeded_with_the_item(
     tmp_path: Path, make_cache: Callable[..., DatasetCache]
 ) -> None:
     known = b"123456789"
@@ -79,9 +79,9 @@ def test_an_entry_is_the_items_bytes_then_the_xxh3_64_of_each_64_kib_block(
     cache = make_cache(manifest, 1_000_000)
     assert cache.admit(0, known) and cache.admit(1, data)
 
-    assert item_file(tmp_path / "cache", 0).read_bytes() == known + xxh3_64_intdigest(known).to_bytes(8, "little")
+    assert item_file(tmp_path / "cache", 0).read_bytes() == known + xxh3_64_intdigest(known, 0).to_bytes(8, "little")
     on_disk = item_file(tmp_path / "cache", 1).read_bytes()
-    assert on_disk == entry(data) and len(on_disk) == len(data) + 3 * 8
+    assert on_disk == entry(1, data) and len(on_disk) == len(data) + 3 * 8
 
 
 def test_reads_at_any_offset_and_length_return_exactly_the_admitted_bytes(
@@ -123,6 +123,30 @@ def test_a_changed_byte_is_served_by_no_read_that_covers_its_block_and_drops_the
     stats = cache.statistics()
     assert (stats.dropped, stats.corrupt, stats.used_bytes, stats.cached_items) == (1, 1, 0, 0)
     assert cache.admit(0, data) and cache.read(0, 0, 3 * block) == data  # fetched and cached again
+    check_consistent(cache, tmp_path / "cache", manifest)
+
+
+@pytest.mark.expected_warnings
+def test_two_entries_of_the_same_size_swapped_on_disk_are_served_as_neither_item_and_dropped_as_corrupt(
+    tmp_path: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    """Whole entries, each checksummed right, under each other's names (a file system repair, a script that got the
+    names wrong): checksums seeded alike would pass, and the mount would serve one file's bytes as another's."""
+    manifest = one_file_manifest(3, 100)
+    cache = make_cache(manifest, 10**6)
+    for item in range(3):
+        assert cache.admit(item, content(manifest, item))
+    first, second = item_file(tmp_path / "cache", 0), item_file(tmp_path / "cache", 1)
+    os.rename(first, tmp_path / "swapping")
+    os.rename(second, first)
+    os.rename(tmp_path / "swapping", second)
+
+    assert cache.read(0, 0, 100) is None and cache.read(1, 0, 100) is None  # never the other item's bytes
+    assert cache.read(2, 0, 100) == content(manifest, 2)
+    stats = cache.statistics()
+    assert (stats.dropped, stats.corrupt, stats.cached_items) == (2, 2, 1)
+    assert not first.exists() and not second.exists()
+    assert cache.admit(0, content(manifest, 0)) and cache.read(0, 0, 100) == content(manifest, 0)
     check_consistent(cache, tmp_path / "cache", manifest)
 
 

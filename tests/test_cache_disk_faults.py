@@ -5,9 +5,9 @@ backend's bytes (never EIO for an item the backend has, never a short or wrong r
 unmounts cleanly, one warning names the cache dir, and the cache's numbers (the same `statistics()` behind the
 stats file and /metrics) never claim bytes the cache no longer holds.
 
-A damaged entry of the right size (a flipped bit) cannot be told from a good one without checksums, which the
-cache does not keep; it is not driven here. Not a fault but the same machinery: a cold cache disk (its files'
-pages dropped, as on a node whose datasets outgrow its memory) still serves every hit from disk.
+An entry of the right size that holds other bytes (a flipped bit, another item's entry swapped in) fails the
+checksums every read checks, which are seeded with the item. Not a fault but the same machinery: a cold cache
+disk (its files' pages dropped, as on a node whose datasets outgrow its memory) still serves every hit from disk.
 """
 
 from __future__ import annotations
@@ -318,6 +318,37 @@ def test_a_flipped_bit_in_a_cache_entry_is_never_served_but_dropped_counted_corr
     warnings = warnings_in_log(mount)
     assert_one_cache_warning_naming(mount, mount.cache_dir.resolve())
     assert "do not match their checksum" in warnings[0][1] and "other bytes than were written" in warnings[0][1]
+    unmount_cleanly(mount)
+
+
+@pytest.mark.expected_warnings
+def test_two_cache_entries_of_the_same_size_swapped_on_disk_are_never_served_as_each_other_but_dropped_and_refetched(
+    mount_factory: MountFactory, dataset: Dataset
+) -> None:
+    """Two whole entries, each with the right checksums for its own bytes, under each other's names (a file system
+    repair, a copy or script that got the names wrong): the checksums are seeded with the item, so each fails."""
+    _, files = dataset
+    mount, port, whole_chunks = _whole_chunks_cached(mount_factory, dataset)
+    one, other = whole_chunks[1], whole_chunks[4]
+    where = {path: _locate(held_bytes(path.read_bytes()), files) for path in (one, other)}
+    os.rename(one, one.parent / "swapping")
+    os.rename(other, one)
+    os.rename(one.parent / "swapping", other)
+    cached = numbers(port)
+
+    for path in (one, other):  # a page of each item, which the swapped entry would hand over as the other's
+        name, offset = where[path]
+        assert direct_read(mount.job_dir("job1") / name, offset + 4096) == files[name][offset + 4096 : offset + 8192]
+    read_all(mount, files, sorted(files))
+    assert mount.process is not None and mount.process.poll() is None
+
+    now = numbers(port)
+    assert now["silod_cache_corrupt_items_total"] == now["silod_cache_dropped_items_total"] == 2
+    assert now["silod_backend_bytes_total"] == cached["silod_backend_bytes_total"] + 2 * CHUNK + FILE_SIZE * FILES // 2
+    assert (now["silod_cache_items"], now["silod_cache_bytes"]) == (3 * FILES, FILE_SIZE * FILES)
+    for path in (one, other):  # fetched and cached again, each under its own name
+        assert _locate(held_bytes(path.read_bytes()), files) == where[path]
+    assert_one_cache_warning_naming(mount, mount.cache_dir.resolve())
     unmount_cleanly(mount)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from xxhash import xxh3_64_intdigest
 
 from fuseclient import cache_disk
 from fuseclient.cache import DatasetCache
@@ -86,7 +87,10 @@ def test_a_restore_above_the_quota_evicts_random_entries_down_to_it(
     check_consistent(second, tmp_path / "cache", manifest)
 
 
-@pytest.mark.parametrize("fault", ["other manifest", "missing metadata", "corrupt metadata", "format before checksums"])
+@pytest.mark.parametrize(
+    "fault",
+    ["other manifest", "missing metadata", "corrupt metadata", "format before checksums", "checksums not of the item"],
+)
 def test_items_not_vouched_for_by_this_manifest_are_wiped(
     tmp_path: Path, make_cache: Callable[..., DatasetCache], fault: str
 ) -> None:
@@ -105,6 +109,12 @@ def test_items_not_vouched_for_by_this_manifest_are_wiped(
     elif fault == "format before checksums":  # what an upgraded node finds: entries without checksums
         metadata = json.loads((directory / "cache.json").read_text())
         (directory / "cache.json").write_text(json.dumps({**metadata, "format": "silod-cache/1"}))
+    elif fault == "checksums not of the item":  # from a silod whose checksums were not seeded with the item
+        metadata = json.loads((directory / "cache.json").read_text())
+        (directory / "cache.json").write_text(json.dumps({**metadata, "format": "silod-cache/2"}))
+        for item in range(10):  # whole entries of that format, which this one must not read as its own
+            data = content(manifest, item)
+            item_file(directory, item).write_bytes(data + xxh3_64_intdigest(data).to_bytes(8, "little"))
     else:
         (directory / "cache.json").write_text("{not json")
 
@@ -159,7 +169,7 @@ def test_a_cache_of_200k_entries_on_disk_is_restored_whole(
     sources.mkdir()
     for bucket in range(-(-count // FANOUT)):
         source = sources / str(bucket)
-        source.write_bytes(entry(b"x"))
+        source.write_bytes(entry(bucket * FANOUT, b"x"))  # the right size for every item, which a restore checks
         bucket_dir = directory / "items" / str(bucket)
         bucket_dir.mkdir()
         for item in range(bucket * FANOUT, min(count, (bucket + 1) * FANOUT)):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from datamgr.client import DataManagerClient
-from datamgr.store.sqlite import SQLiteStore
+from datamgr.store.sqlite import SQLiteStore, StateDirError
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.datamgr_fixtures import (
     SILOD,
@@ -25,6 +25,7 @@ from tests.datamgr_fixtures import (
     silod_cli,
     watch,
 )
+from tests.state_files import files_of, killed_copy, killed_state_dir, revision_and_nodes, state_of_nodes
 from tests.storage_servers import missing_dependency
 
 
@@ -165,40 +166,49 @@ def _state_dir_and_its_backup(tmp_path: Path) -> tuple[Path, Path]:
     return state_dir, backup
 
 
-def test_a_restore_flushes_the_state_dir_after_sqlite_commits_its_copy(tmp_path: Path) -> None:
-    """Durability, traced: SQLite commits the restored copy by deleting its rollback journal and does not flush the
-    directory after that, so a power loss could bring the journal back and the next open would roll the copy
-    back. The restore must flush the state dir after that deletion (and so after its own renames)."""
+def test_a_restore_flushes_its_copy_before_renaming_it_over_the_database_and_the_state_dir_after(
+    tmp_path: Path,
+) -> None:
+    """Durability, traced: the restore writes the backup to `silod.db.restoring`, flushes it, renames it over
+    `silod.db` and flushes the state dir. Without the first flush a power loss could leave the name on a file whose
+    pages never reached the disk; without the last, bring back the database it replaced."""
     if shutil.which("strace") is None:
         missing_dependency("strace is not installed (make setup installs it)")
     state_dir, backup = _state_dir_and_its_backup(tmp_path)
     trace = tmp_path / "trace"
 
     traced = subprocess.run(
-        ["strace", "-f", "-qq", "-e", "trace=openat,unlink,fsync,fdatasync", "-o", str(trace),
+        ["strace", "-f", "-qq", "-e", "trace=openat,rename,renameat,renameat2,fsync,fdatasync", "-o", str(trace),
          *SILOD, "datamgr", "restore", "--state-dir", str(state_dir), str(backup)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
     assert traced.returncode == 0, traced.stderr
     calls = trace.read_text().splitlines()
-    journal_gone = max(i for i, call in enumerate(calls) if f'unlink("{state_dir}/silod.db-journal")' in call)
-    directory_fds = {
-        match[1]
-        for call in calls
-        if (match := re.search(rf'openat\(AT_FDCWD, "{re.escape(str(state_dir))}", [^)]*\) = (\d+)', call))
-    }
-    flushed = [i for i, call in enumerate(calls) if (m := re.search(r"\b(fsync|fdatasync)\((\d+)\)", call))
-               and m[2] in directory_fds]  # fmt: skip
-    assert flushed and max(flushed) > journal_gone, "\n".join(calls[journal_gone:])
+    copy, database = f'"{state_dir}/silod.db.restoring"', f'"{state_dir}/silod.db"'
+    renamed = [i for i, call in enumerate(calls) if "rename" in call and copy in call and call.rstrip().endswith("= 0")
+               and f"{database}" in call.split(copy, 1)[1]]  # fmt: skip
+    assert len(renamed) == 1, "\n".join(calls)
+
+    def flushes_of(path: str) -> list[int]:
+        fds = {
+            m[1] for call in calls if (m := re.search(rf"openat\(AT_FDCWD, {re.escape(path)}, [^)]*\) = (\d+)", call))
+        }
+        return [i for i, call in enumerate(calls) if (m := re.search(r"\b(fsync|fdatasync)\((\d+)\)", call))
+                and m[2] in fds]  # fmt: skip
+
+    assert any(i < renamed[0] for i in flushes_of(copy)), "\n".join(calls[: renamed[0] + 1])
+    assert any(i > renamed[0] for i in flushes_of(f'"{state_dir}"')), "\n".join(calls[renamed[0] :])
 
 
 def test_a_restore_whose_state_dir_cannot_be_flushed_exits_2_saying_it_may_not_last_faked_eio(tmp_path: Path) -> None:
-    """libfiu fails the restore's `fsync` (not SQLite's `fdatasync`s): the copy is in place, but not known to be on
-    the disk, so the restore is not reported as done."""
+    """libfiu fails the restore's `fsync`s of directories (files are flushed with `fdatasync`, as SQLite flushes
+    them): into a new state dir, where no database is kept first, the one after the rename. The copy is in place,
+    but not known to be on the disk, so the restore is not reported as done."""
     if shutil.which("fiu-run") is None:
         missing_dependency("fiu-run is not installed (make setup installs fiu-utils)")
-    state_dir, backup = _state_dir_and_its_backup(tmp_path)
+    _, backup = _state_dir_and_its_backup(tmp_path)
+    state_dir = tmp_path / "new-state"
 
     failed = subprocess.run(
         ["fiu-run", "-x", "-c", "enable name=posix/io/sync/fsync,failinfo=5",
@@ -210,6 +220,135 @@ def test_a_restore_whose_state_dir_cannot_be_flushed_exits_2_saying_it_may_not_l
     assert f"restored {backup} into state dir {state_dir}, but could not flush the directory" in failed.stderr
     assert "Input/output error" in failed.stderr and "restore again" in failed.stderr
     assert "Traceback" not in failed.stderr
+
+
+def test_a_restore_whose_state_dir_cannot_be_flushed_before_the_rename_exits_2_and_changes_nothing_faked_eio(
+    tmp_path: Path,
+) -> None:
+    """libfiu fails every `fsync` of a directory: over a killed data manager's files, the restore keeps them under
+    another name and must flush that before its copy takes the database's name. Refused there, it puts them back."""
+    if shutil.which("fiu-run") is None:
+        missing_dependency("fiu-run is not installed (make setup installs fiu-utils)")
+    _, backup = _state_dir_and_its_backup(tmp_path)
+    state_dir = tmp_path / "killed"
+    killed_state_dir(state_dir, 3)
+    before = files_of(state_dir, but=("lock", "silod.db-shm"))
+
+    failed = subprocess.run(
+        ["fiu-run", "-x", "-c", "enable name=posix/io/sync/fsync,failinfo=5",
+         *SILOD, "datamgr", "restore", "--state-dir", str(state_dir), str(backup)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+    assert failed.returncode == 2, failed.stderr
+    assert f"cannot restore {backup} into state dir {state_dir}: Input/output error; it is as it was" in failed.stderr
+    assert "Traceback" not in failed.stderr
+    assert files_of(state_dir, but=("lock", "silod.db-shm")) == before
+    assert revision_and_nodes(state_dir) == (3, ["killed1", "killed2", "killed3"])
+
+
+@pytest.mark.parametrize("killed", ["while copying the backup", "while keeping the database it replaces"])
+def test_a_restore_killed_midway_leaves_the_old_database_and_a_start_refuses_until_it_is_run_again(
+    tmp_path: Path, killed: str
+) -> None:
+    """strace kills the restore (SIGKILL, as the OOM killer or a power loss stops it) at its 20th write, in the middle
+    of copying the backup, or at its first rename, once it has begun to keep the database it replaces. Before, the
+    state dir then held a half copy with its journal, which SQLite rolled back to an empty database: the next start
+    served an empty cluster at revision 0, the real state only in a `.replaced-*` file named nowhere."""
+    if shutil.which("strace") is None:
+        missing_dependency("strace is not installed (make setup installs it)")
+    state_of_nodes(tmp_path / "other", 2000)  # some 50 pages to copy
+    backup = tmp_path / "backup.db"
+    assert silod_cli("datamgr", "backup", "--state-dir", str(tmp_path / "other"), str(backup)).returncode == 0
+    state_dir = tmp_path / "state"
+    killed_state_dir(state_dir, 3)  # its log holds acknowledged changes
+    database = (state_dir / "silod.db").read_bytes()
+    calls, when = ("pwrite64", 20) if killed == "while copying the backup" else ("rename,renameat,renameat2", 1)
+
+    interrupted = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", f"trace={calls}",
+         "-e", f"inject={calls}:signal=KILL:when={when}",
+         *SILOD, "datamgr", "restore", "--state-dir", str(state_dir), str(backup)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+    assert interrupted.returncode != 0 and (state_dir / "silod.db.restoring").exists(), interrupted.stderr
+    assert (state_dir / "silod.db").read_bytes() == database
+    with pytest.raises(StateDirError) as refused:
+        SQLiteStore(state_dir)
+    assert str(refused.value).startswith(
+        f"cannot use state dir {state_dir}: a restore into it was interrupted ({state_dir}/silod.db.restoring is its "
+        f"unfinished copy); nothing was changed: run the restore again (silod datamgr restore --state-dir {state_dir} "
+    )
+
+    again = silod_cli("datamgr", "restore", "--state-dir", str(state_dir), str(backup))
+    assert again.returncode == 0, again.stderr
+    kept = Path(again.stdout.strip().rsplit(" ", 1)[1])
+    assert revision_and_nodes(state_dir) == (1, [f"n{i:04d}" for i in range(2000)])
+    assert sorted(p.name for p in state_dir.iterdir() if p.name.startswith("silod.db.")) == [
+        kept.name, f"{kept.name}-shm", f"{kept.name}-wal"
+    ]  # fmt: skip
+    replaced = tmp_path / "replaced"  # nothing lost: the kept database with its log is the killed one's state
+    replaced.mkdir()
+    for suffix in ("", "-wal"):
+        shutil.copyfile(f"{kept}{suffix}", replaced / f"silod.db{suffix}")
+    assert revision_and_nodes(replaced) == (3, ["killed1", "killed2", "killed3"])
+
+
+def test_what_an_interrupted_restore_of_an_older_silod_left_is_refused_naming_the_kept_database(tmp_path: Path) -> None:
+    """A silod before this one restored by renaming the database away and copying the backup in its place: killed,
+    it left a half copy and its hot journal, which SQLite rolls back to an empty database, beside the kept one."""
+    state_of_nodes(tmp_path / "other", 2000)
+    backup = tmp_path / "backup.db"
+    assert silod_cli("datamgr", "backup", "--state-dir", str(tmp_path / "other"), str(backup)).returncode == 0
+    state_dir = tmp_path / "state"
+    state_of_nodes(state_dir, 3, prefix="old")
+    kept = state_dir / "silod.db.replaced-20261127T100000Z"
+    (state_dir / "silod.db").rename(kept)
+    killed_copy(backup, state_dir / "silod.db")
+    before = files_of(state_dir)
+
+    with pytest.raises(StateDirError) as refused:
+        SQLiteStore(state_dir)
+
+    assert str(refused.value) == (
+        f"cannot use state dir {state_dir}: {state_dir}/silod.db is an unfinished copy, with a rollback journal "
+        f"({state_dir}/silod.db-journal) beside it, as a restore by a silod before this one leaves when it is "
+        f"interrupted: SQLite would roll it back to an empty database; the database it replaced is kept as {kept}; "
+        f"nothing was changed: run the restore again (silod datamgr restore --state-dir {state_dir} BACKUP)"
+    )
+    assert files_of(state_dir) == before
+    again = silod_cli("datamgr", "restore", "--state-dir", str(state_dir), str(backup))
+    assert again.returncode == 0, again.stderr
+    assert revision_and_nodes(state_dir)[0] == 1
+    assert _revision_and_nodes_of_copy(kept, tmp_path / "kept") == (1, ["old0000", "old0001", "old0002"])
+
+
+def _revision_and_nodes_of_copy(database: Path, directory: Path) -> tuple[int, list[str]]:
+    """What a data manager would serve from a copy of the closed database `database` in a new state dir."""
+    directory.mkdir()
+    shutil.copyfile(database, directory / "silod.db")
+    return revision_and_nodes(directory)
+
+
+def test_a_second_server_on_the_same_state_dir_is_refused_after_its_lock_file_was_deleted(
+    datamgr_process: DataManagerProcess, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """`rm lock` while a data manager serves (the file looks stale): the next one used to lock the new file it made
+    and serve the same state dir, both handing out the same revision numbers to different changes."""
+    datamgr_process.start()
+    assert datamgr_process.process is not None
+    (datamgr_process.state_dir / "lock").unlink()
+    second = DataManagerProcess(datamgr_process.state_dir, tmp_path / "second.log")
+    request.addfinalizer(second.stop)
+
+    second.launch()
+
+    assert second.wait() == 2
+    said = (tmp_path / "second.log").read_text()
+    assert f"is in use by another data manager (pid {datamgr_process.process.pid})" in said, said
+    with DataManagerClient(datamgr_process.address) as client:  # the first serves on
+        assert client.register_node("n1", "h1:1", 1_000_000).revision == 1
 
 
 def _watch_from(client: DataManagerClient, since: int, history: int) -> NodeWatch:

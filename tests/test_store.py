@@ -6,16 +6,20 @@ database on disk can do (survive a reopen, lock its state dir, migrate a schema)
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import random
 import shutil
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from datamgr.entities import Dataset, Job, Node, Tenant, Worker
+from datamgr.entities import Dataset, Job, JobHistory, Node, Tenant, Worker
 from datamgr.manager import DataManager
 from datamgr.state import Change
 from datamgr.store import Commit, SQLiteStore, StateStore
@@ -24,6 +28,7 @@ from datamgr.store.sqlite import SCHEMA_VERSION, StateDirError
 from silodlib.backends.base import ObjectInfo
 from silodlib.manifest import Manifest, build_manifest
 from tests.datamgr_fixtures import damage_tables
+from tests.state_files import edit, files_of
 
 DATASET = Dataset("s3://bkt/train", {"region": "eu-west-1"}, 1000, 3, 4, 4 << 20, "d1", 500)
 NODE = Node("n1", "h1:7421", 10_000)
@@ -353,6 +358,132 @@ def test_a_state_dir_from_a_newer_silod_is_refused(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(StateDirError, match="newer silod"):
         SQLiteStore(tmp_path)
+
+
+# What a newer silod's data manager would have written: the schema version it brings, and a table this one would
+# create again if it went on to open the file (one the newer schema dropped).
+_NEWER_SCHEMA = (f"UPDATE meta SET value = {SCHEMA_VERSION + 1} WHERE key = 'schema_version'", "DROP TABLE tenants")
+
+# The same, by a newer data manager killed with SIGKILL: its changes are in the write-ahead log, not the database.
+_KILLED_NEWER_SILOD = """
+import os, signal, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+for statement in sys.argv[2:]:
+    db.execute(statement)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("left", ["closed", "killed with its log"])
+def test_a_state_dir_from_a_newer_silod_is_refused_with_every_byte_as_it_was(tmp_path: Path, left: str) -> None:
+    """The version is read first, without writing: before, the open switched the journal mode and created the
+    tables it missed (here `tenants`) in the newer silod's file before it refused it."""
+    SQLiteStore(tmp_path).close()
+    path = tmp_path / "silod.db"
+    if left == "closed":
+        edit(path, "PRAGMA journal_mode=DELETE", *_NEWER_SCHEMA)
+    else:
+        child = subprocess.run([sys.executable, "-c", _KILLED_NEWER_SILOD, str(path), *_NEWER_SCHEMA], timeout=60)
+        assert child.returncode == -9 and Path(f"{path}-wal").stat().st_size > 0
+    before = files_of(tmp_path, but=("lock", "silod.db-shm"))  # the shared memory is SQLite's scratch index
+
+    with pytest.raises(StateDirError) as refused:
+        SQLiteStore(tmp_path)
+
+    assert str(refused.value) == (
+        f"cannot use state dir {tmp_path}: {path} was written by a newer silod (schema {SCHEMA_VERSION + 1} > "
+        f"{SCHEMA_VERSION}); nothing was changed; run that silod version (or newer)"
+    )
+    assert files_of(tmp_path, but=("lock", "silod.db-shm")) == before
+    assert (tmp_path / "silod.db-shm").exists() == (left != "closed")
+
+
+_NEWER_HISTORY = json.dumps({"job_id": "j1", "submit_time": 100.0, "priority_boost": 2})
+
+
+@pytest.mark.parametrize(
+    ("row", "statement", "table", "key", "problem", "advice"),
+    [
+        (
+            "a changed byte in a dataset's options",
+            """UPDATE datasets SET options = '{"region": "eu-west-1"' """,
+            "datasets",
+            DATASET.uri,
+            "column options is not valid JSON (Expecting ',' delimiter: line 1 column 23 (char 22))",
+            "nothing was changed: restore the state dir from a backup (silod datamgr restore), or move its silod.db "
+            "aside to start with an empty one",
+        ),
+        (
+            "a history field from a newer silod",
+            f"UPDATE job_histories SET history = '{_NEWER_HISTORY}'",
+            "job_histories",
+            "j1",
+            "its history has the field 'priority_boost', which this silod does not know",
+            "nothing was changed: if a newer silod wrote it, run that silod version (or newer); if not, restore the "
+            "state dir from a backup (silod datamgr restore)",
+        ),
+        (
+            "a number turned text",
+            "UPDATE nodes SET cache_capacity_bytes = 'l0000'",
+            "nodes",
+            "n1",
+            "cache_capacity_bytes is 'l0000', not a whole number",
+            "nothing was changed: restore the state dir from a backup",
+        ),
+    ],
+    ids=["a changed byte in a dataset's options", "a history field from a newer silod", "a number turned text"],
+)
+def test_a_row_this_silod_cannot_read_is_refused_naming_the_file_table_and_row_and_left_as_it_was(
+    tmp_path: Path, row: str, statement: str, table: str, key: str, problem: str, advice: str
+) -> None:
+    """A byte a failing disk changed inside a row (SQLite finds the pages whole), or a field a newer silod wrote,
+    found after a downgrade: the start used to end in a JSONDecodeError or TypeError traceback (exit 1)."""
+    store = SQLiteStore(tmp_path)
+    store.commit([Commit(1, Change(nodes_put=(NODE,), datasets_put=(DATASET,)))])
+    store.commit([Commit(2, Change(jobs_put=(JOB,), histories_put=(JobHistory("j1", 100.0),)))])
+    store.close()
+    path = tmp_path / "silod.db"
+    edit(path, statement)
+    before = path.read_bytes()
+
+    with pytest.raises(StateDirError) as refused:
+        opened = SQLiteStore(tmp_path)
+        try:
+            opened.load()
+        finally:
+            opened.close()
+
+    assert str(refused.value).startswith(
+        f"cannot use state dir {tmp_path}: {path} holds a row this silod cannot read: table {table}, row {key!r}: "
+        f"{problem}; {advice}"
+    ), row
+    assert path.read_bytes() == before
+
+
+def test_an_empty_state_database_is_refused_as_lost_contents_and_left_as_it_was(tmp_path: Path) -> None:
+    """What ext4 or XFS can leave of a file after a power loss: 0 bytes. SQLite opens it as an empty database, and
+    the data manager served an empty cluster at revision 0 without a word. silod never leaves one: a fresh state
+    dir's database is made whole under another name, then renamed."""
+    store = SQLiteStore(tmp_path)
+    store.commit([Commit(1, Change(nodes_put=(NODE,)))])
+    store.close()
+    path = tmp_path / "silod.db"
+    os.truncate(path, 0)
+
+    with pytest.raises(StateDirError) as refused:
+        SQLiteStore(tmp_path)
+
+    assert str(refused.value) == (
+        f"cannot use state dir {tmp_path}: {path} is empty (0 bytes), as silod never leaves it (it makes a database "
+        "whole before naming it so): the file system lost its contents (a power loss before the disk wrote them, a "
+        "disk fault); nothing was changed: restore the state dir from a backup (silod datamgr restore), or delete "
+        f"{path} to start with an empty state"
+    )
+    assert path.stat().st_size == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["lock", "silod.db"]
+    path.unlink()
+    fresh = SQLiteStore(tmp_path)
+    assert fresh.load().revision == 0
+    fresh.close()
 
 
 @pytest.mark.parametrize("damage", ["not a database", "cut short", "tables overwritten"])

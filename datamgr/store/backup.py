@@ -1,28 +1,45 @@
 """Backups of the data manager's state and their restore: SQLite's online backup, through a read-only connection,
 so that a copy taken while a data manager runs is consistent and a restore never leaves a backup beside another
-database's write-ahead log (docs/datamgr.md, "Backups")."""
+database's write-ahead log (docs/datamgr.md, "Backups").
+
+Both write their copy under a temporary name, flush it and rename it into place, so a backup or restore killed
+midway (or cut by a power loss) leaves the file it was to replace or make as it was, never a half-written one under
+the final name. Both read the copy as a data manager would (every row) before they call it done."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from datamgr.store.rows import read_state
 from datamgr.store.sqlite import (
-    DATABASE_NAME,
     SCHEMA_VERSION,
-    StateDirError,
-    lock_state_dir,
+    flush_file,
+    read_only,
     refusing_damage,
     refusing_disk_errors,
+    refusing_unreadable_rows,
+    remove_database,
+    upgrade,
+)
+from datamgr.store.statedir import (
+    DATABASE_NAME,
+    LOG_SUFFIXES,
+    RESTORING_NAME,
+    StateDirError,
+    check_restore_finished,
+    lock_state_dir,
+    replaced_databases,
 )
 from silodlib.directories import fsync_directory, make_directory
 
-# A database's write-ahead log and shared memory, then the database: the order in which they move, so that a
-# database never sits beside another database's log.
-_DATABASE_FILES = ("-wal", "-shm", "")
+# What `link` answers on a file system without hard links (vfat, some FUSE file systems).
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK})
 
 
 def back_up(state_dir: Path, destination: Path) -> int:
@@ -30,8 +47,11 @@ def back_up(state_dir: Path, destination: Path) -> int:
     return the revision copied. SQLite's online backup through a read-only connection: the copy is the last
     committed state, consistent, whether a data manager runs on the state dir or not, which it neither blocks
     nor changes (copying the files instead can catch the database and its write-ahead log at different
-    moments). Raises StateDirError for a state dir without a readable database and for a destination that is a
-    directory, OSError for a destination that cannot be made (FileExistsError if it exists: a backup never
+    moments). The copy is written as `destination.partial-PID`, read whole, flushed and then linked to its name:
+    a backup killed midway leaves that partial file (to delete), never a partial `destination`.
+
+    Raises StateDirError for a state dir without a database this silod can read whole and for a destination that
+    is a directory, OSError for a destination that cannot be made (FileExistsError if it exists: a backup never
     replaces a file)."""
     source_path = state_dir / DATABASE_NAME
     if not source_path.is_file():
@@ -41,104 +61,249 @@ def back_up(state_dir: Path, destination: Path) -> int:
             f"cannot write the backup {destination}: it is a directory, and a backup is a new file: give the file's "
             f"path (such as {destination / 'silod-backup.db'})"
         )
-    os.close(os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
-    refused = f"cannot back up state dir {state_dir}"
+    if os.path.lexists(destination):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(destination))
+    refused, outcome = f"cannot back up state dir {state_dir}", "nothing was written"
+    check_restore_finished(state_dir, refused)  # its database may lack its log, which the restore moved away
+    if source_path.stat().st_size == 0:
+        raise StateDirError(f"{refused}: {source_path} is empty (0 bytes), not a database; {outcome}")
+    partial = destination.with_name(f"{destination.name}.partial-{os.getpid()}")
+    os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    linked = False
     try:
         with (
-            refusing_damage(source_path, refused, "nothing was written"),
-            refusing_disk_errors(f"{refused} to {destination}", "nothing was written"),
-            contextlib.closing(_read_only(source_path)) as source,
-            contextlib.closing(sqlite3.connect(destination)) as copy,
+            refusing_damage(source_path, refused, outcome),
+            refusing_disk_errors(f"{refused} to {destination}", outcome),
+            contextlib.closing(read_only(source_path)) as source,
+            contextlib.closing(sqlite3.connect(partial)) as copy,
         ):
+            copy.execute("PRAGMA journal_mode=OFF")  # a file no one uses until it is whole: nothing to roll back
             source.backup(copy)
-            row = copy.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()
+            revision = _checked_revision(
+                copy,
+                source_path,
+                refused,
+                str(source_path),
+                outcome,
+                "restore the state dir from a backup (silod datamgr restore)",
+                "back it up with that silod version (or newer)",
+            )
+        flush_file(partial)
+        _link(partial, destination)
+        linked = True
+        fsync_directory(destination.parent)
     except BaseException:
-        destination.unlink(missing_ok=True)
+        if linked:  # the directory could not be flushed: the backup is not known to be on the disk
+            destination.unlink(missing_ok=True)
         raise
-    return 0 if row is None else int(row[0])
+    finally:
+        partial.unlink(missing_ok=True)
+    return revision
+
+
+def _link(source: Path, target: Path) -> None:
+    """Give the file `source` the name `target` as well (then `source` is removed), never replacing a file there
+    (FileExistsError). A file system without hard links gets a rename, which checks `target` just before."""
+    try:
+        os.link(source, target)
+    except OSError as exc:
+        if exc.errno not in _NO_HARD_LINKS:
+            raise
+        if os.path.lexists(target):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target)) from None
+        os.rename(source, target)
 
 
 def restore(state_dir: Path, backup: Path) -> tuple[int, Path | None]:
     """Make `backup` (from `back_up`) the state database of `state_dir`, whose data manager must be stopped, and
     return the revision restored and where the database it replaces was kept (None if there was none).
 
-    The database it replaces is renamed with its write-ahead log, never deleted. The log matters: SQLite replays
-    a `silod.db-wal` it finds beside `silod.db` whatever database it belongs to, so a backup copied over the
-    file of a data manager that was killed (whose log still holds its last changes) would come back as a mix of
-    both. Raises StateDirError for a backup that is not a readable silod state database and for a state dir in
-    use."""
+    The backup is copied to `silod.db.restoring` in the state dir and flushed; then the database it replaces is
+    kept, with its write-ahead log, as `silod.db.replaced-TIME` (a hard link, so that `silod.db` stays in place
+    meanwhile), and the copy renamed over `silod.db`. Killed at any point, the state dir holds the old database or
+    the restored one; while `silod.db.restoring` is there the data manager refuses to start, and a restore run
+    again finishes the job, keeping the database the first try kept. The log matters: SQLite replays a
+    `silod.db-wal` it finds beside `silod.db` whatever database it belongs to, so a backup copied over the file
+    of a data manager that was killed (whose log still holds its last changes) would come back as a mix of both.
+
+    Raises StateDirError for a backup that is not a whole silod state database this silod can read (a log beside
+    it, which it would not read, included) and for a state dir in use."""
     if backup.is_dir():
         raise StateDirError(f"cannot restore {backup}: it is a directory, not a backup file")
     if not backup.is_file():
         raise StateDirError(f"cannot restore {backup}: no such file")
+    _refuse_logs_beside(backup)
+    refused = f"cannot restore {backup}"
     with (
-        refusing_damage(backup, f"cannot restore {backup}", "nothing was changed"),
-        contextlib.closing(_read_only(backup, immutable=True)) as source,
+        refusing_damage(backup, refused, "nothing was changed"),
+        contextlib.closing(read_only(backup, immutable=True)) as source,
     ):
-        revision = _revision_of_backup(source, backup)
+        revision = _checked_revision(
+            source,
+            backup,
+            refused,
+            "it",
+            "nothing was changed",
+            "restore another backup",
+            "restore it with that silod version (or newer)",
+        )
         make_directory(state_dir, mode=0o700)
         lock = lock_state_dir(state_dir)
         try:
-            with refusing_disk_errors(f"cannot restore {backup} into state dir {state_dir}", "it is as it was"):
-                kept = _copy_in(source, state_dir / DATABASE_NAME)
+            copying = f"cannot restore {backup} into state dir {state_dir}"
+            try:
+                with refusing_disk_errors(copying, "it is as it was"):
+                    kept = _copy_in(source, state_dir)
+            except OSError as exc:  # a flush or rename the disk refused
+                raise StateDirError(f"{copying}: {exc.strerror or exc}; it is as it was") from None
             _flush_directory(state_dir, backup)
         finally:
-            os.close(lock)
+            lock.release()
     return revision, kept
 
 
-def _read_only(path: Path, *, immutable: bool = False) -> sqlite3.Connection:
-    """A read-only connection to the database at `path`; `immutable` for a file nothing writes (a backup), which
-    then needs no locks and gets no shared-memory file beside it."""
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}", uri=True)
+def _refuse_logs_beside(backup: Path) -> None:
+    """Refuse a backup with a write-ahead log or a rollback journal beside it. A restore reads the file alone
+    (`immutable`), so what the log holds would be lost: a state dir's `silod.db`, whose data manager runs or was
+    killed, holds acknowledged changes there. A journal says the file is a copy that was never finished."""
+    wal, journal = Path(f"{backup}-wal"), Path(f"{backup}-journal")
+    if os.path.lexists(wal):
+        how = (
+            f"back that state dir up with silod datamgr backup --state-dir {backup.parent} FILE, which reads the log, "
+            "and restore FILE"
+            if backup.name == DATABASE_NAME
+            else f"copy {backup} and {wal} into an empty directory as {DATABASE_NAME} and {DATABASE_NAME}-wal, back "
+            "that directory up with silod datamgr backup --state-dir DIR FILE, which reads the log, and restore FILE"
+        )
+        raise StateDirError(
+            f"cannot restore {backup}: a write-ahead log ({wal}) is beside it, holding changes a restore would not "
+            f"read (it is the database of a data manager that runs, or was stopped without closing it); nothing was "
+            f"changed: {how}"
+        )
+    if os.path.lexists(journal):
+        raise StateDirError(
+            f"cannot restore {backup}: a rollback journal ({journal}) is beside it: it is a copy that was not finished "
+            "(a backup or restore was interrupted); nothing was changed: restore a whole backup"
+        )
 
 
-def _revision_of_backup(source: sqlite3.Connection, backup: Path) -> int:
-    """The revision the backup open as `source` holds; StateDirError if it is not a silod state database this
-    silod can serve."""
+def _checked_revision(
+    db: sqlite3.Connection, path: Path, refused: str, subject: str, outcome: str, advice: str, newer_advice: str
+) -> int:
+    """The revision the silod state database open as `db` (at `path`, called `subject` in messages) holds, once
+    every row of it has been read as a data manager reads it at start: a copy it could not start on is no backup.
+    StateDirError saying `refused` ("cannot restore FILE") and `outcome` ("nothing was changed") for a database
+    that is not silod's, is damaged, is from a newer silod (then `newer_advice`) or holds a row this silod cannot
+    read (`advice`)."""
     try:
-        meta = dict(source.execute("SELECT key, value FROM meta").fetchall())
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
     except sqlite3.OperationalError:  # no meta table: another SQLite database
         meta = {}
     version = meta.get("schema_version")
     if version is None:
-        raise StateDirError(f"cannot restore {backup}: it is not a silod state database")
+        raise StateDirError(f"{refused}: {subject} is not a silod state database; {outcome}")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise StateDirError(f"{refused}: {subject} is damaged (its schema version is {version!r}); {outcome}")
     if version > SCHEMA_VERSION:
-        raise StateDirError(f"cannot restore {backup}: written by a newer silod (schema {version} > {SCHEMA_VERSION})")
-    # SQLite's backup copies pages as they are: a file damaged past its first pages would be restored, and the
-    # data manager then refuse to start on it. Its structure is checked first (one pass over the file).
-    problems = [row[0] for row in source.execute("PRAGMA quick_check")]
+        raise StateDirError(
+            f"{refused}: {subject} was written by a newer silod (schema {version} > {SCHEMA_VERSION}); {outcome}: "
+            f"{newer_advice}"
+        )
+    # SQLite's backup copies pages as they are: a file damaged past its first pages would be copied, and the data
+    # manager then refuse to start on it. Its structure is checked first (one pass over the file).
+    problems = [row[0] for row in db.execute("PRAGMA quick_check")]
     if problems != ["ok"]:
-        raise StateDirError(f"cannot restore {backup}: it is damaged ({problems[0]}); nothing was changed")
-    return int(meta.get("revision", 0))
+        raise StateDirError(f"{refused}: {subject} is damaged ({problems[0]}); {outcome}")
+    # Then its rows, as the data manager reads them, in a copy in memory brought to the current schema.
+    with (
+        contextlib.closing(sqlite3.connect(":memory:", isolation_level=None)) as scratch,
+        refusing_unreadable_rows(
+            path,
+            refused,
+            f"{outcome}: {advice}",
+            f"{outcome}: if a newer silod wrote it, {newer_advice}; if not, {advice}",
+        ),
+    ):
+        db.backup(scratch)
+        upgrade(scratch, version)
+        return read_state(scratch).revision
 
 
-def _copy_in(source: sqlite3.Connection, current: Path) -> Path | None:
-    """Copy the database open as `source` to `current`, keeping the database there (see `restore`); returns where
-    it was kept. A copy that fails (a full disk, say) leaves the state dir as it was."""
-    kept = None
-    if current.exists():
-        kept = _unused_name(current)
-        _move_database(current, kept)
+def _copy_in(source: sqlite3.Connection, state_dir: Path) -> Path | None:
+    """Copy the database open as `source` into `state_dir` as its database, keeping the one there (see `restore`);
+    returns where it was kept. A copy that fails (a full disk, say) leaves the state dir as it was."""
+    current, copy = state_dir / DATABASE_NAME, state_dir / RESTORING_NAME
+    remove_database(copy)  # an interrupted restore's unfinished copy: ours, since we hold the state dir
     try:
-        with contextlib.closing(sqlite3.connect(current)) as copy:
-            os.chmod(current, 0o600)
-            source.backup(copy)
+        os.close(os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        with contextlib.closing(sqlite3.connect(copy)) as db:
+            db.execute("PRAGMA journal_mode=OFF")  # nothing to roll back: a copy not yet whole is never used
+            source.backup(db)
+        flush_file(copy)
+        undo: list[Callable[[], None]] = []
+        try:
+            kept = _keep(current, undo)
+            if kept is not None:
+                fsync_directory(state_dir)  # the kept files under their names before the copy takes the database's
+            os.rename(copy, current)
+        except BaseException:
+            for action in reversed(undo):
+                with contextlib.suppress(OSError):
+                    action()
+            raise
     except BaseException:
-        for suffix in _DATABASE_FILES:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{current}{suffix}")
-        if kept is not None:
-            _move_database(kept, current)
+        remove_database(copy)
         raise
     return kept
 
 
+def _keep(current: Path, undo: list[Callable[[], None]]) -> Path | None:
+    """Keep the database at `current` and its log and shared memory under a name no file has (`_unused_name`),
+    leaving `current` in place (a hard link): the copy renamed over it then replaces it in one step. Appends to
+    `undo` what puts things back. A database an interrupted restore already kept (the same file under a
+    `silod.db.replaced-*` name) keeps that name. None if there is nothing to keep."""
+    if not any(os.path.lexists(f"{current}{suffix}") for suffix in ("", *LOG_SUFFIXES)):
+        return None
+    kept = _kept_before(current) or _unused_name(current)
+    renamed = False
+    if os.path.lexists(current) and not os.path.lexists(kept):
+        try:
+            os.link(current, kept)
+            undo.append(lambda: os.unlink(kept))
+        except OSError as exc:
+            if exc.errno not in _NO_HARD_LINKS:
+                raise
+            renamed = True  # after its log: the database never sits beside another's
+    for suffix in LOG_SUFFIXES:
+        if os.path.lexists(f"{current}{suffix}"):
+            _rename(f"{current}{suffix}", f"{kept}{suffix}", undo)
+    if renamed:
+        _rename(str(current), str(kept), undo)
+    return kept
+
+
+def _rename(source: str, target: str, undo: list[Callable[[], None]]) -> None:
+    os.rename(source, target)
+    undo.append(lambda: os.rename(target, source))
+
+
+def _kept_before(current: Path) -> Path | None:
+    """The name an interrupted restore kept the database at `current` under (the same file), if it did and none of
+    the files beside both would clash."""
+    if not current.exists():
+        return None
+    for kept in replaced_databases(current.parent):
+        if os.path.samefile(kept, current) and not any(
+            os.path.lexists(f"{kept}{suffix}") and os.path.lexists(f"{current}{suffix}") for suffix in LOG_SUFFIXES
+        ):
+            return kept
+    return None
+
+
 def _flush_directory(state_dir: Path, backup: Path) -> None:
-    """Make the restore's renames and the end of SQLite's copy durable. SQLite commits the copy by deleting its
-    rollback journal and does not flush the directory after that (`synchronous` FULL): a power loss could bring
-    the journal back, and the next open would roll the copy back, leaving an empty database where the state was.
-    StateDirError if the directory cannot be flushed: the copy is in place, but a power loss may undo it."""
+    """Make the restore's rename of its copy over the database durable: until the directory is flushed, a power
+    loss could bring back the database it replaced. StateDirError if the directory cannot be flushed: the copy is
+    in place, but a power loss may undo it."""
     try:
         fsync_directory(state_dir)
     except OSError as exc:
@@ -150,21 +315,14 @@ def _flush_directory(state_dir: Path, backup: Path) -> None:
 
 
 def _unused_name(current: Path) -> Path:
-    """A name to keep the database `current` under that no file beside it has, nor a write-ahead log or shared
-    memory of that name: `silod.db.replaced-TIME`, the time to the second, then `-2`, `-3`... for a second restore
-    within that second. A rename would replace a kept database, or set the database beside an older one's log, which
-    SQLite would replay into it. The state dir's lock keeps any other restore from taking the name meanwhile."""
+    """A name to keep the database `current` under that no file beside it has, nor a write-ahead log, rollback
+    journal or shared memory of that name: `silod.db.replaced-TIME`, the time to the second, then `-2`, `-3`... for
+    a second restore within that second. A rename would replace a kept database, or set the database beside an older
+    one's log, which SQLite would replay into it. The state dir's lock keeps any other restore from taking the name
+    meanwhile."""
     stamp = f"{current.name}.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     kept, count = current.with_name(stamp), 1
-    while any(os.path.lexists(f"{kept}{suffix}") for suffix in _DATABASE_FILES):
+    while any(os.path.lexists(f"{kept}{suffix}") for suffix in ("", *LOG_SUFFIXES)):
         count += 1
         kept = current.with_name(f"{stamp}-{count}")
     return kept
-
-
-def _move_database(source: Path, target: Path) -> None:
-    """Rename a database with its write-ahead log and shared memory (`_DATABASE_FILES`) to names that no file has
-    (`_unused_name`; the failed restore's own files are gone before its kept database moves back)."""
-    for suffix in _DATABASE_FILES:
-        with contextlib.suppress(FileNotFoundError):
-            os.rename(f"{source}{suffix}", f"{target}{suffix}")

@@ -2,24 +2,20 @@
 
 Write-ahead logging with `synchronous=FULL`, so a commit is on disk when `commit` returns and a SIGKILL or
 power loss never loses an accepted change. The state directory is locked for one data manager at a time
-and readable only by its owner, because dataset options may hold storage credentials.
+and readable only by its owner, because dataset options may hold storage credentials. What the state dir's files
+must be before SQLite opens them, and its lock: `statedir`; the state's rows, each checked as it is read: `rows`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import os
 import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from datamgr.entities import Dataset, Job, JobHistory, Node, Tenant, Worker
-from datamgr.state import Change
 from datamgr.store.base import (
     DEFAULT_RETAINED_REVISIONS,
     Commit,
@@ -30,10 +26,13 @@ from datamgr.store.base import (
     in_history,
     new_history,
 )
-from silodlib.directories import make_directory
+from datamgr.store.rows import UnreadableRow, read_state, write_change
+from datamgr.store.statedir import CREATING_NAME, LOG_SUFFIXES, access_advice, check_files, lock_state_dir
+from datamgr.store.statedir import DATABASE_NAME as DATABASE_NAME  # where they were, for those who import them here
+from datamgr.store.statedir import StateDirError as StateDirError
+from silodlib.directories import fsync_directory, make_directory
 
 SCHEMA_VERSION = 5
-DATABASE_NAME = "silod.db"
 _PRUNE_EVERY = 1024
 
 _SCHEMA = """
@@ -94,12 +93,6 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE jobs ADD COLUMN priority TEXT NOT NULL DEFAULT 'high'",
     ),
 }
-_JOB_COLUMNS = (
-    "job_id, dataset_uri, ideal_bytes_per_sec, workers, io_bytes_per_sec, epochs, irregular, gpus, job_class, "
-    "grace_seconds, tenant, priority"
-)
-_TENANT_COLUMNS = "name, cells, cache_bytes, io_bytes_per_sec"
-_NODE_COLUMNS = "node_id, address, cache_capacity_bytes, gpus"
 # What SQLite answers when the file system refuses its writes: an I/O error (EIO, or EROFS from a file system
 # turned read-only under an open database), a read-only database, a file it cannot open.
 _UNWRITABLE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN})
@@ -107,11 +100,6 @@ _DISK_REFUSALS = _UNWRITABLE | {sqlite3.SQLITE_FULL}  # and no room
 _UNREADABLE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CORRUPT})  # a read failed, or found damaged pages
 _DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})  # damaged, or not a database at all
 _FIX_THE_DISK = "free space on its disk (or repair the disk), then start the data manager again"
-
-
-class StateDirError(RuntimeError):
-    """The state directory cannot be used: not creatable or writable, locked by another process, or from a
-    newer silod."""
 
 
 class SQLiteStore:
@@ -125,51 +113,46 @@ class SQLiteStore:
     """
 
     def __init__(self, state_dir: Path, *, retained_revisions: int = DEFAULT_RETAINED_REVISIONS) -> None:
+        refused = f"cannot use state dir {state_dir}"
         try:
             make_directory(state_dir, mode=0o700)
-            self._lock_fd = lock_state_dir(state_dir)
+            self._lock = lock_state_dir(state_dir)
         except OSError as exc:  # a path under /proc, a file in the way, a read-only file system, no permission
-            raise StateDirError(f"cannot use state dir {state_dir}: {exc.strerror or exc}") from None
+            raise StateDirError(f"{refused}: {access_advice(state_dir, exc)}") from None
         path = self._path = state_dir / DATABASE_NAME
-        # One connection writes (from the committing thread), one reads (from the event loop): with WAL the
-        # reader sees only committed transactions, never a batch that is still being written.
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
-            with refusing_damage(path), refusing_disk_errors(f"cannot use state dir {state_dir}", _FIX_THE_DISK):
-                os.chmod(path, 0o600)
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=FULL")
-                self._db.executescript(_SCHEMA)  # creates what a fresh state dir lacks; alters nothing that exists
-                self._upgrade_schema(path)
-                self._ended, self._history_written = self._earlier_histories(), False
+            try:
+                check_files(state_dir)  # before SQLite opens anything: it would roll a hot journal back, say
+                with refusing_damage(path), refusing_disk_errors(refused, _FIX_THE_DISK):
+                    self._open(path, refused)
+            except OSError as exc:
+                raise StateDirError(f"{refused}: {access_advice(state_dir, exc)}") from None
         except BaseException:
-            self._db.close()
-            os.close(self._lock_fd)
+            self._lock.release()
             raise
         self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._retained = retained_revisions
         self._next_prune = _PRUNE_EVERY
         self.history = new_history()
 
-    def _upgrade_schema(self, path: Path) -> None:
-        """Bring a state dir written by an older silod to the current schema, keeping its contents; refuse
-        one written by a newer silod, whose data this one could misread or destroy."""
-        version = self._meta("schema_version", None)
-        if version is None:  # a fresh state dir: `_SCHEMA` has just created the current tables
-            self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
-            return
-        if version > SCHEMA_VERSION:
-            raise StateDirError(f"{path} was written by a newer silod (schema {version} > {SCHEMA_VERSION})")
-        for step in range(version, SCHEMA_VERSION):
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in _MIGRATIONS[step]:
-                    self._db.execute(statement)
-                self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (step + 1,))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+    def _open(self, path: Path, refused: str) -> None:
+        """Open the writing connection to the state database at `path` (made if there is none) at the current schema,
+        and read `_ended`. A database from a newer silod is refused before anything is written to it."""
+        if not path.exists():
+            _create(path)
+        version = schema_version(path, refused)
+        # One connection writes (from the committing thread), one reads (from the event loop): with WAL the
+        # reader sees only committed transactions, never a batch that is still being written.
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            upgrade(db, version)
+            self._db = db
+            self._ended, self._history_written = self._earlier_histories(), False
+        except BaseException:
+            db.close()
+            raise
 
     def _earlier_histories(self) -> dict[int, int]:
         """The histories the state dir has been in, each with the last revision it holds: the one it was in until
@@ -189,27 +172,11 @@ class SQLiteStore:
         return default if row is None else row[0]
 
     def load(self) -> StoredState:
-        with refusing_damage(self._path):  # the first read of every table: damage the schema steps missed
-            return self._load()
-
-    def _load(self) -> StoredState:
-        datasets = tuple(
-            Dataset(uri, json.loads(options), *numbers)
-            for uri, options, *numbers in self._db.execute("SELECT * FROM datasets ORDER BY uri")
-        )
-        jobs = tuple(_job(row) for row in self._db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY job_id"))
-        nodes = tuple(Node(*row) for row in self._db.execute(f"SELECT {_NODE_COLUMNS} FROM nodes ORDER BY node_id"))
-        histories = tuple(
-            JobHistory(**json.loads(history))  # a field added since the history was written reads as its default
-            for (history,) in self._db.execute("SELECT history FROM job_histories ORDER BY job_id")
-        )
-        tenants = tuple(
-            Tenant(name, json.loads(cells), cache_bytes, io_bytes_per_sec)
-            for name, cells, cache_bytes, io_bytes_per_sec in self._db.execute(
-                f"SELECT {_TENANT_COLUMNS} FROM tenants ORDER BY name"
-            )
-        )
-        return StoredState(self._meta("revision", 0), datasets, jobs, nodes, histories, tenants)
+        """The state, every row checked (`rows.read_state`): StateDirError naming the file, the table and the row
+        for one this silod cannot read, as for a damaged database."""
+        # The first read of every table: damage the schema steps missed.
+        with refusing_damage(self._path), refusing_unreadable_rows(self._path):
+            return read_state(self._db)
 
     def commit(self, commits: Sequence[Commit]) -> None:
         db = self._db
@@ -220,7 +187,7 @@ class SQLiteStore:
                 db.executemany("INSERT OR REPLACE INTO histories VALUES (?, ?)", self._ended.items())
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('history', ?)", (self.history,))
             for commit in commits:
-                _write_change(db, commit.change)
+                write_change(db, commit.change)
                 db.executemany(
                     "INSERT INTO events VALUES (?, ?, ?)", ((commit.revision, n, p) for n, p in commit.events)
                 )
@@ -290,48 +257,133 @@ class SQLiteStore:
     def close(self) -> None:
         self._reader.close()
         self._db.close()
-        os.close(self._lock_fd)
-
-
-def _write_change(db: sqlite3.Connection, change: Change) -> None:
-    statements: list[tuple[str, Sequence[tuple[object, ...]]]] = [
-        ("DELETE FROM jobs WHERE job_id = ?", [(j,) for j in change.jobs_deleted]),
-        ("DELETE FROM datasets WHERE uri = ?", [(u,) for u in change.datasets_deleted]),
-        ("DELETE FROM manifests WHERE uri = ?", [(u,) for u in change.datasets_deleted]),
-        ("DELETE FROM nodes WHERE node_id = ?", [(n,) for n in change.nodes_deleted]),
-        ("DELETE FROM job_histories WHERE job_id = ?", [(j,) for j in change.histories_deleted]),
-        ("DELETE FROM tenants WHERE name = ?", [(t,) for t in change.tenants_deleted]),
-        (
-            "INSERT OR REPLACE INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [_dataset_row(d) for d in change.datasets_put],
-        ),
-        ("INSERT OR REPLACE INTO manifests VALUES (?, ?)", [change.manifest] if change.manifest else []),
-        (
-            f"INSERT OR REPLACE INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [_job_row(j) for j in change.jobs_put],
-        ),
-        (
-            f"INSERT OR REPLACE INTO nodes ({_NODE_COLUMNS}) VALUES (?, ?, ?, ?)",
-            [(n.node_id, n.address, n.cache_capacity_bytes, n.gpus) for n in change.nodes_put],
-        ),
-        (
-            "INSERT OR REPLACE INTO job_histories VALUES (?, ?)",
-            [(h.job_id, _history_json(h)) for h in change.histories_put],
-        ),
-        (
-            f"INSERT OR REPLACE INTO tenants ({_TENANT_COLUMNS}) VALUES (?, ?, ?, ?)",
-            [_tenant_row(t) for t in change.tenants_put],
-        ),
-    ]
-    for sql, rows in statements:
-        if rows:
-            db.executemany(sql, rows)
+        self._lock.release()
 
 
 _REPAIR_STATE_DIR = (
     "nothing was changed: restore the state dir from a backup (silod datamgr restore), or move its silod.db aside "
     "to start with an empty one"
 )
+
+
+def _create(path: Path) -> None:
+    """Make a fresh state database at `path`, whole: built under a temporary name readable by its owner only,
+    flushed, then renamed into place and the directory flushed. So `silod.db` is never an empty or half-made file
+    that silod left, and `check_files` can refuse an empty one as a file system's loss."""
+    temp = path.with_name(CREATING_NAME)
+    remove_database(temp)  # what a start killed while making it left: ours, since we hold the state dir
+    try:
+        os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        with contextlib.closing(sqlite3.connect(temp, isolation_level=None)) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            upgrade(db, None)
+        flush_file(temp)
+        os.rename(temp, path)
+    except BaseException:
+        remove_database(temp)
+        raise
+    fsync_directory(path.parent)
+
+
+def remove_database(path: Path) -> None:
+    """Delete the database at `path` with its log and shared memory, those that exist."""
+    for suffix in ("", *LOG_SUFFIXES):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{path}{suffix}")
+
+
+def flush_file(path: Path) -> None:
+    """Flush the data of the file at `path` to disk (`fdatasync`: its bytes and size, as SQLite flushes its files).
+    Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_only(path: Path, *, immutable: bool = False) -> sqlite3.Connection:
+    """A read-only connection to the database at `path`; `immutable` for a file nothing writes and that has no
+    log beside it (SQLite then reads the file alone, takes no locks and makes no shared-memory file)."""
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}", uri=True)
+
+
+def schema_version(path: Path, refused: str) -> int | None:
+    """The schema version of the state database at `path`, read without writing anything to it or beside it; None
+    for a database with no tables yet (one a silod from before `_create` was killed while making). StateDirError,
+    saying `refused` first, for a database from a newer silod (which this one could misread or destroy) and for
+    one that is not silod's."""
+    log, index = Path(f"{path}-wal"), Path(f"{path}-shm")
+    had_index = index.exists()
+    try:
+        with contextlib.closing(read_only(path, immutable=not log.exists())) as db:
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            row = None
+            if "meta" in tables:
+                row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    finally:
+        if not had_index:  # made to read the log: SQLite's reader leaves it behind
+            with contextlib.suppress(FileNotFoundError):
+                index.unlink()
+    if tables and "meta" not in tables:
+        raise StateDirError(
+            f"{refused}: {path} is not a silod state database (it has tables, but not silod's); {_REPAIR_STATE_DIR}"
+        )
+    version = None if row is None else row[0]
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+        raise StateDirError(
+            f"{refused}: {path} is damaged or not a silod database (its schema version is {version!r}); "
+            f"{_REPAIR_STATE_DIR}"
+        )
+    if version is not None and version > SCHEMA_VERSION:
+        raise StateDirError(
+            f"{refused}: {path} was written by a newer silod (schema {version} > {SCHEMA_VERSION}); nothing was "
+            "changed; run that silod version (or newer)"
+        )
+    return version
+
+
+def upgrade(db: sqlite3.Connection, version: int | None) -> None:
+    """Give the database open as `db`, whose schema version is `version` (None: it has no tables yet), the current
+    schema: create what it lacks, then bring what a silod of an older schema wrote to the current one, keeping its
+    contents, one transaction per version, so that a crash leaves the old version or the new, never half."""
+    db.executescript(_SCHEMA)  # creates what a fresh state dir lacks; alters nothing that exists
+    if version is None:
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        return
+    for step in range(version, SCHEMA_VERSION):
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _MIGRATIONS[step]:
+                db.execute(statement)
+            db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (step + 1,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+
+_NEWER_ROW = (
+    "nothing was changed: if a newer silod wrote it, run that silod version (or newer); if not, restore the state "
+    "dir from a backup (silod datamgr restore)"
+)
+
+
+@contextlib.contextmanager
+def refusing_unreadable_rows(
+    path: Path, refused: str | None = None, advice: str = _REPAIR_STATE_DIR, unknown_advice: str = _NEWER_ROW
+) -> Iterator[None]:
+    """Turn a row of `path` this silod cannot read (`rows.UnreadableRow`) into a StateDirError that names the file,
+    the table and the row, says what was refused (by default: the state dir holding `path`) and what to do:
+    `unknown_advice` for a field or value this silod does not know, which a newer silod may have written."""
+    try:
+        yield
+    except UnreadableRow as row:
+        refused = refused or f"cannot use state dir {path.parent}"
+        raise StateDirError(
+            f"{refused}: {path} holds a row this silod cannot read: {row}; {unknown_advice if row.unknown else advice}"
+        ) from None
 
 
 def refusing_damage(
@@ -392,80 +444,3 @@ def _result_code(exc: BaseException) -> int | None:
     the sqlite3 module could not bind)."""
     code = getattr(exc, "sqlite_errorcode", None) if isinstance(exc, sqlite3.Error) else None
     return None if code is None else int(code) & 0xFF  # extended codes carry the primary one in their low byte
-
-
-def _dataset_row(d: Dataset) -> tuple[object, ...]:
-    options = json.dumps(dict(d.options), sort_keys=True)
-    return (
-        d.uri,
-        options,
-        d.size_bytes,
-        d.file_count,
-        d.item_count,
-        d.chunk_size_bytes,
-        d.manifest_digest,
-        d.cache_quota_bytes,
-    )
-
-
-def _job(row: tuple[Any, ...]) -> Job:
-    """A job as `_job_row` wrote it, in `_JOB_COLUMNS` order."""
-    job_id, uri, ideal, workers, rate, epochs, irregular, gpus, job_class, grace_seconds, tenant, priority = row
-    return Job(
-        job_id,
-        uri,
-        ideal,
-        tuple(Worker(n, c) for n, c in json.loads(workers)),
-        rate,
-        epochs=float(epochs),
-        irregular=bool(irregular),
-        gpus=gpus,
-        job_class=job_class,
-        grace_seconds=float(grace_seconds),
-        tenant=tenant,
-        priority=priority,
-    )
-
-
-def _job_row(j: Job) -> tuple[object, ...]:
-    workers = json.dumps([[w.node_id, w.count] for w in j.workers])
-    return (
-        j.job_id,
-        j.dataset_uri,
-        j.ideal_bytes_per_sec,
-        workers,
-        j.io_bytes_per_sec,
-        j.epochs,
-        j.irregular,
-        j.gpus,
-        j.job_class,
-        j.grace_seconds,
-        j.tenant,
-        j.priority,
-    )
-
-
-def _tenant_row(t: Tenant) -> tuple[object, ...]:
-    """A tenant's VC as a row: its cells, by level name, as one JSON object (never queried alone)."""
-    return (t.name, json.dumps(dict(t.cells), sort_keys=True), t.cache_bytes, t.io_bytes_per_sec)
-
-
-def _history_json(h: JobHistory) -> str:
-    """A job's history as one JSON object: its fields change together, and none is ever queried alone."""
-    values = {f.name: getattr(h, f.name) for f in fields(h)}
-    return json.dumps({**values, "policy_state": dict(h.policy_state), "held": dict(h.held)}, sort_keys=True)
-
-
-def lock_state_dir(state_dir: Path) -> int:
-    """Take `state_dir` for this process (an exclusive lock on DIR/lock, which holds our pid) and return the
-    descriptor that holds it; StateDirError naming the holder if a data manager (or a restore) has it."""
-    fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise StateDirError(f"state dir {state_dir} is in use by another data manager (pid {holder})") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return fd

@@ -1,0 +1,211 @@
+"""The state directory as files: who holds it, and what it must hold before SQLite may open its database.
+
+A state dir holds `silod.db` (with SQLite's `-wal` and `-shm` while it is open), the `lock` file, and the databases
+restores replaced (`silod.db.replaced-TIME`, each with its log). SQLite opens whatever it finds: an empty file as an
+empty database, and a rollback journal beside a database as a transaction to undo. So before it opens one, the data
+manager checks what the files say (`check_files`): an interrupted restore, an empty database, a log without its
+database, files it cannot write. Each is refused by name, changing nothing (docs/datamgr.md, "Durability")."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import pwd
+from pathlib import Path
+
+DATABASE_NAME = "silod.db"
+LOCK_NAME = "lock"
+# The copy a restore writes before it renames it over the database (backup.py): while it is there, the state dir is
+# between its old database and the restored one.
+RESTORING_NAME = f"{DATABASE_NAME}.restoring"
+# A fresh state dir's database while it is made: renamed into place whole, so that an empty `silod.db` is never
+# one silod left (`check_files`).
+CREATING_NAME = f"{DATABASE_NAME}.creating"
+REPLACED_PREFIX = f"{DATABASE_NAME}.replaced-"
+LOG_SUFFIXES = ("-wal", "-shm", "-journal")  # SQLite's files beside a database: its logs and shared memory
+
+
+class StateDirError(RuntimeError):
+    """The state directory cannot be used: not creatable or writable, locked by another process, from a newer
+    silod, damaged, or left by an interrupted restore. The message says what to do."""
+
+
+class StateDirLock:
+    """A state dir held by this process (`lock_state_dir`) until `release`."""
+
+    def __init__(self, descriptors: list[int]) -> None:
+        self._descriptors = descriptors
+
+    def release(self) -> None:
+        while self._descriptors:
+            os.close(self._descriptors.pop())
+
+
+def lock_state_dir(state_dir: Path) -> StateDirLock:
+    """Take `state_dir` for this process: an exclusive `flock` of the directory itself, then of DIR/lock, which holds
+    our pid. StateDirError naming the holder if a data manager (or a restore) has it; OSError if the directory or
+    its lock file cannot be opened.
+
+    The directory is the lock that counts: its inode cannot be swapped while it holds the database, whereas the lock
+    file can be deleted (it looks stale to an operator) and made again, after which a second data manager would
+    lock the new file and run beside the first. The lock file is still taken, for a silod from before the directory
+    was locked, and for the holder's pid. A file system that cannot lock a directory (NFS emulates `flock` with
+    POSIX locks, which need a file open for writing) has the lock file only."""
+    held: list[int] = []
+    try:
+        directory = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        held.append(directory)
+        try:
+            fcntl.flock(directory, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _in_use(state_dir, _holder_of_directory(directory)) from None
+        except OSError as exc:
+            if exc.errno not in (errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            held.remove(directory)
+            os.close(directory)
+        lock = os.open(state_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        held.append(lock)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _in_use(state_dir, None) from None
+        os.ftruncate(lock, 0)
+        os.pwrite(lock, str(os.getpid()).encode(), 0)
+    except BaseException:
+        StateDirLock(held).release()
+        raise
+    return StateDirLock(held)
+
+
+def _in_use(state_dir: Path, holder: str | None) -> StateDirError:
+    if holder is None:
+        with contextlib.suppress(OSError), open(state_dir / LOCK_NAME, "rb") as file:
+            holder = file.read(32).decode(errors="replace").strip() or None
+    return StateDirError(f"state dir {state_dir} is in use by another data manager (pid {holder or 'unknown'})")
+
+
+def _holder_of_directory(directory: int) -> str | None:
+    """The pid holding a `flock` of the directory open as `directory`, from /proc/locks (where its lock file may be
+    gone); None if it cannot be told."""
+    found = os.fstat(directory)
+    inode = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
+    with contextlib.suppress(OSError), open("/proc/locks") as locks:
+        for line in locks:
+            parts = line.split()
+            if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == inode and parts[4] != "0":
+                return parts[4]  # 0: a process in another pid namespace
+    return None
+
+
+def check_files(state_dir: Path) -> None:
+    """Refuse (StateDirError) a state dir whose files SQLite must not open as they are, changing nothing: one that
+    an interrupted restore left, one whose database the file system emptied, one holding a log without its
+    database. Raise OSError, naming the file, for a file (or the directory) this process may not write."""
+    database = state_dir / DATABASE_NAME
+    refused = f"cannot use state dir {state_dir}"
+    check_restore_finished(state_dir, refused)
+    if not database.exists():
+        for suffix in ("-wal", "-journal"):
+            log = Path(f"{database}{suffix}")
+            if log.exists() and log.stat().st_size > 0:
+                raise StateDirError(
+                    f"{refused}: {log} is there without {database}, whose log it is (the database was deleted or "
+                    f"moved), and SQLite would write its changes into a new one; nothing was changed: put {database} "
+                    f"back, or move {log} aside to start with an empty state"
+                )
+        _check_writable(state_dir)
+        return
+    _check_writable(state_dir, database, *(Path(f"{database}{suffix}") for suffix in ("-wal", "-shm")))
+    if database.stat().st_size == 0:
+        raise StateDirError(
+            f"{refused}: {database} is empty (0 bytes), as silod never leaves it (it makes a database whole before "
+            "naming it so): the file system lost its contents (a power loss before the disk wrote them, a disk "
+            "fault); nothing was changed: restore the state dir from a backup (silod datamgr restore), or delete "
+            f"{database} to start with an empty state"
+        )
+
+
+def check_restore_finished(state_dir: Path, refused: str) -> None:
+    """Refuse (StateDirError, saying `refused` first) a state dir that an interrupted restore left between its old
+    database and the restored one: this silod's (`silod.db.restoring` there) or an older one's (a half copy in
+    `silod.db` with its hot rollback journal, which SQLite would roll back to an empty database)."""
+    database = state_dir / DATABASE_NAME
+    restoring = state_dir / RESTORING_NAME
+    if any(os.path.lexists(f"{restoring}{suffix}") for suffix in ("", *LOG_SUFFIXES)):
+        raise StateDirError(
+            f"{refused}: a restore into it was interrupted ({restoring} is its unfinished copy); nothing was changed: "
+            f"run the restore again (silod datamgr restore --state-dir {state_dir} BACKUP), which keeps the database "
+            f"it replaces as {REPLACED_PREFIX}TIME, as a restore that completes does"
+        )
+    journal = Path(f"{database}-journal")
+    if database.exists() and journal.exists() and journal.stat().st_size > 0:
+        replaced = replaced_databases(state_dir)
+        kept = f"; the database it replaced is kept as {replaced[-1]}" if replaced else ""
+        raise StateDirError(
+            f"{refused}: {database} is an unfinished copy, with a rollback journal ({journal}) beside it, as a restore "
+            "by a silod before this one leaves when it is interrupted: SQLite would roll it back to an empty "
+            f"database{kept}; nothing was changed: run the restore again (silod datamgr restore --state-dir "
+            f"{state_dir} BACKUP)"
+        )
+
+
+def _check_writable(state_dir: Path, *files: Path) -> None:
+    """Raise OSError naming the first of the directory and `files` (those that exist) that this process cannot
+    write, and a database it cannot make private to its owner: SQLite itself says only "unable to open database
+    file" or "attempt to write a readonly database", naming none."""
+    if not os.access(state_dir, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(state_dir))
+    for path in files:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            if os.fstat(fd).st_mode & 0o077:  # dataset options may hold credentials
+                os.fchmod(fd, 0o600)
+        except OSError as exc:
+            raise type(exc)(exc.errno, f"{exc.strerror} (making it private to its owner)", str(path)) from None
+        finally:
+            os.close(fd)
+
+
+def replaced_databases(state_dir: Path) -> list[Path]:
+    """The databases restores replaced in `state_dir` (not their logs), oldest first."""
+
+    def order(path: Path) -> tuple[str, int]:
+        stamp, _, count = path.name[len(REPLACED_PREFIX) :].partition("-")  # TIME, then -2, -3... (`_unused_name`)
+        return stamp, int(count) if count.isdigit() else 1
+
+    found = [
+        path
+        for path in state_dir.glob(f"{REPLACED_PREFIX}*")
+        if not path.name.endswith(LOG_SUFFIXES) and path.is_file()
+    ]
+    return sorted(found, key=order)
+
+
+def access_advice(state_dir: Path, exc: OSError) -> str:
+    """What to do about `exc`, an error opening or locking a file of `state_dir`: "FILE: strerror; ..."."""
+    named = exc.filename and str(exc.filename) not in (exc.strerror or "")
+    said = f"{exc.filename}: {exc.strerror}" if named else str(exc.strerror or exc)
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        user = _user()
+        return (
+            f"{said}; nothing was changed: give the state dir and its files to the user the data manager runs as "
+            f"(chown -R {user} {state_dir}), or run it as the user that owns them"
+        )
+    if exc.errno == errno.EROFS:
+        return (
+            f"{said}; nothing was changed: repair the disk and mount it read-write, then start the data manager again"
+        )
+    return said
+
+
+def _user() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
