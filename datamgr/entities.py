@@ -13,6 +13,14 @@ from dataclasses import KW_ONLY, dataclass, field, fields
 class DataManagerError(Exception):
     """A rejected call: nothing was changed. The message names the field and the rule."""
 
+    # A tag for refusals a client acts on without reading the message (sent as the trailing metadata
+    # `silod-refusal`: REFUSAL_KEY): a node agent stops for these rather than wait, as it waits out a state disk
+    # that refuses writes, whose status code is the same. "": none.
+    refusal = ""
+
+
+REFUSAL_KEY = "silod-refusal"
+
 
 class InvalidArgument(DataManagerError):
     """The request is malformed whatever the state."""

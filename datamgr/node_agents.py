@@ -22,10 +22,7 @@ from dataclasses import dataclass, field
 
 from datamgr.entities import FailedPrecondition
 
-# Trailing metadata of a refusal, so that an agent tells it from other FAILED_PRECONDITIONs (a state disk that
-# refuses writes) without reading the message. The proto documents it (RegisterNodeRequest.agent_id).
-REFUSAL_KEY = "silod-refusal"
-SERVED_ELSEWHERE = "node-served-by-another-agent"
+SERVED_ELSEWHERE = "node-served-by-another-agent"  # its `refusal` tag (`DataManagerError.refusal`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +38,8 @@ class Holder:
 
 class NodeServedElsewhere(FailedPrecondition):
     """A call for a node from an agent other than the one serving it; nothing was changed."""
+
+    refusal = SERVED_ELSEWHERE
 
     def __init__(self, node_id: str, holder: Holder) -> None:
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(holder.since))

@@ -12,6 +12,7 @@ from datamgr import convert, queries
 from datamgr.controller import Controller
 from datamgr.defaults import EXTERNAL_POLICY
 from datamgr.entities import (
+    REFUSAL_KEY,
     AlreadyExists,
     DataManagerError,
     FailedPrecondition,
@@ -25,7 +26,6 @@ from datamgr.entities import (
     Worker,
 )
 from datamgr.manager import DataManager
-from datamgr.node_agents import REFUSAL_KEY, SERVED_ELSEWHERE, NodeServedElsewhere
 from datamgr.watch import WatchClosed, WatchOverflow
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
@@ -42,7 +42,6 @@ STATUS_OF: dict[type[DataManagerError], grpc.StatusCode] = {
     # gRPC's rule for a call that must not be retried "until the system state has been explicitly fixed".
     StateDiskUnwritable: grpc.StatusCode.FAILED_PRECONDITION,
     StateDiskUnreadable: grpc.StatusCode.FAILED_PRECONDITION,
-    NodeServedElsewhere: grpc.StatusCode.FAILED_PRECONDITION,
 }
 MANIFEST_CHUNK_BYTES = 1024 * 1024
 STOPPING = "the data manager is stopping; reconnect once it is back"
@@ -60,9 +59,10 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: DataManager
     message = str(error)
     if len(message) > MAX_ERROR_CHARS:
         message = f"{message[:MAX_ERROR_CHARS]}... ({len(message) - MAX_ERROR_CHARS:,} more characters)"
-    # A node agent tells this refusal from the other FAILED_PRECONDITIONs by its metadata, not its words.
-    trailing = ((REFUSAL_KEY, SERVED_ELSEWHERE),) if isinstance(error, NodeServedElsewhere) else ()
-    await context.abort(STATUS_OF[type(error)], message, trailing_metadata=trailing)
+    # A node agent tells these refusals from the other FAILED_PRECONDITIONs by their metadata, not their words.
+    trailing = ((REFUSAL_KEY, error.refusal),) if error.refusal else ()
+    status = next(STATUS_OF[kind] for kind in type(error).__mro__ if kind in STATUS_OF)  # a subclass: its base's
+    await context.abort(status, message, trailing_metadata=trailing)
     raise AssertionError("context.abort returned")  # pragma: no cover - abort always raises
 
 

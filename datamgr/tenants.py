@@ -72,6 +72,12 @@ def cell_gpus(cell_levels: str, nodes: Iterable[Node]) -> dict[str, int]:
     return {"gpu": 1, "node": largest} if largest else {"gpu": 1}
 
 
+class NodeLargerThanCell(FailedPrecondition):
+    """A node with more GPUs than a node cell of --cell-levels: no restart of its agent changes that."""
+
+    refusal = "node-larger-than-a-cell"
+
+
 def check_node_gpus(node: Node, cell_levels: str, field: str = "gpus") -> None:
     """FAILED_PRECONDITION unless the node's GPUs fit a node cell of `--cell-levels` (any do without it: a node
     cell is then the largest node's). A node cell cannot hold more, so no hierarchy of these levels could hold
@@ -80,7 +86,7 @@ def check_node_gpus(node: Node, cell_levels: str, field: str = "gpus") -> None:
         return
     per_node = cell_gpus(cell_levels, ())["node"]
     if node.gpus > per_node:
-        raise FailedPrecondition(
+        raise NodeLargerThanCell(
             f"{field}: node {node.node_id!r} has {node.gpus} GPUs, more than the {per_node} of a node cell of "
             f"--cell-levels {cell_levels}"
         )

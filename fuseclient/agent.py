@@ -63,9 +63,11 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.http2.ping_timeout_ms", 10_000),
 ]
-# The trailing metadata of the data manager's refusal of a call for a node another agent serves (datamgr.node_agents,
-# documented in the proto at RegisterNodeRequest.agent_id).
-SERVED_ELSEWHERE = ("silod-refusal", "node-served-by-another-agent")
+# The trailing metadata by which the data manager tags refusals that waiting would not change (its
+# `DataManagerError.refusal`, documented in the proto at RegisterNodeRequest): another agent serves the node, or the
+# node has more GPUs than a node cell holds.
+REFUSAL_KEY = "silod-refusal"
+SERVED_ELSEWHERE = "node-served-by-another-agent"
 
 
 class AgentError(RuntimeError):
@@ -76,13 +78,20 @@ class ManifestMismatch(Exception):
     """A fetched manifest does not hash to the digest the allocation names; fetched again on reconnect."""
 
 
+def refusal_of(exc: grpc.RpcError) -> str:
+    """The tag of a refusal the data manager tagged (REFUSAL_KEY); "" for any other error."""
+    if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+        return ""
+    for item in exc.trailing_metadata() or ():
+        if item.key == REFUSAL_KEY:
+            value: str | bytes = item.value  # gRPC hands text metadata as str, though grpc-stubs types it bytes
+            return value.decode() if isinstance(value, bytes) else value
+    return ""
+
+
 def served_elsewhere(exc: grpc.RpcError) -> bool:
     """Whether the data manager refused a call because another agent serves this node (the same --node-id)."""
-    if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
-        return False
-    key, value = SERVED_ELSEWHERE
-    # gRPC hands the values of text metadata as str, though grpc-stubs types them bytes
-    return any(item.key == key and item.value in (value, value.encode()) for item in exc.trailing_metadata() or ())
+    return refusal_of(exc) == SERVED_ELSEWHERE
 
 
 @dataclass(frozen=True)
@@ -513,7 +522,7 @@ class NodeAgent:
     def _raise_if_refused(self, exc: grpc.RpcError) -> None:
         """AgentError for a registration the data manager refuses, which waiting would not change."""
         node_id = self._config.node_id
-        if served_elsewhere(exc):  # another agent with this node id: this one must not serve it too
+        if refusal_of(exc):  # another agent serves the node, or no cell holds it: waiting would change neither
             raise AgentError(f"cannot register node {node_id}: {exc.details()}") from None
         if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
             raise self._registered_otherwise(exc.details() or "registered with other parameters") from None

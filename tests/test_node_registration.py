@@ -9,13 +9,14 @@ import socket
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import pytest
 
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.cluster_fixtures import FILES, SIZE, System, eventually
-from tests.datamgr_fixtures import silod_cli
+from tests.datamgr_fixtures import DataManagerProcess, silod_cli
 from tests.mount_fixtures import MountProcess, is_live_mount
 
 
@@ -287,3 +288,24 @@ def test_an_agent_cut_off_while_another_took_its_node_is_refused_serves_its_last
         assert "Traceback" not in first.log_path.read_text()
     finally:
         relay.close()
+
+
+def test_an_agent_with_more_gpus_than_a_node_cell_holds_exits_1_before_mounting(tmp_path: Path) -> None:
+    # It mounted and waited for good ("waiting for the data manager ... FAILED_PRECONDITION"), as for a state disk that
+    # refuses writes, though no restart of either changes a node cell's size.
+    datamgr = DataManagerProcess(
+        tmp_path / "state", tmp_path / "datamgr.log", "--policy", "hived", "--cell-levels", "gpu:1,node:2",
+        "--remote-io-limit", "1MB/s",
+    )  # fmt: skip
+    datamgr.start()
+    try:
+        agent = MountProcess.node(tmp_path / "h1", datamgr.address, "h1", "--cache-capacity", "1GiB", "--gpus", "4")
+        result = _run(agent)
+    finally:
+        datamgr.stop()
+    assert result.returncode == 1, result.stderr
+    assert (
+        "silod node: cannot register node h1: gpus: node 'h1' has 4 GPUs, more than the 2 of a node cell of "
+        "--cell-levels gpu:1,node:2"
+    ) in result.stderr
+    assert not is_live_mount(agent.mountpoint)
