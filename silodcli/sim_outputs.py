@@ -29,6 +29,7 @@ from pathlib import Path
 from types import FrameType
 
 from datamgr.scheduler.sim.fields import SimInputError
+from silodlib.directories import make_directory
 
 STAGING_PREFIX = ".silod-partial-"
 
@@ -38,8 +39,11 @@ def staged_outputs(out: Path, names: Collection[str]) -> Iterator[Path]:
     """A fresh directory inside `out` to write the files `names` (paths relative to `out`, `fifo-silod/jobs.csv`)
     into. When the block ends without an exception, the files written there replace those in `out`, and each of
     `names` not written is removed from `out`; on an exception, Ctrl-C included, `out` is left as it was (a
-    KeyboardInterrupt comes out saying so)."""
+    KeyboardInterrupt comes out saying so): if this made it, it is removed again."""
+    made = not out.is_dir()
+    make_directory(out)
     staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
+    committed = False
     try:
         try:
             yield staging
@@ -50,8 +54,12 @@ def staged_outputs(out: Path, names: Collection[str]) -> Iterator[Path]:
                 exc.filename = str(out / Path(exc.filename).relative_to(staging))
             raise
         _commit(staging, out, names)
+        committed = True
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if made and not committed:
+            with contextlib.suppress(OSError):  # another process's file in it since: it stays
+                out.rmdir()
 
 
 def _commit(staging: Path, out: Path, names: Collection[str]) -> None:

@@ -839,6 +839,20 @@ def test_ctrl_c_during_a_run_exits_130_in_one_line_and_leaves_the_earlier_runs_f
     assert contents(out) == earlier  # the fifo run's files, whole, and nothing of the sjf run's
 
 
+def test_a_run_interrupted_before_its_out_existed_leaves_no_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An empty --out stayed behind, though the line said nothing was written to it.
+    def interrupted(*args: object, **kwargs: object) -> SimResult:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("silodcli.sim.simulate", interrupted)
+    out = tmp_path / "new" / "out"
+    assert main(["sim", *tiny_inputs(tmp_path), "--out", str(out)]) == 130
+    assert capsys.readouterr().err == f"silod: interrupted; nothing of this run was written to {out}/\n"
+    assert not out.exists()
+
+
 def test_ctrl_c_during_a_compare_in_workers_ends_them_and_leaves_the_earlier_compare_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

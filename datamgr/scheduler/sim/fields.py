@@ -268,10 +268,15 @@ def reading(path: Path) -> Iterator[None]:
 
 
 def output_directory(path: Path) -> Path:
-    """`path` made (with its parents) to take a run's files: refused as a `SimInputError` naming `--out` when it
-    cannot be (a file in the way, no permission), before any simulation has spent its time."""
+    """`path`, checked to be a directory that can take a run's files: refused as a `SimInputError` naming `--out`
+    when it cannot be made (a file in the way, no permission), before any simulation has spent its time. One this
+    check makes is removed again (its parents stay): the run makes it once its files are written
+    (`silodcli.sim_outputs.staged_outputs`), so a run that never gets that far leaves no empty one."""
+    existed = path.is_dir()
     try:
         make_directory(path)
+        if not existed:
+            path.rmdir()
     except OSError as exc:
         raise SimInputError(f"--out {path}: {exc.strerror or exc}") from None
     return path
