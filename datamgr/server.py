@@ -78,11 +78,12 @@ async def serve(
 ) -> None:
     """Serve until `stop` is set or SIGTERM/SIGINT arrives. `on_ready` gets the bound port.
 
-    Raises SecurityConfigError for bad security settings and ServeError for a policy that cannot run or cell
-    levels that are no hierarchy, before the state dir is touched; ServeError too for a state dir whose tenants
-    name levels the cell levels lack."""
+    Raises SecurityConfigError for bad security settings and ServeError for a listen address that is no HOST:PORT,
+    a policy that cannot run or cell levels that are no hierarchy, before the state dir is touched; ServeError too
+    for a state dir whose tenants name levels the cell levels lack."""
     stop = stop or asyncio.Event()
     security = ServerSecurity.load(config.tls_cert, config.tls_key, config.tls_ca, config.auth_token_file)
+    _listen_address(config.listen)
     scheduler = _scheduler(config)
     _check_cell_levels(config.cell_levels)
     store = SQLiteStore(config.state_dir)
@@ -251,11 +252,15 @@ def _manager_and_controller(
     return manager, Controller(manager, scheduler, requests, round_seconds=config.round_seconds)
 
 
-def _bind(server: grpc.aio.Server, listen: str, security: ServerSecurity) -> int:
+def _listen_address(listen: str) -> tuple[str, int]:
     try:
-        host, wanted_port = host_and_port(listen)
+        return host_and_port(listen)
     except ValueError as exc:
         raise ServeError(f"--listen {exc}") from None
+
+
+def _bind(server: grpc.aio.Server, listen: str, security: ServerSecurity) -> int:
+    host, wanted_port = _listen_address(listen)
     if not _is_loopback(host):
         for warning in security.exposure_warnings(listen):
             log.warning("%s", warning)

@@ -482,6 +482,16 @@ def test_serve_refuses_bad_flags(tmp_path: Path, args: tuple[str, ...], fragment
     assert fragment in result.stderr
 
 
+@pytest.mark.parametrize("listen", ["127.0.0.1", "127.0.0.1:99999", "nonsense"])
+def test_a_listen_address_that_is_no_host_and_port_is_refused_before_the_state_dir_is_made(
+    tmp_path: Path, listen: str
+) -> None:
+    # The state dir, its lock and database were made first, then the address refused.
+    result = silod_cli("datamgr", "serve", "--state-dir", str(tmp_path / "s"), "--listen", listen)
+    assert result.returncode == 2 and f"--listen '{listen}' must be HOST:PORT" in result.stderr
+    assert not (tmp_path / "s").exists()
+
+
 def test_status_of_an_empty_cluster_shows_empty_tables(datamgr: RunningDataManager) -> None:
     result = silod_cli("status", datamgr=datamgr.address)
     assert result.returncode == 0, result.stderr
