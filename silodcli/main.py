@@ -381,6 +381,11 @@ def _run(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     except ConfigError as exc:
         print(f"silod: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if getattr(args, "grpc_client", False):
+        # gRPC's C core writes INFO lines to stderr ("Handshake failed with error SSL_ERROR_SSL ..."), each before
+        # the one line in which the command says what failed and what to do. Read once, when grpc is first
+        # imported, which the command has not done yet; GRPC_VERBOSITY set by the user wins.
+        os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     prefix = config.COMMAND_DEFAULT_PREFIX
     setup_logging(
         args.log_level or getattr(args, f"{prefix}log_level", "WARNING"),

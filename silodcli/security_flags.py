@@ -32,6 +32,7 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
 def add_client_flags(parser: argparse.ArgumentParser) -> None:
     """The flags of every command that talks to the data manager. No defaults here: the environment is read
     after parsing, so a flag wins over its variable and `--help` shows no paths."""
+    parser.set_defaults(grpc_client=True)  # `main` quiets gRPC's own INFO lines for it
     group = parser.add_argument_group("security (see docs/datamgr.md)")
     group.add_argument(
         "--tls-ca", type=Path, metavar="FILE", help=f"use TLS; verify the data manager with this CA (env {TLS_CA_ENV})"

@@ -341,6 +341,8 @@ def test_the_cli_talks_to_a_tls_and_token_data_manager(
     monkeypatch.setenv("SILOD_AUTH_TOKEN_FILE", str(path))
     wrong_env = silod_cli("status", datamgr=address)
     assert wrong_env.returncode == 3 and "CERTIFICATE_VERIFY_FAILED" in wrong_env.stderr
+    # One line, silod's: gRPC's "I1127 ... Handshake failed with error SSL_ERROR_SSL ..." came first.
+    assert wrong_env.stderr.startswith("silod: TLS handshake with") and wrong_env.stderr.count("\n") == 1
     flag_wins = silod_cli("job", "add", "j1", "--dataset", uri, "--ideal-rate", "1MB/s", "--worker", "n1",
                           "--tls-ca", str(tls.ca), datamgr=address)  # fmt: skip
     assert flag_wins.returncode == 1 and "NOT_FOUND" in flag_wins.stderr  # authenticated; node n1 is unknown
