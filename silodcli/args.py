@@ -317,3 +317,23 @@ def key_value(text: str) -> tuple[str, str]:
     if not equals or not key.strip() or not value.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
     return key.strip(), value.strip()
+
+
+class AppendKeyOnce(argparse.Action):
+    """Append a `key_value` pair, refusing a key given before: of `--policy-option queues=1h --policy-option
+    queues=2h` only the last counted, without a word, so one of two values the user typed was dropped."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, tuple)
+        given: list[tuple[str, str]] = list(getattr(namespace, self.dest) or [])
+        key, value = values
+        earlier = next((v for k, v in given if k == key), None)
+        if earlier is not None:
+            parser.error(f"argument {option_string}: {key} given twice ({key}={earlier}, {key}={value}); give it once")
+        setattr(namespace, self.dest, [*given, (key, value)])

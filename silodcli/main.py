@@ -17,6 +17,7 @@ from datamgr.defaults import DATAMGR_ENV, DEFAULT_DATAMGR, DEFAULT_LISTEN, DEFAU
 from datamgr.logs import setup_logging
 from silodcli import config, fuse_parser
 from silodcli.args import (
+    AppendKeyOnce,
     backup_file_arg,
     cell_levels_arg,
     cells_arg,
@@ -136,11 +137,11 @@ def build_parser() -> ConfigurableParser:
         "--policy-option",
         dest="policy_options",
         type=key_value,
-        action="append",
+        action=AppendKeyOnce,
         default=[],
         metavar="KEY=VALUE",
         help="a knob of the --policy, for a policy that takes knobs (tiresias-las: queues=1h, promote_knob=4, ...; "
-        "see docs/scheduler.md); repeat for more. Command line only",
+        "see docs/scheduler.md); repeat for more, each key once. Command line only",
     )
     serve_p.set_defaults(run=Deferred("silodcli.serve:run_serve"), default_log_level="INFO")
     for action, about, file_type, file_help in (

@@ -22,7 +22,14 @@ from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.generator import GeneratorConfig
 from datamgr.scheduler.sim.model import SimConfig
 from datamgr.scheduler.sim.scenarios import PREEMPTION_COST, available_scenarios
-from silodcli.args import ActionAfterItsOptions, argument_type, key_value, path_arg, positive_seconds
+from silodcli.args import (
+    ActionAfterItsOptions,
+    AppendKeyOnce,
+    argument_type,
+    key_value,
+    path_arg,
+    positive_seconds,
+)
 from silodcli.config import ConfigurableParser
 from silodcli.deferred import Deferred
 
@@ -189,10 +196,10 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "most a day (default: the scenario's, else 0)",
     )  # fmt: skip
     parser.add_argument(
-        "--policy-option", dest="policy_options", type=key_value, action="append", default=[],
+        "--policy-option", dest="policy_options", type=key_value, action=AppendKeyOnce, default=[],
         metavar="KEY=VALUE",
         help="a knob of the policies that take knobs (Tiresias: queues=1h or 1h,2h or continuous, promote_knob, "
-        "pack_limit, history); repeat for more; overrides the scenario's [policy] table",
+        "pack_limit, history); repeat for more, each key once; overrides the scenario's [policy] table",
     )  # fmt: skip
 
     parser.add_argument(

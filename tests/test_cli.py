@@ -471,6 +471,10 @@ def test_secret_options_from_the_environment_are_not_echoed(
         (("--round", "inf"), "argument --round: 'inf' must be a positive number of seconds from 0.1 to 86,400"),
         # Knobs without the policy they are for were dropped without a word.
         (("--policy-option", "queues=1h"), "--policy-option queues=1h: --policy-option needs --policy NAME"),
+        (
+            ("--policy", "tiresias-las", "--policy-option", "queues=1h", "--policy-option", "queues=2h"),
+            "argument --policy-option: queues given twice (queues=1h, queues=2h); give it once",
+        ),
         (("--listen", "127.0.0.1:99999"), "--listen '127.0.0.1:99999' must be HOST:PORT with a PORT from 0 to"),
         # 192.0.2.0/24 is documentation space (RFC 5737): never an address of this machine; binding sends nothing.
         (("--listen", "192.0.2.1:7420"), "cannot listen on 192.0.2.1:7420: 192.0.2.1 is not an address of this"),

@@ -343,6 +343,11 @@ def test_bad_input_exits_2_naming_the_option_before_anything_runs(
             "argument --fractions: '1.5' must be between 0 and 1",
         ),
         (["sharing", "--scenario", "nowhere"], "argument --scenario: invalid choice: 'nowhere'"),
+        # Only the last of two values counted, silently.
+        (
+            ["bandwidth", "--scenario", "micro", "--policy-option", "queues=1h", "--policy-option", "queues=2h"],
+            "argument --policy-option: queues given twice (queues=1h, queues=2h); give it once",
+        ),
     ],
 )
 def test_bad_values_are_refused_by_the_parser_with_exit_2(
