@@ -164,8 +164,14 @@ def test_fitgpp_knobs_are_checked_by_name() -> None:
     assert fitgpp({"s": 8}).config.s == 8
     with pytest.raises(UnknownPolicy, match="unknown option 's'"):
         build_scheduler("lrtp", "silod", {"s": 8})  # LRTP has no score to weigh
-    with pytest.raises(UnknownPolicy, match=r"preemption_limit: 0\.5 must be at least 1"):
+    with pytest.raises(UnknownPolicy, match=r"preemption_limit: 0\.5 must be a whole number, at least 1 \(or inf\)"):
         build_scheduler("fitgpp", "silod", {"preemption_limit": 0.5})
+    # Accepted before: a limit of 1.5 preemptions, and a weight that makes every score infinite.
+    with pytest.raises(UnknownPolicy, match=r"preemption_limit: 1\.5 must be a whole number"):
+        build_scheduler("fitgpp", "silod", {"preemption_limit": "1.5"})
+    with pytest.raises(UnknownPolicy, match="option s: inf must be a finite number, at least 0"):
+        build_scheduler("fitgpp", "silod", {"s": "1e400"})
+    assert fitgpp({"preemption_limit": "2"}).config.preemption_limit == 2
 
 
 # --- CPUs, RAM and grace periods in the inputs ------------------------------------------------------------------------

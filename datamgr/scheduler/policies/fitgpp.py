@@ -91,10 +91,11 @@ class FitGppConfig:
     wait_for_release: bool = True
 
     def __post_init__(self) -> None:
-        if not self.s >= 0:
-            raise ValueError(f"option s: {self.s!r} must be at least 0")
-        if not self.preemption_limit >= 1:
-            raise ValueError(f"option preemption_limit: {self.preemption_limit!r} must be at least 1 (or inf)")
+        if not 0 <= self.s < math.inf:  # an infinite weight makes every score infinite or NaN: no ranking
+            raise ValueError(f"option s: {self.s!r} must be a finite number, at least 0")
+        limit = self.preemption_limit
+        if not (limit >= 1 and (limit == math.inf or limit == int(limit))):  # a count of preemptions
+            raise ValueError(f"option preemption_limit: {limit!r} must be a whole number, at least 1 (or inf)")
 
     @classmethod
     def from_options(cls, options: PolicyOptions, scored: bool) -> FitGppConfig:
