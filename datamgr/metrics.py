@@ -6,6 +6,8 @@ runs on the HTTP server's thread and only reads.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
@@ -40,11 +42,10 @@ class DataManagerMetrics(MetricsEndpoint):
         self.interceptor = _RpcMetrics(self)
 
 
-def _code_name(context: grpc.aio.ServicerContext[Any, Any], failed: bool) -> str:
+def _code_name(context: grpc.aio.ServicerContext[Any, Any], unset: str) -> str:
+    """The status the call ended with; `unset` where the handler set none (it returned, raised, or was cancelled)."""
     code = context.code()
-    if isinstance(code, grpc.StatusCode):
-        return code.name
-    return "UNKNOWN" if failed else "OK"
+    return code.name if isinstance(code, grpc.StatusCode) else unset
 
 
 class _RpcMetrics(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]  # generic in the stubs only
@@ -67,14 +68,14 @@ class _RpcMetrics(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]  # gene
             behavior = handler.unary_unary
 
             async def unary(request: object, context: grpc.aio.ServicerContext[Any, Any]) -> object:
-                started, failed = time.perf_counter(), True
+                started, outcome = time.perf_counter(), "UNKNOWN"
                 try:
                     response = await behavior(request, context)
-                    failed = False
+                    outcome = "OK"
                     return response
                 finally:
                     latency.labels(method).observe(time.perf_counter() - started)
-                    requests.labels(method, _code_name(context, failed)).inc()
+                    requests.labels(method, _code_name(context, outcome)).inc()
 
             return grpc.unary_unary_rpc_method_handler(
                 unary,
@@ -85,13 +86,20 @@ class _RpcMetrics(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]  # gene
             stream_behavior = handler.unary_stream
 
             async def stream(request: object, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[object]:
-                failed = True
+                outcome = "UNKNOWN"
                 try:
-                    async for message in stream_behavior(request, context):
-                        yield message
-                    failed = False
+                    messages = stream_behavior(request, context)
+                    if inspect.isawaitable(messages):  # a coroutine that writes with `context.write`, or refuses
+                        await messages
+                    else:
+                        async for message in messages:
+                            yield message
+                    outcome = "OK"
+                except (asyncio.CancelledError, GeneratorExit):
+                    outcome = "CANCELLED"  # the client went away (an agent stopping): no error of the server's
+                    raise
                 finally:
-                    requests.labels(method, _code_name(context, failed)).inc()
+                    requests.labels(method, _code_name(context, outcome)).inc()
 
             return grpc.unary_stream_rpc_method_handler(
                 stream,

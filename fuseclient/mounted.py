@@ -118,6 +118,13 @@ class MountedJob:
         while self.open_epochs and min(self.open_epochs) <= closed:
             self.finished_epochs.append(self.open_epochs.pop(min(self.open_epochs)))
 
+    def count_cached_read(self, size: int) -> None:
+        """Count a read of `size` bytes served from the local cache, as one hit (`OpenFile`: a file opened from
+        the cache, whose reads the kernel may serve from its page cache without asking the daemon)."""
+        self.bytes_read += size
+        self.cache_hits += 1
+        self.meter.add(size, trio.current_time())
+
     def statistics(self, now: float) -> JobStats:
         throughput = self.meter.rate(now)
         epoch = self.tracker.epoch

@@ -40,8 +40,17 @@ class FetchedItems:
         self.items = {item: data} if ahead is None else {item: data, item + 1: ahead}
 
 
-async def read(job: MountedJob, file_index: int, offset: int, size: int, fetched: FetchedItems | None = None) -> bytes:
-    """Up to `size` bytes of the job's file `file_index` from `offset` (short at the end of the file)."""
+async def read(
+    job: MountedJob,
+    file_index: int,
+    offset: int,
+    size: int,
+    fetched: FetchedItems | None = None,
+    *,
+    counted: bool = False,
+) -> bytes:
+    """Up to `size` bytes of the job's file `file_index` from `offset` (short at the end of the file); `counted`:
+    the job's read, hit and miss counters already hold this read (an open from the cache counted the file)."""
     manifest = job.dataset.manifest
     items = manifest.items_covering(file_index, offset, size)
     if not items:
@@ -53,25 +62,34 @@ async def read(job: MountedJob, file_index: int, offset: int, size: int, fetched
     for item in items:
         item_start = (item - first_item) * chunk
         start, stop = max(offset, item_start), min(end, item_start + chunk)
-        parts.append(await _item_bytes(job, item, last_item, start - item_start, stop - start, fetched))
+        parts.append(await _item_bytes(job, item, last_item, start - item_start, stop - start, fetched, counted))
     data = parts[0] if len(parts) == 1 else b"".join(parts)
-    job.bytes_read += len(data)
-    job.meter.add(len(data), trio.current_time())
+    if not counted:
+        job.bytes_read += len(data)
+        job.meter.add(len(data), trio.current_time())
     return data
 
 
 async def _item_bytes(
-    job: MountedJob, item: int, last_item: int, offset: int, length: int, fetched: FetchedItems | None
+    job: MountedJob,
+    item: int,
+    last_item: int,
+    offset: int,
+    length: int,
+    fetched: FetchedItems | None,
+    counted: bool = False,
 ) -> bytes:
     cache = job.dataset.cache
     if cache.contains(item):
         data = cache.read(item, offset, length)  # local disk: a pread, cheaper inline than a thread hop
         if data is not None:
-            job.cache_hits += 1
+            if not counted:
+                job.cache_hits += 1
             return data
     if fetched is not None and item in fetched.items:
         return fetched.items[item][offset : offset + length]
-    job.cache_misses += 1
+    if not counted:
+        job.cache_misses += 1
     if fetched is None:
         return (await fetch_item(job, item))[offset : offset + length]
     ahead = item + 1

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import trio
 from prometheus_client import generate_latest
@@ -64,6 +65,35 @@ def test_the_data_manager_counts_rpcs_by_method_and_status_and_shows_its_state(t
     assert values[("silod_revision", ())] == 4
     assert values[("silod_remote_io_allocated_bytes_per_second", ())] == 5_000_000
     assert values[("silod_job_remote_io_bytes_per_second", (("job", "j1"),))] == 5_000_000
+
+
+@pytest.mark.expected_warnings  # the refusal of the tokenless watch
+def test_refused_and_cancelled_streams_are_counted_by_their_status_and_refused_ones_refused(tmp_path: Path) -> None:
+    # With metrics on, a tokenless stream got UNKNOWN ("'async for' requires an object with __aiter__ method") and a
+    # traceback, not UNAUTHENTICATED; and a watch its agent ended was counted as UNKNOWN, a server error.
+    port, token = free_port(), tmp_path / "token"
+    token.write_text("a-token-of-the-data-manager\n")
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", 10**9, 30.0, auth_token_file=token, metrics_port=port)
+    with EmbeddedDataManager(config) as dm:
+        with DataManagerClient(dm.address, token="a-token-of-the-data-manager") as client:
+            client.register_node("n1", "h:1", 10**9)
+            watch = client.stub.WatchAllocations(pb.WatchAllocationsRequest(node_id="n1"))
+            next(watch)
+            watch.cancel()
+        with DataManagerClient(dm.address) as tokenless, pytest.raises(grpc.RpcError) as refused:
+            next(tokenless.stub.WatchAllocations(pb.WatchAllocationsRequest(node_id="n1")))
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value.details()
+
+        def counted(code: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+            return ("silod_rpc_requests_total", (("code", code), ("method", "WatchAllocations")))
+
+        def scraped() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+            found = samples(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode())
+            return found if counted("CANCELLED") in found and counted("UNAUTHENTICATED") in found else None
+
+        values = polling.eventually(scraped, what="both streams counted", timeout=10)
+    assert values[counted("CANCELLED")] == values[counted("UNAUTHENTICATED")] == 1
+    assert counted("UNKNOWN") not in values
 
 
 def test_a_node_exposes_cache_backend_throttle_and_job_progress(tmp_path: Path) -> None:

@@ -138,6 +138,26 @@ def test_a_thousand_concurrent_readers_of_one_item_all_get_its_bytes_from_one_fe
     assert stats["jobs"]["job1"]["bytes_from_remote"] == len(content)  # fetched once, then served from cache
 
 
+def test_passes_over_cached_files_count_as_reads_and_hits_though_the_page_cache_serves_them(
+    mount_factory: MountFactory, local_uri: tuple[str, dict[str, bytes]]
+) -> None:
+    # A file opened from the cache gets keep_cache, so the kernel served later passes from its page cache and the
+    # job's counters saw none of them: three passes read, counted, 2/3 of the bytes and one pass of hits.
+    uri, files = local_uri
+    mount = mount_factory({"job1": uri}, "--cache-size", f"{uri}=10MB")
+    root = mount.job_dir("job1")
+    for _ in range(3):
+        assert {path: (root / path).read_bytes() for path in files} == files
+    total = sum(map(len, files.values()))
+
+    def counted(stats: dict[str, Any]) -> bool:
+        return bool(stats["jobs"]["job1"]["bytes_read"] >= 3 * total)
+
+    job = mount.wait_for_stats(counted)["jobs"]["job1"]
+    assert (job["bytes_read"], job["bytes_from_remote"]) == (3 * total, total)
+    assert (job["cache_hits"], job["cache_misses"]) == (2 * len(files), len(files))
+
+
 def _forget_pages(path: Path) -> None:
     """Drop a file's pages from the kernel's page cache."""
     fd = os.open(path, os.O_RDONLY)
