@@ -26,7 +26,7 @@ from fuseclient.assembly import MountConfig, build_state
 from fuseclient.metrics import MountMetrics
 from silodpb.v1 import datamgr_pb2 as pb
 from tests import polling
-from tests.datamgr_fixtures import RunningDataManager, make_local_dataset, silod_cli
+from tests.datamgr_fixtures import RunningDataManager, make_local_dataset, silod_cli, watch
 from tests.mount_fixtures import MountProcess, is_live_mount
 
 
@@ -77,11 +77,11 @@ def test_refused_and_cancelled_streams_are_counted_by_their_status_and_refused_o
     with EmbeddedDataManager(config) as dm:
         with DataManagerClient(dm.address, token="a-token-of-the-data-manager") as client:
             client.register_node("n1", "h:1", 10**9)
-            watch = client.stub.WatchAllocations(pb.WatchAllocationsRequest(node_id="n1"))
-            next(watch)
-            watch.cancel()
+            stream = watch(client, "n1")
+            stream.next()
+            stream.cancel()
         with DataManagerClient(dm.address) as tokenless, pytest.raises(grpc.RpcError) as refused:
-            next(tokenless.stub.WatchAllocations(pb.WatchAllocationsRequest(node_id="n1")))
+            watch(tokenless, "n1").next()
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value.details()
 
         def counted(code: str) -> tuple[str, tuple[tuple[str, str], ...]]:
