@@ -104,6 +104,13 @@ def class_text(job: pb.Job) -> str:
     return CLASS_NAMES.get(job.job_class, "-")
 
 
+def gpu_hours_text(gpu_seconds: float) -> str:
+    """GPU time in hours, three significant digits below 1,000 and whole hours from there ("1,520", where "%.3g"
+    writes "1.52e+03")."""
+    hours = gpu_seconds / 3600
+    return f"{hours:.3g}" if hours < 999.5 else f"{hours:,.0f}"
+
+
 def duration_text(seconds: float) -> str:
     """A duration as `--grace-period` takes one, in the largest unit that keeps it whole: `90s`, `3m`, `1h`;
     `-` for none."""
@@ -229,7 +236,7 @@ def jobs_table(jobs: Sequence[pb.Job]) -> str:
             workers_text(j),
             phase_text(j),
             queue_text(j),
-            f"{j.schedule.attained_gpu_seconds / 3600:.3g}",
+            gpu_hours_text(j.schedule.attained_gpu_seconds),
             j.schedule.preemptions,
             format_size(sum(u.bytes_read for u in j.usage)),
             format_rate(j.estimate.throughput_bytes_per_sec) if j.HasField("estimate") else "-",

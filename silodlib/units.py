@@ -98,9 +98,12 @@ def parse_rate(text: str) -> int:
 
 
 def _scaled(value: float, base: int, units: tuple[str, ...]) -> str:
+    """`value` in the first unit it is shown below `base` in, as rounded for showing: 1,048,575 bytes are
+    "1.0 MiB", not "1024.0 KiB"."""
     for unit in units[:-1]:
-        if abs(value) < base:
-            return f"{value:.0f} {unit}" if unit == units[0] else f"{value:.1f} {unit}"
+        digits = 0 if unit == units[0] else 1
+        if abs(round(value, digits)) < base:
+            return f"{value:.{digits}f} {unit}"
         value /= base
     return f"{value:.1f} {units[-1]}"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from silodcli.tables import gpu_hours_text
 from silodlib.units import UnitError, format_rate, format_size, parse_rate, parse_size
 
 
@@ -89,3 +90,19 @@ def test_format_size_and_rate_pick_readable_units() -> None:
     assert format_size(3 * 2**40) == "3.0 TiB"
     assert format_rate(999) == "999 B/s"
     assert format_rate(200_000_000) == "200.0 MB/s"
+
+
+def test_a_value_that_rounds_up_to_the_next_unit_is_shown_in_it() -> None:
+    # "1024.0 KiB" and "1000.0 kB/s" were shown: the unit was chosen before the value was rounded.
+    assert format_size(1_048_575) == "1.0 MiB"
+    assert format_size(2**30 - 1) == "1.0 GiB"
+    assert format_size(1023) == "1023 B"
+    assert format_rate(999_999) == "1.0 MB/s"
+    assert format_rate(999_949) == "999.9 kB/s"
+
+
+def test_gpu_hours_from_a_thousand_are_whole_hours_not_scientific_notation() -> None:
+    assert gpu_hours_text(1520.4 * 3600) == "1,520"  # it was "1.52e+03"
+    assert gpu_hours_text(999.4 * 3600) == "999"
+    assert gpu_hours_text(12.34 * 3600) == "12.3"
+    assert gpu_hours_text(10) == "0.00278"
