@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from silodcli.tables import gpu_hours_text
+from silodcli.tables import cached_per_node_text, gpu_hours_text
 from silodlib.units import UnitError, format_rate, format_size, parse_rate, parse_size
+from silodpb.v1 import datamgr_pb2 as pb
 
 
 @pytest.mark.parametrize(
@@ -106,3 +107,13 @@ def test_gpu_hours_from_a_thousand_are_whole_hours_not_scientific_notation() -> 
     assert gpu_hours_text(999.4 * 3600) == "999"
     assert gpu_hours_text(12.34 * 3600) == "12.3"
     assert gpu_hours_text(10) == "0.00278"
+
+
+def test_a_datasets_cache_is_shown_per_node_beside_its_per_node_quota() -> None:
+    # The nodes' bytes were summed: 195.3 KiB cached of a 97.7 KiB dataset with a quota of 97.7 KiB per node.
+    def dataset(*cached: int) -> pb.Dataset:
+        return pb.Dataset(usage=[pb.DatasetUsage(node_id=f"n{i}", cached_bytes=b) for i, b in enumerate(cached)])
+
+    assert cached_per_node_text(dataset(100_000, 100_000)) == "97.7 KiB"
+    assert cached_per_node_text(dataset(50_000, 100_000)) == "48.8 KiB..97.7 KiB"
+    assert cached_per_node_text(dataset()) == "0 B"
