@@ -94,13 +94,23 @@ async def _item_bytes(
         return (await fetch_item(job, item))[offset : offset + length]
     ahead = item + 1
     if offset == 0 and ahead <= last_item and not cache.contains(ahead) and ahead not in fetched.items:
-        async with trio.open_nursery() as nursery:  # a sequential reader starting on a chunk: fetch the next too
-            nursery.start_soon(_read_ahead, job, ahead, fetched)
-            whole = await fetch_item(job, item)
+        try:
+            async with trio.open_nursery() as nursery:  # a sequential reader starting on a chunk: fetch the next too
+                nursery.start_soon(_read_ahead, job, ahead, fetched)
+                whole = await fetch_item(job, item)
+        except BaseExceptionGroup as group:
+            raise _sole(group) from None
     else:
         whole = await fetch_item(job, item)
     fetched.keep(item, whole)
     return whole[offset : offset + length]
+
+
+def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception a nursery wrapped, or the group if it holds several. Trio wraps even one in a group, and
+    the reader's own failure (a BackendError the FUSE layer answers with EIO) came out of the read-ahead nursery
+    as a group, which the FUSE layer does not catch: the daemon, and every job's mount, went down with it."""
+    return group.exceptions[0] if len(group.exceptions) == 1 else group
 
 
 async def _read_ahead(job: MountedJob, item: int, fetched: FetchedItems) -> None:

@@ -88,6 +88,30 @@ def test_a_changed_object_is_reported_as_eio_never_served(
     assert "shard.bin: changed after the dataset was registered" in mount.log_path.read_text()
 
 
+def test_a_failed_read_at_the_start_of_a_chunk_is_eio_and_the_mount_serves_on(
+    mount_factory: MountFactory, tmp_path: Path
+) -> None:
+    # A read at a chunk's first byte fetches the next chunk alongside; a failure there came out of that nursery as
+    # an ExceptionGroup, which the FUSE layer does not catch: the daemon died, every job's mount with it (ENOTCONN).
+    root = tmp_path / "dataset"
+    root.mkdir()
+    big, small = os.urandom(3 * CHUNK), b"s" * 1000
+    (root / "big.bin").write_bytes(big)
+    (root / "small.bin").write_bytes(small)
+    mount = mount_factory({"job1": f"file://{root}"}, "--chunk-size", "1MiB")
+    os.utime(root / "big.bin", ns=(10**18, 10**18))  # changed after registration
+    fd = os.open(mount.job_dir("job1") / "big.bin", os.O_RDONLY)
+    try:
+        with pytest.raises(OSError) as failed:
+            os.pread(fd, 128 * 1024, 0)
+    finally:
+        os.close(fd)
+    assert failed.value.errno == errno.EIO
+    assert (mount.job_dir("job1") / "small.bin").read_bytes() == small
+    assert mount.process is not None and mount.process.poll() is None
+    assert "Traceback" not in mount.log_path.read_text()
+
+
 def test_an_object_deleted_under_a_running_job_fails_its_reads_by_name_and_the_rest_read_on(
     mount_factory: MountFactory, dataset_target: DatasetTarget
 ) -> None:
