@@ -102,7 +102,7 @@ class GroupCommitJournal:
                     self._publish(node_id, event)
                 if entry.on_durable is not None:
                     entry.on_durable()
-                log.info("revision %d: %s", entry.revision, entry.description, extra=_log_fields(entry))
+                log.info("revision %d: %s", entry.revision, entry.description, extra=log_fields(entry))
                 assert entry.durable is not None
                 entry.durable.set_result(None)
 
@@ -148,8 +148,9 @@ _MAY_REAPPEAR = (
 )
 
 
-def _log_fields(entry: JournalEntry) -> dict[str, object]:
-    """The ids a change touches, as structured log fields (comma-joined when it touches several)."""
+def log_fields(entry: JournalEntry) -> dict[str, object]:
+    """The ids a change touches, as structured log fields: the id where it touches one, the list of them where it
+    touches several (one round's placements, say). They were joined with commas, which a `file://` URI may hold."""
     change = entry.change
     fields: dict[str, object] = {"revision": entry.revision}
     for name, keys in (
@@ -158,5 +159,5 @@ def _log_fields(entry: JournalEntry) -> dict[str, object]:
         ("node_id", [n.node_id for n in change.nodes_put] + list(change.nodes_deleted)),
     ):
         if keys:
-            fields[name] = ",".join(keys)
+            fields[name] = keys[0] if len(keys) == 1 else keys
     return fields

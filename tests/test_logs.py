@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from datamgr.client import DataManagerClient
+from datamgr.entities import Job, Worker
+from datamgr.journal import JournalEntry, log_fields
 from datamgr.logs import NOISY_LOGGERS, JsonFormatter, setup_logging
+from datamgr.state import Change
 from tests.datamgr_fixtures import SILOD
 from tests.polling import read_lines
 
@@ -104,3 +107,11 @@ def test_state_changes_are_logged_with_their_ids_as_fields(tmp_path: Path) -> No
         process.wait(timeout=30)
     entry = json.loads(lines[-1])
     assert entry["node_id"] == "n1" and entry["revision"] == 1
+
+
+def test_a_change_that_touches_several_ids_logs_them_as_a_list() -> None:
+    jobs = tuple(Job(job_id, "file:///data/a,b", 1000, (Worker("n1", 1),)) for job_id in ("j1", "j2"))
+    entry = JournalEntry(7, Change(jobs_put=jobs), Change(), {}, "placed jobs j1, j2")
+    assert log_fields(entry) == {"revision": 7, "job_id": ["j1", "j2"]}
+    one = JournalEntry(8, Change(datasets_deleted=("file:///data/a,b",)), Change(), {}, "unregistered")
+    assert log_fields(one) == {"revision": 8, "dataset_uri": "file:///data/a,b"}
