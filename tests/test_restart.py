@@ -201,20 +201,26 @@ def test_a_restore_flushes_its_copy_before_renaming_it_over_the_database_and_the
     assert any(i > renamed[0] for i in flushes_of(f'"{state_dir}"')), "\n".join(calls[renamed[0] :])
 
 
-def test_a_restore_whose_state_dir_cannot_be_flushed_exits_2_saying_it_may_not_last_faked_eio(tmp_path: Path) -> None:
-    """libfiu fails the restore's `fsync`s of directories (files are flushed with `fdatasync`, as SQLite flushes
-    them): into a new state dir, where no database is kept first, the one after the rename. The copy is in place,
-    but not known to be on the disk, so the restore is not reported as done."""
+def _restore_failing_directory_fsyncs(state_dir: Path, backup: Path) -> subprocess.CompletedProcess[str]:
+    """`silod datamgr restore` with libfiu failing every `fsync` (the restore flushes files with `fdatasync`, so
+    only its directory flushes fail)."""
     if shutil.which("fiu-run") is None:
         missing_dependency("fiu-run is not installed (make setup installs fiu-utils)")
-    _, backup = _state_dir_and_its_backup(tmp_path)
-    state_dir = tmp_path / "new-state"
-
-    failed = subprocess.run(
+    return subprocess.run(
         ["fiu-run", "-x", "-c", "enable name=posix/io/sync/fsync,failinfo=5",
          *SILOD, "datamgr", "restore", "--state-dir", str(state_dir), str(backup)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
+
+
+def test_a_restore_whose_state_dir_cannot_be_flushed_exits_2_saying_it_may_not_last_faked_eio(tmp_path: Path) -> None:
+    """libfiu fails the restore's `fsync`s of directories (files are flushed with `fdatasync`, as SQLite flushes
+    them): into a new state dir, where no database is kept first, the one after the rename. The copy is in place,
+    but not known to be on the disk, so the restore is not reported as done."""
+    _, backup = _state_dir_and_its_backup(tmp_path)
+    state_dir = tmp_path / "new-state"
+
+    failed = _restore_failing_directory_fsyncs(state_dir, backup)
 
     assert failed.returncode == 2, failed.stderr
     assert f"restored {backup} into state dir {state_dir}, but could not flush the directory" in failed.stderr
@@ -227,18 +233,12 @@ def test_a_restore_whose_state_dir_cannot_be_flushed_before_the_rename_exits_2_a
 ) -> None:
     """libfiu fails every `fsync` of a directory: over a killed data manager's files, the restore keeps them under
     another name and must flush that before its copy takes the database's name. Refused there, it puts them back."""
-    if shutil.which("fiu-run") is None:
-        missing_dependency("fiu-run is not installed (make setup installs fiu-utils)")
     _, backup = _state_dir_and_its_backup(tmp_path)
     state_dir = tmp_path / "killed"
     killed_state_dir(state_dir, 3)
     before = files_of(state_dir, but=("lock", "silod.db-shm"))
 
-    failed = subprocess.run(
-        ["fiu-run", "-x", "-c", "enable name=posix/io/sync/fsync,failinfo=5",
-         *SILOD, "datamgr", "restore", "--state-dir", str(state_dir), str(backup)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    failed = _restore_failing_directory_fsyncs(state_dir, backup)
 
     assert failed.returncode == 2, failed.stderr
     assert f"cannot restore {backup} into state dir {state_dir}: Input/output error; it is as it was" in failed.stderr
