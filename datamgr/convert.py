@@ -23,6 +23,7 @@ from datamgr.entities import (
     Tenant,
 )
 from datamgr.liveness import DatasetUsage, JobUsage
+from datamgr.node_agents import Holder
 from datamgr.state import DatasetRemoved, JobRemoved, NodeChange
 from silodlib.backends import redact_options
 from silodlib.backends.uri import parse_dataset_uri
@@ -202,8 +203,9 @@ def node_message(
     seconds_since_seen: float,
     job_ids: Iterable[str],
     start_grace: bool,
+    agent: Holder | None,
 ) -> pb.Node:
-    return pb.Node(
+    message = pb.Node(
         node_id=node.node_id,
         address=node.address,
         cache_capacity_bytes=node.cache_capacity_bytes,
@@ -214,6 +216,9 @@ def node_message(
         job_ids=sorted(job_ids),
         gpus=node.gpus,
     )
+    if agent is not None:
+        message.agent.CopyFrom(pb.ServingAgent(agent_id=agent.agent_id, peer=agent.peer, since=agent.since))
+    return message
 
 
 def dataset_usage(message: pb.DatasetUsage) -> DatasetUsage:

@@ -578,18 +578,25 @@ class DataManager:
     # ---- nodes ----
 
     async def register_node(
-        self, node_id: str, address: str, cache_capacity_bytes: int, gpus: int = 0, agent_id: str = ""
+        self,
+        node_id: str,
+        address: str,
+        cache_capacity_bytes: int,
+        gpus: int = 0,
+        agent_id: str = "",
+        peer: str = "",
     ) -> tuple[Node, bool, int]:
         """Register a node; `gpus` are those the policy may place jobs on (0: none), at most a node cell's of the
         cell levels (FAILED_PRECONDITION: no cell hierarchy could hold more). Refused (`NodeServedElsewhere`) for an
-        `agent_id` other than that of the agent serving the node (`node_agents`; "": an agent older than agent ids)."""
+        `agent_id` other than that of the agent serving the node (`node_agents`; "": an agent older than agent ids),
+        calling from gRPC `peer`."""
         node = Node(
             check_id("node_id", node_id),
             check_address("address", address),
             check_bytes("cache_capacity_bytes", cache_capacity_bytes),
             check_gpus("gpus", gpus, allow_zero=True),
         )
-        self.node_agents.check(node_id, agent_id)
+        self.node_agents.check(node_id, agent_id, peer)
         tenants.check_node_gpus(node, self.cell_levels)
         existing = self.state.nodes.get(node_id)
         if existing is not None and existing != node:
@@ -689,11 +696,17 @@ class DataManager:
         return None if job is None else lifecycle.decision_view(job, self.history(job_id))
 
     def report_usage(
-        self, node_id: str, datasets: Sequence[DatasetUsage], jobs: Sequence[JobUsage], agent_id: str = ""
+        self,
+        node_id: str,
+        datasets: Sequence[DatasetUsage],
+        jobs: Sequence[JobUsage],
+        agent_id: str = "",
+        peer: str = "",
     ) -> None:
-        """Keep the node's latest usage; refused (`NodeServedElsewhere`) from an agent other than the one serving it."""
+        """Keep the node's latest usage; refused (`NodeServedElsewhere`) from an agent other than the one serving it
+        (the reporting one calls from gRPC `peer`)."""
         self.node("node_id", node_id)
-        self.node_agents.check(node_id, agent_id)
+        self.node_agents.check(node_id, agent_id, peer)
         if self.liveness.report(node_id, datasets, jobs):
             self._back(node_id)
 

@@ -10,17 +10,24 @@ reconnects take their nodes again. No timer ends a hold: the server's keepalive 
 was killed, stopped or cut off, and with its last stream its hold. Several streams of one agent (a reconnect that
 races the end of its old stream) are one hold. An empty agent id, from an agent older than agent ids, is never
 refused and holds nothing against others.
+
+The data manager logs the first refusal of each other agent during a hold as a warning (the refused agent
+retries with backoff and logs its own refusals; the operator who runs the data manager learns of the clash
+here), and the agent serving a node is shown with the node (`GetNode`, `silod status`).
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from datamgr.entities import FailedPrecondition
+
+log = logging.getLogger(__name__)
 
 SERVED_ELSEWHERE = "node-served-by-another-agent"  # its `refusal` tag (`DataManagerError.refusal`)
 
@@ -57,6 +64,7 @@ class _Hold:
     agent_id: str
     since: float
     peers: dict[int, str] = field(default_factory=dict)  # by stream, oldest first
+    refused: set[str] = field(default_factory=set)  # the other agents refused during this hold, logged once each
 
     def holder(self) -> Holder:
         return Holder(self.agent_id, next(reversed(self.peers.values())), self.since, len(self.peers))
@@ -74,18 +82,31 @@ class NodeAgents:
         hold = self._holds.get(node_id)
         return None if hold is None else hold.holder()
 
-    def check(self, node_id: str, agent_id: str) -> None:
-        """Raise NodeServedElsewhere if another agent serves the node; an empty `agent_id` never conflicts."""
+    def check(self, node_id: str, agent_id: str, peer: str = "") -> None:
+        """Raise NodeServedElsewhere if another agent (calling from gRPC `peer`) serves the node; an empty
+        `agent_id` never conflicts."""
         hold = self._holds.get(node_id)
         if agent_id and hold is not None and hold.agent_id != agent_id:
-            raise NodeServedElsewhere(node_id, hold.holder())
+            refusal = NodeServedElsewhere(node_id, hold.holder())
+            first = agent_id not in hold.refused
+            hold.refused.add(agent_id)
+            log.log(
+                logging.WARNING if first else logging.DEBUG,
+                "refused node agent %s%s for node %s: %s",
+                agent_id,
+                f" at {peer}" if peer else "",
+                node_id,
+                refusal,
+                extra={"node_id": node_id},
+            )
+            raise refusal
 
     @contextmanager
     def streaming(self, node_id: str, agent_id: str, peer: str) -> Iterator[None]:
         """Hold the node for `agent_id` while the block runs (its watch stream is open), or raise
         NodeServedElsewhere, changing nothing, if another agent holds it. The hold ends with the agent's last
         stream. An empty `agent_id` holds nothing."""
-        self.check(node_id, agent_id)
+        self.check(node_id, agent_id, peer)
         if not agent_id:
             yield
             return

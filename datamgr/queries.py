@@ -52,6 +52,7 @@ def node_info(manager: DataManager, node_id: str) -> pb.Node:
         seconds_since_seen=manager.liveness.seconds_since_seen(node_id),
         job_ids=manager.state.jobs_on_node(node_id),
         start_grace=manager.liveness.in_start_grace(node_id),
+        agent=manager.node_agents.holder(node_id),
     )
 
 

@@ -178,7 +178,12 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
     @_unary
     async def RegisterNode(self, request: pb.RegisterNodeRequest, context: Any) -> pb.RegisterNodeResponse:
         node, created, revision = await self._manager.register_node(
-            request.node_id, request.address, request.cache_capacity_bytes, request.gpus, request.agent_id
+            request.node_id,
+            request.address,
+            request.cache_capacity_bytes,
+            request.gpus,
+            request.agent_id,
+            context.peer(),
         )
         return pb.RegisterNodeResponse(
             node=queries.node_info(self._manager, node.node_id), created=created, revision=revision
@@ -223,7 +228,7 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
     async def ReportUsage(self, request: pb.ReportUsageRequest, context: Any) -> pb.ReportUsageResponse:
         datasets = [convert.dataset_usage(usage) for usage in request.datasets]
         jobs = [convert.job_usage(usage) for usage in request.jobs]
-        self._manager.report_usage(request.node_id, datasets, jobs, request.agent_id)
+        self._manager.report_usage(request.node_id, datasets, jobs, request.agent_id, context.peer())
         return pb.ReportUsageResponse()
 
     @_unary

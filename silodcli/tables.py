@@ -282,8 +282,19 @@ def nodes_table(nodes: Sequence[pb.Node]) -> str:
             format_size(n.cache_capacity_bytes),
             format_size(n.cache_allocated_bytes),
             "available" if n.available else f"unavailable ({n.seconds_since_seen:.0f}s silent)",
+            agent_text(n),
             ",".join(n.job_ids) or "-",
         )
         for n in nodes
     ]
-    return render_table(("NODE", "ADDRESS", "GPUS", "CACHE", "QUOTA", "STATE", "JOBS"), rows)
+    return render_table(("NODE", "ADDRESS", "GPUS", "CACHE", "QUOTA", "STATE", "AGENT", "JOBS"), rows)
+
+
+def agent_text(node: pb.Node) -> str:
+    """Where the agent serving the node calls from ("-": no agent's watch stream is open): the host and port of
+    its stream, which tell two agents started with one --node-id apart."""
+    if not node.HasField("agent"):
+        return "-"
+    peer = node.agent.peer
+    scheme, _, address = peer.partition(":")
+    return address if scheme in ("ipv4", "ipv6") and address else peer or "unknown address"

@@ -341,7 +341,7 @@ def test_a_gpu_job_the_nodes_cannot_hold_is_registered_with_a_warning_and_status
 
         lines = silod_cli("status", datamgr=dm.address).stdout.splitlines()
         header = next(i for i, line in enumerate(lines) if line.startswith("NODE "))
-        assert lines[header].split() == ["NODE", "ADDRESS", "GPUS", "CACHE", "QUOTA", "STATE", "JOBS"]
+        assert lines[header].split() == ["NODE", "ADDRESS", "GPUS", "CACHE", "QUOTA", "STATE", "AGENT", "JOBS"]
         assert [line.split()[:3] for line in lines[header + 1 : header + 3]] == [
             ["n1", "h1:1", "2"],
             ["n2", "h2:1", "0"],

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -500,6 +501,7 @@ def _refused_as_served_elsewhere(call: Callable[[], object]) -> str:
     return message
 
 
+@pytest.mark.expected_warnings  # the data manager logs its refusals of the other agent
 def test_a_watch_a_report_and_a_registration_from_another_agent_are_refused_while_a_watch_is_open(
     setup: Setup,
 ) -> None:
@@ -547,6 +549,7 @@ def test_a_watch_a_report_and_a_registration_from_another_agent_are_refused_whil
     second.cancel()
 
 
+@pytest.mark.expected_warnings  # the data manager logs its refusals of the other agent
 def test_an_agent_without_an_id_is_never_refused_and_holds_no_node(setup: Setup) -> None:
     """An agent from before agent ids sends none: never refused while another agent serves the node (as an agent
     with an id is), and holding the node against no agent while it watches."""
@@ -580,6 +583,29 @@ def test_an_agent_without_an_id_is_never_refused_and_holds_no_node(setup: Setup)
     second.cancel()
 
 
+def test_a_node_shows_the_agent_whose_watch_is_open_and_none_once_it_has_ended(setup: Setup) -> None:
+    stub = setup.client.stub
+    stub.RegisterNode(_register_n1("agent-a"))
+    assert not setup.client.call(stub.GetNode, pb.GetNodeRequest(node_id="n1")).HasField("agent")
+    before = time.time()
+    watch = _watch(setup, "agent-a")
+    watch.next()
+
+    agent = setup.client.call(stub.GetNode, pb.GetNodeRequest(node_id="n1")).agent
+    assert agent.agent_id == "agent-a"
+    assert re.fullmatch(r"ipv4:127\.0\.0\.1:\d+", agent.peer), agent.peer
+    assert before - 1 <= agent.since <= time.time()
+    listed = {n.node_id: n for n in setup.client.call(stub.ListNodes, pb.ListNodesRequest()).nodes}
+    assert listed["n1"].agent == agent
+    assert not any(n.HasField("agent") for node_id, n in listed.items() if node_id != "n1")
+    watch.cancel()
+    polling.eventually(
+        lambda: not setup.client.call(stub.GetNode, pb.GetNodeRequest(node_id="n1")).HasField("agent"),
+        what="the node served by no agent once the watch ended",
+        timeout=10,
+    )
+
+
 # A keepalive ping after 20 s, 10 s for its answer (datamgr.server.GRPC_OPTIONS); half as much again for a loaded
 # machine. Without `grpc.http2.ping_timeout_ms`, grpcio waited 60 s for the answer: 80 s in all.
 FROZEN_AGENT_RELEASED_WITHIN = 45.0
@@ -594,6 +620,7 @@ time.sleep(3600)
 """
 
 
+@pytest.mark.expected_warnings  # the data manager logs its refusals of the other agent
 def test_the_node_of_a_frozen_agent_is_free_for_another_once_keepalive_finds_it_silent(setup: Setup) -> None:
     """An agent that freezes (SIGSTOP; a hung host) keeps its connection open, and its kernel acknowledges the data
     manager's packets: only the keepalive ping, unanswered, ends its stream and so its hold on the node."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from silodcli.tables import cached_per_node_text, gpu_hours_text
+from silodcli.tables import agent_text, cached_per_node_text, gpu_hours_text
 from silodlib.units import UnitError, format_rate, format_size, parse_rate, parse_size
 from silodpb.v1 import datamgr_pb2 as pb
 
@@ -117,3 +117,14 @@ def test_a_datasets_cache_is_shown_per_node_beside_its_per_node_quota() -> None:
     assert cached_per_node_text(dataset(100_000, 100_000)) == "97.7 KiB"
     assert cached_per_node_text(dataset(50_000, 100_000)) == "48.8 KiB..97.7 KiB"
     assert cached_per_node_text(dataset()) == "0 B"
+
+
+def test_a_nodes_agent_is_shown_by_the_address_its_stream_comes_from_or_a_dash_without_one() -> None:
+    def node(peer: str | None) -> pb.Node:
+        return pb.Node(node_id="n1") if peer is None else pb.Node(node_id="n1", agent=pb.ServingAgent(peer=peer))
+
+    assert agent_text(node(None)) == "-"
+    assert agent_text(node("ipv4:10.0.0.7:51234")) == "10.0.0.7:51234"
+    assert agent_text(node("ipv6:[::1]:40000")) == "[::1]:40000"
+    assert agent_text(node("unix:/run/silod.sock")) == "unix:/run/silod.sock"
+    assert agent_text(node("")) == "unknown address"

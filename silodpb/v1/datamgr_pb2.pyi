@@ -445,6 +445,7 @@ class Node(_message.Message):
     JOB_IDS_FIELD_NUMBER: _builtins.int
     GPUS_FIELD_NUMBER: _builtins.int
     START_GRACE_FIELD_NUMBER: _builtins.int
+    AGENT_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     address: _builtins.str
     cache_capacity_bytes: _builtins.int
@@ -461,6 +462,12 @@ class Node(_message.Message):
     """
     @_builtins.property
     def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def agent(self) -> Global___ServingAgent:
+        """The node agent whose allocation watch stream is open for the node now; absent when none is (the agent is
+        stopped, cut off or reconnecting, or older than agent ids). Another agent's calls for the node are refused.
+        """
+
     def __init__(
         self,
         *,
@@ -473,14 +480,45 @@ class Node(_message.Message):
         job_ids: _abc.Iterable[_builtins.str] | None = ...,
         gpus: _builtins.int = ...,
         start_grace: _builtins.bool = ...,
+        agent: Global___ServingAgent | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "available", b"available", "cache_allocated_bytes", b"cache_allocated_bytes", "cache_capacity_bytes", b"cache_capacity_bytes", "gpus", b"gpus", "job_ids", b"job_ids", "node_id", b"node_id", "seconds_since_seen", b"seconds_since_seen", "start_grace", b"start_grace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent", b"agent", "available", b"available", "cache_allocated_bytes", b"cache_allocated_bytes", "cache_capacity_bytes", b"cache_capacity_bytes", "gpus", b"gpus", "job_ids", b"job_ids", "node_id", b"node_id", "seconds_since_seen", b"seconds_since_seen", "start_grace", b"start_grace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Node: _TypeAlias = Node  # noqa: Y015
+
+@_typing.final
+class ServingAgent(_message.Message):
+    """A node agent process, as the data manager sees it while its watch stream is open."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    PEER_FIELD_NUMBER: _builtins.int
+    SINCE_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    """random per agent process"""
+    peer: _builtins.str
+    """the gRPC peer of its newest stream, as "ipv4:10.0.0.7:51234" """
+    since: _builtins.float
+    """when it began serving the node (its first stream), seconds since the epoch"""
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        peer: _builtins.str = ...,
+        since: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "peer", b"peer", "since", b"since"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ServingAgent: _TypeAlias = ServingAgent  # noqa: Y015
 
 @_typing.final
 class DatasetUsage(_message.Message):
@@ -1173,7 +1211,10 @@ class RegisterNodeRequest(_message.Message):
     cache_capacity_bytes: _builtins.int
     gpus: _builtins.int
     """GPUs the policy may place jobs on (jobs registered with `gpus`); 0: none, the node only runs workers that
-    jobs registered with their `workers` name.
+    jobs registered with their `workers` name. More than a node cell of --cell-levels holds is refused with
+    FAILED_PRECONDITION and the trailing metadata `silod-refusal: node-larger-than-a-cell`: a node agent stops for
+    a refusal with `silod-refusal` (no wait changes it), where it waits out other FAILED_PRECONDITIONs (a state
+    disk that refuses writes).
     """
     agent_id: _builtins.str
     """The node agent process that sends this: a random id (uuid4 hex) each `silod node` process draws at start and
