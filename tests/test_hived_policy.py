@@ -137,6 +137,60 @@ def test_without_overflow_a_regular_job_waits_for_its_vc_and_blocks_its_tenants_
     assert spilling["a3"].start == pytest.approx(1_000)
 
 
+def _waiting(job_id: str, tenant: str, gpus: int, submit: float) -> JobState:
+    return JobState(job_id, submit, gpus, "ds", GB, RATE * gpus, GB, tenant=tenant)
+
+
+NO_ROOM = "tenant a's VC has no room for 2 cells of level 3 (node) (8 GPUs) even with none of its jobs running"
+
+
+@pytest.mark.parametrize(
+    ("mode", "never", "reason"),
+    [
+        ("hived", 8, NO_ROOM),
+        ("private", 8, NO_ROOM),
+        ("quota", 5, "its 5 GPUs exceed tenant a's quota of 4"),
+        ("hived", 16, "no cell of the cluster holds a job of 16 GPUs"),
+    ],
+)
+def test_a_regular_job_its_vc_could_never_hold_does_not_block_its_tenants_queue_and_its_note_says_why(
+    mode: str, never: int, reason: str
+) -> None:
+    """A private cluster's scheduler refuses a job larger than the cluster rather than queue it; queued at the
+    head of its tenant's FIFO, it blocked the tenant's later regular jobs for good (they ran only preemptibly)."""
+    nodes = {"n0": NodeState("n0", 4, 0), "n1": NodeState("n1", 4, 0)}
+    cluster = figure_2_cluster()
+    jobs = {"never": _waiting("never", "a", never, 0.0), "small": _waiting("small", "a", 1, 1.0)}
+    snapshot = Snapshot(0.0, nodes, 1e9, {}, jobs, tenants=cluster.tenants, cell_levels=cluster.cell_levels)
+    policies = {"hived": hived, "private": private, "quota": quota}
+
+    decision = policies[mode]().schedule(snapshot, SiloDPerf())
+
+    assert decision.placements is not None and "small" in decision.placements
+    assert decision.job_states["small"][OPPORTUNISTIC] == 0.0  # in its VC, not preemptible
+    assert "never" not in decision.placements
+    where = "never runs" if mode == "private" else "waits for free cells as a low-priority job"
+    assert decision.notes["never"] == f"{reason}: it {where}"
+    if mode == "hived":
+        strict = hived({"overflow": "false"}).schedule(snapshot, SiloDPerf())
+        assert strict.placements is not None and "small" in strict.placements
+        assert strict.notes["never"] == f"{reason}: it never runs"
+
+
+def test_a_regular_job_its_vc_can_hold_once_its_jobs_finish_still_blocks_its_tenants_queue() -> None:
+    """The FIFO inside a tenant stands for jobs that wait their turn: the whole VC would hold this one."""
+    nodes = {"n0": NodeState("n0", 4, 0), "n1": NodeState("n1", 4, 0)}
+    cluster = figure_2_cluster()
+    running = _waiting("running", "a", 2, 0.0)._replace(placement={"n0": 2})
+    jobs = {"running": running, "whole": _waiting("whole", "a", 4, 1.0), "small": _waiting("small", "a", 1, 2.0)}
+    snapshot = Snapshot(0.0, nodes, 1e9, {}, jobs, tenants=cluster.tenants, cell_levels=cluster.cell_levels)
+
+    decision = hived({"overflow": "false"}).schedule(snapshot, SiloDPerf())
+
+    assert decision.placements is not None and set(decision.placements) == {"running"}
+    assert "whole" not in decision.notes
+
+
 def test_a_job_larger_than_a_node_takes_whole_node_cells() -> None:
     cluster = ClusterSpec(
         4, 4, 0, 1000 * GB, tenants={"a": TenantShare(cells={"node": 3}), "b": TenantShare(cells={"node": 1})}

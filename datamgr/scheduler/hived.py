@@ -391,6 +391,11 @@ class VirtualCluster:
         """How many cells of `level` the VC can give its jobs now (what its private cluster could)."""
         return self._free.capacity(level, self._gpus)
 
+    def whole_capacity(self, level: int) -> int:
+        """How many cells of `level` the VC could give its jobs with none of them running: a request for more can
+        never be met in it."""
+        return sum(self._gpus[root - 1] // self._gpus[level - 1] for root in self._root_levels if root >= level)
+
     def allocate(self, level: int) -> Piece | None:
         """A cell of `level` for one of the tenant's jobs, bound and occupied; None if the VC has none free.
         RuntimeError, changing nothing, when no physical cell can serve it (only where cells are excluded)."""

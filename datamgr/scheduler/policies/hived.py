@@ -18,7 +18,11 @@ Three policies over the same cells (`cells.py`, `hived.py`), the VCs the snapsho
   VC as regular ones (nothing else could use a private cluster's idle cells), nobody else's.
 
 Inside a tenant, jobs start first come, first served (FIFO, the tenant's default scheduler): the first of its
-regular jobs its VC (or quota) cannot hold blocks its later regular jobs, as in a private cluster. A tenant
+regular jobs its VC (or quota) cannot hold blocks its later regular jobs, as in a private cluster. A regular job
+its VC could not hold even empty (more GPUs than its quota, a cell larger than any of its VC's, more node cells
+than it has, or no cell of the cluster) blocks nothing: a private cluster's scheduler refuses such a job rather
+than queue it, and queued it would block its tenant's later jobs for good. It runs only as a low-priority job
+(with `overflow`), and the decision's note for it says why. A tenant
 whose `TenantShare.scheduler` is "tiresias" runs Tiresias's 2D-LAS inside its VC instead (`_tiresias_round`). Regular
 jobs of all tenants are started first, in submission order, then low-priority ones (and the regular jobs
 overflowing their VC), in submission order, each where the low-priority view has room. A low-priority job
@@ -181,6 +185,23 @@ class _Round:
     def has_vc(self, job: JobState) -> bool:
         """Whether the job's tenant has a VC (or, for `quota`, a quota) its regular jobs run in."""
         return self._vc_of(job) is not None
+
+    def never_in_vc(self, job: JobState, request: CellRequest | None) -> str | None:
+        """Why the job can never run in its tenant's VC (or quota), however many of the tenant's jobs finish;
+        None if it can. `request` is its cells (`_request`), None if no cell of the cluster holds it."""
+        if request is None:
+            return f"no cell of the cluster holds a job of {job.gpus} GPUs"
+        if self.mode == "quota":
+            quota = self.quota[job.tenant]
+            return None if job.gpus <= quota else f"its {job.gpus} GPUs exceed tenant {job.tenant}'s quota of {quota}"
+        vc = self.vcs[job.tenant]
+        if vc.whole_capacity(request.level) >= request.number:
+            return None
+        cells = "a cell" if request.number == 1 else f"{request.number} cells"
+        return (
+            f"tenant {job.tenant}'s VC has no room for {cells} of {self.hierarchy.describe(request.level)} "
+            f"({job.gpus} GPUs) even with none of its jobs running"
+        )
 
     def _vc_of(self, job: JobState) -> VirtualCluster | None:
         if self.mode == "quota":
@@ -413,10 +434,17 @@ class HivedScheduler:
                     low.add(job.job_id)
             elif job.tenant not in blocked:  # waiting, or overflowing its VC: its turn in the VC is now
                 request = _request(cells.hierarchy, job)
-                if request is None or not cells.start_regular(job, request):
+                if request is not None and cells.start_regular(job, request):
+                    continue
+                never = cells.never_in_vc(job, request)
+                if never is None:
                     blocked.add(job.tenant)
-                    if self.config.overflow and not placed:
-                        low.add(job.job_id)
+                elif not placed:
+                    overflows = self.config.overflow and self.mode != "private"
+                    where = "waits for free cells as a low-priority job" if overflows else "never runs"
+                    cells.notes[job.job_id] = f"{never}: it {where}"
+                if self.config.overflow and not placed:
+                    low.add(job.job_id)
         if self.mode != "private":
             _start_low_where_free(cells, [job for job in jobs if job.job_id in low or job.job_id in cells.preempted])
         return Decision(placements=cells.placements, job_states=cells.states, notes=cells.notes)
