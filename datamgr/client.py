@@ -135,6 +135,9 @@ class DataManagerClient:
         return self.call(self.stub.RegisterNode, request)
 
 
+GRPC_UNKNOWN_METHOD = "Method not found!"  # grpcio's details for a method the server does not serve
+
+
 def _client_error(exc: grpc.RpcError, address: str, security: ChannelSecurity) -> ClientError:
     code: grpc.StatusCode = exc.code()
     details: str = exc.details() or ""
@@ -156,6 +159,12 @@ def _client_error(exc: grpc.RpcError, address: str, security: ChannelSecurity) -
         )
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return ClientError(f"the data manager at {address} did not answer in time", code)
+    if code == grpc.StatusCode.UNIMPLEMENTED and details == GRPC_UNKNOWN_METHOD:
+        return ClientError(
+            f"the data manager at {address} does not know this command's call: it is older than this silod; upgrade "
+            "it, or use a silod of its version",
+            code,
+        )
     return ClientError(f"{code.name}: {details}", code)
 
 

@@ -133,9 +133,35 @@ def job_add(args: argparse.Namespace, client: DataManagerClient) -> None:
     described = training_text(job) if default_class else f"{training_text(job)}; {class_phrase(job)}"
     if job.tenant or job.priority == pb.JOB_PRIORITY_LOW:
         described += f"; {tenant_phrase(job)}"
+    _refuse_if_dropped(args, job, client.address)
     print(f"{verb} job {job.job_id} on {job.dataset_uri} ({described}) (revision {reply.revision})")
     if job.gpus:
         _warn_if_no_room(client, job)
+
+
+def _refuse_if_dropped(args: argparse.Namespace, job: pb.Job, address: str) -> None:
+    """A data manager older than a field of RegisterJob ignores it (protobuf drops fields it does not know) and
+    registers another job than the one asked for: a low-priority job as a regular one, a tenant's job as nobody's.
+    Say so (exit 1) rather than print success."""
+    asked = {
+        "--tenant": bool(args.tenant) and job.tenant != args.tenant,
+        "--priority low": PRIORITY_MESSAGES[args.priority] == pb.JOB_PRIORITY_LOW
+        and job.priority != pb.JOB_PRIORITY_LOW,
+        "--class te": JOB_CLASS_MESSAGES[args.job_class] == pb.JOB_CLASS_TRIAL_AND_ERROR
+        and job.job_class != pb.JOB_CLASS_TRIAL_AND_ERROR,
+        "--grace-period": bool(args.grace_seconds) and not job.grace_seconds,
+        "--epochs": bool(args.epochs) and not job.epochs,
+        "--irregular": args.irregular and not job.irregular,
+        "--gpus": bool(args.gpus) and not job.gpus,
+    }
+    dropped = [flag for flag, lost in asked.items() if lost]
+    if dropped:
+        raise ClientError(
+            f"the data manager at {address} registered job {job.job_id} without {', '.join(dropped)}: it is older "
+            f"than {'that option' if len(dropped) == 1 else 'those options'} and ignored them. Finish the job "
+            f"(`silod job finish {job.job_id}`) unless it should run as registered, and upgrade the data manager",
+            grpc.StatusCode.FAILED_PRECONDITION,
+        )
 
 
 def _warn_if_no_room(client: DataManagerClient, job: pb.Job) -> None:

@@ -11,9 +11,12 @@ import sqlite3
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 
 from datamgr.client import DataManagerClient
@@ -836,3 +839,66 @@ def test_a_restore_from_a_directory_exits_2_saying_it_is_a_directory(
     assert f"cannot restore {tmp_path}: it is a directory, not a backup file" in capsys.readouterr().err
     assert sorted(p.name for p in state_dir.iterdir()) == ["lock", "silod.db"]
     assert (state_dir / "silod.db").read_bytes() == database
+
+
+def _register_job_as_before_tenants(request: pb.RegisterJobRequest, context: Any) -> pb.RegisterJobResponse:
+    """RegisterJob as a data manager from before tenants, priorities and job classes answered it: protobuf drops
+    the request's fields it does not know, so its reply holds only those it did."""
+    job = pb.Job(
+        job_id=request.job_id, dataset_uri=request.dataset_uri, ideal_bytes_per_sec=request.ideal_bytes_per_sec
+    )
+    job.workers.extend(request.workers)
+    job.epochs = request.epochs
+    return pb.RegisterJobResponse(job=job, created=True, revision=7)
+
+
+@pytest.fixture
+def fake_old_data_manager() -> Iterator[str]:
+    """A real gRPC server that serves only RegisterJob, answering as a data manager older than tenants would (a
+    fake: an old silod is not installed here); every other call gets gRPC's own UNIMPLEMENTED, as from any data
+    manager older than the call."""
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    handler = grpc.unary_unary_rpc_method_handler(
+        _register_job_as_before_tenants,
+        request_deserializer=pb.RegisterJobRequest.FromString,
+        response_serializer=pb.RegisterJobResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler("silod.v1.DataManager", {"RegisterJob": handler})]
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(None)
+
+
+def test_a_job_registered_by_a_fake_old_data_manager_without_the_options_it_ignored_exits_1_naming_them(
+    fake_old_data_manager: str,
+) -> None:
+    uri = "file:///data/ds"
+    low = silod_cli(
+        "job", "add", "jt", "--dataset", uri, "--ideal-rate", "1MB/s", "--worker", "n1",
+        "--tenant", "research", "--priority", "low", "--epochs", "3", datamgr=fake_old_data_manager,
+    )  # fmt: skip
+    assert low.returncode == 1, low.stdout + low.stderr
+    assert "registered job" not in low.stdout
+    assert (
+        f"the data manager at {fake_old_data_manager} registered job jt without --tenant, --priority low: it is older "
+        "than those options and ignored them. Finish the job (`silod job finish jt`) unless it should run as "
+        "registered, and upgrade the data manager"
+    ) in low.stderr
+    plain = silod_cli(
+        "job", "add", "j2", "--dataset", uri, "--ideal-rate", "1MB/s", "--worker", "n1", "--epochs", "3",
+        datamgr=fake_old_data_manager,
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stderr
+    assert "registered job j2" in plain.stdout
+
+
+def test_a_call_a_data_manager_does_not_serve_is_named_as_too_new_for_it(fake_old_data_manager: str) -> None:
+    result = silod_cli("tenant", "list", datamgr=fake_old_data_manager)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (
+        f"silod: the data manager at {fake_old_data_manager} does not know this command's call: it is older than this "
+        "silod; upgrade it, or use a silod of its version"
+    ) in result.stderr
