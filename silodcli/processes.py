@@ -4,18 +4,19 @@
 single-threaded call, so on a machine with several cores they go to as many worker processes. Both take the
 number of processes as `--jobs N` (`sim_parser.add_jobs_option`) and report each run as it ends in their own words (the
 `finished` callback of `run_in_processes`). Ctrl-C is the parent's to handle: the workers ignore it (a terminal sends
-it to all of them, and each would print a traceback), and the parent ends them when it stops waiting.
+it to all of them, and each would print a traceback), and the parent ends them when it stops waiting, and waits
+until they have ended (`_stop`).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from typing import TypeVar
+from multiprocessing.context import SpawnContext, SpawnProcess
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -59,16 +60,35 @@ def run_in_processes(
         return results
     processes = min(processes, len(calls))
     print(f"running {len(calls)} simulations, {processes} at a time", file=sys.stderr, flush=True)
-    context = multiprocessing.get_context("spawn")
+    context = _SpawningWorkers()
     with ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=_ignore_interrupts) as pool:
         futures: dict[Future[T], int] = {pool.submit(call): index for index, call in enumerate(calls)}
         try:
             for count, future in enumerate(as_completed(futures), start=1):
                 finished(futures[future], count, future.result())  # a failed call raises here
         except BaseException:
-            _stop(pool)
+            _stop(pool, context.workers)
             raise
         return [future.result() for future in futures]
+
+
+class _SpawningWorkers(SpawnContext):
+    """The spawn start method, keeping every process it starts: a pool's workers, for `_stop` to end and wait for.
+
+    A pool starts its workers through its context's `Process`, which is what the context it takes is for, and
+    offers no public list of them: `ProcessPoolExecutor.terminate_workers` (Python 3.14) ends them without waiting,
+    and the pool forgets them on `shutdown(wait=False)`, so that waiting needs a list of our own. Keeping it here
+    leaves the pool's private attributes alone on every Python."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.workers: list[SpawnProcess] = []
+
+    # typeshed has `Process` a class; a method that makes one is the same to the pool, which only calls it
+    def Process(self, *args: Any, **kwargs: Any) -> SpawnProcess:  # type: ignore[override]
+        worker = SpawnProcess(*args, **kwargs)
+        self.workers.append(worker)
+        return worker
 
 
 def _ignore_interrupts() -> None:
@@ -76,13 +96,11 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """End the pool's workers now, their calls unfinished, and wait until they have: none may write anything after
-    this. Python 3.14 has `ProcessPoolExecutor.terminate_workers` for this; until then the pool's own table of its
-    processes is the only list of them (which `shutdown` clears)."""
-    processes = list((pool._processes or {}).values())
+def _stop(pool: ProcessPoolExecutor, workers: Sequence[SpawnProcess]) -> None:
+    """End the pool's `workers` now, their calls unfinished, and wait until they have: none may write anything after
+    this (a run's files would appear in a directory its command has removed)."""
     pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        process.join()
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.join()

@@ -60,7 +60,8 @@ SLOWDOWN_CDF = "slowdown_cdf.png"  # written only when some job has a class labe
 TENANT_DELAY = ("tenant_delay.csv", "tenant_delay.png")  # only when some job has a tenant
 SHARING_SAFETY = ("sharing_safety.csv", "sharing_safety.png")  # compare's, only beside a `private` run
 # Every file a run may write into its directory, and a compare into its own: the files a run replaces, or removes
-# when it does not write them, so that none is left from an earlier run (`sim_outputs.staged_outputs`).
+# when it does not write them, so that none is left from an earlier run (`sim_outputs.staged_outputs`); a directory
+# in a compare's --out holding only RUN_FILES is an earlier compare's run, removed unless this compare makes it.
 RUN_FILES = (
     "jobs.csv",
     "groups.csv",
@@ -270,7 +271,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from datamgr.scheduler.sim import report
 
     try:
-        with staged_outputs(out, names) as staging:
+        with staged_outputs(out, names, RUN_FILES) as staging:
             simulated = _simulate_pairs(inputs, plans, _config(args, inputs), staging, args.decision_log, args.jobs)
             runs = [(run.result, run.summary) for run in simulated]
             files = _write_comparison(staging, runs, baseline)

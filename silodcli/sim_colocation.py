@@ -135,7 +135,7 @@ def run_colocation_compare(args: argparse.Namespace, inputs: ColocationInputs) -
 
     workers = in_workers(len(policies), args.jobs)
     try:
-        with staged_outputs(out, names) as staging:
+        with staged_outputs(out, names, RUN_FILES) as staging:
             calls = [partial(simulate_colocation_into, inputs, name, staging / name, not workers) for name in policies]
             runs = run_in_processes(calls, args.jobs, say_when_done(policies, workers))
             summaries = [run.summary for run in runs]

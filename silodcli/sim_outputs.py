@@ -2,7 +2,9 @@
 
 A command writes its files into a fresh hidden directory inside `--out` (`.silod-partial-XXXXXXXX`) and, only once
 it has written every one, moves them into `--out`, replacing an earlier run's, and removes the files an earlier run
-left that this one does not write (a decision log, a plot by class): every file in `--out` describes one run. A
+left that this one does not write (a decision log, a plot by class), and for a comparison the directories of an
+earlier comparison's runs that this one does not make: every file in `--out` describes one run. A directory is
+taken for a run's only when it holds nothing but files a run writes: one with anything else in it stays. A
 run that is interrupted (Ctrl-C), stops (exit 1) or cannot write leaves `--out` as it was, its hidden directory
 removed; the moves are renames within one file system, and Ctrl-C waits for them to end. Only a process killed
 outright (SIGKILL, a power cut) can leave a hidden directory behind, never a mix of two runs' files.
@@ -28,6 +30,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 
+from datamgr.scheduler.sim import fields
 from datamgr.scheduler.sim.fields import SimInputError
 from silodlib.directories import make_directory
 
@@ -35,11 +38,16 @@ STAGING_PREFIX = ".silod-partial-"
 
 
 @contextlib.contextmanager
-def staged_outputs(out: Path, names: Collection[str]) -> Iterator[Path]:
+def staged_outputs(out: Path, names: Collection[str], run_files: Collection[str] = ()) -> Iterator[Path]:
     """A fresh directory inside `out` to write the files `names` (paths relative to `out`, `fifo-silod/jobs.csv`)
     into. When the block ends without an exception, the files written there replace those in `out`, and each of
     `names` not written is removed from `out`; on an exception, Ctrl-C included, `out` is left as it was (a
-    KeyboardInterrupt comes out saying so): if this made it, it is removed again."""
+    KeyboardInterrupt comes out saying so): if this made it, it is removed again.
+
+    A command that writes a directory per run (a comparison) gives the files such a directory may hold as
+    `run_files`: then a directory of `out` that this command does not write and that holds only some of those
+    files is an earlier command's run, and is removed with them (`_earlier_runs`), so that `out` does not list
+    runs this command did not make."""
     made = not out.is_dir()
     make_directory(out)
     staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
@@ -53,7 +61,7 @@ def staged_outputs(out: Path, names: Collection[str]) -> Iterator[Path]:
             if isinstance(exc.filename, str) and Path(exc.filename).is_relative_to(staging):
                 exc.filename = str(out / Path(exc.filename).relative_to(staging))
             raise
-        _commit(staging, out, names)
+        _commit(staging, out, names, run_files)
         committed = True
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -62,10 +70,11 @@ def staged_outputs(out: Path, names: Collection[str]) -> Iterator[Path]:
                 out.rmdir()
 
 
-def _commit(staging: Path, out: Path, names: Collection[str]) -> None:
+def _commit(staging: Path, out: Path, names: Collection[str], run_files: Collection[str]) -> None:
     """Move every file under `staging` to the same place under `out`, and remove each of `names` from `out` that
-    `staging` lacks."""
+    `staging` lacks, and each of `out`'s earlier runs (`_earlier_runs`) that `staging` has no directory for."""
     with _interrupts_deferred():
+        earlier = _earlier_runs(out, staging, run_files)
         for name in names:
             if not (staging / name).exists():
                 (out / name).unlink(missing_ok=True)
@@ -74,6 +83,32 @@ def _commit(staging: Path, out: Path, names: Collection[str]) -> None:
                 target = out / path.relative_to(staging)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(path, target)
+        for directory in earlier:  # into `staging`, removed once this ends: one rename, the run whole or gone
+            with contextlib.suppress(OSError):  # one that cannot move (its permissions) stays, as it was
+                os.replace(directory, staging / directory.name)
+
+
+def _earlier_runs(out: Path, staging: Path, run_files: Collection[str]) -> list[Path]:
+    """The directories of `out` that hold an earlier command's run and that `staging` does not replace: each holds
+    one or more regular files, every one named in `run_files`, and nothing else. One with any other file, a
+    directory or a link in it is not recognisably silod's, and stays; so do hidden ones (a staging directory, this
+    command's or another's)."""
+    if not run_files:
+        return []
+    earlier = []
+    for directory in out.iterdir():
+        if directory.name.startswith(".") or directory.is_symlink() or not directory.is_dir():
+            continue
+        if (staging / directory.name).exists():
+            continue
+        entries = list(directory.iterdir())
+        if entries and all(entry.name in run_files and _is_plain_file(entry) for entry in entries):
+            earlier.append(directory)
+    return earlier
+
+
+def _is_plain_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
 
 
 @contextlib.contextmanager
@@ -96,8 +131,18 @@ def _interrupts_deferred() -> Iterator[None]:
 
 
 def input_files(args: argparse.Namespace) -> dict[str, Path | None]:
-    """The input files a `silod sim` command line names, by option (None for one not given)."""
-    return {option: getattr(args, option.removeprefix("--"), None) for option in ("--trace", "--cluster", "--tenants")}
+    """The input files a `silod sim` command line reads, by what names them (None for one not given): the `--trace`,
+    `--cluster` and `--tenants` files, and the tenants file a cluster file names (`tenants = "vcs.toml"`, read from
+    beside it), which a run reads as much as the others. A shipped scenario's files are left out: they sit in the
+    package, under names no output has."""
+    files: dict[str, Path | None] = {
+        option: getattr(args, option.removeprefix("--"), None) for option in ("--trace", "--cluster", "--tenants")
+    }
+    cluster: Path | None = files["--cluster"]
+    if cluster is not None:
+        named = fields.load_toml(cluster).get("tenants")  # the run's inputs have read it: a SimInputError if not
+        files["--cluster file's tenants"] = cluster.parent / named if isinstance(named, str) else None
+    return files
 
 
 def refuse_overwriting_inputs(out: Path, names: Iterable[str], inputs: Mapping[str, Path | None]) -> None:

@@ -197,6 +197,28 @@ def test_a_bad_cluster_file_is_refused_naming_the_file_and_key(tmp_path: Path, t
         load_colocation_cluster(path)
 
 
+def test_more_machines_than_the_simulator_takes_are_refused_naming_the_key_and_the_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # machines had no bound: a billion ran Harmony for as long as anyone waited, handing machines out one by one.
+    assert load_colocation_cluster(write(tmp_path / "most.toml", "machines = 100000\n")).machines == 100_000
+    path = write(tmp_path / "c.toml", "machines = 1000000000\n")
+    bound = "must be at most 100,000: a run's cost grows with the cluster's size, whatever the trace"
+    with pytest.raises(SimInputError, match=re.escape(f"{path}: machines: 1000000000 {bound}")):
+        load_colocation_cluster(path)
+    trace = write(tmp_path / "t.csv", f"{HEADER}\n{GOOD_ROW}\n")
+    out = tmp_path / "out"
+    assert main(["sim", "--trace", str(trace), "--cluster", str(path), "--out", str(out)]) == 2
+    assert f"{path}: machines: 1000000000 {bound}" in capsys.readouterr().err
+    assert not out.exists()  # refused before anything ran
+    with pytest.raises(SimInputError, match=re.escape(f"scenario big [cluster]: machines: 1000000000 {bound}")):
+        colocation_scenario_from_document(
+            "big",
+            {"model": "colocation", "description": "d", "cluster": {"machines": 10**9}, "generate": {}},
+            "scenario big",
+        )
+
+
 def test_machines_without_nodes_make_a_co_location_cluster() -> None:
     assert is_colocation_cluster({"machines": 4})
     assert is_colocation_cluster({"machines": 4, "machine_bandwidth": "1Gbps"})
@@ -576,6 +598,22 @@ def test_compare_runs_the_three_policies_with_speedups_over_isolated(
         assert sorted(path.name for path in (out / policy).iterdir()) == [
             "jobs.csv", "summary.json", "timeline.csv", "utilisation.png",
         ]  # fmt: skip
+
+
+def test_compare_removes_the_policy_directories_of_an_earlier_compare_that_it_does_not_make(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An earlier compare's naive/ stayed beside the new compare's isolated/, which its compare.md did not list.
+    out = tmp_path / "cmp"
+    argv = ["sim", "compare", *tiny_colocation_inputs(tmp_path), "--out", str(out), "--jobs", "1"]
+    assert main([*argv, "--policies", "isolated,naive"]) == 0
+    (out / "notes").mkdir()
+    (out / "notes" / "todo.txt").write_text("mine")  # not a run's file: it stays
+    assert main([*argv, "--policies", "isolated"]) == 0
+    capsys.readouterr()
+    assert sorted(path.name for path in out.iterdir()) == [
+        "compare.csv", "compare.md", "isolated", "notes", "utilisation.png",
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ import tracemalloc
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from time import monotonic, sleep
 
 import pytest
 
@@ -240,6 +241,20 @@ def test_run_in_processes_raises_the_first_failure() -> None:
     for processes in (1, 2):
         with pytest.raises(ValueError, match="not a number"):
             run_in_processes(calls, processes, lambda *_: None)
+
+
+def test_ctrl_c_in_run_in_processes_ends_the_workers_in_their_calls_and_waits_for_them() -> None:
+    # Ctrl-C while the parent waits: the workers, in calls that sleep a minute, are ended rather than waited for.
+    calls = [partial(sleep, 0), partial(sleep, 60), partial(sleep, 60)]
+
+    def interrupted(index: int, count: int, result: object) -> None:
+        raise KeyboardInterrupt  # as a Ctrl-C raises it: the first call has ended, the others are sleeping
+
+    started = monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_in_processes(calls, 2, interrupted)
+    assert multiprocessing.active_children() == []  # ended, and waited for: none is left to write anything
+    assert monotonic() - started < 30
 
 
 # --- the command -----------------------------------------------------------------------------------------------
@@ -853,6 +868,30 @@ def test_a_run_interrupted_before_its_out_existed_leaves_no_out(
     assert not out.exists()
 
 
+def test_a_compare_removes_the_run_directories_of_an_earlier_compare_that_it_does_not_make(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An earlier compare's sjf-silod/ stayed beside the new compare's, which its compare.md did not list.
+    out = tmp_path / "out"
+    argv = ["sim", "compare", *tiny_inputs(tmp_path), "--cache-systems", "silod", "--jobs", "1", "--out", str(out)]
+    assert main([*argv, "--policies", "fifo,sjf", "--decision-log"]) == 0
+    (out / "kept").mkdir()  # a run's files and another: not recognisably silod's, so it stays
+    (out / "kept" / "summary.json").write_text("{}")
+    (out / "kept" / "notes.txt").write_text("mine")
+    (out / "linked").mkdir()  # a link to a run's file: not silod's either
+    (out / "linked" / "summary.json").symlink_to(out / "sjf-silod" / "summary.json")
+    fifo_log = out / "fifo-silod" / "decisions.jsonl.gz"
+    assert fifo_log.exists()
+    capsys.readouterr()
+    assert main([*argv, "--policies", "fifo"]) == 0
+    assert sorted(path.name for path in out.iterdir()) == [
+        "compare.csv", "compare.md", "fifo-silod", "jct_cdf.png", "kept", "linked",
+    ]  # fmt: skip
+    assert not fifo_log.exists()  # the new fifo run wrote no decision log: the earlier one's went too
+    assert sorted(path.name for path in (out / "kept").iterdir()) == ["notes.txt", "summary.json"]
+    assert [path.name for path in out.rglob(".*")] == []  # nothing hidden left behind
+
+
 def test_ctrl_c_during_a_compare_in_workers_ends_them_and_leaves_the_earlier_compare_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -899,6 +938,35 @@ def test_an_output_that_is_an_input_file_is_refused_naming_both_before_anything_
     assert [path.name for path in out.rglob("*") if path.is_file()] == [Path(output).name]  # nothing ran
 
 
+@pytest.mark.parametrize(
+    ("action", "output"),
+    [
+        (["sim"], "summary.json"),
+        (["sim", "compare", "--policies", "fifo", "--cache-systems", "silod"], "fifo-silod/groups.csv"),
+        (["sim", "sweep", "bandwidth", "--scales", "1"], "sweep.csv"),
+    ],
+    ids=["sim", "compare", "sweep"],
+)
+def test_an_output_that_is_the_tenants_file_a_cluster_file_names_is_refused_naming_both(
+    action: list[str], output: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Only the files named on the command line were checked: the run replaced the VCs its cluster file reads.
+    argv = tiny_inputs(tmp_path)
+    cluster = Path(argv[3])
+    cluster.write_text(cluster.read_text() + 'tenants = "vcs.toml"\n')
+    tenants = tmp_path / "vcs.toml"
+    tenants.write_text("[vc-a]\ncells = { node = 1 }\n")
+    out = tmp_path / "out"
+    (out / output).parent.mkdir(parents=True)
+    (out / output).hardlink_to(tenants)
+    assert main([*action, *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    named = f"the run would replace {out / output}, which is the --cluster file's tenants file {tenants}"
+    assert f"--out {out}: {named}" in err
+    assert tenants.read_text() == "[vc-a]\ncells = { node = 1 }\n"
+    assert [path.name for path in out.rglob("*") if path.is_file()] == [Path(output).name]  # nothing ran
+
+
 def test_ctrl_c_while_a_runs_files_move_into_place_waits_until_all_have(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -920,3 +988,22 @@ def test_ctrl_c_while_a_runs_files_move_into_place_waits_until_all_have(
     finally:
         signal.signal(signal.SIGINT, previous)
     assert contents(out) == {name: name.encode() for name in ("jobs.csv", "summary.json", "timeline.csv")}
+
+
+def test_only_a_command_with_run_directories_removes_earlier_ones_and_never_a_hidden_one(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    for directory in (".silod-partial-another", "fifo-silod", "sjf-silod"):  # another command's staging, two runs
+        (out / directory).mkdir()
+        (out / directory / "jobs.csv").write_text("earlier")
+    with staged_outputs(out, ["jobs.csv"]) as staging:  # `silod sim`: it writes no directory per run
+        (staging / "jobs.csv").write_text("a run")
+    assert contents(out)["sjf-silod/jobs.csv"] == b"earlier"
+    with staged_outputs(out, ["fifo-silod/jobs.csv"], RUN_FILES) as staging:
+        (staging / "fifo-silod").mkdir()
+        (staging / "fifo-silod" / "jobs.csv").write_text("new")
+    assert contents(out) == {
+        "jobs.csv": b"a run",  # not in a directory: the names a command writes say which files it replaces
+        ".silod-partial-another/jobs.csv": b"earlier",
+        "fifo-silod/jobs.csv": b"new",
+    }
