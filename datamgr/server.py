@@ -80,7 +80,9 @@ async def serve(
 
     Raises SecurityConfigError for bad security settings and ServeError for a listen address that is no HOST:PORT,
     a policy that cannot run or cell levels that are no hierarchy, before the state dir is touched; ServeError too
-    for a state dir whose tenants name levels the cell levels lack."""
+    for a state dir whose tenants name levels the cell levels lack, and for ports in use. A start refused after the
+    state dir is opened leaves it as it was: a state dir of an older schema is upgraded only once every check has
+    passed and the ports are bound (`SQLiteStore.keep_upgrade`)."""
     stop = stop or asyncio.Event()
     security = ServerSecurity.load(config.tls_cert, config.tls_key, config.tls_ca, config.auth_token_file)
     _listen_address(config.listen)
@@ -103,6 +105,12 @@ async def serve(
                 metrics_port = metrics.serve(host, config.metrics_port or 0)
             except MetricsPortError as exc:
                 raise ServeError(str(exc)) from None
+        try:  # the start goes ahead: an upgrade of an older state dir is kept only now (a refused start leaves it)
+            store.keep_upgrade()
+        except BaseException:
+            if metrics is not None:
+                metrics.close()
+            raise
         await server.start()
         log.info(
             "data manager listening on %s:%d (%s; state dir %s, revision %d)",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
+import socket
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -27,6 +28,7 @@ from tests.datamgr_fixtures import (
 )
 from tests.state_files import files_of, killed_copy, killed_state_dir, revision_and_nodes, state_of_nodes
 from tests.storage_servers import missing_dependency
+from tests.test_store import schema_of, write_schema_4_state_dir
 
 
 def _populate(client: DataManagerClient, tmp_path: Path) -> tuple[str, int]:
@@ -156,6 +158,49 @@ def test_a_second_server_on_the_same_port_refuses_to_start(
     second.launch()
     assert second.wait() == 2
     assert f"cannot listen on 127.0.0.1:{port}: the port is in use" in (tmp_path / "second.log").read_text()
+
+
+_REFUSALS = {  # a start refused after the state dir is open: its extra options, and what it says (PORT: one in use)
+    "its port in use": (("--listen", "127.0.0.1:PORT"), "cannot listen on 127.0.0.1:PORT: the port is in use"),
+    "its metrics port in use": (("--metrics-port", "PORT"), "--metrics-port PORT: cannot serve /metrics on 127.0.0.1"),
+    "cell levels smaller than a node": (
+        ("--cell-levels", "gpu:1,node:2"),
+        "--cell-levels: nodes: node 'n1' has 4 GPUs, more than the 2 of a node cell",
+    ),
+}
+
+
+@pytest.mark.parametrize("refusal", list(_REFUSALS))
+def test_a_refused_start_leaves_a_schema_4_state_dir_as_it_was_and_the_next_start_upgrades_it(
+    tmp_path: Path, refusal: str, request: pytest.FixtureRequest
+) -> None:
+    """The open upgraded the state dir for good before these checks: a refused start left it at schema 5, and the
+    silod that wrote it, to which the operator would roll back, refused it as written by a newer silod."""
+    state_dir = tmp_path / "state"
+    path = write_schema_4_state_dir(state_dir)
+    before = files_of(state_dir)
+    options, says = _REFUSALS[refusal]
+    with contextlib.closing(socket.socket()) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        refused = DataManagerProcess(state_dir, tmp_path / "refused.log", *(o.replace("PORT", port) for o in options))
+        request.addfinalizer(refused.stop)
+        refused.launch()
+        assert refused.wait() == 2
+    log = (tmp_path / "refused.log").read_text()
+    assert says.replace("PORT", port) in log and "upgraded" not in log
+    assert files_of(state_dir) == before and schema_of(path) == 4
+
+    started = DataManagerProcess(state_dir, tmp_path / "datamgr.log")
+    request.addfinalizer(started.stop)
+    started.start()
+    assert started.terminate() == 0
+    assert schema_of(path) == 5
+    assert (
+        f"upgraded state dir {state_dir} from schema 4 to 5: silods of schema 4 and before refuse it now"
+        in (tmp_path / "datamgr.log").read_text()
+    )
 
 
 def _state_dir_and_its_backup(tmp_path: Path) -> tuple[Path, Path]:

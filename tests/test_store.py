@@ -6,6 +6,7 @@ database on disk can do (survive a reopen, lock its state dir, migrate a schema)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -14,7 +15,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import field, fields, make_dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,7 @@ INSERT INTO events VALUES (3, 'n1', X'65');
 """
 
 
+@pytest.mark.expected_warnings  # the upgrade's, kept by the first commit
 def test_a_state_dir_of_schema_1_opens_with_its_jobs_of_unknown_length_and_regular_access(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / "silod.db")
     db.executescript(_SCHEMA_V1)
@@ -154,6 +156,7 @@ INSERT INTO job_histories VALUES ('p1', '{"attained_gpu_seconds_before": 20.0, "
 """
 
 
+@pytest.mark.expected_warnings  # the upgrade's, kept by the first commit
 def test_a_state_dir_of_schema_3_opens_with_best_effort_jobs_without_grace_that_are_not_suspending(
     tmp_path: Path,
 ) -> None:
@@ -209,10 +212,28 @@ INSERT INTO job_histories VALUES ('p1', '{"job_id": "p1", "submit_time": 7.0, "f
 TENANT = Tenant("prod-a", {"node": 2, "gpu": 1}, 2 * 10**12, 400_000_000)
 
 
-def test_a_state_dir_of_schema_4_opens_without_tenants_and_with_regular_jobs_of_no_tenant(tmp_path: Path) -> None:
-    db = sqlite3.connect(tmp_path / "silod.db")
-    db.executescript(_SCHEMA_V4)
-    db.close()
+def write_schema_4_state_dir(state_dir: Path) -> Path:
+    """Make `state_dir` hold a database as a silod of schema 4 left it (`_SCHEMA_V4`, in write-ahead-log mode as every
+    silod made its database, closed); returns the database's path."""
+    state_dir.mkdir(mode=0o700, exist_ok=True)
+    path = state_dir / "silod.db"
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.executescript(_SCHEMA_V4)
+    return path
+
+
+def schema_of(database: Path) -> int:
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        (version,) = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(version)
+
+
+@pytest.mark.expected_warnings  # the upgrade's
+def test_a_state_dir_of_schema_4_opens_without_tenants_and_with_regular_jobs_of_no_tenant(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_schema_4_state_dir(tmp_path)
 
     store = SQLiteStore(tmp_path)
     state = store.load()
@@ -228,9 +249,68 @@ def test_a_state_dir_of_schema_4_opens_without_tenants_and_with_regular_jobs_of_
     assert state.tenants == (TENANT,)
     assert [(j.job_id, j.tenant, j.priority) for j in state.jobs] == [("low", "prod-a", "low"), ("p1", "", "high")]
     reopened.close()
-    db = sqlite3.connect(tmp_path / "silod.db")
-    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (SCHEMA_VERSION,) == (5,)
-    db.close()
+    assert schema_of(tmp_path / "silod.db") == SCHEMA_VERSION == 5
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"upgraded state dir {tmp_path} from schema 4 to 5: silods of schema 4 and before refuse it now; to go back "
+        "to one, restore a backup taken before this start (silod datamgr restore)"
+    ]  # once: the reopened store found it current
+
+
+def test_a_store_closed_before_it_keeps_the_upgrade_of_a_schema_4_state_dir_leaves_it_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """A start refused after the open (a port in use, cell levels that do not fit): the file stays the old silod's,
+    which refused it as written by a newer silod when the open had committed the upgrade at once."""
+    path = write_schema_4_state_dir(tmp_path)
+    before = files_of(tmp_path)
+
+    store = SQLiteStore(tmp_path)
+    state = store.load()  # served upgraded meanwhile: tenants and each job's tenant and priority
+    assert (state.revision, state.tenants, [(j.tenant, j.priority) for j in state.jobs]) == (6, (), [("", "high")])
+    store.close()
+
+    assert files_of(tmp_path) == before and schema_of(path) == 4
+    (SQLiteStore(tmp_path)).close()  # and the next start upgrades it again
+    assert files_of(tmp_path) == before
+
+
+@pytest.mark.expected_warnings  # the upgrade's
+def test_keep_upgrade_commits_the_upgrade_of_a_schema_4_state_dir_and_logs_it_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write_schema_4_state_dir(tmp_path)
+    store = SQLiteStore(tmp_path)
+    store.keep_upgrade()
+    store.keep_upgrade()  # once kept, nothing more to do
+    store.close()
+    assert schema_of(path) == 5
+    reopened = SQLiteStore(tmp_path)
+    reopened.keep_upgrade()  # current: nothing to keep, nothing logged
+    assert reopened.load().revision == 6
+    reopened.close()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"upgraded state dir {tmp_path} from schema 4 to 5: silods of schema 4 and before refuse it now; to go back "
+        "to one, restore a backup taken before this start (silod datamgr restore)"
+    ]
+
+
+def test_a_schema_4_state_dir_holding_a_row_this_silod_cannot_read_is_refused_and_left_at_schema_4(
+    tmp_path: Path,
+) -> None:
+    """The refusal says "nothing was changed": the upgrade the open began is rolled back with it, so the silod that
+    wrote the file (or a backup of it) can still open it."""
+    path = write_schema_4_state_dir(tmp_path)
+    edit(path, 'UPDATE datasets SET options = \'{"region": "eu-west-1"\'')
+    before = files_of(tmp_path)
+
+    with pytest.raises(StateDirError, match=r"holds a row this silod cannot read: table datasets.*nothing was changed"):
+        opened = SQLiteStore(tmp_path)
+        try:
+            opened.load()
+        finally:
+            opened.close()
+
+    assert files_of(tmp_path) == before and schema_of(path) == 4
 
 
 def test_tenants_are_committed_replaced_and_deleted_with_their_jobs_tenant_and_priority(
@@ -458,6 +538,79 @@ def test_a_row_this_silod_cannot_read_is_refused_naming_the_file_table_and_row_a
         f"{problem}; {advice}"
     ), row
     assert path.read_bytes() == before
+
+
+# JobHistory as a silod of schema 5 from before `policy_state_by` (commit f1474bb) had it, and how it read a stored
+# history: `JobHistory(**json.loads(history))`, a field it lacked its default, a field it did not know a TypeError.
+_JobHistoryBeforePolicyStateBy = make_dataclass(
+    "JobHistory",
+    [
+        (f.name, f.type, field(default=f.default, default_factory=f.default_factory))
+        for f in fields(JobHistory)
+        if f.name != "policy_state_by"
+    ],
+    frozen=True,
+)
+
+
+def _stored_history(tmp_path: Path, history: JobHistory) -> str:
+    """The JSON the SQLite store writes for `history` (committed with its job, then read back from the file)."""
+    store = SQLiteStore(tmp_path)
+    store.commit([Commit(1, Change(nodes_put=(NODE,), datasets_put=(DATASET,)))])
+    store.commit([Commit(2, Change(jobs_put=(JOB,), histories_put=(history,)))])
+    store.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "silod.db")) as db:
+        (text,) = db.execute("SELECT history FROM job_histories WHERE job_id = ?", (history.job_id,)).fetchone()
+    return str(text)
+
+
+def test_a_history_is_stored_without_the_fields_at_their_default_so_a_silod_of_schema_5_before_them_reads_it(
+    tmp_path: Path,
+) -> None:
+    """Histories gain fields without a new schema version. Every history was written with every field, so a silod
+    of schema 5 from before `policy_state_by` met `"policy_state_by": ""` in all of them after a downgrade and
+    failed with a TypeError; a field at its default is now left out, and read back as its default."""
+    running = JobHistory(JOB.job_id, 100.0, first_start_time=110.0, last_start_time=110.0)
+
+    text = _stored_history(tmp_path, running)
+
+    older = _JobHistoryBeforePolicyStateBy(**json.loads(text))  # was: TypeError, unexpected 'policy_state_by'
+    assert (older.job_id, older.first_start_time, older.preemptions, older.held) == ("j1", 110.0, 0, {})
+    written = {"job_id": "j1", "submit_time": 100.0, "first_start_time": 110.0, "last_start_time": 110.0}
+    assert json.loads(text) == written
+
+
+# A value other than its default for every field of JobHistory that has one (a falsy one where a default is None).
+_NOT_DEFAULT: dict[str, object] = {
+    "first_start_time": 0.0,
+    "last_start_time": 120.0,
+    "pending_since": 130.0,
+    "queued_seconds_before": 3.5,
+    "attained_gpu_seconds_before": 20.0,
+    "preemptions": 2,
+    "policy_state": {"queue": 0.0},
+    "policy_state_by": "tiresias",
+    "held": {"n1": 2},
+    "suspended_until": 200.0,
+}
+assert _NOT_DEFAULT.keys() == {f.name for f in fields(JobHistory)} - {"job_id", "submit_time"}, "a field untested"
+
+
+@pytest.mark.parametrize("name", ["none", *_NOT_DEFAULT, "all"])
+def test_a_history_reads_back_as_it_was_committed_whichever_fields_hold_their_default(
+    tmp_path: Path, name: str
+) -> None:
+    values = _NOT_DEFAULT if name == "all" else {k: v for k, v in _NOT_DEFAULT.items() if k == name}
+    history = JobHistory(JOB.job_id, 100.0, **values)  # type: ignore[arg-type]
+
+    text = _stored_history(tmp_path, history)
+
+    assert json.loads(text).keys() == {"job_id", "submit_time", *values}
+    reopened = SQLiteStore(tmp_path)
+    (read,) = reopened.load().histories
+    reopened.close()
+    assert read == history
+    assert [type(getattr(read, f)) for f in values] == [type(v) for v in values.values()]
 
 
 def test_an_empty_state_database_is_refused_as_lost_contents_and_left_as_it_was(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
-from dataclasses import MISSING, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING, Field, fields
 from typing import Any, TypeVar
 
 from datamgr.entities import JOB_CLASSES, PRIORITIES, Dataset, Job, JobHistory, Node, Tenant, Worker
@@ -133,7 +133,7 @@ def _tenant(row: tuple[Any, ...]) -> Tenant:
     )
 
 
-# JobHistory's fields, each with what its JSON value may be (`_history_json` writes them all).
+# JobHistory's fields, each with what its JSON value may be (`_history_json` writes those not at their default).
 _OPTIONAL_TIME = (int, float, type(None))
 _HISTORY_FIELDS: dict[str, tuple[type, ...]] = {
     "job_id": (str,),
@@ -154,9 +154,9 @@ assert _HISTORY_FIELDS.keys() == {f.name for f in fields(JobHistory)}, "a JobHis
 
 
 def _history(row: tuple[Any, ...]) -> JobHistory:
-    """A job's history as `_history_json` wrote it. A field it lacks reads as its default (a history written
-    before the field was added); a field this silod does not know is refused, not dropped: a newer silod wrote
-    it, and reading on without it would misschedule the job and write the history back without it."""
+    """A job's history as `_history_json` wrote it. A field it lacks reads as its default (one written at its
+    default, or before the field was added); a field this silod does not know is refused, not dropped: a newer
+    silod wrote it, and reading on without it would misschedule the job and write the history back without it."""
     job_id, text = row
     values = _json_object(text, "history")
     unknown = sorted(values.keys() - _HISTORY_FIELDS.keys())
@@ -292,6 +292,22 @@ def _tenant_row(t: Tenant) -> tuple[object, ...]:
 
 
 def _history_json(h: JobHistory) -> str:
-    """A job's history as one JSON object: its fields change together, and none is ever queried alone."""
-    values = {f.name: getattr(h, f.name) for f in fields(h)}
-    return json.dumps({**values, "policy_state": dict(h.policy_state), "held": dict(h.held)}, sort_keys=True)
+    """A job's history as one JSON object: its fields change together, and none is ever queried alone.
+
+    A field that holds its default is left out, as every reader (`_history`, and silods before the row checks,
+    `JobHistory(**values)`) reads a missing field as its default: a field added since a silod of the same schema
+    (histories gain fields without a new schema version) is then written only by a history that uses it, and that
+    silod reads the others (one from before `policy_state_by` failed with a TypeError on every history)."""
+    values: dict[str, Any] = {}
+    for f in fields(h):
+        value = getattr(h, f.name)
+        if isinstance(value, Mapping):
+            value = dict(value)
+        if f.name in _REQUIRED_HISTORY_FIELDS or value != _default(f):
+            values[f.name] = value
+    return json.dumps(values, sort_keys=True)
+
+
+def _default(f: Field[Any]) -> Any:
+    """The value a field of a dataclass takes when it is not given."""
+    return f.default_factory() if f.default_factory is not MISSING else f.default

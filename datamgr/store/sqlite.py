@@ -9,6 +9,7 @@ must be before SQLite opens them, and its lock: `statedir`; the state's rows, ea
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import tempfile
@@ -35,6 +36,8 @@ from silodlib.directories import fsync_directory, make_directory
 SCHEMA_VERSION = 5
 _PRUNE_EVERY = 1024
 
+log = logging.getLogger(__name__)
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS datasets (
@@ -58,8 +61,9 @@ CREATE INDEX IF NOT EXISTS events_by_node ON events (node_id, revision);
 CREATE TABLE IF NOT EXISTS histories (history INTEGER PRIMARY KEY, last_revision INTEGER NOT NULL);
 """
 
-# Schema version -> the statements that bring a state dir written at that version to the next one. Each
-# runs in one transaction with the version bump, so a crash leaves the old version or the new, never half.
+# Schema version -> the statements that bring a state dir written at that version to the next one. All the steps
+# an upgrade takes run in one transaction with the version bump, so a crash leaves the old version or the new,
+# never half; the data manager commits it only once its start goes ahead (`SQLiteStore.keep_upgrade`).
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 2: jobs say how long they train and whether their access is irregular; jobs registered before did
     # not, so their length is unknown (0) and their access regular.
@@ -110,6 +114,11 @@ class SQLiteStore:
     earlier ones with the revision each ended at. The history drawn at an open is written with the first change
     after it, in the same transaction, so that a start that changes nothing writes nothing (a data manager starts
     on a full disk) and every revision on disk belongs to the history written beside it.
+
+    A state database of an older schema is upgraded in a transaction the open begins and `keep_upgrade` (or the first
+    `commit`) commits, once the start goes ahead: the store reads and serves the upgraded state meanwhile, and a
+    start refused after the open (a row this silod cannot read, a port in use, cell levels that do not fit) closes
+    it with the file left at its old schema, for the silod that wrote it.
     """
 
     def __init__(self, state_dir: Path, *, retained_revisions: int = DEFAULT_RETAINED_REVISIONS) -> None:
@@ -137,22 +146,54 @@ class SQLiteStore:
 
     def _open(self, path: Path, refused: str) -> None:
         """Open the writing connection to the state database at `path` (made if there is none) at the current schema,
-        and read `_ended`. A database from a newer silod is refused before anything is written to it."""
+        and read `_ended`. A database from a newer silod is refused before anything is written to it; one from an
+        older silod is upgraded in a transaction left open (`_upgrading_from`) for `keep_upgrade`."""
         if not path.exists():
             _create(path)
         version = schema_version(path, refused)
         # One connection writes (from the committing thread), one reads (from the event loop): with WAL the
         # reader sees only committed transactions, never a batch that is still being written.
         db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._upgrading_from: int | None = None  # the schema version found, while its upgrade is not committed
         try:
-            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA journal_mode=WAL")  # a silod of every schema made its database so: no change
             db.execute("PRAGMA synchronous=FULL")
-            upgrade(db, version)
+            if version is not None and version < SCHEMA_VERSION:
+                begin_upgrade(db, version)
+                self._upgrading_from = version
+            else:  # current, or no tables yet (what a silod from before `_create` left): nothing to keep for anyone
+                upgrade(db, version)
             self._db = db
             self._ended, self._history_written = self._earlier_histories(), False
         except BaseException:
-            db.close()
+            db.close()  # rolls back an upgrade it began
             raise
+
+    def keep_upgrade(self) -> None:
+        """Commit the upgrade of an older schema that the open began, once the data manager's start goes ahead (its
+        checks passed, its ports bound), and log it: silods of the old schema refuse the state dir from then on.
+        Nothing to do for a state dir that was at the current schema. StateDirError for a disk that refuses the
+        commit (full, read-only): the file is left at its old schema, and the store is to be closed."""
+        old = self._upgrading_from
+        if old is None:
+            return
+        self._upgrading_from = None
+        state_dir = self._path.parent
+        try:
+            with refusing_disk_errors(f"cannot use state dir {state_dir}", _FIX_THE_DISK):
+                self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:  # SQLite rolls back by itself on some errors (SQLITE_FULL among them)
+                self._db.execute("ROLLBACK")
+            raise
+        log.warning(
+            "upgraded state dir %s from schema %d to %d: silods of schema %d and before refuse it now; to go back to "
+            "one, restore a backup taken before this start (silod datamgr restore)",
+            state_dir,
+            old,
+            SCHEMA_VERSION,
+            SCHEMA_VERSION - 1,
+        )
 
     def _earlier_histories(self) -> dict[int, int]:
         """The histories the state dir has been in, each with the last revision it holds: the one it was in until
@@ -179,6 +220,9 @@ class SQLiteStore:
             return read_state(self._db)
 
     def commit(self, commits: Sequence[Commit]) -> None:
+        """Commit `commits` in one transaction; the first one keeps an upgrade the open began (a change accepted means
+        the start went ahead), as `keep_upgrade` does."""
+        self.keep_upgrade()
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         committing = False  # only COMMIT writes a transaction's commit record to the log
@@ -255,6 +299,8 @@ class SQLiteStore:
         return _translating(_UNREADABLE, lambda exc: StoreUnreadable(f"{self._path}: {exc}"))
 
     def close(self) -> None:
+        """Close the store and give its state dir back; an upgrade not kept is rolled back, leaving the file as the
+        older silod wrote it."""
         self._reader.close()
         self._db.close()
         self._lock.release()
@@ -347,21 +393,38 @@ def schema_version(path: Path, refused: str) -> int | None:
 def upgrade(db: sqlite3.Connection, version: int | None) -> None:
     """Give the database open as `db`, whose schema version is `version` (None: it has no tables yet), the current
     schema: create what it lacks, then bring what a silod of an older schema wrote to the current one, keeping its
-    contents, one transaction per version, so that a crash leaves the old version or the new, never half."""
-    db.executescript(_SCHEMA)  # creates what a fresh state dir lacks; alters nothing that exists
-    if version is None:
-        db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+    contents, in one transaction (`begin_upgrade`), committed here."""
+    if version == SCHEMA_VERSION:
+        db.executescript(_SCHEMA)  # creates what a damaged one lacks, if anything; alters nothing that exists
         return
-    for step in range(version, SCHEMA_VERSION):
-        db.execute("BEGIN IMMEDIATE")
-        try:
+    begin_upgrade(db, version)
+    try:
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+def begin_upgrade(db: sqlite3.Connection, version: int | None) -> None:
+    """Bring the database open as `db`, whose schema version `version` is older than the current one (None: it has
+    no tables yet), to the current schema in a transaction left open for the caller to commit or roll back: every
+    step, the tables and the version bump in one (SQLite's schema changes are transactional), so that a crash, or
+    a start refused before the commit, leaves the old version whole."""
+    try:
+        # BEGIN within the script: executescript() itself commits a transaction it finds open, never one it runs.
+        db.executescript(f"BEGIN IMMEDIATE;\n{_SCHEMA}")  # creates what the older schema lacks; alters nothing
+        if version is None:
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+            return
+        for step in range(version, SCHEMA_VERSION):
             for statement in _MIGRATIONS[step]:
                 db.execute(statement)
-            db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (step + 1,))
-            db.execute("COMMIT")
-        except BaseException:
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,))
+    except BaseException:
+        if db.in_transaction:
             db.execute("ROLLBACK")
-            raise
+        raise
 
 
 _NEWER_ROW = (
