@@ -68,6 +68,7 @@ from silodpb.v1 import datamgr_pb2 as pb
 log = logging.getLogger(__name__)
 
 SETTLE_SECONDS = 0.1  # after a job change, how long to gather the rest of a burst before the round
+FIRST_REPORT_POLL_SECONDS = 0.1  # how often a restarted controller looks whether its nodes have reported
 TRIGGERS_SHOWN = 3  # a burst's trigger names this many changes, then counts the rest
 
 
@@ -377,9 +378,11 @@ class Controller:
         self._one_round = asyncio.Lock()
 
     async def run(self) -> None:
-        """Rounds until cancelled: one at once, then one per burst of requests, at the wake-up the last
-        decision asked for, when the first grace period still running ends, or after `round_seconds` without
-        any of those. A round cut short by cancellation leaves valid allocations that the next start redoes."""
+        """Rounds until cancelled: one at the start, once the nodes running jobs have reported their usage
+        (`_await_first_reports`), then one per burst of requests, at the wake-up the last decision asked for,
+        when the first grace period still running ends, or after `round_seconds` without any of those. A round
+        cut short by cancellation leaves valid allocations that the next start redoes."""
+        await self._await_first_reports()
         trigger = "start"
         while True:
             report = await self.run_round(trigger)
@@ -396,6 +399,22 @@ class Controller:
                 trigger = self._requests.take()
             else:
                 trigger = timed
+
+    async def _await_first_reports(self) -> None:
+        """Hold the first round of a restarted data manager until every node running jobs has reported its usage,
+        or the start's grace (--node-timeout) is over: decided before, a round saw those nodes' caches as empty
+        and moved remote IO to the jobs that read them, only for the next round to move it back. The allocations
+        stored before the restart are served meanwhile."""
+        waiting = self._manager.nodes_awaiting_first_report()
+        if not waiting:
+            return
+        log.info(
+            "first round waits for the usage reports of %d nodes that run jobs (%s), at most the node timeout",
+            len(waiting),
+            ", ".join(waiting),
+        )
+        while self._manager.nodes_awaiting_first_report():
+            await asyncio.sleep(FIRST_REPORT_POLL_SECONDS)
 
     async def run_round(self, trigger: str) -> RoundReport:
         """Decide on the current state and carry out the decision; log and keep the report."""

@@ -53,7 +53,9 @@ class NodeLiveness:
     def __init__(self, timeout: float, clock: Callable[[], float], node_ids: Iterable[str] = ()) -> None:
         self._timeout = timeout
         self._clock = clock
-        self._nodes = {node_id: _NodeRecord(clock()) for node_id in node_ids}
+        self._started = clock()
+        self._nodes = {node_id: _NodeRecord(self._started) for node_id in node_ids}
+        self._unreported = set(self._nodes)  # registered at the start, no usage report from them since
 
     def seen(self, node_id: str) -> bool:
         """Record contact; True if the node was unavailable and is back."""
@@ -67,10 +69,18 @@ class NodeLiveness:
     def report(self, node_id: str, datasets: Sequence[DatasetUsage], jobs: Sequence[JobUsage]) -> bool:
         record = self._nodes.setdefault(node_id, _NodeRecord(self._clock()))
         record.datasets, record.jobs = datasets, jobs
+        self._unreported.discard(node_id)
         return self.seen(node_id)
 
     def forget(self, node_id: str) -> None:
         self._nodes.pop(node_id, None)
+        self._unreported.discard(node_id)
+
+    def awaiting_first_report(self, node_id: str) -> bool:
+        """Whether the node was registered when the data manager started and has sent no usage report since, while
+        the start's grace lasts (`timeout` from the start): until it reports, what its caches hold and how far its
+        jobs got is unknown here, although the node is likely up and serving them."""
+        return node_id in self._unreported and self._clock() - self._started <= self._timeout
 
     def expire(self) -> list[str]:
         """Mark nodes silent for longer than the timeout unavailable; return the ones that just became so."""

@@ -710,6 +710,16 @@ class DataManager:
         if self.liveness.report(node_id, datasets, jobs):
             self._back(node_id)
 
+    def nodes_awaiting_first_report(self) -> list[str]:
+        """The nodes that run jobs and have not reported their usage since the start, while the start's grace lasts
+        (`NodeLiveness.awaiting_first_report`): a policy deciding before they report would see their caches empty
+        and their jobs where they stood when the usage was last heard of, the round before the restart at best."""
+        return [
+            node_id
+            for node_id in sorted(self.state.nodes)
+            if self.state.jobs_on_node(node_id) and self.liveness.awaiting_first_report(node_id)
+        ]
+
     def _note_contact(self, node_id: str) -> None:
         if self.liveness.seen(node_id):
             self._back(node_id)

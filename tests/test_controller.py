@@ -622,3 +622,68 @@ def test_a_node_registered_or_available_again_requests_a_round(tmp_path: Path) -
             assert requests.take() == "node n1 is available again"
 
     asyncio.run(scenario())
+
+
+@dataclass
+class RecordingPolicy:
+    """Greedy's decisions, keeping every snapshot it was handed."""
+
+    snapshots: list[Snapshot]
+    name: str = "greedy"
+
+    def schedule(self, snapshot: Snapshot, estimator: Estimator) -> Decision:
+        self.snapshots.append(snapshot)
+        return GreedyStorage().schedule(snapshot, estimator)
+
+
+@pytest.mark.parametrize("reports", [True, False], ids=["node-reports", "node-silent"])
+def test_a_restarted_controller_holds_its_first_round_until_the_nodes_running_jobs_report_their_usage(
+    tmp_path: Path, reports: bool
+) -> None:
+    """Before, the first round after a restart saw the nodes' caches as empty (no report yet) and moved remote IO to
+    the jobs reading them, for the next round to move it back. A node that stays silent holds the round no longer
+    than the start's grace, the node timeout."""
+    clock = [0.0]
+
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "greedy") as (manager, _):
+            await manager.register_node("n1", "h1:1", 10_000)
+            await manager.register_node("n2", "h2:1", 10_000)  # runs no job: not waited for
+            uri = await add_dataset(manager, tmp_path / "a", files=4, size=500)
+            await manager.register_job("j1", uri, 1000, [Worker("n1", 1)])
+        async with owned_manager(tmp_path, "greedy", clock=lambda: clock[0]) as (manager, requests):
+            policy = RecordingPolicy([])
+            controller = Controller(manager, Scheduler(policy, SiloDPerf(), "silod"), requests, round_seconds=3600)
+            running = asyncio.create_task(controller.run())
+            try:
+                await asyncio.sleep(0.5)  # several of the controller's polls
+                assert controller.status().rounds == 0 and not policy.snapshots
+                if reports:
+                    manager.report_usage("n1", [DatasetUsage(uri, cached_bytes=1_500)], [JobUsage("j1")])
+                else:
+                    clock[0] = 31.0  # past the node timeout, 30 s
+                await wait_until(lambda: controller.status().rounds == 1, "the start round")
+            finally:
+                running.cancel()
+                await asyncio.gather(running, return_exceptions=True)
+            assert controller.status().last_round_trigger == "start"
+            assert policy.snapshots[0].datasets[uri].cached_bytes == (1_500 if reports else 0)
+
+    asyncio.run(scenario())
+
+
+def test_a_controller_on_a_fresh_state_dir_runs_its_first_round_at_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "greedy", clock=lambda: 0.0) as (manager, requests):
+            await manager.register_node("n1", "h1:1", 10_000)  # registered since the start: no report awaited
+            uri = await add_dataset(manager, tmp_path / "a", files=2, size=500)
+            await manager.register_job("j1", uri, 1000, [Worker("n1", 1)])
+            controller = Controller(manager, build_scheduler("greedy"), requests, round_seconds=3600)
+            running = asyncio.create_task(controller.run())
+            try:
+                await wait_until(lambda: controller.status().rounds >= 1, "the start round", timeout=5)
+            finally:
+                running.cancel()
+                await asyncio.gather(running, return_exceptions=True)
+
+    asyncio.run(scenario())

@@ -110,6 +110,9 @@ def test_a_tenants_regular_job_preempts_a_low_priority_job_on_its_vc_and_a_resta
     revision = status(hived)["summary"]["revision"]
     assert hived.terminate() == 0
     hived.start()
+    with DataManagerClient(hived.address, timeout=10) as client:  # as the nodes' agents do: the first round waits
+        for node in ("n1", "n2"):  # for the usage of nodes that run jobs (or the node timeout)
+            client.call(client.stub.ReportUsage, pb.ReportUsageRequest(node_id=node))
     polling.eventually(lambda: status(hived)["summary"]["controller"].get("rounds") == "1", what="the start round")
     assert status(hived)["summary"]["revision"] == revision  # the round changed nothing at all
     launcher.connect(hived.address)
