@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
 from datamgr import convert, lifecycle, tenants
+from datamgr.clocks import SteadyWallClock
 from datamgr.entities import (
     BEST_EFFORT,
     HIGH_PRIORITY,
@@ -75,8 +77,8 @@ class DataManager:
     change to their decisions reaches WatchDecisions (`watch_decisions`) once durable. One preempted with a
     grace period keeps its GPUs until the period ends, when the policy's controller releases them
     (`PolicyAllocations.release_due`, `next_release`). Every job has a scheduling history (`JobHistory`, kept
-    in `state.histories`), timed by `wall_clock` so that it survives a restart; `clock` times node liveness
-    only.
+    in `state.histories`), timed by `wall_clock` so that it survives a restart (by default the system's wall clock
+    at the start, moved on by the monotonic clock: `clocks.SteadyWallClock`); `clock` times node liveness only.
 
     Tenants share the cluster, each with its virtual cluster (`Tenant`), checked against `cell_levels`, the
     GPUs' affinity hierarchy (`silod datamgr serve --cell-levels`; "": a node is one cell of its GPUs) and the
@@ -93,7 +95,7 @@ class DataManager:
         freeze: ManifestFreezer = freeze_manifest,
         policy: str | None = None,
         request_round: Callable[[str], None] = lambda description: None,
-        wall_clock: Callable[[], float] = time.time,
+        wall_clock: Callable[[], float] | None = None,
         cell_levels: str = "",
     ) -> None:
         stored = store.load()
@@ -102,15 +104,16 @@ class DataManager:
         self._request_round = request_round
         self.remote_io_limit = remote_io_limit
         self.policy = policy
-        self.wall_clock = wall_clock
+        self.wall_clock = SteadyWallClock() if wall_clock is None else wall_clock  # no clock step moves it (`clocks`)
         self.cell_levels = cell_levels
         self.state = ClusterState(
             stored.revision, stored.datasets, stored.jobs, stored.nodes, stored.histories, stored.tenants
         )
+        self._latest_submit = max((h.submit_time for h in self.state.histories.values()), default=-math.inf)
         self.hub: WatchHub[pb.WatchEvent] = WatchHub()
         self.decision_hub: WatchHub[pb.DecisionEvent] = WatchHub()
         self.liveness = NodeLiveness(node_timeout, clock, self.state.nodes)
-        self.node_agents = NodeAgents(wall_clock)  # which agent process serves each node (`node_agents`)
+        self.node_agents = NodeAgents(self.wall_clock)  # which agent process serves each node (`node_agents`)
         self._journal = GroupCommitJournal(store, self.hub.publish, self._roll_back)
         # The right to allocate while the policy owns allocations: handed to the live controller alone.
         self.policy_allocations = None if policy is None else PolicyAllocations(self)
@@ -330,7 +333,11 @@ class DataManager:
             return existing, False, await self._settled()
         for node_id in job.node_ids:
             self._check_room_for(node_id, [dataset])
-        change = Change(jobs_put=(job,), histories_put=(lifecycle.registered(job, self.wall_clock()),))
+        # Submitted no earlier than any job before it: the submission order is the registration order, even
+        # after a restart with the system clock stepped back (FIFO ranks by submit time).
+        submitted = max(self.wall_clock(), self._latest_submit)
+        self._latest_submit = submitted
+        change = Change(jobs_put=(job,), histories_put=(lifecycle.registered(job, submitted),))
         revision = await self._commit(change, job.node_ids, f"registered job {_describe(job)}")
         self._request_round(f"registered job {job_id}")
         return job, True, revision
@@ -483,25 +490,57 @@ class DataManager:
                 )
 
     def next_release(self) -> float | None:
-        """When the first grace period still running ends (the wall clock); None if no job suspends."""
+        """When the first grace period still running ends (the wall clock), or now if one is to be re-dated
+        (`_ends_too_late`); None if no job suspends."""
+        now = self.wall_clock()
         return min(
-            (h.suspended_until for h in self.state.histories.values() if h.suspended_until is not None), default=None
+            (
+                now if self._ends_too_late(h, now) else h.suspended_until
+                for h in self.state.histories.values()
+                if h.suspended_until is not None
+            ),
+            default=None,
         )
 
+    def _ends_too_late(self, history: JobHistory, now: float) -> bool:
+        """Whether the job's grace period ends more than its whole length from `now`: stamped by a data manager
+        whose clock was ahead of this one's (a restart after the system clock was stepped back). Left as it is,
+        the job would hold its GPUs for the length of the step."""
+        job = self.state.jobs.get(history.job_id)
+        until = history.suspended_until
+        return job is not None and until is not None and until - now > job.grace_seconds
+
     async def _release_due(self) -> list[str]:
-        """Release the GPUs of every suspending job whose grace period is over, in one change; the jobs
-        released (none: nothing changed). Their decisions become PREEMPTED on WatchDecisions."""
+        """Release the GPUs of every suspending job whose grace period is over, and re-date to a whole grace
+        period from now those that end later than that (`_ends_too_late`), in one change; the jobs released
+        (none: nothing was released). Their decisions become PREEMPTED on WatchDecisions."""
         now = self.wall_clock()
-        due = [
-            h
-            for job_id, h in sorted(self.state.histories.items())
-            if h.suspended_until is not None and h.suspended_until <= now and job_id in self.state.jobs
-        ]
-        if not due:
+        due, redated = [], []
+        for job_id, h in sorted(self.state.histories.items()):
+            if h.suspended_until is None or job_id not in self.state.jobs:
+                continue
+            if h.suspended_until <= now:
+                due.append(h)
+            elif self._ends_too_late(h, now):
+                redated.append(replace(h, suspended_until=now + self.state.jobs[job_id].grace_seconds))
+        if not due and not redated:
             return []
         released = tuple(lifecycle.released(h) for h in due)
-        names = ", ".join(f"{h.job_id} ({_placement_text(h.held)})" for h in due)
-        await self._commit(Change(histories_put=released), (), f"grace period over: released {names}")
+        changes = []
+        if due:
+            changes.append(
+                "grace period over: released " + ", ".join(f"{h.job_id} ({_placement_text(h.held)})" for h in due)
+            )
+        if redated:
+            ids = ", ".join(h.job_id for h in redated)
+            changes.append(f"grace period of {ids} re-dated to end a whole grace period from now")
+            log.warning(
+                "the grace periods of jobs %s ended more than their whole length from now, as stamped by a clock "
+                "ahead of this one (the system clock stepped back across a restart): each now ends its grace "
+                "period from now",
+                ids,
+            )
+        await self._commit(Change(histories_put=(*released, *redated)), (), "; ".join(changes))
         return [h.job_id for h in due]
 
     async def _hand_back(self, states: Mapping[str, Mapping[str, float]]) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from datamgr import convert, lifecycle
+from datamgr.clocks import SteadyWallClock
 from datamgr.controller import Controller, RoundRequests, snapshot_of
 from datamgr.entities import AlreadyExists, FailedPrecondition, InvalidArgument, Job, JobHistory, NotFound, Worker
 from datamgr.lifecycle import Move, Phase
@@ -24,6 +26,7 @@ from datamgr.scheduler.perf import Estimator, SiloDPerf
 from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.registry import Scheduler, build_scheduler
 from datamgr.scheduler.snapshot import Snapshot
+from datamgr.store import SQLiteStore
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.datamgr_fixtures import allocations, make_local_dataset, owned_manager
 
@@ -333,6 +336,78 @@ def test_a_suspending_job_holds_its_gpus_against_every_placement_until_released(
             assert manager.next_release() is None
             assert lifecycle.phase(manager.state.jobs["be"], manager.history("be")) == Phase.PREEMPTED
             await allocations(manager).place("te", {"n1": 2})
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.expected_warnings  # the grace period re-dated
+def test_a_grace_period_stamped_by_a_clock_a_day_ahead_ends_a_whole_grace_period_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A data manager restarted after the system clock was stepped back a day found a grace period ending a day
+    from now, and held the job's GPUs for that day. It now ends no later than the job's grace period from then."""
+    clock = [100_000.0]
+
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "sjf", wall_clock=lambda: clock[0]) as (manager, _):
+            await manager.register_node("n1", "h1:1", 10_000, gpus=2)
+            uri = (await manager.register_dataset(make_local_dataset(tmp_path / "d", 2, 500), {}, 0))[0].uri
+            await manager.register_job("be", uri, 1000, [], gpus=2, grace_seconds=30.0)
+            await allocations(manager).place("be", {"n1": 2})
+            await allocations(manager).place("be", {})  # suspends until 100,030
+        clock[0] = 100_000.0 - 86_400  # the restart, the clock a day back
+        async with owned_manager(tmp_path, "sjf", wall_clock=lambda: clock[0]) as (manager, _):
+            assert manager.next_release() == clock[0]  # due at once: to be re-dated
+            assert await allocations(manager).release_due() == []
+            assert manager.history("be").suspended_until == clock[0] + 30.0
+            assert manager.next_release() == clock[0] + 30.0
+            clock[0] += 30.0
+            assert await allocations(manager).release_due() == ["be"]
+
+    asyncio.run(scenario())
+
+
+def test_jobs_registered_after_a_restart_with_the_clock_stepped_back_still_queue_behind_earlier_ones(
+    tmp_path: Path,
+) -> None:
+    """FIFO ranks by submit time: a job registered after the clock went back was ranked before earlier ones."""
+    clock = [100_000.0]
+
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "fifo", wall_clock=lambda: clock[0]) as (manager, _):
+            uri = (await manager.register_dataset(make_local_dataset(tmp_path / "d", 2, 500), {}, 0))[0].uri
+            await manager.register_job("first", uri, 1000, [], gpus=2)
+        clock[0] -= 3600
+        async with owned_manager(tmp_path, "fifo", wall_clock=lambda: clock[0]) as (manager, _):
+            await manager.register_job("second", uri, 1000, [], gpus=2)
+            snapshot = snapshot_of(manager, 1000, now=clock[0])
+            assert [job.job_id for job in snapshot.jobs_by_submission()] == ["first", "second"]
+            assert manager.history("second").submit_time == 100_000.0
+
+    asyncio.run(scenario())
+
+
+def test_the_data_managers_own_clock_follows_the_monotonic_clock_from_the_wall_clock_at_its_start() -> None:
+    wall, monotonic = [1_000_000.0], [50.0]
+    clock = SteadyWallClock(lambda: wall[0], lambda: monotonic[0])
+    monotonic[0] += 10.0
+    wall[0] -= 86_400  # an NTP step back, or the date set by hand
+    assert clock() == 1_000_010.0
+    wall[0] += 2 * 86_400
+    monotonic[0] += 5.0
+    assert clock() == 1_000_015.0
+
+
+def test_a_data_manager_stamps_histories_by_its_steady_clock_unless_given_another(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = SQLiteStore(tmp_path / "state")
+        manager = DataManager(store)
+        try:
+            assert isinstance(manager.wall_clock, SteadyWallClock)
+            assert abs(manager.wall_clock() - time.time()) < 5
+        finally:
+            await manager.close()
+            store.close()
 
     asyncio.run(scenario())
 
