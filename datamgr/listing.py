@@ -17,26 +17,26 @@ from silodlib.backends import (
     open_backend,
 )
 from silodlib.logfields import log_ids
-from silodlib.manifest import Manifest, ManifestError, build_manifest
+from silodlib.manifest import EmptyListing, Manifest, ManifestError, freeze_listing
 
 log = logging.getLogger(__name__)
 
 
 def freeze_manifest(uri: str, options: Mapping[str, str], chunk_size: int) -> Manifest:
-    """List `uri` once and freeze the result. Blocking: call it from a worker thread.
+    """List `uri` once and freeze the result (`freeze_listing`, as a standalone mount does). Blocking: call it
+    from a worker thread.
 
-    An empty listing is refused: it is nearly always a wrong bucket, prefix or path, and a dataset with no
-    items could never be read anyway.
+    A listing without a file is refused: it is nearly always a wrong bucket, prefix or path (or keys uploaded
+    with a leading '/'), and a dataset with no items could never be read anyway. Keys left out of a dataset that
+    is kept are logged as one WARNING with their count.
     """
     started = time.monotonic()
     with _as_data_manager_errors(uri):
         backend = open_backend(uri, options)
         try:
-            manifest = build_manifest(backend.list(), chunk_size)
+            manifest = freeze_listing(uri, backend.list(), chunk_size)
         finally:
             backend.close()
-    if manifest.file_count == 0:
-        raise FailedPrecondition(f"uri {uri} lists no objects; check the bucket, container, prefix or path")
     log.info(
         "listed %s: %d files, %d items, %d bytes in %.1f s",
         uri,
@@ -56,6 +56,8 @@ def _as_data_manager_errors(uri: str) -> Iterator[None]:
         yield
     except InvalidBackendOption as exc:
         raise InvalidArgument(f"options: {exc}") from None
+    except EmptyListing as exc:  # its message starts with the URI: "URI lists no objects; ..."
+        raise FailedPrecondition(f"uri {exc}") from None
     except (NoSuchObject, ManifestError) as exc:
         raise FailedPrecondition(_naming(uri, exc)) from None
     except AccessDenied as exc:

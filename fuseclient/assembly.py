@@ -21,7 +21,7 @@ from fuseclient.throttle import TokenBucket, default_burst
 from fuseclient.tree import DatasetTree
 from silodlib.backends import Backend, BackendError, RetryingBackend, open_backend
 from silodlib.logfields import log_ids
-from silodlib.manifest import DEFAULT_CHUNK_SIZE, Manifest, build_manifest
+from silodlib.manifest import DEFAULT_CHUNK_SIZE, EmptyListing, Manifest, ManifestError, freeze_listing
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,8 @@ class MountConfig:
 
 
 class MountError(RuntimeError):
-    """The mount cannot start as configured: a dataset cannot be listed (unreachable, denied, missing), or its
+    """The mount cannot start as configured: a dataset cannot be listed (unreachable, denied, missing), its listing
+    cannot be served (no file in it, or keys a POSIX tree cannot show, as the data manager refuses them), or its
     cache cannot be opened (a full or failing cache disk)."""
 
 
@@ -125,15 +126,20 @@ def add_job(
 
 async def build_state(config: MountConfig) -> MountState:
     """The standalone mount's state: each dataset listed once, jobs with their fixed allocations. Raises
-    `MountError` for a dataset that cannot be listed or whose cache cannot be opened."""
+    `MountError` for a dataset that cannot be listed, whose listing the data manager would refuse to register
+    (`freeze_listing`), or whose cache cannot be opened."""
     mount = MountState()
     for uri in sorted(set(config.jobs.values())):
         backend = RetryingBackend(open_backend(uri, config.backend_options))
         log.info("listing %s", uri, extra=log_ids(dataset_uri=uri))
         try:
-            manifest = await trio.to_thread.run_sync(_list_manifest, backend, config.chunk_size)
+            manifest = await trio.to_thread.run_sync(freeze_listing, uri, backend.list(), config.chunk_size)
         except BackendError as exc:
             raise MountError(f"cannot list the dataset: {exc}") from None
+        except EmptyListing as exc:  # its message starts with the URI
+            raise MountError(f"cannot serve the dataset: {exc}") from None
+        except ManifestError as exc:
+            raise MountError(f"cannot serve the dataset: {uri}: {exc}") from None
         quota = config.cache_sizes.get(uri, 0)
         try:
             mount.add_dataset(await open_dataset(config.cache_dir, uri, backend, manifest, quota))
@@ -143,7 +149,3 @@ async def build_state(config: MountConfig) -> MountState:
     for job_id, uri in config.jobs.items():
         add_job(mount, job_id, mount.datasets[uri], config.io_rates.get(job_id))
     return mount
-
-
-def _list_manifest(backend: Backend, chunk_size: int) -> Manifest:
-    return build_manifest(backend.list(), chunk_size)

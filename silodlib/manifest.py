@@ -13,17 +13,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import zlib
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import accumulate
 from typing import overload
 
 from silodlib.backends.base import ObjectInfo
+from silodlib.logfields import log_ids
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
 _FORMAT_TAG = b"silod-manifest/1\n"
@@ -33,6 +37,11 @@ _MIN_NS, _MAX_NS = -(2**63), 2**63 - 1  # the modification times a manifest (and
 
 class ManifestError(ValueError):
     """A listing that cannot be shown as a POSIX tree, or bytes that are not a manifest."""
+
+
+class EmptyListing(ManifestError):
+    """A listing with no file: a dataset without items could never be read, and it is nearly always a wrong
+    bucket, prefix or path. The message starts with the dataset's URI and says what the listing held instead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,15 +233,93 @@ class Manifest:
         return manifest
 
 
-def build_manifest(objects: Iterable[ObjectInfo], chunk_size: int = DEFAULT_CHUNK_SIZE) -> Manifest:
-    """Freeze a backend listing, refusing what a POSIX tree cannot show (the message names the key)."""
+# Why a listed key cannot be a path below a mount point: what one such key is, and what several are.
+_EMPTY_COMPONENT = ("key with an empty, '.' or '..' component", "keys with an empty, '.' or '..' component")
+_NUL = ("key with a NUL character", "keys with a NUL character")
+_NOT_UTF8 = ("name that is not valid UTF-8", "names that are not valid UTF-8")
+_EXAMPLES = 3  # skipped keys named per reason, in log lines and refusals
+
+
+@dataclass
+class Skipped:
+    """The keys of one reason that a listing held and `build_manifest` left out: how many, and the first few."""
+
+    count: int = 0
+    examples: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ListingTally:
+    """What a listing held, as `build_manifest` counted it: the objects (the prefix's own folder marker aside), the
+    folder markers among them, and the keys it skipped because no path below a mount point can name them, by
+    reason. The numbers behind the refusal of a listing without a file, and behind one log line per listing
+    for its skipped keys rather than one per key (a bucket uploaded with a leading '/' skips every key)."""
+
+    objects: int = 0
+    folders: int = 0
+    folder_example: str = ""
+    skipped: dict[tuple[str, str], Skipped] = field(default_factory=dict)
+
+    @property
+    def skipped_count(self) -> int:
+        return sum(skips.count for skips in self.skipped.values())
+
+    def skip(self, name: str, reason: tuple[str, str]) -> None:
+        skips = self.skipped.setdefault(reason, Skipped())
+        skips.count += 1
+        if len(skips.examples) < _EXAMPLES:
+            skips.examples.append(name)
+
+    def describe_skipped(self) -> str:
+        """The skipped keys by reason, "keys with an empty, '.' or '..' component, such as '/a', '/b'"; with
+        several reasons, each one's count first."""
+        parts = []
+        for (one, several), skips in self.skipped.items():
+            what = one if skips.count == 1 else several
+            if len(self.skipped) > 1:
+                what = f"{skips.count:,} {what}"
+            parts.append(f"{what}, such as {', '.join(repr(name) for name in skips.examples)}")
+        return "; ".join(parts)
+
+    def why_empty(self, uri: str) -> str:
+        """Why the listing of `uri` gives no file: it listed nothing, or what it listed instead."""
+        check = "check the bucket, container, prefix or path"
+        if not self.objects:
+            return f"{uri} lists no objects; {check}"
+        held = []
+        if self.skipped:
+            held.append(f"{self.skipped_count:,} skipped: {self.describe_skipped()}")
+        if self.folders:
+            markers = "folder marker" if self.folders == 1 else "folder markers"
+            held.append(f"{self.folders:,} {markers}, such as {self.folder_example + '/'!r}")
+        listed = f"{self.objects:,} object" + ("" if self.objects == 1 else "s")
+        fix = f"rename the objects to relative paths, or {check}" if self.skipped else check
+        return f"{uri} lists {listed}, none of which can be a file below a mount point ({'; '.join(held)}); {fix}"
+
+
+def build_manifest(
+    objects: Iterable[ObjectInfo], chunk_size: int = DEFAULT_CHUNK_SIZE, tally: ListingTally | None = None
+) -> Manifest:
+    """Freeze a backend listing. Keys that no path below a mount point can name (an empty, '.' or '..' component,
+    as in '/x' or 'a//b'; a NUL; a name that is not UTF-8) are left out and counted in `tally`: such a key has no
+    path to serve it under. What a POSIX tree cannot show is refused (`ManifestError` naming the key): a key both
+    a file and a folder (a file 'k' beside 'k/x' or the folder marker 'k/'), a name over 255 bytes, a key listed
+    twice. Those are paths, so leaving one out would silently drop a file the dataset's users expect."""
+    tally = ListingTally() if tally is None else tally
     files: dict[str, ObjectInfo] = {}
     explicit_dirs: set[str] = set()
     for obj in objects:
         if obj.is_dir and obj.key == "":
             continue  # a marker for the dataset's own prefix
-        _check_key(obj.key)
+        tally.objects += 1
+        reason = _unpathable(obj.key)
+        if reason is not None:
+            tally.skip(obj.key + "/" if obj.is_dir else obj.key, reason)
+            continue
+        _check_name_lengths(obj.key)
         if obj.is_dir:
+            tally.folders += 1
+            tally.folder_example = tally.folder_example or obj.key
             explicit_dirs.add(obj.key)
         elif obj.key in files:
             raise ManifestError(f"object key {obj.key!r} is listed twice")
@@ -253,6 +340,31 @@ def build_manifest(objects: Iterable[ObjectInfo], chunk_size: int = DEFAULT_CHUN
     )
 
 
+def freeze_listing(uri: str, objects: Iterable[ObjectInfo], chunk_size: int = DEFAULT_CHUNK_SIZE) -> Manifest:
+    """The manifest of the dataset at `uri` from its listing, as the data manager registers it and a standalone
+    mount serves it (`build_manifest`). Refuses a listing without a file (`EmptyListing`, saying what it held
+    instead: nothing, only folder markers, or keys it skipped and why). Keys skipped from a dataset that is kept
+    are logged as one WARNING with their count and a few examples, however many there are."""
+    tally = ListingTally()
+    manifest = build_manifest(objects, chunk_size, tally)
+    if manifest.file_count == 0:
+        raise EmptyListing(tally.why_empty(uri))
+    if tally.skipped:
+        one = tally.skipped_count == 1
+        log.warning(
+            "%s: %s of the %s objects listed %s left out of the dataset, since no path below a mount point can "
+            "name %s: %s",
+            uri,
+            f"{tally.skipped_count:,}",
+            f"{tally.objects:,}",
+            "is" if one else "are",
+            "it" if one else "them",
+            tally.describe_skipped(),
+            extra=log_ids(dataset_uri=uri),
+        )
+    return manifest
+
+
 def _ancestors_of(paths: Iterable[str]) -> set[str]:
     """Every proper ancestor folder of `paths`, computed level by level (files share few parents)."""
     ancestors: set[str] = set()
@@ -266,10 +378,20 @@ def _ancestors_of(paths: Iterable[str]) -> set[str]:
 _BAD_COMPONENT = re.compile(r"(?:^|/)\.{0,2}(?:/|$)")
 
 
-def _check_key(key: str) -> None:
+def _unpathable(key: str) -> tuple[str, str] | None:
+    """Why no path below a mount point can name `key`, or None if one can."""
     if _BAD_COMPONENT.search(key):
-        raise ManifestError(f"object key {key!r} has an empty, '.' or '..' path component")
+        return _EMPTY_COMPONENT
     if "\0" in key:
-        raise ManifestError(f"object key {key!r} contains a NUL character")
+        return _NUL
+    if not key.isascii():
+        try:
+            key.encode()
+        except UnicodeEncodeError:  # a local name that is not UTF-8, held with surrogate escapes
+            return _NOT_UTF8
+    return None
+
+
+def _check_name_lengths(key: str) -> None:
     if len(key) > _MAX_NAME_BYTES // 4 and any(len(part.encode()) > _MAX_NAME_BYTES for part in key.split("/")):
         raise ManifestError(f"object key {key!r} has a name longer than {_MAX_NAME_BYTES} bytes")

@@ -23,6 +23,8 @@ from azure.core.exceptions import HttpResponseError, ResourceNotFoundError, Serv
 from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
+from datamgr.entities import FailedPrecondition
+from datamgr.listing import freeze_manifest
 from silodlib.backends import (
     AccessDenied,
     Backend,
@@ -36,8 +38,16 @@ from silodlib.backends import (
     parse_dataset_uri,
 )
 from silodlib.backends.azure import AzureBackend
+from silodlib.manifest import DEFAULT_CHUNK_SIZE, EmptyListing, freeze_listing
 from tests.datasets import generate_dataset, upload_dataset
-from tests.storage_servers import AzuriteServer, DatasetTarget, DatasetTargetFactory, free_port, rewrite_same_size
+from tests.storage_servers import (
+    AzuriteServer,
+    DatasetTarget,
+    DatasetTargetFactory,
+    LocalTarget,
+    free_port,
+    rewrite_same_size,
+)
 
 # A secret that must never show up in an exception message or a log line.
 SECRET_KEY = base64.b64encode(b"silod-never-print-this-secret-" + os.urandom(16)).decode()
@@ -106,16 +116,75 @@ def test_list_follows_pagination(
 
 @pytest.mark.expected_warnings
 @pytest.mark.parametrize("backend_name", ["s3", "az"])
-def test_list_skips_names_that_are_not_paths(
+def test_names_that_are_not_paths_are_listed_as_stored_and_left_out_of_the_manifest_with_one_warning(
     dataset_target_factory: DatasetTargetFactory, backend_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # '//' under the prefix lists as a key with a leading '/', the usual upload mistake ('/train/img0.jpg').
     target = dataset_target_factory(backend_name)
     target.put("good.bin", b"1")
-    target.put("bad//name.bin", b"2")
+    odd = ["bad//name.bin", "/train/img0.jpg", "/train/img1.jpg", "/train/img2.jpg", "/train/img3.jpg"]
+    for key in odd:
+        target.put(key, b"2")
 
     with opened(target) as backend:
-        assert list(listing(backend)) == ["good.bin"]
-    assert "bad//name.bin" in caplog.text
+        assert sorted(listing(backend)) == sorted(["good.bin", *odd])
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # listing warns of no key
+        manifest = freeze_listing(target.uri, backend.list())
+
+    assert manifest.paths == ["good.bin"]
+    [warning] = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.getMessage() == (
+        f"{target.uri}: 5 of the 6 objects listed are left out of the dataset, since no path below a mount point "
+        "can name them: keys with an empty, '.' or '..' component, such as '/train/img0.jpg', '/train/img1.jpg', "
+        "'/train/img2.jpg'"
+    )
+
+
+def test_local_names_that_are_not_utf8_are_left_out_of_the_manifest_and_counted(
+    dataset_target_factory: DatasetTargetFactory,
+) -> None:
+    target = dataset_target_factory("file")
+    assert isinstance(target, LocalTarget)
+    os.mkdir(os.fsencode(target.root) + b"/caf\xe9")
+    (Path(os.fsdecode(os.fsencode(target.root) + b"/caf\xe9")) / "x.jpg").write_bytes(b"1")
+    with opened(target) as backend, pytest.raises(EmptyListing) as refused:
+        freeze_listing(target.uri, backend.list())
+    assert str(refused.value) == (
+        f"{target.uri} lists 1 object, none of which can be a file below a mount point (1 skipped: name that is "
+        "not valid UTF-8, such as 'caf\\udce9/x.jpg'); rename the objects to relative paths, or check the bucket, "
+        "container, prefix or path"
+    )
+
+
+@pytest.mark.parametrize("backend_name", ["s3", "az"])
+def test_registering_keys_that_all_have_a_leading_slash_is_refused_saying_how_many_were_listed(
+    dataset_target_factory: DatasetTargetFactory, backend_name: str
+) -> None:
+    target = dataset_target_factory(backend_name)
+    for i in range(3):
+        target.put(f"/train/img{i}.jpg", b"x")  # 'data/train//train/img0.jpg': under the prefix, a leading '/'
+    with pytest.raises(FailedPrecondition) as refused:
+        freeze_manifest(target.uri, target.options, DEFAULT_CHUNK_SIZE)
+    assert str(refused.value) == (
+        f"uri {target.uri} lists 3 objects, none of which can be a file below a mount point (3 skipped: keys with "
+        "an empty, '.' or '..' component, such as '/train/img0.jpg', '/train/img1.jpg', '/train/img2.jpg'); "
+        "rename the objects to relative paths, or check the bucket, container, prefix or path"
+    )
+
+
+@pytest.mark.parametrize("backend_name", ["s3", "az"])
+def test_registering_a_prefix_with_only_folder_markers_is_refused_naming_them(
+    dataset_target_factory: DatasetTargetFactory, backend_name: str
+) -> None:
+    target = dataset_target_factory(backend_name)
+    target.make_dir("a")
+    target.make_dir("b/c")
+    with pytest.raises(FailedPrecondition) as refused:
+        freeze_manifest(target.uri, target.options, DEFAULT_CHUNK_SIZE)
+    assert str(refused.value) == (
+        f"uri {target.uri} lists 2 objects, none of which can be a file below a mount point (2 folder markers, such "
+        "as 'a/'); check the bucket, container, prefix or path"
+    )
 
 
 # --- reading -----------------------------------------------------------------------------------------

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from silodlib.backends.base import ObjectInfo
-from silodlib.manifest import Manifest, ManifestError, build_manifest, items_in_file
+from silodlib.manifest import (
+    EmptyListing,
+    ListingTally,
+    Manifest,
+    ManifestError,
+    build_manifest,
+    freeze_listing,
+    items_in_file,
+)
 
 CHUNK = 1024
 
@@ -36,18 +46,85 @@ def test_explicit_empty_folders_are_kept_and_implied_ones_dropped() -> None:
 
 
 @pytest.mark.parametrize(
-    ("keys", "fragment"),
+    ("objects", "fragment"),
     [
-        (["a", "a/b"], "'a' is both a file and a folder"),
-        (["a//b"], "empty, '.' or '..'"),
-        (["a/../b"], "empty, '.' or '..'"),
-        (["x" * 256], "longer than 255 bytes"),
-        (["nul\0byte"], "NUL"),
+        ([_obj("a"), _obj("a/b")], "'a' is both a file and a folder"),
+        ([_obj("k"), _obj("k", is_dir=True)], "'k' is both a file and a folder"),  # a file beside the marker 'k/'
+        ([_obj("ok"), _obj("d/" + "x" * 300)], "longer than 255 bytes"),
+        ([_obj("a"), _obj("a")], "'a' is listed twice"),
     ],
 )
-def test_listings_a_posix_tree_cannot_show_are_refused_by_key(keys: list[str], fragment: str) -> None:
+def test_listings_a_posix_tree_cannot_show_are_refused_by_key(objects: list[ObjectInfo], fragment: str) -> None:
     with pytest.raises(ManifestError, match=fragment):
-        build_manifest([_obj(k) for k in keys], CHUNK)
+        build_manifest(objects, CHUNK)
+
+
+def test_keys_no_path_can_name_are_left_out_and_counted_by_reason() -> None:
+    # Listed as stored by the backends ('/x' is the usual upload mistake: a leading slash); the manifest decides.
+    odd = ["/train/img0.jpg", "a//b", "a/./b", "../x", "x/..", "nul\0byte", "caf\udce9.jpg"]
+    objects = [_obj("good"), *map(_obj, odd), _obj("", is_dir=True), _obj("e/", is_dir=True), _obj("e", is_dir=True)]
+    tally = ListingTally()
+    manifest = build_manifest(objects, CHUNK, tally)
+    assert manifest.paths == ["good"] and manifest.empty_dirs == ("e",)
+    assert (tally.objects, tally.folders, tally.skipped_count) == (10, 1, 8)  # the prefix's own marker aside
+    assert tally.describe_skipped() == (
+        "6 keys with an empty, '.' or '..' component, such as '/train/img0.jpg', 'a//b', 'a/./b'; "
+        "1 key with a NUL character, such as 'nul\\x00byte'; "
+        "1 name that is not valid UTF-8, such as 'caf\\udce9.jpg'"
+    )
+
+
+URI = "s3://lead-s3"
+CHECK = "check the bucket, container, prefix or path"
+
+
+@pytest.mark.parametrize(
+    ("objects", "message"),
+    [
+        ([], f"{URI} lists no objects; {CHECK}"),
+        ([_obj("", is_dir=True)], f"{URI} lists no objects; {CHECK}"),  # only the prefix's own marker
+        (
+            [_obj("a", is_dir=True), _obj("b/c", is_dir=True)],
+            f"{URI} lists 2 objects, none of which can be a file below a mount point (2 folder markers, such as "
+            f"'a/'); {CHECK}",
+        ),
+        (
+            [_obj(f"/train/img{i}.jpg") for i in range(2_000)],
+            f"{URI} lists 2,000 objects, none of which can be a file below a mount point (2,000 skipped: keys with "
+            "an empty, '.' or '..' component, such as '/train/img0.jpg', '/train/img1.jpg', '/train/img2.jpg'); "
+            f"rename the objects to relative paths, or {CHECK}",
+        ),
+        (
+            [_obj("/x"), _obj("d", is_dir=True)],
+            f"{URI} lists 2 objects, none of which can be a file below a mount point (1 skipped: key with an empty, "
+            f"'.' or '..' component, such as '/x'; 1 folder marker, such as 'd/'); rename the objects to relative "
+            f"paths, or {CHECK}",
+        ),
+    ],
+)
+def test_a_listing_without_a_file_is_refused_saying_what_it_held(objects: list[ObjectInfo], message: str) -> None:
+    with pytest.raises(EmptyListing) as refused:
+        freeze_listing(URI, objects, CHUNK)
+    assert str(refused.value) == message
+
+
+@pytest.mark.expected_warnings
+def test_keys_left_out_of_a_kept_dataset_are_logged_once_with_their_count(caplog: pytest.LogCaptureFixture) -> None:
+    objects = [_obj("train/good.jpg"), *(_obj(f"/train/img{i}.jpg") for i in range(2_000))]
+    manifest = freeze_listing(URI, objects, CHUNK)
+    assert manifest.paths == ["train/good.jpg"]
+    [warning] = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.getMessage() == (
+        f"{URI}: 2,000 of the 2,001 objects listed are left out of the dataset, since no path below a mount point "
+        "can name them: keys with an empty, '.' or '..' component, such as '/train/img0.jpg', '/train/img1.jpg', "
+        "'/train/img2.jpg'"
+    )
+    assert getattr(warning, "dataset_uri", None) == URI
+
+
+def test_a_listing_that_skips_nothing_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    assert freeze_listing(URI, [_obj("a"), _obj("b/c")], CHUNK).paths == ["a", "b/c"]
+    assert not [r for r in caplog.records if r.name == "silodlib.manifest"]
 
 
 def test_encoding_round_trips_and_the_digest_identifies_the_numbering() -> None:

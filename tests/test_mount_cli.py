@@ -13,6 +13,7 @@ from datamgr.devservers import free_port
 from tests import polling
 from tests.datamgr_fixtures import silod_cli
 from tests.disks import TmpfsFactory, fill_up
+from tests.storage_servers import DatasetTarget, DatasetTargetFactory
 
 
 @pytest.fixture
@@ -89,6 +90,130 @@ def test_a_cache_disk_full_at_start_fails_the_mount_naming_the_dataset_and_the_r
     assert f"silod mount: cannot open the cache of dataset {dataset} in {disk / 'cache'}/" in result.stderr
     assert "No space left on device" in result.stderr and "Traceback" not in result.stderr
     assert not os.path.ismount(mountpoint)
+
+
+def _options(target: DatasetTarget) -> list[str]:
+    return [arg for name, value in target.options.items() for arg in ("--option", f"{name}={value}")]
+
+
+CHECK = "check the bucket, container, prefix or path"
+CANNOT = "silod mount: cannot serve the dataset: "
+
+
+def _empty_prefix(target: DatasetTarget) -> tuple[str, str]:
+    return target.uri, f"{target.uri} lists no objects; {CHECK}"
+
+
+def _only_folder_markers(target: DatasetTarget) -> tuple[str, str]:
+    target.make_dir("a")
+    target.make_dir("b/c")
+    return target.uri, (
+        f"{target.uri} lists 2 objects, none of which can be a file below a mount point (2 folder markers, such as "
+        f"'a/'); {CHECK}"
+    )
+
+
+def _one_object(target: DatasetTarget) -> tuple[str, str]:
+    target.put("x.bin", b"1")  # a dataset's URI names a prefix: this one lists nothing below it
+    return f"{target.uri}/x.bin", f"{target.uri}/x.bin lists no objects; {CHECK}"
+
+
+def _all_keys_skipped(target: DatasetTarget) -> tuple[str, str]:
+    target.put("/train/img0.jpg", b"1")  # a leading '/': 'data/train//train/img0.jpg'
+    target.put("/train/img1.jpg", b"2")
+    return target.uri, (
+        f"{target.uri} lists 2 objects, none of which can be a file below a mount point (2 skipped: keys with an "
+        "empty, '.' or '..' component, such as '/train/img0.jpg', '/train/img1.jpg'); rename the objects to "
+        f"relative paths, or {CHECK}"
+    )
+
+
+def _long_name(target: DatasetTarget) -> tuple[str, str]:
+    target.put("ok.bin", b"1")
+    target.put("d/" + "x" * 300, b"2")
+    return target.uri, f"{target.uri}: object key 'd/{'x' * 300}' has a name longer than 255 bytes"
+
+
+def _file_and_folder(target: DatasetTarget) -> tuple[str, str]:
+    target.put("a", b"1")
+    target.put("a/b", b"2")
+    return target.uri, f"{target.uri}: object key 'a' is both a file and a folder"
+
+
+def _file_and_folder_marker(target: DatasetTarget) -> tuple[str, str]:
+    target.put("k", b"1")
+    target.make_dir("k")
+    return target.uri, f"{target.uri}: object key 'k' is both a file and a folder"
+
+
+REFUSED_LISTINGS = {
+    "empty prefix": _empty_prefix,
+    "only folder markers": _only_folder_markers,
+    "a URI naming one object": _one_object,
+    "every key skipped": _all_keys_skipped,
+    "a name over 255 bytes": _long_name,
+    "a file and a folder": _file_and_folder,
+    "a file and a folder marker": _file_and_folder_marker,
+}
+
+
+@pytest.mark.parametrize("backend_name", ["s3", "az"])
+@pytest.mark.parametrize("case", sorted(REFUSED_LISTINGS))
+def test_a_listing_the_data_manager_would_refuse_fails_the_mount_with_its_reason_not_a_traceback(
+    tmp_path: Path, dataset_target_factory: DatasetTargetFactory, backend_name: str, case: str
+) -> None:
+    target = dataset_target_factory(backend_name)
+    uri, reason = REFUSED_LISTINGS[case](target)
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    argv = ["--cache-dir", str(tmp_path / "cache"), "--foreground", "--job", f"j={uri}", *_options(target)]
+    result = silod_cli("mount", str(mountpoint), *argv)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.endswith(f"{CANNOT}{reason}\n")
+    assert "Traceback" not in result.stderr
+    assert not os.path.ismount(mountpoint)
+
+
+def test_a_detached_mount_of_an_empty_prefix_says_why_in_one_line(
+    tmp_path: Path, dataset_target_factory: DatasetTargetFactory
+) -> None:
+    target = dataset_target_factory("s3")
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    argv = ["--cache-dir", str(tmp_path / "cache"), "--job", f"j={target.uri}", *_options(target)]
+    result = silod_cli("mount", str(mountpoint), *argv)
+    log = tmp_path / "cache" / "mount.log"
+    assert result.returncode == 1
+    assert result.stderr == f"{CANNOT}{target.uri} lists no objects; {CHECK}; see {log}\n"
+    assert "Traceback" not in log.read_text()
+    assert not os.path.ismount(mountpoint)
+
+
+def test_a_mount_that_leaves_keys_out_logs_their_count_once_and_serves_the_rest(
+    tmp_path: Path, dataset_target_factory: DatasetTargetFactory
+) -> None:
+    target = dataset_target_factory("s3")
+    target.put("good.bin", b"g" * 10)
+    for i in range(20):
+        target.put(f"/train/img{i}.jpg", b"x")
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    argv = ["--cache-dir", str(tmp_path / "cache"), "--job", f"j={target.uri}", *_options(target)]
+    result = silod_cli("mount", str(mountpoint), *argv)
+    try:
+        assert result.returncode == 0, result.stderr
+        assert os.listdir(mountpoint / "j") == ["good.bin"]
+        assert (mountpoint / "j" / "good.bin").read_bytes() == b"g" * 10
+    finally:
+        assert silod_cli("umount", str(mountpoint)).returncode == 0
+    _wait_for_exit(mountpoint)
+    lines = (tmp_path / "cache" / "mount.log").read_text().splitlines()
+    [left_out] = [line for line in lines if "img" in line]
+    assert left_out.endswith(
+        f"{target.uri}: 20 of the 21 objects listed are left out of the dataset, since no path below a mount point "
+        "can name them: keys with an empty, '.' or '..' component, such as '/train/img0.jpg', '/train/img1.jpg', "
+        "'/train/img10.jpg'"
+    )
 
 
 def _daemons(mountpoint: Path) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import logging
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -21,8 +20,6 @@ from urllib.parse import urlsplit
 from silodlib.backends.uri import DatasetURI
 from silodlib.scrub import REDACTED, register_secret, scrub
 from silodlib.units import UnitError, parse_rate
-
-log = logging.getLogger(__name__)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -44,7 +41,8 @@ the deadline off."""
 class ObjectInfo:
     """One object (or explicit folder, `is_dir=True`) of a dataset.
 
-    `key` is relative to the dataset prefix, '/'-separated, without leading or trailing '/'. `version`
+    `key` is the object's name relative to the dataset prefix, '/'-separated, as stored: a listing also yields
+    names that cannot be paths (see `is_valid_key`), which the manifest skips and counts. `version`
     changes whenever the content does (ETag for S3/Azure, size and mtime for local files); a read given
     the version fails with `ChangedObject` once it no longer holds, so a changed object is reported
     instead of being served as a mix of old and new bytes.
@@ -123,8 +121,10 @@ class Backend(abc.ABC):
     def list(self) -> Iterator[ObjectInfo]:
         """Yield every object and explicit folder under the dataset prefix, recursively, in any order.
 
-        Raises `NoSuchObject` if the bucket, container or directory does not exist; a prefix with
-        nothing under it lists nothing (object stores cannot tell it from an absent one).
+        Names are yielded as stored, including those that cannot be paths below a mount point: the manifest
+        decides what a dataset holds (`silodlib.manifest.build_manifest`). Raises `NoSuchObject` if the bucket,
+        container or directory does not exist; a prefix with nothing under it lists nothing (object stores cannot
+        tell it from an absent one).
         """
 
     @abc.abstractmethod
@@ -220,20 +220,18 @@ def join_key(prefix: str, key: str) -> str:
 
 
 def relative_key(prefix: str, name: str) -> tuple[str, bool] | None:
-    """Split an object store name under `prefix` into (key, is_dir), or None if it must be skipped.
+    """Split an object store name under `prefix` into (key, is_dir), or None for the prefix's own folder marker.
 
-    A name ending in '/' is a folder marker. The marker of the prefix itself is skipped silently; names
-    that cannot be paths below a mount point ('a//b', '../x') are skipped with a warning, since a
-    dataset's keys must mean the same thing on every node.
+    A name ending in '/' is a folder marker. Every other name is returned as stored, even one that cannot be a
+    path below a mount point ('a//b', '/x', '../x'): which names a dataset can hold is the manifest's decision
+    (`silodlib.manifest.build_manifest`), which skips those and counts them, so that a listing's skipped keys are
+    reported once, with their number, rather than one log line each.
     """
     key = name[len(prefix) + 1 :] if prefix else name
     is_dir = key.endswith("/")
     if is_dir:
         key = key[:-1]
     if not key:
-        return None
-    if not is_valid_key(key):
-        log.warning("skipping object %r under %r: its name is not a valid relative path", name, prefix)
         return None
     return key, is_dir
 

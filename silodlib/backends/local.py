@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import stat as statmod
 from collections.abc import Generator, Iterator, Mapping
@@ -19,8 +18,6 @@ from silodlib.backends.base import (
     changed_object,
 )
 from silodlib.backends.uri import DatasetURI
-
-log = logging.getLogger(__name__)
 
 # Failures a network filesystem (NFS, SMB) can recover from; local disks do not produce them.
 _TRANSIENT_ERRNOS = frozenset(
@@ -43,8 +40,9 @@ class LocalBackend(Backend):
 
     Symbolic links are not part of the dataset: `list` skips them (so it never leaves the tree), and
     `stat`/`read` refuse any key whose path goes through one, so a key always names the same bytes
-    the listing described. Other non-regular files (FIFOs, sockets, devices) are skipped too, as are
-    names that are not valid UTF-8 (with a warning), since keys travel as UTF-8 strings.
+    the listing described. Other non-regular files (FIFOs, sockets, devices) are skipped too. A name that is not
+    valid UTF-8 is listed as Python holds it (with surrogate escapes): keys travel as UTF-8 strings, so the
+    manifest skips it and counts it (`silodlib.manifest.build_manifest`).
 
     A directory is listed as an explicit folder (`is_dir=True`) only when nothing is listed below it,
     i.e. when it would otherwise be invisible; other directories are implied by the keys below them,
@@ -126,7 +124,7 @@ class LocalBackend(Backend):
         with os.scandir(directory) as entries:
             for entry in entries:
                 key = key_prefix + entry.name
-                if entry.is_symlink() or not _is_utf8(key):
+                if entry.is_symlink():
                     continue
                 if entry.is_dir(follow_symlinks=False):
                     if not (yield from self._walk(entry.path, key + "/")):
@@ -136,15 +134,6 @@ class LocalBackend(Backend):
                     yield _object_info(key, entry.stat(follow_symlinks=False))
                     found = True
         return found
-
-
-def _is_utf8(key: str) -> bool:
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError:
-        log.warning("skipping %r: its name is not valid UTF-8", key)
-        return False
-    return True
 
 
 def _object_info(key: str, st: os.stat_result) -> ObjectInfo:
