@@ -3,6 +3,7 @@ the open-file limit, detaching into a daemon with its log (reopened on SIGHUP), 
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import os
@@ -37,6 +38,30 @@ def raise_open_file_limit(ids: Mapping[str, str]) -> None:
         return
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     log.info("open files limit raised from %d to %d", soft, hard, extra=ids)
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt(3) parameter (malloc.h)
+MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting threshold, kept fixed
+MMAP_THRESHOLD_ENV = "MALLOC_MMAP_THRESHOLD_"
+
+
+def return_freed_buffers(ids: Mapping[str, str]) -> None:
+    """Have glibc's malloc hand blocks of 128 KiB and more back to the system as soon as they are freed.
+
+    A node's items (up to a chunk, 4 MiB) are fetched into buffers allocated in the fetching threads, so across
+    glibc's per-thread arenas. After the first large block is freed, glibc raises its mmap threshold to that
+    block's size (its dynamic threshold), and from then on such buffers come from the arenas, which keep what is
+    freed at their tops: a soak of job churn grew an agent from 56 to 211 MB with 20 MB of it in use, where with
+    the threshold fixed at 128 KiB it stayed at 128 MB. Setting the threshold turns the dynamic one off. An
+    operator's own MALLOC_MMAP_THRESHOLD_ is left as it is; so is a C library without mallopt (musl)."""
+    if os.environ.get(MMAP_THRESHOLD_ENV) is not None:
+        return
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    if mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) != 1:
+        log.info("malloc's mmap threshold could not be set; freed item buffers may stay with the process", extra=ids)
 
 
 def prepare_mountpoint(mountpoint: Path) -> None:

@@ -17,7 +17,7 @@ import pyfuse3
 import trio
 
 from fuseclient.assembly import MountConfig, MountError, build_state
-from fuseclient.daemon import ReadyCallback, prepare_mountpoint, raise_open_file_limit
+from fuseclient.daemon import ReadyCallback, prepare_mountpoint, raise_open_file_limit, return_freed_buffers
 from fuseclient.fs import SilodFS
 from fuseclient.metrics import MountMetrics
 from fuseclient.mounted import MountState
@@ -75,6 +75,7 @@ async def run_filesystem(
     mountpoint, read_ahead, metrics_port = settings.mountpoint, settings.read_ahead, settings.metrics_port
     ids = log_ids(node_id=node_id)
     raise_open_file_limit(ids)
+    return_freed_buffers(ids)
     options = set(pyfuse3.default_options) | {"fsname=silod", "subtype=silod", "ro"}
     if settings.allow_other:
         options.add("allow_other")
