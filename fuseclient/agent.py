@@ -152,14 +152,20 @@ class NodeAgent:
             if self._call is not None:
                 self._call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves cancel() untyped
 
+    async def _reopen_caches(self) -> None:
+        """Try again to open the caches of the datasets served uncached. A method of its own so that the reporting
+        loop keeps no dataset alive while it sleeps (its loop variable kept the last one, with its backend and
+        cache, long after its last job had left)."""
+        for dataset in list(self._mount.datasets.values()):
+            if isinstance(dataset.cache, NoCache):
+                await self._reopen_cache(dataset)
+
     async def report_usage(self) -> None:
         """Report the mount's usage every `report_interval`, first trying again to open the caches of the datasets
         served uncached."""
         while True:
             await trio.sleep(self._config.report_interval)
-            for dataset in list(self._mount.datasets.values()):
-                if isinstance(dataset.cache, NoCache):
-                    await self._reopen_cache(dataset)
+            await self._reopen_caches()
             request = self._usage(trio.current_time())
             try:
                 await trio.to_thread.run_sync(functools.partial(self._stub.ReportUsage, request, timeout=CALL_TIMEOUT))

@@ -172,35 +172,9 @@ async def _write_statistics_every(
     failing = False
     while True:
         await trio.sleep(interval)
-        now = trio.current_time()
-        jobs = list(mount.jobs.values())
-        snapshot = {job.job_id: job.statistics(now) for job in jobs}
-        for job in jobs:
-            stats = snapshot[job.job_id]
-            access = stats.access
-            log.info(
-                "job %s: epoch %d (%.0f%% read), epoch hit ratio %.2f, %.1f MB/s read, %d B from remote, "
-                "effective cache %d items, remote demand %.1f MB/s",
-                job.job_id,
-                access.epoch,
-                100 * access.progress,
-                stats.epoch_hit_ratio,
-                access.throughput_bytes_per_sec / 1e6,
-                stats.bytes_from_remote,
-                access.effective_cache_items,
-                access.remote_demand_bytes_per_sec / 1e6,
-                extra=log_ids(job_id=job.job_id, dataset_uri=job.dataset.uri, node_id=node_id),
-            )
-        caches = {uri: asdict(d.cache.statistics()) for uri, d in mount.datasets.items()}
-        document = {
-            "written_at": time.time(),  # for people: the wall clock, which NTP may step by any amount
-            # For rates: two files of one daemon are this many seconds apart, whatever the wall clock did.
-            "monotonic_seconds": now,
-            "jobs": {job_id: asdict(stats) for job_id, stats in snapshot.items()},
-            "datasets": caches,
-        }
+        text = _statistics_text(mount, trio.current_time(), node_id)
         try:
-            _write_atomically(directory, stats_file.name, json.dumps(document, indent=1))
+            _write_atomically(directory, stats_file.name, text)
         except OSError as exc:
             if not failing:
                 log.warning("statistics not written to %s (trying every %g s): %s", stats_file, interval, exc)
@@ -209,6 +183,39 @@ async def _write_statistics_every(
         if failing:
             log.info("statistics written to %s again", stats_file)
         failing = False
+
+
+def _statistics_text(mount: MountState, now: float, node_id: str | None) -> str:
+    """Log one line per job and return the statistics file's text. A function of its own so that the loop that
+    writes the file every few seconds keeps no job or dataset alive between writes (its loop variables did: a
+    finished job's dataset, its backend and its cache stayed in memory until another job was served)."""
+    jobs = list(mount.jobs.values())
+    snapshot = {job.job_id: job.statistics(now) for job in jobs}
+    for job in jobs:
+        stats = snapshot[job.job_id]
+        access = stats.access
+        log.info(
+            "job %s: epoch %d (%.0f%% read), epoch hit ratio %.2f, %.1f MB/s read, %d B from remote, "
+            "effective cache %d items, remote demand %.1f MB/s",
+            job.job_id,
+            access.epoch,
+            100 * access.progress,
+            stats.epoch_hit_ratio,
+            access.throughput_bytes_per_sec / 1e6,
+            stats.bytes_from_remote,
+            access.effective_cache_items,
+            access.remote_demand_bytes_per_sec / 1e6,
+            extra=log_ids(job_id=job.job_id, dataset_uri=job.dataset.uri, node_id=node_id),
+        )
+    caches = {uri: asdict(d.cache.statistics()) for uri, d in mount.datasets.items()}
+    document = {
+        "written_at": time.time(),  # for people: the wall clock, which NTP may step by any amount
+        # For rates: two files of one daemon are this many seconds apart, whatever the wall clock did.
+        "monotonic_seconds": now,
+        "jobs": {job_id: asdict(stats) for job_id, stats in snapshot.items()},
+        "datasets": caches,
+    }
+    return json.dumps(document, indent=1)
 
 
 def _write_atomically(directory: int, name: str, text: str) -> None:

@@ -4,23 +4,30 @@ epoch accounting, hit ratios under a quota, and one backend fetch per concurrent
 from __future__ import annotations
 
 import errno
+import gc
+import json
 import logging
 import os
 import random
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import cast
 
+import grpc
 import pyfuse3
 import pytest
 import trio
 import trio.testing
 
 from fuseclient import readpath
+from fuseclient.agent import AgentConfig, NodeAgent
 from fuseclient.assembly import MountConfig, build_state
 from fuseclient.fs import SilodFS
 from fuseclient.mounted import MountedJob, MountState
+from fuseclient.runtime import _write_statistics_every
 from silodlib.backends import Backend
+from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 
 CTX = cast(pyfuse3.RequestContext, None)  # the operations never look at the request context
 FILES, SIZE = 100, 5000
@@ -340,3 +347,75 @@ def test_a_reader_going_backwards_through_a_file_keeps_at_most_two_fetched_chunk
         assert len(cast(_CountingBackend, job.dataset.backend).reads) == 5
 
     _run_big_file(tmp_path, 0, scenario)
+
+
+def test_the_statistics_writer_keeps_no_finished_job_or_its_dataset_alive(tmp_path: Path) -> None:
+    """Its loop variables kept the last job it wrote about, and through it the dataset, its backend and its cache,
+    in memory long after the job had finished on the node (found in a soak with tracemalloc)."""
+    uri = _dataset(tmp_path / "ds")
+    config = MountConfig(tmp_path / "mnt", tmp_path / "cache", {"job": uri}, cache_sizes={uri: 0})
+    stats_file = tmp_path / "stats.json"
+
+    def written() -> dict[str, object]:
+        try:
+            document: dict[str, object] = json.loads(stats_file.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+        return document
+
+    async def until(check: Callable[[], bool]) -> None:
+        with trio.fail_after(10):
+            while not check():
+                await trio.sleep(0.01)
+
+    async def main() -> None:
+        mount = await build_state(config)
+        directory = os.open(tmp_path, os.O_RDONLY)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_write_statistics_every, mount, 0.01, directory, stats_file, None)
+                await until(lambda: "job" in cast(dict[str, object], written().get("jobs", {})))
+                job = weakref.ref(mount.remove_job("job"))
+                removed = mount.remove_dataset(uri)
+                assert removed is not None
+                removed.cache.close()
+                dataset = weakref.ref(removed)
+                del removed
+                await until(lambda: written().get("jobs") == {} and written().get("datasets") == {})
+                await trio.sleep(0.05)  # a few more writes
+                gc.collect()
+                assert job() is None, gc.get_referrers(job())
+                assert dataset() is None, gc.get_referrers(dataset())
+                nursery.cancel_scope.cancel()
+        finally:
+            os.close(directory)
+
+    trio.run(main)
+
+
+def test_the_agents_usage_reports_keep_no_dataset_alive_once_it_is_no_longer_served(tmp_path: Path) -> None:
+    """Its reporting loop's variable kept the last dataset it looked at (to reopen its cache), with its backend and
+    cache, for as long as the agent ran (found in a soak with tracemalloc)."""
+    uri = _dataset(tmp_path / "ds")
+    mount_config = MountConfig(tmp_path / "mnt", tmp_path / "cache", {"job": uri}, cache_sizes={uri: 0})
+    config = AgentConfig("127.0.0.1:1", "n1", tmp_path / "mnt", tmp_path / "cache", report_interval=0.01)
+
+    async def main() -> None:
+        mount = await build_state(mount_config)
+        with grpc.insecure_channel(config.datamgr) as channel:  # nobody listens there: each report fails at once
+            agent = NodeAgent(config, mount, pb_grpc.DataManagerStub(channel))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(agent.report_usage)
+                await trio.sleep(0.1)  # reports made with the dataset served
+                mount.remove_job("job")
+                removed = mount.remove_dataset(uri)
+                assert removed is not None
+                removed.cache.close()
+                dataset = weakref.ref(removed)
+                del removed
+                await trio.sleep(0.1)  # reports made since
+                gc.collect()
+                assert dataset() is None, gc.get_referrers(dataset())
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
