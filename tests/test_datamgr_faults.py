@@ -9,6 +9,8 @@ the fault concerns nodes, a real node agent with its FUSE mount.
   finds it and the agent follows the data manager again over a new connection.
 - The wall clock is stepped a day forward and back (an NTP step) under a running data manager and node agent,
   with libfaketime: liveness, allocations, watches and token buckets go by monotonic clocks and do not notice.
+- The wall clock is stepped a day back or forward while a job preempted by FitGpp keeps its GPUs for its grace
+  period: the data manager's own clock (`datamgr.clocks`) ends the period in real time.
 """
 
 from __future__ import annotations
@@ -496,11 +498,16 @@ class ClockCluster(System):
 
     def logged_at(self, revision: int) -> float:
         """The data manager's wall clock when it logged `revision` as accepted."""
-        for line in self.datamgr.log_path.read_text().splitlines():
-            match = _LOG_TIME.match(line)
-            if match and f" revision {revision}: " in line:
-                return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").timestamp()
-        raise AssertionError(f"revision {revision} not in the data manager's log")
+        return _logged_at(self.datamgr.log_path, f" revision {revision}: ")
+
+
+def _logged_at(log: Path, said: str) -> float:
+    """The system's wall clock in a process when it logged the first line of `log` that says `said`."""
+    for line in log.read_text().splitlines():
+        match = _LOG_TIME.match(line)
+        if match and said in line:
+            return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").timestamp()
+    raise AssertionError(f"{said!r} not in {log.name}")
 
 
 @pytest.fixture
@@ -579,3 +586,138 @@ def test_a_wall_clock_stepped_a_day_forward_and_back_changes_no_liveness_allocat
     for log in (cluster.datamgr.log_path, cluster.node.log_path):
         loud = [line for line in log.read_text().splitlines() if " WARNING " in line or " ERROR " in line]
         assert not loud, f"{log.name}: {loud}"
+
+
+# --- the wall clock steps a day while a preempted job's grace period runs ----------------------------------------
+
+GRACE_SECONDS = 20.0  # the BE job's
+ROUND_SECONDS = 2.0  # --round: rounds come every 2 s, whatever the grace period's timer says
+# The grace period ends on the data manager's timer, and the TE job starts in the round it wakes for: LATE allows
+# three rounds more for a loaded machine. With its clock stepped back with the system's, the data manager held the
+# GPUs a day (or, with the re-dating a restart needs, a whole grace period from the first round after the step);
+# the step lands STEPPED_BACK_BEFORE_THE_END before the end, more than LATE, so that either misses the deadline.
+LATE = 3 * ROUND_SECONDS
+STEPPED_BACK_BEFORE_THE_END = GRACE_SECONDS / 2
+CLOCKS_APART = 0.5  # how far apart the data manager's and the test's clocks may be read (both the system's at first)
+NODE_GPUS = 2
+
+
+@pytest.fixture
+def fitgpp_stepped(stepped_wall_clock: SteppedWallClock, tmp_path: Path) -> Iterator[DataManagerProcess]:
+    """`silod datamgr serve --policy fitgpp`, rounds every ROUND_SECONDS, under the stepped wall clock; its nodes
+    never report, and are never timed out while the test runs."""
+    datamgr = DataManagerProcess(
+        tmp_path / "state", tmp_path / "datamgr.log",
+        "--policy", "fitgpp", "--round", f"{ROUND_SECONDS:g}", "--node-timeout", "600", "--remote-io-limit", "1MB/s",
+    )  # fmt: skip
+    try:
+        yield datamgr.start()
+    finally:
+        datamgr.stop()
+
+
+def _schedule(client: DataManagerClient, job_id: str) -> pb.JobSchedule:
+    return client.call(client.stub.GetJob, pb.GetJobRequest(job_id=job_id)).schedule
+
+
+def _rounds(client: DataManagerClient) -> int:
+    return client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).controller.rounds
+
+
+def _held(schedule: pb.JobSchedule) -> list[tuple[str, int]]:
+    return [(worker.node_id, worker.count) for worker in schedule.held]
+
+
+def _preempt(client: DataManagerClient, tmp_path: Path) -> tuple[float, float]:
+    """n1 with NODE_GPUS GPUs, the BE job `be` running on all of them with a grace period of GRACE_SECONDS, then the
+    TE job `te` wanting them all: FitGpp preempts `be`, which suspends holding its GPUs. Returns when its grace
+    period ends, as the data manager reports it (its clock), and the same time on the monotonic clock."""
+    client.register_node("n1", "n1:1", 10_000_000, gpus=NODE_GPUS)
+    uri = make_local_dataset(tmp_path / "data", files=4, size=500)
+    client.register_dataset(uri)
+    client.register_job(
+        "be", uri, 1_000_000, [], gpus=NODE_GPUS, job_class=pb.JOB_CLASS_BEST_EFFORT, grace_seconds=GRACE_SECONDS
+    )
+    polling.eventually(lambda: _schedule(client, "be").phase == pb.JOB_PHASE_RUNNING, what="be running", timeout=10)
+    registered = time.time()
+    client.register_job("te", uri, 1_000_000, [], gpus=NODE_GPUS, job_class=pb.JOB_CLASS_TRIAL_AND_ERROR)
+    be: pb.JobSchedule = polling.eventually(
+        lambda: (s := _schedule(client, "be")).phase == pb.JOB_PHASE_SUSPENDING and s, what="be suspending", timeout=10
+    )
+    assert _held(be) == [("n1", NODE_GPUS)]
+    assert _schedule(client, "te").phase == pb.JOB_PHASE_PENDING
+    # Preempted by the round the TE job's registration started: until a step, the data manager's clock reads as the
+    # test's does.
+    now = time.time()
+    preempted = be.suspended_until - GRACE_SECONDS
+    assert registered - CLOCKS_APART <= preempted <= now + CLOCKS_APART, (registered, be, now)
+    return be.suspended_until, time.monotonic() + be.suspended_until - now
+
+
+def _after_rounds_since_step(datamgr: DataManagerProcess, client: DataManagerClient, clock: SteppedWallClock) -> None:
+    """Wait until a whole round began after the step (rounds are counted once over), and check that the data
+    manager's system clock had stepped by then: its log line is stamped with the step."""
+    since = _rounds(client)
+    polling.eventually(lambda: _rounds(client) >= since + 2, what="2 rounds since the step", timeout=4 * ROUND_SECONDS)
+    assert clock.seen_in(_logged_at(datamgr.log_path, f" round {since + 2} (")), "the data manager's clock did not step"
+
+
+def _assert_still_suspending(client: DataManagerClient, until: float) -> None:
+    be = _schedule(client, "be")
+    assert (be.phase, be.suspended_until, _held(be)) == (pb.JOB_PHASE_SUSPENDING, until, [("n1", NODE_GPUS)])
+    assert _schedule(client, "te").phase == pb.JOB_PHASE_PENDING
+
+
+def _assert_handed_over(datamgr: DataManagerProcess, client: DataManagerClient, until: float) -> None:
+    """`be` released once, its GPUs gone to `te`, which started by the data manager's clock once the grace period
+    was over; nothing in the data manager's log above INFO (a re-dated grace period is a WARNING)."""
+    be, te = _schedule(client, "be"), _schedule(client, "te")
+    assert (be.phase, be.preemptions, _held(be)) == (pb.JOB_PHASE_PREEMPTED, 1, [])
+    assert until <= te.first_start_time < until + LATE, (te.first_start_time, until)
+    loud = [line for line in datamgr.log_path.read_text().splitlines() if " WARNING " in line or " ERROR " in line]
+    assert not loud, loud
+
+
+def test_a_wall_clock_stepped_a_day_back_in_a_grace_period_still_releases_the_gpus_when_it_ends_libfaketime_fake(
+    fitgpp_stepped: DataManagerProcess, stepped_wall_clock: SteppedWallClock, tmp_path: Path
+) -> None:
+    """The step lands halfway through the BE job's grace period. The data manager's clock goes on by the monotonic
+    clock: the grace period it reports stays where it was, and the TE job gets the GPUs when it ends in real time,
+    where before they stayed held for the day the clock went back."""
+    datamgr, clock = fitgpp_stepped, stepped_wall_clock
+    with DataManagerClient(datamgr.address, timeout=10) as client:
+        until, ends = _preempt(client, tmp_path)
+        halfway = ends - STEPPED_BACK_BEFORE_THE_END
+        polling.eventually(lambda: time.monotonic() >= halfway, what="halfway through", timeout=GRACE_SECONDS)
+        clock.step_to(-DAY)
+        _after_rounds_since_step(datamgr, client, clock)
+        assert time.monotonic() < ends, "the rounds after the step came after the grace period: nothing was checked"
+        _assert_still_suspending(client, until)
+
+        polling.eventually(
+            lambda: _schedule(client, "te").phase == pb.JOB_PHASE_RUNNING,
+            what="te started on the GPUs be released",
+            timeout=ends + LATE - time.monotonic(),
+        )
+        _assert_handed_over(datamgr, client, until)
+
+
+def test_a_wall_clock_stepped_a_day_forward_in_a_grace_period_keeps_the_gpus_held_until_it_ends_libfaketime_fake(
+    fitgpp_stepped: DataManagerProcess, stepped_wall_clock: SteppedWallClock, tmp_path: Path
+) -> None:
+    """The step lands right after the preemption. The BE job keeps its GPUs, and the time to checkpoint that its
+    grace period promises, until the period ends in real time, where before the next round released them."""
+    datamgr, clock = fitgpp_stepped, stepped_wall_clock
+    with DataManagerClient(datamgr.address, timeout=10) as client:
+        until, ends = _preempt(client, tmp_path)
+        clock.step_to(+DAY)
+        _after_rounds_since_step(datamgr, client, clock)
+        _assert_still_suspending(client, until)
+
+        polling.eventually(
+            lambda: _schedule(client, "te").phase == pb.JOB_PHASE_RUNNING,
+            what="te started on the GPUs be released",
+            timeout=ends + LATE - time.monotonic(),
+        )
+        assert time.monotonic() >= ends - CLOCKS_APART, "be's GPUs were released before its grace period was over"
+        _assert_handed_over(datamgr, client, until)
