@@ -52,6 +52,34 @@ def test_a_resumed_job_restores_for_the_preemption_cost_holding_its_gpus() -> No
     assert by_id(free.jobs)["long"].finish == pytest.approx(2.5 * HOUR)  # no cost by default
 
 
+@pytest.mark.parametrize("policy", ["srtf", "sjf", "gavel", "tiresias-las"])
+def test_a_decision_that_starts_a_job_on_the_gpus_a_job_it_preempts_holds_through_its_grace_period_is_refused(
+    policy: str,
+) -> None:
+    """SRTF on one GPU: `short` preempts `long`, whose grace period keeps the GPU for 10 minutes. The policy placed
+    `short` on it in the same round, and the run went on with two jobs on one GPU (`long` finished 10 minutes
+    early, `short` never waited)."""
+    trace = [replace(hours_of_work("long", 2.0), grace_seconds=600.0), hours_of_work("short", 0.5, arrival=HOUR)]
+    scheduler = build_scheduler(policy, "silod", {"queues": "60s"} if policy == "tiresias-las" else None)
+    with pytest.raises(InvalidDecision) as refused:
+        simulate(trace, cluster(io=1000 * MB), scheduler, SimConfig(round_seconds=30))
+    assert (
+        "placed 2 GPUs on node 'node-0', which has 1, counting those that 'long', preempted by this decision, hold"
+        in (str(refused.value))
+    )
+    assert "fitgpp, lrtp, rand and fitgpp-fifo wait for them" in str(refused.value)
+
+
+def test_fitgpp_starts_the_job_it_preempts_for_once_the_grace_period_is_over() -> None:
+    trace = [
+        replace(hours_of_work("long", 2.0), grace_seconds=600.0, job_class="be"),
+        replace(hours_of_work("short", 0.5, arrival=HOUR), job_class="te"),
+    ]
+    jobs = by_id(simulate(trace, cluster(io=1000 * MB), build_scheduler("fitgpp", "silod"), SimConfig()).jobs)
+    assert jobs["short"].start == pytest.approx(HOUR + 600)
+    assert jobs["long"].finish == pytest.approx(2.5 * HOUR + 600)  # short ran its half hour after the grace period
+
+
 def test_a_demotion_takes_effect_at_the_moment_of_crossing_not_at_the_next_round() -> None:
     """Tiresias-L on one GPU: `second` (queue 1) waits behind `first`, also in queue 1, until `first` has run
     1 GPU-hour; the wake-up `first` asked for preempts it at exactly 3600 s, not at the timed round of 3610 s."""

@@ -48,14 +48,23 @@ def check_decision(decision: Decision, snapshot: Snapshot, scheduler: str) -> No
 
 def _check_placements(placements: Placements, snapshot: Snapshot, where: str) -> None:
     """Checked every round over every running job: the snapshot's mappings are read once, a job's GPUs are
-    added up in the same loop that checks them. What suspending jobs hold counts as taken."""
+    added up in the same loop that checks them. What suspending jobs hold counts as taken, and so does what the
+    jobs this decision preempts will hold through their grace periods: their GPUs are not free this round."""
     jobs, nodes = snapshot.jobs, snapshot.nodes
     used: dict[str, int] = {}
     host: dict[str, tuple[float, int]] = {}  # node -> CPUs and RAM taken, where jobs ask for them
+    graced: dict[str, list[str]] = {}  # node -> the jobs this decision preempts that keep GPUs there
     for suspending in snapshot.suspending_jobs():
         for node_id, gpus in suspending.held.items():
             used[node_id] = used.get(node_id, 0) + gpus
             _take_host(suspending, node_id, host)
+    if placements:
+        for stopping in snapshot.running_jobs():
+            if stopping.grace_seconds > 0 and not placements.get(stopping.job_id):
+                for node_id, gpus in stopping.placement.items():
+                    used[node_id] = used.get(node_id, 0) + gpus
+                    _take_host(stopping, node_id, host)
+                    graced.setdefault(node_id, []).append(stopping.job_id)
     for job_id, placement in placements.items():
         job = jobs.get(job_id)
         if job is None:
@@ -84,6 +93,7 @@ def _check_placements(placements: Placements, snapshot: Snapshot, where: str) ->
         if gpus > snapshot.nodes[node_id].gpus:
             raise InvalidDecision(
                 f"{where}: placed {gpus} GPUs on node {node_id!r}, which has {snapshot.nodes[node_id].gpus}"
+                + _held_through_grace(graced.get(node_id, []))
             )
     for node_id, (cpus, ram) in host.items():
         node = snapshot.nodes[node_id]
@@ -93,6 +103,17 @@ def _check_placements(placements: Placements, snapshot: Snapshot, where: str) ->
                 f"{node.cpus:g} and {node.ram_bytes} (a policy that ignores CPUs and RAM cannot run this trace; "
                 "fitgpp, lrtp, rand and fitgpp-fifo account for them)"
             )
+
+
+def _held_through_grace(job_ids: list[str]) -> str:
+    """What a refusal adds when jobs the decision preempts hold GPUs of the node through their grace periods."""
+    if not job_ids:
+        return ""
+    return (
+        f", counting those that {', '.join(map(repr, sorted(job_ids)))}, preempted by this decision, hold through "
+        "grace periods (a policy that ignores grace periods cannot run this trace; fitgpp, lrtp, rand and "
+        "fitgpp-fifo wait for them)"
+    )
 
 
 def _take_host(job: JobState, node_id: str, host: dict[str, tuple[float, int]]) -> None:
