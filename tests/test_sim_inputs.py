@@ -15,7 +15,7 @@ import pytest
 
 from datamgr.scheduler.sim.cluster import load_cluster, with_remote_io_scale
 from datamgr.scheduler.sim.engine import check_inputs
-from datamgr.scheduler.sim.fields import SimInputError, parse_duration
+from datamgr.scheduler.sim.fields import SimInputError, format_duration, parse_duration
 from datamgr.scheduler.sim.generator import WORKLOADS, GeneratorConfig, generate
 from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, TraceJob
 from datamgr.scheduler.sim.scenarios import (
@@ -280,6 +280,26 @@ def test_durations_take_seconds_and_units() -> None:
     assert [parse_duration(t) for t in ("90", "1.5m", "2h", "1d", "4w")] == [90, 90, 7200, 86400, 4 * 7 * 86400]
     with pytest.raises(ValueError, match="'2 hours' is not a number of seconds or a number with s, m, h, d or w"):
         parse_duration("2 hours")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (42, "42s"),
+        (59.4, "59s"),
+        (59.7, "1.0m"),
+        (750, "12.5m"),
+        (3596, "59.9m"),
+        (3597, "1.0h"),
+        (86_219, "23.9h"),
+        (86_399, "1.0d"),
+        (4 * 86_400, "4.0d"),
+        (-59.7, "-1.0m"),
+    ],
+)
+def test_a_reported_duration_is_shown_in_the_unit_its_rounding_reaches(seconds: float, shown: str) -> None:
+    """Chosen before rounding, 59.7 s showed as "60s" and 86,399 s as "24.0h"."""
+    assert format_duration(seconds) == shown
 
 
 @pytest.mark.parametrize("text", ["1e400", "1e307w", "9" * 400])

@@ -112,11 +112,21 @@ def parse_duration(raw: str) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """A short rendering for reports, in the largest unit up to days: "42s", "12.5m", "3.2h", "4.1d"."""
+    """A short rendering for reports, in the largest unit up to days: "42s", "12.5m", "3.2h", "4.1d". A value the
+    unit below would round up to a whole unit is shown in this one: 59.7 s is "1.0m", not "60s", and 86,399 s
+    "1.0d", not "24.0h"."""
     for unit in ("d", "h", "m"):
-        if abs(seconds) >= DURATION_UNITS[unit]:
+        if abs(seconds) >= _SHOWN_FROM[unit]:
             return f"{seconds / DURATION_UNITS[unit]:.1f}{unit}"
     return f"{seconds:.0f}s"
+
+
+# Where each unit takes over: the unit below shows seconds whole and minutes and hours to a tenth.
+_SHOWN_FROM = {
+    "m": DURATION_UNITS["m"] - 0.5,
+    "h": DURATION_UNITS["h"] - 0.05 * DURATION_UNITS["m"],
+    "d": DURATION_UNITS["d"] - 0.05 * DURATION_UNITS["h"],
+}
 
 
 def duration(value: object) -> float:
