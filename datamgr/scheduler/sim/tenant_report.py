@@ -32,6 +32,9 @@ from datamgr.scheduler.snapshot import LOW_PRIORITY
 DELAY_WINDOW = 12 * 3600.0  # HiveD's Figures 6 and 7: the mean delay of the jobs submitted in a 12-hour window,
 DELAY_STEP = 3600.0  # sampled every hour
 EXCESS_THRESHOLD = 60.0  # a job waits beyond its private cluster's delay when by more than this (seconds)
+# Moving averages closer than this (seconds) are equal: two runs' starts of one job can differ in the last bits
+# of a float (2908.500000000029 against 2908.5), which read as an "excess" of 4e-12 s at some hour.
+SAME_DELAY = 1e-6
 PRIVATE_POLICY = "private"  # HiveD's private cluster (policies/hived.py): what sharing safety is measured against
 
 
@@ -115,7 +118,7 @@ def sharing_safety(shared: SimResult, private: SimResult, threshold: float = EXC
     excess: dict[str, tuple[float, float]] = {}
     for point in tenant_delays(shared.jobs, times):
         difference = point.average_delay - theirs.get((point.tenant, point.time), math.nan)
-        if difference > excess.get(point.tenant, (0.0, math.nan))[0]:  # NaN, where either has no job, never is
+        if difference > max(SAME_DELAY, excess.get(point.tenant, (0.0, math.nan))[0]):  # never NaN (a run lacks jobs)
             excess[point.tenant] = (difference, point.time)
     alone = {j.job_id: queueing_delay(j) for j in private.jobs if _multi_gpu_regular(j)}
     tenants = sorted({j.tenant for j in (*shared.jobs, *private.jobs) if j.tenant})
