@@ -38,7 +38,7 @@ from silodlib.backends import (
     open_backend,
     parse_dataset_uri,
 )
-from silodlib.backends.azure import AzureBackend
+from silodlib.backends.azure import AzureBackend, sas_expiry
 from silodlib.manifest import DEFAULT_CHUNK_SIZE, EmptyListing, freeze_listing
 from tests.datasets import generate_dataset, upload_dataset
 from tests.storage_servers import (
@@ -394,6 +394,41 @@ def test_azure_connection_string_and_sas_token_reach_azurite(
         with contextlib.closing(open_backend(target.uri, options)) as backend:
             assert list(listing(backend)) == ["x.bin"]
             assert backend.read("x.bin", 1, 3) == b"ell"
+
+
+def test_an_expired_sas_token_is_named_as_the_cause_of_access_denied(
+    dataset_target_factory: DatasetTargetFactory, azurite: AzuriteServer
+) -> None:
+    """An expired SAS, a changed account key and a missing permission were one message, the SDK's first line:
+    "Server failed to authenticate the request"; the service's error code and the token's own expiry tell them
+    apart."""
+    target = dataset_target_factory("az")
+    target.put("x.bin", b"hello")
+    container = parse_dataset_uri(target.uri).location[1]
+    expiry = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    sas = generate_container_sas(
+        azurite.account_name,
+        container,
+        account_key=azurite.account_key,
+        permission=ContainerSasPermissions(read=True, list=True),
+        expiry=expiry,
+    )
+    with (
+        contextlib.closing(open_backend(target.uri, {"account_url": azurite.account_url, "sas_token": sas})) as backend,
+        pytest.raises(AccessDenied) as refused,
+    ):
+        backend.read("x.bin", 0, 5)
+    message = str(refused.value)
+    # The service's error code first (Azurite's AuthorizationFailure; Azure says AuthenticationFailed).
+    assert re.match(rf"{re.escape(target.uri)}/x\.bin: access denied \(Auth\w+: HttpResponseError: ", message), message
+    assert message.endswith(f"; the sas_token option expired at {expiry:%Y-%m-%d %H:%M:%S} UTC"), message
+    assert sas.split("sig=")[1].split("&")[0] not in message
+
+
+def test_a_sas_tokens_expiry_is_read_from_its_se_field() -> None:
+    assert sas_expiry("?sv=2021&se=2026-11-27T10%3A30%3A05Z&sig=x") == datetime(2026, 11, 27, 10, 30, 5, tzinfo=UTC)
+    assert sas_expiry("sv=2021&se=2026-11-27T10:30:05Z") == datetime(2026, 11, 27, 10, 30, 5, tzinfo=UTC)
+    assert sas_expiry("") is None and sas_expiry("sv=2021&sig=x") is None and sas_expiry("se=tomorrow") is None
 
 
 REOPEN_ALLOCATION_LIMIT = 3_000_000  # bytes an S3 backend's open may leave allocated once one was opened before

@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any, ClassVar, cast
+from urllib.parse import parse_qs
 
 import requests
 from azure.core import MatchConditions
@@ -76,6 +78,7 @@ class AzureBackend(Backend):
         super().__init__(uri, options)
         self._deadline = ReadDeadline.from_options(uri, options)
         self._credential: DefaultAzureCredential | None = None
+        self._sas_expiry = sas_expiry(options.get("sas_token", ""))
         self._service = self._make_service_client(options)
         self._container = self._service.get_container_client(uri.location[1])
 
@@ -138,7 +141,11 @@ class AzureBackend(Backend):
             return self._translate(inner, what)
         cause = self._describe(exc)
         if isinstance(exc, ClientAuthenticationError) or status == 403:
-            return AccessDenied(f"{what}: access denied ({cause})")
+            # The SDK's text begins alike for a key, a SAS or a permission refused; its error code tells them apart.
+            code = getattr(exc, "error_code", None)
+            expired = self._sas_expiry is not None and datetime.now(UTC) >= self._sas_expiry
+            why = f"; the sas_token option expired at {self._sas_expiry:%Y-%m-%d %H:%M:%S} UTC" if expired else ""
+            return AccessDenied(f"{what}: access denied ({code + ': ' if code else ''}{cause}){why}")
         if isinstance(exc, IncompleteReadError):
             return BackendUnavailable(f"{what}: connection lost during download ({cause})")
         if isinstance(exc, requests.exceptions.ChunkedEncodingError | requests.exceptions.ConnectionError):
@@ -230,3 +237,16 @@ class _WatchedAdapter(BiggerBlockSizeHTTPAdapter):
 def _object_info(key: str, blob: BlobProperties, is_dir: bool) -> ObjectInfo:
     is_dir = is_dir or (blob.metadata or {}).get("hdi_isfolder", "").lower() == "true"
     return ObjectInfo(key, blob.size, unquote_etag(blob.etag), datetime_to_ns(blob.last_modified), is_dir)
+
+
+def sas_expiry(token: str) -> datetime | None:
+    """When a SAS token stops working (its `se` field, ISO 8601 UTC); None without a token or without a readable
+    expiry (the service then says what is wrong)."""
+    values = parse_qs(token.lstrip("?")).get("se")
+    if not values:
+        return None
+    try:
+        expiry = datetime.fromisoformat(values[0].replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return expiry if expiry.tzinfo is not None else expiry.replace(tzinfo=UTC)
