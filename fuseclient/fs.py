@@ -22,11 +22,11 @@ from itertools import chain
 
 import pyfuse3
 
+from fuseclient.failure_log import ReadFailureLog
 from fuseclient.mounted import MountedJob, MountState
 from fuseclient.openfile import OpenFile
 from fuseclient.tree import NO_FILES_BENEATH
 from silodlib.backends import AccessDenied, BackendError
-from silodlib.logfields import log_ids
 
 log = logging.getLogger(__name__)
 
@@ -38,20 +38,6 @@ DOT_ENTRIES = 2  # `.` and `..` open every listing
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND | os.O_CREAT
 
 
-def _fuse_error(exc: BackendError, job: MountedJob) -> pyfuse3.FUSEError:
-    """The errno the reader sees for a storage failure (EACCES when denied, else EIO), logged with the job
-    and dataset it struck."""
-    denied = isinstance(exc, AccessDenied)
-    log.warning(
-        "job %s: read %s: %s",
-        job.job_id,
-        "refused by storage" if denied else "failed",
-        exc,
-        extra=log_ids(job_id=job.job_id, dataset_uri=job.dataset.uri),
-    )
-    return pyfuse3.FUSEError(errno.EACCES if denied else errno.EIO)
-
-
 class SilodFS(pyfuse3.Operations):
     """pyfuse3 operations over a `MountState`."""
 
@@ -61,6 +47,7 @@ class SilodFS(pyfuse3.Operations):
         self._handles: dict[int, OpenFile] = {}
         self._next_handle = 1
         self._uid, self._gid = os.getuid(), os.getgid()
+        self._failed_reads = ReadFailureLog()  # storage failures logged at most a line every few seconds per job
 
     # ---- inodes ----
 
@@ -189,8 +176,9 @@ class SilodFS(pyfuse3.Operations):
         opened = self._handles[fh]
         try:
             return await opened.read(off, size)
-        except BackendError as exc:
-            raise _fuse_error(exc, opened.job) from None
+        except BackendError as exc:  # EACCES when storage refuses the read, else EIO
+            self._failed_reads.failed(opened.job.job_id, opened.job.dataset.uri, exc)
+            raise pyfuse3.FUSEError(errno.EACCES if isinstance(exc, AccessDenied) else errno.EIO) from None
 
     async def release(self, fh: int) -> None:
         del self._handles[fh]
