@@ -35,6 +35,8 @@ class JobUsage:
     throughput_bytes_per_sec: float = 0.0
     effective_cache_bytes: int = 0
     remote_demand_bytes_per_sec: float = 0.0
+    failed_reads: int = 0  # reads the backend failed, of which `denied_reads` storage refused (access denied)
+    denied_reads: int = 0
     node_id: str = ""
 
 

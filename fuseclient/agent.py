@@ -216,6 +216,8 @@ class NodeAgent:
                     * manifest.size_bytes
                     // manifest.item_count,
                     remote_demand_bytes_per_sec=stats.access.remote_demand_bytes_per_sec,
+                    failed_reads=stats.failed_reads,
+                    denied_reads=stats.denied_reads,
                 )
             )
         return pb.ReportUsageRequest(node_id=self._config.node_id, datasets=datasets, jobs=jobs, agent_id=self.agent_id)

@@ -177,8 +177,10 @@ class SilodFS(pyfuse3.Operations):
         try:
             return await opened.read(off, size)
         except BackendError as exc:  # EACCES when storage refuses the read, else EIO
+            denied = isinstance(exc, AccessDenied)
+            opened.job.count_failed_read(denied=denied)
             self._failed_reads.failed(opened.job.job_id, opened.job.dataset.uri, exc)
-            raise pyfuse3.FUSEError(errno.EACCES if isinstance(exc, AccessDenied) else errno.EIO) from None
+            raise pyfuse3.FUSEError(errno.EACCES if denied else errno.EIO) from None
 
     async def release(self, fh: int) -> None:
         del self._handles[fh]

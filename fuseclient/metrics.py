@@ -106,6 +106,10 @@ class MountMetrics(MetricsEndpoint, Collector):
         )
         hits = _family(CounterMetricFamily, "silod_job_cache_hits", "Reads served from the local cache", "job")
         misses = _family(CounterMetricFamily, "silod_job_cache_misses", "Reads that needed the backend", "job")
+        failed = _family(CounterMetricFamily, "silod_job_failed_reads", "Reads the backend failed (EIO, EACCES)", "job")
+        denied = _family(
+            CounterMetricFamily, "silod_job_denied_reads", "Reads storage refused: access denied (EACCES)", "job"
+        )
         waited = _family(
             CounterMetricFamily, "silod_job_throttle_wait_seconds", "Time reads waited for the throttle", "job"
         )
@@ -120,10 +124,12 @@ class MountMetrics(MetricsEndpoint, Collector):
             remote.add_metric([job_id], job.bytes_from_remote)
             hits.add_metric([job_id], job.cache_hits)
             misses.add_metric([job_id], job.cache_misses)
+            failed.add_metric([job_id], job.failed_reads)
+            denied.add_metric([job_id], job.denied_reads)
             epoch.add_metric([job_id], job.tracker.epoch)
             throughput.add_metric([job_id], job.meter.rate(now))
             if job.bucket is not None:
                 bucket = job.bucket.statistics()
                 waited.add_metric([job_id], bucket.waited_seconds)
                 rate.add_metric([job_id], bucket.rate_bytes_per_sec)
-        yield from (read, remote, hits, misses, waited, rate, epoch, throughput)
+        yield from (read, remote, hits, misses, failed, denied, waited, rate, epoch, throughput)

@@ -83,6 +83,8 @@ class JobStats:
     access: AccessStats
     epoch_hit_ratio: float
     finished_epochs: tuple[EpochRecord, ...]
+    failed_reads: int = 0  # reads the backend failed (EIO or EACCES to the reader)
+    denied_reads: int = 0  # of them, those storage refused (access denied)
 
 
 @dataclass(eq=False)
@@ -99,6 +101,8 @@ class MountedJob:
     bytes_from_remote: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
+    failed_reads: int = 0
+    denied_reads: int = 0
     open_epochs: dict[int, EpochRecord] = field(default_factory=dict)  # epochs still counting, by number
     finished_epochs: list[EpochRecord] = field(default_factory=list)
     added_ns: int = field(default_factory=time.time_ns)  # when it came to this node: its empty folders' time
@@ -125,6 +129,12 @@ class MountedJob:
         self.cache_hits += 1
         self.meter.add(size, trio.current_time())
 
+    def count_failed_read(self, *, denied: bool) -> None:
+        """Count a read the backend failed; `denied`: storage refused it (access denied). A job whose storage
+        refuses every read otherwise looks like one reading along (its epochs advance on the opens)."""
+        self.failed_reads += 1
+        self.denied_reads += denied
+
     def statistics(self, now: float) -> JobStats:
         throughput = self.meter.rate(now)
         epoch = self.tracker.epoch
@@ -139,6 +149,8 @@ class MountedJob:
             self.tracker.statistics(self.dataset.cache.cached, throughput),
             current.hit_ratio,
             tuple(self.finished_epochs),
+            self.failed_reads,
+            self.denied_reads,
         )
 
 

@@ -27,6 +27,7 @@ from silodcli.tables import (
     controller_line,
     datasets_table,
     estimate_line,
+    failed_reads_text,
     jobs_table,
     nodes_table,
     render_table,
@@ -205,10 +206,11 @@ def job_show(args: argparse.Namespace, client: DataManagerClient) -> None:
             f"{u.epoch_progress:.0%}",
             format_size(u.bytes_read),
             format_size(u.bytes_from_remote),
+            failed_reads_text(u),
         )
         for u in job.usage
     ]
-    print("\n" + render_table(("NODE", "EPOCH", "PROGRESS", "READ", "FROM REMOTE"), usage))
+    print("\n" + render_table(("NODE", "EPOCH", "PROGRESS", "READ", "FROM REMOTE", "FAILED READS"), usage))
 
 
 def tenant_add(args: argparse.Namespace, client: DataManagerClient) -> None:

@@ -298,3 +298,11 @@ def agent_text(node: pb.Node) -> str:
     peer = node.agent.peer
     scheme, _, address = peer.partition(":")
     return address if scheme in ("ipv4", "ipv6") and address else peer or "unknown address"
+
+
+def failed_reads_text(usage: pb.JobUsage) -> str:
+    """`0`, `12`, or `12 (12 denied)` when storage refused some: a job whose credentials expired fails every read
+    its cache cannot serve, while its node stays available and its epochs go on."""
+    if not usage.denied_reads:
+        return str(usage.failed_reads)
+    return f"{usage.failed_reads} ({usage.denied_reads} denied)"

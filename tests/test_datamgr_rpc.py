@@ -29,6 +29,7 @@ from tests.datamgr_fixtures import (
     RunningDataManager,
     full_state,
     make_local_dataset,
+    silod_cli,
 )
 from tests.storage_servers import DatasetTargetFactory
 
@@ -604,6 +605,20 @@ def test_a_node_shows_the_agent_whose_watch_is_open_and_none_once_it_has_ended(s
         what="the node served by no agent once the watch ended",
         timeout=10,
     )
+
+
+def test_a_nodes_failed_and_denied_reads_of_a_job_reach_get_job_and_silod_job_show(setup: Setup) -> None:
+    """Storage refusing every read of a job (its credentials expired) showed nowhere but in the node's log."""
+    usage = pb.JobUsage(job_id="j1", bytes_read=5_000, failed_reads=12, denied_reads=9)
+    setup.client.call(setup.client.stub.ReportUsage, pb.ReportUsageRequest(node_id="n1", jobs=[usage]))
+
+    job = setup.client.call(setup.client.stub.GetJob, pb.GetJobRequest(job_id="j1"))
+    assert [(u.node_id, u.failed_reads, u.denied_reads) for u in job.usage] == [("n1", 12, 9)]
+    shown = silod_cli("job", "show", "j1", datamgr=setup.client.address)
+    assert shown.returncode == 0, shown.stderr
+    header = next(line for line in shown.stdout.splitlines() if line.startswith("NODE ") and "FAILED READS" in line)
+    row = next(line for line in shown.stdout.splitlines()[::-1] if line.startswith("n1 "))
+    assert row[header.index("FAILED READS") :].strip() == "12 (9 denied)"
 
 
 # A keepalive ping after 20 s, 10 s for its answer (datamgr.server.GRPC_OPTIONS); half as much again for a loaded

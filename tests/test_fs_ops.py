@@ -11,6 +11,7 @@ import os
 import random
 import weakref
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import cast
 
@@ -19,6 +20,7 @@ import pyfuse3
 import pytest
 import trio
 import trio.testing
+from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 
 from fuseclient import readpath
 from fuseclient.agent import AgentConfig, NodeAgent
@@ -26,8 +28,9 @@ from fuseclient.assembly import MountConfig, build_state
 from fuseclient.fs import SilodFS
 from fuseclient.mounted import MountedJob, MountState
 from fuseclient.runtime import _write_statistics_every
-from silodlib.backends import Backend
+from silodlib.backends import Backend, parse_dataset_uri
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
+from tests.storage_servers import AzuriteServer, DatasetTargetFactory
 
 CTX = cast(pyfuse3.RequestContext, None)  # the operations never look at the request context
 FILES, SIZE = 100, 5000
@@ -257,6 +260,7 @@ def test_a_removed_jobs_reads_waiting_for_remote_io_fail_with_eio_and_its_cached
         assert raised.value.errno == errno.EIO
         assert await fs.read(handles[0], 0, SIZE) == cached  # what the cache holds still reads
         assert job.dataset.inflight == {}
+        assert (job.failed_reads, job.denied_reads) == (2, 0)  # what stats.json, metrics and usage reports show
         failed = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         # Two failed reads of the job, the second within the failure log's interval: one line.
         assert failed == ["job job: read failed: it has left this node, so it has no remote IO to read with"]
@@ -418,5 +422,41 @@ def test_the_agents_usage_reports_keep_no_dataset_alive_once_it_is_no_longer_ser
                 gc.collect()
                 assert dataset() is None, gc.get_referrers(dataset())
                 nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+@pytest.mark.expected_warnings  # the refused read, named
+def test_a_read_storage_refuses_is_eacces_and_counted_as_denied(
+    tmp_path: Path, dataset_target_factory: DatasetTargetFactory, azurite: AzuriteServer
+) -> None:
+    """A SAS allowed to list but not to read (as one that expires between listing and reading): Azurite refuses
+    the read with 403. The job counts it, so that `silod job show` and the metrics tell a job whose storage refuses
+    it from one reading along."""
+    target = dataset_target_factory("az")
+    target.put("x.bin", b"hello")
+    container = parse_dataset_uri(target.uri).location[1]
+    sas = generate_container_sas(
+        azurite.account_name,
+        container,
+        account_key=azurite.account_key,
+        permission=ContainerSasPermissions(list=True),
+        expiry=datetime.now(UTC) + timedelta(hours=1),
+    )
+    options = {"account_url": azurite.account_url, "sas_token": sas}
+    config = MountConfig(tmp_path / "mnt", tmp_path / "cache", {"job": target.uri}, backend_options=options)
+
+    async def main() -> None:
+        mount = await build_state(config)
+        fs, job = SilodFS(mount), mount.jobs["job"]
+        handle = await _open(fs, job, 0)
+        with pytest.raises(pyfuse3.FUSEError) as refused:
+            await fs.read(handle, 0, 5)
+        assert refused.value.errno == errno.EACCES
+        assert (job.failed_reads, job.denied_reads) == (1, 1)
+        stats = job.statistics(trio.current_time())
+        assert (stats.failed_reads, stats.denied_reads) == (1, 1)
+        for dataset in mount.datasets.values():
+            dataset.cache.close()
 
     trio.run(main)

@@ -564,6 +564,8 @@ class JobUsage(_message.Message):
     THROUGHPUT_BYTES_PER_SEC_FIELD_NUMBER: _builtins.int
     EFFECTIVE_CACHE_BYTES_FIELD_NUMBER: _builtins.int
     REMOTE_DEMAND_BYTES_PER_SEC_FIELD_NUMBER: _builtins.int
+    FAILED_READS_FIELD_NUMBER: _builtins.int
+    DENIED_READS_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     """filled in by the server in query responses"""
     job_id: _builtins.str
@@ -576,6 +578,11 @@ class JobUsage(_message.Message):
     throughput_bytes_per_sec: _builtins.float
     effective_cache_bytes: _builtins.int
     remote_demand_bytes_per_sec: _builtins.float
+    failed_reads: _builtins.int
+    """Reads through the mount that the backend failed (the reader got EIO or EACCES), and of them those that storage
+    refused (access denied: credentials expired, rotated or lacking a permission). 0 from agents before them.
+    """
+    denied_reads: _builtins.int
     def __init__(
         self,
         *,
@@ -590,10 +597,12 @@ class JobUsage(_message.Message):
         throughput_bytes_per_sec: _builtins.float = ...,
         effective_cache_bytes: _builtins.int = ...,
         remote_demand_bytes_per_sec: _builtins.float = ...,
+        failed_reads: _builtins.int = ...,
+        denied_reads: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_from_remote", b"bytes_from_remote", "bytes_read", b"bytes_read", "cache_hits", b"cache_hits", "cache_misses", b"cache_misses", "effective_cache_bytes", b"effective_cache_bytes", "epoch", b"epoch", "epoch_progress", b"epoch_progress", "job_id", b"job_id", "node_id", b"node_id", "remote_demand_bytes_per_sec", b"remote_demand_bytes_per_sec", "throughput_bytes_per_sec", b"throughput_bytes_per_sec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_from_remote", b"bytes_from_remote", "bytes_read", b"bytes_read", "cache_hits", b"cache_hits", "cache_misses", b"cache_misses", "denied_reads", b"denied_reads", "effective_cache_bytes", b"effective_cache_bytes", "epoch", b"epoch", "epoch_progress", b"epoch_progress", "failed_reads", b"failed_reads", "job_id", b"job_id", "node_id", b"node_id", "remote_demand_bytes_per_sec", b"remote_demand_bytes_per_sec", "throughput_bytes_per_sec", b"throughput_bytes_per_sec"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
