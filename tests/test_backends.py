@@ -17,11 +17,13 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import pytest
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError, ServiceRequestError
 from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials, ReadOnlyCredentials
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
 from datamgr.entities import FailedPrecondition
@@ -39,6 +41,7 @@ from silodlib.backends import (
     parse_dataset_uri,
 )
 from silodlib.backends.azure import AzureBackend, sas_expiry
+from silodlib.backends.s3 import _Route
 from silodlib.manifest import DEFAULT_CHUNK_SIZE, EmptyListing, freeze_listing
 from tests.datasets import generate_dataset, upload_dataset
 from tests.storage_servers import (
@@ -429,6 +432,30 @@ def test_a_sas_tokens_expiry_is_read_from_its_se_field() -> None:
     assert sas_expiry("?sv=2021&se=2026-11-27T10%3A30%3A05Z&sig=x") == datetime(2026, 11, 27, 10, 30, 5, tzinfo=UTC)
     assert sas_expiry("sv=2021&se=2026-11-27T10:30:05Z") == datetime(2026, 11, 27, 10, 30, 5, tzinfo=UTC)
     assert sas_expiry("") is None and sas_expiry("sv=2021&sig=x") is None and sas_expiry("se=tomorrow") is None
+
+
+class _RefreshingCredentialsFake:
+    """Credentials refreshed between two reads of their parts (an instance role's, mid-request): a fake, as no
+    server makes that race happen on demand. Only a snapshot taken with `get_frozen_credentials` is whole."""
+
+    def __init__(self) -> None:
+        self.snapshots = 0
+
+    def __getattr__(self, name: str) -> str:
+        raise AssertionError(f"credentials.{name} read outside a snapshot: it may mix old and new parts")
+
+    def get_frozen_credentials(self) -> ReadOnlyCredentials:
+        self.snapshots += 1
+        return ReadOnlyCredentials(f"key{self.snapshots}", f"secret{self.snapshots}", None)
+
+
+def test_a_ranged_get_signs_each_request_with_one_snapshot_of_refreshing_credentials_fake() -> None:
+    credentials = _RefreshingCredentialsFake()
+    route = _Route("http://127.0.0.1:1/bucket/", cast(Credentials, credentials), "us-east-1", cast(Any, None))
+    for expected in ("key1", "key2"):
+        request = AWSRequest("GET", "http://127.0.0.1:1/bucket/x", headers={"Range": "bytes=0-1"})
+        route.sign(request)
+        assert f"Credential={expected}/" in request.headers["Authorization"]
 
 
 REOPEN_ALLOCATION_LIMIT = 3_000_000  # bytes an S3 backend's open may leave allocated once one was opened before

@@ -21,6 +21,7 @@ import urllib3.exceptions
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSPreparedRequest, AWSRequest, AWSResponse
 from botocore.config import Config
+from botocore.credentials import Credentials
 from botocore.exceptions import (
     ClientError,
     ConnectionError,
@@ -224,7 +225,7 @@ class _RangedGet:
         # stream_output: the body is read here in one call; botocore would read it in 64 KiB pieces and join
         # them, a second copy of every byte and most of this call's CPU for a 4 MiB item.
         request = AWSRequest("GET", route.base_url + quote(key, safe="/~"), headers=headers, stream_output=True)
-        route.signer.add_auth(request)
+        route.sign(request)
         response = route.http.send(request.prepare())
         if response.status_code == 206:
             body: bytes = response.raw.read()
@@ -261,8 +262,7 @@ class _RangedGet:
                     max_pool_connections=_MAX_CONNECTIONS,
                 )
                 _watch_connections(http)
-                signer = S3SigV4Auth(credentials, "s3", self._client.meta.region_name)
-                self._route = _Route(base_url, signer, http)
+                self._route = _Route(base_url, credentials, self._client.meta.region_name, http)
             return self._route
 
 
@@ -286,11 +286,19 @@ _SKIP_PIECE_BYTES = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class _Route:
-    """Where and how `_RangedGet` sends: the bucket's base URL, the request signer, the connection pool."""
+    """Where and how `_RangedGet` sends: the bucket's base URL, the credentials and region it signs with, the
+    connection pool."""
 
     base_url: str
-    signer: S3SigV4Auth
+    credentials: Credentials
+    region: str
     http: URLLib3Session
+
+    def sign(self, request: AWSRequest) -> None:
+        """Sign with one snapshot of the credentials, as botocore's own signer does: credentials that refresh
+        (an instance role, IRSA) may change between reading the key id, the secret and the token, and a request
+        signed with some of each is refused."""
+        S3SigV4Auth(self.credentials.get_frozen_credentials(), "s3", self.region).add_auth(request)
 
 
 # An unreachable endpoint must fail in seconds; the caller's retry wrapper decides about retrying.
