@@ -13,10 +13,12 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NoReturn, Protocol, TypeVar
 
 import pytest
+from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 
 from datamgr.devservers import (
     AzuriteServer,
@@ -28,8 +30,11 @@ from datamgr.devservers import (
     running_s3_server,
     s3_client,
 )
+from silodlib.backends import parse_dataset_uri
 
-__all__ = ["AzuriteServer", "S3Server", "free_port", "running_azurite", "running_s3_server", "s3_client"]
+__all__ = [
+    "AzuriteServer", "S3Server", "container_sas", "free_port", "running_azurite", "running_s3_server", "s3_client",
+]  # fmt: skip
 
 BACKEND_NAMES = ("file", "s3", "az")
 DATASET_PREFIX = "data/train"
@@ -180,3 +185,20 @@ def missing_dependency(reason: str) -> NoReturn:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{reason}; CI must provide it", pytrace=False)
     pytest.skip(reason)
+
+
+def container_sas(
+    azurite: AzuriteServer,
+    uri: str,
+    permission: ContainerSasPermissions | None = None,
+    expiry: datetime | None = None,
+) -> str:
+    """A SAS token for the container of the dataset at `uri` on `azurite`: read and list, good for an hour, unless
+    told otherwise."""
+    return generate_container_sas(
+        azurite.account_name,
+        parse_dataset_uri(uri).location[1],
+        account_key=azurite.account_key,
+        permission=permission or ContainerSasPermissions(read=True, list=True),
+        expiry=expiry or datetime.now(UTC) + timedelta(hours=1),
+    )

@@ -21,7 +21,6 @@ from typing import Any, ClassVar, cast
 
 import pytest
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError, ServiceRequestError
-from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
@@ -49,6 +48,7 @@ from tests.storage_servers import (
     DatasetTarget,
     DatasetTargetFactory,
     LocalTarget,
+    container_sas,
     free_port,
     rewrite_same_size,
 )
@@ -382,14 +382,7 @@ def test_azure_connection_string_and_sas_token_reach_azurite(
 ) -> None:
     target = dataset_target_factory("az")
     target.put("x.bin", b"hello")
-    container = parse_dataset_uri(target.uri).location[1]
-    sas = generate_container_sas(
-        azurite.account_name,
-        container,
-        account_key=azurite.account_key,
-        permission=ContainerSasPermissions(read=True, list=True),
-        expiry=datetime.now(UTC) + timedelta(hours=1),
-    )
+    sas = container_sas(azurite, target.uri)
     for options in (
         {"connection_string": azurite.connection_string},
         {"account_url": azurite.account_url, "sas_token": sas},
@@ -407,15 +400,8 @@ def test_an_expired_sas_token_is_named_as_the_cause_of_access_denied(
     apart."""
     target = dataset_target_factory("az")
     target.put("x.bin", b"hello")
-    container = parse_dataset_uri(target.uri).location[1]
     expiry = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
-    sas = generate_container_sas(
-        azurite.account_name,
-        container,
-        account_key=azurite.account_key,
-        permission=ContainerSasPermissions(read=True, list=True),
-        expiry=expiry,
-    )
+    sas = container_sas(azurite, target.uri, expiry=expiry)
     with (
         contextlib.closing(open_backend(target.uri, {"account_url": azurite.account_url, "sas_token": sas})) as backend,
         pytest.raises(AccessDenied) as refused,

@@ -11,7 +11,6 @@ import os
 import random
 import weakref
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import cast
 
@@ -20,7 +19,7 @@ import pyfuse3
 import pytest
 import trio
 import trio.testing
-from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+from azure.storage.blob import ContainerSasPermissions
 
 from fuseclient import readpath
 from fuseclient.agent import AgentConfig, NodeAgent
@@ -28,9 +27,9 @@ from fuseclient.assembly import MountConfig, build_state
 from fuseclient.fs import SilodFS
 from fuseclient.mounted import MountedJob, MountState
 from fuseclient.runtime import _write_statistics_every
-from silodlib.backends import Backend, parse_dataset_uri
+from silodlib.backends import Backend
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
-from tests.storage_servers import AzuriteServer, DatasetTargetFactory
+from tests.storage_servers import AzuriteServer, DatasetTargetFactory, container_sas
 
 CTX = cast(pyfuse3.RequestContext, None)  # the operations never look at the request context
 FILES, SIZE = 100, 5000
@@ -435,14 +434,7 @@ def test_a_read_storage_refuses_is_eacces_and_counted_as_denied(
     it from one reading along."""
     target = dataset_target_factory("az")
     target.put("x.bin", b"hello")
-    container = parse_dataset_uri(target.uri).location[1]
-    sas = generate_container_sas(
-        azurite.account_name,
-        container,
-        account_key=azurite.account_key,
-        permission=ContainerSasPermissions(list=True),
-        expiry=datetime.now(UTC) + timedelta(hours=1),
-    )
+    sas = container_sas(azurite, target.uri, ContainerSasPermissions(list=True))
     options = {"account_url": azurite.account_url, "sas_token": sas}
     config = MountConfig(tmp_path / "mnt", tmp_path / "cache", {"job": target.uri}, backend_options=options)
 

@@ -13,14 +13,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote
 
 import grpc
 import pytest
-from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 from cryptography.hazmat.primitives import serialization
 
 from datamgr.client import ClientError, DataManagerClient
@@ -28,7 +26,6 @@ from datamgr.embedded import EmbeddedDataManager
 from datamgr.security import TOKEN_FREE_METHODS, ServerSecurity
 from datamgr.server import ServerConfig
 from silodcli.main import main
-from silodlib.backends import parse_dataset_uri
 from silodlib.credentials import ChannelSecurity, SecurityConfigError
 from silodlib.grpc_channel import explain_refusal, open_channel
 from silodpb.v1 import datamgr_pb2 as pb
@@ -36,7 +33,7 @@ from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 from tests import polling
 from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, silod_cli
 from tests.mount_fixtures import MountProcess
-from tests.storage_servers import AzuriteServer, DatasetTargetFactory, S3Server
+from tests.storage_servers import AzuriteServer, DatasetTargetFactory, S3Server, container_sas
 from tests.tls import TlsFiles, make_tls_files
 
 QUICK = 5.0  # seconds: a refused connection must fail well within this, never hang
@@ -512,17 +509,6 @@ def test_a_connection_closed_during_set_up_suggests_tls_only_to_a_client_that_ne
 # ---- no secret in the logs, DEBUG included ----
 
 
-def _sas_for(azurite: AzuriteServer, uri: str) -> str:
-    """A read-and-list SAS for the container of `uri`, good for an hour."""
-    return generate_container_sas(
-        azurite.account_name,
-        parse_dataset_uri(uri).location[1],
-        account_key=azurite.account_key,
-        permission=ContainerSasPermissions(read=True, list=True),
-        expiry=datetime.now(UTC) + timedelta(hours=1),
-    )
-
-
 def test_debug_logs_of_the_data_manager_and_a_node_hold_no_secret(
     start_datamgr: Callable[..., DataManagerProcess],
     dataset_target_factory: DatasetTargetFactory,
@@ -540,7 +526,7 @@ def test_debug_logs_of_the_data_manager_and_a_node_hold_no_secret(
     s3, az_sas, az_key = (dataset_target_factory(backend) for backend in ("s3", "az", "az"))
     for target in (s3, az_sas, az_key):
         target.put("x.bin", target.uri.encode())
-    sas = _sas_for(azurite, az_sas.uri)
+    sas = container_sas(azurite, az_sas.uri)
     monkeypatch.setenv("SILOD_LOG_LEVEL", "DEBUG")
     monkeypatch.setenv("SILOD_TEST_SECRET_KEY", s3_server.secret_access_key)
     monkeypatch.setenv("SILOD_TEST_SESSION_TOKEN", session_token)
