@@ -6,10 +6,11 @@ Its flags and the end-to-end runs with real node agents are in test_controller_l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -399,6 +400,17 @@ async def wait_until(check: Callable[[], bool], what: str, timeout: float = 20.0
         await asyncio.sleep(0.01)  # polling observable state, bounded by the deadline
 
 
+@contextlib.asynccontextmanager
+async def controller_running(controller: Controller) -> AsyncIterator[None]:
+    """The controller's `run` as a task for the block's length, cancelled and awaited after it."""
+    running = asyncio.create_task(controller.run())
+    try:
+        yield
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
 def test_a_burst_of_job_registrations_is_served_by_one_round(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with owned_manager(tmp_path, "greedy") as (manager, requests):
@@ -408,12 +420,8 @@ def test_a_burst_of_job_registrations_is_served_by_one_round(tmp_path: Path) -> 
             controller = Controller(manager, build_scheduler("greedy"), requests, round_seconds=3600)
             for i in range(5):  # before the controller runs: all of them wait for the same round
                 await manager.register_job(f"j{i}", a, 1000, [Worker("n1", 1)])
-            running = asyncio.create_task(controller.run())
-            try:
+            async with controller_running(controller):
                 await wait_until(lambda: controller.status().rounds == 2, "the round after the start round")
-            finally:
-                running.cancel()
-                await asyncio.gather(running, return_exceptions=True)
             status = controller.status()
             assert status.last_round_trigger == "registered job j0, registered job j1, registered job j2 and 2 more"
             assert sum(j.io_bytes_per_sec for j in manager.state.jobs.values()) == 1000  # the limit, shared out
@@ -654,8 +662,7 @@ def test_a_restarted_controller_holds_its_first_round_until_the_nodes_running_jo
         async with owned_manager(tmp_path, "greedy", clock=lambda: clock[0]) as (manager, requests):
             policy = RecordingPolicy([])
             controller = Controller(manager, Scheduler(policy, SiloDPerf(), "silod"), requests, round_seconds=3600)
-            running = asyncio.create_task(controller.run())
-            try:
+            async with controller_running(controller):
                 await asyncio.sleep(0.5)  # several of the controller's polls
                 assert controller.status().rounds == 0 and not policy.snapshots
                 if reports:
@@ -663,9 +670,6 @@ def test_a_restarted_controller_holds_its_first_round_until_the_nodes_running_jo
                 else:
                     clock[0] = 31.0  # past the node timeout, 30 s
                 await wait_until(lambda: controller.status().rounds == 1, "the start round")
-            finally:
-                running.cancel()
-                await asyncio.gather(running, return_exceptions=True)
             assert controller.status().last_round_trigger == "start"
             assert policy.snapshots[0].datasets[uri].cached_bytes == (1_500 if reports else 0)
 
@@ -679,11 +683,7 @@ def test_a_controller_on_a_fresh_state_dir_runs_its_first_round_at_once(tmp_path
             uri = await add_dataset(manager, tmp_path / "a", files=2, size=500)
             await manager.register_job("j1", uri, 1000, [Worker("n1", 1)])
             controller = Controller(manager, build_scheduler("greedy"), requests, round_seconds=3600)
-            running = asyncio.create_task(controller.run())
-            try:
+            async with controller_running(controller):
                 await wait_until(lambda: controller.status().rounds >= 1, "the start round", timeout=5)
-            finally:
-                running.cancel()
-                await asyncio.gather(running, return_exceptions=True)
 
     asyncio.run(scenario())
