@@ -246,7 +246,7 @@ def jobs_table(jobs: Sequence[pb.Job]) -> str:
             queue_text(j),
             gpu_hours_text(j.schedule.attained_gpu_seconds),
             j.schedule.preemptions,
-            format_size(sum(u.bytes_read for u in j.usage)),
+            read_text(j),
             format_rate(j.estimate.throughput_bytes_per_sec) if j.HasField("estimate") else "-",
         )
         for j in jobs
@@ -298,6 +298,18 @@ def agent_text(node: pb.Node) -> str:
     peer = node.agent.peer
     scheme, _, address = peer.partition(":")
     return address if scheme in ("ipv4", "ipv6") and address else peer or "unknown address"
+
+
+def read_text(job: pb.Job) -> str:
+    """What the job's workers read, on every node, and the reads that failed when some did (`1.2 GB`, `0 B, 40
+    failed (40 denied)`): the summary's one sign of a job whose storage refuses its reads, running and counting
+    epochs all the same. Counts since each node's agent started, as `silod job show` gives them per node."""
+    read = format_size(sum(u.bytes_read for u in job.usage))
+    failed = sum(u.failed_reads for u in job.usage)
+    if not failed:
+        return read
+    denied = sum(u.denied_reads for u in job.usage)
+    return f"{read}, {failed} failed" + (f" ({denied} denied)" if denied else "")
 
 
 def failed_reads_text(usage: pb.JobUsage) -> str:

@@ -607,7 +607,9 @@ def test_a_node_shows_the_agent_whose_watch_is_open_and_none_once_it_has_ended(s
     )
 
 
-def test_a_nodes_failed_and_denied_reads_of_a_job_reach_get_job_and_silod_job_show(setup: Setup) -> None:
+def test_a_nodes_failed_and_denied_reads_of_a_job_reach_get_job_silod_job_show_and_silod_status(
+    setup: Setup,
+) -> None:
     """Storage refusing every read of a job (its credentials expired) showed nowhere but in the node's log."""
     usage = pb.JobUsage(job_id="j1", bytes_read=5_000, failed_reads=12, denied_reads=9)
     setup.client.call(setup.client.stub.ReportUsage, pb.ReportUsageRequest(node_id="n1", jobs=[usage]))
@@ -619,6 +621,12 @@ def test_a_nodes_failed_and_denied_reads_of_a_job_reach_get_job_and_silod_job_sh
     header = next(line for line in shown.stdout.splitlines() if line.startswith("NODE ") and "FAILED READS" in line)
     row = next(line for line in shown.stdout.splitlines()[::-1] if line.startswith("n1 "))
     assert row[header.index("FAILED READS") :].strip() == "12 (9 denied)"
+
+    status = silod_cli("status", datamgr=setup.client.address)
+    assert status.returncode == 0, status.stderr
+    header = next(line for line in status.stdout.splitlines() if line.startswith("JOB "))
+    row = next(line for line in status.stdout.splitlines() if line.startswith("j1 "))
+    assert row[header.index(" READ ") + 1 : header.index("EXPECTED")].strip() == "4.9 KiB, 12 failed (9 denied)"
 
 
 # A keepalive ping after 20 s, 10 s for its answer (datamgr.server.GRPC_OPTIONS); half as much again for a loaded
