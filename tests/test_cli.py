@@ -590,6 +590,21 @@ def test_a_backup_of_a_state_dir_without_a_readable_database_exits_2_and_leaves_
     assert not out.exists()
 
 
+def test_a_backup_of_a_stopped_data_managers_state_dir_leaves_its_files_as_they_were(tmp_path: Path) -> None:
+    """A read-only connection left an empty write-ahead log and a shared-memory index beside the database."""
+    state_dir, out = tmp_path / "state", tmp_path / "backup.db"
+    _state_of_2000_nodes(state_dir)
+    before = files_of(state_dir)
+
+    backup = silod_cli("datamgr", "backup", "--state-dir", str(state_dir), str(out))
+
+    assert backup.returncode == 0, backup.stderr
+    assert files_of(state_dir) == before
+    restored = tmp_path / "restored"
+    assert silod_cli("datamgr", "restore", "--state-dir", str(restored), str(out)).returncode == 0
+    assert revision_and_nodes(restored) == (1, [f"n{i:04d}" for i in range(2000)])
+
+
 @pytest.mark.parametrize("backup", ["missing", "another SQLite database", "damaged", "damaged past its header"])
 def test_a_restore_from_a_file_that_is_no_silod_backup_exits_2_and_changes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], backup: str

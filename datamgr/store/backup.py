@@ -74,7 +74,7 @@ def back_up(state_dir: Path, destination: Path) -> int:
         with (
             refusing_damage(source_path, refused, outcome),
             refusing_disk_errors(f"{refused} to {destination}", outcome),
-            contextlib.closing(read_only(source_path)) as source,
+            contextlib.closing(read_only(source_path, immutable=not _log_of(source_path).exists())) as source,
             contextlib.closing(sqlite3.connect(partial)) as copy,
         ):
             copy.execute("PRAGMA journal_mode=OFF")  # a file no one uses until it is whole: nothing to roll back
@@ -99,6 +99,16 @@ def back_up(state_dir: Path, destination: Path) -> int:
     finally:
         partial.unlink(missing_ok=True)
     return revision
+
+
+def _log_of(database: Path) -> Path:
+    """The write-ahead log SQLite keeps beside `database` while a data manager has it open, and after one was
+    killed. Without one (a data manager stopped cleanly folds it back in and deletes it), the database is read
+    as an immutable file: a read-only connection would otherwise leave an empty log and a shared-memory index
+    beside the database of a stopped data manager, which a backup is not to change. A data manager that starts
+    meanwhile writes to a new log and folds it in only once it holds some 4 MB of changes: a copy that caught
+    such a fold half done would not read whole, and the backup would be refused."""
+    return Path(f"{database}-wal")
 
 
 def _link(source: Path, target: Path) -> None:
