@@ -86,6 +86,13 @@ class DataManagerClient:
         request = pb.RegisterDatasetRequest(uri=uri, options=options or {}, chunk_size_bytes=chunk_size)
         return self.call(self.stub.RegisterDataset, request)
 
+    def update_dataset_options(
+        self, uri: str, options: dict[str, str], removed: list[str] | None = None
+    ) -> pb.UpdateDatasetOptionsResponse:
+        """Set `options` on a registered dataset and remove the keys `removed`, keeping the others."""
+        request = pb.UpdateDatasetOptionsRequest(uri=uri, options=options, remove_options=removed or [])
+        return self.call(self.stub.UpdateDatasetOptions, request)
+
     def register_job(
         self,
         job_id: str,

@@ -33,7 +33,7 @@ from datamgr.entities import (
     Worker,
 )
 from datamgr.journal import GroupCommitJournal, JournalEntry
-from datamgr.listing import freeze_manifest
+from datamgr.listing import freeze_manifest, try_options
 from datamgr.liveness import DatasetUsage, JobUsage, NodeLiveness
 from datamgr.node_agents import NodeAgents
 from datamgr.state import Change, ClusterState, diff_views
@@ -49,11 +49,13 @@ from datamgr.validation import (
     check_grace_seconds,
     check_id,
     check_job_class,
+    check_option_update,
     check_priority,
     check_rate,
     check_worker_count,
 )
 from datamgr.watch import WatchHub, events_after
+from silodlib.backends import option_changes
 from silodlib.manifest import DEFAULT_CHUNK_SIZE, Manifest
 from silodlib.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb
@@ -267,6 +269,32 @@ class DataManager:
         if users:
             raise FailedPrecondition(f"uri: dataset {dataset.uri} is in use by jobs {users}; finish them first")
         return await self._commit(Change(datasets_deleted=(dataset.uri,)), (), f"unregistered dataset {dataset.uri}")
+
+    async def update_dataset_options(
+        self, uri: str, options: Mapping[str, str], removed: Sequence[str]
+    ) -> tuple[Dataset, bool, int]:
+        """Replace a dataset's backend options in place (`check_option_update`: `options` set, `removed` gone), for
+        credentials that expire or are rotated under running jobs: its manifest stays, and so does every node's
+        cache of it. Refused, changing nothing, unless the backend reads the dataset with the new options
+        (`try_options`). Nodes that mount it get it again with them, as a dataset_set of the same manifest digest."""
+        dataset = self.dataset("uri", uri)
+        wanted = check_option_update(dataset.options, options, removed)
+        if wanted == dataset.options:
+            return dataset, False, await self._settled()
+        data, _ = self.manifest(dataset.uri)
+        await asyncio.to_thread(lambda: try_options(dataset.uri, wanted, Manifest.decode(data)))
+        current = self.state.datasets.get(dataset.uri)
+        if current is None or (current.manifest_digest, current.options) != (dataset.manifest_digest, dataset.options):
+            raise FailedPrecondition(
+                f"uri: dataset {dataset.uri} was unregistered or its options changed while the new ones were tried; "
+                "try again"
+            )
+        updated = replace(current, options=wanted)
+        description = f"options of dataset {dataset.uri}: {option_changes(dataset.options, wanted)}"
+        revision = await self._commit(
+            Change(datasets_put=(updated,)), self.state.nodes_mounting(dataset.uri), description
+        )
+        return updated, True, revision
 
     def manifest(self, dataset_uri: str) -> tuple[bytes, str]:
         dataset = self.dataset("dataset_uri", dataset_uri)

@@ -127,6 +127,17 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
     ) -> pb.UnregisterDatasetResponse:
         return pb.UnregisterDatasetResponse(revision=await self._manager.unregister_dataset(request.uri))
 
+    @_unary
+    async def UpdateDatasetOptions(
+        self, request: pb.UpdateDatasetOptionsRequest, context: Any
+    ) -> pb.UpdateDatasetOptionsResponse:
+        dataset, changed, revision = await self._manager.update_dataset_options(
+            request.uri, request.options, request.remove_options
+        )
+        return pb.UpdateDatasetOptionsResponse(
+            dataset=queries.dataset_info(self._manager, dataset.uri), changed=changed, revision=revision
+        )
+
     async def GetManifest(
         self, request: pb.GetManifestRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.ManifestChunk]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from datamgr.entities import JOB_CLASSES, PRIORITIES, InvalidArgument
+from datamgr.entities import JOB_CLASSES, PRIORITIES, FailedPrecondition, InvalidArgument
 from silodlib.backends.uri import InvalidDatasetURI, parse_dataset_uri
 from silodlib.units import format_rate, format_size
 
@@ -126,3 +126,23 @@ def check_dataset_uri(field: str, value: str) -> str:
         return str(parse_dataset_uri(value))
     except InvalidDatasetURI as exc:
         raise InvalidArgument(f"{field}: {exc}") from None
+
+
+def check_option_update(
+    current: Mapping[str, str], options: Mapping[str, str], removed: Sequence[str]
+) -> dict[str, str]:
+    """A dataset's options after an update: `current` with `options` set (added or replaced) and the keys `removed`
+    gone. Refused: an update that asks for nothing, a key both set and removed (which of the two was meant?), and
+    the removal of a key that is not set (a typo would pass for a removal). Messages name keys, never values, which
+    may be secrets. Whether the backend takes the result is the backend's to say."""
+    if not options and not removed:
+        raise InvalidArgument("options, remove_options: give at least one option to set or to remove")
+    both = sorted(options.keys() & set(removed))
+    if both:
+        raise InvalidArgument(f"options, remove_options: {', '.join(both)} both set and removed; give each once")
+    unset = sorted(set(removed) - current.keys())
+    if unset:
+        held = ", ".join(sorted(current)) or "none"
+        raise FailedPrecondition(f"remove_options: {', '.join(unset)} not set on the dataset (its options: {held})")
+    updated = {key: value for key, value in current.items() if key not in removed}
+    return dict(sorted({**updated, **options}.items()))

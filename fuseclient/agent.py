@@ -42,7 +42,7 @@ from fuseclient.mounted import MountedDataset, MountState
 from fuseclient.readahead import DEFAULT_READ_AHEAD
 from fuseclient.runtime import METRICS_HOST, run_filesystem
 from fuseclient.throttle import default_burst
-from silodlib.backends import BackendError, RetryingBackend, open_backend
+from silodlib.backends import Backend, BackendError, RetryingBackend, open_backend, option_changes
 from silodlib.backoff import Backoff
 from silodlib.credentials import ChannelSecurity
 from silodlib.grpc_channel import explain_refusal, open_channel
@@ -262,31 +262,21 @@ class NodeAgent:
 
     async def _set_dataset(self, wanted: pb.NodeDataset) -> None:
         current = self._mount.datasets.get(wanted.uri)
+        options = dict(wanted.options)
         if current is not None and current.manifest.digest == wanted.manifest_digest:
-            if isinstance(current.cache, NoCache):
-                current.cache.set_quota(wanted.cache_quota_bytes)
-                await self._reopen_cache(current)
-            elif current.cache.quota_bytes != wanted.cache_quota_bytes:
-                evicted = await trio.to_thread.run_sync(current.cache.set_quota, wanted.cache_quota_bytes)
-                log.info(
-                    "cache quota of %s = %d bytes (%d items evicted)",
-                    wanted.uri,
-                    wanted.cache_quota_bytes,
-                    evicted,
-                    extra=self._ids(dataset_uri=wanted.uri),
-                )
+            if current.options != options:
+                self._replace_backend(current, options)
+            await self._set_quota(current, wanted.cache_quota_bytes)
             return
         if current is not None:
             await self._remove_dataset(wanted.uri)
-        try:
-            backend = RetryingBackend(open_backend(wanted.uri, wanted.options))
-        except (BackendError, ValueError) as exc:
-            log.error("cannot serve dataset %s: %s", wanted.uri, exc, extra=self._ids(dataset_uri=wanted.uri))
+        backend = self._open_backend(wanted.uri, options, f"cannot serve dataset {wanted.uri}")
+        if backend is None:
             return
         manifest = self._manifests[wanted.manifest_digest]
         try:
             dataset = await open_dataset(
-                self._config.cache_dir, wanted.uri, backend, manifest, wanted.cache_quota_bytes
+                self._config.cache_dir, wanted.uri, backend, manifest, wanted.cache_quota_bytes, options
             )
         except OSError as exc:
             log.error(
@@ -297,8 +287,51 @@ class NodeAgent:
                 self._config.report_interval,
                 extra=self._ids(dataset_uri=wanted.uri),
             )
-            dataset = uncached_dataset(wanted.uri, backend, manifest, wanted.cache_quota_bytes)
+            dataset = uncached_dataset(wanted.uri, backend, manifest, wanted.cache_quota_bytes, options)
         self._mount.add_dataset(dataset)
+
+    async def _set_quota(self, dataset: MountedDataset, quota: int) -> None:
+        if isinstance(dataset.cache, NoCache):
+            dataset.cache.set_quota(quota)
+            await self._reopen_cache(dataset)
+        elif dataset.cache.quota_bytes != quota:
+            evicted = await trio.to_thread.run_sync(dataset.cache.set_quota, quota)
+            log.info(
+                "cache quota of %s = %d bytes (%d items evicted)",
+                dataset.uri,
+                quota,
+                evicted,
+                extra=self._ids(dataset_uri=dataset.uri),
+            )
+
+    def _replace_backend(self, dataset: MountedDataset, options: dict[str, str]) -> None:
+        """Read `dataset` with the options the data manager replaced its old ones with (rotated credentials), from
+        now on. Its cache, its jobs' access tracking and their open files stay: they hold the dataset, whose every
+        fetch takes its backend as it starts. Reads under way end on the old backend, which is released with the
+        last of them, as a removed dataset's is. Options this node cannot open a backend with (one its silod does
+        not know) leave the old backend reading, with one error line, until the data manager changes them again."""
+        changes = option_changes(dataset.options, options)
+        dataset.options = options
+        backend = self._open_backend(
+            dataset.uri, options, f"dataset {dataset.uri} reads on with its old options, not the new ones ({changes})"
+        )
+        if backend is not None:
+            dataset.backend = backend
+            log.info(
+                "dataset %s: reading with its new options (%s) from now on, its cache kept",
+                dataset.uri,
+                changes,
+                extra=self._ids(dataset_uri=dataset.uri),
+            )
+
+    def _open_backend(self, uri: str, options: dict[str, str], failure: str) -> Backend | None:
+        """The dataset's backend, retrying transient failures; None, once `failure` is logged with the reason, where
+        the options open none (an option this silod does not know, a bad value)."""
+        try:
+            return RetryingBackend(open_backend(uri, options))
+        except (BackendError, ValueError) as exc:
+            log.error("%s: %s", failure, exc, extra=self._ids(dataset_uri=uri))
+            return None
 
     async def _reopen_cache(self, dataset: MountedDataset) -> None:
         """Give a dataset served uncached (`NoCache`) its cache once its directory opens; quietly try again later

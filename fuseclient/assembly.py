@@ -87,17 +87,25 @@ async def open_cache(cache_root: Path, uri: str, manifest: Manifest, quota: int)
     return await trio.to_thread.run_sync(lambda: DatasetCache(directory, manifest, quota, dataset_uri=uri))
 
 
-def uncached_dataset(uri: str, backend: Backend, manifest: Manifest, quota: int) -> MountedDataset:
+def uncached_dataset(
+    uri: str, backend: Backend, manifest: Manifest, quota: int, options: Mapping[str, str]
+) -> MountedDataset:
     """A dataset served from its backend alone, while its cache directory cannot be opened (`NoCache`)."""
-    return _mounted(uri, manifest, backend, NoCache(manifest, quota))
+    return _mounted(uri, manifest, backend, NoCache(manifest, quota), options)
 
 
-def _mounted(uri: str, manifest: Manifest, backend: Backend, cache: DatasetCache | NoCache) -> MountedDataset:
-    return MountedDataset(uri, manifest, DatasetTree(manifest), backend, cache, trio.CapacityLimiter(FETCH_CONCURRENCY))
+def _mounted(
+    uri: str, manifest: Manifest, backend: Backend, cache: DatasetCache | NoCache, options: Mapping[str, str]
+) -> MountedDataset:
+    limiter = trio.CapacityLimiter(FETCH_CONCURRENCY)
+    return MountedDataset(uri, manifest, DatasetTree(manifest), backend, cache, limiter, dict(options))
 
 
-async def open_dataset(cache_root: Path, uri: str, backend: Backend, manifest: Manifest, quota: int) -> MountedDataset:
-    """A dataset ready to serve: its cache opened (restoring complete entries from an earlier run)."""
+async def open_dataset(
+    cache_root: Path, uri: str, backend: Backend, manifest: Manifest, quota: int, options: Mapping[str, str]
+) -> MountedDataset:
+    """A dataset ready to serve, read through `backend`, opened with `options`: its cache opened (restoring complete
+    entries from an earlier run)."""
     cache = await open_cache(cache_root, uri, manifest, quota)
     log.info(
         "dataset %s: %d files, %d items, %d bytes; cache quota %d bytes, %d items already cached",
@@ -109,7 +117,7 @@ async def open_dataset(cache_root: Path, uri: str, backend: Backend, manifest: M
         cache.statistics().cached_items,
         extra=log_ids(dataset_uri=uri),
     )
-    return _mounted(uri, manifest, backend, cache)
+    return _mounted(uri, manifest, backend, cache, options)
 
 
 def add_job(
@@ -142,7 +150,9 @@ async def build_state(config: MountConfig) -> MountState:
             raise MountError(f"cannot serve the dataset: {uri}: {exc}") from None
         quota = config.cache_sizes.get(uri, 0)
         try:
-            mount.add_dataset(await open_dataset(config.cache_dir, uri, backend, manifest, quota))
+            mount.add_dataset(
+                await open_dataset(config.cache_dir, uri, backend, manifest, quota, config.backend_options)
+            )
         except OSError as exc:
             where = dataset_cache_dir(config.cache_dir, uri)
             raise MountError(f"cannot open the cache of dataset {uri} in {where}: {exc.strerror or exc}") from None

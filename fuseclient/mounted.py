@@ -7,6 +7,7 @@ kernel holds for that job's files.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import trio
@@ -51,6 +52,10 @@ class MountedDataset:
     backend: Backend
     cache: DatasetCache | NoCache  # NoCache while its cache directory cannot be opened: served uncached
     fetch_limiter: trio.CapacityLimiter
+    # The backend options it was last given: those `backend` was opened with, unless the node agent could not open
+    # the ones the data manager replaced them with (logged; the old backend reads on). The agent compares them to
+    # each update of the dataset, and replaces `backend` when they differ.
+    options: Mapping[str, str]
     inflight: dict[int, Flight] = field(default_factory=dict)
     fetches: int = 0  # backend reads, their bytes and the seconds they took (for metrics)
     fetch_bytes: int = 0

@@ -99,6 +99,21 @@ def dataset_add(args: argparse.Namespace, client: DataManagerClient) -> None:
     )
 
 
+def dataset_set_options(args: argparse.Namespace, client: DataManagerClient) -> None:
+    options = dict(args.option + args.option_env)
+    if not options and not args.remove_option:
+        raise CommandLineError("dataset set-options: give the options to set (--option, --option-env) or remove")
+    print(f"reading {args.uri} with the new options ...", flush=True)
+    reply = client.update_dataset_options(args.uri, options, args.remove_option)
+    d = reply.dataset
+    shown = ", ".join(f"{key}={value}" for key, value in sorted(d.options.items())) or "none"
+    if reply.changed:
+        print(f"options of {d.uri} replaced: {shown} (revision {reply.revision})")
+        print("the nodes that mount it read with them once the change reaches them")
+    else:
+        print(f"options of {d.uri} unchanged: it has these already: {shown} (revision {reply.revision})")
+
+
 def dataset_remove(args: argparse.Namespace, client: DataManagerClient) -> None:
     reply = client.call(client.stub.UnregisterDataset, pb.UnregisterDatasetRequest(uri=args.uri))
     print(f"unregistered {args.uri} (revision {reply.revision})")

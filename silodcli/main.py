@@ -168,7 +168,7 @@ def build_parser() -> ConfigurableParser:
     io_p.add_argument("rate", type=rate_arg, metavar="RATE", help="e.g. 200MB/s")
     _client_command(io_p, "alloc_io")
 
-    dataset = sub.add_parser("dataset", help="register and inspect datasets").add_subparsers(
+    dataset = sub.add_parser("dataset", help="register, update and inspect datasets").add_subparsers(
         dest="action", required=True
     )
     add_p = dataset.add_parser("add", help="list a dataset once and freeze its manifest")
@@ -176,16 +176,23 @@ def build_parser() -> ConfigurableParser:
     add_p.add_argument(
         "--chunk-size", type=chunk_size_arg, metavar="SIZE", help="item size for large files, 64KiB to 1GiB (4MiB)"
     )
-    add_p.add_argument("--option", type=option_arg, action="append", default=[], metavar="KEY=VALUE")
-    add_p.add_argument(
-        "--option-env",
-        type=option_env_arg,
+    _add_backend_option_flags(add_p)
+    _client_command(add_p, "dataset_add")
+    options_p = dataset.add_parser(
+        "set-options",
+        help="replace a registered dataset's backend options in place (rotated credentials), keeping its manifest "
+        "and the nodes' caches; refused unless the dataset reads with the new options",
+    )
+    options_p.add_argument("uri", metavar="URI")
+    _add_backend_option_flags(options_p, "a backend option to set (or replace)")
+    options_p.add_argument(
+        "--remove-option",
         action="append",
         default=[],
-        metavar="KEY=ENV_VAR",
-        help="a backend option read from an environment variable (use it for keys and tokens)",
+        metavar="KEY",
+        help="a backend option to remove (the others are kept)",
     )
-    _client_command(add_p, "dataset_add")
+    _client_command(options_p, "dataset_set_options")
     remove_p = dataset.add_parser("remove", help="unregister a dataset no job uses")
     remove_p.add_argument("uri", metavar="URI")
     _client_command(remove_p, "dataset_remove")
@@ -347,6 +354,19 @@ def _add_tenant_commands(sub: argparse._SubParsersAction[ConfigurableParser]) ->
     remove_p = actions.add_parser("remove", help="unregister a tenant that has no unfinished job")
     remove_p.add_argument("name", metavar="NAME")
     _client_command(remove_p, "tenant_remove")
+
+
+def _add_backend_option_flags(parser: ConfigurableParser, what: str = "a backend option") -> None:
+    """--option and --option-env, a dataset's backend options; `what` says what one is to the command."""
+    parser.add_argument("--option", type=option_arg, action="append", default=[], metavar="KEY=VALUE", help=what)
+    parser.add_argument(
+        "--option-env",
+        type=option_env_arg,
+        action="append",
+        default=[],
+        metavar="KEY=ENV_VAR",
+        help=f"{what}, its value read from an environment variable (use it for keys and tokens)",
+    )
 
 
 def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> argparse.Namespace:

@@ -64,7 +64,8 @@ TIERS: dict[str, tuple[str, ...]] = {
     "process": (
         "test_backends", "test_cache", "test_cache_durability", "test_cli", "test_cli_startup", "test_concurrency",
         "test_config",
-        "test_datamgr_rpc", "test_demo", "test_deploy", "test_deploy_security", "test_devservers", "test_launcher",
+        "test_datamgr_rpc", "test_dataset_options", "test_demo", "test_deploy", "test_deploy_security",
+        "test_devservers", "test_launcher",
         "test_liveness",
         "test_logs",
         "test_mount_cli", "test_registration", "test_restart", "test_retry", "test_status_watch", "test_watch",
@@ -75,6 +76,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_agent", "test_backend_faults", "test_cache_disk_faults", "test_controller", "test_controller_live",
         "test_datamgr_faults",
         "test_estimator_live", "test_log_fields", "test_metrics", "test_mount", "test_node_registration",
+        "test_option_rotation",
         "test_rate_change",
         "test_readahead", "test_security",
     ),

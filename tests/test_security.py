@@ -198,6 +198,7 @@ def test_exactly_the_changes_and_the_streams_need_the_token() -> None:
         "UnregisterDataset",
         "UnregisterNode",
         "UnregisterTenant",
+        "UpdateDatasetOptions",  # it reads the dataset with the options it is given, and changes them
         "WatchAllocations",
         "WatchDecisions",  # a launcher's stream: who runs where is not for anyone on the network
     ]

@@ -47,6 +47,7 @@ __all__ = [
     "backend_class",
     "call_with_retries",
     "open_backend",
+    "option_changes",
     "parse_dataset_uri",
     "redact_options",
 ]
@@ -80,3 +81,17 @@ def redact_options(scheme: str, options: Mapping[str, str]) -> dict[str, str]:
     """A copy of `options` safe to log or display: values of the scheme's secret options replaced."""
     secret = backend_class(scheme).secret_options
     return {name: REDACTED if name in secret else value for name, value in options.items()}
+
+
+def option_changes(before: Mapping[str, str], after: Mapping[str, str]) -> str:
+    """What replacing options `before` with `after` changes, by key alone, safe to log or display whatever the
+    scheme: "account_key removed, sas_token set"."""
+    changes = []
+    for name in sorted(before.keys() | after.keys()):
+        if name not in after:
+            changes.append(f"{name} removed")
+        elif name not in before:
+            changes.append(f"{name} set")
+        elif before[name] != after[name]:
+            changes.append(f"{name} replaced")
+    return ", ".join(changes) or "none changed"

@@ -822,6 +822,94 @@ class UnregisterDatasetResponse(_message.Message):
 Global___UnregisterDatasetResponse: _TypeAlias = UnregisterDatasetResponse  # noqa: Y015
 
 @_typing.final
+class UpdateDatasetOptionsRequest(_message.Message):
+    """The dataset's options become its current ones with `options` set (each key added or its value replaced) and the
+    keys of `remove_options` removed; the others are kept. Refused, changing nothing: no key to set or remove, a key
+    both set and removed (INVALID_ARGUMENT), a key to remove that is not set (FAILED_PRECONDITION), options the
+    backend does not take (INVALID_ARGUMENT naming the option), and options the data manager cannot read the dataset
+    with: it opens the backend with them and reads a byte of a file of the frozen manifest, refused as a registration's
+    listing is (storage refusing the credentials PERMISSION_DENIED, unreachable UNAVAILABLE, a missing object
+    FAILED_PRECONDITION), naming the object. Accepted, the dataset keeps its manifest, and every node that mounts it
+    gets it again with the new options (a dataset_set with the same manifest_digest): an agent that knows of option
+    changes reads it with them from then on, keeping its cache; an older one ignores the change and keeps reading with
+    the options it had. Options the dataset already has change nothing (no revision).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class OptionsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    URI_FIELD_NUMBER: _builtins.int
+    OPTIONS_FIELD_NUMBER: _builtins.int
+    REMOVE_OPTIONS_FIELD_NUMBER: _builtins.int
+    uri: _builtins.str
+    @_builtins.property
+    def options(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def remove_options(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        uri: _builtins.str = ...,
+        options: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        remove_options: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["options", b"options", "remove_options", b"remove_options", "uri", b"uri"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateDatasetOptionsRequest: _TypeAlias = UpdateDatasetOptionsRequest  # noqa: Y015
+
+@_typing.final
+class UpdateDatasetOptionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATASET_FIELD_NUMBER: _builtins.int
+    CHANGED_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    changed: _builtins.bool
+    """false: it had these options already"""
+    revision: _builtins.int
+    @_builtins.property
+    def dataset(self) -> Global___Dataset:
+        """its options redacted, as queries show them"""
+
+    def __init__(
+        self,
+        *,
+        dataset: Global___Dataset | None = ...,
+        changed: _builtins.bool = ...,
+        revision: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["dataset", b"dataset"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed", b"changed", "dataset", b"dataset", "revision", b"revision"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateDatasetOptionsResponse: _TypeAlias = UpdateDatasetOptionsResponse  # noqa: Y015
+
+@_typing.final
 class GetManifestRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -54,6 +54,11 @@ class DataManagerStub:
                 request_serializer=silodpb_dot_v1_dot_datamgr__pb2.UnregisterDatasetRequest.SerializeToString,
                 response_deserializer=silodpb_dot_v1_dot_datamgr__pb2.UnregisterDatasetResponse.FromString,
                 _registered_method=True)
+        self.UpdateDatasetOptions = channel.unary_unary(
+                '/silod.v1.DataManager/UpdateDatasetOptions',
+                request_serializer=silodpb_dot_v1_dot_datamgr__pb2.UpdateDatasetOptionsRequest.SerializeToString,
+                response_deserializer=silodpb_dot_v1_dot_datamgr__pb2.UpdateDatasetOptionsResponse.FromString,
+                _registered_method=True)
         self.GetManifest = channel.unary_stream(
                 '/silod.v1.DataManager/GetManifest',
                 request_serializer=silodpb_dot_v1_dot_datamgr__pb2.GetManifestRequest.SerializeToString,
@@ -170,6 +175,14 @@ class DataManagerServicer:
 
     def UnregisterDataset(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateDatasetOptions(self, request, context):
+        """Replace a registered dataset's backend options in place (rotated credentials), keeping its manifest and every
+        node's cache of it. See UpdateDatasetOptionsRequest.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -311,6 +324,11 @@ def add_DataManagerServicer_to_server(servicer, server):
                     servicer.UnregisterDataset,
                     request_deserializer=silodpb_dot_v1_dot_datamgr__pb2.UnregisterDatasetRequest.FromString,
                     response_serializer=silodpb_dot_v1_dot_datamgr__pb2.UnregisterDatasetResponse.SerializeToString,
+            ),
+            'UpdateDatasetOptions': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateDatasetOptions,
+                    request_deserializer=silodpb_dot_v1_dot_datamgr__pb2.UpdateDatasetOptionsRequest.FromString,
+                    response_serializer=silodpb_dot_v1_dot_datamgr__pb2.UpdateDatasetOptionsResponse.SerializeToString,
             ),
             'GetManifest': grpc.unary_stream_rpc_method_handler(
                     servicer.GetManifest,
@@ -511,6 +529,33 @@ class DataManager:
             '/silod.v1.DataManager/UnregisterDataset',
             silodpb_dot_v1_dot_datamgr__pb2.UnregisterDatasetRequest.SerializeToString,
             silodpb_dot_v1_dot_datamgr__pb2.UnregisterDatasetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateDatasetOptions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/silod.v1.DataManager/UpdateDatasetOptions',
+            silodpb_dot_v1_dot_datamgr__pb2.UpdateDatasetOptionsRequest.SerializeToString,
+            silodpb_dot_v1_dot_datamgr__pb2.UpdateDatasetOptionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -40,6 +40,10 @@ class DataManagerStub:
     AllocateRemoteIO: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.AllocateRemoteIORequest, _datamgr_pb2.AllocateRemoteIOResponse]
     RegisterDataset: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterDatasetRequest, _datamgr_pb2.RegisterDatasetResponse]
     UnregisterDataset: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.UnregisterDatasetRequest, _datamgr_pb2.UnregisterDatasetResponse]
+    UpdateDatasetOptions: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.UpdateDatasetOptionsRequest, _datamgr_pb2.UpdateDatasetOptionsResponse]
+    """Replace a registered dataset's backend options in place (rotated credentials), keeping its manifest and every
+    node's cache of it. See UpdateDatasetOptionsRequest.
+    """
     GetManifest: _grpc.UnaryStreamMultiCallable[_datamgr_pb2.GetManifestRequest, _datamgr_pb2.ManifestChunk]
     """The frozen manifest, as the compact encoding of `silodlib.manifest`, in chunks."""
     RegisterJob: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterJobRequest, _datamgr_pb2.RegisterJobResponse]
@@ -76,6 +80,10 @@ class DataManagerAsyncStub(DataManagerStub):
     AllocateRemoteIO: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.AllocateRemoteIORequest, _datamgr_pb2.AllocateRemoteIOResponse]  # type: ignore[assignment]
     RegisterDataset: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterDatasetRequest, _datamgr_pb2.RegisterDatasetResponse]  # type: ignore[assignment]
     UnregisterDataset: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.UnregisterDatasetRequest, _datamgr_pb2.UnregisterDatasetResponse]  # type: ignore[assignment]
+    UpdateDatasetOptions: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.UpdateDatasetOptionsRequest, _datamgr_pb2.UpdateDatasetOptionsResponse]  # type: ignore[assignment]
+    """Replace a registered dataset's backend options in place (rotated credentials), keeping its manifest and every
+    node's cache of it. See UpdateDatasetOptionsRequest.
+    """
     GetManifest: _aio.UnaryStreamMultiCallable[_datamgr_pb2.GetManifestRequest, _datamgr_pb2.ManifestChunk]  # type: ignore[assignment]
     """The frozen manifest, as the compact encoding of `silodlib.manifest`, in chunks."""
     RegisterJob: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.RegisterJobRequest, _datamgr_pb2.RegisterJobResponse]  # type: ignore[assignment]
@@ -133,6 +141,16 @@ class DataManagerServicer(metaclass=_abc_1.ABCMeta):
         request: _datamgr_pb2.UnregisterDatasetRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_datamgr_pb2.UnregisterDatasetResponse, _abc.Awaitable[_datamgr_pb2.UnregisterDatasetResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateDatasetOptions(
+        self,
+        request: _datamgr_pb2.UpdateDatasetOptionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_datamgr_pb2.UpdateDatasetOptionsResponse, _abc.Awaitable[_datamgr_pb2.UpdateDatasetOptionsResponse]]:
+        """Replace a registered dataset's backend options in place (rotated credentials), keeping its manifest and every
+        node's cache of it. See UpdateDatasetOptionsRequest.
+        """
 
     @_abc_1.abstractmethod
     def GetManifest(

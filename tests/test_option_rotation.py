@@ -1,0 +1,183 @@
+"""Rotating a dataset's credentials under a running job, end to end: a data manager and a node agent as processes,
+a real FUSE mount, real storage. Once storage refuses the old credentials the job's remote reads fail with EACCES;
+`silod dataset set-options` gives the node new ones, and it reads with them without remounting, its cache and its
+open files kept."""
+
+from __future__ import annotations
+
+import errno
+import random
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import pytest
+from azure.core.exceptions import HttpResponseError
+from azure.storage.blob import AccessPolicy, ContainerClient, ContainerSasPermissions, generate_container_sas
+
+from datamgr.client import DataManagerClient
+from datamgr.devservers import S3Server, azure_client
+from silodlib.backends import parse_dataset_uri
+from tests.cache_fixtures import entries_on_disk
+from tests.cluster_fixtures import eventually
+from tests.datamgr_fixtures import DataManagerProcess, silod_cli
+from tests.mount_fixtures import MountProcess
+from tests.storage_servers import (
+    DATASET_PREFIX,
+    AzuriteServer,
+    DatasetTarget,
+    DatasetTargetFactory,
+    container_sas,
+)
+
+FILES, SIZE = 6, 50_000
+POLICY = "rotating"
+
+
+@pytest.fixture
+def files() -> dict[str, bytes]:
+    rng = random.Random(11)
+    return {f"f{i}.bin": rng.randbytes(SIZE) for i in range(FILES)}
+
+
+@pytest.fixture
+def node(tmp_path: Path, datamgr_process: DataManagerProcess) -> Iterator[MountProcess]:
+    """Node n1's agent following a started data manager, stopped after the test."""
+    datamgr_process.start()
+    agent = MountProcess.node(tmp_path / "n1", datamgr_process.address, "n1", "--cache-capacity", "1GiB")
+    try:
+        yield agent.start()
+    finally:
+        agent.stop()
+
+
+def _policy_sas(azurite: AzuriteServer, target: DatasetTarget) -> tuple[str, Callable[[], None]]:
+    """A SAS bound to a stored access policy of the target's container, and a way to make it expire at once (the
+    policy's expiry moved into the past): storage refuses it from then on, as it does a SAS past its own expiry,
+    without a test waiting for the clock."""
+    container = azure_client(azurite).get_container_client(parse_dataset_uri(target.uri).location[1])
+    permission = ContainerSasPermissions(read=True, list=True)
+
+    def expiring_at(expiry: datetime) -> None:
+        container.set_container_access_policy({POLICY: AccessPolicy(permission=permission, expiry=expiry)})
+
+    expiring_at(datetime.now(UTC) + timedelta(hours=1))
+    sas = generate_container_sas(azurite.account_name, container.container_name, azurite.account_key, policy_id=POLICY)
+    return sas, lambda: expiring_at(datetime.now(UTC) - timedelta(minutes=5))
+
+
+def _refused(sas: str, azurite: AzuriteServer, target: DatasetTarget) -> bool:
+    """Whether storage refuses `sas` now (the policy's change has taken effect)."""
+    container = ContainerClient(azurite.account_url, parse_dataset_uri(target.uri).location[1], credential=sas)
+    try:
+        container.get_blob_client(f"{DATASET_PREFIX}/f0.bin").download_blob().readall()
+    except HttpResponseError as exc:
+        return exc.status_code == 403
+    return False
+
+
+def _start_job(client: DataManagerClient, node: MountProcess, uri: str, options: dict[str, str]) -> Path:
+    """Job j1 on n1 reading `uri`, with a quota for its whole dataset; its directory on the node."""
+    client.register_dataset(uri, options)
+    client.register_job("j1", uri, 100_000_000, [("n1", 1)])
+    client.allocate_cache_size(uri, FILES * SIZE)
+    client.allocate_remote_io("j1", 100_000_000)
+    job_dir: Path = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="the job's directory")
+    return job_dir
+
+
+def test_a_job_whose_sas_expired_reads_again_with_the_one_set_options_gives_keeping_its_cache_and_open_files(
+    datamgr_process: DataManagerProcess,
+    node: MountProcess,
+    dataset_target_factory: DatasetTargetFactory,
+    azurite: AzuriteServer,
+    files: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    target = dataset_target_factory("az")
+    for name, data in files.items():
+        target.put(name, data)
+    old_sas, expire = _policy_sas(azurite, target)
+    with DataManagerClient(datamgr_process.address, timeout=10) as client:
+        job_dir = _start_job(client, node, target.uri, {"account_url": azurite.account_url, "sas_token": old_sas})
+    early, late = sorted(files)[:3], sorted(files)[3:]
+    for name in early:
+        assert (job_dir / name).read_bytes() == files[name]
+    eventually(lambda: sum(entries_on_disk(node.cache_dir).values()) == len(early) * SIZE, what="early files cached")
+
+    expire()
+    eventually(lambda: _refused(old_sas, azurite, target), what="storage refusing the old SAS")
+    with (job_dir / late[0]).open("rb") as held:
+        with pytest.raises(OSError) as denied:
+            held.read()
+        assert denied.value.errno == errno.EACCES
+        for name in early:  # cached: read without storage
+            assert (job_dir / name).read_bytes() == files[name]
+
+        new_sas = container_sas(azurite, target.uri)
+        monkeypatch.setenv("SILOD_TEST_SAS", new_sas)
+        command = ("dataset", "set-options", target.uri, "--option-env", "sas_token=SILOD_TEST_SAS")
+        result = silod_cli(*command, datamgr=datamgr_process.address)
+        assert result.returncode == 0, result.stderr
+        eventually(lambda: node.log_lines("reading with its new options (sas_token replaced)"), what="the swap")
+        held.seek(0)
+        assert held.read() == files[late[0]]  # a file opened before the new SAS reads with it
+    for name in [*early, *late]:
+        assert (job_dir / name).read_bytes() == files[name]
+    done = time.time()
+    job = node.wait_for_stats(lambda s: s["written_at"] > done)["jobs"]["j1"]
+    assert job["bytes_from_remote"] == FILES * SIZE  # every file fetched once: the early ones before, from the cache
+    assert job["denied_reads"] >= 1
+    assert node.process is not None and node.process.poll() is None
+    assert len(node.log_lines("items already cached")) == 1  # the dataset was never opened again
+    assert not node.log_lines("no longer served here")
+
+    logs = node.log_path.read_text() + datamgr_process.log_path.read_text() + result.stdout + result.stderr
+    for secret in (old_sas, new_sas, parse_qs(new_sas)["sig"][0], parse_qs(old_sas)["sig"][0]):
+        assert secret not in logs
+
+
+def test_new_options_a_node_cannot_open_leave_it_reading_with_the_old_ones_after_one_error_line(
+    tmp_path: Path,
+    datamgr_process: DataManagerProcess,
+    dataset_target_factory: DatasetTargetFactory,
+    s3_server: S3Server,
+    files: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An AWS profile the data manager's host has and the node's lacks: the data manager reads the dataset with it,
+    the node cannot even open a backend with it, so it keeps reading with the keys it had."""
+    target = dataset_target_factory("s3")
+    for name, data in files.items():
+        target.put(name, data)
+    profiles = tmp_path / "aws-credentials"
+    profiles.write_text(
+        f"[{POLICY}]\naws_access_key_id = {s3_server.access_key_id}\n"
+        f"aws_secret_access_key = {s3_server.secret_access_key}\n"
+    )
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(profiles))
+    datamgr_process.start()
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    node = MountProcess.node(tmp_path / "n1", datamgr_process.address, "n1", "--cache-capacity", "1GiB")
+    try:
+        node.start()
+        with DataManagerClient(datamgr_process.address, timeout=10) as client:
+            job_dir = _start_job(client, node, target.uri, target.options)
+            assert (job_dir / "f0.bin").read_bytes() == files["f0.bin"]
+            reply = client.update_dataset_options(
+                target.uri, {"profile": POLICY}, ["access_key_id", "secret_access_key"]
+            )
+            assert reply.changed
+            error = "reads on with its old options, not the new ones (access_key_id removed, profile set, "
+            eventually(lambda: node.log_lines(error), what="the node's error")
+            assert (job_dir / "f1.bin").read_bytes() == files["f1.bin"]  # from storage, with the old keys
+            client.allocate_cache_size(target.uri, SIZE)  # the dataset again, with the same options
+            eventually(lambda: node.log_lines(f"cache quota of {target.uri} = {SIZE} bytes"), what="the new quota")
+        assert len(node.log_lines(error)) == 1
+        assert "option 'profile': no such AWS profile" in node.log_lines(error)[0]
+        assert s3_server.secret_access_key not in node.log_path.read_text()
+    finally:
+        node.stop()
