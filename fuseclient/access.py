@@ -60,10 +60,10 @@ class AccessTracker:
     mount counted 101 epochs for 14 passes that way. So a repeat while at most `OVERLAP_MAX_UNREAD_SHARE` of
     the epoch is unread opens an *overlap*: items not yet read in the epoch are its stragglers and count in
     it; repeats count in the next pass. The overlap closes, the epoch ends and the next pass's reads carry
-    over, when the epoch has read every item, when an item repeats within the next pass too, or when as many
-    accesses have passed since the last straggler as the overlap had lasted until it (at least
-    `MIN_OVERLAP_ACCESSES`): stragglers are the reads in flight when the shuffle turned, so they arrive within
-    a span set by the loader's concurrency, which this measures rather than assumes.
+    over, when the epoch has read every item (no access to one pending), when an item repeats within the next
+    pass too, or when as many accesses have passed since the last straggler as the overlap had lasted until it
+    (at least `MIN_OVERLAP_ACCESSES`): stragglers are the reads in flight when the shuffle turned, so they
+    arrive within a span set by the loader's concurrency, which this measures rather than assumes.
 
     A job whose workers span nodes reads on each node only that node's `share` of the items per pass (PyTorch's
     DistributedSampler deals each rank 1/world_size of them, another random part each pass): there a pass is
@@ -71,6 +71,15 @@ class AccessTracker:
 
     Statistics describe the pass in progress: during an overlap, the next one (the old pass has only its
     stragglers left, already in flight). Call `record` once per access to an item, not once per read(2).
+
+    An access is known at the open, but whether it delivers the item only once the open's reads return: a pass
+    whose reads all failed (storage refused them, the network was down) delivered nothing and is no epoch. So an
+    access may be recorded `pending`: it counts in its pass as any other (it is read, progress counts it), but
+    the pass does not complete while one of its accesses is pending, and the access is then either delivered
+    (`deliver`) or, its reads having failed, taken back (`take_back`): the item is unread in its pass again, and
+    the job's retry of it counts there as its first access, even where the next pass has read the item during
+    an overlap (not the next pass repeating). An epoch that ends otherwise (the job is on its next pass) ends
+    with its pending accesses as they are.
     """
 
     def __init__(self, item_count: int, share: float = 1.0) -> None:
@@ -82,6 +91,10 @@ class AccessTracker:
         self._next = bitarray(item_count)  # during an overlap, the next pass's items read
         self._next.setall(0)
         self._next_read = 0
+        self._pending: set[int] = set()  # the epoch's items whose access is pending
+        self._next_pending: set[int] = set()  # during an overlap, the next pass's
+        self._taken_back = bitarray(item_count)  # the epoch's items unread again: their accesses were taken back
+        self._taken_back.setall(0)
         self._closed_epochs = 0
         self._accesses = 0
         self._overlap_start: int | None = None  # access count at the repeat that opened the overlap
@@ -116,29 +129,60 @@ class AccessTracker:
     def _overlapping(self) -> bool:
         return self._overlap_start is not None
 
-    def record(self, item: int) -> int:
+    def record(self, item: int, *, pending: bool = False) -> int:
         """Note an access to `item`; return the epoch it counts in (the old one for a straggler of an overlap).
-        O(1), except that ending an epoch clears a bitset (item_count / 8 bytes)."""
+        `pending`: the access has yet to deliver the item; `deliver` or `take_back` it with that epoch.
+        O(1), except that ending an epoch clears two bitsets (item_count / 8 bytes each)."""
         if not 0 <= item < len(self._read):
             raise IndexError(f"item {item} is outside 0..{len(self._read) - 1}")
         self._accesses += 1
-        if self._overlapping and self._next[item]:
-            self._end_epoch()  # the next pass repeats too: the old one is over
+        if self._overlapping and self._next[item] and not self._taken_back[item]:
+            self._end_epoch()  # the next pass repeats too: the old one is over (not a retry of the old one's)
         if not self._overlapping:
             if not self._read[item]:
-                return self._count_in_epoch(item)
+                return self._count_in_epoch(item, pending)
             if self._expected - self._items_read > OVERLAP_MAX_UNREAD_SHARE * self._expected:
                 self._end_epoch()
-                return self._count_in_epoch(item)
+                return self._count_in_epoch(item, pending)
             self._overlap_start = self._last_straggler = self._accesses
-            return self._count_in_next(item)
+            return self._count_in_next(item, pending)
         if not self._read[item]:
             self._last_straggler = self._accesses
-            return self._count_in_epoch(item)
-        epoch = self._count_in_next(item)
+            return self._count_in_epoch(item, pending)
+        epoch = self._count_in_next(item, pending)
         if self._stragglers_done():
             self._end_epoch()
         return epoch
+
+    def deliver(self, item: int, epoch: int) -> None:
+        """A pending access to `item` counted in `epoch` delivered the item; it may complete the pass."""
+        self._pending_set(epoch).discard(item)
+        self._end_if_complete()
+
+    def take_back(self, item: int, epoch: int) -> bool:
+        """Undo a pending access to `item` counted in `epoch`, whose reads failed. False if there is none to undo:
+        its epoch has ended, or it was settled already."""
+        pending = self._pending_set(epoch)
+        if item not in pending:
+            return False
+        pending.remove(item)
+        if epoch == self._closed_epochs + 1:
+            self._read[item] = 0
+            self._items_read -= 1
+            self._taken_back[item] = 1
+            self._end_if_complete()  # with a share, the rest may be a whole pass
+        else:
+            self._next[item] = 0
+            self._next_read -= 1
+        return True
+
+    def _pending_set(self, epoch: int) -> set[int]:
+        """The pending accesses of `epoch`: an empty set no one keeps for an epoch that has ended."""
+        if epoch == self._closed_epochs + 1:
+            return self._pending
+        if epoch == self._closed_epochs + 2 and self._overlapping:
+            return self._next_pending
+        return set()
 
     def statistics(self, cached: bitarray, throughput_bytes_per_sec: float) -> AccessStats:
         """The job's pass in progress, its progress and cache use, given the node's cached-items bitset for
@@ -155,9 +199,11 @@ class AccessTracker:
             raise ValueError(f"throughput_bytes_per_sec must be >= 0, got {throughput_bytes_per_sec}")
         items_read = self._next_read if self._overlapping else self._items_read
         effective = cached.count() - count_and(cached, read)
-        # Never zero: the record that completes a pass starts the next one. Over every item unread, not only
-        # this node's share: which of them its next reads are is random.
+        # Over every item unread, not only this node's share: which of them its next reads are is random. Zero
+        # only while the last accesses of a pass are pending (the record that completes one starts the next):
+        # nothing is left to ask the backend for.
         unread = item_count - items_read
+        uncached_share = (unread - effective) / unread if unread else 0.0
         return AccessStats(
             epoch=self.epoch,
             completed_epochs=self.epoch - 1,
@@ -165,7 +211,7 @@ class AccessTracker:
             item_count=item_count,
             progress=min(1.0, items_read / self._expected),
             effective_cache_items=effective,
-            remote_demand_bytes_per_sec=throughput_bytes_per_sec * (unread - effective) / unread,
+            remote_demand_bytes_per_sec=throughput_bytes_per_sec * uncached_share,
             throughput_bytes_per_sec=throughput_bytes_per_sec,
         )
 
@@ -175,28 +221,38 @@ class AccessTracker:
         quiet = self._accesses - self._last_straggler
         return quiet > max(MIN_OVERLAP_ACCESSES, self._last_straggler - self._overlap_start)
 
-    def _count_in_epoch(self, item: int) -> int:
+    def _count_in_epoch(self, item: int, pending: bool) -> int:
         epoch = self._closed_epochs + 1
         self._read[item] = 1
         self._items_read += 1
-        if self._items_read >= self._expected:
-            self._end_epoch()
+        self._taken_back[item] = 0
+        if pending:
+            self._pending.add(item)
+        self._end_if_complete()
         return epoch
 
-    def _count_in_next(self, item: int) -> int:
+    def _count_in_next(self, item: int, pending: bool) -> int:
         self._next[item] = 1
         self._next_read += 1
+        if pending:
+            self._next_pending.add(item)
         return self._closed_epochs + 2
+
+    def _end_if_complete(self) -> None:
+        """End the epoch if it has read the pass's items and every access to them delivered its item."""
+        if self._items_read >= self._expected and not self._pending:
+            self._end_epoch()
 
     def _end_epoch(self) -> None:
         """Close the epoch; the next pass's reads during an overlap become the new epoch's."""
         self._closed_epochs += 1
         self._read, self._next = self._next, self._read
         self._items_read, self._next_read = self._next_read, 0
+        self._pending, self._next_pending = self._next_pending, set()
         self._next.setall(0)
+        self._taken_back.setall(0)
         self._overlap_start = None
-        if self._items_read >= self._expected:  # the overlap read a whole pass again: a pass of its own
-            self._end_epoch()
+        self._end_if_complete()  # the overlap read a whole pass again: a pass of its own
 
 
 class RateMeter:

@@ -183,7 +183,7 @@ class SilodFS(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EACCES if denied else errno.EIO) from None
 
     async def release(self, fh: int) -> None:
-        del self._handles[fh]
+        self._handles.pop(fh).release()
 
 
 def forget_job_directory(job_id: str) -> None:

@@ -76,6 +76,15 @@ class EpochRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Access:
+    """An access `MountedJob.record_access` counted: what `deliver` or `take_back` needs to settle it."""
+
+    item: int
+    epoch: int
+    hit: bool
+
+
+@dataclass(frozen=True, slots=True)
 class JobStats:
     """A job's counters on this node; the same numbers feed logs, metrics and usage reports."""
 
@@ -112,17 +121,37 @@ class MountedJob:
     finished_epochs: list[EpochRecord] = field(default_factory=list)
     added_ns: int = field(default_factory=time.time_ns)  # when it came to this node: its empty folders' time
 
-    def record_access(self, item: int, *, read_ahead: bool = False) -> None:
+    def record_access(self, item: int, *, read_ahead: bool = False, pending: bool = False) -> Access:
         """Count an access to `item` in the epoch it belongs to (`AccessTracker.record`; the old one for a
         straggler of an epoch boundary the loader's workers overlap): a hit if the item is cached now, unless
         `read_ahead` says the reader's own read-ahead fetched it from the backend moments ago (it reached the
         cache first, but its bytes came from remote for this reader, and the hit ratio sizes remote IO).
+        `pending`: its reads have yet to deliver the item; settle it with `deliver` or `take_back`.
         Epochs the tracker has closed move to `finished_epochs`."""
-        size = self.dataset.manifest.item_size(item)
         hit = not read_ahead and self.dataset.cache.contains(item)
-        epoch = self.tracker.record(item)
+        epoch = self.tracker.record(item, pending=pending)
+        self._add_to_epoch(epoch, item, hit, 1)
+        self._move_finished_epochs()
+        return Access(item, epoch, hit)
+
+    def deliver(self, access: Access) -> None:
+        """A pending access delivered its item: its pass may now be complete."""
+        self.tracker.deliver(access.item, access.epoch)
+        self._move_finished_epochs()
+
+    def take_back(self, access: Access) -> None:
+        """A pending access whose reads failed delivered nothing: its item is unread in its pass again, and its
+        epoch no longer counts its bytes (unless that epoch has ended meanwhile)."""
+        if self.tracker.take_back(access.item, access.epoch):
+            self._add_to_epoch(access.epoch, access.item, access.hit, -1)
+            self._move_finished_epochs()
+
+    def _add_to_epoch(self, epoch: int, item: int, hit: bool, sign: int) -> None:
+        size = sign * self.dataset.manifest.item_size(item)
         counted = self.open_epochs.get(epoch, EpochRecord(epoch, 0, 0))
         self.open_epochs[epoch] = EpochRecord(epoch, counted.accessed_bytes + size, counted.hit_bytes + hit * size)
+
+    def _move_finished_epochs(self) -> None:
         closed = self.tracker.closed_epochs
         while self.open_epochs and min(self.open_epochs) <= closed:
             self.finished_epochs.append(self.open_epochs.pop(min(self.open_epochs)))
@@ -136,7 +165,8 @@ class MountedJob:
 
     def count_failed_read(self, *, denied: bool) -> None:
         """Count a read the backend failed; `denied`: storage refused it (access denied). A job whose storage
-        refuses every read otherwise looks like one reading along (its epochs advance on the opens)."""
+        refuses every read otherwise looks like one that stopped reading (its accesses are taken back, so its epochs
+        stand still)."""
         self.failed_reads += 1
         self.denied_reads += denied
 

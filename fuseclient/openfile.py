@@ -8,16 +8,21 @@ several items (chunks) counts each on the first read through this handle that co
 handle fetched ahead of the reader as such. Items the handle fetched and may still read (an item the cache
 did not admit, the next chunk of a sequential reader) stay with it (`readpath.FetchedItems`), so one miss
 costs one backend GET however many kernel reads cover it.
+
+An access is pending until the handle's reads tell whether it delivered the item: the first read covering the
+item that succeeds delivers it, one that fails first takes it back (a pass of failed reads is no epoch), and
+an access still pending at `release` was served from the page cache. A later successful read of an item taken
+back counts it again.
 """
 
 from __future__ import annotations
 
 from fuseclient import readpath
-from fuseclient.mounted import MountedJob
+from fuseclient.mounted import Access, MountedJob
 
 
 class OpenFile:
-    __slots__ = ("_fetched", "_items_seen", "chunked", "file_index", "job", "keep_cache")
+    __slots__ = ("_counted", "_fetched", "chunked", "file_index", "job", "keep_cache")
 
     def __init__(self, job: MountedJob, file_index: int) -> None:
         self.job = job
@@ -26,22 +31,40 @@ class OpenFile:
         first_item = manifest.first_items[file_index]
         self.chunked = manifest.first_items[file_index + 1] - first_item != 1
         self.keep_cache = False  # let the kernel keep serving this file from its page cache
-        self._items_seen: set[int] = set()  # chunks already counted for this open
+        # Items counted for this open: the access while pending, None once delivered.
+        self._counted: dict[int, Access | None] = {}
         self._fetched = readpath.FetchedItems()
         if not self.chunked:
-            job.record_access(first_item)
+            self._counted[first_item] = job.record_access(first_item, pending=True)
             self.keep_cache = job.dataset.cache.contains(first_item)
             if self.keep_cache:
                 job.count_cached_read(manifest.sizes[file_index])
 
     async def read(self, offset: int, size: int) -> bytes:
         """Up to `size` bytes from `offset`; raises `BackendError` when the backend fails the item."""
-        if self.chunked:
-            self._count_chunks(offset, size)
-        return await readpath.read(self.job, self.file_index, offset, size, self._fetched, counted=self.keep_cache)
+        items = self.job.dataset.manifest.items_covering(self.file_index, offset, size)
+        for item in items:
+            if item not in self._counted:
+                self._counted[item] = self.job.record_access(item, read_ahead=item in self._fetched.items, pending=True)
+        try:
+            data = await readpath.read(self.job, self.file_index, offset, size, self._fetched, counted=self.keep_cache)
+        except BaseException:
+            for item in items:
+                if (access := self._counted.get(item)) is not None:
+                    del self._counted[item]
+                    self.job.take_back(access)
+            raise
+        for item in items:
+            if item not in self._counted:  # taken back by a read of it that failed meanwhile
+                self._counted[item] = self.job.record_access(item, read_ahead=item in self._fetched.items)
+            elif (access := self._counted[item]) is not None:
+                self._counted[item] = None
+                self.job.deliver(access)
+        return data
 
-    def _count_chunks(self, offset: int, size: int) -> None:
-        for item in self.job.dataset.manifest.items_covering(self.file_index, offset, size):
-            if item not in self._items_seen:
-                self._items_seen.add(item)
-                self.job.record_access(item, read_ahead=item in self._fetched.items)
+    def release(self) -> None:
+        """The last descriptor of this open is closed: accesses no read settled were served from the page cache."""
+        for access in self._counted.values():
+            if access is not None:
+                self.job.deliver(access)
+        self._counted.clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -57,6 +58,86 @@ def test_epochs_keep_counting_across_passes() -> None:
     tracker.record(2)
     assert tracker.epoch == 4
     assert tracker.statistics(bits(4), 0.0).completed_epochs == 3
+
+
+def test_a_pass_whose_accesses_all_failed_is_no_epoch_and_the_pass_that_delivers_is_one() -> None:
+    # Storage refused every read (an expired SAS): each open was recorded, then taken back when its read failed.
+    tracker = AccessTracker(10)
+    for item in range(10):
+        tracker.take_back(item, tracker.record(item, pending=True))
+    assert (tracker.closed_epochs, tracker.read.count()) == (0, 0)
+    for item in range(10):
+        tracker.deliver(item, tracker.record(item, pending=True))
+    assert (tracker.closed_epochs, tracker.epoch) == (1, 2)
+
+
+def test_a_pass_is_not_complete_while_an_access_is_pending_and_a_failed_last_item_leaves_it_open() -> None:
+    tracker = AccessTracker(10)
+    for item in range(9):
+        tracker.record(item)
+    epoch = tracker.record(9, pending=True)
+    stats = tracker.statistics(bits(10), 100.0)
+    assert (tracker.closed_epochs, stats.items_read, stats.progress) == (0, 10, 1.0)  # opened, counted, not done
+    assert stats.remote_demand_bytes_per_sec == 0.0  # nothing left to open
+    assert tracker.take_back(9, epoch)
+    assert (tracker.closed_epochs, tracker.read.count(), tracker.read[9]) == (0, 9, 0)
+    tracker.deliver(9, tracker.record(9, pending=True))  # the retry is the item's first access of the pass
+    assert (tracker.closed_epochs, tracker.epoch, tracker.read.count()) == (1, 2, 0)
+
+
+def test_the_accesses_of_a_pass_settle_in_any_order_and_the_last_delivery_completes_it() -> None:
+    # Parallel workers: every item opened, their reads returning in another order.
+    tracker = AccessTracker(4)
+    epochs = {item: tracker.record(item, pending=True) for item in range(4)}
+    for item in (2, 0, 3):
+        tracker.deliver(item, epochs[item])
+        assert tracker.closed_epochs == 0
+    tracker.deliver(1, epochs[1])
+    assert tracker.closed_epochs == 1
+
+
+def test_a_taken_back_access_cannot_be_taken_back_twice_nor_once_its_epoch_has_ended() -> None:
+    tracker = AccessTracker(10)
+    epoch = tracker.record(0, pending=True)
+    tracker.deliver(0, epoch)
+    assert not tracker.take_back(0, epoch)  # delivered: it stands
+    epoch = tracker.record(1, pending=True)
+    assert tracker.take_back(1, epoch) and not tracker.take_back(1, epoch)
+    epoch = tracker.record(1, pending=True)
+    tracker.record(0)  # a repeat with most of the pass unread: the job is on its next pass
+    assert tracker.closed_epochs == 1
+    assert not tracker.take_back(1, epoch)
+    assert tracker.read == bits(10, [0])
+
+
+def test_an_access_of_the_next_pass_taken_back_during_an_overlap_leaves_the_overlap_and_the_old_pass_alone() -> None:
+    tracker = AccessTracker(10)
+    for item in range(9):
+        tracker.record(item)
+    epoch = tracker.record(0, pending=True)  # the next pass's first access: an overlap
+    assert (epoch, tracker.epoch) == (2, 2)
+    assert tracker.take_back(0, epoch)
+    assert (tracker.epoch, tracker.read.count()) == (2, 0)
+    later = tracker.record(1, pending=True)  # the next pass again, pending while the old one completes
+    tracker.record(9)
+    assert (tracker.closed_epochs, tracker.read) == (1, bits(10, [1]))
+    tracker.deliver(1, later)
+    for item in range(2, 10):
+        tracker.record(item)
+    assert tracker.closed_epochs == 1  # item 0 of the pass is missing
+    tracker.record(0)
+    assert tracker.closed_epochs == 2
+
+
+def test_with_a_share_a_taken_back_access_can_leave_a_whole_pass_delivered() -> None:
+    tracker = AccessTracker(10, share=0.5)
+    for item in range(4):
+        tracker.record(item)
+    epoch = tracker.record(4, pending=True)
+    tracker.record(5)  # the share's five, and one more, opened; one still pending
+    assert tracker.closed_epochs == 0
+    tracker.take_back(4, epoch)
+    assert tracker.closed_epochs == 1
 
 
 def loader_accesses(
@@ -125,6 +206,41 @@ def test_parallel_workers_overlapping_at_shuffle_boundaries_count_one_epoch_per_
     tracker = AccessTracker(items)
     assert mid_pass(tracker, accesses, items, epoch) == list(range(1, passes + 1))
     assert tracker.closed_epochs == passes
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_parallel_workers_whose_failed_reads_are_retried_count_one_epoch_per_pass(seed: int) -> None:
+    # Each open is pending while `workers` others begin; one in 20 fails and the loader opens it again at once:
+    # the retry of an old pass's straggler comes after the next pass has read the item, and is not its repeat.
+    items, passes, workers = 2000, 10, 16
+    rng = random.Random(seed)
+    tracker = AccessTracker(items)
+    in_flight: deque[tuple[int, int]] = deque()
+    for _, item in loader_accesses(items, passes, workers, batch=32, seed=seed):
+        in_flight.append((item, tracker.record(item, pending=True)))
+        while len(in_flight) > workers:
+            item, epoch = in_flight.popleft()
+            if rng.random() < 0.05:
+                tracker.take_back(item, epoch)
+                in_flight.append((item, tracker.record(item, pending=True)))
+            else:
+                tracker.deliver(item, epoch)
+    while in_flight:
+        tracker.deliver(*in_flight.popleft())
+    assert tracker.closed_epochs == passes
+
+
+def test_the_retry_of_a_straggler_the_next_pass_has_read_counts_in_the_old_pass() -> None:
+    tracker = AccessTracker(10)
+    for item in range(8):
+        tracker.record(item)
+    epoch = tracker.record(8, pending=True)  # the old pass's, in flight
+    tracker.record(0)
+    tracker.record(8)  # the next pass's first items: an overlap
+    assert tracker.take_back(8, epoch)
+    tracker.deliver(8, tracker.record(8, pending=True))  # the old pass's retry
+    tracker.record(9)
+    assert (tracker.closed_epochs, tracker.read) == (1, bits(10, [0, 8]))
 
 
 def test_the_pass_in_progress_is_reported_while_the_last_one_has_stragglers_in_flight() -> None:

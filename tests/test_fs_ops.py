@@ -20,14 +20,15 @@ import pytest
 import trio
 import trio.testing
 from azure.storage.blob import ContainerSasPermissions
+from bitarray import bitarray
 
 from fuseclient import readpath
 from fuseclient.agent import AgentConfig, NodeAgent
 from fuseclient.assembly import MountConfig, build_state
 from fuseclient.fs import SilodFS
-from fuseclient.mounted import MountedJob, MountState
+from fuseclient.mounted import EpochRecord, MountedJob, MountState
 from fuseclient.runtime import _write_statistics_every
-from silodlib.backends import Backend
+from silodlib.backends import AccessDenied, Backend
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 from tests.storage_servers import AzuriteServer, DatasetTargetFactory, container_sas
 
@@ -233,6 +234,61 @@ async def _open(fs: SilodFS, job: MountedJob, file_index: int) -> int:
     return (await fs.open(inode, os.O_RDONLY, CTX)).fh
 
 
+class _RefusingBackend:
+    """The real backend, whose reads storage refuses while `refusing` (as under an expired SAS token)."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.refusing = False
+
+    def read(self, key: str, offset: int, length: int, version: str | None = None) -> bytes:
+        if self.refusing:
+            raise AccessDenied(f"{key}: read refused")
+        return self.inner.read(key, offset, length, version)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def _refusing(job: MountedJob) -> _RefusingBackend:
+    refusing = _RefusingBackend(job.dataset.backend)
+    job.dataset.backend = cast(Backend, refusing)
+    return refusing
+
+
+async def _read_file(fs: SilodFS, job: MountedJob, file_index: int) -> None:
+    """Open, read whole and close the job's file `file_index`."""
+    handle = await _open(fs, job, file_index)
+    try:
+        assert len(await fs.read(handle, 0, SIZE)) == SIZE
+    finally:
+        await fs.release(handle)
+
+
+@pytest.mark.expected_warnings  # the refused read, named
+def test_a_refused_read_of_a_passs_last_file_leaves_the_pass_open_and_its_retry_completes_it_once(
+    tmp_path: Path,
+) -> None:
+    # The open counts the access; the refused read takes it back, with the bytes its epoch was credited with.
+    async def scenario(mount: MountState, fs: SilodFS) -> None:
+        job = mount.jobs["job"]
+        refusing = _refusing(job)
+        for file_index in range(FILES - 1):
+            await _read_file(fs, job, file_index)
+        refusing.refusing = True
+        with pytest.raises(pyfuse3.FUSEError) as refused:
+            await _read_file(fs, job, FILES - 1)
+        assert refused.value.errno == errno.EACCES
+        assert (job.finished_epochs, job.tracker.read.count()) == ([], FILES - 1)
+        assert job.open_epochs[1] == EpochRecord(1, (FILES - 1) * SIZE, 0)
+        refusing.refusing = False
+        await _read_file(fs, job, FILES - 1)  # the loader's retry
+        assert job.finished_epochs == [EpochRecord(1, FILES * SIZE, 0)]
+        assert (job.tracker.epoch, job.tracker.read.count()) == (2, 0)
+
+    _run(tmp_path, 0, scenario)
+
+
 @pytest.mark.expected_warnings  # each failed read, named
 def test_a_removed_jobs_reads_waiting_for_remote_io_fail_with_eio_and_its_cached_items_still_read(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -336,6 +392,28 @@ def test_chunks_the_reader_read_ahead_count_as_misses_and_cached_ones_as_hits_ne
         assert len(cast(_CountingBackend, job.dataset.backend).reads) == 5
 
     _run_big_file(tmp_path, 1 << 20, scenario)
+
+
+@pytest.mark.expected_warnings  # the refused read, named
+def test_a_chunk_whose_read_failed_is_taken_back_and_counted_by_the_read_that_delivers_it(tmp_path: Path) -> None:
+    # The chunks read before the failure stand; the one refused counts when a read of it succeeds, once.
+    async def scenario(job: MountedJob, fs: SilodFS, inode: int, content: bytes) -> None:
+        refusing = _refusing(job)
+        handle = (await fs.open(inode, 0, CTX)).fh
+        assert await fs.read(handle, 0, CHUNK) == content[:CHUNK]  # fetches chunk 1 ahead
+        assert await fs.read(handle, CHUNK, CHUNK) == content[CHUNK : 2 * CHUNK]
+        refusing.refusing = True
+        with pytest.raises(pyfuse3.FUSEError):
+            await fs.read(handle, 2 * CHUNK, CHUNK)
+        assert job.tracker.read == bitarray("11000")
+        assert job.open_epochs[1].accessed_bytes == 2 * CHUNK
+        refusing.refusing = False
+        for offset in range(2 * CHUNK, BIG, CHUNK):
+            assert await fs.read(handle, offset, CHUNK) == content[offset : offset + CHUNK]
+        await fs.release(handle)
+        assert job.finished_epochs == [EpochRecord(1, BIG, 0)]
+
+    _run_big_file(tmp_path, 0, scenario)
 
 
 def test_a_reader_going_backwards_through_a_file_keeps_at_most_two_fetched_chunks(tmp_path: Path) -> None:

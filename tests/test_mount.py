@@ -20,13 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from azure.storage.blob import AccessPolicy, ContainerSasPermissions, generate_container_sas
 
+from datamgr.devservers import azure_client
+from silodlib.backends import parse_dataset_uri
 from tests import polling
 from tests.cache_fixtures import entries_on_disk
 from tests.datamgr_fixtures import make_local_dataset
 from tests.datasets import generate_dataset, upload_dataset
 from tests.mount_fixtures import MountFactory, MountProcess, options_args
-from tests.storage_servers import DatasetTarget, rewrite_same_size
+from tests.storage_servers import AzuriteServer, DatasetTarget, DatasetTargetFactory, rewrite_same_size
 
 CHUNK = 1024 * 1024
 
@@ -568,12 +571,59 @@ def test_forked_loader_workers_on_a_step_based_sampler_count_one_epoch_per_pass(
         process.join()
     assert [process.exitcode for process in processes] == [0] * workers
     # Statistics written after the last open. (Not bytes_read: a worker may read a file another has just paged in
-    # from the kernel's page cache, without asking the mount; its open, which counts the access, always does.)
+    # from the kernel's page cache, without asking the mount; its open, which counts the access, always does. Such
+    # an access is delivered when the file is released, which the kernel sends after close() has returned.)
     done = time.time()
-    stats = mount.wait_for_stats(lambda s: s["written_at"] > done)
+    stats = mount.wait_for_stats(
+        lambda s: s["written_at"] > done and len(s["jobs"]["job1"]["finished_epochs"]) >= passes
+    )
     epochs = stats["jobs"]["job1"]["finished_epochs"]
     assert [e["epoch"] for e in epochs] == list(range(1, passes + 1))
     assert [e["accessed_bytes"] for e in epochs] == [len(files) * 2000] * passes
+
+
+def test_a_pass_whose_reads_storage_refused_is_no_epoch_and_the_pass_after_the_sas_is_renewed_is_one(
+    mount_factory: MountFactory, dataset_target_factory: DatasetTargetFactory, azurite: AzuriteServer
+) -> None:
+    # A SAS token bound to a stored access policy of the container expires with the policy, and reads again once
+    # the policy is renewed. Before, the pass between, every read refused (EACCES), counted as an epoch: its opens
+    # counted every item, and its bytes as read.
+    target = dataset_target_factory("az")
+    files = {f"f{i}.bin": os.urandom(3000) for i in range(8)}
+    for name, data in files.items():
+        target.put(name, data)
+    container = azure_client(azurite).get_container_client(parse_dataset_uri(target.uri).location[1])
+
+    def policy(expiry: datetime.datetime) -> None:
+        permission = ContainerSasPermissions(read=True, list=True)
+        container.set_container_access_policy({"reader": AccessPolicy(permission, expiry=expiry)})
+
+    def renewed() -> datetime.datetime:
+        return datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+
+    policy(renewed())
+    sas = generate_container_sas(
+        azurite.account_name, container.container_name, account_key=azurite.account_key, policy_id="reader"
+    )
+    mount = mount_factory({"job1": target.uri}, *options_args({"account_url": azurite.account_url, "sas_token": sas}))
+    root = mount.job_dir("job1")
+
+    policy(datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=1))
+    for name in files:
+        with pytest.raises(PermissionError):
+            (root / name).read_bytes()
+    done = time.time()
+    job = mount.wait_for_stats(lambda s: s["written_at"] > done)["jobs"]["job1"]
+    assert job["failed_reads"] == job["denied_reads"] >= len(files)
+    assert (job["finished_epochs"], job["access"]["epoch"], job["access"]["items_read"]) == ([], 1, 0)
+
+    policy(renewed())
+    assert {name: (root / name).read_bytes() for name in files} == files
+    done = time.time()
+    job = mount.wait_for_stats(lambda s: s["written_at"] > done)["jobs"]["job1"]
+    total = sum(map(len, files.values()))
+    assert job["finished_epochs"] == [{"epoch": 1, "accessed_bytes": total, "hit_bytes": 0}]
+    assert (job["access"]["epoch"], job["bytes_read"]) == (2, total)
 
 
 def test_two_shuffled_epochs_through_the_mount_hit_the_cached_fraction(
