@@ -268,7 +268,8 @@ class DataManager:
         users = sorted(self.state.jobs_of_dataset(dataset.uri))
         if users:
             raise FailedPrecondition(f"uri: dataset {dataset.uri} is in use by jobs {users}; finish them first")
-        return await self._commit(Change(datasets_deleted=(dataset.uri,)), (), f"unregistered dataset {dataset.uri}")
+        change = Change(datasets_deleted=(dataset.uri,), forgets_earlier_events=bool(dataset.options))
+        return await self._commit(change, (), f"unregistered dataset {dataset.uri}")
 
     async def update_dataset_options(
         self, uri: str, options: Mapping[str, str], removed: Sequence[str]
@@ -292,7 +293,9 @@ class DataManager:
         updated = replace(current, options=wanted)
         description = f"options of dataset {dataset.uri}: {option_changes(dataset.options, wanted)}"
         revision = await self._commit(
-            Change(datasets_put=(updated,)), self.state.nodes_mounting(dataset.uri), description
+            Change(datasets_put=(updated,), forgets_earlier_events=True),
+            self.state.nodes_mounting(dataset.uri),
+            description,
         )
         return updated, True, revision
 

@@ -31,6 +31,10 @@ class Change:
     histories_deleted: tuple[str, ...] = ()
     tenants_put: tuple[Tenant, ...] = ()
     tenants_deleted: tuple[str, ...] = ()
+    # The change retires a dataset's backend options (replaced or unregistered with it), which may be credentials: the
+    # event log forgets every event before it, since those that set the dataset on a node carry them. A node further
+    # behind resyncs from a snapshot, as one past the log's reach does.
+    forgets_earlier_events: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from azure.storage.blob import ContainerSasPermissions
 from datamgr.client import ClientError, DataManagerClient
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.datamgr_fixtures import DataManagerProcess, RunningDataManager, full_state, silod_cli, watch
+from tests.state_files import files_of
 from tests.storage_servers import AzuriteServer, DatasetTarget, DatasetTargetFactory, container_sas
 
 
@@ -173,6 +174,49 @@ def test_new_options_outlive_a_restart_of_the_data_manager(
         assert dict(node.next().snapshot.datasets[0].options) == _sas_options(azurite, az_dataset, new_sas)
         node.cancel()
         assert not client.update_dataset_options(az_dataset.uri, {"sas_token": new_sas}).changed
+
+
+def test_the_old_options_leave_the_state_dir_and_a_node_behind_the_change_resyncs_from_a_snapshot(
+    datamgr_process: DataManagerProcess, az_dataset: DatasetTarget, azurite: AzuriteServer
+) -> None:
+    """The event log kept every event that set the dataset on a node, old SAS and all, for 100,000 revisions: a
+    credential rotated because it leaked stayed in silod.db."""
+    datamgr_process.start()
+    with DataManagerClient(datamgr_process.address, timeout=10) as client:
+        old_sas = _registered(client, azurite, az_dataset)
+        client.register_node("n1", "h1:1", 2**30)
+        client.register_job("j1", az_dataset.uri, 1_000_000, [("n1", 1)])  # sets the dataset, old SAS, on n1
+        node = watch(client, "n1")
+        before = node.next().revision
+        node.cancel()
+        assert any(old_sas.encode() in data for data in files_of(datamgr_process.state_dir).values())
+
+        new_sas = _later_sas(azurite, az_dataset)
+        rotated = client.update_dataset_options(az_dataset.uri, {"sas_token": new_sas}).revision
+
+        assert [name for name, data in files_of(datamgr_process.state_dir).items() if old_sas.encode() in data] == []
+        behind = watch(client, "n1", since=before - 1)  # yet to get the event that set the dataset, old SAS and all
+        first = behind.next()
+        assert first.HasField("snapshot") and first.revision == rotated
+        assert dict(first.snapshot.datasets[0].options)["sas_token"] == new_sas
+        behind.cancel()
+        current = watch(client, "n1", since=rotated - 1)
+        assert [change.WhichOneof("change") for change in current.next().changes] == ["dataset_set"]
+        current.cancel()
+
+
+def test_a_dataset_unregistered_leaves_no_option_of_it_in_the_state_dir(
+    datamgr_process: DataManagerProcess, az_dataset: DatasetTarget, azurite: AzuriteServer
+) -> None:
+    datamgr_process.start()
+    with DataManagerClient(datamgr_process.address, timeout=10) as client:
+        sas = _registered(client, azurite, az_dataset)
+        client.register_node("n1", "h1:1", 2**30)
+        client.register_job("j1", az_dataset.uri, 1_000_000, [("n1", 1)])
+        client.call(client.stub.FinishJob, pb.FinishJobRequest(job_id="j1"))
+        client.call(client.stub.UnregisterDataset, pb.UnregisterDatasetRequest(uri=az_dataset.uri))
+
+        assert [name for name, data in files_of(datamgr_process.state_dir).items() if sas.encode() in data] == []
 
 
 # ---- the command line ----

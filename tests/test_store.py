@@ -361,6 +361,44 @@ def test_event_log_answers_only_for_revisions_it_still_holds(make_store: StoreFa
     assert store.events_since("n2", 2040) == []
 
 
+def test_a_change_that_retires_options_forgets_the_events_before_it_and_only_those(make_store: StoreFactory) -> None:
+    """The events before it may set the dataset on a node with its old options (credentials): a node behind it
+    resyncs from a snapshot; one at the revision just before it still resumes from the log."""
+    store = make_store()
+    store.commit([Commit(1, Change(datasets_put=(DATASET,), manifest=(DATASET.uri, b"M")), [("n1", b"old-options")])])
+    store.commit([Commit(2, Change(), [("n1", b"2"), ("n2", b"2")])])
+    rotated = replace(DATASET, options={"region": "eu-west-2"})
+    store.commit(
+        [
+            Commit(3, Change(), [("n1", b"3")]),
+            Commit(4, Change(datasets_put=(rotated,), forgets_earlier_events=True), [("n1", b"new-options")]),
+            Commit(5, Change(), [("n1", b"5")]),
+        ]
+    )
+    assert store.events_since("n1", 3) == [b"new-options", b"5"]
+    assert store.events_since("n1", 0) is None and store.events_since("n1", 2) is None
+    assert store.events_since("n2", 2) is None  # every node's: the log cannot tell which events carry them
+    assert store.load().datasets == (rotated,)
+
+
+def test_options_a_change_retires_leave_no_byte_in_the_state_dir_files(tmp_path: Path) -> None:
+    """Deleted rows are zeroed and the write-ahead log emptied: the log kept the pages as they were before (an SQLite
+    built without SECURE_DELETE, unlike Debian's, would also keep a deleted row's bytes in the database file)."""
+    secret = b"sv=2026-11-28&sig=0ld5ecret"
+    store = SQLiteStore(tmp_path)
+    leaked = replace(DATASET, options={"sas_token": secret.decode()})
+    store.commit([Commit(1, Change(datasets_put=(leaked,), manifest=(DATASET.uri, b"M")), [("n1", b"set " + secret)])])
+    store.commit([Commit(2, Change(jobs_put=(JOB,)), [("n1", b"2")])])
+    assert any(secret in data for data in files_of(tmp_path).values())
+
+    store.commit([Commit(3, Change(datasets_put=(DATASET,), forgets_earlier_events=True), [("n1", b"set new")])])
+
+    assert [name for name, data in files_of(tmp_path).items() if secret in data] == []
+    assert store.events_since("n1", 2) == [b"set new"]
+    store.close()
+    assert SQLiteStore(tmp_path).load().datasets == (DATASET,)
+
+
 def test_a_revision_of_another_history_is_not_resumed_from_the_log(make_store: StoreFactory) -> None:
     store = make_store()
     store.commit([Commit(1, Change(nodes_put=(NODE,)), [("n1", b"event-1")])])

@@ -49,7 +49,10 @@ class MemoryStore:
             dict(self._tenants),
         )
         new_events: list[tuple[str, int, bytes]] = []
+        forget_up_to = self._event_floor
         for commit in commits:
+            if commit.change.forgets_earlier_events:
+                forget_up_to = commit.revision - 1
             _apply(commit.change, datasets, manifests, jobs, nodes, histories, tenants)
             for node_id, payload in commit.events:
                 if not isinstance(payload, bytes):
@@ -60,10 +63,11 @@ class MemoryStore:
         for node_id, revision, payload in new_events:
             self._events.setdefault(node_id, deque()).append((revision, payload))
         self._revision = commits[-1].revision
-        self._prune()
+        self._forget_events(max(forget_up_to, self._revision - self._retained))
 
-    def _prune(self) -> None:
-        floor = self._revision - self._retained
+    def _forget_events(self, floor: int) -> None:
+        """Drop the events up to revision `floor`: the log's reach, or a change that retires options
+        (`Change.forgets_earlier_events`)."""
         if floor <= self._event_floor:
             return
         for log in self._events.values():

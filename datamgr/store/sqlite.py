@@ -158,6 +158,7 @@ class SQLiteStore:
         try:
             db.execute("PRAGMA journal_mode=WAL")  # a silod of every schema made its database so: no change
             db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA secure_delete=ON")  # deleted rows' bytes zeroed: old options may be credentials
             if version is not None and version < SCHEMA_VERSION:
                 begin_upgrade(db, version)
                 self._upgrading_from = version
@@ -230,7 +231,11 @@ class SQLiteStore:
             if not self._history_written:  # the first change since the open: the revisions from here are new
                 db.executemany("INSERT OR REPLACE INTO histories VALUES (?, ?)", self._ended.items())
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('history', ?)", (self.history,))
+            forgotten = False
             for commit in commits:
+                if commit.change.forgets_earlier_events:
+                    self._forget_events(commit.revision - 1)
+                    forgotten = True
                 write_change(db, commit.change)
                 db.executemany(
                     "INSERT INTO events VALUES (?, ?, ?)", ((commit.revision, n, p) for n, p in commit.events)
@@ -238,10 +243,7 @@ class SQLiteStore:
             last = commits[-1].revision
             db.execute("INSERT OR REPLACE INTO meta VALUES ('revision', ?)", (last,))
             if last >= self._next_prune and last > self._retained:
-                floor = last - self._retained
-                db.execute("DELETE FROM events WHERE revision <= ?", (floor,))
-                db.execute("DELETE FROM histories WHERE last_revision < ?", (floor,))  # no revision left to resume
-                db.execute("INSERT OR REPLACE INTO meta VALUES ('event_floor', ?)", (floor,))
+                self._forget_events(last - self._retained)
             committing = True
             db.execute("COMMIT")
         except BaseException as exc:
@@ -258,6 +260,19 @@ class SQLiteStore:
         self._history_written = True
         if last >= self._next_prune:
             self._next_prune = last + _PRUNE_EVERY
+        if forgotten:
+            self._erase_log()  # the log's older frames hold the forgotten events' pages as they were
+
+    def _forget_events(self, floor: int) -> None:
+        """In the transaction under way, delete the events up to revision `floor` (and the histories that ended
+        before it, which have no revision left to resume from): a node behind it resyncs from a snapshot. Their bytes
+        are overwritten with zeros (`secure_delete`), as events can carry credentials
+        (`Change.forgets_earlier_events`)."""
+        if floor <= self._meta("event_floor", 0):
+            return
+        self._db.execute("DELETE FROM events WHERE revision <= ?", (floor,))
+        self._db.execute("DELETE FROM histories WHERE last_revision < ?", (floor,))
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('event_floor', ?)", (floor,))
 
     def _erase_log(self) -> bool:
         """Empty the write-ahead log, once what it holds that was committed is in the database; True if it is empty.
