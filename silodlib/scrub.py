@@ -18,6 +18,7 @@ nothing of silod's objects. Nothing is ever unregistered: a value that stopped b
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Callable
@@ -68,11 +69,39 @@ _registered: set[str] = set()
 _known: re.Pattern[str] | None = None  # every registered value, longest first; replaced, never mutated
 
 
+def _forms(value: str) -> set[str]:
+    """The ways `value` appears in text: as given and without surrounding whitespace, each as is, URL-encoded (in a
+    query), and escaped as a str's or bytes' repr or a JSON string shows it (an SDK refusing a header value prints
+    `b'…\\n'`)."""
+    forms: set[str] = set()
+    for text in {value, value.strip()}:
+        encoded = _utf8(text)
+        forms |= {
+            text,
+            quote(encoded, safe=""),
+            repr(text)[1:-1],
+            repr(encoded)[2:-1],
+            json.dumps(text)[1:-1],
+            json.dumps(text, ensure_ascii=False)[1:-1],
+        }
+    return {form for form in forms if len(form) >= MIN_SCRUBBED_LENGTH}
+
+
+def _utf8(text: str) -> bytes:
+    """`text` in UTF-8, as an SDK sends it; a value from an environment variable that was not UTF-8 holds its bytes
+    as escaped surrogates, which go back to those bytes (any other lone surrogate is written as an escape)."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace")
+
+
 def register_secret(value: str) -> None:
-    """From now on, `scrub` replaces `value` (and its URL-encoded form, as it appears in a query) wherever it
-    appears; values shorter than MIN_SCRUBBED_LENGTH are ignored."""
+    """From now on, `scrub` replaces `value` wherever it appears: as given, without surrounding whitespace,
+    URL-encoded (as in a query) and escaped as a repr or JSON string shows it (see `_forms`); values and forms
+    shorter than MIN_SCRUBBED_LENGTH are ignored."""
     global _known
-    forms = {form for form in (value, quote(value, safe="")) if len(form) >= MIN_SCRUBBED_LENGTH}
+    forms = _forms(value)
     with _lock:
         if forms <= _registered:
             return

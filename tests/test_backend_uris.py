@@ -97,6 +97,36 @@ def test_parse_dataset_uri_rejects(text: str, fragment: str) -> None:
         parse_dataset_uri(text)
 
 
+_SIG = "L8UgRdm2pS7nVtqXJ3yA0bcDeFgHiJkLmNoPqRsTuVw%3D"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown", "fragment"),
+    [
+        (
+            f"az://devstoreaccount1/train/d?se=2030-01-01&sp=rl&sv=2024-05-04&sr=c&sig={_SIG}",
+            "az://devstoreaccount1/train/d?...",
+            "query strings and fragments ('?', '#') are not allowed (a SAS token or other credential goes in",
+        ),
+        (f"s3://bucket/x#sig={_SIG}", "s3://bucket/x#...", "query strings and fragments"),
+        (  # a SAS URL pasted as a dataset URI
+            f"https://acct.blob.core.windows.net/cont?sv=2024-05-04&sr=c&sig={_SIG}",
+            "https://acct.blob.core.windows.net/cont?...",
+            "unknown or missing scheme",
+        ),
+        (f"s3://bucket/x?sig={_SIG}&pad={'k' * 4096}", "'s3://bucket/x?...'", "is longer than the 4,096 accepted"),
+    ],
+)
+def test_a_refused_uri_is_named_without_its_query_which_may_hold_a_credential(
+    text: str, shown: str, fragment: str
+) -> None:
+    with pytest.raises(InvalidDatasetURI) as raised:
+        parse_dataset_uri(text)
+    message = str(raised.value)
+    assert message.startswith(shown) or f"starting {shown}" in message, message
+    assert fragment in message and _SIG not in message and "sig=" not in message, message
+
+
 def test_redact_options_hides_exactly_the_secrets() -> None:
     s3_options = {
         "endpoint_url": "http://minio:9000",

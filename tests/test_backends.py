@@ -25,7 +25,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
-from datamgr.entities import FailedPrecondition
+from datamgr.entities import FailedPrecondition, InvalidArgument
 from datamgr.listing import freeze_manifest
 from silodlib.backends import (
     AccessDenied,
@@ -55,6 +55,8 @@ from tests.storage_servers import (
 
 # A secret that must never show up in an exception message or a log line.
 SECRET_KEY = base64.b64encode(b"silod-never-print-this-secret-" + os.urandom(16)).decode()
+# One that can stand in a URL's userinfo as it is.
+URL_PASSWORD = "Pr0xyPassw0rd" + os.urandom(8).hex()
 
 
 @contextlib.contextmanager
@@ -321,6 +323,80 @@ def test_bad_option_values_are_rejected(uri: str, options: dict[str, str], fragm
     with pytest.raises(InvalidBackendOption, match=re.escape(fragment)) as raised:
         open_backend(uri, options)
     assert SECRET_KEY not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("uri", "name", "value"),
+    [
+        ("s3://bucket", "endpoint_url", f"http://proxyuser:{URL_PASSWORD}@127.0.0.1:9000"),
+        ("s3://bucket", "endpoint_url", f"https://{URL_PASSWORD}@s3.example.com"),
+        ("s3://bucket", "endpoint_url", f"http://proxyuser:{URL_PASSWORD}@[::1"),  # not a URL: still not echoed
+        ("az://account/container", "account_url", f"https://account:{URL_PASSWORD}@account.blob.core.windows.net"),
+        ("az://account/container", "account_url", f"http://u:{URL_PASSWORD}@127.0.0.1:10000/account"),
+    ],
+)
+def test_a_url_option_with_a_user_name_or_password_is_refused_without_echoing_it(
+    uri: str, name: str, value: str
+) -> None:
+    """URL options are not secret: queries show them and logs print them, so credentials in one are refused."""
+    with pytest.raises(InvalidBackendOption) as raised:
+        open_backend(uri, {name: value})
+    message = str(raised.value)
+    assert f"option {name!r}" in message and URL_PASSWORD not in message, message
+    if "[::1" not in value:
+        assert "must not hold a user name or password" in message and "their own options" in message, message
+
+
+@pytest.mark.parametrize(
+    ("uri", "name", "suffix", "fragment"),
+    [
+        ("s3://bucket", "session_token", "\n", "ends with a newline (a file's trailing newline?)"),
+        ("s3://bucket", "secret_access_key", "\r\n", "ends with a newline"),
+        ("s3://bucket", "endpoint_url", "\n", "ends with a newline"),
+        ("s3://bucket", "region", "\t", "holds a control character (U+0009)"),
+        ("az://account/container", "sas_token", "\x00tail", "holds a control character (U+0000)"),
+        ("az://account/container", "account_key", "\x7f", "holds a control character (U+007F)"),
+        ("az://account/container", "connection_string", "\x85", "holds a control character (U+0085)"),
+        ("az://account/container", "account_key", "\n\x1b", "holds a control character (U+000A)"),
+    ],
+)
+def test_an_option_value_with_a_control_character_is_refused_naming_the_option_only(
+    uri: str, name: str, suffix: str, fragment: str
+) -> None:
+    """An SDK refusing a header value prints the value's repr (`b'...\\n'`), which the log scrubber did not know:
+    such values are refused before any SDK sees them."""
+    value = "http://127.0.0.1:9000" if name == "endpoint_url" else SECRET_KEY
+    options = {"access_key_id": "AKID", "secret_access_key": SECRET_KEY} if name == "session_token" else {}
+    with pytest.raises(InvalidBackendOption, match=re.escape(fragment)) as raised:
+        open_backend(uri, {**options, name: value + suffix})
+    message = str(raised.value)
+    assert f"option {name!r}" in message and SECRET_KEY not in message, message
+
+
+@pytest.mark.parametrize("backend_name", ["s3", "az"])
+def test_a_secret_with_a_files_trailing_newline_is_refused_at_registration_and_never_shown(
+    dataset_target_factory: DatasetTargetFactory,
+    request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture,
+    backend_name: str,
+) -> None:
+    """A Kubernetes Secret made from a file ends with a newline; with it, botocore failed every request with
+    "Invalid header value b'<token>\\n'", retried as transient and shown in full; now it is INVALID_ARGUMENT."""
+    caplog.set_level(logging.DEBUG)
+    target = dataset_target_factory(backend_name)
+    target.put("x.bin", b"hello")
+    if backend_name == "s3":
+        name, secret = "session_token", f"FwoGZXIvYXdz{os.urandom(16).hex()}"
+        options = {**target.options, name: secret + "\n"}
+    else:
+        azurite: AzuriteServer = request.getfixturevalue("azurite")
+        name, secret = "sas_token", container_sas(azurite, target.uri)
+        options = {"account_url": azurite.account_url, name: secret + "\n"}
+    with pytest.raises(InvalidArgument) as raised:
+        freeze_manifest(target.uri, options, DEFAULT_CHUNK_SIZE)
+    message = str(raised.value)
+    assert f"option {name!r} ends with a newline" in message, message
+    assert secret not in message and secret not in caplog.text
 
 
 def test_missing_bucket_container_or_directory_is_named(dataset_target: DatasetTarget) -> None:

@@ -5,13 +5,15 @@ check, real servers logging at DEBUG, is in test_security.py."""
 from __future__ import annotations
 
 import io
+import json
 import logging
 import secrets
+from urllib.parse import quote
 
 import pytest
 
 from datamgr.logs import HUMAN_FORMAT, JsonFormatter, ScrubSecrets
-from silodlib.scrub import register_secret, scrub
+from silodlib.scrub import REDACTED, register_secret, scrub
 
 
 def _logged_through_the_handler(
@@ -94,3 +96,28 @@ def test_the_log_handler_scrubs_messages_arguments_tracebacks_and_fields() -> No
 )
 def test_secrets_are_scrubbed_in_every_shape_the_sdks_log_them(logged: str, scrubbed: str) -> None:
     assert scrub(logged) == scrubbed
+
+
+def test_a_registered_value_is_scrubbed_in_its_escaped_and_stripped_forms() -> None:
+    # A value read from a file keeps its trailing newline, and an SDK refusing it as a header value prints its repr
+    # ("Invalid header value b'...\\n'"); JSON and URL encodings escape it too, and the value may be shown stripped.
+    token = f'FwoGZXIvYXdz{secrets.token_hex(8)}"é'
+    register_secret(token + "\n")
+    for shown in (
+        f"Invalid header value {(token + chr(10)).encode()!r}",
+        f"options {{'session_token': {token + chr(10)!r}}}",
+        f'"session_token": {json.dumps(token + chr(10))}',
+        f'"session_token": {json.dumps(token + chr(10), ensure_ascii=False)}',
+        f"token={quote(token + chr(10), safe='')}",
+        f"token {token}.",
+    ):
+        assert "FwoGZXIvYXdz" not in scrub(shown) and REDACTED in scrub(shown), shown
+
+
+def test_a_value_that_was_not_utf8_registers_and_is_scrubbed_as_its_bytes() -> None:
+    # os.environ holds bytes that are not UTF-8 as escaped surrogates ("--option-env" values come from it).
+    raw = b"env-secret-" + secrets.token_hex(4).encode() + b"\xff"
+    value = raw.decode("utf-8", "surrogateescape")
+    register_secret(value)
+    assert scrub(f"header {raw!r}") == f"header b'{REDACTED}'"
+    assert scrub(f"sent {value}") == f"sent {REDACTED}"

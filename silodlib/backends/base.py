@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -22,6 +23,11 @@ from silodlib.scrub import REDACTED, register_secret, scrub
 from silodlib.units import UnitError, parse_rate
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# Control characters (C0, DEL, C1) in an option value: never part of a credential, endpoint or setting, but the
+# common remnant of a value read from a file (a Kubernetes Secret made with --from-file ends with "\n"). Refused,
+# since an SDK that rejects one (an HTTP header value) prints the whole value's repr in its error.
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 READ_TIMEOUT_OPTION = "read_timeout"
 DEFAULT_READ_TIMEOUT = 30.0
@@ -112,6 +118,7 @@ class Backend(abc.ABC):
                 )
             if not options[name].strip():
                 raise InvalidBackendOption(f"{uri}: option {name!r} must not be empty")
+            _check_no_control_chars(uri, name, options[name])
         self.uri = uri
         self._secrets = tuple(options[name] for name in self.secret_options if name in options)
         for secret in self._secrets:  # the SDK's DEBUG logs of its requests may show them (see silodlib.scrub)
@@ -209,6 +216,23 @@ class Backend(abc.ABC):
         return length > 0
 
 
+def _check_no_control_chars(uri: DatasetURI, name: str, value: str) -> None:
+    """Refuse a value holding a control character, naming the option and the character but never the value (it may
+    be a secret)."""
+    found = _CONTROL_CHARS.search(value)
+    if found is None:
+        return
+    if value.endswith(("\n", "\r")) and not _CONTROL_CHARS.search(value.rstrip("\r\n")):
+        raise InvalidBackendOption(
+            f"{uri}: option {name!r} ends with a newline (a file's trailing newline?): remove it; option values "
+            "must not hold control characters"
+        )
+    raise InvalidBackendOption(
+        f"{uri}: option {name!r} holds a control character (U+{ord(found.group()):04X}): option values must not "
+        "hold control characters"
+    )
+
+
 def is_valid_key(key: str) -> bool:
     """Whether `key` can be a path below a mount point: no empty, '.' or '..' components, no NUL."""
     return bool(key) and "\0" not in key and all(part not in ("", ".", "..") for part in key.split("/"))
@@ -297,8 +321,20 @@ def _shown(value: str) -> str:
 
 
 def parse_url_option(uri: DatasetURI, name: str, value: str) -> str:
-    """An http(s) URL with a host and no query or fragment, without a trailing '/'."""
-    parts = urlsplit(value.strip())
+    """An http(s) URL with a host, no user name or password and no query or fragment, without a trailing '/'.
+
+    A URL option is not secret (queries show it, logs print it), so it must not carry credentials: userinfo
+    ('user:password@host') is refused without echoing it, as is a query (where a SAS would go).
+    """
+    try:
+        parts = urlsplit(value.strip())
+    except ValueError:  # a malformed IPv6 host ("http://[::1"); the refusal below says what is wanted
+        parts = urlsplit("")
+    if "@" in parts.netloc:
+        raise InvalidBackendOption(
+            f"{uri}: option {name!r} must not hold a user name or password ('user:password@' before the host): "
+            "the URL is shown by queries and in logs; credentials go in their own options, which are kept secret"
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
         raise InvalidBackendOption(
             f"{uri}: option {name!r} must be an http:// or https:// URL with a host and no query string"

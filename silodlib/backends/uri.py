@@ -51,21 +51,34 @@ def parse_dataset_uri(text: str) -> DatasetURI:
     """Parse and canonicalise a dataset URI (one trailing '/' is dropped), or raise `InvalidDatasetURI`."""
     if not text.strip():
         raise InvalidDatasetURI(f"{text!r}: dataset URI is empty")
+    shown = _without_query(text)
     if len(text) > MAX_URI_CHARS:  # refused before anything echoes it into a log line or an error trailer
         raise InvalidDatasetURI(
-            f"dataset URI of {len(text):,} characters (starting {text[:60]!r}) is longer than the {MAX_URI_CHARS:,} "
+            f"dataset URI of {len(text):,} characters (starting {shown[:60]!r}) is longer than the {MAX_URI_CHARS:,} "
             "accepted"
         )
     scheme, sep, rest = text.partition("://")
     if not sep or scheme not in _PARSERS:
-        raise InvalidDatasetURI(f"{text}: unknown or missing scheme; supported forms are " + ", ".join(SUPPORTED_FORMS))
+        raise InvalidDatasetURI(
+            f"{shown}: unknown or missing scheme; supported forms are " + ", ".join(SUPPORTED_FORMS)
+        )
     if "?" in rest or "#" in rest:
-        raise InvalidDatasetURI(f"{text}: query strings and fragments ('?', '#') are not allowed")
+        raise InvalidDatasetURI(
+            f"{shown}: query strings and fragments ('?', '#') are not allowed (a SAS token or other credential goes "
+            "in the dataset's options)"
+        )
     if _CONTROL_CHARS.search(rest):
         raise InvalidDatasetURI(f"{text!r}: control characters are not allowed")
     if rest.endswith("/") and rest != "/":
         rest = rest[:-1]
     return _PARSERS[scheme](text, rest)
+
+
+def _without_query(text: str) -> str:
+    """`text` cut at its first '?' or '#', with '?...' or '#...' in place of what followed: a refusal names the URI
+    without its query or fragment, which may hold a credential (a SAS token, a presigned URL's signature)."""
+    cut = min((index for index in (text.find("?"), text.find("#")) if index >= 0), default=-1)
+    return text if cut < 0 else f"{text[: cut + 1]}..."
 
 
 def _parse_s3(text: str, rest: str) -> DatasetURI:
