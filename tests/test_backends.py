@@ -55,8 +55,9 @@ from tests.storage_servers import (
 
 # A secret that must never show up in an exception message or a log line.
 SECRET_KEY = base64.b64encode(b"silod-never-print-this-secret-" + os.urandom(16)).decode()
-# One that can stand in a URL's userinfo as it is.
-URL_PASSWORD = "Pr0xyPassw0rd" + os.urandom(8).hex()
+# One that can stand in a URL's userinfo as it is; fixed, as it names parametrized tests (pytest-xdist's workers
+# must collect the same ones).
+URL_PASSWORD = "Pr0xyPassw0rd-n3ver-pr1nted"
 
 
 @contextlib.contextmanager
