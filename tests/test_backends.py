@@ -667,3 +667,15 @@ def test_fake_s3_endpoint_losing_the_connection_mid_body_is_a_transient_error() 
             backend.read("a.bin", 0, 10)
         assert backend.is_transient(raised.value)
         assert SECRET_KEY not in str(raised.value)
+
+
+def test_a_secret_too_short_to_scrub_is_not_cut_out_of_a_failures_message() -> None:
+    """A secret_access_key of "b" was replaced in every failure's text: the bucket "bkt" read "<redacted>kt" in the
+    URL the message gives. Failures are scrubbed as log lines are, which leave values under 8 characters."""
+    backend = open_backend(
+        parse_dataset_uri("s3://bkt/zz"),
+        {"endpoint_url": "http://127.0.0.1:1", "access_key_id": "AKIDSHORTSECRET", "secret_access_key": "b"},
+    )
+    with pytest.raises(BackendUnavailable) as refused:
+        next(iter(backend.list()))
+    assert "127.0.0.1:1/bkt" in str(refused.value) and "<redacted>" not in str(refused.value)

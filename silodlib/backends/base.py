@@ -19,7 +19,7 @@ from typing import ClassVar
 from urllib.parse import urlsplit
 
 from silodlib.backends.uri import DatasetURI
-from silodlib.scrub import REDACTED, register_secret, scrub
+from silodlib.scrub import register_secret, scrub
 from silodlib.units import UnitError, parse_rate
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -120,9 +120,8 @@ class Backend(abc.ABC):
                 raise InvalidBackendOption(f"{uri}: option {name!r} must not be empty")
             _check_no_control_chars(uri, name, options[name])
         self.uri = uri
-        self._secrets = tuple(options[name] for name in self.secret_options if name in options)
-        for secret in self._secrets:  # the SDK's DEBUG logs of its requests may show them (see silodlib.scrub)
-            register_secret(secret)
+        for name in self.secret_options & options.keys():  # the SDK's DEBUG logs may show them (silodlib.scrub)
+            register_secret(options[name])
 
     @abc.abstractmethod
     def list(self) -> Iterator[ObjectInfo]:
@@ -192,11 +191,10 @@ class Backend(abc.ABC):
             raise self._translate(exc, what) from None
 
     def _describe(self, exc: BaseException) -> str:
-        """The exception's type and first line of text, with anything secret replaced by `REDACTED`."""
-        text = str(exc)
-        for secret in self._secrets:
-            text = text.replace(secret, REDACTED)
-        text = scrub(text)
+        """The exception's type and first line of text, scrubbed as a log line is (`silodlib.scrub`: the options'
+        secrets were registered at the open; one too short to tell from ordinary text is left, as in logs, rather
+        than cut out of a bucket name or a path)."""
+        text = scrub(str(exc))
         first_line = (text.strip().splitlines() or [""])[0][:300]
         return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
 

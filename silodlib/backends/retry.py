@@ -149,7 +149,6 @@ class RetryingBackend(Backend):
         self.inner = inner
         self.uri = inner.uri
         self._log_fields = log_ids(dataset_uri=str(inner.uri))
-        self._secrets = ()
         self.policy = policy
         self._sleep = sleep
         self._rng = rng
