@@ -34,7 +34,7 @@ from pathlib import Path
 import grpc
 import trio
 
-from fuseclient.assembly import MountError, add_job, open_cache, open_dataset, uncached_dataset
+from fuseclient.assembly import MountError, add_job, make_cache_dir_private, open_cache, open_dataset, uncached_dataset
 from fuseclient.cache import NoCache
 from fuseclient.daemon import ReadyCallback
 from fuseclient.fs import forget_job_directory
@@ -633,7 +633,7 @@ class NodeAgent:
 
 async def run_agent(config: AgentConfig, on_ready: ReadyCallback = lambda: None) -> None:
     """Mount, follow the data manager, report usage; until a signal or an external unmount."""
-    config.cache_dir.mkdir(parents=True, exist_ok=True)
+    make_cache_dir_private(config.cache_dir, config.node_id)
     mount = MountState()
     if config.metrics_port is not None:  # a port in use must stop the agent before it registers its node
         try:

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import logging
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,10 +18,12 @@ import trio
 from fuseclient.access import AccessTracker
 from fuseclient.cache import DatasetCache, NoCache
 from fuseclient.mounted import MountedDataset, MountedJob, MountState
+from fuseclient.privacy import PRIVATE_DIRECTORY, PRIVATE_FILE, make_private
 from fuseclient.readahead import DEFAULT_READ_AHEAD
 from fuseclient.throttle import TokenBucket, default_burst
 from fuseclient.tree import DatasetTree
 from silodlib.backends import Backend, BackendError, RetryingBackend, open_backend
+from silodlib.directories import make_directory
 from silodlib.logfields import log_ids
 from silodlib.manifest import DEFAULT_CHUNK_SIZE, EmptyListing, Manifest, ManifestError, freeze_listing
 
@@ -64,7 +68,7 @@ def lock_cache_dir(cache_dir: Path) -> int:
     back (and one's startup would delete the other's admissions in progress as leftovers). The kernel drops
     the lock when its holder dies, kill -9 included, so a crash never leaves the directory claimed.
     """
-    fd = os.open(cache_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(cache_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -73,6 +77,32 @@ def lock_cache_dir(cache_dir: Path) -> int:
             f"--cache-dir {cache_dir} is in use by another running silod mount or node; give each its own"
         ) from None
     return fd
+
+
+def make_cache_dir_private(cache_dir: Path, node_id: str | None = None) -> None:
+    """Make `cache_dir` (if missing) and its lock file private to this user (`privacy`), logging what had to be made
+    so (a field `node_id` for a node agent's); `MountError` if it cannot be. Called in the daemon, so that a detached
+    one logs this to its log file.
+
+    The cache dir is the daemon's by contract (docs/fuseclient.md): one `silod` made with the umask's 0755 (as an
+    earlier silod did, and an operator's `mkdir` does) is made 0700. A shared directory given as the cache dir (the
+    sticky bit, as /tmp has) is nobody's own and keeps its mode: the datasets' directories in it are private."""
+    lock_file = cache_dir / LOCK_FILE
+    ids = log_ids(node_id=node_id)
+    try:
+        make_directory(cache_dir, PRIVATE_DIRECTORY)
+        mode = os.stat(cache_dir).st_mode
+        shared = bool(mode & stat.S_ISVTX)
+        was = {cache_dir: None if shared else make_private(cache_dir, mode)}
+        with contextlib.suppress(FileNotFoundError):  # made by `lock_cache_dir`, which a caller may not have taken
+            was[lock_file] = make_private(lock_file, os.stat(lock_file).st_mode)
+    except OSError as exc:
+        raise MountError(f"cannot use --cache-dir {cache_dir}: {exc.strerror or exc}") from None
+    loose = ", ".join(f"{path} (was {bits:04o})" for path, bits in was.items() if bits is not None)
+    if loose:
+        log.info("made private to this user (0700 for directories, 0600 for files): %s", loose, extra=ids)
+    if shared:
+        log.info("cache dir %s is shared (its sticky bit is set): its mode is left as it is", cache_dir, extra=ids)
 
 
 def dataset_cache_dir(cache_dir: Path, uri: str) -> Path:
@@ -135,7 +165,9 @@ def add_job(
 async def build_state(config: MountConfig) -> MountState:
     """The standalone mount's state: each dataset listed once, jobs with their fixed allocations. Raises
     `MountError` for a dataset that cannot be listed, whose listing the data manager would refuse to register
-    (`freeze_listing`), or whose cache cannot be opened."""
+    (`freeze_listing`), or whose cache cannot be opened, and for a cache dir it cannot make private
+    (`make_cache_dir_private`)."""
+    make_cache_dir_private(config.cache_dir)
     mount = MountState()
     for uri in sorted(set(config.jobs.values())):
         backend = RetryingBackend(open_backend(uri, config.backend_options))

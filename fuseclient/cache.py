@@ -26,6 +26,8 @@ Promises (each pinned by tests/test_cache.py):
   Every admission checks first that the directory is still the one the cache opened, so a directory deleted and
   made again, by an operator or by another daemon given the same cache dir (the lock went with the files), gets
   no file from this cache.
+- What the cache writes is private to this user, whatever the umask: directories 0700, files 0600; directories an
+  earlier silod left readable by others are made private at the open (tests/test_cache_permissions.py).
 
 The on-disk layout, what a restart trusts and the fsync policy: `cache_disk`.
 """
@@ -47,6 +49,7 @@ from pathlib import Path
 from bitarray import bitarray
 
 from fuseclient import cache_disk
+from fuseclient.privacy import PRIVATE_DIRECTORY, PRIVATE_FILE
 from silodlib.logfields import log_ids
 from silodlib.manifest import Manifest
 
@@ -95,7 +98,8 @@ class DatasetCache:
         seed: int | None = None,
         dataset_uri: str | None = None,
     ) -> None:
-        """Open (creating it if needed) the cache in `directory`, which belongs to this dataset alone.
+        """Open (creating it if needed) the cache in `directory`, which belongs to this dataset alone, private to
+        this user (made so again if an earlier silod left it readable by others, logged once).
 
         Restores what a previous run left: complete entries are reused, temporary and wrong-sized files
         deleted, everything dropped if the manifest digest changed; if the restored bytes exceed
@@ -129,14 +133,22 @@ class DatasetCache:
         self._nonempty = cache_disk.items_with_files(manifest)
         self._cached = ~self._nonempty  # empty items are cached from the start (`cache_disk`)
 
-        self._directory.mkdir(parents=True, exist_ok=True)
-        cache_disk.open_directory(self._directory, manifest, self._name, self._log_ids, self._delete_quietly)
+        loose = cache_disk.open_directory(self._directory, manifest, self._name, self._log_ids, self._delete_quietly)
         found = os.stat(self._items_dir)
         self._items_dir_id = (found.st_dev, found.st_ino)  # to tell a lost directory from a lost entry
         started = time.monotonic()
-        restored, self._used = cache_disk.restore(
+        restored, self._used, loose_buckets = cache_disk.restore(
             self._items_dir, manifest, self._cached, self._made_buckets, self._delete_quietly
         )
+        if loose or loose_buckets:
+            log.info(
+                "cache of %s: made %d directories in %s private to this user (mode 0700): an earlier silod left "
+                "them readable by other users",
+                self._name,
+                loose + loose_buckets,
+                self._directory,
+                extra=self._log_ids,
+            )
         log.info(
             "cache of %s: restored %d items (%d bytes) from %s in %.2f s",
             self._name,
@@ -414,16 +426,16 @@ class DatasetCache:
         bucket = item // cache_disk.FANOUT
         directory = self._items_dir / str(bucket)
         if bucket not in self._made_buckets:
-            directory.mkdir(exist_ok=True)
+            directory.mkdir(mode=PRIVATE_DIRECTORY, exist_ok=True)
             self._made_buckets.add(bucket)
         temp = directory / f"{item}.tmp-{os.getpid()}-{next(self._temp_names)}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
         try:
             try:
-                fd = os.open(temp, flags, 0o644)
+                fd = os.open(temp, flags, PRIVATE_FILE)
             except FileNotFoundError:  # the bucket's folder was deleted under us: make it again (never `items`,
-                directory.mkdir(exist_ok=True)  # whose loss means the cache directory is gone)
-                fd = os.open(temp, flags, 0o644)
+                directory.mkdir(mode=PRIVATE_DIRECTORY, exist_ok=True)  # whose loss means the cache directory is gone)
+                fd = os.open(temp, flags, PRIVATE_FILE)
             try:
                 for part in (data, cache_disk.checksums(item, data)):
                     view = memoryview(part)

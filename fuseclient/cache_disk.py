@@ -13,8 +13,11 @@ On-disk layout, inside the directory the caller dedicates to this dataset:
   complete, deleted by a restart that finds it.
 Items of size 0 have no file: their content is known from the manifest, so they count as cached from the
 start and cost nothing.
+Every directory is 0700 and every file 0600, whatever the umask (`privacy`): the items are dataset bytes that the
+mount may refuse other users. An opening makes the directories of a cache an older silod left readable by others
+private (the dataset's, `items` and its buckets); their files, out of reach below them, keep their modes.
 
-Why checksums, and why per block. The mount promises the backend's bytes (DESIGN.md, invariant 4), and a
+Why checksums, and why per block. The mount promises the backend's bytes, never others, and a
 local disk can hand back other bytes than were written at the right size: a flipped bit, a sector that a
 power loss left unwritten. Every read of an entry checks the blocks it covers, so a read of 128 KiB (the
 kernel's usual request) costs its own bytes and a few bytes of checksums, not the whole 4 MiB item; an
@@ -54,6 +57,7 @@ from pathlib import Path
 from bitarray import bitarray
 from xxhash import xxh3_64_intdigest
 
+from fuseclient.privacy import PRIVATE_DIRECTORY, PRIVATE_FILE, make_private, make_private_directory
 from silodlib.directories import fsync_directory
 from silodlib.manifest import Manifest
 
@@ -143,11 +147,13 @@ def _pread_exactly(fd: int, length: int, offset: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def open_directory(directory: Path, manifest: Manifest, name: str, log_ids: Mapping[str, str], delete: Delete) -> None:
-    """Drop the items unless `cache.json` vouches for them with this manifest; then write it. The item trees of
-    this and earlier drops are deleted by a thread of their own, so that opening the cache does not wait for
-    them: a dropped cache of a million small items takes minutes to delete (200,000 took 40 s on the reference
-    machine), and every node drops its caches at once when an upgrade changes the format."""
+def open_directory(directory: Path, manifest: Manifest, name: str, log_ids: Mapping[str, str], delete: Delete) -> int:
+    """Make `directory` and its `items` (private to this user, or private again: `privacy`); drop the items unless
+    `cache.json` vouches for them with this manifest, then write it. The item trees of this and earlier drops are
+    deleted by a thread of their own, so that opening the cache does not wait for them: a dropped cache of a million
+    small items takes minutes to delete (200,000 took 40 s on the reference machine), and every node drops its
+    caches at once when an upgrade changes the format. Returns how many directories had to be made private."""
+    loose = int(make_private_directory(directory) is not None)
     items_dir = directory / ITEMS_NAME
     metadata_path = directory / METADATA_NAME
     wanted = {"format": _FORMAT, "manifest_digest": manifest.digest, "chunk_size": manifest.chunk_size}
@@ -170,7 +176,9 @@ def open_directory(directory: Path, manifest: Manifest, name: str, log_ids: Mapp
             os.rename(items_dir, directory / f"{_STALE_PREFIX}{os.getpid()}-{time.time_ns()}")
             fsync_directory(directory)
         temp = directory / f"{METADATA_NAME}.tmp"
-        with open(temp, "w") as file:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
+        with open(fd, "w") as file:
+            os.fchmod(fd, PRIVATE_FILE)  # a temporary file an older silod left keeps its mode through O_TRUNC
             json.dump(wanted, file)
             file.flush()
             os.fsync(file.fileno())
@@ -178,8 +186,10 @@ def open_directory(directory: Path, manifest: Manifest, name: str, log_ids: Mapp
         fsync_directory(directory)
     with os.scandir(directory) as entries:
         stale = [(e.path, e.is_dir(follow_symlinks=False)) for e in entries if e.name.startswith(_STALE_PREFIX)]
-    items_dir.mkdir(exist_ok=True)
+    items_dir.mkdir(mode=PRIVATE_DIRECTORY, exist_ok=True)
+    loose += make_private(items_dir, os.stat(items_dir).st_mode) is not None
     _delete_in_background(stale, delete, name, log_ids)
+    return loose
 
 
 _deleting: set[str] = set()  # stale trees a thread is deleting: a cache opened again meanwhile leaves them to it
@@ -211,12 +221,14 @@ def _delete_stale(stale: list[tuple[str, bool]], delete: Delete, name: str, log_
 
 def restore(
     items_dir: Path, manifest: Manifest, cached: bitarray, buckets: set[int], delete: Delete
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """Mark in `cached` the complete entries found on disk (one scandir per bucket, one lstat per file), note
-    the bucket folders that exist in `buckets`, and delete everything else. Returns (entries, their bytes)."""
+    the bucket folders that exist in `buckets` (made private if an older silod left them readable by others),
+    and delete everything else. Returns (entries, their bytes, buckets that had to be made private); OSError if
+    a bucket cannot be made private."""
     item_count = manifest.item_count
     item_size = manifest.item_size
-    restored = used = 0
+    restored = used = loose = 0
     with os.scandir(items_dir) as bucket_entries:
         for bucket_entry in bucket_entries:
             name = bucket_entry.name
@@ -225,6 +237,7 @@ def restore(
                 continue
             bucket = int(name)
             buckets.add(bucket)
+            loose += make_private(bucket_entry.path, bucket_entry.stat(follow_symlinks=False).st_mode) is not None
             with os.scandir(bucket_entry.path) as entries:
                 for entry in entries:
                     name = entry.name
@@ -238,7 +251,7 @@ def restore(
                                 restored += 1
                                 continue
                     delete(entry.path, entry.is_dir(follow_symlinks=False))  # temporary, truncated, foreign
-    return restored, used
+    return restored, used, loose
 
 
 def _is_number(name: str) -> bool:

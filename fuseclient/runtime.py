@@ -21,6 +21,7 @@ from fuseclient.daemon import ReadyCallback, prepare_mountpoint, raise_open_file
 from fuseclient.fs import SilodFS
 from fuseclient.metrics import MountMetrics
 from fuseclient.mounted import MountState
+from fuseclient.privacy import PRIVATE_FILE
 from fuseclient.readahead import set_read_ahead
 from silodlib.logfields import log_ids
 from silodlib.metrics_endpoint import MetricsPortError
@@ -222,7 +223,8 @@ def _write_atomically(directory: int, name: str, text: str) -> None:
     """Replace the file `name` in the directory open as `directory` with `text`, so that a reader sees the old
     file or the new one, never a partial one."""
     temporary = f"{name}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644, dir_fd=directory)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE, dir_fd=directory)
     with open(fd, "w") as file:
+        os.fchmod(fd, PRIVATE_FILE)  # a temporary file an earlier silod left keeps its mode through O_TRUNC
         file.write(text)
     os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)

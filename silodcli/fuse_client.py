@@ -13,6 +13,7 @@ import trio
 from datamgr.entities import InvalidArgument
 from datamgr.validation import check_chunk_size, check_dataset_uri, check_id
 from fuseclient import agent, assembly, daemon, runtime
+from fuseclient.privacy import PRIVATE_DIRECTORY
 from silodcli.security_flags import client_flags
 from silodlib.backends import InvalidBackendOption, NoSuchObject, open_backend
 from silodlib.credentials import ChannelSecurity, SecurityConfigError
@@ -125,7 +126,7 @@ def _run_daemon(
     once the mount is live (exit 1, naming the log, if it is not). The lock's descriptor stays open for as
     long as this process, or the detached daemon it forks, serves."""
     try:
-        make_directory(cache_dir)
+        make_directory(cache_dir, PRIVATE_DIRECTORY)  # the daemon logs a cache dir it has to make private
         assembly.lock_cache_dir(cache_dir)  # never closed: the lock lasts as long as the serving process
     except assembly.CacheDirInUse as exc:
         print(f"silod {command}: {exc}", file=sys.stderr)
