@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 
@@ -12,14 +13,23 @@ from silodpb.v1 import datamgr_pb2 as pb
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Left-aligned columns separated by two spaces; `(none)` under the header when there are no rows."""
-    cells = [[str(c) for c in row] for row in rows]
+    """Left-aligned columns separated by two spaces; `(none)` under the header when there are no rows. A cell's
+    control characters are shown escaped (`\\n`, `\\x1b`): a free-text label (a trace's tenant or class) holding
+    a line break would otherwise split its row, and an escape sequence would reach the terminal."""
+    cells = [[_CONTROL.sub(_escaped, str(c)) for c in row] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     if not cells:
         lines.append("(none)")
     return "\n".join(lines)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _escaped(control: re.Match[str]) -> str:
+    return repr(control.group())[1:-1]
 
 
 def summary_line(summary: pb.ClusterSummary) -> str:

@@ -19,6 +19,7 @@ from matplotlib.image import imread
 
 from datamgr.scheduler.sim import plots, report
 from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimResult
+from silodcli.tables import render_table
 from tests.sim_fixtures import is_png
 
 CLUSTER = ClusterSpec(nodes=2, gpus_per_node=8, cache_bytes_per_node=10**12, remote_io_bytes_per_sec=1e9)
@@ -478,3 +479,13 @@ def test_the_io_bound_share_counts_the_busy_samples_whose_demand_exceeds_the_lim
     samples = [busy(300.0), busy(100.0), busy(200.0), busy(500.0), busy(900.0, running=0)]
     assert report.io_bound_share(samples, limit=200.0) == 0.5  # 300 and 500 of four busy samples; 200 is not above
     assert math.isnan(report.io_bound_share([busy(900.0, running=0)], limit=200.0))
+
+
+def test_a_line_break_or_escape_in_a_terminal_table_cell_is_shown_escaped_on_the_cells_line() -> None:
+    # The same labels split the terminal table's row by class, and an escape sequence reached the terminal.
+    rows = [["te\ny", "1"], ["\x1b[2Jbe", "2"]]
+    assert render_table(["CLASS", "JOBS"], rows).splitlines() == [
+        "CLASS      JOBS",
+        r"te\ny      1",
+        r"\x1b[2Jbe  2",
+    ]
