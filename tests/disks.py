@@ -1,5 +1,6 @@
 """Real disks a test can fill up, pull away or read from cold: file systems mounted for the test (tmpfs, or
-ext4 on a loop device) and unmounted after it; and, where the kernel cannot be made to, a faked flush failure."""
+ext4 on a loop device) and unmounted after it; and, where the kernel cannot be made to, a faked flush failure.
+Also a directory other users may enter (`shared_dir`), for tests of what they can read."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import errno
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -42,6 +44,15 @@ class _Mounts:
         for path in reversed(self.mounted):
             if os.path.ismount(path) and subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
                 subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory every user may enter (pytest's own temporary directories are private to the user running it)."""
+    path = Path(tempfile.mkdtemp(prefix="silod-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
 
 
 @pytest.fixture

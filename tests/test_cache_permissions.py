@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import stat
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,15 +31,6 @@ def umask_022() -> Iterator[None]:
     old = os.umask(0o022)
     yield
     os.umask(old)
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory every user may enter (pytest's own temporary directories are private to the user running it)."""
-    path = Path(tempfile.mkdtemp(prefix="silod-test-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path)
 
 
 def modes_below(root: Path) -> dict[str, str]:

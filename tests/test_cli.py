@@ -9,7 +9,6 @@ import pwd
 import shutil
 import sqlite3
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -743,15 +742,6 @@ def test_a_database_holding_a_row_this_silod_cannot_read_is_not_served_backed_up
     assert not (tmp_path / "new-backup.db").exists()
     if command == "restore":
         assert revision_and_nodes(state_dir) == (0, [])
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory every user may enter (pytest's own temporary directories are private to the user running it)."""
-    path = Path(tempfile.mkdtemp(prefix="silod-test-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path)
 
 
 @pytest.mark.parametrize("database", ["unreadable to it", "readable by all, but not its to make private"])
