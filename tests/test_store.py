@@ -399,6 +399,34 @@ def test_options_a_change_retires_leave_no_byte_in_the_state_dir_files(tmp_path:
     assert SQLiteStore(tmp_path).load().datasets == (DATASET,)
 
 
+@pytest.mark.expected_warnings
+def test_retired_options_a_reader_keeps_in_the_log_are_erased_at_a_later_commit_once_it_is_done(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reader holding the database (an sqlite3 shell, a backup) kept the log from being emptied, and nothing
+    tried again: the retired secret stayed in silod.db-wal for good, without a word."""
+    secret = b"sv=2026-11-28&sig=0ld5ecret"
+    store = SQLiteStore(tmp_path)
+    leaked = replace(DATASET, options={"sas_token": secret.decode()})
+    store.commit([Commit(1, Change(datasets_put=(leaked,), manifest=(DATASET.uri, b"M")), [("n1", b"set " + secret)])])
+    reader = sqlite3.connect(f"{(tmp_path / 'silod.db').as_uri()}?mode=ro", uri=True, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM events").fetchone()  # holds the log as of revision 1
+
+    store.commit([Commit(2, Change(datasets_put=(DATASET,), forgets_earlier_events=True), [("n1", b"set new")])])
+    assert "still hold retired dataset options" in caplog.text
+    assert any(secret in data for data in files_of(tmp_path).values())
+    store.commit([Commit(3, Change(), [("n1", b"3")])])  # the reader still holds it: tried again, quietly
+    assert caplog.text.count("still hold retired dataset options") == 1
+
+    reader.execute("COMMIT")
+    reader.close()
+    store.commit([Commit(4, Change(), [("n1", b"4")])])
+    assert [name for name, data in files_of(tmp_path).items() if secret in data] == []
+    assert "no longer holds retired dataset options" in caplog.text
+    store.close()
+
+
 def test_a_revision_of_another_history_is_not_resumed_from_the_log(make_store: StoreFactory) -> None:
     store = make_store()
     store.commit([Commit(1, Change(nodes_put=(NODE,)), [("n1", b"event-1")])])

@@ -35,6 +35,8 @@ from silodlib.directories import fsync_directory, make_directory
 
 SCHEMA_VERSION = 5
 _PRUNE_EVERY = 1024
+_BUSY_TIMEOUT_MS = 5000  # sqlite3.connect's default: how long a statement waits for a lock
+_ERASE_WAIT_MS = 100  # how long emptying the log after forgotten events waits for readers (`_erase_forgotten`)
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,7 @@ class SQLiteStore:
         self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._retained = retained_revisions
         self._next_prune = _PRUNE_EVERY
+        self._log_holds_forgotten = False  # the log's frames may hold forgotten events (see `_erase_forgotten`)
         self.history = new_history()
 
     def _open(self, path: Path, refused: str) -> None:
@@ -153,7 +156,7 @@ class SQLiteStore:
         version = schema_version(path, refused)
         # One connection writes (from the committing thread), one reads (from the event loop): with WAL the
         # reader sees only committed transactions, never a batch that is still being written.
-        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=_BUSY_TIMEOUT_MS / 1000)
         self._upgrading_from: int | None = None  # the schema version found, while its upgrade is not committed
         try:
             db.execute("PRAGMA journal_mode=WAL")  # a silod of every schema made its database so: no change
@@ -260,8 +263,8 @@ class SQLiteStore:
         self._history_written = True
         if last >= self._next_prune:
             self._next_prune = last + _PRUNE_EVERY
-        if forgotten:
-            self._erase_log()  # the log's older frames hold the forgotten events' pages as they were
+        if forgotten or self._log_holds_forgotten:
+            self._erase_forgotten()
 
     def _forget_events(self, floor: int) -> None:
         """In the transaction under way, delete the events up to revision `floor` (and the histories that ended
@@ -273,6 +276,29 @@ class SQLiteStore:
         self._db.execute("DELETE FROM events WHERE revision <= ?", (floor,))
         self._db.execute("DELETE FROM histories WHERE last_revision < ?", (floor,))
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('event_floor', ?)", (floor,))
+
+    def _erase_forgotten(self) -> None:
+        """Empty the write-ahead log after events were forgotten: its older frames hold their pages as they were (old
+        options, which may be credentials), and until a checkpoint has copied the zeroed pages over the database's,
+        so does the database. A reader holding the database (an `sqlite3` shell, a backup of a large state) keeps
+        both: then the log is emptied at a later commit, once the reader is done, with a WARNING now and a line when
+        done. The try waits at most `_ERASE_WAIT_MS` for readers, so that commits do not wait on one."""
+        self._db.execute(f"PRAGMA busy_timeout={_ERASE_WAIT_MS}")
+        try:
+            erased = self._erase_log()
+        finally:
+            self._db.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+        if erased and self._log_holds_forgotten:
+            log.info("the state's write-ahead log %s-wal no longer holds retired dataset options", self._path)
+        elif not erased and not self._log_holds_forgotten:
+            log.warning(
+                "the state's write-ahead log %s-wal, and %s, still hold retired dataset options (they may be "
+                "credentials): a reader holds the database (an sqlite3 shell, a backup); they are overwritten at a "
+                "later change once it is done",
+                self._path,
+                self._path.name,
+            )
+        self._log_holds_forgotten = not erased
 
     def _erase_log(self) -> bool:
         """Empty the write-ahead log, once what it holds that was committed is in the database; True if it is empty.
