@@ -134,8 +134,12 @@ def upload(storage: DemoStorage, jobs: tuple[DemoJob, ...]) -> None:
 # ---- the node agent ----
 
 
+class NodeDidNotMount(Exception):
+    """The demo's node agent stopped, or did not mount in time; the message says why."""
+
+
 class DemoNode:
-    """`silod node` as a child process with its mount under `root`."""
+    """`silod node` as a child process with its mount under `root`; NodeDidNotMount if it does not mount."""
 
     def __init__(self, root: Path, datamgr: str, cache_capacity: int) -> None:
         self.mountpoint = root / "mnt"
@@ -151,9 +155,18 @@ class DemoNode:
             self.process = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while not os.path.ismount(self.mountpoint):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the node agent did not mount; its log:\n{self.log_path.read_text()}")
+            if self.process.poll() is not None:
+                raise NodeDidNotMount(self._reason())
+            if time.monotonic() > deadline:
+                self.stop()  # not yet on the demo's stack of things to tear down
+                raise NodeDidNotMount("it was not mounted after 60 s")
             time.sleep(0.1)
+
+    def _reason(self) -> str:
+        """The line in which the agent said why it stopped (`silod node: ...`), else its log's last line."""
+        lines = [line for line in self.log_path.read_text(errors="replace").splitlines() if line.strip()]
+        said = [line.removeprefix("silod node: ") for line in lines if line.startswith("silod node: ")]
+        return (said or lines or ["its log is empty"])[-1]
 
     def stats(self) -> dict[str, Any]:
         try:
@@ -292,6 +305,9 @@ def run_demo(backend: str = "azurite", short: bool = False) -> int:
     except KeyboardInterrupt:
         say("\ninterrupted: everything is torn down and unmounted")
         return 130
+    except NodeDidNotMount as exc:  # no FUSE for this user, most often: the agent's one line says which fix
+        say(f"silod demo: the node agent did not mount: {exc}")
+        return 1
 
 
 def _run(stack: contextlib.ExitStack, backend: str, scale: Scale) -> int:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import logging
@@ -17,6 +18,7 @@ import trio
 
 from fuseclient.access import AccessTracker
 from fuseclient.cache import DatasetCache, NoCache
+from fuseclient.fuse_refusals import user_name
 from fuseclient.mounted import MountedDataset, MountedJob, MountState
 from fuseclient.privacy import PRIVATE_DIRECTORY, PRIVATE_FILE, make_private
 from fuseclient.readahead import DEFAULT_READ_AHEAD
@@ -79,6 +81,22 @@ def lock_cache_dir(cache_dir: Path) -> int:
     return fd
 
 
+def cache_dir_refusal(cache_dir: Path, exc: OSError) -> str:
+    """Why `cache_dir` cannot be used, `exc` being what making, locking or making private it or a file in it raised:
+    the file (when not the cache dir itself) and the reason, and for a permission refused, what to do. A cache dir or
+    lock file an earlier daemon run as another user (root) left is the usual cause."""
+    said = exc.strerror or str(exc)
+    if exc.filename and str(exc.filename) != str(cache_dir) and str(exc.filename) not in said:
+        said = f"{exc.filename}: {said}"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        user = user_name(os.geteuid())
+        said += (
+            f"; give the cache dir and its files to the user silod runs as (chown -R {user} {cache_dir}), or run "
+            "silod as the user that owns them"
+        )
+    return f"cannot use --cache-dir {cache_dir}: {said}"
+
+
 def make_cache_dir_private(cache_dir: Path, node_id: str | None = None) -> None:
     """Make `cache_dir` (if missing) and its lock file private to this user (`privacy`), logging what had to be made
     so (a field `node_id` for a node agent's); `MountError` if it cannot be. Called in the daemon, so that a detached
@@ -97,7 +115,7 @@ def make_cache_dir_private(cache_dir: Path, node_id: str | None = None) -> None:
         with contextlib.suppress(FileNotFoundError):  # made by `lock_cache_dir`, which a caller may not have taken
             was[lock_file] = make_private(lock_file, os.stat(lock_file).st_mode)
     except OSError as exc:
-        raise MountError(f"cannot use --cache-dir {cache_dir}: {exc.strerror or exc}") from None
+        raise MountError(cache_dir_refusal(cache_dir, exc)) from None
     loose = ", ".join(f"{path} (was {bits:04o})" for path, bits in was.items() if bits is not None)
     if loose:
         log.info("made private to this user (0700 for directories, 0600 for files): %s", loose, extra=ids)

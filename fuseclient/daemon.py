@@ -1,5 +1,5 @@
-"""Process plumbing of the FUSE client: the mountpoint made ready (a dead mount detached, a live one refused),
-the open-file limit, detaching into a daemon with its log (reopened on SIGHUP), and unmounting."""
+"""Process plumbing of the FUSE client: the mountpoint made ready (a dead mount detached, a live one refused), who
+owns a mount, the open-file limit, detaching into a daemon with its log (reopened on SIGHUP), and unmounting."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import ctypes
 import errno
 import logging
 import os
+import re
 import resource
 import signal
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from fuseclient.readahead import NotMounted, mount_device
+from fuseclient.readahead import FSTYPE, MOUNTINFO, NotMounted, mount_device
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +96,39 @@ def has_silod_mount(mountpoint: Path) -> bool:
     return True
 
 
+def mount_owner(mountpoint: Path, mountinfo: Path = MOUNTINFO) -> int | None:
+    """The user id of whoever mounted the silod mount at `mountpoint` (the `user_id` the kernel's mount table shows
+    for a FUSE mount), or None if the table has no silod mount there. The mount stacked last wins, as the kernel
+    shows it."""
+    wanted = os.path.realpath(mountpoint)
+    owner = None
+    for line in mountinfo.read_text().splitlines():
+        fields, _, tail = line.partition(" - ")
+        parts, described = fields.split(), tail.split()
+        if len(parts) < 5 or len(described) < 3 or described[0] != FSTYPE or _unescape(parts[4]) != wanted:
+            continue
+        found = re.search(r"(?:^|,)user_id=(\d+)(?:,|$)", described[2])
+        owner = int(found.group(1)) if found else None
+    return owner
+
+
+def _unescape(field: str) -> str:
+    r"""A mountinfo path: the kernel writes space, tab, newline and backslash as octal escapes (\040)."""
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
+
+
+def open_log(log_file: Path) -> int:
+    """A descriptor appending to `log_file`, made 0600 when it is new; OSError if it cannot be opened for writing."""
+    return os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+
+
 def _log_to(log_file: Path) -> None:
     """Send this process's stdout and stderr (where its log handler writes) to the end of `log_file`."""
-    log_fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    _log_into(open_log(log_file))
+
+
+def _log_into(log_fd: int) -> None:
+    """Send this process's stdout and stderr to `log_fd`, which is closed."""
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.close(log_fd)
@@ -127,14 +158,17 @@ def unmount(mountpoint: Path, *, lazy: bool = False) -> None:
 
 
 def run_detached(
-    main: Callable[[ReadyCallback], None], log_file: Path, expected: tuple[type[Exception], ...] = ()
+    main: Callable[[ReadyCallback], None], log_file: Path, log_fd: int, expected: tuple[type[Exception], ...] = ()
 ) -> str | None:
-    """Run `main(on_ready)` in a daemon process. Returns None once it calls `on_ready`; if it dies first, why:
-    the message of an `expected` exception (logged as one line), or "" for anything else (its traceback is
-    in the log), so that the parent can tell the terminal what went wrong rather than only where to look."""
+    """Run `main(on_ready)` in a daemon process logging to `log_fd`, `log_file` opened (`open_log`, before this, so
+    that a log that cannot be written is refused on the terminal); `log_fd` is closed here. Returns None once `main`
+    calls `on_ready`; if it dies first, why: the message of an `expected` exception (logged as one line), or "" for
+    anything else (its traceback is in the log), so that the parent can tell the terminal what went wrong rather
+    than only where to look."""
     ready_read, ready_write = os.pipe()
     pid = os.fork()
     if pid:
+        os.close(log_fd)
         os.close(ready_write)
         with os.fdopen(ready_read, "rb") as pipe:
             signal_byte = pipe.read(1)
@@ -147,7 +181,7 @@ def run_detached(
     os.setsid()
     null_fd = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null_fd, 0)
-    _log_to(log_file)
+    _log_into(log_fd)
     signal.signal(signal.SIGHUP, lambda signum, frame: _reopen_log(log_file))
     pending = [ready_write]  # the pipe, until the parent has been told how the start went
 

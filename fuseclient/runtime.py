@@ -19,6 +19,7 @@ import trio
 from fuseclient.assembly import MountConfig, MountError, build_state
 from fuseclient.daemon import ReadyCallback, prepare_mountpoint, raise_open_file_limit, return_freed_buffers
 from fuseclient.fs import SilodFS
+from fuseclient.fuse_refusals import fuse_refusal, kernel_refusal, may_mount_directly
 from fuseclient.metrics import MountMetrics
 from fuseclient.mounted import MountState
 from fuseclient.privacy import PRIVATE_FILE
@@ -49,6 +50,16 @@ class ServeSettings(Protocol):
     def metrics_port(self) -> int | None: ...  # None: no /metrics
 
 
+def check_fuse(mountpoint: Path, allow_other: bool) -> None:
+    """MountError, naming the cause and the fix, if FUSE would refuse to mount at `mountpoint` for this process
+    (`fuse_refusal`: /dev/fuse it cannot open, and for a user other than root a mountpoint it cannot write or
+    --allow-other without `user_allow_other`). A daemon checks before it lists datasets or registers its node, so
+    that such a refusal costs nothing and changes nothing."""
+    refusal = fuse_refusal(mountpoint, allow_other, uid=os.getuid(), direct=may_mount_directly())
+    if refusal is not None:
+        raise MountError(refusal)
+
+
 async def serve(config: MountConfig, on_ready: ReadyCallback = lambda: None) -> None:
     """Mount standalone, serve until SIGTERM/SIGINT or an external unmount, then unmount and close."""
     await run_filesystem(config, await build_state(config), on_ready=on_ready)
@@ -71,7 +82,8 @@ async def run_filesystem(
     /metrics, when asked for, is served on all interfaces (node metrics hold no secrets, and Prometheus
     scrapes nodes from elsewhere), with `reconnects` counting the node agent's watch reconnects. `node_id` is
     the node a managed mount serves, a field of its log lines. The mount state may change while served (the
-    node agent adds and removes jobs); every dataset still open at the end is closed.
+    node agent adds and removes jobs); every dataset still open at the end is closed. A mount FUSE refuses raises
+    MountError with the reason in one line (`check_fuse`, else libfuse's own line), nothing mounted.
     """
     mountpoint, read_ahead, metrics_port = settings.mountpoint, settings.read_ahead, settings.metrics_port
     ids = log_ids(node_id=node_id)
@@ -81,6 +93,7 @@ async def run_filesystem(
     if settings.allow_other:
         options.add("allow_other")
     prepare_mountpoint(mountpoint)
+    check_fuse(mountpoint, settings.allow_other)
     _remove_earlier_statistics(settings.cache_dir / STATS_FILE, ids)
     metrics = None
     if metrics_port is not None:
@@ -90,7 +103,11 @@ async def run_filesystem(
             log.info("metrics at http://%s:%d/metrics", METRICS_HOST, port, extra=ids)
         except MetricsPortError as exc:  # before mounting: the daemon stops with the reason, nothing mounted
             raise MountError(str(exc)) from None
-    pyfuse3.init(SilodFS(mount), str(mountpoint), options)
+    refused = kernel_refusal(lambda: pyfuse3.init(SilodFS(mount), str(mountpoint), options))
+    if refused is not None:  # a refusal `check_fuse` does not foresee: libfuse's own line says why
+        if metrics is not None:
+            metrics.close()
+        raise MountError(refused)
     log.info("mounted %s with jobs %s", mountpoint, ", ".join(mount.jobs) or "(none yet)", extra=ids)
     unmounted_outside = False
     try:

@@ -4,6 +4,8 @@ is `fuse_parser`'s; `silod umount` is `umount`'s)."""
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +15,7 @@ import trio
 from datamgr.entities import InvalidArgument
 from datamgr.validation import check_chunk_size, check_dataset_uri, check_id
 from fuseclient import agent, assembly, daemon, runtime
+from fuseclient.fuse_refusals import user_name
 from fuseclient.privacy import PRIVATE_DIRECTORY
 from silodcli.security_flags import client_flags
 from silodlib.backends import InvalidBackendOption, NoSuchObject, open_backend
@@ -24,8 +27,29 @@ def _check_mountpoint(field: str, path: Path) -> None:
     try:
         daemon.prepare_mountpoint(path)
     except OSError as exc:
-        reason = "is not a directory" if isinstance(exc, (FileNotFoundError, NotADirectoryError)) else exc.strerror
-        raise InvalidArgument(f"{field} {path} {reason}") from None
+        raise InvalidArgument(_mountpoint_refusal(field, path, exc, os.getuid(), daemon.mount_owner(path))) from None
+
+
+def _mountpoint_refusal(field: str, path: Path, exc: OSError, uid: int, owner: int | None) -> str:
+    """Why `path` cannot be a mountpoint, `exc` being what preparing it raised for user `uid`, and `owner` whoever
+    mounted the silod mount the kernel's table shows there (None: none). A FUSE mount, live or dead, refuses every
+    user but its owner (and, for a live one with --allow-other, those allowed in), root included."""
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        return f"{field} {path} is not a directory"
+    if exc.errno == errno.EBUSY:
+        return f"{field} {path} {exc.strerror}"  # "is a live silod mount; unmount it first (...)"
+    if exc.errno not in (errno.EACCES, errno.EPERM):
+        return f"{field} {path} cannot be checked (listing it: {exc.strerror})"
+    if owner is not None and owner != uid:
+        name = user_name(owner)
+        return (
+            f"{field} {path} cannot be checked (listing it: {exc.strerror}): it is a silod mount of {name}'s, live or "
+            f"dead, which only {name} can unmount: as {name}, run silod umount {path} (or fusermount3 -u {path})"
+        )
+    return (
+        f"{field} {path} cannot be checked (listing it: {exc.strerror}): give {user_name(uid)} read access "
+        f"to it; if it is another user's mount, live or dead, that user can unmount it (fusermount3 -u {path})"
+    )
 
 
 def _check_backend(uri: str, options: dict[str, str]) -> None:
@@ -79,9 +103,7 @@ def run_mount(args: argparse.Namespace) -> int:
     except InvalidArgument as exc:
         print(f"silod mount: {exc}", file=sys.stderr)
         return 2
-    return _run_daemon(
-        args, "mount", config.cache_dir, "mount.log", lambda ready: trio.run(runtime.serve, config, ready)
-    )
+    return _run_daemon(args, "mount", config, "mount.log", lambda ready: trio.run(runtime.serve, config, ready))
 
 
 def run_node(args: argparse.Namespace) -> int:
@@ -106,9 +128,7 @@ def run_node(args: argparse.Namespace) -> int:
     except (InvalidArgument, SecurityConfigError) as exc:
         print(f"silod node: {exc}", file=sys.stderr)
         return 2
-    return _run_daemon(
-        args, "node", config.cache_dir, "node.log", lambda ready: trio.run(agent.run_agent, config, ready)
-    )
+    return _run_daemon(args, "node", config, "node.log", lambda ready: trio.run(agent.run_agent, config, ready))
 
 
 # What a daemon that cannot start as configured raises, with a message that says why (no traceback needed).
@@ -118,13 +138,16 @@ _EXPECTED_FAILURES = (agent.AgentError, assembly.MountError)
 def _run_daemon(
     args: argparse.Namespace,
     command: str,
-    cache_dir: Path,
+    settings: runtime.ServeSettings,
     log_name: str,
     serve: Callable[[daemon.ReadyCallback], None],
 ) -> int:
-    """Take the cache directory (exit 2 if another daemon has it), then serve in the foreground, or detach
-    once the mount is live (exit 1, naming the log, if it is not). The lock's descriptor stays open for as
-    long as this process, or the detached daemon it forks, serves."""
+    """Take the cache directory (exit 2 if another daemon has it, or it cannot be used) and open the log (exit 2 if
+    it cannot be written), then serve in the foreground, or detach once the mount is live (exit 1, naming the log,
+    if it is not). The lock's descriptor stays open for as long as this process, or the detached daemon it forks,
+    serves. A mount FUSE would refuse is refused first thing in the daemon, before any dataset is listed or any
+    node registered."""
+    cache_dir = settings.cache_dir
     try:
         make_directory(cache_dir, PRIVATE_DIRECTORY)  # the daemon logs a cache dir it has to make private
         assembly.lock_cache_dir(cache_dir)  # never closed: the lock lasts as long as the serving process
@@ -132,19 +155,41 @@ def _run_daemon(
         print(f"silod {command}: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a path under /proc, a file in the way, a read-only file system, no permission
-        print(f"silod {command}: cannot use --cache-dir {cache_dir}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"silod {command}: {assembly.cache_dir_refusal(cache_dir, exc)}", file=sys.stderr)
         return 2
-    default_log = cache_dir / log_name
+
+    def checked_serve(ready: daemon.ReadyCallback) -> None:
+        runtime.check_fuse(settings.mountpoint, settings.allow_other)
+        serve(ready)
+
     if args.foreground:
         try:
-            serve(lambda: None)
+            checked_serve(lambda: None)
         except _EXPECTED_FAILURES as exc:
             print(f"silod {command}: {exc}", file=sys.stderr)
             return 1
         return 0
-    log_file = args.log_file or default_log
-    failure = daemon.run_detached(serve, log_file, _EXPECTED_FAILURES)
+    log_file = args.log_file or cache_dir / log_name
+    try:
+        log_fd = daemon.open_log(log_file)
+    except OSError as exc:  # before detaching: the child would die of it, and name a log it never wrote
+        print(f"silod {command}: {_log_refusal(log_file, exc)}", file=sys.stderr)
+        return 2
+    failure = daemon.run_detached(checked_serve, log_file, log_fd, _EXPECTED_FAILURES)
     if failure is None:
         return 0
     print(f"silod {command}: {failure or 'the mount did not start'}; see {log_file}", file=sys.stderr)
     return 1
+
+
+def _log_refusal(log_file: Path, exc: OSError) -> str:
+    """Why the daemon cannot log to `log_file` (`--log-file`, or CACHE_DIR/mount.log or node.log), and what to do."""
+    said = exc.strerror or str(exc)
+    user = user_name(os.geteuid())
+    if exc.errno in (errno.EACCES, errno.EPERM) and os.path.lexists(log_file):
+        fix = f"give the file to {user} (chown {user} {log_file}), or choose another --log-file"
+    elif exc.errno in (errno.EACCES, errno.EPERM):
+        fix = f"choose a --log-file in a directory {user} can write"
+    else:
+        fix = f"choose a --log-file {user} can write, in a directory that exists"
+    return f"cannot write the log {log_file}: {said}; {fix}"

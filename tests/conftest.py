@@ -51,7 +51,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_access", "test_backend_uris", "test_backoff", "test_baselines", "test_compiled", "test_deploy_model",
         "test_fitgpp", "test_fitgpp_sim", "test_hived", "test_hived_policy",
         "test_greedy", "test_journal", "test_layout", "test_lifecycle", "test_manager", "test_manifest", "test_perf",
-        "test_node_agents", "test_failure_log",
+        "test_node_agents", "test_failure_log", "test_fuse_refusals",
         "test_policies", "test_policy_conformance", "test_registry", "test_sim_cli", "test_sim_engine",
         "test_sim_floor", "test_sim_inputs", "test_sim_internals", "test_sim_preemption",
         "test_scrub", "test_sim_report", "test_sim_sweep", "test_snapshot", "test_state", "test_store", "test_throttle",

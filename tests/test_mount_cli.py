@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import subprocess
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from datamgr.devservers import free_port
 from tests import polling
-from tests.datamgr_fixtures import silod_cli
+from tests.datamgr_fixtures import SILOD, silod_cli
 from tests.disks import TmpfsFactory, fill_up
 from tests.storage_servers import DatasetTarget, DatasetTargetFactory
 
@@ -329,3 +330,93 @@ def test_umount_refuses_a_mount_of_another_file_system(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "silod umount: /proc is not a silod mount; nothing unmounted" in result.stderr
     assert Path("/proc/self").exists()
+
+
+def _without_fuse(tmp_path: Path, how: str) -> list[str]:
+    """A command prefix running `silod` in a mount namespace of its own where /dev/fuse is `how`: "unopenable" (an
+    empty file bound read-only over it: EROFS, as root cannot be refused EACCES) or "not-fuse" (/dev/null bound
+    over it: it opens, and the kernel refuses the mount)."""
+    if how == "unopenable":
+        empty = tmp_path / "no-fuse"
+        empty.touch()
+        setup = f"mount --bind {empty} /dev/fuse && mount -o remount,bind,ro /dev/fuse"
+    else:
+        setup = "mount --bind /dev/null /dev/fuse"
+    return ["unshare", "-m", "sh", "-c", f'{setup} && exec "$@"', "sh", *SILOD]
+
+
+def _run(prefix: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*prefix, *args], capture_output=True, text=True, timeout=60)
+
+
+UNOPENABLE = "cannot open /dev/fuse: Read-only file system; FUSE needs it readable and writable by root"
+NOT_FUSE = "the kernel refused the FUSE mount (fuse_session_mount failed): fuse: mount failed: Invalid argument"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="binds over /dev/fuse in a mount namespace of its own")
+@pytest.mark.parametrize(("how", "reason"), [("unopenable", UNOPENABLE), ("not-fuse", NOT_FUSE)])
+@pytest.mark.parametrize("detached", [False, True], ids=["foreground", "detached"])
+def test_a_mount_fuse_refuses_says_why_in_one_line_on_the_terminal_and_in_the_log(
+    tmp_path: Path, dataset: str, how: str, reason: str, detached: bool
+) -> None:
+    mountpoint, cache = tmp_path / "mnt", tmp_path / "cache"
+    mountpoint.mkdir()
+    argv = ["mount", str(mountpoint), "--cache-dir", str(cache), "--job", f"j={dataset}"]
+    result = _run(_without_fuse(tmp_path, how), *argv, *([] if detached else ["--foreground"]))
+    assert result.returncode == 1, result.stderr
+    said = [line for line in result.stderr.splitlines() if "INFO" not in line]  # the foreground's log lines
+    assert said == [f"silod mount: {reason}" + (f"; see {cache / 'mount.log'}" if detached else "")], result.stderr
+    if detached:
+        log = (cache / "mount.log").read_text()
+        assert f"ERROR fuseclient.daemon: mount failed: {reason}" in log and "Traceback" not in log, log
+    assert not os.path.ismount(mountpoint)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="binds over /dev/fuse in a mount namespace of its own")
+def test_a_node_agent_without_fuse_says_why_before_it_calls_its_data_manager(tmp_path: Path) -> None:
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    nobody = f"127.0.0.1:{free_port()}"  # no data manager: the agent stops before it would wait for one
+    argv = ["node", "--datamgr", nobody, "--node-id", "n1", "--mountpoint", str(mountpoint)]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--cache-capacity", "1GiB", "--allow-other"]
+    result = _run(_without_fuse(tmp_path, "unopenable"), *argv)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == f"silod node: {UNOPENABLE}; see {tmp_path / 'cache' / 'node.log'}\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="binds over /dev/fuse in a mount namespace of its own")
+def test_the_demo_without_fuse_says_why_the_node_agent_did_not_mount_not_a_traceback(tmp_path: Path) -> None:
+    result = _run(_without_fuse(tmp_path, "unopenable"), "demo", "--backend", "file", "--short")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"silod demo: the node agent did not mount: {UNOPENABLE}" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "under-proc"])
+def test_a_log_file_that_cannot_be_written_exits_2_naming_it_before_detaching(
+    tmp_path: Path, dataset: str, where: str
+) -> None:
+    (tmp_path / "a-file").touch()
+    log_file = tmp_path / "a-file" / "mount.log" if where == "under-a-file" else Path("/proc/silod-mount.log")
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    argv = ["--cache-dir", str(tmp_path / "cache"), "--job", f"j={dataset}", "--log-file", str(log_file)]
+    result = silod_cli("mount", str(mountpoint), *argv)
+    assert result.returncode == 2, result.stderr
+    strerror = "Not a directory" if where == "under-a-file" else "No such file or directory"
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    assert result.stderr == (
+        f"silod mount: cannot write the log {log_file}: {strerror}; choose a --log-file {user} can write, in a "
+        "directory that exists\n"
+    )
+    assert not os.path.ismount(mountpoint) and not _daemons(mountpoint)
+
+
+def test_a_cache_dir_whose_lock_file_cannot_be_opened_exits_2_naming_the_file(tmp_path: Path, dataset: str) -> None:
+    cache = tmp_path / "cache"
+    (cache / "silod.lock").mkdir(parents=True)  # what root cannot open, as a user cannot open root's lock file
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    result = silod_cli("mount", str(mountpoint), "--cache-dir", str(cache), "--job", f"j={dataset}")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == f"silod mount: cannot use --cache-dir {cache}: {cache / 'silod.lock'}: Is a directory\n"
