@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import trio
 from bitarray import bitarray
-from bitarray.util import count_and
+from bitarray.util import count_and, zeros
 
 _BUCKETS_PER_WINDOW = 50
 
@@ -47,6 +47,17 @@ OVERLAP_MAX_UNREAD_SHARE = 0.25
 MIN_OVERLAP_ACCESSES = 64
 
 
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """How `AccessTracker.count` counted an access."""
+
+    epoch: int
+    """The epoch it counts in (the old one for a straggler of an overlap); settle a pending access with it."""
+    new: bool
+    """It counted its item in `epoch`, whose bytes it adds to; False for a retry of a failed read of the item's
+    file and for an access joining a pending one to the item (the item counts once)."""
+
+
 class AccessTracker:
     """The items one job has read in its current epoch, and its epoch count.
 
@@ -70,31 +81,57 @@ class AccessTracker:
     complete, and progress counted, at that share of the items.
 
     Statistics describe the pass in progress: during an overlap, the next one (the old pass has only its
-    stragglers left, already in flight). Call `record` once per access to an item, not once per read(2).
+    stragglers left, already in flight). Call `count` (or `record`) once per access to an item, not once per
+    read(2).
 
     An access is known at the open, but whether it delivers the item only once the open's reads return: a pass
     whose reads all failed (storage refused them, the network was down) delivered nothing and is no epoch. So an
-    access may be recorded `pending`: it counts in its pass as any other (it is read, progress counts it), but
+    access may be counted `pending`: it counts in its pass as any other (it is read, progress counts it), but
     the pass does not complete while one of its accesses is pending, and the access is then either delivered
     (`deliver`) or, its reads having failed, taken back (`take_back`): the item is unread in its pass again, and
     the job's retry of it counts there as its first access, even where the next pass has read the item during
     an overlap (not the next pass repeating). An epoch that ends otherwise (the job is on its next pass) ends
     with its pending accesses as they are.
+
+    Two kinds of access read an item again in its pass without being the next pass: they neither end the epoch
+    nor open an overlap, and count nothing new (`Counted.new` is False: the epoch counts the item's bytes once).
+
+    - A *retry*. A loader retries a failed read by opening the file again and reading it from the start, so the
+      chunks of a large file that the failed open had delivered are read again in the same pass: as repeats with
+      most of the pass unread, they ended the epoch (4 passes of 8 chunked files with one outage: 4.75 epochs).
+      So a failed access (`take_back`, whether or not it undoes anything) marks each item of its file in its
+      epoch, and the next access to a marked item that the epoch has read is the retry (it uses the mark up; an
+      access to a marked item the epoch has not read counts as usual, and clears the mark). Marks are per item and
+      used up, not per file for the rest of the epoch, so that the next pass reading the file is a repeat again;
+      they go with their epoch.
+    - A *join*. Opens of an item at the same time (a loader's threads reading one file) are accesses to one
+      delivery, not passes: each open after the first was a repeat, and 8 opens of a file whose reads storage
+      refused counted 8 epochs. So an access to an item whose access is pending joins it where a repeat would not
+      be the next pass's read: during an overlap, an item whose access in the next pass is pending; an item
+      marked for a retry; and while more than `OVERLAP_MAX_UNREAD_SHARE` of the epoch is unread (where a repeat
+      would end the epoch). The item is delivered when any joined access delivers it, and taken back only when
+      all of them failed. Near the end of a pass, a repeat of an item still pending is the next pass's read of an
+      item whose read in the old pass has not returned (a loader's workers overlap the passes, and the kernel sends
+      the release of an open it served from its page cache after close() returns): it opens an overlap as before.
+
+    A retry that runs past the end of its pass while the next pass reads the same file can still end the next
+    epoch early: the tracker sees items, not which pass an open belongs to.
     """
 
     def __init__(self, item_count: int, share: float = 1.0) -> None:
         if item_count < 1:
             raise ValueError(f"item_count must be >= 1, got {item_count}")
-        self._read = bitarray(item_count)  # the epoch's items read
-        self._read.setall(0)
+        self._read = zeros(item_count)  # the epoch's items read
         self._items_read = 0
-        self._next = bitarray(item_count)  # during an overlap, the next pass's items read
-        self._next.setall(0)
+        self._next = zeros(item_count)  # during an overlap, the next pass's items read
         self._next_read = 0
-        self._pending: set[int] = set()  # the epoch's items whose access is pending
-        self._next_pending: set[int] = set()  # during an overlap, the next pass's
-        self._taken_back = bitarray(item_count)  # the epoch's items unread again: their accesses were taken back
-        self._taken_back.setall(0)
+        # Items whose access is pending, with how many accesses joined in it: the epoch's, and during an
+        # overlap the next pass's.
+        self._pending: dict[int, int] = {}
+        self._next_pending: dict[int, int] = {}
+        # Items whose next access is a failed read's retry (their file's read failed): the epoch's, the next pass's.
+        self._retry = zeros(item_count)
+        self._next_retry = zeros(item_count)
         self._closed_epochs = 0
         self._accesses = 0
         self._overlap_start: int | None = None  # access count at the repeat that opened the overlap
@@ -130,18 +167,37 @@ class AccessTracker:
         return self._overlap_start is not None
 
     def record(self, item: int, *, pending: bool = False) -> int:
-        """Note an access to `item`; return the epoch it counts in (the old one for a straggler of an overlap).
-        `pending`: the access has yet to deliver the item; `deliver` or `take_back` it with that epoch.
-        O(1), except that ending an epoch clears two bitsets (item_count / 8 bytes each)."""
+        """`count`'s epoch, for a caller that keeps no byte counts."""
+        return self.count(item, pending=pending).epoch
+
+    def count(self, item: int, *, pending: bool = False) -> Counted:
+        """Note an access to `item`: the epoch it counts in (the old one for a straggler of an overlap), and whether
+        it counted the item there anew (not a retry nor a join). `pending`: the access has yet to deliver the item;
+        `deliver` or `take_back` it with that epoch. O(1), except that ending an epoch clears two bitsets
+        (item_count / 8 bytes each)."""
         if not 0 <= item < len(self._read):
             raise IndexError(f"item {item} is outside 0..{len(self._read) - 1}")
+        epoch = self._closed_epochs + 1
+        if self._overlapping:
+            if item in self._next_pending:
+                return self._join(self._next_pending, item, epoch + 1, pending)
+            if self._next[item] and self._next_retry[item]:
+                self._next_retry[item] = 0
+                return Counted(epoch + 1, new=False)
+        if self._read[item] and self._retry[item]:
+            self._retry[item] = 0
+            if item in self._pending:
+                return self._join(self._pending, item, epoch, pending)
+            return Counted(epoch, new=False)
+        if item in self._pending and not self._overlapping and self._repeat_ends_epoch():
+            return self._join(self._pending, item, epoch, pending)
         self._accesses += 1
-        if self._overlapping and self._next[item] and not self._taken_back[item]:
+        if self._overlapping and self._next[item] and not self._retry[item]:
             self._end_epoch()  # the next pass repeats too: the old one is over (not a retry of the old one's)
         if not self._overlapping:
             if not self._read[item]:
                 return self._count_in_epoch(item, pending)
-            if self._expected - self._items_read > OVERLAP_MAX_UNREAD_SHARE * self._expected:
+            if self._repeat_ends_epoch():
                 self._end_epoch()
                 return self._count_in_epoch(item, pending)
             self._overlap_start = self._last_straggler = self._accesses
@@ -149,40 +205,54 @@ class AccessTracker:
         if not self._read[item]:
             self._last_straggler = self._accesses
             return self._count_in_epoch(item, pending)
-        epoch = self._count_in_next(item, pending)
+        counted = self._count_in_next(item, pending)
         if self._stragglers_done():
             self._end_epoch()
-        return epoch
+        return counted
 
     def deliver(self, item: int, epoch: int) -> None:
         """A pending access to `item` counted in `epoch` delivered the item; it may complete the pass."""
-        self._pending_set(epoch).discard(item)
-        self._end_if_complete()
+        live = self._live(epoch)
+        if live is not None:
+            live[0].pop(item, None)
+            self._end_if_complete()
 
-    def take_back(self, item: int, epoch: int) -> bool:
-        """Undo a pending access to `item` counted in `epoch`, whose reads failed. False if there is none to undo:
-        its epoch has ended, or it was settled already."""
-        pending = self._pending_set(epoch)
-        if item not in pending:
+    def take_back(self, item: int, epoch: int, *, file_items: range | None = None) -> bool:
+        """An access to `item` counted in `epoch` failed: its reads did not deliver the item. Returns whether that
+        undid the item's access: it was pending and every access joined in it has failed (False also once its
+        epoch has ended, or the item was delivered). While that epoch lasts, the next access to each of
+        `file_items` (the items of the file `item` is a chunk of; default `item` alone) that the epoch has read
+        is the loader's retry of the file. O(1), but for marking `file_items` (len(file_items) / 8 bytes)."""
+        live = self._live(epoch)
+        if live is None:
             return False
-        pending.remove(item)
+        pending, retry = live
+        marked = range(item, item + 1) if file_items is None else file_items
+        if item not in marked:
+            raise ValueError(f"item {item} is not one of file_items {marked}")
+        retry[marked.start : marked.stop] = 1
+        joined = pending.get(item, 0)
+        if joined != 1:
+            if joined:
+                pending[item] = joined - 1
+            return False
+        del pending[item]
         if epoch == self._closed_epochs + 1:
             self._read[item] = 0
             self._items_read -= 1
-            self._taken_back[item] = 1
             self._end_if_complete()  # with a share, the rest may be a whole pass
         else:
             self._next[item] = 0
             self._next_read -= 1
         return True
 
-    def _pending_set(self, epoch: int) -> set[int]:
-        """The pending accesses of `epoch`: an empty set no one keeps for an epoch that has ended."""
+    def _live(self, epoch: int) -> tuple[dict[int, int], bitarray] | None:
+        """The pending accesses and the retry marks of `epoch`; None for an epoch that has ended (or not begun)."""
         if epoch == self._closed_epochs + 1:
-            return self._pending
+            return self._pending, self._retry
         if epoch == self._closed_epochs + 2 and self._overlapping:
-            return self._next_pending
-        return set()
+            return self._next_pending, self._next_retry
+        return None
 
     def statistics(self, cached: bitarray, throughput_bytes_per_sec: float) -> AccessStats:
         """The job's pass in progress, its progress and cache use, given the node's cached-items bitset for
@@ -221,22 +291,37 @@ class AccessTracker:
         quiet = self._accesses - self._last_straggler
         return quiet > max(MIN_OVERLAP_ACCESSES, self._last_straggler - self._overlap_start)
 
-    def _count_in_epoch(self, item: int, pending: bool) -> int:
+    def _repeat_ends_epoch(self) -> bool:
+        """Whether so much of the epoch is unread that a repeat is the job's next pass, not an overlap."""
+        return self._expected - self._items_read > OVERLAP_MAX_UNREAD_SHARE * self._expected
+
+    def _join(self, pending: dict[int, int], item: int, epoch: int, still_pending: bool) -> Counted:
+        """Join an access to `item` to the one pending in `epoch`: one more to settle, or, if it delivered the
+        item already, the item delivered."""
+        if still_pending:
+            pending[item] += 1
+        else:
+            del pending[item]
+            self._end_if_complete()
+        return Counted(epoch, new=False)
+
+    def _count_in_epoch(self, item: int, pending: bool) -> Counted:
         epoch = self._closed_epochs + 1
         self._read[item] = 1
         self._items_read += 1
-        self._taken_back[item] = 0
+        self._retry[item] = 0
         if pending:
-            self._pending.add(item)
+            self._pending[item] = 1
         self._end_if_complete()
-        return epoch
+        return Counted(epoch, new=True)
 
-    def _count_in_next(self, item: int, pending: bool) -> int:
+    def _count_in_next(self, item: int, pending: bool) -> Counted:
         self._next[item] = 1
         self._next_read += 1
+        self._next_retry[item] = 0
         if pending:
-            self._next_pending.add(item)
-        return self._closed_epochs + 2
+            self._next_pending[item] = 1
+        return Counted(self._closed_epochs + 2, new=True)
 
     def _end_if_complete(self) -> None:
         """End the epoch if it has read the pass's items and every access to them delivered its item."""
@@ -244,13 +329,15 @@ class AccessTracker:
             self._end_epoch()
 
     def _end_epoch(self) -> None:
-        """Close the epoch; the next pass's reads during an overlap become the new epoch's."""
+        """Close the epoch; the next pass's reads during an overlap (and their pending accesses and retry marks)
+        become the new epoch's."""
         self._closed_epochs += 1
         self._read, self._next = self._next, self._read
         self._items_read, self._next_read = self._next_read, 0
-        self._pending, self._next_pending = self._next_pending, set()
+        self._pending, self._next_pending = self._next_pending, {}
+        self._retry, self._next_retry = self._next_retry, self._retry
         self._next.setall(0)
-        self._taken_back.setall(0)
+        self._next_retry.setall(0)
         self._overlap_start = None
         self._end_if_complete()  # the overlap read a whole pass again: a pass of its own
 

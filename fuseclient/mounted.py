@@ -120,29 +120,48 @@ class MountedJob:
     open_epochs: dict[int, EpochRecord] = field(default_factory=dict)  # epochs still counting, by number
     finished_epochs: list[EpochRecord] = field(default_factory=list)
     added_ns: int = field(default_factory=time.time_ns)  # when it came to this node: its empty folders' time
+    # Whether each pending access that counted its item was a hit, by (epoch, item): an access joining it is too.
+    _pending_hits: dict[tuple[int, int], bool] = field(default_factory=dict, init=False, repr=False)
 
     def record_access(self, item: int, *, read_ahead: bool = False, pending: bool = False) -> Access:
-        """Count an access to `item` in the epoch it belongs to (`AccessTracker.record`; the old one for a
+        """Count an access to `item` in the epoch it belongs to (`AccessTracker.count`; the old one for a
         straggler of an epoch boundary the loader's workers overlap): a hit if the item is cached now, unless
         `read_ahead` says the reader's own read-ahead fetched it from the backend moments ago (it reached the
         cache first, but its bytes came from remote for this reader, and the hit ratio sizes remote IO).
-        `pending`: its reads have yet to deliver the item; settle it with `deliver` or `take_back`.
-        Epochs the tracker has closed move to `finished_epochs`."""
+        `pending`: its reads have yet to deliver the item; settle it with `deliver` or `take_back`. A retry of a
+        failed read, or an access joining a pending one to the item, adds no bytes to the epoch (and a joined
+        access is the hit or miss the one it joined was). Epochs the tracker has closed move to `finished_epochs`."""
         hit = not read_ahead and self.dataset.cache.contains(item)
-        epoch = self.tracker.record(item, pending=pending)
-        self._add_to_epoch(epoch, item, hit, 1)
+        counted = self.tracker.count(item, pending=pending)
+        key = (counted.epoch, item)
+        if counted.new:
+            self._add_to_epoch(counted.epoch, item, hit, 1)
+            if pending:
+                self._pending_hits[key] = hit
+        else:
+            hit = self._pending_hits.get(key, hit)
+            if not pending:  # it delivered the item of any access it joined
+                self._pending_hits.pop(key, None)
         self._move_finished_epochs()
-        return Access(item, epoch, hit)
+        return Access(item, counted.epoch, hit)
 
     def deliver(self, access: Access) -> None:
         """A pending access delivered its item: its pass may now be complete."""
         self.tracker.deliver(access.item, access.epoch)
+        self._pending_hits.pop((access.epoch, access.item), None)
         self._move_finished_epochs()
 
     def take_back(self, access: Access) -> None:
-        """A pending access whose reads failed delivered nothing: its item is unread in its pass again, and its
-        epoch no longer counts its bytes (unless that epoch has ended meanwhile)."""
-        if self.tracker.take_back(access.item, access.epoch):
+        """A pending access whose reads failed delivered nothing: unless another access joined in it is still
+        pending or delivered the item, its item is unread in its pass again, and its epoch no longer counts its
+        bytes (unless that epoch has ended meanwhile). Either way the loader's retry of the item's file is
+        expected: its reads of items the epoch has read count nothing (`AccessTracker.take_back`). Call it also
+        for a delivered access a later read of which failed."""
+        manifest = self.dataset.manifest
+        file_index = manifest.file_of_item(access.item)
+        file_items = range(manifest.first_items[file_index], manifest.first_items[file_index + 1])
+        if self.tracker.take_back(access.item, access.epoch, file_items=file_items):
+            self._pending_hits.pop((access.epoch, access.item), None)
             self._add_to_epoch(access.epoch, access.item, access.hit, -1)
             self._move_finished_epochs()
 
@@ -153,8 +172,11 @@ class MountedJob:
 
     def _move_finished_epochs(self) -> None:
         closed = self.tracker.closed_epochs
+        if not self.open_epochs or min(self.open_epochs) > closed:
+            return
         while self.open_epochs and min(self.open_epochs) <= closed:
             self.finished_epochs.append(self.open_epochs.pop(min(self.open_epochs)))
+        self._pending_hits = {key: hit for key, hit in self._pending_hits.items() if key[0] > closed}
 
     def count_cached_read(self, size: int) -> None:
         """Count a read of `size` bytes served from the local cache, as one hit (`OpenFile`: a file opened from

@@ -12,7 +12,9 @@ costs one backend GET however many kernel reads cover it.
 An access is pending until the handle's reads tell whether it delivered the item: the first read covering the
 item that succeeds delivers it, one that fails first takes it back (a pass of failed reads is no epoch), and
 an access still pending at `release` was served from the page cache. A later successful read of an item taken
-back counts it again.
+back counts it again. A failed read reports the items it covered that this handle had delivered too: they stand,
+but the loader will read the file again from the start, and that retry's reads of what the pass has read count
+nothing (`AccessTracker`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from fuseclient.mounted import Access, MountedJob
 
 
 class OpenFile:
-    __slots__ = ("_counted", "_fetched", "chunked", "file_index", "job", "keep_cache")
+    __slots__ = ("_counted", "_fetched", "_pending", "chunked", "file_index", "job", "keep_cache")
 
     def __init__(self, job: MountedJob, file_index: int) -> None:
         self.job = job
@@ -31,11 +33,11 @@ class OpenFile:
         first_item = manifest.first_items[file_index]
         self.chunked = manifest.first_items[file_index + 1] - first_item != 1
         self.keep_cache = False  # let the kernel keep serving this file from its page cache
-        # Items counted for this open: the access while pending, None once delivered.
-        self._counted: dict[int, Access | None] = {}
+        self._counted: dict[int, Access] = {}  # items counted for this open, by item
+        self._pending: set[int] = set()  # of them, those whose access no read has settled yet
         self._fetched = readpath.FetchedItems()
         if not self.chunked:
-            self._counted[first_item] = job.record_access(first_item, pending=True)
+            self._count(first_item, pending=True)
             self.keep_cache = job.dataset.cache.contains(first_item)
             if self.keep_cache:
                 job.count_cached_read(manifest.sizes[file_index])
@@ -45,26 +47,33 @@ class OpenFile:
         items = self.job.dataset.manifest.items_covering(self.file_index, offset, size)
         for item in items:
             if item not in self._counted:
-                self._counted[item] = self.job.record_access(item, read_ahead=item in self._fetched.items, pending=True)
+                self._count(item, pending=True)
         try:
             data = await readpath.read(self.job, self.file_index, offset, size, self._fetched, counted=self.keep_cache)
         except BaseException:
             for item in items:
                 if (access := self._counted.get(item)) is not None:
-                    del self._counted[item]
-                    self.job.take_back(access)
+                    if item in self._pending:
+                        del self._counted[item]
+                        self._pending.remove(item)
+                    self.job.take_back(access)  # a delivered one stands, but the loader's retry is to come
             raise
         for item in items:
             if item not in self._counted:  # taken back by a read of it that failed meanwhile
-                self._counted[item] = self.job.record_access(item, read_ahead=item in self._fetched.items)
-            elif (access := self._counted[item]) is not None:
-                self._counted[item] = None
-                self.job.deliver(access)
+                self._count(item, pending=False)
+            elif item in self._pending:
+                self._pending.remove(item)
+                self.job.deliver(self._counted[item])
         return data
 
     def release(self) -> None:
         """The last descriptor of this open is closed: accesses no read settled were served from the page cache."""
-        for access in self._counted.values():
-            if access is not None:
-                self.job.deliver(access)
+        for item in self._pending:
+            self.job.deliver(self._counted[item])
+        self._pending.clear()
         self._counted.clear()
+
+    def _count(self, item: int, *, pending: bool) -> None:
+        self._counted[item] = self.job.record_access(item, read_ahead=item in self._fetched.items, pending=pending)
+        if pending:
+            self._pending.add(item)

@@ -12,7 +12,7 @@ import trio
 import trio.testing
 from bitarray import bitarray
 
-from fuseclient.access import AccessStats, AccessTracker, RateMeter
+from fuseclient.access import AccessStats, AccessTracker, Counted, RateMeter
 from silodlib.sharding import pass_share
 
 T = TypeVar("T")
@@ -100,10 +100,12 @@ def test_a_taken_back_access_cannot_be_taken_back_twice_nor_once_its_epoch_has_e
     tracker = AccessTracker(10)
     epoch = tracker.record(0, pending=True)
     tracker.deliver(0, epoch)
-    assert not tracker.take_back(0, epoch)  # delivered: it stands
+    assert not tracker.take_back(0, epoch)  # delivered: it stands (a later read of it failed)
     epoch = tracker.record(1, pending=True)
     assert tracker.take_back(1, epoch) and not tracker.take_back(1, epoch)
     epoch = tracker.record(1, pending=True)
+    tracker.record(0)  # the loader's retry of the failed read of 0: it counts nothing
+    assert tracker.closed_epochs == 0
     tracker.record(0)  # a repeat with most of the pass unread: the job is on its next pass
     assert tracker.closed_epochs == 1
     assert not tracker.take_back(1, epoch)
@@ -241,6 +243,164 @@ def test_the_retry_of_a_straggler_the_next_pass_has_read_counts_in_the_old_pass(
     tracker.deliver(8, tracker.record(8, pending=True))  # the old pass's retry
     tracker.record(9)
     assert (tracker.closed_epochs, tracker.read) == (1, bits(10, [0, 8]))
+
+
+def test_the_retry_of_a_chunked_file_whose_read_failed_counts_nothing_it_had_read_and_ends_no_epoch() -> None:
+    # Four files of four chunks. The loader read chunks 0 and 1 of file 1, the read of chunk 2 failed, and it
+    # reads the file again from the start. Before, its chunk 0 was a repeat with most of the pass unread: the
+    # epoch ended there.
+    tracker = AccessTracker(16)
+    file_items = range(4, 8)
+    for item in (4, 5):
+        tracker.deliver(item, tracker.record(item, pending=True))
+    assert tracker.take_back(6, tracker.record(6, pending=True), file_items=file_items)
+    retry = [tracker.count(item, pending=True) for item in file_items]
+    for item, counted in zip(file_items, retry, strict=True):
+        tracker.deliver(item, counted.epoch)
+    assert retry == [Counted(1, new=False)] * 2 + [Counted(1, new=True)] * 2  # the chunks it had read: nothing
+    assert (tracker.closed_epochs, tracker.read) == (0, bits(16, file_items))
+    for item in [*range(4), *range(8, 16)]:
+        tracker.record(item)
+    assert (tracker.closed_epochs, tracker.read.count()) == (1, 0)
+
+
+def test_a_retry_uses_up_its_marks_so_reading_the_file_once_more_is_the_next_pass() -> None:
+    tracker = AccessTracker(16)
+    for item in (4, 5):
+        tracker.record(item)
+    assert not tracker.take_back(5, 1, file_items=range(4, 8))  # delivered already: a later read of it failed
+    for item in range(4, 8):
+        tracker.record(item)
+    assert tracker.closed_epochs == 0
+    tracker.record(4)  # a repeat with most of the pass unread: the job is on its next pass
+    assert (tracker.closed_epochs, tracker.read) == (1, bits(16, [4]))
+
+
+def test_the_retry_of_an_old_passs_chunked_file_during_an_overlap_counts_in_the_old_pass() -> None:
+    # The next pass has begun (an overlap) with the chunks the old pass's failed open of the file had read.
+    tracker = AccessTracker(16)
+    for item in [*range(4), *range(8, 14), 4, 5]:
+        tracker.record(item)
+    epoch = tracker.record(6, pending=True)
+    for item in (4, 5):  # the next pass's
+        tracker.record(item)
+    assert tracker.epoch == 2
+    assert tracker.take_back(6, epoch, file_items=range(4, 8))
+    retry = [tracker.count(item) for item in range(4, 8)]
+    assert retry == [Counted(1, new=False)] * 2 + [Counted(1, new=True)] * 2
+    assert (tracker.closed_epochs, tracker.epoch) == (0, 2)
+    for item in (14, 15):
+        tracker.record(item)
+    assert (tracker.closed_epochs, tracker.read) == (1, bits(16, [4, 5]))
+
+
+def test_the_retry_of_a_next_passs_chunked_file_during_an_overlap_neither_ends_the_old_pass_nor_counts() -> None:
+    tracker = AccessTracker(16)
+    for item in range(14):
+        tracker.record(item)
+    tracker.record(4)  # the next pass's first chunk: an overlap
+    assert tracker.take_back(5, tracker.record(5, pending=True), file_items=range(4, 8))
+    retry = [tracker.count(item) for item in range(4, 8)]
+    assert retry == [Counted(2, new=False), Counted(2, new=True), Counted(2, new=True), Counted(2, new=True)]
+    assert (tracker.closed_epochs, tracker.epoch) == (0, 2)
+    for item in (14, 15):
+        tracker.record(item)
+    assert (tracker.closed_epochs, tracker.read) == (1, bits(16, range(4, 8)))
+
+
+def chunked_loader(
+    tracker: AccessTracker, files: int, chunks: int, passes: int, workers: int, failure: float, seed: int
+) -> int:
+    """Drive `tracker` as a mount sees a loader's `workers` threads reading `passes` shuffles of `files` files
+    of `chunks` chunks each: a thread takes the next file, reads its chunks in order, one read in flight (pending
+    while the other threads go on), and when a read fails (at random, `failure` of them) opens the file again and
+    reads it from the start. Returns the reads that failed."""
+    rng = random.Random(seed)
+    stream = iter([file for _ in range(passes) for file in rng.sample(range(files), files)])
+    reading: dict[int, tuple[int, int, int | None]] = {}  # thread -> (file, next chunk, epoch of the one in flight)
+    for thread in range(workers):
+        reading[thread] = (next(stream), 0, None)
+    failed = 0
+    while reading:
+        thread = rng.choice(list(reading))
+        file, chunk, epoch = reading[thread]
+        file_items = range(file * chunks, (file + 1) * chunks)
+        if epoch is not None:  # the read in flight returns
+            if rng.random() < failure:
+                tracker.take_back(file_items[chunk], epoch, file_items=file_items)
+                failed += 1
+                chunk = 0  # the retry: the whole file again
+            else:
+                tracker.deliver(file_items[chunk], epoch)
+                chunk += 1
+        if chunk == chunks:
+            following = next(stream, None)
+            if following is None:
+                del reading[thread]
+                continue
+            file, chunk, file_items = following, 0, range(following * chunks, (following + 1) * chunks)
+        reading[thread] = (file, chunk, tracker.record(file_items[chunk], pending=True))
+    return failed
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_parallel_threads_retrying_chunked_files_whose_reads_failed_count_one_epoch_per_pass(seed: int) -> None:
+    # Before, each retry's first chunk repeated a chunk its failed open had read, ending the epoch early.
+    passes = 12
+    tracker = AccessTracker(40 * 8)
+    failed = chunked_loader(tracker, files=40, chunks=8, passes=passes, workers=4, failure=0.02, seed=seed)
+    assert failed > passes
+    assert tracker.closed_epochs == passes
+
+
+def test_opens_of_an_item_at_once_are_one_access_taken_back_only_when_every_one_failed() -> None:
+    # Threads opening one file together while storage refuses reads. Before, each open after the first was a
+    # repeat that ended the epoch: 8 opens, 8 epochs, no data.
+    tracker = AccessTracker(10)
+    epochs = [tracker.record(3, pending=True) for _ in range(8)]
+    assert (epochs, tracker.read) == ([1] * 8, bits(10, [3]))
+    assert [tracker.take_back(3, epoch) for epoch in epochs] == [False] * 7 + [True]
+    assert (tracker.closed_epochs, tracker.read.count()) == (0, 0)
+
+
+def test_opens_of_an_item_at_once_deliver_it_if_any_one_does_and_count_it_once() -> None:
+    tracker = AccessTracker(10)
+    counted = [tracker.count(3, pending=True) for _ in range(3)]
+    assert counted == [Counted(1, new=True)] + [Counted(1, new=False)] * 2
+    assert not tracker.take_back(3, 1)
+    tracker.deliver(3, 1)
+    assert not tracker.take_back(3, 1)  # its read failed after another delivered the item: it stands
+    assert tracker.count(3) == Counted(1, new=False)  # that one's retry
+    for item in [*range(3), *range(4, 10)]:
+        tracker.record(item)
+    assert (tracker.closed_epochs, tracker.read.count()) == (1, 0)
+
+
+def test_opens_of_a_passs_last_item_at_once_that_all_failed_end_no_epoch() -> None:
+    # With the pass nearly read, the second open is taken for the next pass's (an overlap); the others join it.
+    tracker = AccessTracker(10)
+    for item in range(9):
+        tracker.record(item)
+    epochs = [tracker.record(9, pending=True) for _ in range(8)]
+    assert epochs == [1] + [2] * 7
+    for epoch in epochs:
+        tracker.take_back(9, epoch)
+    assert (tracker.closed_epochs, tracker.read.count()) == (0, 0)
+    tracker.record(9)  # the loader's retry, which storage serves
+    assert (tracker.closed_epochs, tracker.read.count()) == (1, 0)
+
+
+def test_near_the_end_of_a_pass_a_repeat_of_an_item_in_flight_is_the_next_passs_read() -> None:
+    # Forked loader workers overlapping two passes: an item's read in the old one has not returned (or the kernel
+    # has not sent the release of an open it served from its page cache) when the next pass opens it.
+    tracker = AccessTracker(10)
+    for item in range(8):
+        tracker.record(item)
+    epoch = tracker.record(8, pending=True)
+    assert tracker.count(8, pending=True) == Counted(2, new=True)
+    tracker.deliver(8, epoch)
+    tracker.record(9)
+    assert (tracker.closed_epochs, tracker.read) == (1, bits(10, [8]))
 
 
 def test_the_pass_in_progress_is_reported_while_the_last_one_has_stragglers_in_flight() -> None:

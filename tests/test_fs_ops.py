@@ -289,6 +289,38 @@ def test_a_refused_read_of_a_passs_last_file_leaves_the_pass_open_and_its_retry_
     _run(tmp_path, 0, scenario)
 
 
+@pytest.mark.expected_warnings  # the refused reads, named
+def test_opens_of_one_file_at_once_whose_reads_storage_refused_count_no_epoch(tmp_path: Path) -> None:
+    # Threads of a loader open one file, then read it, while storage refuses reads. Before, each open after the
+    # first was a repeat of an item read in the epoch, which ended it: eight opens, eight epochs, no data.
+    async def scenario(mount: MountState, fs: SilodFS) -> None:
+        job = mount.jobs["job"]
+        refusing = _refusing(job)
+        refusing.refusing = True
+        handles = [await _open(fs, job, 0) for _ in range(8)]
+        refused: list[int] = []
+
+        async def read(handle: int) -> None:
+            try:
+                await fs.read(handle, 0, SIZE)
+            except pyfuse3.FUSEError as exc:
+                refused.append(exc.errno)
+            finally:
+                await fs.release(handle)
+
+        async with trio.open_nursery() as nursery:
+            for handle in handles:
+                nursery.start_soon(read, handle)
+        assert refused == [errno.EACCES] * 8
+        assert (job.finished_epochs, job.tracker.epoch, job.tracker.read.count()) == ([], 1, 0)
+        assert job.open_epochs[1] == EpochRecord(1, 0, 0)
+        refusing.refusing = False
+        await _read_epoch(fs, job, random.Random(1))
+        assert job.finished_epochs == [EpochRecord(1, FILES * SIZE, 0)]
+
+    _run(tmp_path, 0, scenario)
+
+
 @pytest.mark.expected_warnings  # each failed read, named
 def test_a_removed_jobs_reads_waiting_for_remote_io_fail_with_eio_and_its_cached_items_still_read(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -412,6 +444,29 @@ def test_a_chunk_whose_read_failed_is_taken_back_and_counted_by_the_read_that_de
             assert await fs.read(handle, offset, CHUNK) == content[offset : offset + CHUNK]
         await fs.release(handle)
         assert job.finished_epochs == [EpochRecord(1, BIG, 0)]
+
+    _run_big_file(tmp_path, 0, scenario)
+
+
+@pytest.mark.expected_warnings  # the refused read, named
+def test_a_chunked_file_read_again_after_a_refused_read_counts_once_in_its_pass(tmp_path: Path) -> None:
+    # A loader retries a failed read by opening the file again and reading it from the start. Before, the retry's
+    # read of chunk 0, which the failed open had read, was a repeat with most of the pass unread: it ended the
+    # epoch, two chunks long, and the pass counted as two epochs.
+    async def scenario(job: MountedJob, fs: SilodFS, inode: int, content: bytes) -> None:
+        refusing = _refusing(job)
+        handle = (await fs.open(inode, 0, CTX)).fh
+        assert await fs.read(handle, 0, 2 * CHUNK) == content[: 2 * CHUNK]
+        refusing.refusing = True
+        with pytest.raises(pyfuse3.FUSEError):
+            await fs.read(handle, 2 * CHUNK, CHUNK)
+        await fs.release(handle)
+        refusing.refusing = False
+        assert await _read_sequentially(fs, inode) == content  # the loader's retry
+        assert job.finished_epochs == [EpochRecord(1, BIG, 0)]
+        assert (job.tracker.epoch, job.tracker.read.count()) == (2, 0)
+        assert await _read_sequentially(fs, inode) == content  # the next pass
+        assert job.finished_epochs == [EpochRecord(1, BIG, 0), EpochRecord(2, BIG, 0)]
 
     _run_big_file(tmp_path, 0, scenario)
 

@@ -582,33 +582,44 @@ def test_forked_loader_workers_on_a_step_based_sampler_count_one_epoch_per_pass(
     assert [e["accessed_bytes"] for e in epochs] == [len(files) * 2000] * passes
 
 
+class _StoredPolicy:
+    """A SAS token bound to a stored access policy of a dataset's container on Azurite: storage refuses the token's
+    reads at once while the policy has expired (`refuse`), and accepts them again once it is renewed (`accept`)."""
+
+    def __init__(self, azurite: AzuriteServer, target: DatasetTarget) -> None:
+        self._container = azure_client(azurite).get_container_client(parse_dataset_uri(target.uri).location[1])
+        self.accept()
+        sas = generate_container_sas(
+            azurite.account_name, self._container.container_name, account_key=azurite.account_key, policy_id="reader"
+        )
+        self.mount_args = options_args({"account_url": azurite.account_url, "sas_token": sas})
+
+    def accept(self) -> None:
+        self._expire_in(datetime.timedelta(hours=1))
+
+    def refuse(self) -> None:
+        self._expire_in(-datetime.timedelta(minutes=1))
+
+    def _expire_in(self, delta: datetime.timedelta) -> None:
+        permission = ContainerSasPermissions(read=True, list=True)
+        expiry = datetime.datetime.now(datetime.UTC) + delta
+        self._container.set_container_access_policy({"reader": AccessPolicy(permission, expiry=expiry)})
+
+
 def test_a_pass_whose_reads_storage_refused_is_no_epoch_and_the_pass_after_the_sas_is_renewed_is_one(
     mount_factory: MountFactory, dataset_target_factory: DatasetTargetFactory, azurite: AzuriteServer
 ) -> None:
-    # A SAS token bound to a stored access policy of the container expires with the policy, and reads again once
-    # the policy is renewed. Before, the pass between, every read refused (EACCES), counted as an epoch: its opens
-    # counted every item, and its bytes as read.
+    # Before, the pass between the policy's expiry and its renewal, every read refused (EACCES), counted as an
+    # epoch: its opens counted every item, and its bytes as read.
     target = dataset_target_factory("az")
     files = {f"f{i}.bin": os.urandom(3000) for i in range(8)}
     for name, data in files.items():
         target.put(name, data)
-    container = azure_client(azurite).get_container_client(parse_dataset_uri(target.uri).location[1])
-
-    def policy(expiry: datetime.datetime) -> None:
-        permission = ContainerSasPermissions(read=True, list=True)
-        container.set_container_access_policy({"reader": AccessPolicy(permission, expiry=expiry)})
-
-    def renewed() -> datetime.datetime:
-        return datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
-
-    policy(renewed())
-    sas = generate_container_sas(
-        azurite.account_name, container.container_name, account_key=azurite.account_key, policy_id="reader"
-    )
-    mount = mount_factory({"job1": target.uri}, *options_args({"account_url": azurite.account_url, "sas_token": sas}))
+    policy = _StoredPolicy(azurite, target)
+    mount = mount_factory({"job1": target.uri}, *policy.mount_args)
     root = mount.job_dir("job1")
 
-    policy(datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=1))
+    policy.refuse()
     for name in files:
         with pytest.raises(PermissionError):
             (root / name).read_bytes()
@@ -617,13 +628,47 @@ def test_a_pass_whose_reads_storage_refused_is_no_epoch_and_the_pass_after_the_s
     assert job["failed_reads"] == job["denied_reads"] >= len(files)
     assert (job["finished_epochs"], job["access"]["epoch"], job["access"]["items_read"]) == ([], 1, 0)
 
-    policy(renewed())
+    policy.accept()
     assert {name: (root / name).read_bytes() for name in files} == files
     done = time.time()
     job = mount.wait_for_stats(lambda s: s["written_at"] > done)["jobs"]["job1"]
     total = sum(map(len, files.values()))
     assert job["finished_epochs"] == [{"epoch": 1, "accessed_bytes": total, "hit_bytes": 0}]
     assert (job["access"]["epoch"], job["bytes_read"]) == (2, total)
+
+
+def test_a_loader_reading_a_chunked_file_again_after_storage_refused_a_read_counts_one_epoch_per_pass(
+    mount_factory: MountFactory, dataset_target_factory: DatasetTargetFactory, azurite: AzuriteServer
+) -> None:
+    # A loader retries a failed read by opening the file again and reading it from the start. Before, the retry's
+    # reads of the chunks its failed open had read were repeats with most of the pass unread: the epoch ended at
+    # the first, and two passes (one with an outage) counted as three epochs, for good. No cache quota: every
+    # read goes to storage.
+    target = dataset_target_factory("az")
+    chunk = 64 * 1024
+    files = {f"f{i}.bin": os.urandom(32 * chunk + 1000) for i in range(4)}
+    for name, data in files.items():
+        target.put(name, data)
+    policy = _StoredPolicy(azurite, target)
+    mount = mount_factory({"job1": target.uri}, "--chunk-size", "64KiB", *policy.mount_args)
+    root = mount.job_dir("job1")
+    first, *others = sorted(files)
+
+    with (root / first).open("rb", buffering=0) as reader:
+        assert reader.read(2 * chunk) == files[first][: 2 * chunk]
+        policy.refuse()
+        with pytest.raises(PermissionError):
+            while reader.read(chunk):  # the first few may come from what the kernel and the mount read ahead
+                pass
+    policy.accept()
+    for name in [first, *others, *sorted(files)]:  # the retry and the rest of the pass, then a whole pass
+        assert (root / name).read_bytes() == files[name], name
+    done = time.time()
+    job = mount.wait_for_stats(lambda s: s["written_at"] > done)["jobs"]["job1"]
+    total = sum(map(len, files.values()))
+    assert job["failed_reads"] == job["denied_reads"] >= 1
+    assert job["finished_epochs"] == [{"epoch": e, "accessed_bytes": total, "hit_bytes": 0} for e in (1, 2)]
+    assert (job["access"]["epoch"], job["access"]["items_read"]) == (3, 0)
 
 
 def test_two_shuffled_epochs_through_the_mount_hit_the_cached_fraction(
