@@ -91,8 +91,8 @@ async def serve(
     store = SQLiteStore(config.state_dir)
     try:
         manager, controller = _manager_and_controller(config, store, scheduler)
+        _check_stored_nodes(manager)  # first: the tenants' VCs are checked against node cells that hold the nodes
         _check_stored_tenants(manager)
-        _check_stored_nodes(manager)
         _warn_if_remote_io_over_limit(manager)
         metrics = None if config.metrics_port is None else DataManagerMetrics(manager)
         interceptors = [metrics.interceptor] if metrics else []  # first: refused calls are counted too

@@ -385,6 +385,22 @@ def test_a_restart_refuses_cell_levels_whose_node_cell_is_smaller_than_a_registe
     )
 
 
+def test_a_restart_refused_for_its_node_cells_does_not_first_warn_that_the_vcs_do_not_fit_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tenants' VCs were checked against nodes cut to the refused levels' cells first: a WARNING that they did
+    not fit (\"checked against 2 nodes of 2 GPUs\") came before the refusal, on nodes of 4 GPUs."""
+    with EmbeddedDataManager(config(tmp_path)) as dm, DataManagerClient(dm.address, timeout=10) as client:
+        for node_id in ("n1", "n2"):
+            client.register_node(node_id, "h1:1", 10**9, gpus=NODE_GPUS)
+        client.register_tenant("a", {"node": 1})
+        client.register_tenant("b", {"pcie": 1})
+        client.register_tenant("c", {"pcie": 1})
+    with pytest.raises(ServeError, match="node 'n1' has 4 GPUs, more than the 2 of a node cell"):
+        EmbeddedDataManager(config(tmp_path, "gpu:1,pcie:2,node:1")).start()
+    assert "does not fit" not in caplog.text
+
+
 def test_cell_levels_of_more_than_a_million_gpus_stop_the_server_with_exit_2_naming_the_level(
     tmp_path: Path,
 ) -> None:
