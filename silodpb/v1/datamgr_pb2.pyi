@@ -1726,7 +1726,7 @@ class JobDecision(_message.Message):
     """as registered"""
     dataset_uri: _builtins.str
     revision: _builtins.int
-    """the revision that made this decision"""
+    """the revision that made this decision; in a snapshot, the snapshot's revision"""
     suspended_until: _builtins.float
     """while SUSPENDING: when its grace period ends (seconds since the Unix epoch)"""
     @_builtins.property
