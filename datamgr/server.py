@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import signal
 from collections.abc import Callable, Iterator
@@ -24,7 +23,7 @@ from datamgr.scheduler.registry import Scheduler, UnknownPolicy, accepts_options
 from datamgr.security import ServerSecurity
 from datamgr.servicer import DataManagerServicer
 from datamgr.store import SQLiteStore
-from silodlib.listening import host_and_port, probe_listening, why_not_listening
+from silodlib.listening import host_and_port, is_loopback_host, probe_listening, why_not_listening
 from silodlib.metrics_endpoint import MetricsPortError
 from silodlib.units import format_rate
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
@@ -269,7 +268,7 @@ def _listen_address(listen: str) -> tuple[str, int]:
 
 def _bind(server: grpc.aio.Server, listen: str, security: ServerSecurity) -> int:
     host, wanted_port = _listen_address(listen)
-    if not _is_loopback(host):
+    if not is_loopback_host(host):
         for warning in security.exposure_warnings(listen):
             log.warning("%s", warning)
     try:
@@ -291,15 +290,6 @@ def _why_unbindable(host: str, port: int) -> str:
     if refused is None:
         return "gRPC could not bind it (GRPC_VERBOSITY=debug shows why)"
     return why_not_listening(refused, host)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 async def _expire_nodes(manager: DataManager, timeout: float) -> None:

@@ -8,7 +8,9 @@ checked apart from gRPC; the token never appears in a repr, a log line or a mess
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +18,9 @@ from typing import Any
 import grpc
 
 from silodlib.credentials import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TOKEN_FILE_ENV, ChannelSecurity
+from silodlib.listening import host_and_port, is_loopback_host
+
+log = logging.getLogger(__name__)
 
 TOKEN_HEADER = "authorization"
 
@@ -23,7 +28,10 @@ _TLS_REASON = re.compile(r"OPENSSL_internal:([A-Z_]+)")
 
 
 def open_channel(address: str, security: ChannelSecurity, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
-    """A blocking channel to `address`: TLS if `security` says so, and the token on every call if it has one."""
+    """A blocking channel to `address`: TLS if `security` says so, and the token on every call if it has one. A
+    token about to go to another machine without TLS is warned about, once per address and process."""
+    if security.token is not None and not security.tls:
+        _warn_plaintext_token(address)
     if security.tls:
         credentials = grpc.ssl_channel_credentials(
             security.root_certificates, security.private_key, security.certificate_chain
@@ -34,6 +42,33 @@ def open_channel(address: str, security: ChannelSecurity, options: Sequence[tupl
     if security.token is None:
         return channel
     return grpc.intercept_channel(channel, _BearerToken(security.token))
+
+
+_warned_plaintext: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_plaintext_token(address: str) -> None:
+    """Warn that the token (and, to a node agent, the datasets' credentials the data manager sends back) crosses the
+    network in plaintext to `address`, unless it is this machine's loopback: anyone on the path can read it, and a
+    server in the data manager's place is not told apart (TLS verifies it). The data manager warns of its side at
+    its start; this is the client's."""
+    try:
+        host = host_and_port(address)[0]
+    except ValueError:
+        return  # not HOST:PORT (a gRPC target such as unix:PATH): gRPC's own resolution, which names no network host
+    if is_loopback_host(host):
+        return
+    with _warned_lock:
+        if address in _warned_plaintext:
+            return
+        _warned_plaintext.add(address)
+    log.warning(
+        "the token goes to the data manager at %s in plaintext, as does every call's content: set --tls-ca (or %s) "
+        "to the CA of its certificate once it serves TLS (docs/datamgr.md, Security)",
+        address,
+        TLS_CA_ENV,
+    )
 
 
 def explain_refusal(

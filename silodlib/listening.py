@@ -1,9 +1,10 @@
-"""Addresses as HOST:PORT, and why a server cannot listen where it was told to, in words an operator can act on:
-the data manager's gRPC port and both daemons' /metrics share it."""
+"""Addresses as HOST:PORT (and whether one is loopback), and why a server cannot listen where it was told to, in
+words an operator can act on: the data manager's gRPC port and both daemons' /metrics share it."""
 
 from __future__ import annotations
 
 import errno
+import ipaddress
 import socket
 
 
@@ -15,6 +16,17 @@ def host_and_port(address: str, lowest_port: int = 0) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not lowest_port <= int(port) <= 65535:
         raise ValueError(f"{address!r} must be HOST:PORT with a PORT from {lowest_port} to 65535, e.g. 127.0.0.1:7420")
     return host, int(port)
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether `host` (of HOST:PORT, an IPv6 one in brackets) names this machine's loopback: `localhost`, 127.0.0.0/8
+    or ::1. Any other name may reach the network, whatever it resolves to now."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def why_not_listening(exc: OSError, host: str) -> str:

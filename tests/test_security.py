@@ -581,3 +581,21 @@ def test_debug_logs_of_the_data_manager_and_a_node_hold_no_secret(
     for text in (datamgr_log, node_log, cli_output):
         for secret in (*secret_values, value):
             assert secret not in text
+
+
+@pytest.mark.expected_warnings
+def test_a_client_warns_once_when_its_token_would_go_to_another_machine_in_plaintext(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only the data manager warned, at its end; a client sent its token to any address without TLS quietly. No
+    call is made: a channel connects on its first call."""
+    token = ChannelSecurity(token="t0ken-never-logged")
+    for address in ("127.0.0.1:7420", "localhost:7420", "[::1]:7420"):
+        open_channel(address, token).close()
+    open_channel("192.0.2.7:7420", ChannelSecurity()).close()  # no token: nothing to leak but the calls
+    assert "plaintext" not in caplog.text
+
+    for _ in range(2):
+        open_channel("192.0.2.7:7420", token).close()  # TEST-NET-1: documentation only, never reached
+    assert caplog.text.count("the token goes to the data manager at 192.0.2.7:7420 in plaintext") == 1
+    assert "--tls-ca" in caplog.text and "t0ken-never-logged" not in caplog.text
