@@ -129,6 +129,9 @@ class NodeAgent:
         self._registered = False  # this run has registered the node (again after the data manager lost it)
         self._waiting = False  # "waiting for the data manager" is logged, not yet answered by a registration
         self._reopening: set[str] = set()  # datasets whose cache a `_reopen_cache` is opening now
+        # Jobs whose dataset this node could not open (options it refused, a profile its host lacks), as last sent:
+        # added once the dataset opens (`silod dataset set-options` fixing its options), dropped when removed.
+        self._unserved_jobs: dict[str, pb.NodeJob] = {}
         self._watch_refused = False  # "another agent serves this node" is logged for the watch, not yet lifted
         self._report_refused = False  # and for the usage reports
 
@@ -251,7 +254,7 @@ class NodeAgent:
             self.history = event.history
 
     async def _apply_snapshot(self, snapshot: pb.AllocationSnapshot) -> None:
-        for job_id in set(self._mount.jobs) - {j.job_id for j in snapshot.jobs}:
+        for job_id in (set(self._mount.jobs) | set(self._unserved_jobs)) - {j.job_id for j in snapshot.jobs}:
             self._remove_job(job_id)
         for uri in set(self._mount.datasets) - {d.uri for d in snapshot.datasets}:
             await self._remove_dataset(uri)
@@ -289,6 +292,8 @@ class NodeAgent:
             )
             dataset = uncached_dataset(wanted.uri, backend, manifest, wanted.cache_quota_bytes, options)
         self._mount.add_dataset(dataset)
+        for job in [job for job in self._unserved_jobs.values() if job.dataset_uri == wanted.uri]:
+            self._set_job(job)  # its dataset opened at last: its directory appears
 
     async def _set_quota(self, dataset: MountedDataset, quota: int) -> None:
         if isinstance(dataset.cache, NoCache):
@@ -374,8 +379,16 @@ class NodeAgent:
             dataset = self._mount.datasets.get(wanted.dataset_uri)
             ids = self._ids(job_id=wanted.job_id, dataset_uri=wanted.dataset_uri)
             if dataset is None:
-                log.error("job %s reads %s, which this node cannot serve", wanted.job_id, wanted.dataset_uri, extra=ids)
+                if wanted.job_id not in self._unserved_jobs:
+                    log.error(
+                        "job %s reads %s, which this node cannot serve: its directory appears once the dataset opens",
+                        wanted.job_id,
+                        wanted.dataset_uri,
+                        extra=ids,
+                    )
+                self._unserved_jobs[wanted.job_id] = wanted
                 return
+            self._unserved_jobs.pop(wanted.job_id, None)
             add_job(self._mount, wanted.job_id, dataset, rate, share)
             log.info(
                 "job %s: %s at %d bytes/s, %d of its %d workers here",
@@ -398,6 +411,7 @@ class NodeAgent:
             )
 
     def _remove_job(self, job_id: str) -> None:
+        self._unserved_jobs.pop(job_id, None)
         if job_id in self._mount.jobs:
             self._mount.remove_job(job_id)
             forget_job_directory(job_id)

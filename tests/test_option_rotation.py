@@ -181,3 +181,46 @@ def test_new_options_a_node_cannot_open_leave_it_reading_with_the_old_ones_after
         assert s3_server.secret_access_key not in node.log_path.read_text()
     finally:
         node.stop()
+
+
+def test_a_job_whose_dataset_the_node_could_not_open_appears_once_set_options_fixes_the_dataset(
+    tmp_path: Path,
+    datamgr_process: DataManagerProcess,
+    dataset_target_factory: DatasetTargetFactory,
+    s3_server: S3Server,
+    files: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The node dropped the job with its dataset: set-options opened the dataset, but the job's directory never
+    came back until some later change to the job (as after an upgrade refusing options an older silod took)."""
+    target = dataset_target_factory("s3")
+    for name, data in files.items():
+        target.put(name, data)
+    profiles = tmp_path / "aws-credentials"
+    profiles.write_text(
+        f"[{POLICY}]\naws_access_key_id = {s3_server.access_key_id}\n"
+        f"aws_secret_access_key = {s3_server.secret_access_key}\n"
+    )
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(profiles))
+    datamgr_process.start()
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    node = MountProcess.node(tmp_path / "n1", datamgr_process.address, "n1", "--cache-capacity", "1GiB")
+    keys = ("access_key_id", "secret_access_key")
+    try:
+        node.start()
+        with DataManagerClient(datamgr_process.address, timeout=10) as client:
+            by_profile = {key: value for key, value in target.options.items() if key not in keys}
+            client.register_dataset(target.uri, {**by_profile, "profile": POLICY})
+            client.register_job("j1", target.uri, 100_000_000, [("n1", 1)])
+            client.allocate_remote_io("j1", 100_000_000)
+            eventually(lambda: node.log_lines("job j1 reads"), what="the node's refusal of the job")
+            assert not node.job_dir("j1").exists()
+
+            client.update_dataset_options(target.uri, {key: target.options[key] for key in keys}, ["profile"])
+
+            job_dir: Path = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="j1's folder")
+            assert (job_dir / "f0.bin").read_bytes() == files["f0.bin"]
+        assert len(node.log_lines("job j1 reads")) == 1
+    finally:
+        node.stop()
