@@ -139,6 +139,30 @@ def test_a_job_whose_sas_expired_reads_again_with_the_one_set_options_gives_keep
         assert secret not in logs
 
 
+def _s3_dataset(dataset_target_factory: DatasetTargetFactory, files: dict[str, bytes]) -> DatasetTarget:
+    target = dataset_target_factory("s3")
+    for name, data in files.items():
+        target.put(name, data)
+    return target
+
+
+def _node_lacking_the_data_managers_profile(
+    tmp_path: Path, datamgr_process: DataManagerProcess, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> MountProcess:
+    """The data manager started with AWS profile POLICY (the S3 server's keys), and node n1's agent, not started,
+    whose environment has no such profile: options naming it are good for the one and not for the other."""
+    profiles = tmp_path / "aws-credentials"
+    profiles.write_text(
+        f"[{POLICY}]\naws_access_key_id = {s3_server.access_key_id}\n"
+        f"aws_secret_access_key = {s3_server.secret_access_key}\n"
+    )
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(profiles))
+    datamgr_process.start()
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    return MountProcess.node(tmp_path / "n1", datamgr_process.address, "n1", "--cache-capacity", "1GiB")
+
+
 def test_new_options_a_node_cannot_open_leave_it_reading_with_the_old_ones_after_one_error_line(
     tmp_path: Path,
     datamgr_process: DataManagerProcess,
@@ -149,19 +173,8 @@ def test_new_options_a_node_cannot_open_leave_it_reading_with_the_old_ones_after
 ) -> None:
     """An AWS profile the data manager's host has and the node's lacks: the data manager reads the dataset with it,
     the node cannot even open a backend with it, so it keeps reading with the keys it had."""
-    target = dataset_target_factory("s3")
-    for name, data in files.items():
-        target.put(name, data)
-    profiles = tmp_path / "aws-credentials"
-    profiles.write_text(
-        f"[{POLICY}]\naws_access_key_id = {s3_server.access_key_id}\n"
-        f"aws_secret_access_key = {s3_server.secret_access_key}\n"
-    )
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(profiles))
-    datamgr_process.start()
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    node = MountProcess.node(tmp_path / "n1", datamgr_process.address, "n1", "--cache-capacity", "1GiB")
+    target = _s3_dataset(dataset_target_factory, files)
+    node = _node_lacking_the_data_managers_profile(tmp_path, datamgr_process, s3_server, monkeypatch)
     try:
         node.start()
         with DataManagerClient(datamgr_process.address, timeout=10) as client:
@@ -193,19 +206,8 @@ def test_a_job_whose_dataset_the_node_could_not_open_appears_once_set_options_fi
 ) -> None:
     """The node dropped the job with its dataset: set-options opened the dataset, but the job's directory never
     came back until some later change to the job (as after an upgrade refusing options an older silod took)."""
-    target = dataset_target_factory("s3")
-    for name, data in files.items():
-        target.put(name, data)
-    profiles = tmp_path / "aws-credentials"
-    profiles.write_text(
-        f"[{POLICY}]\naws_access_key_id = {s3_server.access_key_id}\n"
-        f"aws_secret_access_key = {s3_server.secret_access_key}\n"
-    )
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(profiles))
-    datamgr_process.start()
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    node = MountProcess.node(tmp_path / "n1", datamgr_process.address, "n1", "--cache-capacity", "1GiB")
+    target = _s3_dataset(dataset_target_factory, files)
+    node = _node_lacking_the_data_managers_profile(tmp_path, datamgr_process, s3_server, monkeypatch)
     keys = ("access_key_id", "secret_access_key")
     try:
         node.start()
