@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from fuseclient.readahead import FSTYPE, MOUNTINFO, NotMounted, mount_device
+from fuseclient.readahead import MOUNTINFO, NotMounted, mount_device, silod_mount_entry
 
 log = logging.getLogger(__name__)
 
@@ -100,21 +100,9 @@ def mount_owner(mountpoint: Path, mountinfo: Path = MOUNTINFO) -> int | None:
     """The user id of whoever mounted the silod mount at `mountpoint` (the `user_id` the kernel's mount table shows
     for a FUSE mount), or None if the table has no silod mount there. The mount stacked last wins, as the kernel
     shows it."""
-    wanted = os.path.realpath(mountpoint)
-    owner = None
-    for line in mountinfo.read_text().splitlines():
-        fields, _, tail = line.partition(" - ")
-        parts, described = fields.split(), tail.split()
-        if len(parts) < 5 or len(described) < 3 or described[0] != FSTYPE or _unescape(parts[4]) != wanted:
-            continue
-        found = re.search(r"(?:^|,)user_id=(\d+)(?:,|$)", described[2])
-        owner = int(found.group(1)) if found else None
-    return owner
-
-
-def _unescape(field: str) -> str:
-    r"""A mountinfo path: the kernel writes space, tab, newline and backslash as octal escapes (\040)."""
-    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
+    entry = silod_mount_entry(Path(os.path.realpath(mountpoint)), mountinfo)
+    found = None if entry is None else re.search(r"(?:^|,)user_id=(\d+)(?:,|$)", entry[1])
+    return int(found.group(1)) if found else None
 
 
 def open_log(log_file: Path) -> int:

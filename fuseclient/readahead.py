@@ -50,16 +50,24 @@ def mount_device(mountpoint: Path, mountinfo: Path = MOUNTINFO) -> str:
     Read from the table, not from `stat`: a mount point whose mount has gone shows the file system below it,
     and that file system's read-ahead is not ours to change.
     """
+    entry = silod_mount_entry(mountpoint, mountinfo)
+    if entry is None:
+        raise NotMounted(f"{mountpoint} carries no {FSTYPE} mount")
+    return entry[0]
+
+
+def silod_mount_entry(mountpoint: Path, mountinfo: Path = MOUNTINFO) -> tuple[str, str] | None:
+    """The "major:minor" and the super options (`user_id=0,...`) of the silod mount at exactly `mountpoint` in the
+    kernel's mount table, or None if it has none there. The last one wins: mounts stacked on one point hide the
+    earlier ones."""
     wanted = str(mountpoint)
-    device = None
+    entry = None
     for line in mountinfo.read_text().splitlines():
         fields, _, tail = line.partition(" - ")
-        parts = fields.split()
-        if len(parts) >= 5 and _unescape(parts[4]) == wanted and tail.split(" ", 1)[0] == FSTYPE:
-            device = parts[2]  # the last one wins: mounts stacked on one point hide the earlier ones
-    if device is None:
-        raise NotMounted(f"{mountpoint} carries no {FSTYPE} mount")
-    return device
+        parts, described = fields.split(), tail.split()
+        if len(parts) >= 5 and described[:1] == [FSTYPE] and _unescape(parts[4]) == wanted:
+            entry = parts[2], described[2] if len(described) >= 3 else ""
+    return entry
 
 
 def _unescape(field: str) -> str:
