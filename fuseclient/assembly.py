@@ -18,14 +18,13 @@ import trio
 
 from fuseclient.access import AccessTracker
 from fuseclient.cache import DatasetCache, NoCache
-from fuseclient.fuse_refusals import user_name
 from fuseclient.mounted import MountedDataset, MountedJob, MountState
 from fuseclient.privacy import PRIVATE_DIRECTORY, PRIVATE_FILE, make_private
 from fuseclient.readahead import DEFAULT_READ_AHEAD
 from fuseclient.throttle import TokenBucket, default_burst
 from fuseclient.tree import DatasetTree
 from silodlib.backends import Backend, BackendError, RetryingBackend, open_backend
-from silodlib.directories import make_directory
+from silodlib.directories import failure_text, make_directory, ownership_advice
 from silodlib.logfields import log_ids
 from silodlib.manifest import DEFAULT_CHUNK_SIZE, EmptyListing, Manifest, ManifestError, freeze_listing
 
@@ -85,15 +84,9 @@ def cache_dir_refusal(cache_dir: Path, exc: OSError) -> str:
     """Why `cache_dir` cannot be used, `exc` being what making, locking or making private it or a file in it raised:
     the file (when not the cache dir itself) and the reason, and for a permission refused, what to do. A cache dir or
     lock file an earlier daemon run as another user (root) left is the usual cause."""
-    said = exc.strerror or str(exc)
-    if exc.filename and str(exc.filename) != str(cache_dir) and str(exc.filename) not in said:
-        said = f"{exc.filename}: {said}"
+    said = failure_text(exc, named=cache_dir)
     if exc.errno in (errno.EACCES, errno.EPERM):
-        user = user_name(os.geteuid())
-        said += (
-            f"; give the cache dir and its files to the user silod runs as (chown -R {user} {cache_dir}), or run "
-            "silod as the user that owns them"
-        )
+        said += f"; {ownership_advice(cache_dir, 'the cache dir', 'silod', 'silod')}"
     return f"cannot use --cache-dir {cache_dir}: {said}"
 
 

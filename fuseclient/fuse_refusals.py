@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import os
-import pwd
 import re
 import stat
 import sys
@@ -14,14 +13,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-
-def user_name(uid: int) -> str:
-    """The login name of `uid`, or "uid N" for one the password database does not know."""
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
-
+from silodlib.directories import user_name
 
 FUSE_DEVICE = Path("/dev/fuse")
 FUSE_CONF = Path("/etc/fuse.conf")  # fusermount3's configuration: `user_allow_other` lets users use allow_other

@@ -15,12 +15,11 @@ import trio
 from datamgr.entities import InvalidArgument
 from datamgr.validation import check_chunk_size, check_dataset_uri, check_id
 from fuseclient import agent, assembly, daemon, runtime
-from fuseclient.fuse_refusals import user_name
 from fuseclient.privacy import PRIVATE_DIRECTORY
 from silodcli.security_flags import client_flags
 from silodlib.backends import InvalidBackendOption, NoSuchObject, open_backend
 from silodlib.credentials import ChannelSecurity, SecurityConfigError
-from silodlib.directories import make_directory
+from silodlib.directories import make_directory, user_name
 
 
 def _check_mountpoint(field: str, path: Path) -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from fuseclient import daemon
-from fuseclient.fuse_refusals import user_name
+from silodlib.directories import user_name
 
 
 def run_umount(args: argparse.Namespace) -> int:

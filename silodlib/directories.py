@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pwd
 from pathlib import Path
 
 
@@ -28,3 +29,31 @@ def fsync_directory(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def user_name(uid: int) -> str:
+    """The login name of `uid`, or its number where the password database has none: what `chown` takes, and what
+    a message names a user by."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def failure_text(exc: OSError, named: Path | None = None) -> str:
+    """`exc`'s reason after the file it is about ("FILE: reason"), unless the reason names it already or it is
+    `named`, which the message names before it."""
+    reason = exc.strerror or str(exc)
+    if exc.filename and str(exc.filename) not in reason and str(exc.filename) != str(named):
+        return f"{exc.filename}: {reason}"
+    return reason
+
+
+def ownership_advice(directory: Path, what: str, runner: str, rerun: str) -> str:
+    """What to do about a permission `directory`'s files refused this process: `what` (the state dir, the cache
+    dir) given to the user `runner` (the program) runs as, or `rerun` (it) run as their owner. Most often files an
+    earlier run as another user (root) left."""
+    return (
+        f"give {what} and its files to the user {runner} runs as (chown -R {user_name(os.geteuid())} {directory}), "
+        f"or run {rerun} as the user that owns them"
+    )

@@ -11,9 +11,10 @@ import pytest
 
 from fuseclient import assembly
 from fuseclient.daemon import mount_owner
-from fuseclient.fuse_refusals import fuse_refusal, kernel_refusal, may_mount_directly, user_allow_other, user_name
+from fuseclient.fuse_refusals import fuse_refusal, kernel_refusal, may_mount_directly, user_allow_other
 from silodcli.fuse_client import _log_refusal, _mountpoint_refusal
 from silodcli.umount import foreign_mount
+from silodlib.directories import user_name
 
 USER = 1000  # a user other than root, as fusermount3 sees one
 OPENABLE = Path("/dev/null")  # stands in for /dev/fuse: the device checks open it read-write

@@ -12,8 +12,9 @@ import contextlib
 import errno
 import fcntl
 import os
-import pwd
 from pathlib import Path
+
+from silodlib.directories import failure_text, ownership_advice
 
 DATABASE_NAME = "silod.db"
 LOCK_NAME = "lock"
@@ -189,23 +190,11 @@ def replaced_databases(state_dir: Path) -> list[Path]:
 
 def access_advice(state_dir: Path, exc: OSError) -> str:
     """What to do about `exc`, an error opening or locking a file of `state_dir`: "FILE: strerror; ..."."""
-    named = exc.filename and str(exc.filename) not in (exc.strerror or "")
-    said = f"{exc.filename}: {exc.strerror}" if named else str(exc.strerror or exc)
+    said = failure_text(exc)
     if exc.errno in (errno.EACCES, errno.EPERM):
-        user = _user()
-        return (
-            f"{said}; nothing was changed: give the state dir and its files to the user the data manager runs as "
-            f"(chown -R {user} {state_dir}), or run it as the user that owns them"
-        )
+        return f"{said}; nothing was changed: {ownership_advice(state_dir, 'the state dir', 'the data manager', 'it')}"
     if exc.errno == errno.EROFS:
         return (
             f"{said}; nothing was changed: repair the disk and mount it read-write, then start the data manager again"
         )
     return said
-
-
-def _user() -> str:
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return str(os.geteuid())
