@@ -15,7 +15,8 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
-from datamgr import convert, lifecycle, tenants
+from datamgr import admission, convert, grace, lifecycle, lookups, tenants
+from datamgr.change_text import describe_job, job_parameter, placement_text, time_text, vc_text
 from datamgr.clocks import SteadyWallClock
 from datamgr.entities import (
     BEST_EFFORT,
@@ -23,11 +24,9 @@ from datamgr.entities import (
     AlreadyExists,
     Dataset,
     FailedPrecondition,
-    InvalidArgument,
     Job,
     JobHistory,
     Node,
-    NotFound,
     StateDiskUnreadable,
     Tenant,
     Worker,
@@ -52,7 +51,6 @@ from datamgr.validation import (
     check_option_update,
     check_priority,
     check_rate,
-    check_worker_count,
 )
 from datamgr.watch import WatchHub, events_after
 from silodlib.backends import option_changes
@@ -123,22 +121,13 @@ class DataManager:
     # ---- lookups that raise NOT_FOUND, naming the request field that asked ----
 
     def dataset(self, field: str, uri: str) -> Dataset:
-        canonical = check_dataset_uri(field, uri)
-        if canonical not in self.state.datasets:
-            raise NotFound(f"{field}: dataset {canonical} is not registered")
-        return self.state.datasets[canonical]
+        return lookups.dataset(self.state, field, uri)
 
     def job(self, job_id: str) -> Job:
-        check_id("job_id", job_id)
-        if job_id not in self.state.jobs:
-            raise NotFound(f"job_id: job {job_id!r} is not registered")
-        return self.state.jobs[job_id]
+        return lookups.job(self.state, job_id)
 
     def tenant(self, field: str, name: str) -> Tenant:
-        check_id(field, name)
-        if name not in self.state.tenants:
-            raise NotFound(f"{field}: tenant {name!r} is not registered (silod tenant add {name} ...)")
-        return self.state.tenants[name]
+        return lookups.tenant(self.state, field, name)
 
     def history(self, job_id: str) -> JobHistory:
         """A registered job's scheduling history (every job has one; a state that lacks it, which no store
@@ -147,10 +136,7 @@ class DataManager:
         return history if history is not None else lifecycle.registered(self.state.jobs[job_id], self.wall_clock())
 
     def node(self, field: str, node_id: str) -> Node:
-        check_id(field, node_id)
-        if node_id not in self.state.nodes:
-            raise NotFound(f"{field}: node {node_id!r} is not registered")
-        return self.state.nodes[node_id]
+        return lookups.node(self.state, field, node_id)
 
     # ---- the paper's two calls ----
 
@@ -177,20 +163,8 @@ class DataManager:
     async def _allocate_cache_size(self, dataset_uri: str, cache_size_bytes: int) -> tuple[Dataset, int]:
         dataset = self.dataset("dataset_uri", dataset_uri)
         size = check_bytes("cache_size_bytes", cache_size_bytes)
-        if size > dataset.size_bytes:
-            raise FailedPrecondition(
-                f"cache_size_bytes {size} is larger than dataset {dataset.uri} ({dataset.size_bytes} bytes)"
-            )
+        admission.check_cache_quota(self.state, dataset, size)
         mounting = self.state.nodes_mounting(dataset.uri)
-        for node_id in sorted(mounting):
-            others = self.state.node_cache_allocated(node_id) - dataset.cache_quota_bytes
-            capacity = self.state.nodes[node_id].cache_capacity_bytes
-            if others + size > capacity:
-                raise FailedPrecondition(
-                    f"cache_size_bytes {size}: node {node_id!r} mounts {dataset.uri} and has room for "
-                    f"{max(0, capacity - others)} bytes of quota ({format_size(capacity)} capacity, "
-                    f"{format_size(others)} allocated to its other datasets)"
-                )
         if size == dataset.cache_quota_bytes:
             return dataset, await self._settled()
         updated = replace(dataset, cache_quota_bytes=size)
@@ -202,21 +176,7 @@ class DataManager:
     async def _allocate_remote_io(self, job_id: str, io_bytes_per_sec: int) -> tuple[Job, int]:
         job = self.job(job_id)
         rate = check_rate("io_bytes_per_sec", io_bytes_per_sec)
-        # Lowering a job's rate is never refused: after a restart with a lower limit, that is how the policy or the
-        # operator brings the allocations back under it.
-        if self.remote_io_limit is not None and rate > job.io_bytes_per_sec:
-            left = self.remote_io_limit - (self.state.io_allocated_bytes_per_sec - job.io_bytes_per_sec)
-            if rate > left:
-                beyond = (
-                    f"; the other jobs are allocated {-left} bytes/s ({format_rate(-left)}) beyond the limit, "
-                    "lowered since they were allocated: lower theirs first"
-                    if left < 0
-                    else ""
-                )
-                raise FailedPrecondition(
-                    f"io_bytes_per_sec {rate} exceeds the remote IO limit of {self.remote_io_limit} bytes/s: "
-                    f"{max(0, left)} bytes/s ({format_rate(max(0, left))}) are left for job {job_id!r}{beyond}"
-                )
+        admission.check_remote_io(self.state, self.remote_io_limit, job, rate)
         if rate == job.io_bytes_per_sec:
             return job, await self._settled()
         updated = replace(job, io_bytes_per_sec=rate)
@@ -338,11 +298,16 @@ class DataManager:
         check_id("job_id", job_id)
         dataset = self.dataset("dataset_uri", dataset_uri)
         ideal = check_rate("ideal_bytes_per_sec", ideal_bytes_per_sec, positive=True)
+        workers = (
+            admission.checked_workers(self.state, workers)
+            if not gpus
+            else admission.checked_demand(workers, gpus, self.policy)
+        )
         job = Job(
             job_id,
             dataset.uri,
             ideal,
-            self._checked_workers(workers) if not gpus else self._checked_demand(workers, gpus),
+            workers,
             epochs=check_epochs("epochs", epochs),
             irregular=irregular,
             gpus=gpus,
@@ -355,71 +320,23 @@ class DataManager:
         if existing is not None:
             differences = existing.registration_differences(job)
             if differences:
-                registered = ", ".join(f"{name} {_parameter(existing, name)}" for name in differences)
-                requested = ", ".join(f"{name} {_parameter(job, name)}" for name in differences)
+                registered = ", ".join(f"{name} {job_parameter(existing, name)}" for name in differences)
+                requested = ", ".join(f"{name} {job_parameter(job, name)}" for name in differences)
                 raise AlreadyExists(
                     f"job_id: job {job_id!r} is registered with {registered}, not {requested}; "
                     "finish it first to register it anew"
                 )
             return existing, False, await self._settled()
         for node_id in job.node_ids:
-            self._check_room_for(node_id, [dataset])
+            admission.check_room_for(self.state, node_id, [dataset])
         # Submitted no earlier than any job before it: the submission order is the registration order, even
         # after a restart with the system clock stepped back (FIFO ranks by submit time).
         submitted = max(self.wall_clock(), self._latest_submit)
         self._latest_submit = submitted
         change = Change(jobs_put=(job,), histories_put=(lifecycle.registered(job, submitted),))
-        revision = await self._commit(change, job.node_ids, f"registered job {_describe(job)}")
+        revision = await self._commit(change, job.node_ids, f"registered job {describe_job(job)}")
         self._request_round(f"registered job {job_id}")
         return job, True, revision
-
-    def _checked_demand(self, workers: Sequence[Worker], gpus: int) -> tuple[Worker, ...]:
-        """A job for the policy to place: its GPU demand, and no workers (it has run nowhere yet)."""
-        if workers:
-            raise InvalidArgument(
-                f"gpus {gpus} and workers {_workers_text(workers)} are both given: give workers for a job that "
-                "runs where they are, or gpus for a job the policy places, not both"
-            )
-        check_gpus("gpus", gpus)
-        if self.policy is None:
-            raise FailedPrecondition(
-                f"gpus {gpus}: no policy places jobs on this data manager (--policy external); register the job "
-                "with its workers, or run the data manager with a policy (--policy sjf, ...)"
-            )
-        return ()
-
-    def _checked_workers(self, workers: Sequence[Worker]) -> tuple[Worker, ...]:
-        if not workers:
-            raise InvalidArgument("workers must name at least one node (or give gpus for the policy to place the job)")
-        seen: set[str] = set()
-        for i, worker in enumerate(workers):
-            self.node(f"workers[{i}].node_id", worker.node_id)
-            check_worker_count(f"workers[{i}].count", worker.count)
-            if worker.node_id in seen:
-                raise InvalidArgument(
-                    f"workers[{i}].node_id {worker.node_id!r} is listed twice; give one entry with a count"
-                )
-            seen.add(worker.node_id)
-        return tuple(workers)
-
-    def _check_room_for(self, node_id: str, datasets: Sequence[Dataset]) -> None:
-        """Refuse `datasets` on a node without room for the cache quotas of those it does not hold yet."""
-        new = [d for d in datasets if d.uri not in self.state.datasets_on_node(node_id)]
-        if not new:
-            return
-        allocated = self.state.node_cache_allocated(node_id)
-        capacity = self.state.nodes[node_id].cache_capacity_bytes
-        quotas = sum(d.cache_quota_bytes for d in new)
-        if allocated + quotas > capacity:
-            which = (
-                f"dataset {new[0].uri} has a cache quota of"
-                if len(new) == 1
-                else f"datasets {', '.join(d.uri for d in new)} have cache quotas of, in all,"
-            )
-            raise FailedPrecondition(
-                f"workers: node {node_id!r} has room for {max(0, capacity - allocated)} bytes of quota but {which} "
-                f"{quotas} bytes"
-            )
 
     async def finish_job(self, job_id: str) -> int:
         job = self.job(job_id)
@@ -442,11 +359,16 @@ class DataManager:
         registered, unavailable (unless the job runs there already) or has not that many GPUs free for the
         policy, a placement that is not all of a job's GPUs, or a node without room for the cache quotas of the
         datasets new to it. A stop is never refused."""
-        wanted = {job_id: self._checked_placement(job_id, placement) for job_id, placement in placements.items()}
-        self._check_gpus_free(wanted)
+        wanted = {
+            job_id: admission.checked_placement(
+                self.state, self.liveness, self.job(job_id), self.history(job_id), placement
+            )
+            for job_id, placement in placements.items()
+        }
+        admission.check_gpus_free(self.state, wanted)
         for node_id in sorted({node_id for nodes in wanted.values() for node_id in nodes}):
             uris = {self.state.jobs[job_id].dataset_uri for job_id, nodes in wanted.items() if node_id in nodes}
-            self._check_room_for(node_id, [self.state.datasets[uri] for uri in sorted(uris)])
+            admission.check_room_for(self.state, node_id, [self.state.datasets[uri] for uri in sorted(uris)])
         now = self.wall_clock()
         jobs_put: list[Job] = []
         histories_put: list[JobHistory] = []
@@ -461,117 +383,36 @@ class DataManager:
             histories_put.append(history)
             nodes.update(job.node_ids, placement)
             verb = "preempted" if not placement else "placed"
-            where = f" on {_placement_text(placement)}" if placement else ""
+            where = f" on {placement_text(placement)}" if placement else ""
             if history.suspending:
-                where = f", suspending on {_placement_text(history.held)} until {_time_text(history.suspended_until)}"
+                where = f", suspending on {placement_text(history.held)} until {time_text(history.suspended_until)}"
             summaries.append(f"{verb} job {job_id}{where}")
         if not jobs_put:
             return await self._settled()
         change = Change(jobs_put=tuple(jobs_put), histories_put=tuple(histories_put))
         return await self._commit(change, sorted(nodes), "; ".join(summaries))
 
-    def _checked_placement(self, job_id: str, placement: Mapping[str, int]) -> dict[str, int]:
-        """The placement's nodes with GPUs, once what one job's placement must satisfy alone is checked."""
-        job = self.job(job_id)
-        if not job.placed_by_policy:
-            raise FailedPrecondition(
-                f"job_id: job {job_id!r} was registered with its workers; where it runs is up to whoever registered it"
-            )
-        wanted = {node_id: gpus for node_id, gpus in placement.items() if gpus}
-        history = self.history(job_id)
-        if wanted and history.suspending:
-            raise FailedPrecondition(
-                f"placement of job {job_id!r}: it is suspending through its grace period until "
-                f"{_time_text(history.suspended_until)} and holds {_placement_text(history.held)} until then; "
-                "it can be placed once they are released"
-            )
-        if wanted and sum(wanted.values()) != job.gpus:
-            raise InvalidArgument(
-                f"placement of job {job_id!r}: {sum(wanted.values())} GPUs ({_placement_text(wanted)}); it runs on "
-                f"all the {job.gpus} it asks for or on none"
-            )
-        running = lifecycle.placement_of(job)
-        for node_id, gpus in sorted(wanted.items()):
-            self.node("placement", node_id)
-            if not self.liveness.available(node_id) and running.get(node_id) != gpus:
-                raise FailedPrecondition(
-                    f"placement of job {job_id!r}: node {node_id!r} is unavailable (its agent has not reported for "
-                    f"{self.liveness.seconds_since_seen(node_id):.0f} s); no job is placed on it until it reports"
-                )
-        return wanted
-
-    def _check_gpus_free(self, wanted: Mapping[str, Mapping[str, int]]) -> None:
-        """Refuse placements that ask more of a node than its GPUs for the policy, less those that jobs outside
-        `wanted` are placed on and those suspending jobs hold."""
-        for node_id in sorted({node_id for nodes in wanted.values() for node_id in nodes}):
-            placed_here = sorted(job_id for job_id, nodes in wanted.items() if node_id in nodes)
-            asked = sum(wanted[job_id][node_id] for job_id in placed_here)
-            held = self.state.node_gpus_held(node_id)
-            free = (
-                self.state.node_gpus_for_policy(node_id)
-                - self.state.node_gpus_placed(node_id, except_jobs=set(wanted))
-                - held
-            )
-            if asked > free:
-                suspending = f" ({held} held by suspending jobs)" if held else ""
-                jobs = "job " if len(placed_here) == 1 else "jobs "
-                raise FailedPrecondition(
-                    f"placement of {jobs}{', '.join(map(repr, placed_here))}: node {node_id!r} has {max(0, free)} "
-                    f"GPUs free for the policy{suspending}, not {asked}"
-                )
-
     def next_release(self) -> float | None:
         """When the first grace period still running ends (the wall clock), or now if one is to be re-dated
-        (`_ends_too_late`); None if no job suspends."""
-        now = self.wall_clock()
-        return min(
-            (
-                now if self._ends_too_late(h, now) else h.suspended_until
-                for h in self.state.histories.values()
-                if h.suspended_until is not None
-            ),
-            default=None,
-        )
-
-    def _ends_too_late(self, history: JobHistory, now: float) -> bool:
-        """Whether the job's grace period ends more than its whole length from `now`: stamped by a data manager
-        whose clock was ahead of this one's (a restart after the system clock was stepped back). Left as it is,
-        the job would hold its GPUs for the length of the step."""
-        job = self.state.jobs.get(history.job_id)
-        until = history.suspended_until
-        return job is not None and until is not None and until - now > job.grace_seconds
+        (`grace.ends_too_late`); None if no job suspends."""
+        return grace.next_release(self.state, self.wall_clock())
 
     async def _release_due(self) -> list[str]:
         """Release the GPUs of every suspending job whose grace period is over, and re-date to a whole grace
-        period from now those that end later than that (`_ends_too_late`), in one change; the jobs released
+        period from now those that end later than that (`grace.ends_too_late`), in one change; the jobs released
         (none: nothing was released). Their decisions become PREEMPTED on WatchDecisions."""
-        now = self.wall_clock()
-        due, redated = [], []
-        for job_id, h in sorted(self.state.histories.items()):
-            if h.suspended_until is None or job_id not in self.state.jobs:
-                continue
-            if h.suspended_until <= now:
-                due.append(h)
-            elif self._ends_too_late(h, now):
-                redated.append(replace(h, suspended_until=now + self.state.jobs[job_id].grace_seconds))
+        due, redated = grace.due_and_redated(self.state, self.wall_clock())
         if not due and not redated:
             return []
-        released = tuple(lifecycle.released(h) for h in due)
-        changes = []
-        if due:
-            changes.append(
-                "grace period over: released " + ", ".join(f"{h.job_id} ({_placement_text(h.held)})" for h in due)
-            )
         if redated:
-            ids = ", ".join(h.job_id for h in redated)
-            changes.append(f"grace period of {ids} re-dated to end a whole grace period from now")
             log.warning(
                 "the grace periods of jobs %s ended more than their whole length from now, as stamped by a clock "
                 "ahead of this one (the system clock stepped back across a restart): each now ends its grace "
                 "period from now",
-                ids,
+                ", ".join(h.job_id for h in redated),
             )
-        await self._commit(Change(histories_put=(*released, *redated)), (), "; ".join(changes))
+        released = tuple(lifecycle.released(h) for h in due)
+        await self._commit(Change(histories_put=(*released, *redated)), (), grace.release_description(due, redated))
         return [h.job_id for h in due]
 
     async def _hand_back(self, states: Mapping[str, Mapping[str, float]]) -> int | None:
@@ -609,31 +450,18 @@ class DataManager:
         if existing is not None:
             if not existing.same_registration(tenant):
                 raise AlreadyExists(
-                    f"name: tenant {name!r} is registered with {_vc_text(existing)}, not {_vc_text(tenant)}; "
+                    f"name: tenant {name!r} is registered with {vc_text(existing)}, not {vc_text(tenant)}; "
                     "unregister it first (once its jobs have finished) to change its virtual cluster"
                 )
             return existing, False, await self._settled()
         tenants.check_levels(tenant, self.cell_levels)
         others = [t for t in self.state.tenants.values() if t.name != name]
         tenants.check_vcs([*others, tenant], self.cell_levels, self.state.nodes.values())
-        self._check_io_reservations(tenant, others)
+        admission.check_io_reservations(self.remote_io_limit, tenant, others)
         change = Change(tenants_put=(tenant,))
-        revision = await self._commit(change, (), f"registered tenant {name} ({_vc_text(tenant)})")
+        revision = await self._commit(change, (), f"registered tenant {name} ({vc_text(tenant)})")
         self._request_round(f"registered tenant {name}")
         return tenant, True, revision
-
-    def _check_io_reservations(self, tenant: Tenant, others: Sequence[Tenant]) -> None:
-        """A tenant's remote IO must fit what the others leave of the limit. One that reserves none is never
-        refused: the others' reservations can exceed a limit lowered at a restart, which is none of its doing."""
-        if self.remote_io_limit is None or not tenant.io_bytes_per_sec:
-            return
-        reserved = sum(t.io_bytes_per_sec for t in others)
-        if reserved + tenant.io_bytes_per_sec > self.remote_io_limit:
-            raise FailedPrecondition(
-                f"io_bytes_per_sec {tenant.io_bytes_per_sec}: the other tenants reserve {format_rate(reserved)} of "
-                f"the remote IO limit of {format_rate(self.remote_io_limit)}, so "
-                f"{format_rate(max(0, self.remote_io_limit - reserved))} are left"
-            )
 
     async def unregister_tenant(self, name: str) -> int:
         """Unregister a tenant; refused while it has jobs (registered jobs are unfinished ones)."""
@@ -805,8 +633,6 @@ class DataManager:
             log.warning("node %s stopped reporting; marked unavailable", node_id, extra={"node_id": node_id})
         return expired
 
-    # ---- queries ----
-
     # ---- the one way state changes ----
 
     async def _commit(self, change: Change, affected_nodes: Collection[str], description: str) -> int:
@@ -865,47 +691,6 @@ class DataManager:
     async def close(self) -> None:
         """Wait for pending changes to be written (call before closing the store)."""
         await self._journal.close()
-
-
-def _workers_text(workers: Sequence[Worker]) -> str:
-    return ",".join(f"{w.node_id}:{w.count}" for w in workers)
-
-
-def _placement_text(placement: Mapping[str, int]) -> str:
-    return ",".join(f"{node_id}:{gpus}" for node_id, gpus in sorted(placement.items()))
-
-
-def _vc_text(tenant: Tenant) -> str:
-    """A tenant's VC as `silod tenant add` takes it: `cells node=2, cache 1.9 TiB, remote IO 400.0 MB/s`."""
-    cells = ",".join(f"{level}={count}" for level, count in sorted(tenant.cells.items()))
-    return f"cells {cells}, cache {format_size(tenant.cache_bytes)}, remote IO {format_rate(tenant.io_bytes_per_sec)}"
-
-
-def _parameter(job: Job, name: str) -> str:
-    """One registered parameter of a job, written as a registration gives it (no tenant: `none`)."""
-    if name == "workers":
-        return _workers_text(job.workers)
-    if name == "tenant":
-        return job.tenant or "none"
-    return str(getattr(job, name))
-
-
-def _time_text(wall_time: float | None) -> str:
-    """A wall-clock time for messages and the change log: UTC, to the second."""
-    if wall_time is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(wall_time))
-
-
-def _describe(job: Job) -> str:
-    """A registered job for the change log: id, dataset, workers, and what it said about its training."""
-    length = f"{job.epochs:g} epochs" if job.epochs else "length unknown"
-    access = ", irregular access" if job.irregular else ""
-    grace = f", {job.grace_seconds:g} s grace period" if job.grace_seconds else ""
-    grace += f", tenant {job.tenant}" if job.tenant else ""
-    grace += f", {job.priority} priority" if job.priority != HIGH_PRIORITY else ""
-    where = f"waiting for {job.gpus} GPUs" if job.placed_by_policy else f"with workers {_workers_text(job.workers)}"
-    return f"{job.job_id} on {job.dataset_uri} {where} ({length}{access}, class {job.job_class}{grace})"
 
 
 class PolicyAllocations:
