@@ -2,12 +2,21 @@
 
 This is soft state, kept in memory only: nodes report every few seconds, so a restarted data manager learns
 it again within one report interval. Every known node starts with a full timeout of grace.
+
+A node that reports a dataset it cannot open (`DatasetUsage.open_error`) is logged here, as a WARNING when the
+failure first arrives and at INFO once a report no longer carries it: the node's agent logs why, but without this
+the data manager would show the node's jobs running while they wait.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+
+from silodlib.logfields import log_ids
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +26,7 @@ class DatasetUsage:
     dataset_uri: str
     cached_bytes: int = 0
     cached_items: int = 0
+    open_error: str = ""  # why the node cannot open the dataset, its jobs there waiting; "": it serves it
     node_id: str = ""
 
 
@@ -69,7 +79,10 @@ class NodeLiveness:
         return returned
 
     def report(self, node_id: str, datasets: Sequence[DatasetUsage], jobs: Sequence[JobUsage]) -> bool:
+        """Keep the node's latest usage, logging the datasets it newly cannot open and those it no longer reports
+        so; True if the node was unavailable and is back."""
         record = self._nodes.setdefault(node_id, _NodeRecord(self._clock()))
+        _log_open_errors(node_id, _open_errors(record.datasets), datasets)
         record.datasets, record.jobs = datasets, jobs
         self._unreported.discard(node_id)
         return self.seen(node_id)
@@ -125,3 +138,31 @@ class NodeLiveness:
             for usage in record.jobs
             if usage.job_id == job_id
         ]
+
+
+def _open_errors(datasets: Iterable[DatasetUsage]) -> dict[str, str]:
+    """The datasets a report says the node cannot open, with why."""
+    return {usage.dataset_uri: usage.open_error for usage in datasets if usage.open_error}
+
+
+def _log_open_errors(node_id: str, before: Mapping[str, str], datasets: Sequence[DatasetUsage]) -> None:
+    """A WARNING for each dataset the node reports it cannot open that its last report did not (or for another
+    reason), so that the operator hears of it once, not at every report; INFO for each it no longer reports so:
+    opened, or no longer sent to the node."""
+    now = _open_errors(datasets)
+    for uri, reason in sorted(now.items()):
+        if before.get(uri) != reason:
+            log.warning(
+                "node %s cannot open dataset %s, so its jobs there wait: %s",
+                node_id,
+                uri,
+                reason,
+                extra=log_ids(node_id=node_id, dataset_uri=uri),
+            )
+    reported = {usage.dataset_uri for usage in datasets}
+    for uri in sorted(before.keys() - now.keys()):
+        ids = log_ids(node_id=node_id, dataset_uri=uri)
+        if uri in reported:
+            log.info("node %s opened dataset %s: its jobs there run", node_id, uri, extra=ids)
+        else:
+            log.info("node %s no longer needs dataset %s, which it could not open", node_id, uri, extra=ids)

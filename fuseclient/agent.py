@@ -49,6 +49,7 @@ from silodlib.grpc_channel import explain_refusal, open_channel
 from silodlib.logfields import log_ids
 from silodlib.manifest import Manifest
 from silodlib.metrics_endpoint import MetricsPortError, refuse_busy_port
+from silodlib.scrub import scrub
 from silodlib.sharding import pass_share
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
@@ -132,6 +133,9 @@ class NodeAgent:
         # Jobs whose dataset this node could not open (options it refused, a profile its host lacks), as last sent:
         # added once the dataset opens (`silod dataset set-options` fixing its options), dropped when removed.
         self._unserved_jobs: dict[str, pb.NodeJob] = {}
+        # Datasets this node could not open, with why: each usage report says so (`DatasetUsage.open_error`), for the
+        # data manager to show, until the dataset opens or is no longer sent here.
+        self._unopened: dict[str, str] = {}
         self._watch_refused = False  # "another agent serves this node" is logged for the watch, not yet lifted
         self._report_refused = False  # and for the usage reports
 
@@ -201,6 +205,7 @@ class NodeAgent:
             datasets.append(
                 pb.DatasetUsage(dataset_uri=uri, cached_bytes=cache.used_bytes, cached_items=cache.cached_items)
             )
+        datasets += [pb.DatasetUsage(dataset_uri=uri, open_error=why) for uri, why in self._unopened.items()]
         jobs = []
         for job in self._mount.jobs.values():
             stats = job.statistics(now)
@@ -256,7 +261,7 @@ class NodeAgent:
     async def _apply_snapshot(self, snapshot: pb.AllocationSnapshot) -> None:
         for job_id in (set(self._mount.jobs) | set(self._unserved_jobs)) - {j.job_id for j in snapshot.jobs}:
             self._remove_job(job_id)
-        for uri in set(self._mount.datasets) - {d.uri for d in snapshot.datasets}:
+        for uri in (set(self._mount.datasets) | set(self._unopened)) - {d.uri for d in snapshot.datasets}:
             await self._remove_dataset(uri)
         for dataset in snapshot.datasets:
             await self._set_dataset(dataset)
@@ -274,7 +279,8 @@ class NodeAgent:
         if current is not None:
             await self._remove_dataset(wanted.uri)
         backend = self._open_backend(wanted.uri, options, f"cannot serve dataset {wanted.uri}")
-        if backend is None:
+        if isinstance(backend, str):
+            self._unopened[wanted.uri] = backend
             return
         manifest = self._manifests[wanted.manifest_digest]
         try:
@@ -292,6 +298,7 @@ class NodeAgent:
             )
             dataset = uncached_dataset(wanted.uri, backend, manifest, wanted.cache_quota_bytes, options)
         self._mount.add_dataset(dataset)
+        self._unopened.pop(wanted.uri, None)  # only now: a report meanwhile must still say it is not open
         for job in [job for job in self._unserved_jobs.values() if job.dataset_uri == wanted.uri]:
             self._set_job(job)  # its dataset opened at last: its directory appears
 
@@ -320,7 +327,7 @@ class NodeAgent:
         backend = self._open_backend(
             dataset.uri, options, f"dataset {dataset.uri} reads on with its old options, not the new ones ({changes})"
         )
-        if backend is not None:
+        if not isinstance(backend, str):
             dataset.backend = backend
             log.info(
                 "dataset %s: reading with its new options (%s) from now on, its cache kept",
@@ -329,14 +336,17 @@ class NodeAgent:
                 extra=self._ids(dataset_uri=dataset.uri),
             )
 
-    def _open_backend(self, uri: str, options: dict[str, str], failure: str) -> Backend | None:
-        """The dataset's backend, retrying transient failures; None, once `failure` is logged with the reason, where
-        the options open none (an option this silod does not know, a bad value)."""
+    def _open_backend(self, uri: str, options: dict[str, str], failure: str) -> Backend | str:
+        """The dataset's backend, retrying transient failures; or, where the options open none (an option this silod
+        does not know, a bad value, a profile this host lacks, a directory it cannot reach), the reason, once logged
+        after `failure`. The reason is one line, scrubbed as the log line is (`silodlib.scrub`), since the usage
+        reports carry it to the data manager, past this process's log handler."""
         try:
             return RetryingBackend(open_backend(uri, options))
         except (BackendError, ValueError) as exc:
-            log.error("%s: %s", failure, exc, extra=self._ids(dataset_uri=uri))
-            return None
+            reason = " ".join(scrub(str(exc)).splitlines())
+            log.error("%s: %s", failure, reason, extra=self._ids(dataset_uri=uri))
+            return reason
 
     async def _reopen_cache(self, dataset: MountedDataset) -> None:
         """Give a dataset served uncached (`NoCache`) its cache once its directory opens; quietly try again later
@@ -419,7 +429,8 @@ class NodeAgent:
 
     async def _remove_dataset(self, uri: str) -> None:
         """Free the disk a dataset no job here reads any more. Files still open keep reading through its
-        backend, which is released with the last of them."""
+        backend, which is released with the last of them. One this node could not open is no longer reported."""
+        self._unopened.pop(uri, None)
         dataset = self._mount.remove_dataset(uri)
         if dataset is not None:
             evicted = await trio.to_thread.run_sync(dataset.cache.set_quota, 0)

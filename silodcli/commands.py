@@ -36,6 +36,7 @@ from silodcli.tables import (
     tenant_phrase,
     tenants_table,
     training_text,
+    unopened_lines,
     vc_text,
 )
 from silodcli.vc_file import read_vc
@@ -321,7 +322,7 @@ def _status_tables(address: str, status: _Status) -> str:
     sections = [
         f"data manager {address}: {summary_line(status.summary)}\n{controller_line(status.summary.controller)}",
         datasets_table(status.datasets),
-        jobs_table(status.jobs),
+        jobs_table(status.jobs) + unopened_lines(status.datasets, status.jobs),
         nodes_table(status.nodes),
     ]
     if status.tenants or status.summary.cell_levels:

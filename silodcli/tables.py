@@ -283,6 +283,32 @@ def jobs_table(jobs: Sequence[pb.Job]) -> str:
     return render_table(headers, rows)
 
 
+def unopened_lines(datasets: Sequence[pb.Dataset], jobs: Sequence[pb.Job]) -> str:
+    """A line under the jobs table for each dataset a node reports it cannot open (`DatasetUsage.open_error`), naming
+    the node, the dataset, the jobs that wait for it there and the node's reason: those jobs show as running, their
+    workers placed, while their directories are missing on that node. "" when every node opens its datasets."""
+    lines = []
+    for dataset in datasets:
+        for usage in dataset.usage:
+            if not usage.open_error:
+                continue
+            waiting = [
+                j.job_id
+                for j in jobs
+                if j.dataset_uri == dataset.uri and any(w.node_id == usage.node_id for w in j.workers)
+            ]
+            line = f"  node {usage.node_id} cannot open {dataset.uri}{_waiting_text(waiting)}: {usage.open_error}"
+            lines.append(_CONTROL.sub(_escaped, line))
+    return "".join(f"\n{line}" for line in lines)
+
+
+def _waiting_text(job_ids: Sequence[str]) -> str:
+    """`, so job j1 waits there`, `, so jobs j1, j2 wait there`; "" for none (a report older than the job's end)."""
+    if len(job_ids) == 1:
+        return f", so job {job_ids[0]} waits there"
+    return f", so jobs {', '.join(job_ids)} wait there" if job_ids else ""
+
+
 def nodes_table(nodes: Sequence[pb.Node]) -> str:
     rows = [
         (

@@ -80,6 +80,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_option_rotation",
         "test_rate_change",
         "test_readahead", "test_security",
+        "test_unservable_datasets",
     ),
 }  # fmt: skip
 TIER_OF = {module: tier for tier, modules in TIERS.items() for module in modules}

@@ -528,11 +528,20 @@ class DatasetUsage(_message.Message):
     DATASET_URI_FIELD_NUMBER: _builtins.int
     CACHED_BYTES_FIELD_NUMBER: _builtins.int
     CACHED_ITEMS_FIELD_NUMBER: _builtins.int
+    OPEN_ERROR_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     """filled in by the server in query responses"""
     dataset_uri: _builtins.str
     cached_bytes: _builtins.int
     cached_items: _builtins.int
+    open_error: _builtins.str
+    """Why the node cannot open the dataset, as its agent logs it: its backend options are refused there (a
+    credentials profile the node's host lacks, an option this agent's silod refuses) or its storage cannot be
+    reached when opening. The node's jobs that read it wait, their directories missing, until it opens (`silod
+    dataset set-options` fixing its options, or the data manager sending it again); cached_bytes and cached_items
+    are then 0. One line, never an option's value. "": the node serves the dataset (and from agents before this
+    field, which report no usage for a dataset they cannot open).
+    """
     def __init__(
         self,
         *,
@@ -540,10 +549,11 @@ class DatasetUsage(_message.Message):
         dataset_uri: _builtins.str = ...,
         cached_bytes: _builtins.int = ...,
         cached_items: _builtins.int = ...,
+        open_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cached_bytes", b"cached_bytes", "cached_items", b"cached_items", "dataset_uri", b"dataset_uri", "node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cached_bytes", b"cached_bytes", "cached_items", b"cached_items", "dataset_uri", b"dataset_uri", "node_id", b"node_id", "open_error", b"open_error"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,203 @@
+"""A dataset a node cannot open, seen from the data manager: the node's agent says so in its usage reports
+(`DatasetUsage.open_error`, the reason it logs), the data manager logs a WARNING when a node first reports it and an
+INFO once it clears, and `silod status` names the node, the dataset, the jobs that wait there and the reason under
+the jobs table, where those jobs otherwise show as running.
+
+End to end with a data manager and a node agent as processes, a real FUSE mount and real storage (an AWS profile
+the data manager's host has and the node's lacks; a dataset directory the node cannot reach), and against a real
+gRPC data manager fed the reports an agent sends (the data manager's side, with older agents' reports)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from datamgr.client import DataManagerClient
+from datamgr.devservers import S3Server
+from silodpb.v1 import datamgr_pb2 as pb
+from tests.cluster_fixtures import System, eventually
+from tests.datamgr_fixtures import DataManagerProcess, RunningDataManager, make_local_dataset, silod_cli
+from tests.mount_fixtures import MountProcess
+from tests.storage_servers import DatasetTargetFactory
+
+PROFILE = "datamgr-only"
+KEYS = ("access_key_id", "secret_access_key")
+REASON = "s3://b/train: option 'profile': no such AWS profile"
+
+
+def _status(address: str, *args: str) -> str:
+    """`silod status ARGS`'s output, as an operator runs it."""
+    result = silod_cli("status", *args, datamgr=address)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _unopened_lines(status: str) -> list[str]:
+    """The lines `silod status` shows under its jobs table for datasets nodes cannot open."""
+    return [line for line in status.splitlines() if line.startswith("  node ") and " cannot open " in line]
+
+
+def _log_lines(path: Path, containing: str) -> list[str]:
+    return [line for line in path.read_text().splitlines() if containing in line]
+
+
+@pytest.fixture
+def node_lacking_the_profile(
+    tmp_path: Path, datamgr_process: DataManagerProcess, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[MountProcess]:
+    """The data manager started with AWS profile PROFILE (the S3 server's keys), and node n1's agent started without
+    it: options naming the profile are good for the one and refused by the other, as where the node's host lacks a
+    profile the data manager's has. Stopped after the test."""
+    profiles = tmp_path / "aws-credentials"
+    profiles.write_text(
+        f"[{PROFILE}]\naws_access_key_id = {s3_server.access_key_id}\n"
+        f"aws_secret_access_key = {s3_server.secret_access_key}\n"
+    )
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(profiles))
+    datamgr_process.start()
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    agent = MountProcess.node(tmp_path / "n1", datamgr_process.address, "n1", "--cache-capacity", "1GiB")
+    try:
+        yield agent.start()
+    finally:
+        agent.stop()
+
+
+def test_status_names_the_node_the_dataset_its_waiting_job_and_the_agents_reason_until_set_options_opens_it(
+    datamgr_process: DataManagerProcess,
+    node_lacking_the_profile: MountProcess,
+    dataset_target_factory: DatasetTargetFactory,
+    s3_server: S3Server,
+) -> None:
+    node, address = node_lacking_the_profile, datamgr_process.address
+    target = dataset_target_factory("s3")
+    target.put("f0.bin", b"silod" * 200)
+    by_profile = {key: value for key, value in target.options.items() if key not in KEYS}
+    with DataManagerClient(address, timeout=10) as client:
+        client.register_dataset(target.uri, {**by_profile, "profile": PROFILE})
+        client.register_job("j1", target.uri, 100_000_000, [("n1", 1)])
+        client.allocate_remote_io("j1", 100_000_000)
+
+        (shown,) = eventually(lambda: _unopened_lines(_status(address)), what="status naming the dataset n1 lacks")
+        waiting = f"  node n1 cannot open {target.uri}, so job j1 waits there: "
+        assert shown.startswith(waiting) and shown.endswith("option 'profile': no such AWS profile")
+        reason = shown.removeprefix(waiting)
+        (logged,) = node.log_lines("cannot serve dataset")
+        assert logged.endswith(f"ERROR fuseclient.agent: cannot serve dataset {target.uri}: {reason}")
+        (usage,) = json.loads(_status(address, "--json"))["datasets"][0]["usage"]
+        assert usage == {
+            "node_id": "n1",
+            "dataset_uri": target.uri,
+            "cached_bytes": "0",
+            "cached_items": "0",
+            "open_error": reason,
+        }
+        (warning,) = _log_lines(datamgr_process.log_path, "cannot open dataset")
+        assert warning.endswith(
+            f"WARNING datamgr.liveness: node n1 cannot open dataset {target.uri}, so its jobs there wait: {reason}"
+        )
+
+        client.update_dataset_options(target.uri, {key: target.options[key] for key in KEYS}, ["profile"])
+        job_dir: Path = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="j1's directory")
+        assert (job_dir / "f0.bin").read_bytes() == b"silod" * 200
+        opened = f"INFO datamgr.liveness: node n1 opened dataset {target.uri}: its jobs there run"
+        eventually(lambda: _log_lines(datamgr_process.log_path, opened), what="the data manager hearing it opened")
+    status = _status(address)
+    assert not _unopened_lines(status) and "j1" in status
+    assert _log_lines(datamgr_process.log_path, "cannot open dataset") == [warning]  # one WARNING, at the first
+    assert s3_server.secret_access_key not in datamgr_process.log_path.read_text() + shown + status
+
+
+def test_a_job_finished_while_its_node_could_not_reach_its_dataset_leaves_status_and_the_data_manager_says_so(
+    system: System,
+) -> None:
+    """A file:// dataset whose directory the node cannot reach when the dataset arrives (a share not mounted
+    there): the status line names the agent's reason; once the job finishes, the node no longer needs the dataset,
+    its next report drops it, and the line goes."""
+    node = system.start_node("n1")
+    address, log = system.datamgr.address, system.datamgr.log_path
+    system.client.register_dataset(system.uri)
+    shutil.move(system.root / "dataset", system.root / "elsewhere")  # after the data manager listed it
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
+    system.client.allocate_remote_io("j1", 100_000_000)
+
+    (shown,) = eventually(lambda: _unopened_lines(_status(address)), what="status naming the dataset n1 cannot reach")
+    (logged,) = node.log_lines("cannot serve dataset")
+    assert shown.startswith(f"  node n1 cannot open {system.uri}, so job j1 waits there: {system.uri}")
+    assert logged.endswith(shown.split(" waits there: ")[1])
+    (warning,) = _log_lines(log, "cannot open dataset")
+    assert "WARNING" in warning
+
+    system.client.call(system.client.stub.FinishJob, pb.FinishJobRequest(job_id="j1"))
+    cleared = f"INFO datamgr.liveness: node n1 no longer needs dataset {system.uri}, which it could not open"
+    eventually(lambda: _log_lines(log, cleared), what="the data manager hearing the node no longer needs it")
+    assert not _unopened_lines(_status(address))
+    assert _log_lines(log, "cannot open dataset") == [warning]
+
+
+def _report(datamgr: RunningDataManager, node_id: str, *datasets: pb.DatasetUsage) -> None:
+    """A usage report as node `node_id`'s agent sends one (an agent without an id)."""
+    request = pb.ReportUsageRequest(node_id=node_id, datasets=datasets)
+    datamgr.client.call(datamgr.client.stub.ReportUsage, request)
+
+
+def _liveness_records(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "datamgr.liveness"]
+
+
+@pytest.mark.expected_warnings  # the data manager's WARNING for the failure reported, asserted below
+def test_the_data_manager_warns_once_while_a_node_reports_a_dataset_it_cannot_open_and_says_when_that_clears(
+    datamgr: RunningDataManager, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    uri = make_local_dataset(tmp_path / "data")
+    datamgr.client.register_node("n1", "h1:1", 2**30)
+    datamgr.client.register_dataset(uri)
+    datamgr.client.register_job("j1", uri, 100_000_000, [("n1", 1)])
+    unopened = pb.DatasetUsage(dataset_uri=uri, open_error=REASON)
+    warned = ("WARNING", f"node n1 cannot open dataset {uri}, so its jobs there wait: {REASON}")
+
+    for _ in range(3):
+        _report(datamgr, "n1", unopened)
+    assert _liveness_records(caplog) == [warned]
+
+    for _ in range(2):  # it opened: its cache reported as every agent reports it
+        _report(datamgr, "n1", pb.DatasetUsage(dataset_uri=uri, cached_bytes=1000, cached_items=1))
+    assert _liveness_records(caplog) == [warned, ("INFO", f"node n1 opened dataset {uri}: its jobs there run")]
+
+    caplog.clear()
+    _report(datamgr, "n1", unopened)
+    _report(datamgr, "n1", pb.DatasetUsage(dataset_uri=uri, open_error="another reason"))
+    _report(datamgr, "n1")  # no longer sent to the node: the job finished, say
+    assert _liveness_records(caplog) == [
+        warned,
+        ("WARNING", f"node n1 cannot open dataset {uri}, so its jobs there wait: another reason"),
+        ("INFO", f"node n1 no longer needs dataset {uri}, which it could not open"),
+    ]
+
+
+@pytest.mark.expected_warnings  # the data manager's WARNING for the failure reported
+def test_status_shows_only_the_nodes_that_report_a_dataset_unopened_under_the_jobs_table_escaped(
+    datamgr: RunningDataManager, tmp_path: Path
+) -> None:
+    """n1 reports the dataset unopened (with a control character, shown escaped: the text comes from a node);
+    n2, whose agent is older than the report's field, reports it as it always has, and shows nothing new."""
+    uri = make_local_dataset(tmp_path / "data")
+    for node_id in ("n1", "n2"):
+        datamgr.client.register_node(node_id, f"{node_id}:1", 2**30)
+    datamgr.client.register_dataset(uri)
+    datamgr.client.register_job("j1", uri, 100_000_000, [("n1", 1), ("n2", 1)])
+    datamgr.client.register_job("j2", uri, 100_000_000, [("n1", 1)])
+    datamgr.client.register_job("j3", uri, 100_000_000, [("n2", 1)])
+    _report(datamgr, "n2", pb.DatasetUsage(dataset_uri=uri, cached_bytes=1000, cached_items=1))
+    assert not _unopened_lines(_status(datamgr.address))
+
+    _report(datamgr, "n1", pb.DatasetUsage(dataset_uri=uri, open_error=f"{REASON}\x1b[2J"))
+    lines = _status(datamgr.address).splitlines()
+    shown = f"  node n1 cannot open {uri}, so jobs j1, j2 wait there: {REASON}\\x1b[2J"
+    assert _unopened_lines("\n".join(lines)) == [shown]
+    assert lines[lines.index(shown) - 1].startswith("j3 ") and lines[lines.index(shown) + 2].startswith("NODE ")
