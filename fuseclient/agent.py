@@ -278,7 +278,9 @@ class NodeAgent:
             return
         if current is not None:
             await self._remove_dataset(wanted.uri)
-        backend = self._open_backend(wanted.uri, options, f"cannot serve dataset {wanted.uri}")
+        backend = self._open_backend(
+            wanted.uri, options, f"cannot serve dataset {wanted.uri}", logged=self._unopened.get(wanted.uri, "")
+        )
         if isinstance(backend, str):
             self._unopened[wanted.uri] = backend
             return
@@ -336,16 +338,19 @@ class NodeAgent:
                 extra=self._ids(dataset_uri=dataset.uri),
             )
 
-    def _open_backend(self, uri: str, options: dict[str, str], failure: str) -> Backend | str:
+    def _open_backend(self, uri: str, options: dict[str, str], failure: str, logged: str = "") -> Backend | str:
         """The dataset's backend, retrying transient failures; or, where the options open none (an option this silod
-        does not know, a bad value, a profile this host lacks, a directory it cannot reach), the reason, once logged
-        after `failure`. The reason is one line, scrubbed as the log line is (`silodlib.scrub`), since the usage
-        reports carry it to the data manager, past this process's log handler."""
+        does not know, a bad value, a profile this host lacks, a directory it cannot reach), the reason, logged
+        after `failure` unless it is `logged`, the reason an earlier try logged: the data manager sends an unopened
+        dataset again at each change of its quota and at each reconnect, and one ERROR per cause is what an operator
+        needs. The reason is one line, scrubbed as the log line is (`silodlib.scrub`), since the usage reports carry
+        it to the data manager, past this process's log handler."""
         try:
             return RetryingBackend(open_backend(uri, options))
         except (BackendError, ValueError) as exc:
             reason = " ".join(scrub(str(exc)).splitlines())
-            log.error("%s: %s", failure, reason, extra=self._ids(dataset_uri=uri))
+            level = logging.DEBUG if reason == logged else logging.ERROR
+            log.log(level, "%s: %s", failure, reason, extra=self._ids(dataset_uri=uri))
             return reason
 
     async def _reopen_cache(self, dataset: MountedDataset) -> None:

@@ -102,9 +102,13 @@ def test_status_names_the_node_the_dataset_its_waiting_job_and_the_agents_reason
             f"WARNING datamgr.liveness: node n1 cannot open dataset {target.uri}, so its jobs there wait: {reason}"
         )
 
+        # The data manager sends the dataset again at a quota change: the agent tries it again, but the same cause
+        # makes no second ERROR (events apply in order: by the time j1's directory appears, this one was tried).
+        client.allocate_cache_size(target.uri, 500)
         client.update_dataset_options(target.uri, {key: target.options[key] for key in KEYS}, ["profile"])
         job_dir: Path = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="j1's directory")
         assert (job_dir / "f0.bin").read_bytes() == b"silod" * 200
+        assert node.log_lines("cannot serve dataset") == [logged]
         opened = f"INFO datamgr.liveness: node n1 opened dataset {target.uri}: its jobs there run"
         eventually(lambda: _log_lines(datamgr_process.log_path, opened), what="the data manager hearing it opened")
     status = _status(address)
