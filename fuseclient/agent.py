@@ -30,6 +30,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import grpc
 import trio
@@ -95,6 +96,13 @@ def served_elsewhere(exc: grpc.RpcError) -> bool:
     return refusal_of(exc) == SERVED_ELSEWHERE
 
 
+class _Unopened(NamedTuple):
+    """A dataset this node could not open: as the data manager last sent it, and why (one scrubbed line)."""
+
+    wanted: pb.NodeDataset
+    reason: str
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     datamgr: str
@@ -133,9 +141,13 @@ class NodeAgent:
         # Jobs whose dataset this node could not open (options it refused, a profile its host lacks), as last sent:
         # added once the dataset opens (`silod dataset set-options` fixing its options), dropped when removed.
         self._unserved_jobs: dict[str, pb.NodeJob] = {}
-        # Datasets this node could not open, with why: each usage report says so (`DatasetUsage.open_error`), for the
-        # data manager to show, until the dataset opens or is no longer sent here.
-        self._unopened: dict[str, str] = {}
+        # Datasets this node could not open, as last sent, with why: each usage report says so
+        # (`DatasetUsage.open_error`), for the data manager to show, and tries them again first, until the dataset
+        # opens or is no longer sent here.
+        self._unopened: dict[str, _Unopened] = {}
+        # Held while a revision applies and while an unopened dataset is tried again, so that the two never open
+        # one dataset's cache directory at once.
+        self._changing = trio.Lock()
         self._watch_refused = False  # "another agent serves this node" is logged for the watch, not yet lifted
         self._report_refused = False  # and for the usage reports
 
@@ -159,6 +171,20 @@ class NodeAgent:
             if self._call is not None:
                 self._call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves cancel() untyped
 
+    def _unopened_reason(self, uri: str) -> str:
+        entry = self._unopened.get(uri)
+        return "" if entry is None else entry.reason
+
+    async def _retry_unopened(self) -> None:
+        """Try again to open the datasets this node could not, as the data manager last sent them: what kept one
+        shut may be on the node (a profile added to its host's AWS config, a share mounted since), and the data
+        manager sends it again only when it changes. Quietly while the reason stays the same (`_open_backend`)."""
+        for uri in list(self._unopened):
+            async with self._changing:
+                entry = self._unopened.get(uri)  # a revision applied meanwhile may have opened or removed it
+                if entry is not None:
+                    await self._set_dataset(entry.wanted)
+
     async def _reopen_caches(self) -> None:
         """Try again to open the caches of the datasets served uncached. A method of its own so that the reporting
         loop keeps no dataset alive while it sleeps (its loop variable kept the last one, with its backend and
@@ -168,10 +194,11 @@ class NodeAgent:
                 await self._reopen_cache(dataset)
 
     async def report_usage(self) -> None:
-        """Report the mount's usage every `report_interval`, first trying again to open the caches of the datasets
-        served uncached."""
+        """Report the mount's usage every `report_interval`, first trying again to open the datasets this node could
+        not open and the caches of the datasets served uncached."""
         while True:
             await trio.sleep(self._config.report_interval)
+            await self._retry_unopened()
             await self._reopen_caches()
             request = self._usage(trio.current_time())
             try:
@@ -205,7 +232,7 @@ class NodeAgent:
             datasets.append(
                 pb.DatasetUsage(dataset_uri=uri, cached_bytes=cache.used_bytes, cached_items=cache.cached_items)
             )
-        datasets += [pb.DatasetUsage(dataset_uri=uri, open_error=why) for uri, why in self._unopened.items()]
+        datasets += [pb.DatasetUsage(dataset_uri=uri, open_error=u.reason) for uri, u in self._unopened.items()]
         jobs = []
         for job in self._mount.jobs.values():
             stats = job.statistics(now)
@@ -233,6 +260,13 @@ class NodeAgent:
     async def _apply(self, event: pb.WatchEvent, *, opens_stream: bool) -> None:
         """Apply one revision: a snapshot replaces everything, changes apply in order. The first event of a stream
         names the history of its revisions (0 from a data manager that names none), which goes with them."""
+        async with self._changing:
+            await self._apply_changes(event)
+            self.revision = event.revision
+            if opens_stream:
+                self.history = event.history
+
+    async def _apply_changes(self, event: pb.WatchEvent) -> None:
         if event.HasField("snapshot"):
             if self.revision:
                 log.info(
@@ -254,9 +288,6 @@ class NodeAgent:
                 self._remove_job(change.job_removed)
             elif kind == "dataset_removed":
                 await self._remove_dataset(change.dataset_removed)
-        self.revision = event.revision
-        if opens_stream:
-            self.history = event.history
 
     async def _apply_snapshot(self, snapshot: pb.AllocationSnapshot) -> None:
         for job_id in (set(self._mount.jobs) | set(self._unserved_jobs)) - {j.job_id for j in snapshot.jobs}:
@@ -279,10 +310,10 @@ class NodeAgent:
         if current is not None:
             await self._remove_dataset(wanted.uri)
         backend = self._open_backend(
-            wanted.uri, options, f"cannot serve dataset {wanted.uri}", logged=self._unopened.get(wanted.uri, "")
+            wanted.uri, options, f"cannot serve dataset {wanted.uri}", logged=self._unopened_reason(wanted.uri)
         )
         if isinstance(backend, str):
-            self._unopened[wanted.uri] = backend
+            self._unopened[wanted.uri] = _Unopened(wanted, backend)
             return
         manifest = self._manifests[wanted.manifest_digest]
         try:

@@ -205,3 +205,29 @@ def test_status_shows_only_the_nodes_that_report_a_dataset_unopened_under_the_jo
     shown = f"  node n1 cannot open {uri}, so jobs j1, j2 wait there: {REASON}\\x1b[2J"
     assert _unopened_lines("\n".join(lines)) == [shown]
     assert lines[lines.index(shown) - 1].startswith("j3 ") and lines[lines.index(shown) + 2].startswith("NODE ")
+
+
+def test_a_dataset_the_node_could_not_reach_opens_once_it_can_without_a_change_at_the_data_manager(
+    system: System,
+) -> None:
+    """What kept a dataset shut may be on the node (a share mounted late, a profile added to its host): the agent
+    tries it again at its usage reports, so the job's directory appears once the directory is back, with no change
+    at the data manager to send the dataset again, and one ERROR for the cause."""
+    node = system.start_node("n1")
+    address, log = system.datamgr.address, system.datamgr.log_path
+    system.client.register_dataset(system.uri)
+    dataset, elsewhere = system.root / "dataset", system.root / "elsewhere"
+    shutil.move(dataset, elsewhere)  # after the data manager listed it
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])
+    system.client.allocate_remote_io("j1", 100_000_000)
+    eventually(lambda: _unopened_lines(_status(address)), what="status naming the dataset n1 cannot reach")
+    revision = system.client.call(system.client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).revision
+
+    shutil.move(elsewhere, dataset)
+    job_dir: Path = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="j1's directory")
+    assert sorted(p.name for p in job_dir.iterdir()) == sorted(p.name for p in dataset.iterdir())
+    opened = f"INFO datamgr.liveness: node n1 opened dataset {system.uri}: its jobs there run"
+    eventually(lambda: _log_lines(log, opened), what="the data manager hearing it opened")
+    assert not _unopened_lines(_status(address))
+    assert system.client.call(system.client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).revision == revision
+    assert len(node.log_lines("cannot serve dataset")) == 1
