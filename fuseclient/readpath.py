@@ -6,19 +6,49 @@ a missing one is fetched whole (uniform caching caches whole items), once howeve
 same time (single-flight: each job waits on its own throttle, and the first whose throttle grants the bytes
 fetches them and is charged for them, so no job waits on another's rate), and offered to the cache, which admits
 it only while the dataset is under its quota.
+
+A fetch that fails answers, for a moment, the kernel's re-request of what it failed (`FailedFetch`): Linux asks
+again for a page whose read failed, and asking storage again would double the load on a storage service that is
+already failing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import trio
 
 from fuseclient.mounted import Flight, MountedDataset, MountedJob
 from fuseclient.throttle import ThrottleClosed
-from silodlib.backends import BackendError, ChangedObject
+from silodlib.backends import Backend, BackendError, ChangedObject
+
+# Seconds a failed fetch answers the re-requests of its item through the same open file: five times the latest the
+# kernel's re-request came after the failure's reply (205 ms, 2 CPUs overloaded; 0.3 ms at the median:
+# docs/fuseclient.md). Too short costs storage a request, as before; too long would fail a reader's own re-read of
+# the same open without asking storage. A read through another open always asks.
+RE_REQUEST_WINDOW = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class FailedFetch:
+    """The backend's failure of an item, as a read through one open file got it, kept to answer the kernel's
+    immediate re-request of that item through the same open (its read-ahead failed, then it asks for the page
+    itself) without asking storage again: during an outage or a credentials expiry every failed `read(2)` would
+    otherwise cost storage two requests. It answers only within `RE_REQUEST_WINDOW` of the failure and while the
+    dataset reads through the backend that failed (credentials rotated with `silod dataset set-options` swap it)."""
+
+    item: int
+    error: BackendError  # a copy without traceback or cause, which would hold the failed read's frames
+    backend: weakref.ref[Backend]  # weak: an open file must not keep a replaced backend and its connections
+    at: float  # trio's clock
+
+    def answers(self, item: int, backend: Backend, now: float) -> bool:
+        """Whether a read of `item` through `backend` at `now` gets this failure rather than a fetch."""
+        return item == self.item and self.backend() is backend and now - self.at < RE_REQUEST_WINDOW
 
 
 @dataclass(slots=True)
@@ -32,12 +62,23 @@ class FetchedItems:
     """
 
     items: dict[int, bytes] = field(default_factory=dict)
+    failed: FailedFetch | None = None  # the last fetch of this open that failed; one, so memory stays bounded
 
     def keep(self, item: int, data: bytes) -> None:
         """Keep `item` and the next one (fetched ahead, or still coming), and nothing else: a reader going
         backwards or jumping about must not leave every item it passed in memory until it closes the file."""
         ahead = self.items.get(item + 1)
         self.items = {item: data} if ahead is None else {item: data, item + 1: ahead}
+
+    def remember_failure(self, item: int, error: BackendError, backend: Backend, now: float) -> None:
+        """Keep `backend`'s failure `error` of `item` (at `now`) to answer the kernel's re-request of it."""
+        self.failed = FailedFetch(item, copy.copy(error), weakref.ref(backend), now)
+
+    def recent_failure(self, item: int, backend: Backend, now: float) -> BackendError | None:
+        """The failure a read of `item` through `backend` at `now` gets without a fetch (`FailedFetch`), if any: a
+        fresh copy each time, so that no raise adds to another's traceback."""
+        failed = self.failed
+        return copy.copy(failed.error) if failed is not None and failed.answers(item, backend, now) else None
 
 
 async def read(
@@ -92,18 +133,38 @@ async def _item_bytes(
         job.cache_misses += 1
     if fetched is None:
         return (await fetch_item(job, item))[offset : offset + length]
+    whole = await _fetch_for_open_file(job, item, last_item, offset, fetched)
+    fetched.keep(item, whole)
+    return whole[offset : offset + length]
+
+
+async def _fetch_for_open_file(job: MountedJob, item: int, last_item: int, offset: int, fetched: FetchedItems) -> bytes:
+    """The bytes of `item` for a read at `offset` in it through the open file that keeps `fetched`; or the failure a
+    read through that open got for the item a moment ago, raised again without asking storage (`FailedFetch`).
+    The backend is taken as the read starts: a failure that ends after the dataset's backend was swapped is kept
+    for the replaced one, and answers nothing."""
+    backend = job.dataset.backend
+    if (error := fetched.recent_failure(item, backend, trio.current_time())) is not None:
+        raise error
+    try:
+        return await _fetch_with_next(job, item, last_item, offset, fetched)
+    except BackendError as exc:
+        if not isinstance(exc, NoRemoteIO):  # no storage failure: the job has left, and no read of it asks storage
+            fetched.remember_failure(item, exc, backend, trio.current_time())
+        raise
+
+
+async def _fetch_with_next(job: MountedJob, item: int, last_item: int, offset: int, fetched: FetchedItems) -> bytes:
+    """The bytes of `item`; a read starting on a chunk fetches the file's next chunk alongside, into `fetched`."""
     ahead = item + 1
-    if offset == 0 and ahead <= last_item and not cache.contains(ahead) and ahead not in fetched.items:
+    if offset == 0 and ahead <= last_item and not job.dataset.cache.contains(ahead) and ahead not in fetched.items:
         try:
             async with trio.open_nursery() as nursery:  # a sequential reader starting on a chunk: fetch the next too
                 nursery.start_soon(_read_ahead, job, ahead, fetched)
-                whole = await fetch_item(job, item)
+                return await fetch_item(job, item)
         except BaseExceptionGroup as group:
             raise _sole(group) from None
-    else:
-        whole = await fetch_item(job, item)
-    fetched.keep(item, whole)
-    return whole[offset : offset + length]
+    return await fetch_item(job, item)
 
 
 def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -374,9 +374,13 @@ CHUNK, BIG = 64 * 1024, 4 * 64 * 1024 + 1000  # a file of four full chunks and a
 
 
 def _run_big_file(
-    tmp_path: Path, quota: int, scenario: Callable[[MountedJob, SilodFS, int, bytes], Awaitable[None]]
+    tmp_path: Path,
+    quota: int,
+    scenario: Callable[[MountedJob, SilodFS, int, bytes], Awaitable[None]],
+    clock: trio.abc.Clock | None = None,
 ) -> None:
-    """Run `scenario(job, fs, inode, content)` over a dataset of one chunked file, its reads counted."""
+    """Run `scenario(job, fs, inode, content)` over a dataset of one chunked file, its reads counted; under `clock`,
+    if given."""
     (tmp_path / "ds").mkdir()
     content = random.Random(3).randbytes(BIG)
     (tmp_path / "ds" / "big.bin").write_bytes(content)
@@ -393,7 +397,7 @@ def _run_big_file(
         await scenario(job, fs, big.st_ino, content)
         job.dataset.cache.close()
 
-    trio.run(main)
+    trio.run(main, clock=clock)
 
 
 async def _read_sequentially(fs: SilodFS, inode: int) -> bytes:
@@ -429,6 +433,8 @@ def test_chunks_the_reader_read_ahead_count_as_misses_and_cached_ones_as_hits_ne
 @pytest.mark.expected_warnings  # the refused read, named
 def test_a_chunk_whose_read_failed_is_taken_back_and_counted_by_the_read_that_delivers_it(tmp_path: Path) -> None:
     # The chunks read before the failure stand; the one refused counts when a read of it succeeds, once.
+    clock = trio.testing.MockClock()
+
     async def scenario(job: MountedJob, fs: SilodFS, inode: int, content: bytes) -> None:
         refusing = _refusing(job)
         handle = (await fs.open(inode, 0, CTX)).fh
@@ -440,12 +446,13 @@ def test_a_chunk_whose_read_failed_is_taken_back_and_counted_by_the_read_that_de
         assert job.tracker.read == bitarray("11000")
         assert job.open_epochs[1].accessed_bytes == 2 * CHUNK
         refusing.refusing = False
+        clock.jump(readpath.RE_REQUEST_WINDOW)  # a re-read through this open sooner gets the failure again
         for offset in range(2 * CHUNK, BIG, CHUNK):
             assert await fs.read(handle, offset, CHUNK) == content[offset : offset + CHUNK]
         await fs.release(handle)
         assert job.finished_epochs == [EpochRecord(1, BIG, 0)]
 
-    _run_big_file(tmp_path, 0, scenario)
+    _run_big_file(tmp_path, 0, scenario, clock)
 
 
 @pytest.mark.expected_warnings  # the refused read, named
