@@ -19,7 +19,6 @@ import trio
 from fuseclient.access import AccessTracker
 from fuseclient.cache import DatasetCache, NoCache
 from fuseclient.mounted import MountedDataset, MountedJob, MountState
-from fuseclient.privacy import PRIVATE_DIRECTORY, PRIVATE_FILE, make_private
 from fuseclient.readahead import DEFAULT_READ_AHEAD
 from fuseclient.throttle import TokenBucket, default_burst
 from fuseclient.tree import DatasetTree
@@ -27,6 +26,7 @@ from silodlib.backends import Backend, BackendError, RetryingBackend, open_backe
 from silodlib.directories import failure_text, make_directory, ownership_advice
 from silodlib.logfields import log_ids
 from silodlib.manifest import DEFAULT_CHUNK_SIZE, EmptyListing, Manifest, ManifestError, freeze_listing
+from silodlib.privacy import PRIVATE_DIRECTORY, PRIVATE_FILE, make_private
 
 log = logging.getLogger(__name__)
 

@@ -49,9 +49,9 @@ from pathlib import Path
 from bitarray import bitarray
 
 from fuseclient import cache_disk
-from fuseclient.privacy import PRIVATE_DIRECTORY, PRIVATE_FILE
 from silodlib.logfields import log_ids
 from silodlib.manifest import Manifest
+from silodlib.privacy import PRIVATE_DIRECTORY, PRIVATE_FILE
 
 log = logging.getLogger(__name__)
 

@@ -57,9 +57,9 @@ from pathlib import Path
 from bitarray import bitarray
 from xxhash import xxh3_64_intdigest
 
-from fuseclient.privacy import PRIVATE_DIRECTORY, PRIVATE_FILE, make_private, make_private_directory
 from silodlib.directories import fsync_directory
 from silodlib.manifest import Manifest
+from silodlib.privacy import PRIVATE_DIRECTORY, PRIVATE_FILE, make_private, make_private_directory
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from fuseclient.fs import SilodFS
 from fuseclient.fuse_refusals import fuse_refusal, kernel_refusal, may_mount_directly
 from fuseclient.metrics import MountMetrics
 from fuseclient.mounted import MountState
-from fuseclient.privacy import PRIVATE_FILE
 from fuseclient.readahead import set_read_ahead
 from silodlib.logfields import log_ids
 from silodlib.metrics_endpoint import MetricsPortError
+from silodlib.privacy import PRIVATE_FILE
 
 log = logging.getLogger(__name__)
 

@@ -15,11 +15,11 @@ import trio
 from datamgr.entities import InvalidArgument
 from datamgr.validation import check_chunk_size, check_dataset_uri, check_id
 from fuseclient import agent, assembly, daemon, runtime
-from fuseclient.privacy import PRIVATE_DIRECTORY
 from silodcli.security_flags import client_flags
 from silodlib.backends import InvalidBackendOption, NoSuchObject, open_backend
 from silodlib.credentials import ChannelSecurity, SecurityConfigError
 from silodlib.directories import make_directory, user_name
+from silodlib.privacy import PRIVATE_DIRECTORY
 
 
 def _check_mountpoint(field: str, path: Path) -> None:

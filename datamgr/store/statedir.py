@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from silodlib.directories import failure_text, ownership_advice
+from silodlib.privacy import make_private
 
 DATABASE_NAME = "silod.db"
 LOCK_NAME = "lock"
@@ -165,10 +166,7 @@ def _check_writable(state_dir: Path, *files: Path) -> None:
         except FileNotFoundError:
             continue
         try:
-            if os.fstat(fd).st_mode & 0o077:  # dataset options may hold credentials
-                os.fchmod(fd, 0o600)
-        except OSError as exc:
-            raise type(exc)(exc.errno, f"{exc.strerror} (making it private to its owner)", str(path)) from None
+            make_private(path, os.fstat(fd).st_mode, fd)  # dataset options may hold credentials
         finally:
             os.close(fd)
 

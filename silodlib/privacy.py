@@ -1,4 +1,5 @@
 """What a daemon writes under its cache dir is its own user's alone: directories 0700, files 0600, whatever the umask.
+(The data manager's database, which holds datasets' credentials, is made private the same way: `make_private`.)
 
 The cache holds dataset bytes, and the mount serves them to its own user only (without `--allow-other`), or to the
 users a job's pod runs as: a cache readable by all would hand any local user what the mount refuses them. A cache
@@ -28,14 +29,15 @@ def make_private_directory(path: Path) -> int | None:
     return make_private(path, os.stat(path).st_mode)
 
 
-def make_private(path: str | Path, mode: int) -> int | None:
-    """Take the bits for others away from `path`, whose `st_mode` is `mode`; the owner's bits stay as they are.
-    Returns the permission bits it had when they changed, else None. Raises OSError as `make_private_directory`."""
+def make_private(path: str | Path, mode: int, fd: int | None = None) -> int | None:
+    """Take the bits for others away from `path`, whose `st_mode` is `mode` (through `fd`, open on it, if given: no
+    path lookup that a rename could redirect); the owner's bits stay as they are. Returns the permission bits it had
+    when they changed, else None. Raises OSError as `make_private_directory`, naming `path`."""
     bits = stat.S_IMODE(mode)
     if not bits & OTHERS:
         return None
     try:
-        os.chmod(path, bits & ~OTHERS)
+        os.chmod(path if fd is None else fd, bits & ~OTHERS)
     except OSError as exc:
         raise type(exc)(exc.errno, f"{exc.strerror} (making it private to its owner)", str(path)) from None
     return bits
