@@ -23,6 +23,7 @@ from datamgr.scheduler.registry import Scheduler, UnknownPolicy, accepts_options
 from datamgr.security import ServerSecurity
 from datamgr.servicer import DataManagerServicer
 from datamgr.store import SQLiteStore
+from datamgr.stored_options import warn_of_refused_options
 from silodlib.listening import host_and_port, is_loopback_host, probe_listening, why_not_listening
 from silodlib.metrics_endpoint import MetricsPortError
 from silodlib.units import format_rate
@@ -93,6 +94,7 @@ async def serve(
         _check_stored_nodes(manager)  # first: the tenants' VCs are checked against node cells that hold the nodes
         _check_stored_tenants(manager)
         _warn_if_remote_io_over_limit(manager)
+        warn_of_refused_options(manager.state.datasets.values())
         metrics = None if config.metrics_port is None else DataManagerMetrics(manager)
         interceptors = [metrics.interceptor] if metrics else []  # first: refused calls are counted too
         server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors + security.interceptors())

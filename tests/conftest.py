@@ -67,7 +67,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_datamgr_rpc", "test_dataset_options", "test_demo", "test_deploy", "test_deploy_security",
         "test_devservers", "test_launcher",
         "test_liveness",
-        "test_logs",
+        "test_logs", "test_stored_options",
         "test_mount_cli", "test_registration", "test_restart", "test_retry", "test_status_watch", "test_watch",
         "test_tenants_cli", "test_tenants_live",
     ),

@@ -21,6 +21,7 @@ from silodlib.backends.base import (
     InvalidBackendOption,
     NoSuchObject,
     ObjectInfo,
+    shown_option_value,
 )
 from silodlib.backends.local import LocalBackend
 from silodlib.backends.retry import RetryingBackend, RetryPolicy, call_with_retries
@@ -78,9 +79,11 @@ def open_backend(uri: DatasetURI | str, options: Mapping[str, str] | None = None
 
 
 def redact_options(scheme: str, options: Mapping[str, str]) -> dict[str, str]:
-    """A copy of `options` safe to log or display: values of the scheme's secret options replaced."""
+    """A copy of `options` safe to log or display: values of the scheme's secret options replaced, and the others
+    as `shown_option_value` shows them (a URL's password masked, control characters escaped: what a dataset
+    registered by an older silod may hold)."""
     secret = backend_class(scheme).secret_options
-    return {name: REDACTED if name in secret else value for name, value in options.items()}
+    return {name: REDACTED if name in secret else shown_option_value(value) for name, value in options.items()}
 
 
 def option_changes(before: Mapping[str, str], after: Mapping[str, str]) -> str:

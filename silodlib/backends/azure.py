@@ -71,6 +71,7 @@ class AzureBackend(Backend):
         {"account_url", READ_TIMEOUT_OPTION, MIN_READ_RATE_OPTION, *_CREDENTIAL_OPTIONS}
     )
     secret_options: ClassVar[frozenset[str]] = frozenset(_CREDENTIAL_OPTIONS)
+    url_options: ClassVar[frozenset[str]] = frozenset({"account_url"})
     list_page_size: ClassVar[int] = 5000
     """Blobs per List Blobs request; 5000 is the service maximum."""
 

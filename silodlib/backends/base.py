@@ -28,6 +28,11 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # common remnant of a value read from a file (a Kubernetes Secret made with --from-file ends with "\n"). Refused,
 # since an SDK that rejects one (an HTTP header value) prints the whole value's repr in its error.
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# The userinfo of a URL ('user:password@' after '//', before the host ends at '/', '?' or '#'): where urlsplit finds
+# it, and in text urlsplit refuses too (a malformed IPv6 host), so that no form of it is shown. Leading whitespace and
+# control characters are skipped, as urlsplit skips them.
+_URL_USERINFO = re.compile(r"(?P<head>[\x00-\x20]*(?:[A-Za-z][A-Za-z0-9+.-]*:)?//)(?P<userinfo>[^/?#]*)@")
+_MASK = "***"
 
 READ_TIMEOUT_OPTION = "read_timeout"
 DEFAULT_READ_TIMEOUT = 30.0
@@ -106,22 +111,47 @@ class Backend(abc.ABC):
     scheme: ClassVar[str]
     option_names: ClassVar[frozenset[str]] = frozenset()
     secret_options: ClassVar[frozenset[str]] = frozenset()
+    url_options: ClassVar[frozenset[str]] = frozenset()
+    """Those of `option_names` whose value is a URL (`parse_url_option`)."""
 
     def __init__(self, uri: DatasetURI, options: Mapping[str, str]) -> None:
         if uri.scheme != self.scheme:
             raise ValueError(f"{uri}: {type(self).__name__} serves {self.scheme}:// URIs only")
-        for name in sorted(options):
-            if name not in self.option_names:
-                accepted = ", ".join(sorted(self.option_names)) or "none"
-                raise InvalidBackendOption(
-                    f"{uri}: unknown option {name!r} for {self.scheme}:// (accepted: {accepted})"
-                )
-            if not options[name].strip():
-                raise InvalidBackendOption(f"{uri}: option {name!r} must not be empty")
-            _check_no_control_chars(uri, name, options[name])
+        refusals = self.option_refusals(uri, options)
+        if refusals:
+            raise next(iter(refusals.values()))
         self.uri = uri
         for name in self.secret_options & options.keys():  # the SDK's DEBUG logs may show them (silodlib.scrub)
             register_secret(options[name])
+
+    @classmethod
+    def option_refusals(cls, uri: DatasetURI, options: Mapping[str, str]) -> dict[str, InvalidBackendOption]:
+        """Why the backend refuses each of `options` it refuses on its own, by name in name order: an unknown name, a
+        blank value, a control character, a URL option that is no plain http(s) URL (`parse_url_option`). Messages
+        name the option, never its value.
+
+        The one check of option values both an open and the data manager's start make (`datamgr.stored_options`,
+        for options an older silod stored): it opens nothing (no SDK client, no credential chain, no request), so
+        it is fast and offline. What depends on options together (credentials that exclude each other, a profile
+        that must exist) is left to the constructor."""
+        refusals: dict[str, InvalidBackendOption] = {}
+        for name in sorted(options):
+            try:
+                cls._check_option(uri, name, options[name])
+            except InvalidBackendOption as exc:
+                refusals[name] = exc
+        return refusals
+
+    @classmethod
+    def _check_option(cls, uri: DatasetURI, name: str, value: str) -> None:
+        if name not in cls.option_names:
+            accepted = ", ".join(sorted(cls.option_names)) or "none"
+            raise InvalidBackendOption(f"{uri}: unknown option {name!r} for {cls.scheme}:// (accepted: {accepted})")
+        if not value.strip():
+            raise InvalidBackendOption(f"{uri}: option {name!r} must not be empty")
+        _check_no_control_chars(uri, name, value)
+        if name in cls.url_options:
+            parse_url_option(uri, name, value)
 
     @abc.abstractmethod
     def list(self) -> Iterator[ObjectInfo]:
@@ -324,17 +354,31 @@ def parse_url_option(uri: DatasetURI, name: str, value: str) -> str:
     A URL option is not secret (queries show it, logs print it), so it must not carry credentials: userinfo
     ('user:password@host') is refused without echoing it, as is a query (where a SAS would go).
     """
-    try:
-        parts = urlsplit(value.strip())
-    except ValueError:  # a malformed IPv6 host ("http://[::1"); the refusal below says what is wanted
-        parts = urlsplit("")
-    if "@" in parts.netloc:
+    if _URL_USERINFO.match(value):
         raise InvalidBackendOption(
             f"{uri}: option {name!r} must not hold a user name or password ('user:password@' before the host): "
             "the URL is shown by queries and in logs; credentials go in their own options, which are kept secret"
         )
+    try:
+        parts = urlsplit(value.strip())
+    except ValueError:  # a malformed IPv6 host ("http://[::1"); the refusal below says what is wanted
+        parts = urlsplit("")
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
         raise InvalidBackendOption(
             f"{uri}: option {name!r} must be an http:// or https:// URL with a host and no query string"
         )
     return value.strip().rstrip("/")
+
+
+def shown_option_value(value: str) -> str:
+    """A non-secret option's value as it may be shown (a query's answer, a log line): a URL's userinfo masked, its
+    user name kept (`https://user:***@host/`, a bare `https://***@host/`, as the user part alone is often a token),
+    and control characters escaped (`\\n`, `\\x1b`), so that a value an older silod stored before such values were
+    refused neither shows a password nor breaks a line or reaches a terminal raw. A value neither applies to is
+    returned as is."""
+    found = _URL_USERINFO.match(value)
+    if found is not None:
+        user, colon, _ = found["userinfo"].partition(":")
+        masked = f"{user}:{_MASK}" if colon else _MASK
+        value = f"{found['head']}{masked}@{value[found.end() :]}"
+    return _CONTROL_CHARS.sub(lambda control: repr(control.group())[1:-1], value)

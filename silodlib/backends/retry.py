@@ -123,8 +123,8 @@ class RetryingBackend(Backend):
     """The wrapped backend's interface, with `list`, `stat` and `read` retried on transient errors.
 
     Permanent errors (`NoSuchObject`, `AccessDenied`, bad arguments) pass through at once. `scheme`,
-    `option_names`, `secret_options`, `uri`, `is_transient`, `object_uri` and `close` are the wrapped
-    backend's: the wrapper neither takes options nor validates them again (the wrapped backend did when it
+    `option_names`, `secret_options`, `url_options`, `uri`, `is_transient`, `object_uri` and `close` are the
+    wrapped backend's: the wrapper neither takes options nor validates them again (the wrapped backend did when it
     was built), which is why `Backend.__init__` is not called.
 
     A listing that fails midway is restarted from the beginning and the objects already yielded are
@@ -137,6 +137,7 @@ class RetryingBackend(Backend):
     scheme = _FromInner[str]()
     option_names = _FromInner[frozenset[str]]()
     secret_options = _FromInner[frozenset[str]]()
+    url_options = _FromInner[frozenset[str]]()
 
     def __init__(
         self,

@@ -105,6 +105,7 @@ class S3Backend(Backend):
         }
     )
     secret_options: ClassVar[frozenset[str]] = frozenset({"secret_access_key", "session_token"})
+    url_options: ClassVar[frozenset[str]] = frozenset({"endpoint_url"})
 
     def __init__(self, uri: DatasetURI, options: Mapping[str, str]) -> None:
         super().__init__(uri, options)
