@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping, Sequence
 
 from datamgr.defaults import EXTERNAL_POLICY
 from datamgr.scheduler.perf import hit_ratio
+from silodlib.control_chars import escape_control_chars
 from silodlib.units import format_rate, format_size
 from silodpb.v1 import datamgr_pb2 as pb
 
@@ -16,20 +16,13 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     """Left-aligned columns separated by two spaces; `(none)` under the header when there are no rows. A cell's
     control characters are shown escaped (`\\n`, `\\x1b`): a free-text label (a trace's tenant or class) holding
     a line break would otherwise split its row, and an escape sequence would reach the terminal."""
-    cells = [[_CONTROL.sub(_escaped, str(c)) for c in row] for row in rows]
+    cells = [[escape_control_chars(str(c)) for c in row] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     if not cells:
         lines.append("(none)")
     return "\n".join(lines)
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def _escaped(control: re.Match[str]) -> str:
-    return repr(control.group())[1:-1]
 
 
 def summary_line(summary: pb.ClusterSummary) -> str:
@@ -298,7 +291,7 @@ def unopened_lines(datasets: Sequence[pb.Dataset], jobs: Sequence[pb.Job]) -> st
                 if j.dataset_uri == dataset.uri and any(w.node_id == usage.node_id for w in j.workers)
             ]
             line = f"  node {usage.node_id} cannot open {dataset.uri}{_waiting_text(waiting)}: {usage.open_error}"
-            lines.append(_CONTROL.sub(_escaped, line))
+            lines.append(escape_control_chars(line))
     return "".join(f"\n{line}" for line in lines)
 
 

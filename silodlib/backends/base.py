@@ -19,15 +19,12 @@ from typing import ClassVar
 from urllib.parse import urlsplit
 
 from silodlib.backends.uri import DatasetURI
+from silodlib.control_chars import CONTROL_CHARS, escape_control_chars
 from silodlib.scrub import register_secret, scrub
 from silodlib.units import UnitError, parse_rate
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-# Control characters (C0, DEL, C1) in an option value: never part of a credential, endpoint or setting, but the
-# common remnant of a value read from a file (a Kubernetes Secret made with --from-file ends with "\n"). Refused,
-# since an SDK that rejects one (an HTTP header value) prints the whole value's repr in its error.
-_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # The userinfo of a URL ('user:password@' after '//', before the host ends at '/', '?' or '#'): where urlsplit finds
 # it, and in text urlsplit refuses too (a malformed IPv6 host), so that no form of it is shown. Leading whitespace and
 # control characters are skipped, as urlsplit skips them.
@@ -246,11 +243,13 @@ class Backend(abc.ABC):
 
 def _check_no_control_chars(uri: DatasetURI, name: str, value: str) -> None:
     """Refuse a value holding a control character, naming the option and the character but never the value (it may
-    be a secret)."""
-    found = _CONTROL_CHARS.search(value)
+    be a secret). Never part of a credential, endpoint or setting, a control character is the common remnant of a
+    value read from a file (a Kubernetes Secret made with --from-file ends with "\n"), and an SDK that rejects one (in
+    an HTTP header value) prints the whole value's repr in its error."""
+    found = CONTROL_CHARS.search(value)
     if found is None:
         return
-    if value.endswith(("\n", "\r")) and not _CONTROL_CHARS.search(value.rstrip("\r\n")):
+    if value.endswith(("\n", "\r")) and not CONTROL_CHARS.search(value.rstrip("\r\n")):
         raise InvalidBackendOption(
             f"{uri}: option {name!r} ends with a newline (a file's trailing newline?): remove it; option values "
             "must not hold control characters"
@@ -381,4 +380,4 @@ def shown_option_value(value: str) -> str:
         user, colon, _ = found["userinfo"].partition(":")
         masked = f"{user}:{_MASK}" if colon else _MASK
         value = f"{found['head']}{masked}@{value[found.end() :]}"
-    return _CONTROL_CHARS.sub(lambda control: repr(control.group())[1:-1], value)
+    return escape_control_chars(value)
