@@ -3,15 +3,16 @@
 This is soft state, kept in memory only: nodes report every few seconds, so a restarted data manager learns
 it again within one report interval. Every known node starts with a full timeout of grace.
 
-A node that reports a dataset it cannot open (`DatasetUsage.open_error`) is logged here, as a WARNING when the
-failure first arrives and at INFO once a report no longer carries it: the node's agent logs why, but without this
-the data manager would show the node's jobs running while they wait.
+A node that reports a dataset it cannot open (`DatasetUsage.open_error`), or reads with its previous options because
+it cannot open the ones last set (`options_error`), is logged here, as a WARNING when the failure first arrives and
+at INFO once a report no longer carries it: the node's agent logs why, but without this the data manager would show
+the node's jobs running while they wait, or reading with credentials that may be about to expire.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from silodlib.logfields import log_ids
@@ -27,6 +28,7 @@ class DatasetUsage:
     cached_bytes: int = 0
     cached_items: int = 0
     open_error: str = ""  # why the node cannot open the dataset, its jobs there waiting; "": it serves it
+    options_error: str = ""  # why it reads with its previous options, not the ones last set; "": with those
     node_id: str = ""
 
 
@@ -82,7 +84,8 @@ class NodeLiveness:
         """Keep the node's latest usage, logging the datasets it newly cannot open and those it no longer reports
         so; True if the node was unavailable and is back."""
         record = self._nodes.setdefault(node_id, _NodeRecord(self._clock()))
-        _log_open_errors(node_id, _open_errors(record.datasets), datasets)
+        for failure in _FAILURES:
+            failure.log_changes(node_id, record.datasets, datasets)
         record.datasets, record.jobs = datasets, jobs
         self._unreported.discard(node_id)
         return self.seen(node_id)
@@ -140,29 +143,44 @@ class NodeLiveness:
         ]
 
 
-def _open_errors(datasets: Iterable[DatasetUsage]) -> dict[str, str]:
-    """The datasets a report says the node cannot open, with why."""
-    return {usage.dataset_uri: usage.open_error for usage in datasets if usage.open_error}
+@dataclass(frozen=True)
+class _Failure:
+    """A kind of failure a node reports per dataset (a `DatasetUsage` field), and the lines that log it: `warning`
+    (node, dataset, reason) when a report first carries it or another reason, `cleared` (node, dataset) once the
+    dataset is reported without it, `gone` (node, dataset) once the dataset is not reported at all."""
+
+    field: str
+    warning: str
+    cleared: str
+    gone: str
+
+    def reasons(self, datasets: Iterable[DatasetUsage]) -> dict[str, str]:
+        return {u.dataset_uri: getattr(u, self.field) for u in datasets if getattr(u, self.field)}
+
+    def log_changes(self, node_id: str, before: Iterable[DatasetUsage], after: Sequence[DatasetUsage]) -> None:
+        """One WARNING per failure that is new since the node's last report, so that the operator hears of it once,
+        not at every report; one INFO per failure that went."""
+        was, now = self.reasons(before), self.reasons(after)
+        for uri, reason in sorted(now.items()):
+            if was.get(uri) != reason:
+                log.warning(self.warning, node_id, uri, reason, extra=log_ids(node_id=node_id, dataset_uri=uri))
+        reported = {usage.dataset_uri for usage in after}
+        for uri in sorted(was.keys() - now.keys()):
+            line = self.cleared if uri in reported else self.gone
+            log.info(line, node_id, uri, extra=log_ids(node_id=node_id, dataset_uri=uri))
 
 
-def _log_open_errors(node_id: str, before: Mapping[str, str], datasets: Sequence[DatasetUsage]) -> None:
-    """A WARNING for each dataset the node reports it cannot open that its last report did not (or for another
-    reason), so that the operator hears of it once, not at every report; INFO for each it no longer reports so:
-    opened, or no longer sent to the node."""
-    now = _open_errors(datasets)
-    for uri, reason in sorted(now.items()):
-        if before.get(uri) != reason:
-            log.warning(
-                "node %s cannot open dataset %s, so its jobs there wait: %s",
-                node_id,
-                uri,
-                reason,
-                extra=log_ids(node_id=node_id, dataset_uri=uri),
-            )
-    reported = {usage.dataset_uri for usage in datasets}
-    for uri in sorted(before.keys() - now.keys()):
-        ids = log_ids(node_id=node_id, dataset_uri=uri)
-        if uri in reported:
-            log.info("node %s opened dataset %s: its jobs there run", node_id, uri, extra=ids)
-        else:
-            log.info("node %s no longer needs dataset %s, which it could not open", node_id, uri, extra=ids)
+_FAILURES = (
+    _Failure(
+        "open_error",
+        "node %s cannot open dataset %s, so its jobs there wait: %s",
+        "node %s opened dataset %s: its jobs there run",
+        "node %s no longer needs dataset %s, which it could not open",
+    ),
+    _Failure(
+        "options_error",
+        "node %s reads dataset %s with its previous options, since it cannot open the ones last set: %s",
+        "node %s reads dataset %s with the options last set",
+        "node %s no longer needs dataset %s, which it read with its previous options",
+    ),
+)

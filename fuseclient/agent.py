@@ -28,6 +28,7 @@ import shutil
 import socket
 import threading
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -96,6 +97,14 @@ def served_elsewhere(exc: grpc.RpcError) -> bool:
     return refusal_of(exc) == SERVED_ELSEWHERE
 
 
+class _StaleOptions(NamedTuple):
+    """A dataset read with its previous backend: the options last set open none here. Which options changed
+    (`option_changes`: names, never values), and why they open none (one scrubbed line)."""
+
+    changes: str
+    reason: str
+
+
 class _Unopened(NamedTuple):
     """A dataset this node could not open: as the data manager last sent it, and why (one scrubbed line)."""
 
@@ -145,6 +154,9 @@ class NodeAgent:
         # (`DatasetUsage.open_error`), for the data manager to show, and tries them again first, until the dataset
         # opens or is no longer sent here.
         self._unopened: dict[str, _Unopened] = {}
+        # Datasets read with their previous backend, since the options last set open none here, with the line that
+        # says so and why: reported (`DatasetUsage.options_error`) and tried again at each report, as unopened ones.
+        self._stale_options: dict[str, _StaleOptions] = {}
         # Held while a revision applies and while an unopened dataset is tried again, so that the two never open
         # one dataset's cache directory at once.
         self._changing = trio.Lock()
@@ -176,14 +188,19 @@ class NodeAgent:
         return "" if entry is None else entry.reason
 
     async def _retry_unopened(self) -> None:
-        """Try again to open the datasets this node could not, as the data manager last sent them: what kept one
-        shut may be on the node (a profile added to its host's AWS config, a share mounted since), and the data
-        manager sends it again only when it changes. Quietly while the reason stays the same (`_open_backend`)."""
+        """Try again to open the datasets this node could not, as the data manager last sent them, and the backends of
+        those read with their previous options: what kept one shut may be on the node (a profile added to its host's
+        AWS config, a share mounted since), and the data manager sends it again only when it changes. Quietly while
+        the reason stays the same (`_open_backend`)."""
         for uri in list(self._unopened):
             async with self._changing:
                 entry = self._unopened.get(uri)  # a revision applied meanwhile may have opened or removed it
                 if entry is not None:
                     await self._set_dataset(entry.wanted)
+        for uri, stale in list(self._stale_options.items()):
+            dataset = self._mount.datasets.get(uri)
+            if dataset is not None and self._stale_options.get(uri) is stale:
+                self._swap_backend(dataset, stale.changes)
 
     async def _reopen_caches(self) -> None:
         """Try again to open the caches of the datasets served uncached. A method of its own so that the reporting
@@ -229,8 +246,14 @@ class NodeAgent:
         datasets = []
         for uri, dataset in self._mount.datasets.items():
             cache = dataset.cache.statistics()
+            stale = self._stale_options.get(uri)
             datasets.append(
-                pb.DatasetUsage(dataset_uri=uri, cached_bytes=cache.used_bytes, cached_items=cache.cached_items)
+                pb.DatasetUsage(
+                    dataset_uri=uri,
+                    cached_bytes=cache.used_bytes,
+                    cached_items=cache.cached_items,
+                    options_error="" if stale is None else stale.reason,
+                )
             )
         datasets += [pb.DatasetUsage(dataset_uri=uri, open_error=u.reason) for uri, u in self._unopened.items()]
         jobs = []
@@ -354,22 +377,32 @@ class NodeAgent:
         now on. Its cache, its jobs' access tracking and their open files stay: they hold the dataset, whose every
         fetch takes its backend as it starts. Reads under way end on the old backend, which is released with the
         last of them, as a removed dataset's is. Options this node cannot open a backend with (one its silod does
-        not know) leave the old backend reading, with one error line, until the data manager changes them again."""
+        not know, a profile its host lacks) leave the old backend reading, with one error line, reported and tried
+        again at each report (`_stale_options`) until they open or the data manager changes them again."""
         changes = option_changes(dataset.options, options)
         dataset.options = options
-        backend = self._open_backend(
-            dataset.uri, options, f"dataset {dataset.uri} reads on with its old options, not the new ones ({changes})"
-        )
-        if not isinstance(backend, str):
-            dataset.backend = backend
-            log.info(
-                "dataset %s: reading with its new options (%s) from now on, its cache kept",
-                dataset.uri,
-                changes,
-                extra=self._ids(dataset_uri=dataset.uri),
-            )
+        self._stale_options.pop(dataset.uri, None)  # other options: their failure is logged anew
+        self._swap_backend(dataset, changes)
 
-    def _open_backend(self, uri: str, options: dict[str, str], failure: str, logged: str = "") -> Backend | str:
+    def _swap_backend(self, dataset: MountedDataset, changes: str) -> None:
+        """Open a backend with the dataset's options (`changes` from its previous ones) and read through it from now
+        on; or, where they open none, keep the one it has, logging why unless the last try logged the same."""
+        stale = self._stale_options.get(dataset.uri)
+        failure = f"dataset {dataset.uri} reads on with its old options, not the new ones ({changes})"
+        backend = self._open_backend(dataset.uri, dataset.options, failure, "" if stale is None else stale.reason)
+        if isinstance(backend, str):
+            self._stale_options[dataset.uri] = _StaleOptions(changes, backend)
+            return
+        self._stale_options.pop(dataset.uri, None)
+        dataset.backend = backend
+        log.info(
+            "dataset %s: reading with its new options (%s) from now on, its cache kept",
+            dataset.uri,
+            changes,
+            extra=self._ids(dataset_uri=dataset.uri),
+        )
+
+    def _open_backend(self, uri: str, options: Mapping[str, str], failure: str, logged: str = "") -> Backend | str:
         """The dataset's backend, retrying transient failures; or, where the options open none (an option this silod
         does not know, a bad value, a profile this host lacks, a directory it cannot reach), the reason, logged
         after `failure` unless it is `logged`, the reason an earlier try logged: the data manager sends an unopened
@@ -467,6 +500,7 @@ class NodeAgent:
         """Free the disk a dataset no job here reads any more. Files still open keep reading through its
         backend, which is released with the last of them. One this node could not open is no longer reported."""
         self._unopened.pop(uri, None)
+        self._stale_options.pop(uri, None)
         dataset = self._mount.remove_dataset(uri)
         if dataset is not None:
             evicted = await trio.to_thread.run_sync(dataset.cache.set_quota, 0)

@@ -31,6 +31,7 @@ from silodcli.tables import (
     jobs_table,
     nodes_table,
     render_table,
+    stale_options_lines,
     summary_line,
     suspending_line,
     tenant_phrase,
@@ -321,7 +322,7 @@ def _status_tables(address: str, status: _Status) -> str:
     """The summary and the tables; the tenants' only where the data manager has tenants or cell levels."""
     sections = [
         f"data manager {address}: {summary_line(status.summary)}\n{controller_line(status.summary.controller)}",
-        datasets_table(status.datasets),
+        datasets_table(status.datasets) + stale_options_lines(status.datasets),
         jobs_table(status.jobs) + unopened_lines(status.datasets, status.jobs),
         nodes_table(status.nodes),
     ]

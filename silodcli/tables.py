@@ -295,6 +295,20 @@ def unopened_lines(datasets: Sequence[pb.Dataset], jobs: Sequence[pb.Job]) -> st
     return "".join(f"\n{line}" for line in lines)
 
 
+def stale_options_lines(datasets: Sequence[pb.Dataset]) -> str:
+    """A line under the datasets table for each dataset a node reads with its previous options, since it cannot open
+    the ones last set (`DatasetUsage.options_error`): its jobs read on, with credentials that may be about to expire.
+    "" when every node reads with the options last set."""
+    lines = [
+        f"  node {usage.node_id} reads {dataset.uri} with its previous options, since it cannot open the ones last "
+        f"set: {usage.options_error}"
+        for dataset in datasets
+        for usage in dataset.usage
+        if usage.options_error
+    ]
+    return "".join(f"\n{escape_control_chars(line)}" for line in lines)
+
+
 def _waiting_text(job_ids: Sequence[str]) -> str:
     """`, so job j1 waits there`, `, so jobs j1, j2 wait there`; "" for none (a report older than the job's end)."""
     if len(job_ids) == 1:

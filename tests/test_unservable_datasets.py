@@ -96,6 +96,7 @@ def test_status_names_the_node_the_dataset_its_waiting_job_and_the_agents_reason
             "cached_bytes": "0",
             "cached_items": "0",
             "open_error": reason,
+            "options_error": "",
         }
         (warning,) = _log_lines(datamgr_process.log_path, "cannot open dataset")
         assert warning.endswith(
@@ -231,3 +232,57 @@ def test_a_dataset_the_node_could_not_reach_opens_once_it_can_without_a_change_a
     assert not _unopened_lines(_status(address))
     assert system.client.call(system.client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).revision == revision
     assert len(node.log_lines("cannot serve dataset")) == 1
+
+
+def _stale_lines(status: str) -> list[str]:
+    """The lines `silod status` shows under its datasets table for datasets nodes read with their previous options."""
+    return [line for line in status.splitlines() if line.startswith("  node ") and " with its previous options" in line]
+
+
+def test_a_node_that_cannot_open_the_options_last_set_reads_on_says_so_in_status_and_takes_them_once_it_can(
+    datamgr_process: DataManagerProcess,
+    node_lacking_the_profile: MountProcess,
+    dataset_target_factory: DatasetTargetFactory,
+    s3_server: S3Server,
+    tmp_path: Path,
+) -> None:
+    """Credentials rotated to options node n1 cannot open (a profile its host lacks): n1 reads on with its previous
+    ones, its report says so, the data manager warns once and `silod status` names node, dataset and reason under
+    its datasets table; once the profile is on n1's host, n1 takes the options at its next report, with no change
+    at the data manager."""
+    node, address = node_lacking_the_profile, datamgr_process.address
+    target = dataset_target_factory("s3")
+    target.put("f0.bin", b"silod" * 200)
+    with DataManagerClient(address, timeout=10) as client:
+        client.register_dataset(target.uri, target.options)
+        client.register_job("j1", target.uri, 100_000_000, [("n1", 1)])
+        client.allocate_remote_io("j1", 100_000_000)
+        job_dir: Path = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="j1's directory")
+
+        client.update_dataset_options(target.uri, {"profile": PROFILE}, list(KEYS))
+        (shown,) = eventually(lambda: _stale_lines(_status(address)), what="status naming n1's previous options")
+        assert shown == (
+            f"  node n1 reads {target.uri} with its previous options, since it cannot open the ones last set: "
+            f"{target.uri}: option 'profile': no such AWS profile"
+        )
+        status = _status(address)
+        assert status.index(shown) < status.index("\nJOB ")  # under the datasets table
+        assert (job_dir / "f0.bin").read_bytes() == b"silod" * 200  # read with the keys it had
+        reason = shown.split(" the ones last set: ")[1]
+        (warning,) = _log_lines(datamgr_process.log_path, "with its previous options")
+        assert warning.endswith(
+            f"WARNING datamgr.liveness: node n1 reads dataset {target.uri} with its previous options, since it "
+            f"cannot open the ones last set: {reason}"
+        )
+
+        # The profile arrives on n1's host (the file its agent was started to read): its next report's try opens it.
+        (tmp_path / "no-aws-credentials").write_text((tmp_path / "aws-credentials").read_text())
+        taken = f"INFO datamgr.liveness: node n1 reads dataset {target.uri} with the options last set"
+        eventually(lambda: _log_lines(datamgr_process.log_path, taken), what="the data manager hearing n1 took them")
+        assert not _stale_lines(_status(address))
+        (swapped,) = node.log_lines("reading with its new options")
+        assert "(access_key_id removed, profile set, secret_access_key removed)" in swapped
+    (failed,) = node.log_lines("reads on with its old options")  # one ERROR, though tried at every report
+    assert "ERROR" in failed and reason in failed
+    assert _log_lines(datamgr_process.log_path, "with its previous options") == [warning]
+    assert s3_server.secret_access_key not in datamgr_process.log_path.read_text() + node.log_path.read_text()

@@ -529,6 +529,7 @@ class DatasetUsage(_message.Message):
     CACHED_BYTES_FIELD_NUMBER: _builtins.int
     CACHED_ITEMS_FIELD_NUMBER: _builtins.int
     OPEN_ERROR_FIELD_NUMBER: _builtins.int
+    OPTIONS_ERROR_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     """filled in by the server in query responses"""
     dataset_uri: _builtins.str
@@ -542,6 +543,12 @@ class DatasetUsage(_message.Message):
     are then 0. One line, never an option's value. "": the node serves the dataset (and from agents before this
     field, which report no usage for a dataset they cannot open).
     """
+    options_error: _builtins.str
+    """Why the node reads the dataset with its previous backend options: it cannot open a backend with the ones last
+    set (`silod dataset set-options`), for a reason open_error would give. Its jobs read on, with credentials that
+    may expire, until the options change again or the node can open them (it tries again at each report). One
+    line, never an option's value. "": it reads with the options last set (and from agents before this field).
+    """
     def __init__(
         self,
         *,
@@ -550,10 +557,11 @@ class DatasetUsage(_message.Message):
         cached_bytes: _builtins.int = ...,
         cached_items: _builtins.int = ...,
         open_error: _builtins.str = ...,
+        options_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cached_bytes", b"cached_bytes", "cached_items", b"cached_items", "dataset_uri", b"dataset_uri", "node_id", b"node_id", "open_error", b"open_error"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cached_bytes", b"cached_bytes", "cached_items", b"cached_items", "dataset_uri", b"dataset_uri", "node_id", b"node_id", "open_error", b"open_error", "options_error", b"options_error"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
