@@ -38,6 +38,7 @@ from silodcli.tables import (
     tenants_table,
     training_text,
     unopened_lines,
+    usage_problem,
     vc_text,
 )
 from silodcli.vc_file import read_vc
@@ -127,8 +128,8 @@ def dataset_show(args: argparse.Namespace, client: DataManagerClient) -> None:
         _print_json(_as_dict(dataset))
         return
     print(datasets_table([dataset]))
-    usage = [(u.node_id, format_size(u.cached_bytes), u.cached_items) for u in dataset.usage]
-    print("\n" + render_table(("NODE", "CACHED", "CACHED ITEMS"), usage))
+    usage = [(u.node_id, format_size(u.cached_bytes), u.cached_items, usage_problem(u)) for u in dataset.usage]
+    print("\n" + render_table(("NODE", "CACHED", "CACHED ITEMS", "PROBLEM"), usage))
 
 
 def job_add(args: argparse.Namespace, client: DataManagerClient) -> None:

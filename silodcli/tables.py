@@ -309,6 +309,15 @@ def stale_options_lines(datasets: Sequence[pb.Dataset]) -> str:
     return "".join(f"\n{escape_control_chars(line)}" for line in lines)
 
 
+def usage_problem(usage: pb.DatasetUsage) -> str:
+    """What keeps a node from serving a dataset as set, as its report says (`silod dataset show`); "-" for nothing."""
+    if usage.open_error:
+        return f"cannot open it: {usage.open_error}"
+    if usage.options_error:
+        return f"reads with its previous options, since it cannot open the ones last set: {usage.options_error}"
+    return "-"
+
+
 def _waiting_text(job_ids: Sequence[str]) -> str:
     """`, so job j1 waits there`, `, so jobs j1, j2 wait there`; "" for none (a report older than the job's end)."""
     if len(job_ids) == 1:

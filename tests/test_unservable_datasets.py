@@ -41,6 +41,14 @@ def _unopened_lines(status: str) -> list[str]:
     return [line for line in status.splitlines() if line.startswith("  node ") and " cannot open " in line]
 
 
+def _usage_row(address: str, uri: str, node_id: str) -> str:
+    """The node's row of `silod dataset show URI`'s usage table."""
+    result = silod_cli("dataset", "show", uri, datamgr=address)
+    assert result.returncode == 0, result.stderr
+    (row,) = [line for line in result.stdout.splitlines() if line.startswith(f"{node_id} ")]
+    return row
+
+
 def _log_lines(path: Path, containing: str) -> list[str]:
     return [line for line in path.read_text().splitlines() if containing in line]
 
@@ -102,6 +110,7 @@ def test_status_names_the_node_the_dataset_its_waiting_job_and_the_agents_reason
         assert warning.endswith(
             f"WARNING datamgr.liveness: node n1 cannot open dataset {target.uri}, so its jobs there wait: {reason}"
         )
+        assert _usage_row(address, target.uri, "n1").endswith(f"cannot open it: {reason}")
 
         # The data manager sends the dataset again at a quota change: the agent tries it again, but the same cause
         # makes no second ERROR (events apply in order: by the time j1's directory appears, this one was tried).
@@ -269,6 +278,9 @@ def test_a_node_that_cannot_open_the_options_last_set_reads_on_says_so_in_status
         assert status.index(shown) < status.index("\nJOB ")  # under the datasets table
         assert (job_dir / "f0.bin").read_bytes() == b"silod" * 200  # read with the keys it had
         reason = shown.split(" the ones last set: ")[1]
+        assert _usage_row(address, target.uri, "n1").endswith(
+            f"reads with its previous options, since it cannot open the ones last set: {reason}"
+        )
         (warning,) = _log_lines(datamgr_process.log_path, "with its previous options")
         assert warning.endswith(
             f"WARNING datamgr.liveness: node n1 reads dataset {target.uri} with its previous options, since it "
