@@ -319,6 +319,23 @@ class DatasetCache:
         with self._lock:
             self._closed = True
 
+    def remove(self) -> int:
+        """Delete every cached item and then the cache's directory, and refuse admissions from now on: the dataset is
+        no longer served here, and a directory left behind for each dataset a node ever served (a per-run prefix, a
+        dataset registered anew) adds up. Returns the number of items deleted. An admission under way when this is
+        called writes into a directory that goes: it fails quietly (a closed cache does not care)."""
+        evicted = self.set_quota(0)
+        self.close()
+        shutil.rmtree(self._directory, onerror=self._removal_failed)
+        return evicted
+
+    def _removal_failed(
+        self, _function: object, _path: str, info: tuple[type[BaseException], BaseException, object]
+    ) -> None:
+        error = info[1]
+        if isinstance(error, OSError) and not isinstance(error, FileNotFoundError):  # gone already: what was wanted
+            self._warn_once("delete", error)
+
     # --- internals -------------------------------------------------------------------------------------
 
     def _take_victims_locked(self) -> list[int]:
@@ -389,9 +406,10 @@ class DatasetCache:
         return (found.st_dev, found.st_ino) != self._items_dir_id
 
     def _lose_directory(self, reason: str) -> None:
-        """Drop every entry at once and refuse admissions until restart (see the module docstring)."""
+        """Drop every entry at once and refuse admissions until restart (see the module docstring). Quietly for a
+        closed cache: it admits nothing, and `remove` deletes its directory on purpose."""
         with self._lock:
-            if self._lost:
+            if self._lost or self._closed:
                 return
             self._lost = True
             items = (self._cached & self._nonempty).count()
@@ -530,6 +548,10 @@ class NoCache:
 
     def close(self) -> None:
         pass
+
+    def remove(self) -> int:
+        """Nothing cached, and the directory that could not be opened is left as it is."""
+        return 0
 
     def statistics(self) -> CacheStats:
         return CacheStats(self._quota, 0, self._cached.count(), 0, 0, 0, 0, directory_lost=True)
