@@ -28,30 +28,26 @@ import shutil
 import socket
 import threading
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 import grpc
 import trio
 
-from fuseclient.assembly import MountError, add_job, make_cache_dir_private, open_cache, open_dataset, uncached_dataset
-from fuseclient.cache import NoCache
+from fuseclient.assembly import MountError, add_job, make_cache_dir_private
 from fuseclient.daemon import ReadyCallback
 from fuseclient.fs import forget_job_directory
-from fuseclient.mounted import MountedDataset, MountState
+from fuseclient.mounted import MountState
+from fuseclient.node_datasets import NodeDatasets
 from fuseclient.readahead import DEFAULT_READ_AHEAD
 from fuseclient.runtime import METRICS_HOST, run_filesystem
 from fuseclient.throttle import default_burst
-from silodlib.backends import Backend, BackendError, RetryingBackend, open_backend, option_changes
 from silodlib.backoff import Backoff
 from silodlib.credentials import ChannelSecurity
 from silodlib.grpc_channel import explain_refusal, open_channel
 from silodlib.logfields import log_ids
 from silodlib.manifest import Manifest
 from silodlib.metrics_endpoint import MetricsPortError, refuse_busy_port
-from silodlib.scrub import scrub
 from silodlib.sharding import pass_share
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
@@ -97,21 +93,6 @@ def served_elsewhere(exc: grpc.RpcError) -> bool:
     return refusal_of(exc) == SERVED_ELSEWHERE
 
 
-class _StaleOptions(NamedTuple):
-    """A dataset read with its previous backend: the options last set open none here. Which options changed
-    (`option_changes`: names, never values), and why they open none (one scrubbed line)."""
-
-    changes: str
-    reason: str
-
-
-class _Unopened(NamedTuple):
-    """A dataset this node could not open: as the data manager last sent it, and why (one scrubbed line)."""
-
-    wanted: pb.NodeDataset
-    reason: str
-
-
 @dataclass(frozen=True)
 class AgentConfig:
     datamgr: str
@@ -148,19 +129,14 @@ class NodeAgent:
         self._reached = False  # a call has succeeded: the address and security settings are right
         self._registered = False  # this run has registered the node (again after the data manager lost it)
         self._waiting = False  # "waiting for the data manager" is logged, not yet answered by a registration
-        self._reopening: set[str] = set()  # datasets whose cache a `_reopen_cache` is opening now
         # Jobs whose dataset this node could not open (options it refused, a profile its host lacks), as last sent:
         # added once the dataset opens (`silod dataset set-options` fixing its options), dropped when removed.
         self._unserved_jobs: dict[str, pb.NodeJob] = {}
-        # Datasets this node could not open, as last sent, with why: each usage report says so
-        # (`DatasetUsage.open_error`), for the data manager to show, and tries them again first, until the dataset
-        # opens or is no longer sent here.
-        self._unopened: dict[str, _Unopened] = {}
-        # Datasets read with their previous backend, since the options last set open none here, with the line that
-        # says so and why: reported (`DatasetUsage.options_error`) and tried again at each report, as unopened ones.
-        self._stale_options: dict[str, _StaleOptions] = {}
-        # Held while a revision applies and while an unopened dataset is tried again, so that the two never open
-        # one dataset's cache directory at once.
+        self._datasets = NodeDatasets(
+            mount, config.cache_dir, config.node_id, config.report_interval, self._dataset_opened
+        )
+        # Held while a revision applies and while a dataset that would not open is tried again, so that the two never
+        # open one dataset's cache directory at once.
         self._changing = trio.Lock()
         self._watch_refused = False  # "another agent serves this node" is logged for the watch, not yet lifted
         self._report_refused = False  # and for the usage reports
@@ -185,40 +161,21 @@ class NodeAgent:
             if self._call is not None:
                 self._call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves cancel() untyped
 
-    def _unopened_reason(self, uri: str) -> str:
-        entry = self._unopened.get(uri)
-        return "" if entry is None else entry.reason
-
-    async def _retry_unopened(self) -> None:
-        """Try again to open the datasets this node could not, as the data manager last sent them, and the backends of
-        those read with their previous options: what kept one shut may be on the node (a profile added to its host's
-        AWS config, a share mounted since), and the data manager sends it again only when it changes. Quietly while
-        the reason stays the same (`_open_backend`)."""
-        for uri in list(self._unopened):
+    async def _retry_datasets(self) -> None:
+        """Try again the datasets this node could not open, and the options last set of those it reads with their
+        previous ones (`NodeDatasets.retry_unopened`), one at a time between revisions."""
+        for uri in self._datasets.unopened_uris():
             async with self._changing:
-                entry = self._unopened.get(uri)  # a revision applied meanwhile may have opened or removed it
-                if entry is not None:
-                    await self._set_dataset(entry.wanted)
-        for uri, stale in list(self._stale_options.items()):
-            dataset = self._mount.datasets.get(uri)
-            if dataset is not None and self._stale_options.get(uri) is stale:
-                self._swap_backend(dataset, stale.changes)
-
-    async def _reopen_caches(self) -> None:
-        """Try again to open the caches of the datasets served uncached. A method of its own so that the reporting
-        loop keeps no dataset alive while it sleeps (its loop variable kept the last one, with its backend and
-        cache, long after its last job had left)."""
-        for dataset in list(self._mount.datasets.values()):
-            if isinstance(dataset.cache, NoCache):
-                await self._reopen_cache(dataset)
+                await self._datasets.retry_unopened(uri)
+        self._datasets.retry_stale_options()
 
     async def report_usage(self) -> None:
         """Report the mount's usage every `report_interval`, first trying again to open the datasets this node could
         not open and the caches of the datasets served uncached."""
         while True:
             await trio.sleep(self._config.report_interval)
-            await self._retry_unopened()
-            await self._reopen_caches()
+            await self._retry_datasets()
+            await self._datasets.reopen_caches()
             request = self._usage(trio.current_time())
             try:
                 await trio.to_thread.run_sync(functools.partial(self._stub.ReportUsage, request, timeout=CALL_TIMEOUT))
@@ -245,19 +202,6 @@ class NodeAgent:
                 self._report_refused = False
 
     def _usage(self, now: float) -> pb.ReportUsageRequest:
-        datasets = []
-        for uri, dataset in self._mount.datasets.items():
-            cache = dataset.cache.statistics()
-            stale = self._stale_options.get(uri)
-            datasets.append(
-                pb.DatasetUsage(
-                    dataset_uri=uri,
-                    cached_bytes=cache.used_bytes,
-                    cached_items=cache.cached_items,
-                    options_error="" if stale is None else stale.reason,
-                )
-            )
-        datasets += [pb.DatasetUsage(dataset_uri=uri, open_error=u.reason) for uri, u in self._unopened.items()]
         jobs = []
         for job in self._mount.jobs.values():
             stats = job.statistics(now)
@@ -280,7 +224,9 @@ class NodeAgent:
                     denied_reads=stats.denied_reads,
                 )
             )
-        return pb.ReportUsageRequest(node_id=self._config.node_id, datasets=datasets, jobs=jobs, agent_id=self.agent_id)
+        return pb.ReportUsageRequest(
+            node_id=self._config.node_id, datasets=self._datasets.usage(), jobs=jobs, agent_id=self.agent_id
+        )
 
     async def _apply(self, event: pb.WatchEvent, *, opens_stream: bool) -> None:
         """Apply one revision: a snapshot replaces everything, changes apply in order. The first event of a stream
@@ -296,9 +242,7 @@ class NodeAgent:
         """Keep the manifests of the datasets served or waiting to open, and no other: each is the dataset's whole
         listing (160 bytes a file), and an agent that kept every one it fetched grew by a listing each time a dataset
         was registered anew or a new one came and went (1.3 MB for 8,000 files)."""
-        used = {dataset.manifest.digest for dataset in self._mount.datasets.values()}
-        used.update(entry.wanted.manifest_digest for entry in self._unopened.values())
-        for digest in self._manifests.keys() - used:
+        for digest in self._manifests.keys() - self._datasets.digests_in_use():
             del self._manifests[digest]
 
     async def _apply_changes(self, event: pb.WatchEvent) -> None:
@@ -316,145 +260,28 @@ class NodeAgent:
         for change in event.changes:
             kind = change.WhichOneof("change")
             if kind == "dataset_set":
-                await self._set_dataset(change.dataset_set)
+                await self._datasets.set(change.dataset_set, self._manifests)
             elif kind == "job_set":
                 self._set_job(change.job_set)
             elif kind == "job_removed":
                 self._remove_job(change.job_removed)
             elif kind == "dataset_removed":
-                await self._remove_dataset(change.dataset_removed)
+                await self._datasets.remove(change.dataset_removed)
 
     async def _apply_snapshot(self, snapshot: pb.AllocationSnapshot) -> None:
         for job_id in (set(self._mount.jobs) | set(self._unserved_jobs)) - {j.job_id for j in snapshot.jobs}:
             self._remove_job(job_id)
-        for uri in (set(self._mount.datasets) | set(self._unopened)) - {d.uri for d in snapshot.datasets}:
-            await self._remove_dataset(uri)
+        for uri in self._datasets.uris() - {d.uri for d in snapshot.datasets}:
+            await self._datasets.remove(uri)
         for dataset in snapshot.datasets:
-            await self._set_dataset(dataset)
+            await self._datasets.set(dataset, self._manifests)
         for job in snapshot.jobs:
             self._set_job(job)
 
-    async def _set_dataset(self, wanted: pb.NodeDataset) -> None:
-        current = self._mount.datasets.get(wanted.uri)
-        options = dict(wanted.options)
-        if current is not None and current.manifest.digest == wanted.manifest_digest:
-            if current.options != options:
-                self._replace_backend(current, options)
-            await self._set_quota(current, wanted.cache_quota_bytes)
-            return
-        if current is not None:
-            await self._remove_dataset(wanted.uri)
-        backend = self._open_backend(
-            wanted.uri, options, f"cannot serve dataset {wanted.uri}", logged=self._unopened_reason(wanted.uri)
-        )
-        if isinstance(backend, str):
-            self._unopened[wanted.uri] = _Unopened(wanted, backend)
-            return
-        manifest = self._manifests[wanted.manifest_digest]
-        try:
-            dataset = await open_dataset(
-                self._config.cache_dir, wanted.uri, backend, manifest, wanted.cache_quota_bytes, options
-            )
-        except OSError as exc:
-            log.error(
-                "cannot open the cache of dataset %s (%s): serving it from its backend, uncached, and trying to open "
-                "the cache again every %g s",
-                wanted.uri,
-                exc,
-                self._config.report_interval,
-                extra=self._ids(dataset_uri=wanted.uri),
-            )
-            dataset = uncached_dataset(wanted.uri, backend, manifest, wanted.cache_quota_bytes, options)
-        self._mount.add_dataset(dataset)
-        self._unopened.pop(wanted.uri, None)  # only now: a report meanwhile must still say it is not open
-        for job in [job for job in self._unserved_jobs.values() if job.dataset_uri == wanted.uri]:
-            self._set_job(job)  # its dataset opened at last: its directory appears
-
-    async def _set_quota(self, dataset: MountedDataset, quota: int) -> None:
-        if isinstance(dataset.cache, NoCache):
-            dataset.cache.set_quota(quota)
-            await self._reopen_cache(dataset)
-        elif dataset.cache.quota_bytes != quota:
-            evicted = await trio.to_thread.run_sync(dataset.cache.set_quota, quota)
-            log.info(
-                "cache quota of %s = %d bytes (%d items evicted)",
-                dataset.uri,
-                quota,
-                evicted,
-                extra=self._ids(dataset_uri=dataset.uri),
-            )
-
-    def _replace_backend(self, dataset: MountedDataset, options: dict[str, str]) -> None:
-        """Read `dataset` with the options the data manager replaced its old ones with (rotated credentials), from
-        now on. Its cache, its jobs' access tracking and their open files stay: they hold the dataset, whose every
-        fetch takes its backend as it starts. Reads under way end on the old backend, which is released with the
-        last of them, as a removed dataset's is. Options this node cannot open a backend with (one its silod does
-        not know, a profile its host lacks) leave the old backend reading, with one error line, reported and tried
-        again at each report (`_stale_options`) until they open or the data manager changes them again."""
-        changes = option_changes(dataset.options, options)
-        dataset.options = options
-        self._stale_options.pop(dataset.uri, None)  # other options: their failure is logged anew
-        self._swap_backend(dataset, changes)
-
-    def _swap_backend(self, dataset: MountedDataset, changes: str) -> None:
-        """Open a backend with the dataset's options (`changes` from its previous ones) and read through it from now
-        on; or, where they open none, keep the one it has, logging why unless the last try logged the same."""
-        stale = self._stale_options.get(dataset.uri)
-        failure = f"dataset {dataset.uri} reads on with its old options, not the new ones ({changes})"
-        backend = self._open_backend(dataset.uri, dataset.options, failure, "" if stale is None else stale.reason)
-        if isinstance(backend, str):
-            self._stale_options[dataset.uri] = _StaleOptions(changes, backend)
-            return
-        self._stale_options.pop(dataset.uri, None)
-        dataset.backend = backend
-        log.info(
-            "dataset %s: reading with its new options (%s) from now on, its cache kept",
-            dataset.uri,
-            changes,
-            extra=self._ids(dataset_uri=dataset.uri),
-        )
-
-    def _open_backend(self, uri: str, options: Mapping[str, str], failure: str, logged: str = "") -> Backend | str:
-        """The dataset's backend, retrying transient failures; or, where the options open none (an option this silod
-        does not know, a bad value, a profile this host lacks, a directory it cannot reach), the reason, logged
-        after `failure` unless it is `logged`, the reason an earlier try logged: the data manager sends an unopened
-        dataset again at each change of its quota and at each reconnect, and one ERROR per cause is what an operator
-        needs. The reason is one line, scrubbed as the log line is (`silodlib.scrub`), since the usage reports carry
-        it to the data manager, past this process's log handler."""
-        try:
-            return RetryingBackend(open_backend(uri, options))
-        except (BackendError, ValueError) as exc:
-            reason = " ".join(scrub(str(exc)).splitlines())
-            level = logging.DEBUG if reason == logged else logging.ERROR
-            log.log(level, "%s: %s", failure, reason, extra=self._ids(dataset_uri=uri))
-            return reason
-
-    async def _reopen_cache(self, dataset: MountedDataset) -> None:
-        """Give a dataset served uncached (`NoCache`) its cache once its directory opens; quietly try again later
-        if it still cannot be opened (its first failure was logged). One try at a time per dataset, until the cache
-        is in place: the report loop and a change of the dataset may both ask, and two caches must never open one
-        directory."""
-        if dataset.uri in self._reopening:
-            return
-        self._reopening.add(dataset.uri)
-        try:
-            cache = await open_cache(self._config.cache_dir, dataset.uri, dataset.manifest, dataset.cache.quota_bytes)
-            if self._mount.datasets.get(dataset.uri) is not dataset:  # removed or replaced while the cache opened
-                cache.close()
-                return
-            if cache.quota_bytes != dataset.cache.quota_bytes:  # the quota changed while the cache opened
-                await trio.to_thread.run_sync(cache.set_quota, dataset.cache.quota_bytes)
-            dataset.cache = cache
-        except OSError:
-            return
-        finally:
-            self._reopening.discard(dataset.uri)
-        log.info(
-            "cache of dataset %s opened: caching it again (quota %d bytes)",
-            dataset.uri,
-            cache.quota_bytes,
-            extra=self._ids(dataset_uri=dataset.uri),
-        )
+    def _dataset_opened(self, uri: str) -> None:
+        """Add the jobs that waited for the dataset to open: their directories appear."""
+        for job in [job for job in self._unserved_jobs.values() if job.dataset_uri == uri]:
+            self._set_job(job)
 
     def _set_job(self, wanted: pb.NodeJob) -> None:
         job = self._mount.jobs.get(wanted.job_id)
@@ -507,21 +334,6 @@ class NodeAgent:
             self._mount.remove_job(job_id)
             forget_job_directory(job_id)
             log.info("job %s finished here; its directory is gone", job_id, extra=self._ids(job_id=job_id))
-
-    async def _remove_dataset(self, uri: str) -> None:
-        """Free the disk a dataset no job here reads any more. Files still open keep reading through its
-        backend, which is released with the last of them. One this node could not open is no longer reported."""
-        self._unopened.pop(uri, None)
-        self._stale_options.pop(uri, None)
-        dataset = self._mount.remove_dataset(uri)
-        if dataset is not None:
-            evicted = await trio.to_thread.run_sync(dataset.cache.remove)
-            log.info(
-                "dataset %s is no longer served here (%d cached items deleted, and its cache directory)",
-                uri,
-                evicted,
-                extra=self._ids(dataset_uri=uri),
-            )
 
     # ---- watch thread ----
 

@@ -96,7 +96,7 @@ def test_status_names_the_node_the_dataset_its_waiting_job_and_the_agents_reason
         assert shown.startswith(waiting) and shown.endswith("option 'profile': no such AWS profile")
         reason = shown.removeprefix(waiting)
         (logged,) = node.log_lines("cannot serve dataset")
-        assert logged.endswith(f"ERROR fuseclient.agent: cannot serve dataset {target.uri}: {reason}")
+        assert logged.endswith(f"ERROR fuseclient.node_datasets: cannot serve dataset {target.uri}: {reason}")
         (usage,) = json.loads(_status(address, "--json"))["datasets"][0]["usage"]
         assert usage == {
             "node_id": "n1",
