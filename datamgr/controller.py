@@ -421,8 +421,9 @@ class Controller:
         async with self._one_round:
             number = (self._last.number if self._last else 0) + 1
             report, failure = await self._round(number, trigger)
+            repeat = failure is None and _repeats(report, self._last)
             self._last = report
-            _log_round(self.policy, report, failure)
+            _log_round(self.policy, report, failure, repeat)
             return report
 
     async def _round(self, number: int, trigger: str) -> tuple[RoundReport, Exception | None]:
@@ -557,9 +558,21 @@ def _carried_out(snapshot: Snapshot, decision: Decision, unapplied: Sequence[str
     return placements
 
 
-def _log_round(policy: str, report: RoundReport, failure: Exception | None) -> None:
+def _repeats(report: RoundReport, last: RoundReport | None) -> bool:
+    """Whether a round only repeats the one before: it changed, refused and released nothing, and expects of every
+    job what that round did. Such a round (a timer's, on a cluster at rest) says nothing its predecessor's line did
+    not, and at one a minute with hundreds of jobs its lines would fill the log for nothing."""
+    return (
+        last is not None
+        and not (report.applied or report.refused or report.released or report.error)
+        and report.estimates == last.estimates
+        and report.unapplied_placements == last.unapplied_placements
+    )
+
+
+def _log_round(policy: str, report: RoundReport, failure: Exception | None, repeat: bool) -> None:
     """One line per round: INFO when everything applied, WARNING when something was refused, ERROR (with the
-    traceback) when the round failed."""
+    traceback) when the round failed; DEBUG for a round that repeats the one before (`_repeats`)."""
     jobs = "; ".join(
         f"{job_id} f*={format_rate(e.ideal_bytes_per_sec)} c/d={e.hit_ratio:.2f} b={format_rate(e.io_bytes_per_sec)}"
         f" -> {format_rate(e.throughput_bytes_per_sec)}"
@@ -589,5 +602,10 @@ def _log_round(policy: str, report: RoundReport, failure: Exception | None) -> N
         "notes": dict(report.notes),
         "error": report.error,
     }
-    level = logging.ERROR if failure else logging.WARNING if report.refused else logging.INFO
+    if failure is not None:
+        level = logging.ERROR
+    elif report.refused:
+        level = logging.WARNING
+    else:
+        level = logging.DEBUG if repeat else logging.INFO
     log.log(level, "%s", message, extra=fields, exc_info=failure)

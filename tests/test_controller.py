@@ -687,3 +687,30 @@ def test_a_controller_on_a_fresh_state_dir_runs_its_first_round_at_once(tmp_path
                 await wait_until(lambda: controller.status().rounds >= 1, "the start round", timeout=5)
 
     asyncio.run(scenario())
+
+
+def test_a_round_that_repeats_the_one_before_logs_at_debug_and_one_that_changes_anything_at_info(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A timer's round on a cluster at rest repeats its predecessor's line: at one a minute with hundreds of jobs,
+    # INFO lines that say nothing new would fill the log. The first round, and one whose decision or expectations
+    # change, stay at INFO.
+    caplog.set_level(logging.DEBUG, logger="datamgr.controller")
+
+    async def scenario() -> list[int]:
+        async with owned_manager(tmp_path, "fixed") as (manager, requests):
+            await manager.register_node("n1", "h1:1", 10_000)
+            a = await add_dataset(manager, tmp_path / "a", files=2, size=500)
+            await manager.register_job("j1", a, 5000, [Worker("n1", 1)])
+            policy = FixedPolicy({a: 1000}, {"j1": 500})
+            controller = Controller(manager, scheduler_of(policy), requests)
+            await controller.run_round("registered job j1")  # changes the allocation: INFO
+            await controller.run_round("timer")  # the same decision and expectations: DEBUG
+            await controller.run_round("timer")
+            policy.io = {"j1": 800}
+            await controller.run_round("timer")  # another rate: INFO
+            await controller.run_round("timer")
+            return [r.levelno for r in caplog.records if r.name == "datamgr.controller" and "round " in r.getMessage()]
+
+    levels = asyncio.run(scenario())
+    assert levels == [logging.INFO, logging.DEBUG, logging.DEBUG, logging.INFO, logging.DEBUG]
