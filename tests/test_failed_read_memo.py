@@ -17,7 +17,6 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -26,19 +25,18 @@ import pyfuse3
 import pytest
 import trio
 import trio.testing
-from azure.core.exceptions import HttpResponseError
-from azure.storage.blob import AccessPolicy, ContainerClient, ContainerSasPermissions, generate_container_sas
 
-from datamgr.devservers import AzuriteServer, azure_client
+from datamgr.devservers import AzuriteServer
 from fuseclient.assembly import MountConfig, build_state
 from fuseclient.fs import SilodFS
 from fuseclient.mounted import MountState
 from fuseclient.readpath import RE_REQUEST_WINDOW
-from silodlib.backends import RetryingBackend, RetryPolicy, open_backend, parse_dataset_uri
+from silodlib.backends import RetryingBackend, RetryPolicy, open_backend
 from tests import polling
+from tests.credential_fixtures import expiring_sas, sas_refused
 from tests.fault_proxy import AZURE_SERVER_BUSY, S3_SLOW_DOWN, FaultProxy
 from tests.mount_fixtures import MountFactory, MountProcess, options_args
-from tests.storage_servers import DATASET_PREFIX, DatasetTarget, DatasetTargetFactory
+from tests.storage_servers import DatasetTarget, DatasetTargetFactory
 
 FAULTY, OTHER = "faulty.bin", "other.bin"
 SIZE = 256 * 1024  # one item: one backend GET per fetch
@@ -106,33 +104,6 @@ def test_a_read_of_an_object_deleted_from_storage_fails_with_eio_asking_storage_
         assert _read(mount.job_dir("job") / OTHER) == files[OTHER]
 
 
-POLICY = "expiring"
-
-
-def _expiring_sas(azurite: AzuriteServer, target: DatasetTarget) -> tuple[str, Callable[[], None]]:
-    """A SAS bound to a stored access policy of the target's container, and a way to make storage refuse it at once
-    (the policy's expiry moved into the past), as it refuses a SAS past its own expiry."""
-    container = azure_client(azurite).get_container_client(parse_dataset_uri(target.uri).location[1])
-    permission = ContainerSasPermissions(read=True, list=True)
-
-    def expiring_at(expiry: datetime) -> None:
-        container.set_container_access_policy({POLICY: AccessPolicy(permission=permission, expiry=expiry)})
-
-    expiring_at(datetime.now(UTC) + timedelta(hours=1))
-    sas = generate_container_sas(azurite.account_name, container.container_name, azurite.account_key, policy_id=POLICY)
-    return sas, lambda: expiring_at(datetime.now(UTC) - timedelta(minutes=5))
-
-
-def _refused(sas: str, azurite: AzuriteServer, target: DatasetTarget) -> bool:
-    """Whether storage refuses `sas` now (the policy's change has taken effect)."""
-    container = ContainerClient(azurite.account_url, parse_dataset_uri(target.uri).location[1], credential=sas)
-    try:
-        container.get_blob_client(f"{DATASET_PREFIX}/{OTHER}").download_blob().readall()
-    except HttpResponseError as exc:
-        return exc.status_code == 403
-    return False
-
-
 def test_a_read_storage_refuses_fails_with_eacces_asking_storage_once_though_the_kernel_asks_twice(
     mount_factory: MountFactory,
     dataset_target_factory: DatasetTargetFactory,
@@ -140,11 +111,11 @@ def test_a_read_storage_refuses_fails_with_eacces_asking_storage_once_though_the
     files: dict[str, bytes],
 ) -> None:
     target = _target(dataset_target_factory, "az", files)
-    sas, expire = _expiring_sas(azurite, target)
+    sas, expire = expiring_sas(azurite, target)
     with _proxied(target, {"account_url": azurite.account_url, "sas_token": sas}) as (proxy, options):
         mount = mount_factory({"job": target.uri}, *options_args(options))
         expire()
-        polling.eventually(lambda: _refused(sas, azurite, target), what="storage refusing the SAS")
+        polling.eventually(lambda: sas_refused(sas, azurite, target, OTHER), what="storage refusing the SAS")
 
         assert _read(mount.job_dir("job") / FAULTY) == errno.EACCES
         assert len(proxy.gets(FAULTY)) == 1  # before: 2

@@ -8,24 +8,20 @@ from __future__ import annotations
 import errno
 import random
 import time
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs
 
 import pytest
-from azure.core.exceptions import HttpResponseError
-from azure.storage.blob import AccessPolicy, ContainerClient, ContainerSasPermissions, generate_container_sas
 
 from datamgr.client import DataManagerClient
-from datamgr.devservers import S3Server, azure_client
-from silodlib.backends import parse_dataset_uri
+from datamgr.devservers import S3Server
 from tests.cache_fixtures import entries_on_disk
 from tests.cluster_fixtures import eventually
+from tests.credential_fixtures import expiring_sas, node_lacking_a_profile, sas_refused
 from tests.datamgr_fixtures import DataManagerProcess, silod_cli
 from tests.mount_fixtures import MountProcess
 from tests.storage_servers import (
-    DATASET_PREFIX,
     AzuriteServer,
     DatasetTarget,
     DatasetTargetFactory,
@@ -53,31 +49,6 @@ def node(tmp_path: Path, datamgr_process: DataManagerProcess) -> Iterator[MountP
         agent.stop()
 
 
-def _policy_sas(azurite: AzuriteServer, target: DatasetTarget) -> tuple[str, Callable[[], None]]:
-    """A SAS bound to a stored access policy of the target's container, and a way to make it expire at once (the
-    policy's expiry moved into the past): storage refuses it from then on, as it does a SAS past its own expiry,
-    without a test waiting for the clock."""
-    container = azure_client(azurite).get_container_client(parse_dataset_uri(target.uri).location[1])
-    permission = ContainerSasPermissions(read=True, list=True)
-
-    def expiring_at(expiry: datetime) -> None:
-        container.set_container_access_policy({POLICY: AccessPolicy(permission=permission, expiry=expiry)})
-
-    expiring_at(datetime.now(UTC) + timedelta(hours=1))
-    sas = generate_container_sas(azurite.account_name, container.container_name, azurite.account_key, policy_id=POLICY)
-    return sas, lambda: expiring_at(datetime.now(UTC) - timedelta(minutes=5))
-
-
-def _refused(sas: str, azurite: AzuriteServer, target: DatasetTarget) -> bool:
-    """Whether storage refuses `sas` now (the policy's change has taken effect)."""
-    container = ContainerClient(azurite.account_url, parse_dataset_uri(target.uri).location[1], credential=sas)
-    try:
-        container.get_blob_client(f"{DATASET_PREFIX}/f0.bin").download_blob().readall()
-    except HttpResponseError as exc:
-        return exc.status_code == 403
-    return False
-
-
 def _start_job(client: DataManagerClient, node: MountProcess, uri: str, options: dict[str, str]) -> Path:
     """Job j1 on n1 reading `uri`, with a quota for its whole dataset; its directory on the node."""
     client.register_dataset(uri, options)
@@ -99,7 +70,7 @@ def test_a_job_whose_sas_expired_reads_again_with_the_one_set_options_gives_keep
     target = dataset_target_factory("az")
     for name, data in files.items():
         target.put(name, data)
-    old_sas, expire = _policy_sas(azurite, target)
+    old_sas, expire = expiring_sas(azurite, target)
     with DataManagerClient(datamgr_process.address, timeout=10) as client:
         job_dir = _start_job(client, node, target.uri, {"account_url": azurite.account_url, "sas_token": old_sas})
     early, late = sorted(files)[:3], sorted(files)[3:]
@@ -108,7 +79,7 @@ def test_a_job_whose_sas_expired_reads_again_with_the_one_set_options_gives_keep
     eventually(lambda: sum(entries_on_disk(node.cache_dir).values()) == len(early) * SIZE, what="early files cached")
 
     expire()
-    eventually(lambda: _refused(old_sas, azurite, target), what="storage refusing the old SAS")
+    eventually(lambda: sas_refused(old_sas, azurite, target, "f0.bin"), what="storage refusing the old SAS")
     with (job_dir / late[0]).open("rb") as held:
         with pytest.raises(OSError) as denied:
             held.read()
@@ -146,23 +117,6 @@ def _s3_dataset(dataset_target_factory: DatasetTargetFactory, files: dict[str, b
     return target
 
 
-def _node_lacking_the_data_managers_profile(
-    tmp_path: Path, datamgr_process: DataManagerProcess, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
-) -> MountProcess:
-    """The data manager started with AWS profile POLICY (the S3 server's keys), and node n1's agent, not started,
-    whose environment has no such profile: options naming it are good for the one and not for the other."""
-    profiles = tmp_path / "aws-credentials"
-    profiles.write_text(
-        f"[{POLICY}]\naws_access_key_id = {s3_server.access_key_id}\n"
-        f"aws_secret_access_key = {s3_server.secret_access_key}\n"
-    )
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(profiles))
-    datamgr_process.start()
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    return MountProcess.node(tmp_path / "n1", datamgr_process.address, "n1", "--cache-capacity", "1GiB")
-
-
 def test_new_options_a_node_cannot_open_leave_it_reading_with_the_old_ones_after_one_error_line(
     tmp_path: Path,
     datamgr_process: DataManagerProcess,
@@ -174,7 +128,7 @@ def test_new_options_a_node_cannot_open_leave_it_reading_with_the_old_ones_after
     """An AWS profile the data manager's host has and the node's lacks: the data manager reads the dataset with it,
     the node cannot even open a backend with it, so it keeps reading with the keys it had."""
     target = _s3_dataset(dataset_target_factory, files)
-    node = _node_lacking_the_data_managers_profile(tmp_path, datamgr_process, s3_server, monkeypatch)
+    node = node_lacking_a_profile(tmp_path, datamgr_process, s3_server, monkeypatch, POLICY)
     try:
         node.start()
         with DataManagerClient(datamgr_process.address, timeout=10) as client:
@@ -207,7 +161,7 @@ def test_a_job_whose_dataset_the_node_could_not_open_appears_once_set_options_fi
     """The node dropped the job with its dataset: set-options opened the dataset, but the job's directory never
     came back until some later change to the job (as after an upgrade refusing options an older silod took)."""
     target = _s3_dataset(dataset_target_factory, files)
-    node = _node_lacking_the_data_managers_profile(tmp_path, datamgr_process, s3_server, monkeypatch)
+    node = node_lacking_a_profile(tmp_path, datamgr_process, s3_server, monkeypatch, POLICY)
     keys = ("access_key_id", "secret_access_key")
     try:
         node.start()

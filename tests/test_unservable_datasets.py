@@ -20,6 +20,7 @@ from datamgr.client import DataManagerClient
 from datamgr.devservers import S3Server
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.cluster_fixtures import System, eventually
+from tests.credential_fixtures import node_lacking_a_profile
 from tests.datamgr_fixtures import DataManagerProcess, RunningDataManager, make_local_dataset, silod_cli
 from tests.mount_fixtures import MountProcess
 from tests.storage_servers import DatasetTargetFactory
@@ -60,16 +61,7 @@ def node_lacking_the_profile(
     """The data manager started with AWS profile PROFILE (the S3 server's keys), and node n1's agent started without
     it: options naming the profile are good for the one and refused by the other, as where the node's host lacks a
     profile the data manager's has. Stopped after the test."""
-    profiles = tmp_path / "aws-credentials"
-    profiles.write_text(
-        f"[{PROFILE}]\naws_access_key_id = {s3_server.access_key_id}\n"
-        f"aws_secret_access_key = {s3_server.secret_access_key}\n"
-    )
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(profiles))
-    datamgr_process.start()
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    agent = MountProcess.node(tmp_path / "n1", datamgr_process.address, "n1", "--cache-capacity", "1GiB")
+    agent = node_lacking_a_profile(tmp_path, datamgr_process, s3_server, monkeypatch, PROFILE)
     try:
         yield agent.start()
     finally:
