@@ -30,11 +30,17 @@ def vc_text(tenant: Tenant) -> str:
 
 
 def job_parameter(job: Job, name: str) -> str:
-    """One registered parameter of a job, written as a registration gives it (no tenant: `none`)."""
+    """One registered parameter of a job, written as a registration gives it, and one it left out as left out (no
+    tenant: `none`; no epochs: `unknown`; no grace period: `none`), not as the 0 that stands for it: "registered with
+    epochs 2, not epochs unknown" tells an operator who re-ran a command without --epochs what happened."""
     if name == "workers":
         return workers_text(job.workers)
     if name == "tenant":
         return job.tenant or "none"
+    if name == "epochs":
+        return f"{job.epochs:g}" if job.epochs else "unknown"
+    if name == "grace_seconds":
+        return f"{job.grace_seconds:g} s" if job.grace_seconds else "none"
     return str(getattr(job, name))
 
 

@@ -76,9 +76,11 @@ class Dataset:
 
     def registration_differences(self, options: Mapping[str, str], chunk_size_bytes: int) -> list[str]:
         """What a repeated RegisterDataset asks for that this dataset is not registered with, in words (none: the
-        call is idempotent). Options are named by key only, since their values may be secrets."""
+        call is idempotent). Options are named by key only, since their values may be secrets. A chunk size of 0 (the
+        call asks for none: `silod dataset add` without --chunk-size) matches any: the default applies to a dataset
+        registered by this call, and a repeated command must not be refused for a flag it left out."""
         differences = []
-        if self.chunk_size_bytes != chunk_size_bytes:
+        if chunk_size_bytes and self.chunk_size_bytes != chunk_size_bytes:
             differences.append(f"with chunk size {self.chunk_size_bytes}, not {chunk_size_bytes}")
         changed = {key for key in options.keys() & self.options.keys() if options[key] != self.options[key]}
         for what, keys in (

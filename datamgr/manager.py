@@ -193,11 +193,11 @@ class DataManager:
         canonical = check_dataset_uri("uri", uri)
         chunk = DEFAULT_CHUNK_SIZE if chunk_size_bytes == 0 else check_chunk_size("chunk_size_bytes", chunk_size_bytes)
         options = dict(options)
-        existing = self._existing_dataset(canonical, options, chunk)
+        existing = self._existing_dataset(canonical, options, chunk_size_bytes)
         if existing is not None:
             return existing, False, await self._settled()
         manifest = await asyncio.to_thread(self._freeze, canonical, options, chunk)
-        existing = self._existing_dataset(canonical, options, chunk)  # registered while we listed?
+        existing = self._existing_dataset(canonical, options, chunk_size_bytes)  # registered while we listed?
         if existing is not None:
             return existing, False, await self._settled()
         dataset = Dataset(
@@ -214,9 +214,11 @@ class DataManager:
         revision = await self._commit(change, (), f"registered dataset {canonical} ({summary})")
         return dataset, True, revision
 
-    def _existing_dataset(self, uri: str, options: Mapping[str, str], chunk: int) -> Dataset | None:
+    def _existing_dataset(self, uri: str, options: Mapping[str, str], chunk_size_bytes: int) -> Dataset | None:
+        """The dataset registered at `uri`, None if none is; ALREADY_EXISTS if it is registered otherwise than asked
+        (a chunk size of 0, none asked for, matches the one registered)."""
         dataset = self.state.datasets.get(uri)
-        differences = [] if dataset is None else dataset.registration_differences(options, chunk)
+        differences = [] if dataset is None else dataset.registration_differences(options, chunk_size_bytes)
         if differences:
             raise AlreadyExists(
                 f"uri: dataset {uri} is registered {'; '.join(differences)}; unregister it first to change them"

@@ -141,8 +141,24 @@ def test_re_registering_a_job_with_another_length_or_flag_is_refused_naming_both
     with pytest.raises(ClientError) as info:
         client.register_job("j3", setup.a, 1000, [("n1", 1)], epochs=3, irregular=True)
     assert info.value.code == EXISTS
-    assert "job 'j3' is registered with epochs 2.5, irregular False, not epochs 3.0, irregular True" in str(info.value)
+    assert "job 'j3' is registered with epochs 2.5, irregular False, not epochs 3, irregular True" in str(info.value)
     assert full_state(client) == before
+
+
+def test_a_dataset_registered_again_without_a_chunk_size_is_the_one_registered_whatever_its_chunk_size(
+    setup: Setup, tmp_path: Path
+) -> None:
+    # `silod dataset add URI` run again without --chunk-size: the default asked for nothing, so it is no reason to
+    # refuse (it was: "registered with chunk size 65536, not 4194304").
+    uri = make_local_dataset(tmp_path / "chunked", files=2, size=1000)
+    client = setup.client
+    client.register_dataset(uri, chunk_size=2**16)
+    before = full_state(client)
+    again = client.register_dataset(uri)
+    assert not again.created and again.dataset.chunk_size_bytes == 2**16
+    assert full_state(client) == before
+    with pytest.raises(ClientError, match="is registered with chunk size 65536, not 4194304"):
+        client.register_dataset(uri, chunk_size=4 << 20)  # asked for: refused as before
 
 
 def test_a_jobs_length_and_irregular_flag_survive_a_restart(tmp_path: Path) -> None:
@@ -322,7 +338,7 @@ BAD_CALLS: list[tuple[str, Call, grpc.StatusCode, str]] = [
         "job: duplicate, other epochs",
         lambda s: s.client.register_job("j1", s.a, 50_000_000, [("n1", 1)], epochs=90),
         EXISTS,
-        "epochs 0.0, not epochs 90",
+        "epochs unknown, not epochs 90",
     ),
     ("job: no workers", lambda s: s.client.register_job("j3", s.a, 1, []), INVALID, "at least one node"),
     (

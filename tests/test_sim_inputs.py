@@ -278,6 +278,8 @@ def test_a_trace_needs_a_known_extension_and_an_existing_file(tmp_path: Path) ->
 
 def test_durations_take_seconds_and_units() -> None:
     assert [parse_duration(t) for t in ("90", "1.5m", "2h", "1d", "4w")] == [90, 90, 7200, 86400, 4 * 7 * 86400]
+    # An exponent takes a sign, as a float's does ("1e-9" was refused as no number at all).
+    assert [parse_duration(t) for t in ("1e2s", "1e-3", "1.5e-3m", "2E+1h")] == [100, 0.001, 0.09, 72000]
     with pytest.raises(ValueError, match="'2 hours' is not a number of seconds or a number with s, m, h, d or w"):
         parse_duration("2 hours")
 

@@ -78,6 +78,8 @@ def test_diff_views_orders_datasets_before_jobs_and_removals_after() -> None:
 def test_a_dataset_registered_again_with_other_parameters_names_each_difference_and_no_option_value() -> None:
     registered = Dataset("s3://b/p", {"region": "eu-west-1", "secret_access_key": "old-secret"}, 10, 1, 1, 4096, "d")
     assert registered.registration_differences(dict(registered.options), 4096) == []
+    # No chunk size asked for (`silod dataset add` run again without --chunk-size): the one registered, whatever it is.
+    assert registered.registration_differences(dict(registered.options), 0) == []
     asked = {"secret_access_key": "new-secret", "endpoint_url": "http://127.0.0.1:9"}
     assert registered.registration_differences(asked, 8192) == [
         "with chunk size 4096, not 8192",

@@ -757,7 +757,7 @@ class RegisterDatasetRequest(_message.Message):
     CHUNK_SIZE_BYTES_FIELD_NUMBER: _builtins.int
     uri: _builtins.str
     chunk_size_bytes: _builtins.int
-    """0: the default (4 MiB)"""
+    """0: the default (4 MiB) for a new dataset, and the one registered for a registered one"""
     @_builtins.property
     def options(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(

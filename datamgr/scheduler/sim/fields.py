@@ -28,7 +28,7 @@ N = TypeVar("N", int, float)
 Reader = Callable[[object], T]  # raw value -> typed value, or ValueError stating the rule
 
 DURATION_UNITS: dict[str, float] = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-z]*)\s*$")
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-z]*)\s*$")
 
 
 class SimInputError(ValueError):
