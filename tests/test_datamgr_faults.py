@@ -603,9 +603,13 @@ NODE_GPUS = 2
 
 
 @pytest.fixture
-def fitgpp_stepped(stepped_wall_clock: SteppedWallClock, tmp_path: Path) -> Iterator[DataManagerProcess]:
+def fitgpp_stepped(
+    stepped_wall_clock: SteppedWallClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[DataManagerProcess]:
     """`silod datamgr serve --policy fitgpp`, rounds every ROUND_SECONDS, under the stepped wall clock; its nodes
-    never report, and are never timed out while the test runs."""
+    never report, and are never timed out while the test runs. It logs at DEBUG: the rounds that repeat the one
+    before, whose log lines tell when its clock stepped (`_after_rounds_since_step`), log there."""
+    monkeypatch.setenv("SILOD_LOG_LEVEL", "DEBUG")
     datamgr = DataManagerProcess(
         tmp_path / "state", tmp_path / "datamgr.log",
         "--policy", "fitgpp", "--round", f"{ROUND_SECONDS:g}", "--node-timeout", "600", "--remote-io-limit", "1MB/s",
