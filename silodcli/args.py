@@ -8,9 +8,11 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
+from datamgr.defaults import EXTERNAL_POLICY
 from datamgr.entities import JOB_CLASSES, PRIORITIES
+from datamgr.scheduler.registry import BUILTIN_POLICIES, available_policies
 from datamgr.scheduler.sim.fields import parse_duration
 from datamgr.tenants import check_cell_levels
 from datamgr.validation import (
@@ -36,11 +38,31 @@ NEGATIVE_QUANTITY = re.compile(r"^-\.?\d[\w.,/]*$")
 
 class QuantityParser(argparse.ArgumentParser):
     """An ArgumentParser that takes a negative quantity with a unit as a value, as it takes a plain negative
-    number, so that the value's type can say what is wrong with it; its subparsers are of its class too."""
+    number, so that the value's type can say what is wrong with it, and refuses a value that is not valid UTF-8
+    but for a path; its subparsers are of its class too."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = NEGATIVE_QUANTITY
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        """Every value of the command line, or of a setting (`config`), passes here before its type sees it. One
+        with bytes that are not UTF-8 (which Python holds as lone surrogates, "\\udcff") is refused naming the
+        argument: an ID, a URI or an address ends up in a request to the data manager, which cannot encode it (a
+        traceback), or in its state. A path is the exception: the file system takes any bytes but `/` and NUL."""
+        checked = not isinstance(action, argparse._SubParsersAction) and action.type not in PATH_TYPES
+        if checked and not is_utf8(arg_string):
+            raise argparse.ArgumentError(action, f"{arg_string!r} is not valid UTF-8")
+        return super()._get_value(action, arg_string)
+
+
+def is_utf8(text: str) -> bool:
+    """Whether `text` is valid Unicode text: not bytes that were not UTF-8, decoded as surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class ActionAfterItsOptions(argparse._SubParsersAction):  # type: ignore[type-arg]  # generic in typeshed only
@@ -111,6 +133,10 @@ def backup_file_arg(text: str) -> Path:
     """The path of the new file `silod datamgr backup` writes: not one that names a directory by its spelling
     ("DIR/", "DIR/.", ".."), which `Path` would turn into the directory's own name ("DIR"), making a file where a
     directory was meant. A directory named without a slash is refused where the file is made (`back_up`)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty path names no file: give the backup's path (such as silod-backup.db)"
+        )
     if os.path.basename(text) in ("", ".", ".."):
         raise argparse.ArgumentTypeError(
             f"{text} names a directory, and a backup is a new file: give the file's path (such as "
@@ -118,6 +144,9 @@ def backup_file_arg(text: str) -> Path:
         )
     return path_arg(text)
 
+
+# The types of the arguments that are paths, which may hold any bytes (`QuantityParser._get_value`).
+PATH_TYPES = (path_arg, backup_file_arg)
 
 size_arg = argument_type(parse_size, "size")
 rate_arg = argument_type(parse_rate, "rate")
@@ -292,7 +321,39 @@ def option_env_arg(text: str) -> tuple[str, str]:
     key, variable = option_arg(text)
     if variable not in os.environ:
         raise argparse.ArgumentTypeError(f"option {key}: environment variable {variable} is not set")
+    if not is_utf8(os.environ[variable]):  # not shown: a secret, typically
+        raise argparse.ArgumentTypeError(f"option {key}: environment variable {variable} is not valid UTF-8")
     return key, os.environ[variable]
+
+
+def option_key_arg(text: str) -> str:
+    """The KEY of a backend option to remove (`--remove-option`): not empty, as no option has an empty key."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"option {text!r} names no option: give the KEY of the one to remove")
+    return text
+
+
+class AppendOptionOnce(argparse.Action):
+    """Append a backend option, KEY=VALUE of `--option` or `--option-env`, refusing a key that either gave
+    before: of `--option a=b --option a=c` only the last counted, without a word. The values are not shown (a
+    secret, typically)."""
+
+    FLAGS: ClassVar[dict[str, str]] = {"option": "--option", "option_env": "--option-env"}
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, tuple)
+        key = values[0]
+        for dest, flag in self.FLAGS.items():
+            if any(given == key for given, _ in getattr(namespace, dest, None) or []):
+                also = "" if dest == self.dest else f" (by {flag} and {option_string})"
+                parser.error(f"argument {option_string}: option {key!r} is given twice{also}; give each key once")
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), values])
 
 
 def _datamgr_address(text: str) -> str:
@@ -302,6 +363,25 @@ def _datamgr_address(text: str) -> str:
 
 
 datamgr_address_arg = argument_type(_datamgr_address, "address")
+
+
+def check_policy_name(name: object) -> None:
+    """Refuse a name that is neither `external`, a built-in policy nor an installed plugin's (ValueError, listing
+    the known ones): `SILOD_POLICY` and a config file's `policy`, which are checked whichever command runs (a
+    setting's check, `config.check_setting`). The registry's names are loaded with the command line already
+    (`sim_parser`); only a name that is no built-in one costs a look at the installed packages' entry points, which
+    imports none of them. The data manager checks `--policy` itself when it starts."""
+    if name == EXTERNAL_POLICY or name in BUILTIN_POLICIES:
+        return
+    known = available_policies()
+    if name not in known:
+        raise ValueError(f"{name!r} is unknown; known policies: {', '.join([EXTERNAL_POLICY, *known])}")
+
+
+def listen_address(text: object) -> None:
+    """Refuse a data manager's `--listen` that is not HOST:PORT (port 0: any free port), with the reason
+    (ValueError). A setting's check (`config.check_setting`): the data manager checks the flag's own value."""
+    host_and_port(str(text))
 
 
 def port_arg(text: str) -> int:

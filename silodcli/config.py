@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import os
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from silodcli.args import QuantityParser, path_arg
+from silodcli.args import PATH_TYPES, QuantityParser, path_arg
 
 CONFIG_FLAG = "--config"
 CONFIG_ENV = "SILOD_CONFIG"
@@ -26,6 +26,8 @@ ENV_PREFIX = "SILOD_"
 # A section sets the global flags it takes (--log-level) as this command's default_<dest>: the command line's
 # global flag, or its variable, still wins.
 COMMAND_DEFAULT_PREFIX = "default_"
+# The attribute of a flag's action holding its setting's own check (`check_setting`).
+_SETTING_CHECK = "silod_setting_check"
 _BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
@@ -55,6 +57,14 @@ def settings(parser: ConfigurableParser, section: str | None = None, *, with_glo
     parser.config_takes_globals = parser.config_takes_globals or with_globals
 
 
+def check_setting(action: argparse.Action, check: Callable[[object], None]) -> None:
+    """Check the value of `action`'s setting, from its variable or the config file, with `check` (which raises
+    ValueError saying what is wrong), for a flag that takes any text and whose command checks its value when it
+    runs, naming the flag (the data manager's `--listen` and `--policy`). A bad value from elsewhere would
+    otherwise pass every other command unseen, and be refused by its own naming a flag nobody typed."""
+    setattr(action, _SETTING_CHECK, check)
+
+
 @dataclass(frozen=True)
 class _Setting:
     key: str  # the long flag without its dashes
@@ -77,11 +87,16 @@ class _Setting:
             return value
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise ValueError(f"expected a string or a number, not {value!r}")
+        if self.action.type in PATH_TYPES and not isinstance(value, str):  # `state-dir = 5` is no path "5"
+            raise ValueError(f"expected a path, a string, not {value!r}")
         try:
             converted = self.parser._get_value(self.action, str(value))
             self.parser._check_value(self.action, converted)
         except argparse.ArgumentError as exc:
             raise ValueError(exc.message) from None
+        check: Callable[[object], None] | None = getattr(self.action, _SETTING_CHECK, None)
+        if check is not None:
+            check(converted)
         return converted
 
     def apply(self, value: object) -> None:

@@ -29,6 +29,20 @@ def _check_mountpoint(field: str, path: Path) -> None:
         raise InvalidArgument(_mountpoint_refusal(field, path, exc, os.getuid(), daemon.mount_owner(path))) from None
 
 
+def _check_cache_dir_outside(cache_field: str, cache_dir: Path, mount_field: str, mountpoint: Path) -> None:
+    """Refuse a cache dir that is the mountpoint or inside it (after symlinks): the mount hides it from the daemon
+    that caches there, whose cache then fails as if its disk had gone, and the free space it offers (`silod node`
+    registers it) is that of the file system the mount hides."""
+    cache, mount = cache_dir.resolve(), mountpoint.resolve()
+    if cache == mount:
+        where = f"is {mount_field} {mountpoint}"
+    elif cache.is_relative_to(mount):
+        where = f"is inside {mount_field} {mountpoint}"
+    else:
+        return
+    raise InvalidArgument(f"{cache_field} {cache_dir} {where}: the mount would hide it; give a directory outside it")
+
+
 def _mountpoint_refusal(field: str, path: Path, exc: OSError, uid: int, owner: int | None) -> str:
     """Why `path` cannot be a mountpoint, `exc` being what preparing it raised for user `uid`, and `owner` whoever
     mounted the silod mount the kernel's table shows there (None: none). A FUSE mount, live or dead, refuses every
@@ -65,6 +79,7 @@ def _check_backend(uri: str, options: dict[str, str]) -> None:
 def _config(args: argparse.Namespace) -> assembly.MountConfig:
     """Cross-check the arguments; raises InvalidArgument naming the offending one."""
     _check_mountpoint("mountpoint", args.mountpoint)
+    _check_cache_dir_outside("--cache-dir", args.cache_dir, "MOUNTPOINT", args.mountpoint)
     jobs: dict[str, str] = {}
     for job_id, uri in args.job:
         if job_id in jobs:
@@ -108,6 +123,7 @@ def run_mount(args: argparse.Namespace) -> int:
 def run_node(args: argparse.Namespace) -> int:
     try:
         _check_mountpoint("--mountpoint", args.mountpoint)
+        _check_cache_dir_outside("--cache-dir", args.cache_dir, "--mountpoint", args.mountpoint)
         security = ChannelSecurity.load(*client_flags(args))  # read before detaching: errors reach the terminal
         config = agent.AgentConfig(
             datamgr=args.datamgr,

@@ -10,6 +10,7 @@ from fuseclient.readahead import DEFAULT_READ_AHEAD, check_read_ahead
 from silodcli import config
 from silodcli.args import (
     ActionAfterItsOptions,
+    AppendOptionOnce,
     argument_type,
     datamgr_address_arg,
     gpus_arg,
@@ -75,8 +76,10 @@ def add_commands(
         "--io-rate", type=_job_and_rate, action="append", default=[], metavar="JOB_ID=RATE",
         help="a job's remote IO rate, e.g. job1=200MB/s; 0 blocks uncached reads (default: unthrottled)",
     )  # fmt: skip
-    mount_p.add_argument("--option", type=option_arg, action="append", default=[], metavar="KEY=VALUE")
-    mount_p.add_argument("--option-env", type=option_env_arg, action="append", default=[], metavar="KEY=ENV_VAR")
+    mount_p.add_argument("--option", type=option_arg, action=AppendOptionOnce, default=[], metavar="KEY=VALUE")
+    mount_p.add_argument(
+        "--option-env", type=option_env_arg, action=AppendOptionOnce, default=[], metavar="KEY=ENV_VAR"
+    )
     mount_p.add_argument("--chunk-size", type=size_arg, default=DEFAULT_CHUNK_SIZE, metavar="SIZE")
     mount_p.add_argument("--allow-other", action="store_true", help="let other users (containers) read the mount")
     mount_p.add_argument(

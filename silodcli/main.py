@@ -18,9 +18,11 @@ from datamgr.logs import setup_logging
 from silodcli import config, fuse_parser
 from silodcli.args import (
     AppendKeyOnce,
+    AppendOptionOnce,
     backup_file_arg,
     cell_levels_arg,
     cells_arg,
+    check_policy_name,
     chunk_size_arg,
     datamgr_address_arg,
     egress_cap_arg,
@@ -30,8 +32,10 @@ from silodcli.args import (
     job_class_arg,
     job_gpus_arg,
     key_value,
+    listen_address,
     option_arg,
     option_env_arg,
+    option_key_arg,
     path_arg,
     port_arg,
     priority_arg,
@@ -87,7 +91,10 @@ def build_parser() -> ConfigurableParser:
     datamgr = sub.add_parser("datamgr", help="run the data manager").add_subparsers(dest="action", required=True)
     serve_p = datamgr.add_parser("serve", help="serve the gRPC data manager until SIGTERM/SIGINT")
     with config.settings(serve_p, "datamgr", with_globals=True):
-        serve_p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help="default %(default)s")
+        listen = serve_p.add_argument(
+            "--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help="default %(default)s"
+        )  # checked where the data manager starts, naming it; from a variable or the file, as they are read
+        config.check_setting(listen, listen_address)
         serve_p.add_argument("--state-dir", type=path_arg, required=True, metavar="DIR", help="where state is kept")
         serve_p.add_argument(
             "--remote-io-limit",
@@ -105,7 +112,7 @@ def build_parser() -> ConfigurableParser:
         serve_p.add_argument(
             "--metrics-port", type=port_arg, metavar="PORT", help="serve Prometheus /metrics on the --listen host"
         )
-        serve_p.add_argument(
+        policy = serve_p.add_argument(
             "--policy",
             default=EXTERNAL_POLICY,
             metavar="NAME",
@@ -113,14 +120,15 @@ def build_parser() -> ConfigurableParser:
             "IO decisions, refusing manual allocations; external (the default) leaves allocation to outside "
             "callers such as silod alloc. An unknown name lists the known ones",
         )
+        config.check_setting(policy, check_policy_name)
         serve_p.add_argument(
             "--round",
             dest="round_seconds",
             type=interval_seconds,
             default=DEFAULT_ROUND_SECONDS,
             metavar="SECONDS",
-            help="with --policy: the longest time between two rounds; job changes start one at once "
-            "(default %(default)g)",
+            help="with --policy (refused without one): the longest time between two rounds; job changes start one "
+            "at once (default %(default)g)",
         )
         serve_p.add_argument(
             "--cell-levels",
@@ -187,6 +195,7 @@ def build_parser() -> ConfigurableParser:
     _add_backend_option_flags(options_p, "a backend option to set (or replace)")
     options_p.add_argument(
         "--remove-option",
+        type=option_key_arg,
         action="append",
         default=[],
         metavar="KEY",
@@ -357,12 +366,20 @@ def _add_tenant_commands(sub: argparse._SubParsersAction[ConfigurableParser]) ->
 
 
 def _add_backend_option_flags(parser: ConfigurableParser, what: str = "a backend option") -> None:
-    """--option and --option-env, a dataset's backend options; `what` says what one is to the command."""
-    parser.add_argument("--option", type=option_arg, action="append", default=[], metavar="KEY=VALUE", help=what)
+    """--option and --option-env, a dataset's backend options, each key once; `what` says what one is to the
+    command."""
+    parser.add_argument(
+        "--option",
+        type=option_arg,
+        action=AppendOptionOnce,
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"{what}; each key once",
+    )
     parser.add_argument(
         "--option-env",
         type=option_env_arg,
-        action="append",
+        action=AppendOptionOnce,
         default=[],
         metavar="KEY=ENV_VAR",
         help=f"{what}, its value read from an environment variable (use it for keys and tokens)",

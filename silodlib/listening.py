@@ -5,17 +5,47 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import re
 import socket
+
+# A host name or IPv4 address: letters, digits, `.`, `-` and `_` ("datamgr.example.internal", "0.0.0.0").
+_HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?")
+_FORM = "HOST:PORT (no scheme; an IPv6 host in brackets, [::1]:7420)"
 
 
 def host_and_port(address: str, lowest_port: int = 0) -> tuple[str, int]:
-    """The host and port of HOST:PORT (an IPv6 host in brackets, `[::1]:7420`), the port from `lowest_port` (0,
-    any free port, is for a server to listen on) to 65535. Raises ValueError naming the address and the form:
-    gRPC would take a malformed one (no port, port 99999) and fail only later, saying it cannot connect or bind."""
+    """The host and port of HOST:PORT (an IPv6 host in brackets, `[::1]:7420`, returned with them), the port from
+    `lowest_port` (0, any free port, is for a server to listen on) to 65535. Raises ValueError naming the address
+    and the form: gRPC would take a malformed one (no port, port 99999, `http://`, `127.0.0.1:7420:9`) and fail
+    only later, saying it cannot connect (the name does not resolve) or bind."""
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not lowest_port <= int(port) <= 65535:
+    if "://" in address or (sep and not _is_host(host)):
+        raise ValueError(f"{address!r} must be {_FORM}{_bare_ipv6_hint(address)}")
+    if not sep or not port.isdigit() or not lowest_port <= int(port) <= 65535:
         raise ValueError(f"{address!r} must be HOST:PORT with a PORT from {lowest_port} to 65535, e.g. 127.0.0.1:7420")
     return host, int(port)
+
+
+def _is_host(host: str) -> bool:
+    """Whether `host` is a host name, an IPv4 address or an IPv6 address in brackets (with a zone, `%eth0`)."""
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            return ipaddress.ip_address(host[1:-1]).version == 6
+        except ValueError:
+            return False
+    return _HOST_NAME.fullmatch(host) is not None
+
+
+def _bare_ipv6_hint(address: str) -> str:
+    """What to write instead of an IPv6 address without brackets (`::1:7420`, `::1`), or "" if it is none."""
+    host, _, port = address.rpartition(":")
+    for bare, rest in ((host, f":{port}"), (address, ":PORT")):
+        try:
+            ipaddress.IPv6Address(bare)
+        except ValueError:
+            continue
+        return f": {bare} is an IPv6 address without brackets; write [{bare}]{rest}"
+    return ""
 
 
 def is_loopback_host(host: str) -> bool:

@@ -64,6 +64,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "process": (
         "test_backends", "test_cache", "test_cache_durability", "test_cli", "test_cli_startup", "test_concurrency",
         "test_config",
+        "test_cli_input",
         "test_datamgr_rpc", "test_dataset_options", "test_demo", "test_deploy", "test_deploy_security",
         "test_devservers", "test_launcher",
         "test_liveness",
