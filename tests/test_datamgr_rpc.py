@@ -426,7 +426,13 @@ BAD_CALLS: list[tuple[str, Call, grpc.StatusCode, str]] = [
         "dataset: a 100,000-character option",
         lambda s: s.client.register_dataset(s.empty_dir, {"k" * 100_000: "v"}),
         INVALID,
-        "(98,",  # the rest of the message is cut: "... (98,0xx more characters)"
+        "unknown option 'kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...' (100,000 characters) for file://",  # shown cut
+    ),
+    (
+        "dataset: removing a 100,000-character option",
+        lambda s: s.client.update_dataset_options(s.a, {}, ["k" * 100_000]),
+        PRECONDITION,
+        "(98,",  # a message past 2,000 characters is cut by the server: "... (98,0xx more characters)"
     ),
     (
         "dataset: remove empty uri",

@@ -41,6 +41,7 @@ from silodlib.backends.base import (
     join_key,
     parse_url_option,
     relative_key,
+    shown_value,
     unquote_etag,
 )
 from silodlib.backends.deadline import ReadDeadline
@@ -82,6 +83,17 @@ class AzureBackend(Backend):
         self._sas_expiry = sas_expiry(options.get("sas_token", ""))
         self._service = self._make_service_client(options)
         self._container = self._service.get_container_client(uri.location[1])
+
+    @classmethod
+    def _check_option(cls, uri: DatasetURI, name: str, value: str) -> None:
+        """Also what the SDK refuses as it makes a client or signs a request: an `account_key` that is not base64,
+        a `connection_string` that is not `Name=value` pairs naming an endpoint or an account (the SDK's own parse),
+        or whose AccountKey is not base64. The messages never show these values: they are secrets."""
+        super()._check_option(uri, name, value)
+        if name == "account_key":
+            _check_base64(uri, "option 'account_key'", value)
+        elif name == "connection_string":
+            _check_connection_string(uri, value)
 
     def list(self) -> Iterator[ObjectInfo]:
         prefix = self.uri.prefix
@@ -186,7 +198,7 @@ class AzureBackend(Backend):
                 raise InvalidBackendOption(f"{uri}: option 'account_url' excludes 'connection_string'")
             try:
                 return BlobServiceClient.from_connection_string(options["connection_string"], **settings)
-            except ValueError:
+            except ValueError:  # checked before (`_check_connection_string`): an SDK that checks more
                 raise InvalidBackendOption(f"{uri}: option 'connection_string' is malformed") from None
         account = uri.location[0]
         account_url = parse_url_option(
@@ -194,10 +206,6 @@ class AzureBackend(Backend):
         )
         credential: AzureNamedKeyCredential | AzureSasCredential | DefaultAzureCredential
         if "account_key" in options:
-            try:
-                base64.b64decode(options["account_key"], validate=True)
-            except binascii.Error:
-                raise InvalidBackendOption(f"{uri}: option 'account_key' must be base64") from None
             credential = AzureNamedKeyCredential(account, options["account_key"])
         elif "sas_token" in options:
             credential = AzureSasCredential(options["sas_token"].lstrip("?"))
@@ -208,7 +216,13 @@ class AzureBackend(Backend):
                 f"{uri}: option 'account_url' must be https:// for Azure AD credentials; "
                 "plain http needs 'account_key', 'sas_token' or 'connection_string'"
             )
-        return BlobServiceClient(account_url, credential=credential, **settings)
+        try:
+            return BlobServiceClient(account_url, credential=credential, **settings)
+        except ValueError as exc:  # the URL is checked before (`parse_url_option`): an SDK that checks more
+            lines = str(exc).strip().splitlines()  # the SDK's texts show the URL at most, never a credential
+            raise InvalidBackendOption(
+                f"{uri}: option 'account_url' is refused by the Azure SDK: {shown_value(lines[0] if lines else '')}"
+            ) from None
 
 
 class _WatchedTransport(RequestsTransport):  # type: ignore[misc]  # azure-core is untyped here (pyproject.toml)
@@ -233,6 +247,35 @@ class _WatchedAdapter(BiggerBlockSizeHTTPAdapter):
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)
         manager.pool_classes_by_scheme = watched_pools(manager.pool_classes_by_scheme)  # unchanged once watched
         return manager
+
+
+def _check_base64(uri: DatasetURI, what: str, key: str) -> None:
+    """Refuse an account key that is not base64: the SDK would fail to sign the first request with it."""
+    try:
+        base64.b64decode(key, validate=True)
+    except binascii.Error:
+        raise InvalidBackendOption(f"{uri}: {what} must be base64") from None
+
+
+def _check_connection_string(uri: DatasetURI, value: str) -> None:
+    """Refuse what the SDK's `parse_connection_str` refuses for the blob service (`Name=value` pairs separated by
+    ';', naming a BlobEndpoint or an AccountName, or UseDevelopmentStorage=true), and an AccountKey that is not
+    base64, without showing any of it."""
+    pairs = [pair.split("=", 1) for pair in value.rstrip(";").split(";")]
+    if any(len(pair) != 2 for pair in pairs):
+        raise InvalidBackendOption(
+            f"{uri}: option 'connection_string' is malformed: it must be Name=value settings separated by ';'"
+        )
+    settings = {name.upper(): setting for name, setting in pairs}
+    if settings.get("USEDEVELOPMENTSTORAGE") == "true":
+        return
+    if "BLOBENDPOINT" not in settings and "ACCOUNTNAME" not in settings:
+        raise InvalidBackendOption(
+            f"{uri}: option 'connection_string' names neither a BlobEndpoint nor an AccountName"
+            + (" (it has a BlobSecondaryEndpoint only)" if "BLOBSECONDARYENDPOINT" in settings else "")
+        )
+    if "ACCOUNTKEY" in settings:
+        _check_base64(uri, "the AccountKey of option 'connection_string'", settings["ACCOUNTKEY"])
 
 
 def _object_info(key: str, blob: BlobProperties, is_dir: bool) -> ObjectInfo:

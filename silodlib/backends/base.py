@@ -37,6 +37,12 @@ DEFAULT_READ_TIMEOUT = 30.0
 transient; each retry waits as long again."""
 _MAX_READ_TIMEOUT = 3600.0
 
+MAX_OPTION_CHARS = 8192
+"""The longest option value taken: longer than any credential, endpoint or setting (S3 refuses a request whose headers
+together pass 8 KiB), so a longer one is a mistake (a file's whole content), refused before anything uses it."""
+MAX_SHOWN_CHARS = 40
+"""The most of a value a message shows (`shown_value`): enough to recognise it (a region, a host name, a duration)."""
+
 MIN_READ_RATE_OPTION = "min_read_rate"
 DEFAULT_MIN_READ_RATE = 64 * 1024
 """Bytes/s: a try of a read of n bytes from a remote backend may take `read_timeout + n / min_read_rate` seconds in
@@ -93,8 +99,8 @@ def changed_object(uri: str, version: str, current: str | None = None) -> Change
 
 
 class InvalidBackendOption(BackendError, ValueError):
-    """A backend option is unknown or has an invalid value; the message names the option, and never the value of
-    one that may hold a secret."""
+    """A backend option is unknown or has an invalid value; the message names the option, never the value of one
+    that may hold a secret, and another's only as `shown_value` shows it (short, escaped)."""
 
 
 class Backend(abc.ABC):
@@ -124,8 +130,10 @@ class Backend(abc.ABC):
     @classmethod
     def option_refusals(cls, uri: DatasetURI, options: Mapping[str, str]) -> dict[str, InvalidBackendOption]:
         """Why the backend refuses each of `options` it refuses on its own, by name in name order: an unknown name, a
-        blank value, a control character, a URL option that is no plain http(s) URL (`parse_url_option`). Messages
-        name the option, never its value.
+        blank value, one over `MAX_OPTION_CHARS`, a control character, a URL option that is no plain http(s) URL
+        (`parse_url_option`), a `read_timeout` or `min_read_rate` that does not parse, and what a subclass checks of
+        its own options (`_check_option`: what its SDK would refuse when the client is made). Messages name the
+        option; they never show a secret option's value, and another's only as `shown_value` shows it.
 
         The one check of option values both an open and the data manager's start make (`datamgr.stored_options`,
         for options an older silod stored): it opens nothing (no SDK client, no credential chain, no request), so
@@ -141,14 +149,27 @@ class Backend(abc.ABC):
 
     @classmethod
     def _check_option(cls, uri: DatasetURI, name: str, value: str) -> None:
+        """Refuse the option `name` with `value` on its own (see `option_refusals`); subclasses extend it with the
+        checks of their own options, made as their SDK makes them."""
         if name not in cls.option_names:
             accepted = ", ".join(sorted(cls.option_names)) or "none"
-            raise InvalidBackendOption(f"{uri}: unknown option {name!r} for {cls.scheme}:// (accepted: {accepted})")
+            raise InvalidBackendOption(
+                f"{uri}: unknown option {shown_value(name)} for {cls.scheme}:// (accepted: {accepted})"
+            )
         if not value.strip():
             raise InvalidBackendOption(f"{uri}: option {name!r} must not be empty")
+        if len(value) > MAX_OPTION_CHARS:
+            raise InvalidBackendOption(
+                f"{uri}: option {name!r} is {len(value):,} characters long; an option value holds at most "
+                f"{MAX_OPTION_CHARS:,} (no credential, URL or setting is longer: a whole file's content?)"
+            )
         _check_no_control_chars(uri, name, value)
         if name in cls.url_options:
             parse_url_option(uri, name, value)
+        elif name == READ_TIMEOUT_OPTION:
+            read_timeout_option(uri, {name: value})
+        elif name == MIN_READ_RATE_OPTION:
+            min_read_rate_option(uri, {name: value})
 
     @abc.abstractmethod
     def list(self) -> Iterator[ObjectInfo]:
@@ -260,6 +281,18 @@ def _check_no_control_chars(uri: DatasetURI, name: str, value: str) -> None:
     )
 
 
+def shown_value(value: str) -> str:
+    """A non-secret value (an option's, or its name) as a message shows it: quoted and escaped as Python's `repr`
+    shows a string (a control character or a quote cannot break the line or hide where the value ends), a URL's
+    userinfo masked (`shown_option_value`), and cut after `MAX_SHOWN_CHARS` characters, ending '...' and followed
+    by the length (values arrive from the wire: a message carries them to gRPC trailers, which hold 16 KiB, and to
+    one log line). The one way a value is shown in a refusal; a secret option's value is never shown at all."""
+    value = _masked_userinfo(value)
+    if len(value) <= MAX_SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:MAX_SHOWN_CHARS] + '...'!r} ({len(value):,} characters)"
+
+
 def is_valid_key(key: str) -> bool:
     """Whether `key` can be a path below a mount point: no empty, '.' or '..' components, no NUL."""
     return bool(key) and "\0" not in key and all(part not in ("", ".", "..") for part in key.split("/"))
@@ -315,7 +348,7 @@ def parse_seconds_option(uri: DatasetURI, name: str, value: str, maximum: float)
     if not 0 < seconds <= maximum:  # NaN fails too
         raise InvalidBackendOption(
             f"{uri}: option {name!r} must be a number of seconds greater than 0 and at most {maximum:g}, "
-            f"got {_shown(value)!r}"
+            f"got {shown_value(value)}"
         )
     return seconds
 
@@ -336,15 +369,10 @@ def min_read_rate_option(uri: DatasetURI, options: Mapping[str, str]) -> int:
     try:
         return parse_rate(value)
     except UnitError as exc:
-        why = str(exc) if _shown(value) == value else f"got {_shown(value)!r}"
+        why = str(exc) if len(value) <= MAX_SHOWN_CHARS else f"got {shown_value(value)}"
         raise InvalidBackendOption(
             f"{uri}: option {MIN_READ_RATE_OPTION!r} must be a rate such as 64KiB/s, or 0 for no deadline: {why}"
         ) from None
-
-
-def _shown(value: str) -> str:
-    """An option's value as a refusal shows it: cut short, since options arrive from the wire too."""
-    return value if len(value) <= 40 else value[:40] + "..."
 
 
 def parse_url_option(uri: DatasetURI, name: str, value: str) -> str:
@@ -366,6 +394,13 @@ def parse_url_option(uri: DatasetURI, name: str, value: str) -> str:
         raise InvalidBackendOption(
             f"{uri}: option {name!r} must be an http:// or https:// URL with a host and no query string"
         )
+    try:
+        parts.port  # noqa: B018 -- reading it is the check: urlsplit parses the port only when asked
+    except ValueError:
+        port = parts.netloc.rpartition(":")[2]
+        raise InvalidBackendOption(
+            f"{uri}: option {name!r} has a port that is not a number from 0 to 65535: {shown_value(port)}"
+        ) from None
     return value.strip().rstrip("/")
 
 
@@ -375,9 +410,13 @@ def shown_option_value(value: str) -> str:
     and control characters escaped (`\\n`, `\\x1b`), so that a value an older silod stored before such values were
     refused neither shows a password nor breaks a line or reaches a terminal raw. A value neither applies to is
     returned as is."""
+    return escape_control_chars(_masked_userinfo(value))
+
+
+def _masked_userinfo(value: str) -> str:
     found = _URL_USERINFO.match(value)
-    if found is not None:
-        user, colon, _ = found["userinfo"].partition(":")
-        masked = f"{user}:{_MASK}" if colon else _MASK
-        value = f"{found['head']}{masked}@{value[found.end() :]}"
-    return escape_control_chars(value)
+    if found is None:
+        return value
+    user, colon, _ = found["userinfo"].partition(":")
+    masked = f"{user}:{_MASK}" if colon else _MASK
+    return f"{found['head']}{masked}@{value[found.end() :]}"

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache, partial
 from typing import TYPE_CHECKING, ClassVar, cast
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 from xml.etree import ElementTree
 
 import boto3
@@ -23,11 +23,13 @@ from botocore.awsrequest import AWSPreparedRequest, AWSRequest, AWSResponse
 from botocore.config import Config
 from botocore.credentials import Credentials
 from botocore.exceptions import (
+    BotoCoreError,
     ClientError,
     ConnectionError,
     CredentialRetrievalError,
     HTTPClientError,
     IncompleteReadError,
+    InvalidRegionError,
     NoCredentialsError,
     PartialCredentialsError,
     ProfileNotFound,
@@ -35,7 +37,12 @@ from botocore.exceptions import (
 )
 from botocore.httpsession import URLLib3Session
 from botocore.loaders import Loader
-from botocore.utils import get_environ_proxies
+from botocore.utils import (
+    get_environ_proxies,
+    is_valid_endpoint_url,
+    is_valid_ipv6_endpoint_url,
+    validate_region_name,
+)
 from urllib3.connectionpool import HTTPConnectionPool
 
 from silodlib.backends.base import (
@@ -54,11 +61,13 @@ from silodlib.backends.base import (
     parse_bool_option,
     parse_url_option,
     relative_key,
+    shown_value,
     unquote_etag,
 )
 from silodlib.backends.deadline import ReadDeadline
 from silodlib.backends.uri import DatasetURI
 from silodlib.backends.watched_http import watched_pools
+from silodlib.scrub import scrub
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -113,6 +122,19 @@ class S3Backend(Backend):
         self._deadline = ReadDeadline.from_options(uri, options)
         session, self._client = _make_client(uri, options, self._deadline.read_timeout)
         self._ranged_get = _RangedGet(session, self._client, self._bucket, self._deadline.read_timeout)
+
+    @classmethod
+    def _check_option(cls, uri: DatasetURI, name: str, value: str) -> None:
+        """Also what botocore refuses as it makes a client: a `region` that is no host label, an `endpoint_url`
+        whose host is no DNS name or IP address (an '_' in it, as in docker-compose service names), and a
+        `path_style` that is not a boolean."""
+        super()._check_option(uri, name, value)
+        if name == "region":
+            _check_region(uri, value)
+        elif name == "endpoint_url":
+            _check_endpoint_host(uri, parse_url_option(uri, name, value))
+        elif name == "path_style":
+            parse_bool_option(uri, name, value)
 
     def list(self) -> Iterator[ObjectInfo]:
         prefix = self.uri.prefix
@@ -172,6 +194,35 @@ class S3Backend(Backend):
         if isinstance(exc, ConnectionError | HTTPClientError | IncompleteReadError | urllib3.exceptions.HTTPError):
             return BackendUnavailable(f"{what}: endpoint unreachable or connection lost ({cause})")
         return super()._translate(exc, what)
+
+
+_REGION_RULE = (
+    "a region name such as us-east-1 (at most 63 letters, digits and '-', not digits only, and neither starting nor "
+    "ending with '-')"
+)
+
+
+def _check_region(uri: DatasetURI, region: str) -> None:
+    """Refuse a `region` option botocore refuses (`validate_region_name`, its own check when a client is made)."""
+    try:
+        validate_region_name(region)
+    except InvalidRegionError:
+        raise InvalidBackendOption(
+            f"{uri}: option 'region' must be {_REGION_RULE}, got {shown_value(region)}"
+        ) from None
+
+
+def _check_endpoint_host(uri: DatasetURI, endpoint_url: str) -> None:
+    """Refuse an endpoint URL (as `parse_url_option` returns it) that botocore refuses when a client is made: one
+    whose host is neither a DNS name nor an IP address."""
+    if is_valid_endpoint_url(endpoint_url) or is_valid_ipv6_endpoint_url(endpoint_url):
+        return
+    host = urlsplit(endpoint_url).hostname or ""
+    raise InvalidBackendOption(
+        f"{uri}: option 'endpoint_url' has a host botocore refuses, {shown_value(host)}: a host must be an IP "
+        "address or a DNS name (labels of letters, digits and '-', each at most 63 characters, 255 in all; no '_': "
+        "name a docker-compose service without one, or give it such an alias)"
+    )
 
 
 def _code_and_status(exc: ClientError) -> tuple[str, int]:
@@ -385,6 +436,8 @@ def _make_client(
         client = session.client("s3", endpoint_url=endpoint_url, config=config)
     except ProfileNotFound:
         raise InvalidBackendOption(f"{uri}: option 'profile': no such AWS profile") from None
+    except (BotoCoreError, ValueError) as exc:  # checked above, or given by a profile or the environment
+        raise _client_refusal(uri, options, exc) from None
     # The endpoint's own HTTP session (proxies, TLS, timeouts and pool as configured), which botocore sends on.
     endpoint_session: URLLib3Session = getattr(client, "_endpoint").http_session  # noqa: B009 -- not in the stubs
     _watch_connections(endpoint_session)
@@ -392,3 +445,34 @@ def _make_client(
     handler = cast("Callable[..., None]", partial(_send_listing_checked, endpoint_session))
     client.meta.events.register("before-send.s3.ListObjectsV2", handler)
     return core, client
+
+
+def _client_refusal(uri: DatasetURI, options: Mapping[str, str], exc: Exception) -> InvalidBackendOption:
+    """What botocore's refusal `exc` to make a client means, naming the option at fault. The options' own values
+    are checked before (`_check_option`), so a value botocore refuses here came from the AWS config of the `profile`
+    option or, without one, from the environment (AWS_DEFAULT_REGION, AWS_ENDPOINT_URL, the default profile); the
+    option of the same name overrides it."""
+    if isinstance(exc, InvalidRegionError):
+        name, what, why = "region", "region", f"is not {_REGION_RULE}: {shown_value(str(exc.kwargs['region_name']))}"
+    elif isinstance(exc, ValueError) and str(exc).startswith("Invalid endpoint"):
+        name, what, why = "endpoint_url", "endpoint URL", f"has a host botocore refuses ({_sdk_text(exc)})"
+    else:
+        name, what, why = "profile", "configuration", f"is refused by botocore ({_sdk_text(exc)})"
+    if name in options:  # a value the checks before let through (a botocore that checks more)
+        return InvalidBackendOption(f"{uri}: option {name!r} {why}")
+    if "profile" in options:
+        return InvalidBackendOption(
+            f"{uri}: option 'profile' names an AWS profile whose {what} {why}: fix the profile"
+            + ("" if name == "profile" else f" or set option {name!r}")
+        )
+    return InvalidBackendOption(
+        f"{uri}: the {what} the environment or the default AWS profile gives {why}: fix it"
+        + ("" if name == "profile" else f" or set option {name!r}")
+    )
+
+
+def _sdk_text(exc: Exception) -> str:
+    """An SDK exception as a refusal shows it: its type and the first line of its text, scrubbed of secrets and cut
+    short (`shown_value`)."""
+    lines = scrub(str(exc)).strip().splitlines()
+    return f"{type(exc).__name__}: {shown_value(lines[0])}" if lines else type(exc).__name__
