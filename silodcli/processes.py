@@ -98,9 +98,15 @@ def _ignore_interrupts() -> None:
 
 def _stop(pool: ProcessPoolExecutor, workers: Sequence[SpawnProcess]) -> None:
     """End the pool's `workers` now, their calls unfinished, and wait until they have: none may write anything after
-    this (a run's files would appear in a directory its command has removed)."""
-    pool.shutdown(wait=False, cancel_futures=True)
+    this (a run's files would appear in a directory its command has removed).
+
+    The pool's own thread also waits for a worker that ends, and of two threads waiting for one process only one
+    learns its exit: a `join` here racing the pool's thread returned while the worker still read as alive (about half
+    the time under load). So the workers are ended first and the pool's thread is waited for (`shutdown(wait=True)`:
+    it finds the pool broken, waits for every worker and ends) before any `join` here, which then finds each exit
+    known."""
     for worker in workers:
         worker.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
     for worker in workers:
         worker.join()
