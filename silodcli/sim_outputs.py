@@ -42,7 +42,8 @@ def staged_outputs(out: Path, names: Collection[str], run_files: Collection[str]
     """A fresh directory inside `out` to write the files `names` (paths relative to `out`, `fifo-silod/jobs.csv`)
     into. When the block ends without an exception, the files written there replace those in `out`, and each of
     `names` not written is removed from `out`; on an exception, Ctrl-C included, `out` is left as it was (a
-    KeyboardInterrupt comes out saying so): if this made it, it is removed again.
+    KeyboardInterrupt comes out saying so): if this made it, it is removed again. Ctrl-C while the files move into
+    `out` waits until they are all there, and then comes out saying that.
 
     A command that writes a directory per run (a comparison) gives the files such a directory may hold as
     `run_files`: then a directory of `out` that this command does not write and that holds only some of those
@@ -61,7 +62,10 @@ def staged_outputs(out: Path, names: Collection[str], run_files: Collection[str]
             if isinstance(exc.filename, str) and Path(exc.filename).is_relative_to(staging):
                 exc.filename = str(out / Path(exc.filename).relative_to(staging))
             raise
-        _commit(staging, out, names, run_files)
+        try:
+            _commit(staging, out, names, run_files)
+        except KeyboardInterrupt:  # Ctrl-C waited for the files to be in place (`_interrupts_deferred`)
+            raise KeyboardInterrupt(f"the run was written to {out}/ whole before it stopped") from None
         committed = True
     finally:
         shutil.rmtree(staging, ignore_errors=True)

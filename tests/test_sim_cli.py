@@ -982,12 +982,14 @@ def test_ctrl_c_while_a_runs_files_move_into_place_waits_until_all_have(
     monkeypatch.setattr("silodcli.sim_outputs.os.replace", interrupted_midway)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a suite run in the background ignores it
     try:
-        with pytest.raises(KeyboardInterrupt), staged_outputs(out, RUN_FILES) as staging:
+        with pytest.raises(KeyboardInterrupt) as interrupt, staged_outputs(out, RUN_FILES) as staging:
             for name in ("jobs.csv", "summary.json", "timeline.csv"):
                 (staging / name).write_text(name)
     finally:
         signal.signal(signal.SIGINT, previous)
     assert contents(out) == {name: name.encode() for name in ("jobs.csv", "summary.json", "timeline.csv")}
+    # What `silod` prints after "interrupted;": not the bare word, which left the user guessing what was written.
+    assert str(interrupt.value) == f"the run was written to {out}/ whole before it stopped"
 
 
 def test_only_a_command_with_run_directories_removes_earlier_ones_and_never_a_hidden_one(tmp_path: Path) -> None:
