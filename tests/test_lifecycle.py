@@ -297,7 +297,7 @@ def test_class_and_grace_period_are_checked_at_registration_and_bad_ones_change_
 
             job, _, _ = await manager.register_job("j", uri, 1000, [], gpus=1, job_class="te", grace_seconds=90.0)
             assert (job.job_class, job.grace_seconds) == ("te", 90.0)
-            with pytest.raises(AlreadyExists, match=r"registered with job_class te, grace_seconds 90.0, not "):
+            with pytest.raises(AlreadyExists, match=r"registered with job_class te, grace_seconds 90 s, not "):
                 await manager.register_job("j", uri, 1000, [], gpus=1)  # best-effort, no grace: another job
             with pytest.raises(InvalidArgument, match=r"job_class 7 is not a job class"):
                 convert.job_class(pb.JobClass.ValueType(7))
