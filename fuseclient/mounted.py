@@ -34,6 +34,7 @@ class Flight:
     done: trio.Event = field(default_factory=trio.Event)
     data: bytes | None = None
     error: BaseException | None = None
+    backend: Backend | None = None  # the one it reads through, taken as it takes off
 
     def take_off(self) -> None:
         """The fetch starts: the jobs still waiting on their throttles for it stop waiting."""

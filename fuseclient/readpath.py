@@ -197,9 +197,11 @@ async def fetch_item(job: MountedJob, item: int) -> bytes:
         await flight.done.wait()
         if flight.data is not None:
             return flight.data
-        if not isinstance(flight.error, trio.Cancelled):
-            raise flight.error or ChangedObject(f"fetch of item {item} failed")
-        # the reader that led the fetch went away: fetch anew
+        if isinstance(flight.error, trio.Cancelled):
+            continue  # the reader that led the fetch went away: fetch anew
+        if isinstance(flight.error, BackendError) and flight.backend is not dataset.backend:
+            continue  # it failed through a backend swapped since (rotated credentials): fetch with the new one
+        raise flight.error or ChangedObject(f"fetch of item {item} failed")
 
 
 async def _granted_first(job: MountedJob, dataset: MountedDataset, item: int, flight: Flight) -> bool:
@@ -227,8 +229,11 @@ async def _granted_first(job: MountedJob, dataset: MountedDataset, item: int, fl
 
 
 async def _lead_fetch(job: MountedJob, dataset: MountedDataset, item: int, flight: Flight) -> bytes:
+    flight.backend = backend = dataset.backend
     try:
-        data, seconds = await trio.to_thread.run_sync(_fetch_and_offer, dataset, item, limiter=dataset.fetch_limiter)
+        data, seconds = await trio.to_thread.run_sync(
+            _fetch_and_offer, dataset, backend, item, limiter=dataset.fetch_limiter
+        )
         job.bytes_from_remote += len(data)  # the item's size: `_fetch_and_offer` checked it
         dataset.fetches += 1
         dataset.fetch_bytes += len(data)
@@ -243,17 +248,17 @@ async def _lead_fetch(job: MountedJob, dataset: MountedDataset, item: int, fligh
         flight.done.set()
 
 
-def _fetch_and_offer(dataset: MountedDataset, item: int) -> tuple[bytes, float]:
-    """In a worker thread: read the item from the backend and offer it to the cache (one thread hop for both).
-    Returns the bytes and the seconds the backend read took."""
+def _fetch_and_offer(dataset: MountedDataset, backend: Backend, item: int) -> tuple[bytes, float]:
+    """In a worker thread: read the item through `backend` (the dataset's as the fetch took off) and offer it to the
+    cache (one thread hop for both). Returns the bytes and the seconds the backend read took."""
     file_index, offset, length = dataset.manifest.item_extent(item)
     key = dataset.manifest.paths[file_index]
     started = time.monotonic()
-    data = dataset.backend.read(key, offset, length, dataset.manifest.versions[file_index])
+    data = backend.read(key, offset, length, dataset.manifest.versions[file_index])
     seconds = time.monotonic() - started
     if len(data) != length:
         raise ChangedObject(
-            f"{dataset.backend.object_uri(key)}: expected {length} bytes at offset {offset}, got {len(data)}; "
+            f"{backend.object_uri(key)}: expected {length} bytes at offset {offset}, got {len(data)}; "
             "the object changed after the dataset was registered"
         )
     dataset.cache.admit(item, data)

@@ -263,6 +263,41 @@ def test_a_failure_is_forgotten_when_the_dataset_backend_is_swapped_and_does_not
     _run_reads(tmp_path, dataset_target_factory, files, scenario)
 
 
+@pytest.mark.expected_warnings  # the first read's failure, named
+def test_a_read_that_joined_a_fetch_the_old_credentials_began_fetches_again_once_the_backend_is_swapped(
+    tmp_path: Path, dataset_target_factory: DatasetTargetFactory, files: dict[str, bytes]
+) -> None:
+    """Credentials rotated while a fetch through the old ones is under way: the read that began it fails with them,
+    but a read that joined it meanwhile fetches again through the new backend instead of taking the old failure.
+    The old backend's first GET hangs (the fault proxy) until its read deadline, 1 s: the window for the swap."""
+    target = _target(dataset_target_factory, "s3", files)
+    with _proxied(target, {**target.options, "read_timeout": "1"}) as (proxy, options):
+        proxy.stall(FAULTY, 1, after_bytes=0)
+        proxy.busy(FAULTY, 1_000_000)  # and every try after it: the old credentials get nothing
+        config = MountConfig(tmp_path / "mnt", tmp_path / "cache", {"job": target.uri}, backend_options=options)
+        results: dict[str, bytes | int] = {}
+
+        async def main() -> None:
+            reads = Reads(await build_state(config), proxy, target, options)
+            began, joined = await reads.open(FAULTY), await reads.open(FAULTY)
+
+            async def read(name: str, fh: int) -> None:
+                results[name] = await reads.read(fh)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read, "began", began)
+                while not proxy.stalls_in_progress():
+                    await trio.sleep(0.01)
+                nursery.start_soon(read, "joined", joined)
+                await trio.testing.wait_all_tasks_blocked()  # it waits for the fetch under way
+                dataset = reads.job.dataset
+                dataset.backend = RetryingBackend(open_backend(target.uri, target.options))  # straight to storage
+            dataset.cache.close()
+
+        trio.run(main)
+    assert results == {"began": errno.EIO, "joined": files[FAULTY]}
+
+
 @pytest.mark.expected_warnings
 def test_concurrent_reads_of_a_failing_item_share_one_fetch_and_their_re_requests_ask_storage_for_nothing(
     tmp_path: Path, dataset_target_factory: DatasetTargetFactory, files: dict[str, bytes]
