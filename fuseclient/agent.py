@@ -175,7 +175,8 @@ class NodeAgent:
         while True:
             await trio.sleep(self._config.report_interval)
             await self._retry_datasets()
-            await self._datasets.reopen_caches()
+            async with self._changing:  # a revision that removes or re-sends a dataset must not run meanwhile
+                await self._datasets.reopen_caches()
             request = self._usage(trio.current_time())
             try:
                 await trio.to_thread.run_sync(functools.partial(self._stub.ReportUsage, request, timeout=CALL_TIMEOUT))

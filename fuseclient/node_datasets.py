@@ -8,7 +8,9 @@ same way. Each is in the usage reports with why (`usage`), and each failure is l
 whose cache directory cannot be opened is served uncached and its cache tried again (`reopen_caches`).
 
 Everything here runs on the mount's trio loop, which alone changes the mount state; the agent serializes a
-revision being applied with the tries (its lock), so that two caches never open one dataset's directory.
+revision being applied with the tries and the caches' reopening (its lock), so that two caches never open one
+dataset's directory (a reopen's restore, scanning the directory with the old manifest while a revision opened the
+dataset anew, deleted the new cache's items).
 """
 
 from __future__ import annotations
@@ -255,6 +257,9 @@ class NodeDatasets:
                 return
             if cache.quota_bytes != dataset.cache.quota_bytes:  # the quota changed while the cache opened
                 await trio.to_thread.run_sync(cache.set_quota, dataset.cache.quota_bytes)
+                if self._mount.datasets.get(dataset.uri) is not dataset:  # and the dataset went meanwhile
+                    cache.close()
+                    return
             dataset.cache = cache
         except OSError:
             return

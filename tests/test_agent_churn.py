@@ -7,17 +7,26 @@ FUSE mount, and file:// datasets."""
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
 
 from datamgr.client import DataManagerClient
 from datamgr.devservers import free_port
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.server import ServerConfig
+from fuseclient import cache_disk
 from fuseclient.assembly import dataset_cache_dir
+from fuseclient.cache import DatasetCache, NoCache
+from fuseclient.mounted import MountState
+from fuseclient.node_datasets import NodeDatasets
+from silodlib.backends import open_backend
+from silodlib.manifest import freeze_listing
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.cluster_fixtures import eventually
 from tests.datamgr_fixtures import make_local_dataset
@@ -45,6 +54,8 @@ def _serve(client: DataManagerClient, agent: MountProcess, uri: str, job_id: str
     client.allocate_remote_io(job_id, 100_000_000)
     client.allocate_cache_size(uri, 8000)
     eventually(lambda: agent.job_dir(job_id).is_dir(), what=f"{job_id}'s directory")
+    # and its quota, so that what the job reads is cached (the job's directory can come first)
+    eventually(lambda: agent.stats()["datasets"][uri]["quota_bytes"] == 8000, what=f"{uri}'s quota on n1")
 
 
 def _retire(client: DataManagerClient, agent: MountProcess, uri: str, job_id: str) -> None:
@@ -86,3 +97,64 @@ def test_a_dataset_no_longer_served_leaves_no_cache_directory(
         eventually(lambda: any(directory.glob("items/*/*")), what="an item cached")  # noqa: B023  (called at once)
         _retire(client, agent, uri, f"j{i}")
         assert not directory.exists()
+
+
+@pytest.mark.expected_warnings  # the cache directory that cannot be opened, named
+def test_a_cache_reopened_while_its_dataset_was_dropped_and_sent_again_is_closed_not_attached_slowness_faked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dataset served uncached (its cache directory could not be opened) gets its cache at the next report; if the
+    quota changed meanwhile, the reopen sets it, an await during which the dataset can be dropped and sent again. The
+    reopened cache went to the dropped dataset, open on the directory the new one's cache uses too: open files of the
+    finished job admitted into it, uncounted. Faked: only the time the restore and the quota change take (slow disks),
+    which a test cannot otherwise hold open."""
+    data, cache_root = tmp_path / "data", tmp_path / "cache"
+    for i, size in enumerate([1000, 2000, 3000]):
+        (data / f"f{i}.bin").parent.mkdir(parents=True, exist_ok=True)
+        (data / f"f{i}.bin").write_bytes(bytes([i]) * size)
+    uri = f"file://{data}"
+    manifest = freeze_listing(uri, open_backend(uri, {}).list(), 65536)
+
+    def wanted(quota: int) -> pb.NodeDataset:
+        return pb.NodeDataset(uri=uri, manifest_digest=manifest.digest, cache_quota_bytes=quota)
+
+    restore, set_quota = cache_disk.restore, DatasetCache.set_quota
+    slow = {"restore": 1, "set_quota": 1}  # the first of each takes long
+
+    def slow_restore(*args: Any, **kwargs: Any) -> Any:
+        if slow["restore"]:
+            slow["restore"] -= 1
+            time.sleep(0.3)
+        return restore(*args, **kwargs)
+
+    def slow_set_quota(cache: DatasetCache, quota: int) -> int:
+        if slow["set_quota"]:
+            slow["set_quota"] -= 1
+            time.sleep(0.6)
+        return set_quota(cache, quota)
+
+    async def main() -> None:
+        mount = MountState()
+        datasets = NodeDatasets(mount, cache_root, "n1", 0.2, lambda uri: None)
+        directory = dataset_cache_dir(cache_root, uri)
+        cache_root.mkdir()
+        directory.write_text("a file where the cache's directory goes")
+        await datasets.set(wanted(100_000), {manifest.digest: manifest})
+        dropped = mount.datasets[uri]
+        assert isinstance(dropped.cache, NoCache)
+        directory.unlink()
+        monkeypatch.setattr(cache_disk, "restore", slow_restore)
+        monkeypatch.setattr(DatasetCache, "set_quota", slow_set_quota)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(datasets.reopen_caches)
+            await trio.sleep(0.1)  # the reopen restores
+            await datasets.set(wanted(50_000), {manifest.digest: manifest})  # the quota changes meanwhile
+            await trio.sleep(0.4)  # the reopen sets the new quota
+            await datasets.remove(uri)  # the job finished: the dataset is dropped ...
+            await datasets.set(wanted(50_000), {manifest.digest: manifest})  # ... and sent again for a new one
+        assert isinstance(dropped.cache, NoCache)  # before: the reopened cache, open on the new one's directory
+        assert not dropped.cache.admit(2, (data / "f2.bin").read_bytes())
+        assert isinstance(mount.datasets[uri].cache, DatasetCache)
+        assert not any(directory.rglob("items/*/*"))
+
+    trio.run(main)
