@@ -540,14 +540,14 @@ class DatasetUsage(_message.Message):
     credentials profile the node's host lacks, an option this agent's silod refuses) or its storage cannot be
     reached when opening. The node's jobs that read it wait, their directories missing, until it opens (`silod
     dataset set-options` fixing its options, or the data manager sending it again); cached_bytes and cached_items
-    are then 0. One line, never an option's value. "": the node serves the dataset (and from agents before this
+    are then 0. One line, never a secret option's value. "": the node serves the dataset (and from agents before this
     field, which report no usage for a dataset they cannot open).
     """
     options_error: _builtins.str
     """Why the node reads the dataset with its previous backend options: it cannot open a backend with the ones last
     set (`silod dataset set-options`), for a reason open_error would give. Its jobs read on, with credentials that
     may expire, until the options change again or the node can open them (it tries again at each report). One
-    line, never an option's value. "": it reads with the options last set (and from agents before this field).
+    line, never a secret option's value. "": it reads with the options last set (and from agents before this field).
     """
     def __init__(
         self,
