@@ -150,14 +150,21 @@ async def serve(
 
 
 def _scheduler(config: ServerConfig) -> Scheduler | None:
-    """The scheduler `--policy` names, or None for external; raises ServeError naming what is wrong (knobs for
-    no policy too: they would be dropped without a word, and the operator left believing them in force)."""
+    """The scheduler `--policy` names, or None for external; raises ServeError naming what is wrong (knobs or a round
+    for no policy too: they would be dropped without a word, and the operator left believing them in force; the
+    default round, typed or not, times nothing either way)."""
     if config.policy == EXTERNAL_POLICY:
         if config.policy_options:
             given = " ".join(f"--policy-option {key}={value}" for key, value in config.policy_options)
             raise ServeError(
                 f"{given}: --policy-option needs --policy NAME, the policy whose knobs they are (the default, "
                 f"--policy {EXTERNAL_POLICY}, runs none)"
+            )
+        if config.round_seconds != DEFAULT_ROUND_SECONDS:
+            raise ServeError(
+                f"--round {config.round_seconds:g}: --round needs --policy NAME, the policy whose rounds it times "
+                f"(the default, --policy {EXTERNAL_POLICY}, runs none); a round from SILOD_ROUND or the config "
+                "file's round counts too"
             )
         return None
     known = available_policies()

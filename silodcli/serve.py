@@ -8,7 +8,6 @@ import asyncio
 import sys
 from collections.abc import Callable
 
-from datamgr.defaults import DEFAULT_ROUND_SECONDS, EXTERNAL_POLICY
 from datamgr.server import ServeError, ServerConfig, serve
 from datamgr.store.backup import back_up, restore
 from datamgr.store.sqlite import StateDirError
@@ -17,16 +16,6 @@ from silodlib.credentials import SecurityConfigError
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    if args.policy == EXTERNAL_POLICY and args.round_seconds != DEFAULT_ROUND_SECONDS:
-        # A round without a policy would be dropped without a word, the operator left believing one runs; refused
-        # as --policy-option is (`datamgr.server`). The default round, typed or not, times nothing either way.
-        print(
-            f"silod: --round {args.round_seconds:g}: --round needs --policy NAME, the policy whose rounds it times "
-            f"(the default, --policy {EXTERNAL_POLICY}, runs none); a round from SILOD_ROUND or the config file's "
-            "round counts too",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
     config = ServerConfig(
         args.listen,
         args.state_dir,
