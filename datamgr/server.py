@@ -19,7 +19,7 @@ from datamgr.defaults import DEFAULT_LISTEN, DEFAULT_ROUND_SECONDS, EXTERNAL_POL
 from datamgr.entities import DataManagerError
 from datamgr.manager import DataManager
 from datamgr.metrics import DataManagerMetrics
-from datamgr.scheduler.registry import Scheduler, UnknownPolicy, accepts_options, available_policies, build_scheduler
+from datamgr.scheduler.registry import Scheduler, UnknownPolicy, accepts_options, build_scheduler, unknown_policy
 from datamgr.security import ServerSecurity
 from datamgr.servicer import DataManagerServicer
 from datamgr.store import SQLiteStore
@@ -167,11 +167,9 @@ def _scheduler(config: ServerConfig) -> Scheduler | None:
                 "file's round counts too"
             )
         return None
-    known = available_policies()
-    if config.policy not in known:
-        raise ServeError(
-            f"--policy {config.policy!r} is unknown; known policies: {', '.join([EXTERNAL_POLICY, *known])}"
-        )
+    unknown = unknown_policy(config.policy, EXTERNAL_POLICY)
+    if unknown is not None:
+        raise ServeError(f"--policy {unknown}")
     if config.remote_io_limit is None:
         raise ServeError(
             f"--policy {config.policy} shares out the cluster's remote IO, so it needs --remote-io-limit "

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, TypeVar
 
 from datamgr.defaults import EXTERNAL_POLICY
 from datamgr.entities import JOB_CLASSES, PRIORITIES
-from datamgr.scheduler.registry import BUILTIN_POLICIES, available_policies
+from datamgr.scheduler.registry import unknown_policy
 from datamgr.scheduler.sim.fields import parse_duration
 from datamgr.tenants import check_cell_levels
 from datamgr.validation import (
@@ -368,14 +368,11 @@ datamgr_address_arg = argument_type(_datamgr_address, "address")
 def check_policy_name(name: object) -> None:
     """Refuse a name that is neither `external`, a built-in policy nor an installed plugin's (ValueError, listing
     the known ones): `SILOD_POLICY` and a config file's `policy`, which are checked whichever command runs (a
-    setting's check, `config.check_setting`). The registry's names are loaded with the command line already
-    (`sim_parser`); only a name that is no built-in one costs a look at the installed packages' entry points, which
-    imports none of them. The data manager checks `--policy` itself when it starts."""
-    if name == EXTERNAL_POLICY or name in BUILTIN_POLICIES:
-        return
-    known = available_policies()
-    if name not in known:
-        raise ValueError(f"{name!r} is unknown; known policies: {', '.join([EXTERNAL_POLICY, *known])}")
+    setting's check, `config.check_setting`). The registry is loaded with the command line already (`sim_parser`).
+    The data manager checks `--policy` itself when it starts."""
+    unknown = unknown_policy(name, EXTERNAL_POLICY)
+    if unknown is not None:
+        raise unknown
 
 
 def listen_address(text: object) -> None:

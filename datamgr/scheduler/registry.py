@@ -96,6 +96,18 @@ def available_policies() -> list[str]:
     return sorted(set(BUILTIN_POLICIES) | set(_entry_point_factories()))
 
 
+def unknown_policy(name: object, *also: str) -> UnknownPolicy | None:
+    """Why `name` names no policy, listing the known ones (`also` first: names a caller takes besides, such as the
+    data manager's `external`), or None if it names one. Only a name that is no built-in one costs a look at the
+    installed packages' entry points, which imports none of them."""
+    if name in also or name in BUILTIN_POLICIES:
+        return None
+    known = available_policies()
+    if name in known:
+        return None
+    return UnknownPolicy(f"{name!r} is unknown; known policies: {', '.join([*also, *known])}")
+
+
 def load_policy(name: str, options: PolicyOptions | None = None) -> Policy:
     """A fresh policy object by name; a built-in wins over an entry point of the same name. `options` go to a
     factory that takes them (a parameter named `options`); giving them to one that does not is an error."""
