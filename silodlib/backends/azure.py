@@ -41,7 +41,7 @@ from silodlib.backends.base import (
     join_key,
     parse_url_option,
     relative_key,
-    shown_value,
+    shown_sdk_text,
     unquote_etag,
 )
 from silodlib.backends.deadline import ReadDeadline
@@ -219,9 +219,8 @@ class AzureBackend(Backend):
         try:
             return BlobServiceClient(account_url, credential=credential, **settings)
         except ValueError as exc:  # the URL is checked before (`parse_url_option`): an SDK that checks more
-            lines = str(exc).strip().splitlines()  # the SDK's texts show the URL at most, never a credential
             raise InvalidBackendOption(
-                f"{uri}: option 'account_url' is refused by the Azure SDK: {shown_value(lines[0] if lines else '')}"
+                f"{uri}: option 'account_url' is refused by the Azure SDK: {shown_sdk_text(exc)}"
             ) from None
 
 

@@ -293,6 +293,13 @@ def shown_value(value: str) -> str:
     return f"{value[:MAX_SHOWN_CHARS] + '...'!r} ({len(value):,} characters)"
 
 
+def shown_sdk_text(exc: Exception) -> str:
+    """An SDK's refusal as a message shows it: the first line of its text, scrubbed of secrets (`silodlib.scrub`)
+    and shown as `shown_value` shows a value ('' for none)."""
+    lines = scrub(str(exc)).strip().splitlines()
+    return shown_value(lines[0] if lines else "")
+
+
 def is_valid_key(key: str) -> bool:
     """Whether `key` can be a path below a mount point: no empty, '.' or '..' components, no NUL."""
     return bool(key) and "\0" not in key and all(part not in ("", ".", "..") for part in key.split("/"))

@@ -61,13 +61,13 @@ from silodlib.backends.base import (
     parse_bool_option,
     parse_url_option,
     relative_key,
+    shown_sdk_text,
     shown_value,
     unquote_etag,
 )
 from silodlib.backends.deadline import ReadDeadline
 from silodlib.backends.uri import DatasetURI
 from silodlib.backends.watched_http import watched_pools
-from silodlib.scrub import scrub
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -472,7 +472,5 @@ def _client_refusal(uri: DatasetURI, options: Mapping[str, str], exc: Exception)
 
 
 def _sdk_text(exc: Exception) -> str:
-    """An SDK exception as a refusal shows it: its type and the first line of its text, scrubbed of secrets and cut
-    short (`shown_value`)."""
-    lines = scrub(str(exc)).strip().splitlines()
-    return f"{type(exc).__name__}: {shown_value(lines[0])}" if lines else type(exc).__name__
+    """An SDK exception as a refusal shows it: its type and the first line of its text (`shown_sdk_text`)."""
+    return f"{type(exc).__name__}: {shown_sdk_text(exc)}" if str(exc).strip() else type(exc).__name__
