@@ -278,6 +278,7 @@ class NodeAgent:
             await self._datasets.set(dataset, self._manifests)
         for job in snapshot.jobs:
             self._set_job(job)
+        await self._datasets.delete_unserved_caches()
 
     def _dataset_opened(self, uri: str) -> None:
         """Add the jobs that waited for the dataset to open: their directories appear."""

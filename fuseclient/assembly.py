@@ -10,12 +10,13 @@ import hashlib
 import logging
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
 
+from fuseclient import cache_disk
 from fuseclient.access import AccessTracker
 from fuseclient.cache import DatasetCache, NoCache
 from fuseclient.mounted import MountedDataset, MountedJob, MountState
@@ -118,7 +119,30 @@ def make_cache_dir_private(cache_dir: Path, node_id: str | None = None) -> None:
 
 def dataset_cache_dir(cache_dir: Path, uri: str) -> Path:
     """Each dataset's cache lives in its own directory, named by a hash of its URI."""
-    return cache_dir / hashlib.sha256(uri.encode()).hexdigest()[:24]
+    return cache_dir / hashlib.sha256(uri.encode()).hexdigest()[:_DIRECTORY_NAME_LENGTH]
+
+
+_DIRECTORY_NAME_LENGTH = 24
+
+
+def unserved_cache_dirs(cache_dir: Path, uris: Iterable[str]) -> list[str]:
+    """The directories in `cache_dir` that hold no cache of a dataset in `uris`: the caches of datasets dropped while
+    no agent ran (a node agent deletes a cache when its dataset goes, but a dataset can go while the agent is down),
+    and removals an agent did not finish (`cache_disk.remove_directory`). Only directories of this user with those
+    names, so that nothing else kept there (the lock file, an operator's own files) is ever taken."""
+    served = {dataset_cache_dir(cache_dir, uri).name for uri in uris}
+    uid = os.geteuid()
+    found = []
+    with os.scandir(cache_dir) as entries:
+        for entry in entries:
+            name = cache_disk.removed_directory_of(entry.name) or entry.name
+            if name == entry.name and name in served:
+                continue
+            if not (len(name) == _DIRECTORY_NAME_LENGTH and all(c in "0123456789abcdef" for c in name)):
+                continue
+            if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == uid:
+                found.append(entry.path)
+    return sorted(found)
 
 
 async def open_cache(cache_root: Path, uri: str, manifest: Manifest, quota: int) -> DatasetCache:

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import itertools
 import logging
 import os
 import random
-import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -320,21 +320,19 @@ class DatasetCache:
             self._closed = True
 
     def remove(self) -> int:
-        """Delete every cached item and then the cache's directory, and refuse admissions from now on: the dataset is
+        """Drop every cached item and delete the cache's directory, and refuse admissions from now on: the dataset is
         no longer served here, and a directory left behind for each dataset a node ever served (a per-run prefix, a
-        dataset registered anew) adds up. Returns the number of items deleted. An admission under way when this is
-        called writes into a directory that goes: it fails quietly (a closed cache does not care)."""
-        evicted = self.set_quota(0)
-        self.close()
-        shutil.rmtree(self._directory, onerror=self._removal_failed)
-        return evicted
-
-    def _removal_failed(
-        self, _function: object, _path: str, info: tuple[type[BaseException], BaseException, object]
-    ) -> None:
-        error = info[1]
-        if isinstance(error, OSError) and not isinstance(error, FileNotFoundError):  # gone already: what was wanted
-            self._warn_once("delete", error)
+        dataset registered anew) adds up. Returns the number of items dropped. The directory is renamed aside at once
+        and deleted by a thread of its own (`cache_disk.remove_directory`): deleting a million items one by one held
+        the node agent's revisions for minutes. An admission under way when this is called writes into a directory
+        that goes: it fails quietly (a closed cache does not care)."""
+        with self._lock:
+            self._closed = True
+            dropped = (self._cached & self._nonempty).count()
+            self._cached &= ~self._nonempty  # in place: `cached` is a live view; reads of open files go to the backend
+            self._used = 0
+        cache_disk.remove_directory(self._directory, self._delete_quietly, self._name, self._log_ids)
+        return dropped
 
     # --- internals -------------------------------------------------------------------------------------
 
@@ -476,16 +474,9 @@ class DatasetCache:
             self._warn_once("delete", exc)
 
     def _delete_quietly(self, path: str, is_dir: bool) -> None:
-        """Delete a file or tree a restart found to be no complete entry; a failure only warns (once)."""
-        try:
-            if is_dir:
-                shutil.rmtree(path)
-            else:
-                os.unlink(path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            self._warn_once("delete", exc)
+        """Delete a file or tree that holds no complete entry (what a restart found, a removed cache's directory); a
+        failure only warns, once per errno."""
+        cache_disk.delete_entry(path, is_dir, functools.partial(self._warn_once, "delete"))
 
     def _first_time(self, key: tuple[str, int]) -> bool:
         """True the first time `key` is asked about: each kind of trouble is logged once per cache, then counted."""

@@ -48,6 +48,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import struct
 import threading
 import time
@@ -69,6 +70,7 @@ ITEMS_NAME = "items"
 CHECKSUM_BLOCK = 64 * 1024
 _FORMAT = "silod-cache/3"  # /1 had no checksums; /2 did not seed them with the item
 _STALE_PREFIX = "items.stale-"
+_REMOVED_INFIX = ".removed-"
 
 _CHECKSUM = struct.Struct("<Q")
 
@@ -188,27 +190,72 @@ def open_directory(directory: Path, manifest: Manifest, name: str, log_ids: Mapp
         stale = [(e.path, e.is_dir(follow_symlinks=False)) for e in entries if e.name.startswith(_STALE_PREFIX)]
     items_dir.mkdir(mode=PRIVATE_DIRECTORY, exist_ok=True)
     loose += make_private(items_dir, os.stat(items_dir).st_mode) is not None
-    _delete_in_background(stale, delete, name, log_ids)
+    delete_in_background(stale, delete, f"cache of {name}: done deleting its dropped items", log_ids)
     return loose
+
+
+def delete_entry(path: str, is_dir: bool, failed: Callable[[OSError], None]) -> None:
+    """Delete the file or the whole tree at `path`, telling `failed` what could not be deleted (never that something
+    was gone already) and carrying on with the rest of a tree."""
+
+    def tell(_function: object, _path: str, info: tuple[type[BaseException], BaseException, object]) -> None:
+        if isinstance(info[1], OSError) and not isinstance(info[1], FileNotFoundError):
+            failed(info[1])
+
+    try:
+        if is_dir:
+            shutil.rmtree(path, onerror=tell)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        failed(exc)
+
+
+def remove_directory(directory: Path, delete: Delete, name: str, log_ids: Mapping[str, str]) -> None:
+    """Take a cache's whole directory out of use at once: renamed aside, beside it (`<directory>.removed-<pid>-<ns>`),
+    and deleted by a thread of its own, as dropped items are (`open_directory`). Deleting a cache of a million items
+    takes minutes, and the node agent applies no revision while it removes a dataset. A directory that cannot be
+    renamed is deleted where it is before this returns: a thread deleting it there could take the files of a cache
+    opened there anew. A process that exits first leaves the rest to the node agent's next snapshot
+    (`removed_directory_of`)."""
+    aside = directory.with_name(f"{directory.name}{_REMOVED_INFIX}{os.getpid()}-{time.time_ns()}")
+    try:
+        os.rename(directory, aside)
+    except FileNotFoundError:
+        return
+    except OSError:
+        delete(str(directory), True)
+        return
+    delete_in_background([(str(aside), True)], delete, f"cache of {name}: done deleting its directory", log_ids)
+
+
+def removed_directory_of(name: str) -> str | None:
+    """The name of the directory that `remove_directory` renamed to `name`, or None if `name` is no such rename."""
+    original, infix, tag = name.rpartition(_REMOVED_INFIX)
+    pid, dash, ns = tag.partition("-")
+    return original if infix and pid.isdigit() and dash and ns.isdigit() else None
 
 
 _deleting: set[str] = set()  # stale trees a thread is deleting: a cache opened again meanwhile leaves them to it
 _deleting_lock = threading.Lock()
 
 
-def _delete_in_background(stale: list[tuple[str, bool]], delete: Delete, name: str, log_ids: Mapping[str, str]) -> None:
-    """Delete the `stale` (path, is a directory) entries in a daemon thread; those already being deleted are left
-    to the thread deleting them. A process that exits first leaves the rest to the next opening."""
+def delete_in_background(stale: list[tuple[str, bool]], delete: Delete, done: str, log_ids: Mapping[str, str]) -> None:
+    """Delete the `stale` (path, is a directory) entries in a daemon thread, which logs `done` and the time it took;
+    those already being deleted are left to the thread deleting them. A process that exits first leaves the rest to
+    the next opening of their cache, or the node agent's next snapshot."""
     with _deleting_lock:
         stale = [(path, is_dir) for path, is_dir in stale if path not in _deleting]
         _deleting.update(path for path, _ in stale)
     if stale:
         threading.Thread(
-            target=_delete_stale, args=(stale, delete, name, log_ids), name="silod-cache-cleanup", daemon=True
+            target=_delete_stale, args=(stale, delete, done, log_ids), name="silod-cache-cleanup", daemon=True
         ).start()
 
 
-def _delete_stale(stale: list[tuple[str, bool]], delete: Delete, name: str, log_ids: Mapping[str, str]) -> None:
+def _delete_stale(stale: list[tuple[str, bool]], delete: Delete, done: str, log_ids: Mapping[str, str]) -> None:
     started = time.monotonic()
     try:
         for path, is_dir in stale:
@@ -216,7 +263,7 @@ def _delete_stale(stale: list[tuple[str, bool]], delete: Delete, name: str, log_
     finally:
         with _deleting_lock:
             _deleting.difference_update(path for path, _ in stale)
-    log.info("cache of %s: done deleting its dropped items (%.1f s)", name, time.monotonic() - started, extra=log_ids)
+    log.info("%s (%.1f s)", done, time.monotonic() - started, extra=log_ids)
 
 
 def restore(

@@ -15,6 +15,7 @@ dataset anew, deleted the new cache's items).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -22,7 +23,8 @@ from typing import NamedTuple
 
 import trio
 
-from fuseclient.assembly import open_cache, open_dataset, uncached_dataset
+from fuseclient import cache_disk
+from fuseclient.assembly import open_cache, open_dataset, uncached_dataset, unserved_cache_dirs
 from fuseclient.cache import NoCache
 from fuseclient.mounted import MountedDataset, MountState
 from silodlib.backends import Backend, BackendError, RetryingBackend, open_backend, option_changes
@@ -148,14 +150,40 @@ class NodeDatasets:
         self._unopened.pop(uri, None)
         self._stale_options.pop(uri, None)
         dataset = self._mount.remove_dataset(uri)
-        if dataset is not None:
-            evicted = await trio.to_thread.run_sync(dataset.cache.remove)
-            log.info(
-                "dataset %s is no longer served here (%d cached items deleted, and its cache directory)",
-                uri,
-                evicted,
-                extra=self._ids(uri),
-            )
+        if dataset is None:
+            return
+        if isinstance(dataset.cache, NoCache):
+            log.info("dataset %s is no longer served here (it was served uncached)", uri, extra=self._ids(uri))
+            return
+        dropped = await trio.to_thread.run_sync(dataset.cache.remove)
+        log.info(
+            "dataset %s is no longer served here: its cache of %d items is being deleted, with its directory",
+            uri,
+            dropped,
+            extra=self._ids(uri),
+        )
+
+    async def delete_unserved_caches(self) -> None:
+        """Delete, in the background, the cache directories of the datasets this node no longer serves
+        (`unserved_cache_dirs`): called after a snapshot, which sets every dataset the node serves, so that a dataset
+        dropped while the agent was down does not keep its cache's disk space for good."""
+        stale = await trio.to_thread.run_sync(unserved_cache_dirs, self._cache_dir, self.uris())
+        if not stale:
+            return
+        log.info(
+            "deleting %d directories in the cache dir %s that no dataset served here uses: caches of datasets dropped "
+            "while this agent was down, or deletions it did not finish",
+            len(stale),
+            self._cache_dir,
+            extra=log_ids(node_id=self._node_id),
+        )
+        ids = log_ids(node_id=self._node_id)
+        cache_disk.delete_in_background(
+            [(path, True) for path in stale],
+            functools.partial(cache_disk.delete_entry, failed=_warning_once_per_errno(ids)),
+            f"done deleting {len(stale)} unused cache directories in {self._cache_dir}",
+            ids,
+        )
 
     def usage(self) -> list[pb.DatasetUsage]:
         """Each dataset's part of a usage report: what it caches, or why it does not open or reads with its previous
@@ -274,3 +302,16 @@ class NodeDatasets:
 
     def _ids(self, uri: str) -> dict[str, str]:
         return log_ids(dataset_uri=uri, node_id=self._node_id)
+
+
+def _warning_once_per_errno(ids: Mapping[str, str]) -> Callable[[OSError], None]:
+    """What tells of a file of an unused cache directory that cannot be deleted: a WARNING for the first of each errno
+    (a directory an operator made read-only fails for every file in it), called from the one deleting thread."""
+    warned: set[int] = set()
+
+    def failed(exc: OSError) -> None:
+        if exc.errno not in warned:
+            warned.add(exc.errno or 0)
+            log.warning("cannot delete an unused cache directory's file: %s", exc, extra=ids)
+
+    return failed

@@ -7,6 +7,7 @@ FUSE mount, and file:// datasets."""
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -96,7 +97,8 @@ def test_a_dataset_no_longer_served_leaves_no_cache_directory(
         assert (agent.job_dir(f"j{i}") / "d0" / "f000.bin").read_bytes() == bytes(1000)  # cached as it is read
         eventually(lambda: any(directory.glob("items/*/*")), what="an item cached")  # noqa: B023  (called at once)
         _retire(client, agent, uri, f"j{i}")
-        assert not directory.exists()
+        assert not directory.exists()  # renamed aside at once, then deleted by a thread
+    eventually(lambda: not any(p.is_dir() for p in agent.cache_dir.iterdir()), what="the removed caches deleted")
 
 
 @pytest.mark.expected_warnings  # the cache directory that cannot be opened, named
@@ -158,3 +160,40 @@ def test_a_cache_reopened_while_its_dataset_was_dropped_and_sent_again_is_closed
         assert not any(directory.rglob("items/*/*"))
 
     trio.run(main)
+
+
+def test_an_agent_deletes_the_caches_of_datasets_dropped_while_it_was_down_and_nothing_else(
+    cluster: tuple[DataManagerClient, MountProcess, int], tmp_path: Path
+) -> None:
+    """Found while the agent was down, a dataset's drop reaches it only as its absence from the snapshot that a restart
+    gets, and its cache kept its disk space for good. Kept: the caches of the datasets still served, and whatever else
+    is in the cache dir that is not a cache (an operator's notes, a file of a cache's name, another user's)."""
+    client, agent, _ = cluster
+    kept, dropped = make_local_dataset(tmp_path / "kept"), make_local_dataset(tmp_path / "dropped")
+    for job_id, uri in (("j1", kept), ("j2", dropped)):
+        _serve(client, agent, uri, job_id)
+        assert (agent.job_dir(job_id) / "d0" / "f000.bin").read_bytes() == bytes(1000)
+        directory = dataset_cache_dir(agent.cache_dir, uri)
+        eventually(lambda: any(directory.glob("items/*/*")), what="an item cached")  # noqa: B023  (called at once)
+    agent.stop()
+    client.call(client.stub.FinishJob, pb.FinishJobRequest(job_id="j2"))
+    client.call(client.stub.UnregisterDataset, pb.UnregisterDatasetRequest(uri=dropped))
+    unfinished = agent.cache_dir / f"{'0' * 24}.removed-123-456"  # a deletion a killed agent did not finish
+    (unfinished / "items" / "0").mkdir(parents=True)
+    (unfinished / "items" / "0" / "1").write_bytes(b"x")
+    notes, cache_named_file, other_users = (agent.cache_dir / name for name in ("notes", "f" * 24, "e" * 24))
+    notes.mkdir()
+    (notes / "README").write_text("the operator's")
+    cache_named_file.write_text("not a directory")
+    other_users.mkdir()
+    os.chown(other_users, 65534, 65534)
+
+    agent.start()
+    eventually(lambda: agent.job_dir("j1").is_dir(), what="j1's directory after the restart")
+    eventually(
+        lambda: not dataset_cache_dir(agent.cache_dir, dropped).exists() and not unfinished.exists(),
+        what="the dropped dataset's cache and the unfinished deletion gone",
+    )
+    assert any(dataset_cache_dir(agent.cache_dir, kept).glob("items/*/*"))
+    assert (notes / "README").read_text() == "the operator's" and cache_named_file.is_file() and other_users.is_dir()
+    assert len(agent.log_lines("deleting 2 directories in the cache dir")) == 1

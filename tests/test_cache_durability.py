@@ -26,12 +26,14 @@ from tests.cache_fixtures import (
     cached_items,
     check_consistent,
     content,
+    entries_on_disk,
     entry,
+    entry_size,
     files_on_disk,
     item_file,
     one_file_manifest,
 )
-from tests.disks import TmpfsFactory
+from tests.disks import Ext4Factory, TmpfsFactory
 
 # --- restore ------------------------------------------------------------------------------------------
 
@@ -154,6 +156,65 @@ def test_opening_a_cache_does_not_wait_for_the_deletion_of_its_dropped_items(tmp
     release.set()
     polling.eventually(lambda: deleted == [str(stale[0])], what="the dropped tree deleted, once")
     assert sorted(path.name for path in directory.iterdir()) == ["cache.json", "items"]
+
+
+def test_a_removed_cache_is_deleted_in_the_background_and_a_cache_opened_there_meanwhile_keeps_its_items_slowness_faked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_cache: Callable[..., DatasetCache]
+) -> None:
+    """A node agent removes a dataset's cache while it applies no other revision: deleting a million items one by one
+    held them for minutes. The directory is renamed aside and deleted by a thread, and the dataset may be opened
+    again at once, in its old place: the late deletion must take none of the new cache's files. Faked: only the time
+    the deletion takes (a large cache), which a test cannot otherwise hold open."""
+    directory = tmp_path / "cache"
+    manifest = one_file_manifest(10, 10)
+    first = make_cache(manifest, 100, directory=directory)
+    for item in range(10):
+        assert first.admit(item, content(manifest, item))
+    release = threading.Event()
+    delete_entry = cache_disk.delete_entry
+
+    def slow_delete_entry(path: str, is_dir: bool, failed: Callable[[OSError], None]) -> None:
+        assert release.wait(30)
+        delete_entry(path, is_dir, failed)
+
+    monkeypatch.setattr(cache_disk, "delete_entry", slow_delete_entry)
+
+    assert first.remove() == 10  # returns with the deletion pending
+    assert not directory.exists() and first.read(3, 0, 10) is None and not first.admit(3, content(manifest, 3))
+    (aside,) = [path for path in tmp_path.iterdir() if cache_disk.removed_directory_of(path.name) == "cache"]
+    assert len(entries_on_disk(aside)) == 10
+    second = make_cache(manifest, 100, directory=directory)
+    assert not second.cached[3] and second.admit(3, content(manifest, 3))
+    release.set()
+    polling.eventually(lambda: not aside.exists(), what="the removed cache's directory deleted")
+    assert second.read(3, 0, 10) == content(manifest, 3)
+    assert files_on_disk(directory) == {"0/3": entry_size(10)}
+
+
+@pytest.mark.expected_warnings  # the directory itself cannot be deleted, named
+def test_a_cache_whose_directory_cannot_be_renamed_aside_is_emptied_where_it_is_before_remove_returns(
+    ext4: Ext4Factory, tmp_path: Path, make_cache: Callable[..., DatasetCache], caplog: pytest.LogCaptureFixture
+) -> None:
+    # An immutable cache dir (chattr +i; EPERM even to root) takes no rename and no deletion of its entries, but the
+    # dataset's directory below it can still be emptied. Deleted in a thread instead, the directory could lose the
+    # files of a cache opened there anew.
+    root = ext4(tmp_path / "disk", 16 * 1024 * 1024)
+    directory = root / "cache"
+    manifest = one_file_manifest(10, 10)
+    cache = make_cache(manifest, 100, directory=directory)
+    for item in range(10):
+        assert cache.admit(item, content(manifest, item))
+    subprocess.run(["chattr", "+i", str(root)], check=True)
+    try:
+        assert cache.remove() == 10
+        assert sorted(path.name for path in root.iterdir()) == ["cache", "lost+found"]
+        assert list(directory.iterdir()) == []
+        assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+            f"cache of {directory}: cannot delete cache files in {directory} (Operation not permitted); further such "
+            "errors are counted, not logged"
+        ]
+    finally:
+        subprocess.run(["chattr", "-i", str(root)], check=True)
 
 
 def test_a_cache_of_200k_entries_on_disk_is_restored_whole(
