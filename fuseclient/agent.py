@@ -167,7 +167,8 @@ class NodeAgent:
         for uri in self._datasets.unopened_uris():
             async with self._changing:
                 await self._datasets.retry_unopened(uri)
-        self._datasets.retry_stale_options()
+        async with self._changing:
+            await self._datasets.retry_stale_options()
 
     async def report_usage(self) -> None:
         """Report the mount's usage every `report_interval`, first trying again to open the datasets this node could

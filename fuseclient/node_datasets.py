@@ -94,7 +94,7 @@ class NodeDatasets:
         options = dict(wanted.options)
         if current is not None and current.manifest.digest == wanted.manifest_digest:
             if current.options != options:
-                self._replace_backend(current, options)
+                await self._replace_backend(current, options)
             await self._set_quota(current, wanted.cache_quota_bytes)
             return
         if current is not None:
@@ -104,7 +104,7 @@ class NodeDatasets:
     async def _open(self, wanted: pb.NodeDataset, manifest: Manifest) -> None:
         options = dict(wanted.options)
         unopened = self._unopened.get(wanted.uri)
-        backend = self._open_backend(
+        backend = await self._open_backend(
             wanted.uri, options, f"cannot serve dataset {wanted.uri}", "" if unopened is None else unopened.reason
         )
         if isinstance(backend, str):
@@ -136,12 +136,12 @@ class NodeDatasets:
         if entry is not None:
             await self._open(entry.wanted, entry.manifest)
 
-    def retry_stale_options(self) -> None:
+    async def retry_stale_options(self) -> None:
         """Try again the options last set of the datasets read with their previous ones (`retry_unopened`)."""
         for uri, stale in list(self._stale_options.items()):
             dataset = self._mount.datasets.get(uri)
             if dataset is not None:
-                self._swap_backend(dataset, stale.changes)
+                await self._swap_backend(dataset, stale.changes)
 
     async def remove(self, uri: str) -> None:
         """Free the disk a dataset no job here reads any more: its cache, with its directory. Files still open keep
@@ -225,7 +225,7 @@ class NodeDatasets:
                 extra=self._ids(dataset.uri),
             )
 
-    def _replace_backend(self, dataset: MountedDataset, options: dict[str, str]) -> None:
+    async def _replace_backend(self, dataset: MountedDataset, options: dict[str, str]) -> None:
         """Read `dataset` with the options the data manager replaced its old ones with (rotated credentials), from
         now on. Its cache, its jobs' access tracking and their open files stay: they hold the dataset, whose every
         fetch takes its backend as it starts. Reads under way end on the old backend, which is released with the
@@ -235,14 +235,14 @@ class NodeDatasets:
         changes = option_changes(dataset.options, options)
         dataset.options = options
         self._stale_options.pop(dataset.uri, None)  # other options: their failure is logged anew
-        self._swap_backend(dataset, changes)
+        await self._swap_backend(dataset, changes)
 
-    def _swap_backend(self, dataset: MountedDataset, changes: str) -> None:
+    async def _swap_backend(self, dataset: MountedDataset, changes: str) -> None:
         """Open a backend with the dataset's options (`changes` from its previous ones) and read through it from now
         on; or, where they open none, keep the one it has, logging why unless the last try logged the same."""
         stale = self._stale_options.get(dataset.uri)
         failure = f"dataset {dataset.uri} reads on with its old options, not the new ones ({changes})"
-        backend = self._open_backend(dataset.uri, dataset.options, failure, "" if stale is None else stale.reason)
+        backend = await self._open_backend(dataset.uri, dataset.options, failure, "" if stale is None else stale.reason)
         if isinstance(backend, str):
             self._stale_options[dataset.uri] = StaleOptions(changes, backend)
             return
@@ -255,15 +255,18 @@ class NodeDatasets:
             extra=self._ids(dataset.uri),
         )
 
-    def _open_backend(self, uri: str, options: Mapping[str, str], failure: str, logged: str) -> Backend | str:
+    async def _open_backend(self, uri: str, options: Mapping[str, str], failure: str, logged: str) -> Backend | str:
         """The dataset's backend, retrying transient failures; or, where the options open none (an option this silod
         does not know, a bad value, a profile this host lacks, a directory it cannot reach), the reason, logged
         after `failure` unless it is `logged`, the reason an earlier try logged: the data manager sends an unopened
         dataset again at each change of its quota and at each reconnect, and one ERROR per cause is what an operator
         needs. The reason is one line, scrubbed as the log line is (`silodlib.scrub`), since the usage reports carry
-        it to the data manager, past this process's log handler."""
+        it to the data manager, past this process's log handler. Opened in a worker thread: making an SDK's client
+        reads the host's profiles and may run a profile's `credential_process` or ask the instance metadata service,
+        and the mount's loop, which every file system request waits on, must not wait on those. Left to itself when
+        the agent stops: a credential process may wait for good (an SSO login for a browser that never comes)."""
         try:
-            return RetryingBackend(open_backend(uri, options))
+            return RetryingBackend(await trio.to_thread.run_sync(open_backend, uri, options, abandon_on_cancel=True))
         except (BackendError, ValueError) as exc:
             reason = " ".join(scrub(str(exc)).splitlines())
             level = logging.DEBUG if reason == logged else logging.ERROR

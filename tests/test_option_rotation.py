@@ -6,7 +6,9 @@ open files kept."""
 from __future__ import annotations
 
 import errno
+import os
 import random
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -180,3 +182,64 @@ def test_a_job_whose_dataset_the_node_could_not_open_appears_once_set_options_fi
         assert len(node.log_lines("job j1 reads")) == 1
     finally:
         node.stop()
+
+
+def test_a_node_serves_its_mount_and_stops_while_a_profiles_credential_process_hangs(
+    tmp_path: Path,
+    datamgr_process: DataManagerProcess,
+    dataset_target_factory: DatasetTargetFactory,
+    s3_server: S3Server,
+    files: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Making an S3 client reads the host's profiles and may run a profile's `credential_process` or ask the instance
+    metadata service. The agent did it on the mount's loop, so every file system request of every job waited for it,
+    and for good where it hangs (an SSO login waiting for a browser), the agent's own stop included. Here the node's
+    profile runs `cat` on a pipe that nothing writes."""
+    target = _s3_dataset(dataset_target_factory, files)
+    local = dataset_target_factory("file")
+    for name, data in files.items():
+        local.put(name, data)
+    node = node_lacking_a_profile(tmp_path, datamgr_process, s3_server, monkeypatch, POLICY)
+    pipe = tmp_path / "credentials.pipe"
+    os.mkfifo(pipe)
+    node_config = tmp_path / "node-aws-config"
+    node_config.write_text(f"[profile {POLICY}]\ncredential_process = cat {pipe}\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(node_config))
+    writer: int | None = None
+    try:
+        node.start()
+        with DataManagerClient(datamgr_process.address, timeout=10) as client:
+            job_dir = _start_job(client, node, local.uri, local.options)
+            assert (job_dir / "f0.bin").read_bytes() == files["f0.bin"]
+            keys = ("access_key_id", "secret_access_key")
+            by_profile = {key: value for key, value in target.options.items() if key not in keys}
+            client.register_dataset(target.uri, by_profile | {"profile": POLICY})
+            client.register_job("j2", target.uri, 100_000_000, [("n1", 1)])
+        # Held open, never written: the credential process waits to read.
+        writer = eventually(lambda: _open_for_writing(pipe), what="the node's credential process running")
+
+        read: list[bytes] = []
+        reader = threading.Thread(target=lambda: read.append((job_dir / "f1.bin").read_bytes()), daemon=True)
+        reader.start()
+        reader.join(timeout=30)  # a liveness bound, not a speed one: with the loop held the read never ends
+        assert read == [files["f1.bin"]], "a read of j1's waited for j2's backend to open"
+        assert not node.job_dir("j2").exists()
+
+        node.stop()
+        assert node.process is not None and node.process.returncode == 0  # stopped, not killed after 30 s
+    finally:
+        pipe.unlink()  # the credential processes to come fail at once,
+        if writer is not None:
+            os.close(writer)  # and the one waiting reads the end of its input
+        node.stop()
+
+
+def _open_for_writing(pipe: Path) -> int | None:
+    """`pipe` open to write once a process has it open to read (opened without blocking, that succeeds only then)."""
+    try:
+        return os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            return None
+        raise
