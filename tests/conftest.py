@@ -56,7 +56,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_sim_floor", "test_sim_inputs", "test_sim_internals", "test_sim_preemption",
         "test_scrub", "test_sim_report", "test_sim_sweep", "test_snapshot", "test_state", "test_store", "test_throttle",
         "test_tenant_report", "test_tenant_trace", "test_tiresias", "test_units",
-        "test_tenant_storage", "test_read_deadline",
+        "test_tenant_storage", "test_read_deadline", "test_azure_options",
         "test_tenant_storage_sim",
         "test_harmony", "test_colocation_sim", "test_colocation_inputs", "test_colocation_storage", "test_loader_waves",
     ),

@@ -6,6 +6,7 @@ changed. A value is shown at most as a short excerpt, a secret one never."""
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 from collections.abc import Mapping
@@ -21,11 +22,12 @@ from datamgr.store import Commit, SQLiteStore
 from silodlib.backends import backend_class
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.datamgr_fixtures import SILOD, DataManagerProcess, silod_cli
-from tests.storage_servers import DatasetTarget, DatasetTargetFactory
+from tests.storage_servers import DatasetTarget, DatasetTargetFactory, free_port
 
 # Secrets that must never show in an output or a log line.
 SECRET_KEY = "NotBase64!" + os.urandom(8).hex()
 LONG_SECRET = "tok" + os.urandom(8).hex()
+AZURE_KEY = base64.b64encode(b"silod-option-values-" + os.urandom(16)).decode()  # a valid account key
 
 REGION_RULE = "must be a region name such as us-east-1"
 BAD_HOST = "option 'endpoint_url' has a host botocore refuses, 'a_b': a host must be an IP address or a DNS name"
@@ -102,15 +104,53 @@ def test_a_profile_whose_config_has_a_region_botocore_refuses_fails_the_mount_na
             {"connection_string": f"{SECRET_KEY};x"},
             "option 'connection_string' is malformed: it must be Name=value settings separated by ';'",
         ),
+        (
+            {"connection_string": f"BlobEndpoint=not a url;AccountName=devstoreaccount1;AccountKey={AZURE_KEY}"},
+            "the BlobEndpoint of option 'connection_string' has a host the Azure SDK's HTTP client refuses: "
+            "'not a url'",
+        ),
+        (
+            {"connection_string": f"DefaultEndpointsProtocol=ftp;AccountName=devstoreaccount1;AccountKey={AZURE_KEY}"},
+            "the DefaultEndpointsProtocol of option 'connection_string' must be http or https, got 'ftp'",
+        ),
     ],
-    ids=["port", "connection-string-key", "connection-string-syntax"],
+    ids=["port", "connection-string-key", "connection-string-syntax", "connection-string-endpoint", "protocol"],
 )
 def test_an_azure_option_value_the_sdk_would_refuse_fails_the_mount_with_exit_2_never_showing_a_secret(
     tmp_path: Path, options: dict[str, str], fragment: str
 ) -> None:
     stderr = _mount(tmp_path, "az://devstoreaccount1/cont/train", options)
     _assert_one_line_refusal(stderr, fragment)
-    assert SECRET_KEY not in stderr
+    assert SECRET_KEY not in stderr and AZURE_KEY not in stderr
+
+
+def test_an_azure_ad_environment_azure_identity_refuses_fails_the_mount_with_exit_2_naming_the_variable(
+    tmp_path: Path,
+) -> None:
+    """It failed with azure-identity's ValueError and a traceback."""
+    options = {"account_url": "https://127.0.0.1:1/devstoreaccount1"}  # no credential option: DefaultAzureCredential
+    stderr = _mount(tmp_path, "az://devstoreaccount1/cont/train", options, {"AZURE_TOKEN_CREDENTIALS": "bogus"})
+    _assert_one_line_refusal(stderr, "refuses the Azure AD configuration of this process's environment")
+    assert "Invalid value for AZURE_TOKEN_CREDENTIALS: bogus" in stderr
+
+
+def test_a_secret_azure_identity_takes_from_the_environment_never_shows_in_the_mounts_output(tmp_path: Path) -> None:
+    """A managed identity's IDENTITY_HEADER that `requests` refuses as a header value (here for its newline) was shown
+    whole in azure-identity's WARNING log line; the mount now says what to set, the header scrubbed."""
+    secret = "identity-header-" + os.urandom(8).hex()
+    env = {
+        "AZURE_TOKEN_CREDENTIALS": "managedidentitycredential",
+        "IDENTITY_ENDPOINT": f"http://127.0.0.1:{free_port()}/msi",  # never reached: the header is refused first
+        "IDENTITY_HEADER": secret + "\n",
+    }
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    argv = [*SILOD, "mount", str(mountpoint), "--cache-dir", str(tmp_path / "cache"), "--foreground"]
+    argv += ["--job", "a=az://devstoreaccount1/cont/train", "--option", "account_url=https://127.0.0.1:1/x"]
+    result = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **env}, timeout=120)
+    assert result.returncode == 1 and not os.path.ismount(mountpoint), result.stderr[-3000:]
+    assert secret not in result.stderr and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "access denied (no Azure AD token: DefaultAzureCredential tried ManagedIdentityCredential" in result.stderr
 
 
 def _started(datamgr_process: DataManagerProcess) -> DataManagerClient:

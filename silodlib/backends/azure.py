@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
+import os
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar, cast
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 import requests
 from azure.core import MatchConditions
@@ -26,6 +25,7 @@ from azure.storage.blob import BlobProperties, BlobServiceClient, LinearRetry
 from azure.storage.blob._shared.constants import DATA_BLOCK_SIZE
 from requests.adapters import HTTPAdapter
 
+from silodlib.backends.azure_options import check_base64, check_connection_string, check_host
 from silodlib.backends.base import (
     MIN_READ_RATE_OPTION,
     READ_TIMEOUT_OPTION,
@@ -47,12 +47,25 @@ from silodlib.backends.base import (
 from silodlib.backends.deadline import ReadDeadline
 from silodlib.backends.uri import DatasetURI
 from silodlib.backends.watched_http import watched_pools
+from silodlib.scrub import register_secret, scrub
 
 _CREDENTIAL_OPTIONS = ("connection_string", "account_key", "sas_token")
 # The most one blob's entry in a List Blobs answer holds, for the deadline of a page: its name (up to 1,024
 # characters, XML-escaped), its properties and its metadata (`include=metadata`; up to 8 KiB, but a few
 # hundred bytes in practice, `hdi_isfolder` on hierarchical accounts).
 _LISTED_BLOB_BYTES = 4096
+
+# Secrets azure-identity takes from the environment, which its errors can show (a header value `requests` refuses is
+# printed whole): registered with the scrubber like a secret option when DefaultAzureCredential is used.
+_ENVIRONMENT_SECRETS = (
+    "AZURE_CLIENT_SECRET", "AZURE_CLIENT_CERTIFICATE_PASSWORD", "AZURE_PASSWORD", "IDENTITY_HEADER", "MSI_SECRET",
+)  # fmt: skip
+_AD_CREDENTIAL_ADVICE = (
+    "give this process a credential DefaultAzureCredential finds (environment variables AZURE_TENANT_ID, "
+    "AZURE_CLIENT_ID and AZURE_CLIENT_SECRET or AZURE_CLIENT_CERTIFICATE_PATH; a workload identity's "
+    "AZURE_FEDERATED_TOKEN_FILE; a managed identity, AZURE_CLIENT_ID naming a user-assigned one) with read access "
+    "to the container, or give option 'account_key', 'sas_token' or 'connection_string'"
+)
 
 
 class AzureBackend(Backend):
@@ -88,12 +101,17 @@ class AzureBackend(Backend):
     def _check_option(cls, uri: DatasetURI, name: str, value: str) -> None:
         """Also what the SDK refuses as it makes a client or signs a request: an `account_key` that is not base64,
         a `connection_string` that is not `Name=value` pairs naming an endpoint or an account (the SDK's own parse),
-        or whose AccountKey is not base64. The messages never show these values: they are secrets."""
+        or whose AccountKey is not base64; and an endpoint its HTTP client cannot connect to, which the SDK takes
+        and fails on at the first request: an `account_url` whose host `requests` refuses, a `connection_string`
+        whose BlobEndpoint, DefaultEndpointsProtocol, AccountName or EndpointSuffix makes no http(s) URL of a host
+        (`azure_options`). The messages never show a secret option's credentials."""
         super()._check_option(uri, name, value)
         if name == "account_key":
-            _check_base64(uri, "option 'account_key'", value)
+            check_base64(uri, "option 'account_key'", value)
         elif name == "connection_string":
-            _check_connection_string(uri, value)
+            check_connection_string(uri, value)
+        elif name == "account_url":
+            check_host(uri, "option 'account_url'", urlsplit(value.strip()))
 
     def list(self) -> Iterator[ObjectInfo]:
         prefix = self.uri.prefix
@@ -153,6 +171,8 @@ class AzureBackend(Backend):
             # wrapping the last failure in an HttpResponseError without a status: that failure is what happened.
             return self._translate(inner, what)
         cause = self._describe(exc)
+        if isinstance(exc, ClientAuthenticationError) and exc.response is None and self._credential is not None:
+            return AccessDenied(f"{what}: access denied ({self._token_failure(exc)})")
         if isinstance(exc, ClientAuthenticationError) or status == 403:
             # The SDK's text begins alike for a key, a SAS or a permission refused; its error code tells them apart.
             code = getattr(exc, "error_code", None)
@@ -178,6 +198,36 @@ class AzureBackend(Backend):
             return BackendError(f"{what}: request failed ({cause})")
         return super()._translate(exc, what)
 
+    def _token_failure(self, exc: ClientAuthenticationError) -> str:
+        """Why DefaultAzureCredential gave no token, and what to set. Its error lists each credential it tried, one per
+        line after a tab, and stops at the first that failed rather than found nothing to use: that one, when it
+        stopped early, is the cause; else the first, the environment's (what a server process is given), is the one
+        to fix. Scrubbed, as every message is."""
+        tried = [line.strip() for line in str(exc).splitlines() if line.startswith("\t")]
+        chain = getattr(self._credential, "credentials", ())
+        attempt = tried[-1] if 0 < len(tried) < len(chain) else tried[0] if tried else str(exc).strip()
+        first_line = (scrub(attempt).splitlines() or [""])[0][:300].rstrip(".")
+        lead = "DefaultAzureCredential tried " if tried else ""  # else its text names it
+        return f"no Azure AD token: {lead}{first_line}; {_AD_CREDENTIAL_ADVICE}"
+
+    def _ad_credential(self) -> DefaultAzureCredential:
+        """DefaultAzureCredential, its secrets from the environment registered with the scrubber; a configuration of
+        it the environment gives that azure-identity refuses (a file that cannot be read, an AZURE_TOKEN_CREDENTIALS
+        or AZURE_TENANT_ID it does not take) is `InvalidBackendOption`, as boto3's refusal of the environment is."""
+        for name in _ENVIRONMENT_SECRETS:
+            register_secret(os.environ.get(name, ""))
+        try:
+            return DefaultAzureCredential()
+        except (ValueError, OSError) as exc:
+            path = getattr(exc, "filename", None)
+            named = [name for name, value in sorted(os.environ.items()) if name.startswith("AZURE_") and value == path]
+            variables = " and ".join(named) if path is not None and named else "its AZURE_* variables"
+            raise InvalidBackendOption(
+                f"{self.uri}: DefaultAzureCredential (no option 'account_key', 'sas_token' or 'connection_string' is "
+                f"given) refuses the Azure AD configuration of this process's environment ({self._describe(exc)}): "
+                f"fix {variables}, or give one of those options"
+            ) from None
+
     def _make_service_client(self, options: Mapping[str, str]) -> BlobServiceClient:
         """A thread-safe client for the validated options; no request is made yet."""
         uri = self.uri
@@ -198,7 +248,7 @@ class AzureBackend(Backend):
                 raise InvalidBackendOption(f"{uri}: option 'account_url' excludes 'connection_string'")
             try:
                 return BlobServiceClient.from_connection_string(options["connection_string"], **settings)
-            except ValueError:  # checked before (`_check_connection_string`): an SDK that checks more
+            except ValueError:  # checked before (`azure_options.check_connection_string`): an SDK that checks more
                 raise InvalidBackendOption(f"{uri}: option 'connection_string' is malformed") from None
         account = uri.location[0]
         account_url = parse_url_option(
@@ -210,7 +260,7 @@ class AzureBackend(Backend):
         elif "sas_token" in options:
             credential = AzureSasCredential(options["sas_token"].lstrip("?"))
         elif account_url.startswith("https://"):
-            credential = self._credential = DefaultAzureCredential()
+            credential = self._credential = self._ad_credential()
         else:
             raise InvalidBackendOption(
                 f"{uri}: option 'account_url' must be https:// for Azure AD credentials; "
@@ -246,35 +296,6 @@ class _WatchedAdapter(BiggerBlockSizeHTTPAdapter):
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)
         manager.pool_classes_by_scheme = watched_pools(manager.pool_classes_by_scheme)  # unchanged once watched
         return manager
-
-
-def _check_base64(uri: DatasetURI, what: str, key: str) -> None:
-    """Refuse an account key that is not base64: the SDK would fail to sign the first request with it."""
-    try:
-        base64.b64decode(key, validate=True)
-    except binascii.Error:
-        raise InvalidBackendOption(f"{uri}: {what} must be base64") from None
-
-
-def _check_connection_string(uri: DatasetURI, value: str) -> None:
-    """Refuse what the SDK's `parse_connection_str` refuses for the blob service (`Name=value` pairs separated by
-    ';', naming a BlobEndpoint or an AccountName, or UseDevelopmentStorage=true), and an AccountKey that is not
-    base64, without showing any of it."""
-    pairs = [pair.split("=", 1) for pair in value.rstrip(";").split(";")]
-    if any(len(pair) != 2 for pair in pairs):
-        raise InvalidBackendOption(
-            f"{uri}: option 'connection_string' is malformed: it must be Name=value settings separated by ';'"
-        )
-    settings = {name.upper(): setting for name, setting in pairs}
-    if settings.get("USEDEVELOPMENTSTORAGE") == "true":
-        return
-    if "BLOBENDPOINT" not in settings and "ACCOUNTNAME" not in settings:
-        raise InvalidBackendOption(
-            f"{uri}: option 'connection_string' names neither a BlobEndpoint nor an AccountName"
-            + (" (it has a BlobSecondaryEndpoint only)" if "BLOBSECONDARYENDPOINT" in settings else "")
-        )
-    if "ACCOUNTKEY" in settings:
-        _check_base64(uri, "the AccountKey of option 'connection_string'", settings["ACCOUNTKEY"])
 
 
 def _object_info(key: str, blob: BlobProperties, is_dir: bool) -> ObjectInfo:
