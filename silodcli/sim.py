@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import gzip
 import io
+import os
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -96,14 +97,30 @@ def _inputs(args: argparse.Namespace) -> SimInputs:
         raise SimInputError("give --trace FILE and --cluster FILE, or --scenario NAME")
     else:
         inputs = SimInputs(args.trace.stem, load_cluster(args.cluster), load_trace(args.trace))
-    cluster = with_remote_io_scale(inputs.cluster, args.remote_io_scale)
+    cluster = inputs.cluster
     if args.tenants is not None:
         cluster = with_tenants(cluster, load_tenants(args.tenants), str(args.tenants))
     try:
         check_inputs(inputs.trace, cluster)
     except ValueError as exc:
         raise SimInputError(str(exc)) from None
+    cluster = scaled_cluster(inputs.trace, cluster, args.remote_io_scale, "--remote-io-scale")
     return SimInputs(inputs.name, cluster, inputs.trace, inputs.scenario)
+
+
+def scaled_cluster(trace: Sequence[TraceJob], cluster: ClusterSpec, scale: float, option: str) -> ClusterSpec:
+    """`cluster` (which runs `trace`: `check_inputs`) with its remote IO limit multiplied by `scale`, checked again:
+    a limit that is no rate, less than its tenants reserve or too slow for the trace is a SimInputError that names
+    `option` and `scale` (`--remote-io-scale 1e-12: ...`), the input that made it, not the cluster file's
+    remote_io, which was fine as given."""
+    if scale == 1:
+        return cluster
+    try:
+        scaled = with_remote_io_scale(cluster, scale)
+        check_inputs(trace, scaled, remote_io_hint=f"give a larger {option}")
+    except ValueError as exc:
+        raise SimInputError(f"{option} {scale:g}: {exc}") from None
+    return scaled
 
 
 def _config(args: argparse.Namespace, inputs: SimInputs | None = None) -> SimConfig:
@@ -431,6 +448,7 @@ def run_generate(args: argparse.Namespace) -> int:
         options = ", ".join(f"--{knob.replace('_', '-')}" for knob in exc.knobs)
         return fail("sim generate", SimInputError(f"{options}: {exc.rule}"))
     except OSError as exc:
-        return fail("sim generate", SimInputError(f"cannot write {args.out}: {exc.strerror or exc}"))
+        where = f"{args.out} (a symlink to {os.readlink(args.out)})" if args.out.is_symlink() else args.out
+        return fail("sim generate", SimInputError(f"cannot write {where}: {exc.strerror or exc}"))
     print(f"wrote {count} jobs arriving over {format_duration(last)} to {args.out}")
     return 0

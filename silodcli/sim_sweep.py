@@ -30,7 +30,15 @@ from datamgr.scheduler.sim.model import ClusterSpec, SimConfig, SimulationStalle
 from datamgr.scheduler.sim.scenarios import available_scenarios, generator_kind, is_generated_scenario
 from silodcli.exits import EXIT_FAILED, fail, refusing_unwritable_outputs
 from silodcli.processes import in_workers, run_in_processes
-from silodcli.sim import RunPlan, SimInputs, _config, _inputs, checked_runs, simulate_showing_progress
+from silodcli.sim import (
+    RunPlan,
+    SimInputs,
+    _config,
+    _inputs,
+    checked_runs,
+    scaled_cluster,
+    simulate_showing_progress,
+)
 from silodcli.sim_outputs import input_files, refuse_overwriting_inputs, staged_outputs
 from silodcli.tables import render_table
 
@@ -114,7 +122,9 @@ def _bandwidth_points(args: argparse.Namespace) -> tuple[SimInputs, list[sweep.P
     if args.remote_io_scale != 1.0:
         raise SimInputError("--remote-io-scale: the bandwidth sweep scales the remote IO limit by --scales; give those")
     inputs = _inputs(args)
-    return inputs, _checked(inputs.name, "bandwidth", sweep.bandwidth_points(inputs.trace, inputs.cluster, args.scales))
+    for scale in args.scales:  # each refused naming --scales and the scale: a limit no rate, or too slow for the trace
+        scaled_cluster(inputs.trace, inputs.cluster, scale, "--scales")
+    return inputs, sweep.bandwidth_points(inputs.trace, inputs.cluster, args.scales)
 
 
 def _sharing_points(args: argparse.Namespace) -> tuple[SimInputs, list[sweep.Point]]:

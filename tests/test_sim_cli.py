@@ -304,10 +304,41 @@ def test_generate_writes_the_trace_the_generator_makes(tmp_path: Path, capsys: p
         ),
         (["sim", "generate", "--out", "t.txt", "--jobs", "3"], "t.txt: a trace file must end in .csv or .jsonl"),
         # A limit past what a rate can be (an OverflowError traceback in the first round before).
-        (["sim", "--scenario", "micro", "--remote-io-scale", "1e308"], "remote IO scale 1e+308 makes the remote IO"),
-        (["sim", "sweep", "bandwidth", "--scenario", "micro", "--scales", "1,1e308"], "larger than the largest rate"),
-        # A point whose limit would take a million years to bring the datasets in (a traceback from a worker before).
-        (["sim", "sweep", "bandwidth", "--scenario", "micro", "--scales", "1,1e-9"], "micro at 1e-09x: the trace's"),
+        (
+            ["sim", "--scenario", "micro", "--remote-io-scale", "1e308"],
+            "silod sim: --remote-io-scale 1e+308: the cluster's remote IO limit of 200,000,000 bytes/s x 1e+308 is",
+        ),
+        (
+            ["sim", "sweep", "bandwidth", "--scenario", "micro", "--scales", "1,1e308"],
+            "silod sim sweep bandwidth: --scales 1e+308: the cluster's remote IO limit of 200,000,000 bytes/s x 1e+308",
+        ),
+        # A limit under a byte a second: named by the option that scaled it, not blamed on the cluster's remote_io
+        # ("check the unit of remote_io" before), in each command that takes a scale.
+        (
+            ["sim", "--scenario", "micro", "--remote-io-scale", "1e-12"],
+            "silod sim: --remote-io-scale 1e-12: the cluster's remote IO limit of 200,000,000 bytes/s x 1e-12 is "
+            "0.0002 bytes/s, which rounds to 0: the smallest limit silod takes is 1 byte/s",
+        ),
+        (
+            ["sim", "compare", "--scenario", "micro", "--remote-io-scale", "1e-12"],
+            "silod sim compare: --remote-io-scale 1e-12: the cluster's remote IO limit of 200,000,000 bytes/s x 1e-12",
+        ),
+        (
+            ["sim", "sweep", "bandwidth", "--scenario", "micro", "--scales", "1,1e-9"],
+            "silod sim sweep bandwidth: --scales 1e-09: the cluster's remote IO limit of 200,000,000 bytes/s x 1e-09 "
+            "is 0.2 bytes/s, which rounds to 0",
+        ),
+        # A limit that would take ten thousand years to bring the datasets in (a traceback from a worker before).
+        (
+            ["sim", "--scenario", "micro", "--remote-io-scale", "1e-7"],
+            "silod sim: --remote-io-scale 1e-07: the trace's jobs read at least 6.1 TiB from remote storage, 1.06e+04 "
+            "years at the cluster's remote IO limit of 20 B/s, past the simulator's horizon of 10 years: give a larger "
+            "--remote-io-scale",
+        ),
+        (
+            ["sim", "sweep", "bandwidth", "--scenario", "micro", "--scales", "1,1e-7"],
+            "silod sim sweep bandwidth: --scales 1e-07: the trace's jobs read at least 6.1 TiB",
+        ),
         (["sim", "generate", "--out", "no/such/dir/t.csv", "--jobs", "3"], "cannot write no/such/dir/t.csv: No such"),
         # Knobs whose trace the simulator would refuse, named by their options: a rate past the largest (an
         # OverflowError traceback before), one rounded to 0 bytes/s, arrivals 1e296 years apart (a 300-digit "arriving
@@ -362,6 +393,48 @@ def test_generate_refuses_an_output_it_cannot_write_before_it_makes_a_job(
     assert main(["sim", "generate", "--out", out, "--jobs", "1000000"]) == 2
     assert message in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-dir.csv"]  # nothing written, not even in part
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["to-a-file", "to-no-file-yet"])
+def test_generate_writes_through_a_symlink_at_out_and_leaves_the_link(existing: bool, tmp_path: Path) -> None:
+    """As a shell's `>` and cp write through a symlink. The trace was renamed over the link: the link was gone, a
+    regular file in its place, and the file it led to left as it was."""
+    target = tmp_path / "traces" / "t.csv"
+    target.parent.mkdir()
+    if existing:
+        target.write_text("an earlier trace\n")
+    link = tmp_path / "latest.csv"
+    link.symlink_to(Path("traces") / "t.csv")
+
+    assert main(["sim", "generate", "--out", str(link), "--jobs", "3"]) == 0
+
+    assert link.is_symlink() and os.readlink(link) == str(Path("traces") / "t.csv")
+    assert load_trace(target) == generate(GeneratorConfig(jobs=3))
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["latest.csv", "t.csv", "traces"]  # no partial file left
+
+
+@pytest.mark.parametrize(
+    ("leads_to", "options", "message"),
+    [
+        ("no/such/dir/t.csv", ["--jobs", "3"], "(a symlink to no/such/dir/t.csv): No such file or directory"),
+        ("t.csv", ["--duration", "1000w"], "--duration: 604,800,000 s must be at most the simulator's horizon"),
+    ],
+    ids=["to-a-missing-directory", "bad-knob"],
+)
+def test_generate_refused_through_a_symlink_leaves_the_link_and_its_file_as_they_were(
+    leads_to: str, options: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A link into a missing directory was replaced by the trace (exit 0), and the link lost."""
+    (tmp_path / "t.csv").write_text("an earlier trace\n")
+    link = tmp_path / "latest.csv"
+    link.symlink_to(leads_to)
+
+    assert main(["sim", "generate", "--out", str(link), *options]) == 2
+
+    assert message in capsys.readouterr().err
+    assert link.is_symlink() and os.readlink(link) == leads_to
+    assert (tmp_path / "t.csv").read_text() == "an earlier trace\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.csv", "t.csv"]
 
 
 def test_generate_writes_a_trace_job_by_job_in_the_same_memory_at_any_length(tmp_path: Path) -> None:
@@ -534,6 +607,72 @@ def test_an_out_that_cannot_be_a_directory_is_refused_naming_it_before_anything_
     assert printed.out == ""  # no run reported: none started
     assert in_the_way.read_text() == "kept"
     assert [p.name for p in tmp_path.iterdir()] == ["results"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sim", "--scenario", "micro"],
+        ["sim", "compare", "--scenario", "micro", "--policies", "fifo", "--cache-systems", "silod"],
+        ["sim", "--scenario", "harmony-80"],
+        ["sim", "sweep", "bandwidth", "--scenario", "micro", "--scales", "1,2"],
+    ],
+    ids=["sim", "compare", "colocation-sim", "sweep"],
+)
+@pytest.mark.parametrize("leads_to", ["missing", "missing/run", "a-file"], ids=["missing", "below-missing", "file"])
+def test_an_out_that_is_a_symlink_to_no_directory_is_refused_naming_where_it_leads(
+    argv: list[str], leads_to: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """mkdir's own answer, "--out results: File exists", named neither the link nor where it leads."""
+    (tmp_path / "a-file").write_text("kept")
+    out = tmp_path / "results"
+    out.symlink_to(leads_to)
+
+    assert main([*argv, "--out", str(out)]) == 2
+
+    printed = capsys.readouterr()
+    assert f"--out {out}: a symlink to {leads_to}, which is not a directory; make that directory" in printed.err
+    assert printed.out == ""  # no run reported: none started
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "results"]
+    assert out.is_symlink() and (tmp_path / "a-file").read_text() == "kept"
+
+
+def test_an_out_that_is_a_symlink_to_a_directory_gets_the_files_where_it_leads(tmp_path: Path) -> None:
+    """As `cp FILE LINK/` puts a file: the link stays, the directory it leads to holds the run."""
+    (tmp_path / "runs").mkdir()
+    out = tmp_path / "latest"
+    out.symlink_to("runs")
+    assert main(["sim", *tiny_inputs(tmp_path), "--out", str(out)]) == 0
+    assert out.is_symlink() and os.readlink(out) == "runs"
+    assert "summary.json" in {path.name for path in (tmp_path / "runs").iterdir()}
+
+
+@pytest.mark.parametrize("action", [["sim"], ["sim", "sweep", "bandwidth", "--scales", "1,0.5"]], ids=["sim", "sweep"])
+@pytest.mark.parametrize("named_by", ["cluster-file", "--tenants"])
+def test_a_remote_io_scale_below_what_the_tenants_reserve_is_refused_naming_the_scale(
+    action: list[str], named_by: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The cluster file's tenants were checked against its remote_io before it was scaled: the run went ahead with
+    VCs reserving more remote IO than the cluster had; --tenants FILE was refused, but blamed on the file."""
+    argv = tiny_inputs(tmp_path)  # 100MB/s of remote IO
+    tenants = tmp_path / "vcs.toml"
+    tenants.write_text('[vc-a]\ncells = { node = 1 }\nremote_io = "80MB/s"\n')
+    if named_by == "cluster-file":
+        cluster = Path(argv[3])
+        cluster.write_text(cluster.read_text() + 'tenants = "vcs.toml"\n')
+    else:
+        argv += ["--tenants", str(tenants)]
+    scale = ["--remote-io-scale", "0.5"] if action == ["sim"] else []
+    out = tmp_path / "out"
+
+    assert main([*action, *argv, *scale, "--out", str(out)]) == 2
+
+    option = "--remote-io-scale" if action == ["sim"] else "--scales"
+    assert (
+        f"{option} 0.5: the cluster's remote IO limit of 100,000,000 bytes/s x 0.5 is 50,000,000 bytes/s, less than "
+        "the 80,000,000 bytes/s its tenants reserve"
+    ) in capsys.readouterr().err
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ from datamgr.scheduler.sim.scenarios import (
 )
 from datamgr.scheduler.sim.tenants import load_tenants
 from datamgr.scheduler.sim.trace import load_trace, write_trace
+from datamgr.scheduler.tenancy import TenantShare
 
 HEADER = "job_id,arrival,gpus,model,ideal_rate,dataset,dataset_size,epochs"
 GOOD_ROW = "a,0,1,resnet50,114MB/s,imagenet-1k,143GB,2"
@@ -255,6 +256,16 @@ JSON_ERRORS = [
         id="size-past-a-float",
     ),
     pytest.param(
+        "{" + JSON_ROW + ', "dataset_size": 1.5, "epochs": 1}\n',
+        "t.jsonl:1: dataset_size: 1.5 is not a whole number of bytes",
+        id="size-a-fraction",
+    ),
+    pytest.param(
+        "{" + JSON_ROW.replace('"1MB/s"', "2.5") + ', "dataset_size": 1, "epochs": 1}\n',
+        "t.jsonl:1: ideal_rate: 2.5 is not a whole number of bytes/s",
+        id="rate-a-fraction",
+    ),
+    pytest.param(
         "{" + JSON_ROW + ', "dataset_size": 1' + "0" * 5000 + ', "epochs": 1}\n',
         "t.jsonl:1: not valid JSON: a number of more than 4,300 digits",
         id="size-past-python",
@@ -365,6 +376,18 @@ def test_a_cluster_file_is_read_with_units(tmp_path: Path) -> None:
             "c.toml: remote_io: 1e+30 is more than the largest value silod takes (9,223,372,036,854,775,807 bytes/s)",
         ),
         (CLUSTER.replace('"1TB"', "1e30"), "c.toml: cache_per_node: 1e+30 is more than the largest value silod takes"),
+        # A fraction of a byte, refused as the string "1.5" and "0.5B" are (it was rounded before: 1.5 became 2).
+        (
+            CLUSTER.replace('"1TB"', "1.5"),
+            "c.toml: cache_per_node: 1.5 is not a whole number of bytes: a fraction is refused, not rounded (a unit "
+            "may carry one: '1.5TB')",
+        ),
+        (CLUSTER.replace('"1TB"', '"1.5"'), "c.toml: cache_per_node: size '1.5' is 1.5 bytes, not a whole number"),
+        (CLUSTER.replace('"200MB/s"', "0.4"), "c.toml: remote_io: 0.4 is not a whole number of bytes/s"),
+        (
+            CLUSTER + "cpus_per_node = 8\nram_per_node = 2.5\n",
+            "c.toml: ram_per_node: 2.5 is not a whole number of bytes",
+        ),
         # A run's cost grows with the nodes and GPUs whatever the trace (a million nodes: 10 s for one job).
         (
             CLUSTER.replace("nodes = 2", "nodes = 100001"),
@@ -415,6 +438,23 @@ def test_the_remote_io_scale_multiplies_only_the_limit() -> None:
     assert with_remote_io_scale(cluster, 2.5) == ClusterSpec(2, 4, 10**12, 500_000_000)
     with pytest.raises(ValueError, match="must be positive"):
         with_remote_io_scale(cluster, 0)
+
+
+def test_a_remote_io_scale_that_leaves_no_rate_or_less_than_the_tenants_reserve_is_refused_saying_why() -> None:
+    cluster = ClusterSpec(2, 4, 10**12, 200_000_000)
+    assert with_remote_io_scale(cluster, 5e-9).remote_io_bytes_per_sec == 1  # the smallest limit
+    with pytest.raises(SimInputError, match=r"x 1e-12 is 0\.0002 bytes/s, which rounds to 0: the smallest limit"):
+        with_remote_io_scale(cluster, 1e-12)
+    reserving = replace(cluster, tenants={"a": TenantShare(cells={"node": 1}, io_bytes_per_sec=150e6)})
+    assert with_remote_io_scale(reserving, 0.75).remote_io_bytes_per_sec == 150e6
+    with pytest.raises(SimInputError, match="is 100,000,000 bytes/s, less than the 150,000,000 bytes/s its tenants"):
+        with_remote_io_scale(reserving, 0.5)
+
+
+def test_a_size_given_as_a_whole_number_is_read_exactly_past_what_a_float_holds(tmp_path: Path) -> None:
+    """It went through a float: 2**53 + 1 bytes became 2**53."""
+    cluster = load_cluster(write(tmp_path / "c.toml", CLUSTER.replace('"1TB"', str(2**53 + 1))))
+    assert cluster.cache_bytes_per_node == 2**53 + 1
 
 
 # --- the generator ---------------------------------------------------------------------------------------------

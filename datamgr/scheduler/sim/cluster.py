@@ -19,6 +19,7 @@ all: a run's cost grows with them whatever the trace.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -101,13 +102,20 @@ def load_cluster(path: Path) -> ClusterSpec:
 
 def with_remote_io_scale(cluster: ClusterSpec, scale: float) -> ClusterSpec:
     """The same cluster with its remote IO limit multiplied by `scale`: the what-if knob for faster or slower
-    egress (cloud storage bandwidth grows far slower than GPU speed)."""
+    egress (cloud storage bandwidth grows far slower than GPU speed). A scale that takes the limit out of what a
+    rate can be (under 1 byte/s, past `MAX_VALUE`), or below what the cluster's tenants reserve, is a SimInputError
+    that says so without naming where the scale came from: the caller prefixes its option (`--remote-io-scale`)."""
     if not scale > 0:
-        raise ValueError(f"remote IO scale must be positive, not {scale!r}")
-    limit = cluster.remote_io_bytes_per_sec * scale
+        raise SimInputError(f"the remote IO scale must be positive, not {scale!r}")
+    base = cluster.remote_io_bytes_per_sec
+    limit = base * scale
+    shown = f"{limit:,.0f}" if 1 <= limit <= MAX_VALUE else f"{limit:.3g}" if math.isfinite(limit) else "past 1e+308"
+    becomes = f"the cluster's remote IO limit of {base:,.0f} bytes/s x {scale:g} is {shown} bytes/s"
+    if limit < 1:
+        raise SimInputError(f"{becomes}, which rounds to 0: the smallest limit silod takes is 1 byte/s")
     if not limit <= MAX_VALUE:
-        raise SimInputError(
-            f"remote IO scale {scale:g} makes the remote IO limit {limit:.3g} bytes/s, larger than the largest rate "
-            f"silod takes ({MAX_VALUE:,} bytes/s)"
-        )
+        raise SimInputError(f"{becomes}, larger than the largest rate silod takes ({MAX_VALUE:,} bytes/s)")
+    reserved = sum(share.io_bytes_per_sec for share in cluster.tenants.values())
+    if reserved > limit:
+        raise SimInputError(f"{becomes}, less than the {reserved:,.0f} bytes/s its tenants reserve")
     return replace(cluster, remote_io_bytes_per_sec=limit)

@@ -102,10 +102,15 @@ def simulate(
     return _Run(trace, cluster, scheduler, config, decision_log, progress).run()
 
 
-def check_inputs(trace: Sequence[TraceJob], cluster: ClusterSpec) -> None:
+REMOTE_IO_UNIT_HINT = "check the unit of remote_io (a bare number is bytes/s)"
+
+
+def check_inputs(trace: Sequence[TraceJob], cluster: ClusterSpec, remote_io_hint: str = REMOTE_IO_UNIT_HINT) -> None:
     """Raise ValueError naming the job and the rule for a trace the cluster cannot run, or one the simulator would
     take hours or all memory to: past its horizon (`model.HORIZON_YEARS`), on more than `model.MAX_NODES` nodes or
-    `model.MAX_GPUS` GPUs, with a grace period of more than a day."""
+    `model.MAX_GPUS` GPUs, with a grace period of more than a day. `remote_io_hint` ends the message of a remote IO
+    limit too slow to bring the datasets in within the horizon: what to check where the limit came from (the
+    cluster file's `remote_io`, or a scale of it the caller applied)."""
     if cluster.nodes < 1 or cluster.gpus_per_node < 1:
         raise ValueError(f"the cluster needs at least one node with a GPU, not {cluster}")
     if cluster.nodes > MAX_NODES or cluster.total_gpus > MAX_GPUS:
@@ -139,7 +144,7 @@ def check_inputs(trace: Sequence[TraceJob], cluster: ClusterSpec) -> None:
             raise ValueError(
                 f"{where}: dataset {job.dataset!r} is {job.dataset_bytes} bytes, an earlier job says {known}"
             )
-    _check_egress_within_horizon(trace, cluster)
+    _check_egress_within_horizon(trace, cluster, remote_io_hint)
 
 
 def _check_within_horizon(job: TraceJob, where: str) -> None:
@@ -158,7 +163,7 @@ def _check_within_horizon(job: TraceJob, where: str) -> None:
         )
 
 
-def _check_egress_within_horizon(trace: Sequence[TraceJob], cluster: ClusterSpec) -> None:
+def _check_egress_within_horizon(trace: Sequence[TraceJob], cluster: ClusterSpec, hint: str) -> None:
     """Every byte a job reads comes from remote storage once, at least: each dataset's bytes its jobs read (an epoch
     reads each once), whatever the caches, through the remote IO limit. That time bounds the run from below."""
     read_once: dict[str, float] = {}
@@ -170,7 +175,7 @@ def _check_egress_within_horizon(trace: Sequence[TraceJob], cluster: ClusterSpec
         raise ValueError(
             f"the trace's jobs read at least {format_size(needed)} from remote storage, {seconds / YEAR_SECONDS:.3g} "
             f"years at the cluster's remote IO limit of {format_rate(cluster.remote_io_bytes_per_sec)}, past the "
-            f"simulator's horizon of {HORIZON_YEARS} years: check the unit of remote_io (a bare number is bytes/s)"
+            f"simulator's horizon of {HORIZON_YEARS} years: {hint}"
         )
 
 

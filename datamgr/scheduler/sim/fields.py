@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import math
+import os
 import re
 import tomllib
 from collections.abc import Callable, Collection, Iterator
@@ -171,9 +172,10 @@ def at_least(read: Reader[N], low: N, bound: str) -> Reader[N]:
     return read_at_least
 
 
-def _with_units(parse: Callable[[str], int], unit: str) -> Callable[[object], int]:
+def _with_units(parse: Callable[[str], int], unit: str, example: str) -> Callable[[object], int]:
     """A quantity in `unit` as the units module reads it from a string, or a plain number of `unit`, with the same
-    bounds: not negative, at most `MAX_VALUE` (what silod takes everywhere, a 64-bit integer's range)."""
+    bounds: not negative, a whole number of `unit` (`1.5` is refused as `"1.5"` and `"0.5B"` are, not rounded),
+    at most `MAX_VALUE` (what silod takes everywhere, a 64-bit integer's range)."""
 
     def read(value: object) -> int:
         if isinstance(value, str):
@@ -181,18 +183,24 @@ def _with_units(parse: Callable[[str], int], unit: str) -> Callable[[object], in
                 return parse(value)
             except UnitError as exc:
                 raise ValueError(str(exc)) from None
-        number = _as_number(value)
-        if number < 0:
+        number = _as_number(value)  # an int is checked as given: a float holds 53 bits of it
+        exact = value if isinstance(value, int) else number
+        if exact < 0:
             raise ValueError(f"{value!r} must not be negative")
-        if number > MAX_VALUE:
+        if exact > MAX_VALUE:
             raise ValueError(f"{shown(value)} is more than the largest value silod takes ({MAX_VALUE:,} {unit})")
-        return round(number)
+        if exact != int(exact):
+            raise ValueError(
+                f"{shown(value)} is not a whole number of {unit}: a fraction is refused, not rounded (a unit may "
+                f"carry one: {example!r})"
+            )
+        return int(exact)
 
     return read
 
 
-size = _with_units(parse_size, "bytes")  # bytes: 1300000000000, "1.3TB", "500GiB"
-rate = _with_units(parse_rate, "bytes/s")  # bytes/s: 114000000, "114MB/s", "1Gbps"
+size = _with_units(parse_size, "bytes", "1.5TB")  # bytes: 1300000000000, "1.3TB", "500GiB"
+rate = _with_units(parse_rate, "bytes/s", "1.5GB/s")  # bytes/s: 114000000, "114MB/s", "1Gbps"
 
 
 def positive(read: Callable[[object], int]) -> Callable[[object], int]:
@@ -281,8 +289,15 @@ def output_directory(path: Path) -> Path:
     """`path`, checked to be a directory that can take a run's files: refused as a `SimInputError` naming `--out`
     when it cannot be made (a file in the way, no permission), before any simulation has spent its time. One this
     check makes is removed again (its parents stay): the run makes it once its files are written
-    (`silodcli.sim_outputs.staged_outputs`), so a run that never gets that far leaves no empty one."""
+    (`silodcli.sim_outputs.staged_outputs`), so a run that never gets that far leaves no empty one. A symlink to a
+    directory is written through (the files go where it leads, as `cp FILE LINK/` puts them); one that leads to no
+    directory is refused naming where it leads (mkdir's own answer, "File exists", names neither)."""
     existed = path.is_dir()
+    if path.is_symlink() and not existed:
+        raise SimInputError(
+            f"--out {path}: a symlink to {os.readlink(path)}, which is not a directory; make that directory, or give "
+            "another --out"
+        )
     try:
         make_directory(path)
         if not existed:

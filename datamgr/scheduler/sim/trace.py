@@ -189,18 +189,32 @@ def writing_trace(path: Path) -> Iterator[TextIO]:
     """A file for `write_jobs` to write the trace at `path` into, made at once: a bad extension is a
     `SimInputError` and a path that cannot be written an OSError before any job is made. It is written beside `path`
     (as `.NAME.partial`) and becomes `path` only when the block ends without an exception; otherwise it is removed,
-    and what was at `path` stays as it was, so a refused or interrupted trace never passes for a whole one."""
+    and what was at `path` stays as it was, so a refused or interrupted trace never passes for a whole one. A
+    symlink at `path` is written through, as a shell's `>` and cp write through one: the file it points to (made if
+    missing) is written beside and replaced, and the link stays a link; a loop of links is an OSError."""
     trace_format(path)
-    if path.is_dir():
+    target = _written_through(path)
+    if target.is_dir():
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-    partial = path.with_name(f".{path.name}.partial")
+    partial = target.with_name(f".{target.name}.partial")
     try:
         with partial.open("w", newline="", encoding="utf-8") as file:
             yield file
-        partial.replace(path)
+        partial.replace(target)
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
+
+
+def _written_through(path: Path) -> Path:
+    """The file that writing to `path` writes: `path`, or where the symlink at `path` leads (a rename onto the link
+    would replace the link itself)."""
+    if not path.is_symlink():
+        return path
+    target = Path(os.path.realpath(path))
+    if target.is_symlink():  # where realpath gave up: a loop
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+    return target
 
 
 def optional_columns(jobs: Iterable[TraceJob]) -> tuple[str, ...]:
