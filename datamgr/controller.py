@@ -348,6 +348,7 @@ class RoundReport:
     error: str  # why the round stopped early ("" if it did not)
     wake_at: float | None = None  # when the policy asked for its next round (the manager's wall clock)
     released: tuple[str, ...] = ()  # suspending jobs whose GPUs the round released first (grace period over)
+    jobs: frozenset[str] = frozenset()  # the jobs the policy saw
 
 
 class Controller:
@@ -409,8 +410,7 @@ class Controller:
         if not waiting:
             return
         log.info(
-            "first round waits for the usage reports of %d nodes that run jobs (%s), at most the node timeout",
-            len(waiting),
+            "first round waits for the usage reports of the nodes that run jobs (%s), at most the node timeout",
             ", ".join(waiting),
         )
         while self._manager.nodes_awaiting_first_report():
@@ -436,10 +436,11 @@ class Controller:
         refused: list[tuple[Step | Move, str]] = []
         failure: Exception | None = None
         wake_at: float | None = None
+        present: frozenset[str] = frozenset()
         try:
             released = await self._allocations.release_due()  # first, so that the GPUs they free are free for it
             snapshot = snapshot_of(self._manager, self._remote_io_limit, self._manager.wall_clock())
-            revision, cache_budget = snapshot.seed, snapshot.cache_capacity_bytes
+            revision, cache_budget, present = snapshot.seed, snapshot.cache_capacity_bytes, frozenset(snapshot.jobs)
             # Policies are pure functions of the immutable snapshot: a thread keeps the server answering.
             decision = await asyncio.to_thread(self._scheduler.decide, snapshot)
             if decision.wake_at is not None and snapshot.time < decision.wake_at < math.inf:
@@ -476,20 +477,32 @@ class Controller:
             error="" if failure is None else f"{type(failure).__name__}: {failure}",
             wake_at=wake_at,
             released=tuple(released),
+            jobs=present,
         )
         return report, failure
 
     async def _apply_each(
         self, changes: Sequence[Step | Move], applied: list[Step | Move], refused: list[tuple[Step | Move, str]]
     ) -> None:
-        """Apply the changes in order, each one applied or refused with the data manager's reason."""
+        """Apply the changes in order, each one applied or refused with the data manager's reason. A change to a job
+        or dataset that went while the round ran (a job finished) is neither: it is left out, as the next round's
+        snapshot leaves it out."""
         for change in changes:
             try:
                 await self._apply(change)
             except DataManagerError as exc:
-                refused.append((change, str(exc)))
+                if self._went(change):
+                    log.debug("round change %s left out: %s went while the round ran", change, _target(change))
+                else:
+                    refused.append((change, str(exc)))
             else:
                 applied.append(change)
+
+    def _went(self, change: Step | Move) -> bool:
+        state = self._manager.state
+        return _target(change) not in (
+            state.datasets if isinstance(change, Step) and change.resource == "cache" else state.jobs
+        )
 
     async def _place_together(
         self, moves: Sequence[Move], applied: list[Step | Move], refused: list[tuple[Step | Move, str]]
@@ -546,6 +559,11 @@ class Controller:
         )
 
 
+def _target(change: Step | Move) -> str:
+    """The job or dataset a change is to."""
+    return change.job_id if isinstance(change, Move) else change.target
+
+
 def _carried_out(snapshot: Snapshot, decision: Decision, unapplied: Sequence[str]) -> dict[str, Mapping[str, int]]:
     """The placements once the round is carried out: the decision's, but where jobs registered with their
     workers stay (`unapplied`)."""
@@ -559,11 +577,14 @@ def _carried_out(snapshot: Snapshot, decision: Decision, unapplied: Sequence[str
 
 
 def _repeats(report: RoundReport, last: RoundReport | None) -> bool:
-    """Whether a round only repeats the one before: it changed, refused and released nothing, and expects of every
-    job what that round did. Such a round (a timer's, on a cluster at rest) says nothing its predecessor's line did
-    not, and at one a minute with hundreds of jobs its lines would fill the log for nothing."""
+    """Whether a round only repeats the one before: it saw the same jobs, changed, refused and released nothing, and
+    expects of every job what that round did. Such a round (a timer's, on a cluster at rest) says nothing its
+    predecessor's line did not, and at one a minute with hundreds of jobs its lines would fill the log for nothing.
+    A job registered that waits changes no estimate, and its round is no repeat: its line (its note, with
+    `--log-json`) is where the operator looks for why it waits."""
     return (
         last is not None
+        and report.jobs == last.jobs
         and not (report.applied or report.refused or report.released or report.error)
         and report.estimates == last.estimates
         and report.unapplied_placements == last.unapplied_placements
