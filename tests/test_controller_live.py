@@ -41,12 +41,23 @@ def test_policy_and_round_follow_flag_over_environment_over_file_over_default(tm
     assert (from_flags.policy, from_flags.round_seconds) == ("external", 9.0)
 
 
-def test_an_unknown_policy_exits_2_listing_the_known_ones_before_touching_the_state_dir(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("nosuch", "is unknown"),
+        # It was "unknown" too, though docs/harmony.md documents it: a policy of the simulator's co-location model.
+        ("harmony", "is a co-location policy, which only `silod sim` runs, on a co-location scenario"),
+    ],
+    ids=["unknown", "co-location"],
+)
+def test_an_unknown_policy_exits_2_listing_the_known_ones_before_touching_the_state_dir(
+    tmp_path: Path, name: str, why: str
+) -> None:
     result = silod_cli(
-        "datamgr", "serve", "--state-dir", str(tmp_path / "state"), "--remote-io-limit", "1GB/s", "--policy", "nosuch"
+        "datamgr", "serve", "--state-dir", str(tmp_path / "state"), "--remote-io-limit", "1GB/s", "--policy", name
     )
     assert result.returncode == 2
-    assert f"--policy 'nosuch' is unknown; known policies: external, {', '.join(available_policies())}" in result.stderr
+    assert f"--policy '{name}' {why}; known policies: external, {', '.join(available_policies())}" in result.stderr
     assert not (tmp_path / "state").exists()
 
 

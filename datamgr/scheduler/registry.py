@@ -105,7 +105,13 @@ def unknown_policy(name: object, *also: str) -> UnknownPolicy | None:
     known = available_policies()
     if name in known:
         return None
-    return UnknownPolicy(f"{name!r} is unknown; known policies: {', '.join([*also, *known])}")
+    listed = ", ".join([*also, *known])
+    if name in COLOCATION_POLICIES:  # Harmony's: it places jobs on machines' CPUs, RAM and GPUs, which only the
+        return UnknownPolicy(  # simulator's co-location model has (docs/harmony.md)
+            f"{name!r} is a co-location policy, which only `silod sim` runs, on a co-location scenario; known "
+            f"policies: {listed}"
+        )
+    return UnknownPolicy(f"{name!r} is unknown; known policies: {listed}")
 
 
 def load_policy(name: str, options: PolicyOptions | None = None) -> Policy:
