@@ -198,7 +198,7 @@ def _check_cell_levels(spec: str) -> None:
 def _check_stored_tenants(manager: DataManager) -> None:
     """Refuse cell levels that lack a level a registered tenant's VC names (restart with the levels it was
     registered under, and unregister the tenant, to change them); warn when the VCs do not fit the nodes (a node
-    unregistered since), which the policy cannot then keep."""
+    unregistered since), which the policy then cannot promise to keep."""
     registered = list(manager.state.tenants.values())
     for tenant in registered:
         try:
@@ -208,7 +208,11 @@ def _check_stored_tenants(manager: DataManager) -> None:
     try:
         tenants.check_vcs(registered, manager.cell_levels, manager.state.nodes.values(), field="tenants")
     except DataManagerError as exc:
-        log.warning("%s: policies that keep virtual clusters (hived) cannot run until they fit", exc)
+        log.warning(
+            "%s: policies that keep virtual clusters (hived) run on, but without HiveD's guarantee that every VC's "
+            "cells can be bound (its Theorem 1): a tenant's job may find no free cell until they fit again",
+            exc,
+        )
 
 
 def _check_stored_nodes(manager: DataManager) -> None:
