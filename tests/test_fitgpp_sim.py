@@ -406,3 +406,24 @@ def test_fitgpp_silod_holds_the_cache_quota_of_a_suspending_victim() -> None:
         cache_capacity_bytes=10 * GB,
     )
     assert (fitgpp_silod().schedule(snapshot, SiloDPerf()).cache_bytes or {}).get("ds-s") == 4 * GB
+
+
+@pytest.mark.parametrize("grace", [0.0, 60.0])
+def test_fitgpp_silod_holds_a_victims_cache_quota_in_the_round_that_preempts_it(grace: float) -> None:
+    """The round that picks `victim` must hold its quota already: storage recomputed without it gives the
+    quota away, and the next round (`victim` suspending or queued, preempted once) would find none to hold.
+    Without a grace period the TE job starts at once, beside it."""
+    victim = running_be("victim", "n0", RATE, grace=grace)._replace(dataset_uri="ds-victim")
+    te = waiting("te", 50.0, job_class="te")._replace(dataset_uri="ds-te")
+    snapshot = replace(
+        io_snapshot(victim, te),
+        nodes={"n0": NodeState("n0", 1, 10 * GB, 8, 64 * GB)},
+        datasets={
+            "ds-victim": DatasetState("ds-victim", 10 * GB, cache_quota_bytes=4 * GB),
+            "ds-te": DatasetState("ds-te", 10 * GB),
+        },
+    )
+    decision = fitgpp_silod().schedule(snapshot, SiloDPerf())
+    assert placed(decision) == ({"te"} if grace == 0 else set())  # `victim` is preempted in this round
+    assert (decision.cache_bytes or {}).get("ds-victim") == 4 * GB
+    assert sum((decision.cache_bytes or {}).values()) <= 10 * GB

@@ -117,6 +117,20 @@ def test_a_job_just_demoted_lines_up_behind_the_jobs_that_reached_its_queue_befo
     assert decision.job_states["new"] == queue_state(1, 3.25 * HOUR)
 
 
+@pytest.mark.parametrize("gittins", [False, True])
+def test_a_queue_recorded_beyond_the_configured_ones_is_the_last_in_the_order_jobs_entered(gittins: bool) -> None:
+    """Restarted with one threshold where there were two, `stuck` is recorded in a third queue that is no more:
+    it is in the last, the second, entered when it entered the third, so it lines up behind `earlier` and
+    ahead of `later`, demoted to the second since, rather than behind everyone for good."""
+    earlier = job("earlier", 4, attained=4 * HOUR, started=0.0, state=queue_state(1, HOUR))
+    stuck = job("stuck", 4, submit=1, attained=8 * HOUR, started=1.0, state=queue_state(2, 2 * HOUR))
+    later = job("later", 4, submit=2, on={"n0": 4}, attained=2 * HOUR, started=2.0, state=queue_state(1, 3 * HOUR))
+    policy = Tiresias("tiresias", TiresiasConfig(thresholds=(HOUR,)), gittins=gittins)
+    decision = policy.schedule(snapshot(earlier, stuck, later, time=4 * HOUR, nodes=2), VanillaPerf())
+    assert running(decision.placements or {}) == {"earlier", "stuck"}  # `later` is preempted
+    assert decision.job_states["stuck"] == queue_state(1, 2 * HOUR)  # what status shows: queue 2, of 2
+
+
 def test_each_round_keeps_every_job_that_fits_and_skips_the_rest() -> None:
     """Ranked big (4), huge (4), small (1) on 5 GPUs: big and small run; huge, which does not fit, is skipped."""
     jobs = [job("big", 4, submit=0), job("huge", 4, submit=1), job("small", 1, submit=2)]
@@ -287,6 +301,24 @@ def test_a_preempted_waiting_jobs_cache_quota_is_held_for_it() -> None:
     decision = tiresias_silod().schedule(snap, SiloDPerf())
     assert (decision.cache_bytes or {})["ds-p"] == 40 * GB
     assert sum((decision.cache_bytes or {}).values()) <= 100 * GB
+
+
+def test_the_round_that_preempts_a_job_already_holds_its_cache_quota() -> None:
+    """`old`, demoted, gives its GPU to a new job: its dataset keeps the quota the node caches for it now, in
+    this round (storage recomputed without it would give it away, and the next round would hold nothing)."""
+    old = job("old", 1, on={"n0": 1}, attained=2 * HOUR, state=queue_state(1, HOUR))
+    new = job("new", 1, submit=3 * HOUR)
+    datasets = {
+        "ds-old": DatasetState("ds-old", 100 * GB, cache_quota_bytes=40 * GB),
+        "ds-new": DatasetState("ds-new", 100 * GB),
+    }
+    nodes = {"n0": NodeState("n0", 1, 100 * GB)}
+    snap = Snapshot(3 * HOUR, nodes, 10 * GB, datasets, {j.job_id: j for j in (old, new)})
+    decision = tiresias_silod().schedule(snap, SiloDPerf())
+    assert running(decision.placements or {}) == {"new"}  # `old` is preempted in this round
+    assert (decision.cache_bytes or {}).get("ds-old") == 40 * GB
+    assert held_quotas(snap, decision.placements) == {"ds-old": 40 * GB}
+    assert (decision.cache_bytes or {})["ds-new"] == 60 * GB  # the rest of the cache, to the job that runs
 
 
 # --- baselines ---------------------------------------------------------------------------------------------------

@@ -31,7 +31,8 @@ needs b = f* (1 - c/d), about f* since a new job's cache helps only from its nex
 victim only if, once it is gone, SiloD's max-min IO sharing gives the TE job that much (`_IoView`), so the TE
 job runs at f*; when no victim can (one victim rarely frees enough in a cluster far beyond its egress), the
 choice is vanilla FitGpp's. It also decides storage: SiloD's greedy allocation, with the cache quota of a
-preempted BE job held while it suspends and waits (`policies/held.py`), so it resumes at the speed it left.
+preempted BE job held, from the round that preempts it, while it suspends and waits (`policies/held.py`), so
+it resumes at the speed it left.
 
 Knobs (`[policy]` or `--policy-option`): `s`, the weight of the grace period in Eq. 3 (default 4.0),
 `preemption_limit`, P (default 1; "inf" for none), which bounds every rule, and `wait_for_release` (default
@@ -178,7 +179,7 @@ class TeBeScheduler:
         decision = self._compute(snapshot)
         if not self.io_aware:
             return decision
-        return hold_waiting_quotas(snapshot.with_placements(decision.placements or {}), decision, estimator)
+        return hold_waiting_quotas(snapshot, decision, estimator)
 
     def _compute(self, snapshot: Snapshot) -> Decision:
         room = _Room(snapshot)

@@ -32,13 +32,16 @@ attained first) and the supremum Gittins index under Gittins, ties by submission
 **SiloD-enhanced** (`tiresias-silod`): 2D-LAS whose attained service counts ideal GPU time, the GPU time the
 work done would have taken at full speed (done bytes / f* x W), so a job starved of remote IO is not charged
 for time it spent waiting on data; and storage by SiloD's greedy allocation in which a preempted job keeps
-its dataset's cache quota while it waits (`policies/held.py`), so that it resumes at speed instead of
-refilling its cache over an epoch. (Plain `tiresias-las` under the silod cache system already gets SiloD's
-greedy storage; this variant adds the two changes above, each a knob of every Tiresias policy: `service =
-"ideal"` or `"gpu-time"`, `hold_cache = true` or `false`, so either can be measured alone.)
+its dataset's cache quota while it waits, from the round that preempts it (`policies/held.py`), so that it
+resumes at speed instead of refilling its cache over an epoch. (Plain `tiresias-las` under the silod cache
+system already gets SiloD's greedy storage; this variant adds the two changes above, each a knob of every
+Tiresias policy: `service = "ideal"` or `"gpu-time"`, `hold_cache = true` or `false`, so either can be measured
+alone.)
 
 State carried from round to round per job (`Decision.job_states`): its queue, when it entered it, and the
-attained service and waiting time it had when it was last promoted (so both restart from there).
+attained service and waiting time it had when it was last promoted (so both restart from there). A queue
+recorded beyond the configured ones (the data manager restarted with fewer) is the last queue, entered when
+the job entered the one recorded: it lines up there first-in first-out like every job that reached it.
 """
 
 from __future__ import annotations
@@ -170,7 +173,7 @@ class Tiresias:
             placements=placements, job_states=states, wake_at=self._wake_at(ranked, placements, now), notes=notes
         )
         if self.config.hold_cache and estimator.storage_aware:
-            return hold_waiting_quotas(snapshot.with_placements(placements), decision, estimator)
+            return hold_waiting_quotas(snapshot, decision, estimator)
         return decision
 
     def attained(self, job: JobState) -> float:
@@ -191,10 +194,12 @@ class Tiresias:
         if config.continuous:
             priority = -self.history.supremum(attained) if self.history is not None else attained
             return Ranked(job, place, recorded, attained, (priority, job.submit_time))
+        last = len(config.thresholds)
+        if place.queue > last:  # recorded under more queues than configured now: in the last, since it entered
+            place = place._replace(queue=last)
         queue = max(place.queue, _queue_of(attained, config.thresholds))
         if queue != place.queue:
             place = place._replace(queue=queue, entered=now)
-        last = len(config.thresholds)
         if self.history is not None and queue < last:
             index = self.history.index(attained, config.thresholds[queue])
             return Ranked(job, place, recorded, attained, (queue, -index, job.submit_time))
