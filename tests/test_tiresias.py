@@ -390,6 +390,24 @@ def test_a_history_file_that_is_not_there_is_named_as_a_missing_file(tmp_path: P
         load_policy("tiresias-gittins", {"history": str(missing)})
 
 
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ("4h\n8h\nsoon  # ?\n", "line 3: duration 'soon' is not"),  # it named the value, not where it is
+        ("4h\n\xff\n", "is not UTF-8 text"),  # it was the codec's own message, naming no option
+    ],
+    ids=["bad-line", "not-utf8"],
+)
+def test_a_history_file_line_that_is_no_duration_is_refused_naming_the_file_and_line(
+    tmp_path: Path, content: str, why: str
+) -> None:
+    path = tmp_path / "history.txt"
+    path.write_bytes(content.encode("latin-1"))
+    with pytest.raises(UnknownPolicy) as refused:
+        load_policy("tiresias-gittins", {"history": str(path)})
+    assert f"option history: {path}" in str(refused.value) and why in str(refused.value)
+
+
 def test_a_state_that_is_no_place_in_the_queues_starts_the_job_afresh_in_queue_1() -> None:
     """HiveD's cells in a state dir written before the controller recorded who wrote each state."""
     hived_state = {"opportunistic": 1.0, "cells": 1.0, "level": 1.0, "c0": 0.0}

@@ -87,12 +87,29 @@ class OptionReader:
         if value is None:
             return None
         if isinstance(value, str) and Path(value).is_file():
-            lines = Path(value).read_text(encoding="utf-8").splitlines()
-            items = [line.split("#", 1)[0].strip() for line in lines]
-            return OptionReader({key: [item for item in items if item]}).durations(key)
+            return _durations_in_file(key, Path(value))
         if isinstance(value, str) and "/" in value:  # no duration has a slash: a path to a file that is not there
             raise ValueError(f"option {key}: {value!r} is no file (nor a list of durations)")
         return self.durations(key)
+
+
+def _durations_in_file(key: str, path: Path) -> tuple[float, ...]:
+    """The durations in `path`, one per line (# comments); a line that is none is refused naming its number."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"option {key}: {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise ValueError(f"option {key}: cannot read {path}: {exc.strerror or exc}") from None
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        item = line.split("#", 1)[0].strip()
+        if item:
+            try:
+                found.append(duration(item))
+            except ValueError as exc:
+                raise ValueError(f"option {key}: {path}, line {number}: {exc}") from None
+    return tuple(found)
 
 
 def read_options(options: PolicyOptions, accepted: Collection[str]) -> OptionReader:
