@@ -106,7 +106,8 @@ def snapshot_of(manager: DataManager, remote_io_bytes_per_sec: int, now: float) 
 
     - A job's placement is its workers, counted as GPUs. `gpus` is their total for a job registered with its
       workers, and the GPUs it asked for for a job the policy places (its f* is for all of them).
-      `done_bytes` is what its nodes last reported reading. `total_bytes` is the epochs it registered
+      `done_bytes` is what it has read in all its runs (`DataManager.bytes_read`: what its history banked
+      as it left nodes, and its current nodes' reports since). `total_bytes` is the epochs it registered
       times its dataset's size, or infinite if it registered none (a length-aware policy such as SJF then
       ranks it behind every job that said how long it trains), and `irregular`, `job_class` and
       `grace_seconds` are as registered. Its history (submit time, starts, waits, preemptions, attained
@@ -168,7 +169,7 @@ def _job_state(manager: DataManager, job_id: str, now: float) -> JobState:
         dataset_bytes=dataset_bytes,
         ideal_bytes_per_sec=job.ideal_bytes_per_sec,
         total_bytes=job.epochs * dataset_bytes if job.epochs > 0 else math.inf,
-        done_bytes=sum(u.bytes_read for u in manager.liveness.job_usage(job_id)),
+        done_bytes=manager.bytes_read(job_id),
         attained_gpu_seconds=lifecycle.attained_gpu_seconds(job, history, now),
         irregular=job.irregular,
         placement=MappingProxyType(placement),

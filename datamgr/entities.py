@@ -221,7 +221,12 @@ class JobHistory:
 
     A job preempted with a grace period suspends: it holds `held` (node -> GPUs, the placement it was preempted
     from) until `suspended_until`, when the data manager releases them; both are persisted, so a restart
-    neither loses the hold nor ends it early."""
+    neither loses the hold nor ends it early.
+
+    What the job has read is `bytes_read_before` plus what the nodes of its current placement have reported of
+    their run of it (`DataManager.bytes_read`): a node counts a job's reads from when it mounts the job, so the
+    counts of the nodes a job leaves (a preemption, a suspension, a migration) are banked here as it leaves them,
+    and a job's progress survives its preemption, its resumption elsewhere and a restart."""
 
     job_id: str
     submit_time: float
@@ -237,6 +242,7 @@ class JobHistory:
     policy_state_by: str = ""
     held: Mapping[str, int] = field(default_factory=dict)  # node -> GPUs still held while it suspends
     suspended_until: float | None = None  # when its grace period ends; None unless it suspends
+    bytes_read_before: int = 0  # what it read on nodes it has since left, banked at each stop and migration
 
     @property
     def suspending(self) -> bool:

@@ -67,15 +67,20 @@ def queued_seconds(history: JobHistory, now: float) -> float:
     return history.queued_seconds_before + waiting
 
 
-def moved(job: Job, history: JobHistory, placement: Placement, now: float) -> tuple[Job, JobHistory]:
+def moved(
+    job: Job, history: JobHistory, placement: Placement, now: float, read_on_nodes_left: int = 0
+) -> tuple[Job, JobHistory]:
     """The job on `placement` from `now` (empty: stopped), and its history after the move.
 
     Starting ends its wait; stopping a running job is a preemption and banks the GPU time it held, and with a
     grace period it suspends, holding the GPUs it ran on until `now` + the period. A placement that changes
     while the job runs (a migration) changes neither: the job holds all its GPUs throughout. A suspending job
-    is not started (the caller refuses it)."""
+    is not started (the caller refuses it). Either way, `read_on_nodes_left`, what the nodes the job leaves
+    reported of their run of it (`nodes_left`), is banked: a node that mounts the job again counts from 0."""
     workers = tuple(Worker(node_id, gpus) for node_id, gpus in sorted(placement.items()))
     was_running, runs = bool(job.workers), bool(workers)
+    if read_on_nodes_left:
+        history = replace(history, bytes_read_before=history.bytes_read_before + read_on_nodes_left)
     if runs and not was_running:
         waited = 0.0 if history.pending_since is None else max(0.0, now - history.pending_since)
         history = replace(
@@ -96,6 +101,16 @@ def moved(job: Job, history: JobHistory, placement: Placement, now: float) -> tu
             suspended_until=now + job.grace_seconds if suspends else None,
         )
     return replace(job, workers=workers), history
+
+
+def nodes_left(job: Job, placement: Placement) -> list[str]:
+    """The nodes the job runs on that `placement` leaves out: moving there, it stops reading on them."""
+    return sorted(placement_of(job).keys() - {node_id for node_id, gpus in placement.items() if gpus})
+
+
+def nodes_joined(job: Job, placement: Placement) -> list[str]:
+    """The nodes of `placement` the job does not run on yet: moving there, it starts reading on them."""
+    return sorted({node_id for node_id, gpus in placement.items() if gpus} - placement_of(job).keys())
 
 
 def released(history: JobHistory) -> JobHistory:

@@ -7,13 +7,20 @@ A node that reports a dataset it cannot open (`DatasetUsage.open_error`), or rea
 it cannot open the ones last set (`options_error`), is logged here, as a WARNING when the failure first arrives and
 at INFO once a report no longer carries it: the node's agent logs why, but without this the data manager would show
 the node's jobs running while they wait, or reading with credentials that may be about to expire.
+
+A node's agent counts what a job read there from when it mounted the job, and starts again from 0 when it mounts it
+anew (the job resumed there after a preemption) or restarts. So each node's reads of a job are also added up here,
+report by report (`read`): what its count grew by since the node's previous report, or all of it when that report
+did not carry the job or carried a larger count (a new count). The data manager marks where each run of a job on a
+node begins (`start_run`) and banks what the run read (`run_bytes`) when the job leaves the node
+(`DataManager.bytes_read`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Container, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 from silodlib.logfields import log_ids
 
@@ -59,6 +66,8 @@ class _NodeRecord:
     heard: bool = False  # contact since the start: until then `last_seen` is the start, the grace's beginning
     datasets: Sequence[DatasetUsage] = ()
     jobs: Sequence[JobUsage] = ()
+    read: dict[str, int] = field(default_factory=dict)  # job -> its reads here added up since the start (`_grown`)
+    run_from: dict[str, int] = field(default_factory=dict)  # job -> `read` when its current run here began
 
 
 class NodeLiveness:
@@ -80,12 +89,20 @@ class NodeLiveness:
         record.available = True
         return returned
 
-    def report(self, node_id: str, datasets: Sequence[DatasetUsage], jobs: Sequence[JobUsage]) -> bool:
+    def report(
+        self, node_id: str, datasets: Sequence[DatasetUsage], jobs: Sequence[JobUsage], registered: Container[str]
+    ) -> bool:
         """Keep the node's latest usage, logging the datasets it newly cannot open and those it no longer reports
-        so; True if the node was unavailable and is back."""
+        so, and add up what the `registered` jobs read there; True if the node was unavailable and is back. (A
+        job not registered is one that finished, reported by a node that has not yet heard so.)"""
         record = self._nodes.setdefault(node_id, _NodeRecord(self._clock()))
         for failure in _FAILURES:
             failure.log_changes(node_id, record.datasets, datasets)
+        before = {usage.job_id: usage.bytes_read for usage in record.jobs}
+        for usage in jobs:
+            if usage.job_id in registered:
+                grown = _grown(before.get(usage.job_id), usage.bytes_read)
+                record.read[usage.job_id] = record.read.get(usage.job_id, 0) + grown
         record.datasets, record.jobs = datasets, jobs
         self._unreported.discard(node_id)
         return self.seen(node_id)
@@ -93,6 +110,25 @@ class NodeLiveness:
     def forget(self, node_id: str) -> None:
         self._nodes.pop(node_id, None)
         self._unreported.discard(node_id)
+
+    def start_run(self, node_id: str, job_id: str) -> None:
+        """The job starts a run on the node: what the node reported of it before is another run's (one banked
+        as the job left, or reports still in flight from then), not this one's."""
+        record = self._nodes.get(node_id)
+        if record is not None:
+            record.run_from[job_id] = record.read.get(job_id, 0)
+
+    def run_bytes(self, node_id: str, job_id: str) -> int:
+        """What the node has reported the job reading in its current run there (since `start_run`, or since this
+        data manager started: after a restart, a node's first report of a job counts whole)."""
+        record = self._nodes.get(node_id)
+        return 0 if record is None else record.read.get(job_id, 0) - record.run_from.get(job_id, 0)
+
+    def forget_job(self, job_id: str) -> None:
+        """The job finished: its reads are counted no more (a job registered again under its id starts at 0)."""
+        for record in self._nodes.values():
+            record.read.pop(job_id, None)
+            record.run_from.pop(job_id, None)
 
     def awaiting_first_report(self, node_id: str) -> bool:
         """Whether the node was registered when the data manager started and has sent no usage report since, while
@@ -141,6 +177,15 @@ class NodeLiveness:
             for usage in record.jobs
             if usage.job_id == job_id
         ]
+
+
+def _grown(before: int | None, now: int) -> int:
+    """What a node's count of a job's reads grew by since its previous report (`before`: None if that report did not
+    carry the job): all of `now` when it is a new count, started at 0 since that report, as one that did not carry
+    the job or carried more says (the node mounted the job anew: a resumption, its agent restarted). A new count
+    that overtook the old one within a report interval is taken for the old one grown: what the old one held then
+    is lost, at most what the job reads in that interval."""
+    return now if before is None or now < before else now - before
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,16 @@ class DataManager:
         history = self.state.histories.get(job_id)
         return history if history is not None else lifecycle.registered(self.state.jobs[job_id], self.wall_clock())
 
+    def bytes_read(self, job_id: str) -> int:
+        """What a registered job has read in all its runs: what its history banked as it left nodes (preempted,
+        suspended, migrated), and what the nodes it runs on now have reported of their run of it. So its progress
+        survives a preemption, a resumption elsewhere and a restart, while each node's agent counts afresh each
+        time it mounts the job. A node's reads after the job left it (its report in flight, its agent yet to hear
+        of the change) are another run's: at most a report interval of them is lost, none counted twice."""
+        job = self.state.jobs[job_id]
+        current = sum(self.liveness.run_bytes(node_id, job_id) for node_id in lifecycle.placement_of(job))
+        return self.history(job_id).bytes_read_before + current
+
     def node(self, field: str, node_id: str) -> Node:
         return lookups.node(self.state, field, node_id)
 
@@ -344,6 +354,7 @@ class DataManager:
         job = self.job(job_id)
         change = Change(jobs_deleted=(job_id,), histories_deleted=(job_id,) if job_id in self.state.histories else ())
         revision = await self._commit(change, job.node_ids, f"finished job {job_id}")
+        self.liveness.forget_job(job_id)
         self._request_round(f"finished job {job_id}")
         return revision
 
@@ -380,7 +391,10 @@ class DataManager:
             job = self.state.jobs[job_id]
             if placement == lifecycle.placement_of(job):
                 continue
-            updated, history = lifecycle.moved(job, self.history(job_id), placement, now)
+            read_there = sum(self.liveness.run_bytes(n, job_id) for n in lifecycle.nodes_left(job, placement))
+            updated, history = lifecycle.moved(job, self.history(job_id), placement, now, read_there)
+            for node_id in lifecycle.nodes_joined(job, placement):
+                self.liveness.start_run(node_id, job_id)
             jobs_put.append(updated)
             histories_put.append(history)
             nodes.update(job.node_ids, placement)
@@ -607,7 +621,7 @@ class DataManager:
         (the reporting one calls from gRPC `peer`)."""
         self.node("node_id", node_id)
         self.node_agents.check(node_id, agent_id, peer)
-        if self.liveness.report(node_id, datasets, jobs):
+        if self.liveness.report(node_id, datasets, jobs, self.state.jobs):
             self._back(node_id)
 
     def nodes_awaiting_first_report(self) -> list[str]:

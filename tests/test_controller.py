@@ -761,3 +761,58 @@ def test_a_job_that_finishes_while_a_round_applies_its_changes_is_left_out_not_r
     applied = [str(change) for change in report.applied]
     assert any(text.startswith("io of j2") for text in applied) and not any("j1" in text for text in applied)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+# ---- what a job has read, across its runs ----
+
+
+def done_bytes(manager: DataManager, job_id: str) -> float:
+    """What the policy is told the job has read."""
+    return snapshot_of(manager, 1000, time.time()).jobs[job_id].done_bytes
+
+
+def read(job_id: str, bytes_read: int) -> list[JobUsage]:
+    """A node's report of one job it serves: what the job has read there since the node mounted it."""
+    return [JobUsage(job_id, bytes_read=bytes_read)]
+
+
+def test_srtf_resumes_a_preempted_job_by_what_it_read_before_and_its_progress_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The tester's run: A (10 kB) read 8 kB, was preempted for the shorter B, and once B finished srtf started C
+    (3 kB) over A (2 kB left), which it saw at 0 B read: what a job read was its nodes' current reports, and no node
+    reports a preempted job (its agent counts it from 0 when it mounts it again). Now its history banks what it read
+    as it leaves a node, and the bank outlives the data manager."""
+
+    async def rounds() -> None:
+        async with owned_manager(tmp_path, "srtf") as (manager, requests):
+            controller = Controller(manager, build_scheduler("srtf", "silod"), requests)
+            await manager.register_node("n1", "h1:1", 10_000, gpus=1)
+            uri = await add_dataset(manager, tmp_path / "a", files=10, size=1000)
+            await manager.register_job("A", uri, 1000, [], gpus=1, epochs=1)
+            assert (await controller.run_round("test")).error == ""
+            assert placed(manager, "A") == [("n1", 1)]
+            manager.report_usage("n1", [], read("A", 4000))
+            manager.report_usage("n1", [], read("A", 8000))
+            await manager.register_job("B", uri, 1000, [], gpus=1, epochs=0.1)
+            assert (await controller.run_round("test")).error == ""
+            assert (placed(manager, "A"), placed(manager, "B")) == ([], [("n1", 1)])
+            manager.report_usage("n1", [], read("B", 500))  # n1's agent removed A, mounted B
+            assert done_bytes(manager, "A") == 8000  # was 0
+            await manager.register_job("C", uri, 1000, [], gpus=1, epochs=0.3)
+            await manager.finish_job("B")
+            assert (await controller.run_round("test")).error == ""
+            assert (placed(manager, "A"), placed(manager, "C")) == ([("n1", 1)], [])  # 2 kB left against C's 3 kB
+            manager.report_usage("n1", [], read("A", 1000))  # n1's agent counts A from 0 again
+            assert done_bytes(manager, "A") == 9000
+
+    async def after_a_restart() -> None:
+        async with owned_manager(tmp_path, "srtf") as (manager, requests):
+            assert done_bytes(manager, "A") == 8000  # the bank; its current run's until n1 reports again
+            manager.report_usage("n1", [], read("A", 1500))
+            assert done_bytes(manager, "A") == 9500
+            assert (await Controller(manager, build_scheduler("srtf", "silod"), requests).run_round("test")).error == ""
+            assert (placed(manager, "A"), placed(manager, "C")) == ([("n1", 1)], [])
+
+    asyncio.run(rounds())
+    asyncio.run(after_a_restart())

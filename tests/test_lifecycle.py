@@ -69,6 +69,19 @@ def test_start_stop_and_resume_bank_attained_service_and_time_queued() -> None:
     assert lifecycle.attained_gpu_seconds(job, history, now=21.0) == 12.0
 
 
+def test_what_a_job_read_on_the_nodes_it_leaves_is_banked_at_its_stops_and_migrations() -> None:
+    job, history = placed_job(), lifecycle.registered(placed_job(), now=0.0)
+    job, history = lifecycle.moved(job, history, {"n1": 2}, now=1.0)
+    assert lifecycle.nodes_joined(job, {"n1": 1, "n2": 1}) == ["n2"] and lifecycle.nodes_left(job, {"n2": 2}) == ["n1"]
+
+    job, history = lifecycle.moved(job, history, {"n2": 2}, now=2.0, read_on_nodes_left=300)  # a migration
+    assert (history.bytes_read_before, history.preemptions) == (300, 0)
+    job, history = lifecycle.moved(job, history, {}, now=3.0, read_on_nodes_left=200)  # preempted
+    assert (history.bytes_read_before, history.preemptions) == (500, 1)
+    job, history = lifecycle.moved(job, history, {"n1": 2}, now=4.0)  # resumed: its nodes count from 0
+    assert history.bytes_read_before == 500
+
+
 def test_policy_state_is_kept_only_when_it_changes() -> None:
     history = JobHistory("j", 0.0)
     updated = lifecycle.with_policy_state(history, {"queue": 1}, "tiresias-las")

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from datamgr.controller import snapshot_of
 from datamgr.listing import freeze_manifest
+from datamgr.liveness import JobUsage
 from datamgr.manager import DataManager
 from datamgr.store import SQLiteStore
 from silodlib.manifest import Manifest
-from tests.datamgr_fixtures import make_local_dataset
+from tests.datamgr_fixtures import allocations, make_local_dataset, owned_manager
 
 
 def test_two_registrations_racing_through_the_listing_create_the_dataset_once(tmp_path: Path) -> None:
@@ -31,3 +34,62 @@ def test_two_registrations_racing_through_the_listing_create_the_dataset_once(tm
 
     outcomes = asyncio.run(scenario())
     assert sorted(outcomes) == [(False, 1), (True, 1)]
+
+
+# ---- what a job has read, across its runs ----
+
+
+def done_bytes(manager: DataManager, job_id: str) -> float:
+    """What the policy is told the job has read."""
+    return snapshot_of(manager, 1000, time.time()).jobs[job_id].done_bytes
+
+
+def read(job_id: str, bytes_read: int) -> list[JobUsage]:
+    """A node's report of one job it serves: what the job has read there since the node mounted it."""
+    return [JobUsage(job_id, bytes_read=bytes_read)]
+
+
+def test_what_a_job_read_is_counted_once_across_reports_in_flight_resumptions_migrations_and_agent_restarts(
+    tmp_path: Path,
+) -> None:
+    """Each node's agent counts a job's reads from when it mounts the job, and again from 0 when it mounts it anew or
+    restarts; its reports may arrive after the job left it. Nothing is counted twice, and what is lost is at most
+    what a node reported after the job left it."""
+
+    async def scenario() -> None:
+        async with owned_manager(tmp_path, "fixed") as (manager, _):
+            place = allocations(manager).place
+            await manager.register_node("n1", "h1:1", 10_000, gpus=2)
+            await manager.register_node("n2", "h2:1", 10_000, gpus=2)
+            dataset, _, _ = await manager.register_dataset(make_local_dataset(tmp_path / "a", 10, 1000), {}, 0)
+            await manager.register_job("A", dataset.uri, 1000, [], gpus=2)
+            await place("A", {"n1": 2})
+            manager.report_usage("n1", [], read("A", 3000))
+            await place("A", {})
+            await place("A", {"n1": 2})  # resumed before n1's agent heard of the preemption
+            assert done_bytes(manager, "A") == 3000
+            manager.report_usage("n1", [], read("A", 3400))  # sent before it did: the first run's, not banked yet
+            assert done_bytes(manager, "A") == 3400
+            manager.report_usage("n1", [], read("A", 200))  # the second run's count, from 0: less than the last
+            assert done_bytes(manager, "A") == 3600
+            manager.report_usage("n1", [], read("A", 700))
+            manager.report_usage("n1", [], read("A", 100))  # n1's agent restarted
+            assert done_bytes(manager, "A") == 4200
+            await place("A", {"n1": 1, "n2": 1})  # n1 keeps it (and its count), n2 mounts it
+            manager.report_usage("n2", [], read("A", 300))
+            manager.report_usage("n1", [], read("A", 150))
+            assert done_bytes(manager, "A") == 4550
+            await place("A", {"n2": 2})  # n1 left: the 1250 it reported of its run since the resumption banked
+            manager.report_usage("n1", [], read("A", 180))  # in flight: lost, not counted
+            manager.report_usage("n1", [], [])
+            manager.report_usage("n2", [], read("A", 400))
+            assert done_bytes(manager, "A") == 4650
+            await place("A", {})
+            assert manager.history("A").bytes_read_before == 4650
+            await manager.finish_job("A")
+            manager.report_usage("n2", [], read("A", 450))  # in flight as A finished
+            await manager.register_job("A", dataset.uri, 1000, [], gpus=2)  # another A, which has read nothing
+            await place("A", {"n2": 2})
+            assert done_bytes(manager, "A") == 0
+
+    asyncio.run(scenario())

@@ -170,6 +170,7 @@ def test_a_state_dir_of_schema_3_opens_with_best_effort_jobs_without_grace_that_
     (history,) = state.histories
     assert (history.preemptions, history.pending_since, dict(history.policy_state)) == (1, 20.0, {"queue": 1.0})
     assert (dict(history.held), history.suspended_until, history.suspending) == ({}, None, False)
+    assert history.bytes_read_before == 0  # what it read before its preemption is unknown: none banked
     suspending = replace(history, held={"n1": 2}, suspended_until=80.0)
     te = replace(JOB, job_id="te", job_class="te", grace_seconds=90.0)
     store.commit([Commit(6, Change(jobs_put=(te,), histories_put=(suspending,)))])  # the new fields take values
@@ -576,8 +577,21 @@ _NEWER_HISTORY = json.dumps({"job_id": "j1", "submit_time": 100.0, "priority_boo
             "cache_capacity_bytes is 'l0000', not a whole number",
             "nothing was changed: restore the state dir from a backup",
         ),
+        (
+            "a negative count of bytes read",
+            """UPDATE job_histories SET history = '{"job_id": "j1", "submit_time": 100.0, "bytes_read_before": -5}'""",
+            "job_histories",
+            "j1",
+            "its history's field 'bytes_read_before' holds -5",
+            "nothing was changed: restore the state dir from a backup",
+        ),
     ],
-    ids=["a changed byte in a dataset's options", "a history field from a newer silod", "a number turned text"],
+    ids=[
+        "a changed byte in a dataset's options",
+        "a history field from a newer silod",
+        "a number turned text",
+        "a negative count of bytes read",
+    ],
 )
 def test_a_row_this_silod_cannot_read_is_refused_naming_the_file_table_and_row_and_left_as_it_was(
     tmp_path: Path, row: str, statement: str, table: str, key: str, problem: str, advice: str
@@ -658,6 +672,7 @@ _NOT_DEFAULT: dict[str, object] = {
     "policy_state_by": "tiresias",
     "held": {"n1": 2},
     "suspended_until": 200.0,
+    "bytes_read_before": 12_345,
 }
 assert _NOT_DEFAULT.keys() == {f.name for f in fields(JobHistory)} - {"job_id", "submit_time"}, "a field untested"
 

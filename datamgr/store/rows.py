@@ -148,6 +148,7 @@ _HISTORY_FIELDS: dict[str, tuple[type, ...]] = {
     "policy_state_by": (str,),
     "held": (dict,),
     "suspended_until": _OPTIONAL_TIME,
+    "bytes_read_before": (int,),
 }
 _REQUIRED_HISTORY_FIELDS = {f.name for f in fields(JobHistory) if f.default is MISSING and f.default_factory is MISSING}
 assert _HISTORY_FIELDS.keys() == {f.name for f in fields(JobHistory)}, "a JobHistory field without its JSON type"
@@ -175,6 +176,8 @@ def _history(row: tuple[Any, ...]) -> JobHistory:
         _number(value, f"its policy state {key!r}")
     for node, count in values.get("held", {}).items():
         _integer(count, f"the GPUs it holds on {node!r}")
+    if values.get("bytes_read_before", 0) < 0:
+        raise _Bad(f"its history's field 'bytes_read_before' holds {values['bytes_read_before']!r}")
     return JobHistory(**values)
 
 
