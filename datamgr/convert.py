@@ -164,7 +164,10 @@ def decision_event(
     )
 
 
-def job_message(job: Job, usage: Iterable[JobUsage], schedule: pb.JobSchedule | None = None) -> pb.Job:
+def job_message(
+    job: Job, usage: Iterable[JobUsage], schedule: pb.JobSchedule | None = None, bytes_read: int | None = None
+) -> pb.Job:
+    """The job as queries show it; `bytes_read`, what it has read in all its runs (`DataManager.bytes_read`)."""
     return pb.Job(
         job_id=job.job_id,
         dataset_uri=job.dataset_uri,
@@ -181,6 +184,7 @@ def job_message(job: Job, usage: Iterable[JobUsage], schedule: pb.JobSchedule | 
         grace_seconds=job.grace_seconds,
         tenant=job.tenant,
         priority=PRIORITY_MESSAGES[job.priority],
+        bytes_read=bytes_read,
     )
 
 

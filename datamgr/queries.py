@@ -40,7 +40,7 @@ def dataset_info(manager: DataManager, uri: str) -> pb.Dataset:
 def job_info(manager: DataManager, job_id: str) -> pb.Job:
     job = manager.job(job_id)
     schedule = convert.job_schedule(job, manager.history(job_id), manager.wall_clock())
-    return convert.job_message(job, manager.liveness.job_usage(job_id), schedule)
+    return convert.job_message(job, manager.liveness.job_usage(job_id), schedule, manager.bytes_read(job_id))
 
 
 def node_info(manager: DataManager, node_id: str) -> pb.Node:

@@ -353,10 +353,12 @@ def agent_text(node: pb.Node) -> str:
 
 
 def read_text(job: pb.Job) -> str:
-    """What the job's workers read, on every node, and the reads that failed when some did (`1.2 GB`, `0 B, 40
-    failed (40 denied)`): the summary's one sign of a job whose storage refuses its reads, running and counting
-    epochs all the same. Counts since each node's agent started, as `silod job show` gives them per node."""
-    read = format_size(sum(u.bytes_read for u in job.usage))
+    """What the job has read in all its runs, and the reads that failed when some did (`1.2 GB`, `0 B, 40 failed (40
+    denied)`): the summary's one sign of a job whose storage refuses its reads, running and counting epochs all the
+    same. The data manager's count, which a preemption does not reset; from an older data manager, which has none,
+    what its nodes report of their current run, as `silod job show` gives them per node. Failed reads are the
+    nodes' counts since their agents started."""
+    read = format_size(job.bytes_read if job.HasField("bytes_read") else sum(u.bytes_read for u in job.usage))
     failed = sum(u.failed_reads for u in job.usage)
     if not failed:
         return read

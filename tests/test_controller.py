@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 import pytest
 
+from datamgr import queries
 from datamgr.controller import Controller, RoundReport, RoundRequests, Step, plan, snapshot_of
 from datamgr.entities import Dataset, FailedPrecondition, Job, Node, Worker
 from datamgr.liveness import DatasetUsage, JobUsage
@@ -28,6 +29,7 @@ from datamgr.scheduler.policy import Decision
 from datamgr.scheduler.registry import Scheduler, build_scheduler
 from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot
 from datamgr.state import ClusterState
+from silodcli.tables import read_text
 from tests.datamgr_fixtures import allocations, make_local_dataset, owned_manager
 
 # ---- an in-process data manager owned by a policy ----
@@ -799,6 +801,8 @@ def test_srtf_resumes_a_preempted_job_by_what_it_read_before_and_its_progress_su
             assert (placed(manager, "A"), placed(manager, "B")) == ([], [("n1", 1)])
             manager.report_usage("n1", [], read("B", 500))  # n1's agent removed A, mounted B
             assert done_bytes(manager, "A") == 8000  # was 0
+            shown = queries.job_info(manager, "A")  # what `silod status` shows as READ: it showed 0 B
+            assert (shown.bytes_read, read_text(shown)) == (8000, "7.8 KiB")
             await manager.register_job("C", uri, 1000, [], gpus=1, epochs=0.3)
             await manager.finish_job("B")
             assert (await controller.run_round("test")).error == ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from silodcli.tables import agent_text, cached_per_node_text, gpu_hours_text
+from silodcli.tables import agent_text, cached_per_node_text, gpu_hours_text, read_text
 from silodlib.units import UnitError, format_rate, format_size, parse_rate, parse_size
 from silodpb.v1 import datamgr_pb2 as pb
 
@@ -128,3 +128,10 @@ def test_a_nodes_agent_is_shown_by_the_address_its_stream_comes_from_or_a_dash_w
     assert agent_text(node("ipv6:[::1]:40000")) == "[::1]:40000"
     assert agent_text(node("unix:/run/silod.sock")) == "unix:/run/silod.sock"
     assert agent_text(node("")) == "unknown address"
+
+
+def test_a_jobs_read_is_the_data_managers_count_of_all_its_runs_or_from_an_older_one_its_nodes_reports() -> None:
+    usage = [pb.JobUsage(node_id="n1", bytes_read=1000), pb.JobUsage(node_id="n2", bytes_read=500, failed_reads=2)]
+    assert read_text(pb.Job(job_id="j", usage=usage, bytes_read=9000)) == "8.8 KiB, 2 failed"  # runs before counted
+    assert read_text(pb.Job(job_id="j", usage=usage)) == "1.5 KiB, 2 failed"  # an older data manager: no count
+    assert read_text(pb.Job(job_id="j", usage=usage, bytes_read=0)) == "0 B, 2 failed"  # present, though 0

@@ -242,6 +242,7 @@ class Job(_message.Message):
     GRACE_SECONDS_FIELD_NUMBER: _builtins.int
     TENANT_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    BYTES_READ_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     dataset_uri: _builtins.str
     ideal_bytes_per_sec: _builtins.int
@@ -262,6 +263,11 @@ class Job(_message.Message):
     """as registered: the tenant whose virtual cluster it runs in; "": none"""
     priority: Global___JobPriority.ValueType
     """as registered (UNSPECIFIED only from older data managers: high)"""
+    bytes_read: _builtins.int
+    """What the job has read in all its runs: what the data manager banked as it left nodes (preempted, suspended,
+    migrated) and what its nodes have reported since (the policy's `done_bytes`). `usage` counts only the current
+    run on each node, from when its agent mounted the job. Absent from older data managers.
+    """
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Worker]: ...
     @_builtins.property
@@ -299,12 +305,15 @@ class Job(_message.Message):
         grace_seconds: _builtins.float = ...,
         tenant: _builtins.str = ...,
         priority: Global___JobPriority.ValueType = ...,
+        bytes_read: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["estimate", b"estimate", "schedule", b"schedule"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_bytes_read", b"_bytes_read", "bytes_read", b"bytes_read", "estimate", b"estimate", "schedule", b"schedule"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset_uri", b"dataset_uri", "epochs", b"epochs", "estimate", b"estimate", "gpus", b"gpus", "grace_seconds", b"grace_seconds", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "io_bytes_per_sec", b"io_bytes_per_sec", "irregular", b"irregular", "job_class", b"job_class", "job_id", b"job_id", "node_rates", b"node_rates", "priority", b"priority", "schedule", b"schedule", "tenant", b"tenant", "usage", b"usage", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bytes_read", b"_bytes_read", "bytes_read", b"bytes_read", "dataset_uri", b"dataset_uri", "epochs", b"epochs", "estimate", b"estimate", "gpus", b"gpus", "grace_seconds", b"grace_seconds", "ideal_bytes_per_sec", b"ideal_bytes_per_sec", "io_bytes_per_sec", b"io_bytes_per_sec", "irregular", b"irregular", "job_class", b"job_class", "job_id", b"job_id", "node_rates", b"node_rates", "priority", b"priority", "schedule", b"schedule", "tenant", b"tenant", "usage", b"usage", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__bytes_read: _TypeAlias = _typing.Literal["bytes_read"]  # noqa: Y015
+    _WhichOneofArgType__bytes_read: _TypeAlias = _typing.Literal["_bytes_read", b"_bytes_read"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__bytes_read) -> _WhichOneofReturnType__bytes_read | None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
 
