@@ -578,18 +578,25 @@ def _carried_out(snapshot: Snapshot, decision: Decision, unapplied: Sequence[str
 
 
 def _repeats(report: RoundReport, last: RoundReport | None) -> bool:
-    """Whether a round only repeats the one before: it saw the same jobs, changed, refused and released nothing, and
-    expects of every job what that round did. Such a round (a timer's, on a cluster at rest) says nothing its
-    predecessor's line did not, and at one a minute with hundreds of jobs its lines would fill the log for nothing.
-    A job registered that waits changes no estimate, and its round is no repeat: its line (its note, with
-    `--log-json`) is where the operator looks for why it waits."""
+    """Whether a round only repeats the one before: it saw the same jobs, changed and released nothing, had the same
+    changes refused for the same reasons, and expects of every job what that round did. Such a round (a timer's, on
+    a cluster at rest) says nothing its predecessor's line did not, and at one a minute with hundreds of jobs its
+    lines would fill the log for nothing; a refusal that stands (a start the policy asks for on GPUs a job
+    registered with its workers holds) logged its WARNING at every round, forever. A job registered that waits
+    changes no estimate, and its round is no repeat: its line (its note, with `--log-json`) is where the operator
+    looks for why it waits."""
     return (
         last is not None
         and report.jobs == last.jobs
-        and not (report.applied or report.refused or report.released or report.error)
+        and not (report.applied or report.released or report.error)
+        and _refusals(report) == _refusals(last)
         and report.estimates == last.estimates
         and report.unapplied_placements == last.unapplied_placements
     )
+
+
+def _refusals(report: RoundReport) -> list[tuple[str, str]]:
+    return [(str(change), reason) for change, reason in report.refused]
 
 
 def _log_round(policy: str, report: RoundReport, failure: Exception | None, repeat: bool) -> None:
@@ -626,8 +633,8 @@ def _log_round(policy: str, report: RoundReport, failure: Exception | None, repe
     }
     if failure is not None:
         level = logging.ERROR
-    elif report.refused:
-        level = logging.WARNING
+    elif repeat:
+        level = logging.DEBUG
     else:
-        level = logging.DEBUG if repeat else logging.INFO
+        level = logging.WARNING if report.refused else logging.INFO
     log.log(level, "%s", message, extra=fields, exc_info=failure)

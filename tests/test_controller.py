@@ -275,6 +275,8 @@ def test_a_plan_releases_what_the_decision_leaves_out_and_leaves_later_changes_t
 def test_a_refused_change_is_logged_with_the_reason_and_retried_next_round_while_the_rest_applies(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="datamgr.controller")
+
     async def scenario() -> None:
         async with owned_manager(tmp_path, "fixed") as (manager, requests):
             await manager.register_node("n1", "h1:1", 10_000)
@@ -285,6 +287,8 @@ def test_a_refused_change_is_logged_with_the_reason_and_retried_next_round_while
 
             first = await controller.run_round("test")
             second = await controller.run_round("test")
+            policy.cache = {a: 6000}
+            await controller.run_round("test")  # another refusal
 
             assert [str(step) for step in first.applied] == ["io of ja 0 B/s -> 300 B/s"]
             [(step, reason)] = first.refused
@@ -292,12 +296,13 @@ def test_a_refused_change_is_logged_with_the_reason_and_retried_next_round_while
             assert "larger than dataset" in reason
             assert second.refused == first.refused and second.applied == ()  # tried again
             status = controller.status()
-            assert (status.rounds, status.last_round_changes) == (2, 0)
-            assert list(status.last_round_refusals) == [f"{step}: {reason}"]
+            assert (status.rounds, status.last_round_changes) == (3, 0)
+            assert [text.startswith(f"cache of {a} 0 B -> 5.9 KiB: ") for text in status.last_round_refusals] == [True]
 
     asyncio.run(scenario())
-    [line, _] = [r for r in caplog.records if r.name == "datamgr.controller"]
-    assert line.levelno == logging.WARNING
+    [line, repeated, other] = [r for r in caplog.records if r.name == "datamgr.controller"]
+    # The same refusal again is no news: it logged a WARNING every round, forever, where the policy kept asking.
+    assert (line.levelno, repeated.levelno, other.levelno) == (logging.WARNING, logging.DEBUG, logging.WARNING)
     assert "larger than dataset" in line.getMessage()
     assert vars(line)["refused"][0]["reason"].startswith("cache_size_bytes 5000 is larger than dataset")
 
