@@ -18,8 +18,9 @@ import grpc
 import pytest
 
 from datamgr.client import DataManagerClient
-from datamgr.controller import RoundRequests
+from datamgr.controller import RoundRequests, snapshot_of
 from datamgr.embedded import EmbeddedDataManager
+from datamgr.liveness import JobUsage
 from datamgr.manager import DataManager, PolicyAllocations
 from datamgr.server import ServerConfig
 from datamgr.store import SQLiteStore
@@ -230,3 +231,13 @@ def damage_tables(path: Path) -> None:
     tail = len(data) - 3 * 4096
     data[tail:] = random.Random(5).randbytes(len(data) - tail)
     path.write_bytes(data)
+
+
+def done_bytes(manager: DataManager, job_id: str) -> float:
+    """What the policy is told the job has read."""
+    return snapshot_of(manager, 1000, time.time()).jobs[job_id].done_bytes
+
+
+def read(job_id: str, bytes_read: int) -> list[JobUsage]:
+    """A node's report of one job it serves: what the job has read there since the node mounted it."""
+    return [JobUsage(job_id, bytes_read=bytes_read)]

@@ -30,7 +30,7 @@ from datamgr.scheduler.registry import Scheduler, build_scheduler
 from datamgr.scheduler.snapshot import DatasetState, JobState, NodeState, Snapshot
 from datamgr.state import ClusterState
 from silodcli.tables import read_text
-from tests.datamgr_fixtures import allocations, make_local_dataset, owned_manager
+from tests.datamgr_fixtures import allocations, done_bytes, make_local_dataset, owned_manager, read
 
 # ---- an in-process data manager owned by a policy ----
 
@@ -771,16 +771,6 @@ def test_a_job_that_finishes_while_a_round_applies_its_changes_is_left_out_not_r
 
 
 # ---- what a job has read, across its runs ----
-
-
-def done_bytes(manager: DataManager, job_id: str) -> float:
-    """What the policy is told the job has read."""
-    return snapshot_of(manager, 1000, time.time()).jobs[job_id].done_bytes
-
-
-def read(job_id: str, bytes_read: int) -> list[JobUsage]:
-    """A node's report of one job it serves: what the job has read there since the node mounted it."""
-    return [JobUsage(job_id, bytes_read=bytes_read)]
 
 
 def test_srtf_resumes_a_preempted_job_by_what_it_read_before_and_its_progress_survives_a_restart(

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from datamgr.controller import snapshot_of
 from datamgr.listing import freeze_manifest
-from datamgr.liveness import JobUsage
 from datamgr.manager import DataManager
 from datamgr.store import SQLiteStore
 from silodlib.manifest import Manifest
-from tests.datamgr_fixtures import allocations, make_local_dataset, owned_manager
+from tests.datamgr_fixtures import allocations, done_bytes, make_local_dataset, owned_manager, read
 
 
 def test_two_registrations_racing_through_the_listing_create_the_dataset_once(tmp_path: Path) -> None:
@@ -37,16 +34,6 @@ def test_two_registrations_racing_through_the_listing_create_the_dataset_once(tm
 
 
 # ---- what a job has read, across its runs ----
-
-
-def done_bytes(manager: DataManager, job_id: str) -> float:
-    """What the policy is told the job has read."""
-    return snapshot_of(manager, 1000, time.time()).jobs[job_id].done_bytes
-
-
-def read(job_id: str, bytes_read: int) -> list[JobUsage]:
-    """A node's report of one job it serves: what the job has read there since the node mounted it."""
-    return [JobUsage(job_id, bytes_read=bytes_read)]
 
 
 def test_what_a_job_read_is_counted_once_across_reports_in_flight_resumptions_migrations_and_agent_restarts(
