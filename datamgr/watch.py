@@ -36,6 +36,11 @@ class Subscription(Generic[E]):
         self._closed = False
 
     def offer(self, event: E) -> None:
+        """Queue `event`; once the queue has been full, queue nothing more: the stream must end where the first event
+        it dropped would have been, or a reader that frees room would get later events past a hole (and a node that
+        resumes from the last it applied would never get the ones in it)."""
+        if self._overflowed:
+            return
         try:
             self._queue.put_nowait(event)
         except asyncio.QueueFull:

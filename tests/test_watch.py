@@ -115,6 +115,30 @@ def test_a_subscriber_that_falls_behind_is_told_to_resume_instead_of_buffering_f
     asyncio.run(scenario())
 
 
+def test_a_subscriber_that_fell_behind_gets_no_event_past_the_first_one_dropped() -> None:
+    # A reader still taking events freed room for later ones: it got 1, 2, 3, then 6, missing 4 and 5, and went on
+    # with that hole until its queue emptied (a node resuming from 6 never got 4 and 5; a launcher acted on a view
+    # with a hole). Its stream must end where the hole would begin.
+    async def scenario() -> None:
+        hub: WatchHub[pb.WatchEvent] = WatchHub(backlog=3)
+        with hub.subscribe("n1") as subscription:
+            got: list[int | str] = []
+            for revision in (1, 2, 3, 4):
+                hub.publish("n1", pb.WatchEvent(revision=revision))  # 4 is dropped: the queue holds 3
+            got.append((await subscription.next()).revision)
+            for revision in (5, 6):
+                hub.publish("n1", pb.WatchEvent(revision=revision))
+            while len(got) < 10:
+                try:
+                    got.append((await subscription.next()).revision)
+                except WatchOverflow:
+                    got.append("overflow")
+                    break
+            assert got == [1, 2, 3, "overflow"]
+
+    asyncio.run(scenario())
+
+
 def test_a_closed_hub_ends_its_streams_after_what_they_have_queued_and_every_stream_opened_later() -> None:
     async def scenario() -> None:
         hub: WatchHub[pb.WatchEvent] = WatchHub(backlog=2)
