@@ -683,6 +683,42 @@ def test_a_restarted_controller_holds_its_first_round_until_the_nodes_running_jo
     asyncio.run(scenario())
 
 
+def test_a_grace_period_that_ends_while_a_restarted_controller_waits_for_reports_is_released_then(
+    tmp_path: Path,
+) -> None:
+    """The release needs no usage report: held for the first round, a grace period ended up to the node timeout late
+    after a restart, the job shown SUSPENDING past its `suspended_until` and the GPUs it held idle."""
+    wall, clock = [1000.0], [0.0]
+
+    async def before() -> None:
+        async with owned_manager(tmp_path, "fixed", wall_clock=lambda: wall[0]) as (manager, requests):
+            await manager.register_node("n1", "h1:1", 10_000, gpus=1)
+            await manager.register_node("n2", "h2:1", 10_000)
+            uri = await add_dataset(manager, tmp_path / "a", files=2, size=500)
+            await manager.register_job("w", uri, 1000, [Worker("n2", 1)])  # n2 runs a job: its report is awaited
+            await manager.register_job("g", uri, 1000, [], gpus=1, grace_seconds=60)
+            policy = FixedPolicy({}, {}, {"g": {"n1": 1}, "w": {"n2": 1}})
+            controller = Controller(manager, scheduler_of(policy), requests)
+            assert (await controller.run_round("test")).error == ""
+            policy.placements = {"w": {"n2": 1}}
+            assert (await controller.run_round("test")).error == ""
+            assert manager.history("g").suspended_until == 1060.0
+
+    async def after_a_restart() -> None:
+        wall[0] = 1100.0  # the grace period ended while the data manager was down
+        async with owned_manager(tmp_path, "fixed", wall_clock=lambda: wall[0], clock=lambda: clock[0]) as (
+            manager,
+            requests,
+        ):
+            controller = Controller(manager, scheduler_of(FixedPolicy({}, {})), requests, round_seconds=3600)
+            async with controller_running(controller):
+                await wait_until(lambda: not manager.history("g").suspending, "g released")
+                assert controller.status().rounds == 0  # n2 has not reported: the first round still waits
+
+    asyncio.run(before())
+    asyncio.run(after_a_restart())
+
+
 def test_a_controller_on_a_fresh_state_dir_runs_its_first_round_at_once(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with owned_manager(tmp_path, "greedy", clock=lambda: 0.0) as (manager, requests):
