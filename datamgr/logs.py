@@ -73,6 +73,28 @@ class ScrubSecrets(logging.Filter):
         return True
 
 
+class ClientGoneWrites(logging.Filter):
+    """For grpcio's asyncio server's logger (`GRPC_CORE_LOGGER`): its ERROR with a traceback when a server-streaming
+    method yields a message to a client that has gone (the connection reset, or dropped by keepalive: a node agent or
+    launcher killed or frozen) becomes one INFO line naming the method. Nothing is wrong with the data manager, and
+    the stream's end is all there is to it; an operator who saw the traceback looked for a bug."""
+
+    _PREFIX = "ExecuteBatchError raised in core by servicer method "
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.levelno != logging.ERROR or not message.startswith(self._PREFIX):
+            return True
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.msg = "a stream's client went away while a message was being written to it: %s"
+        record.args = (message.removeprefix(self._PREFIX),)
+        record.exc_info, record.exc_text = None, None
+        return logging.getLogger(record.name).isEnabledFor(logging.INFO)  # its level was checked as an ERROR's
+
+
+GRPC_CORE_LOGGER = "grpc._cython.cygrpc"
+
+
 def setup_logging(level: str, *, json_lines: bool = False, stream: TextIO | None = None) -> None:
     """Log at `level` to `stream` (stderr), secrets scrubbed, unless logging is already set up; keep
     NOISY_LOGGERS at WARNING below DEBUG."""

@@ -17,6 +17,7 @@ from datamgr import tenants
 from datamgr.controller import Controller, RoundRequests
 from datamgr.defaults import DEFAULT_LISTEN, DEFAULT_ROUND_SECONDS, EXTERNAL_POLICY
 from datamgr.entities import DataManagerError
+from datamgr.logs import GRPC_CORE_LOGGER, ClientGoneWrites
 from datamgr.manager import DataManager
 from datamgr.metrics import DataManagerMetrics
 from datamgr.scheduler.registry import Scheduler, UnknownPolicy, accepts_options, build_scheduler, unknown_policy
@@ -98,6 +99,7 @@ async def serve(
         metrics = None if config.metrics_port is None else DataManagerMetrics(manager)
         interceptors = [metrics.interceptor] if metrics else []  # first: refused calls are counted too
         server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors + security.interceptors())
+        _quiet_client_gone_writes()
         pb_grpc.add_DataManagerServicer_to_server(DataManagerServicer(manager, controller), server)
         port = _bind(server, config.listen, security)
         host = config.listen.rsplit(":", 1)[0]
@@ -193,6 +195,13 @@ def _check_cell_levels(spec: str) -> None:
             f"--cell-levels {spec!r}: {exc}; give the levels bottom up as NAME:BUDDIES, from one GPU to a node and "
             "above, e.g. gpu:1,pcie:2,socket:2,node:2"
         ) from None
+
+
+def _quiet_client_gone_writes() -> None:
+    """Install `ClientGoneWrites` on grpcio's logger, once per process (several servers may run in one)."""
+    core = logging.getLogger(GRPC_CORE_LOGGER)
+    if not any(isinstance(f, ClientGoneWrites) for f in core.filters):
+        core.addFilter(ClientGoneWrites())
 
 
 def _check_stored_tenants(manager: DataManager) -> None:

@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from datamgr.client import DataManagerClient
+from datamgr.embedded import EmbeddedDataManager
 from datamgr.entities import Job, Worker
 from datamgr.journal import JournalEntry, log_fields
-from datamgr.logs import NOISY_LOGGERS, JsonFormatter, setup_logging
+from datamgr.logs import GRPC_CORE_LOGGER, NOISY_LOGGERS, JsonFormatter, setup_logging
+from datamgr.server import ServerConfig
 from datamgr.state import Change
 from tests.datamgr_fixtures import SILOD
 from tests.polling import read_lines
@@ -115,3 +117,33 @@ def test_a_change_that_touches_several_ids_logs_them_as_a_list() -> None:
     assert log_fields(entry) == {"revision": 7, "job_id": ["j1", "j2"]}
     one = JournalEntry(8, Change(datasets_deleted=("file:///data/a,b",)), Change(), {}, "unregistered")
     assert log_fields(one) == {"revision": 8, "dataset_uri": "file:///data/a,b"}
+
+
+@pytest.mark.expected_warnings  # the ERROR that is not grpcio's write to a client gone stays one
+def test_grpcios_error_for_a_message_written_to_a_client_gone_is_one_info_line_record_as_grpcio_logs_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A launcher or node agent frozen until keepalive dropped it made the data manager log `ERROR
+    grpc._cython.cygrpc: ExecuteBatchError raised in core by servicer method [/silod.v1.DataManager/WatchDecisions]`
+    and a traceback. The record is made here as grpcio makes it (`_LOGGER.exception`), with a running data manager's
+    filter: grpcio raises it only for a peer gone mid-write, which a test cannot time."""
+    caplog.set_level(logging.INFO)
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", 10**9, 30.0)
+    with EmbeddedDataManager(config):
+        core = logging.getLogger(GRPC_CORE_LOGGER)
+        for method in ("/silod.v1.DataManager/WatchDecisions", "/silod.v1.DataManager/WatchAllocations"):
+            try:
+                raise RuntimeError('Failed "execute_batch": (<SendMessageOperation>,)')
+            except RuntimeError:
+                core.exception("ExecuteBatchError raised in core by servicer method [%s]", method)
+        try:
+            raise RuntimeError("a servicer's own bug")
+        except RuntimeError:
+            core.exception("Unexpected [RuntimeError] raised by servicer method [/silod.v1.DataManager/GetJob]")
+    records = [(r.levelname, r.getMessage(), r.exc_info is None) for r in caplog.records if r.name == GRPC_CORE_LOGGER]
+    gone = "a stream's client went away while a message was being written to it"
+    assert records == [
+        ("INFO", f"{gone}: [/silod.v1.DataManager/WatchDecisions]", True),
+        ("INFO", f"{gone}: [/silod.v1.DataManager/WatchAllocations]", True),
+        ("ERROR", "Unexpected [RuntimeError] raised by servicer method [/silod.v1.DataManager/GetJob]", False),
+    ]
