@@ -297,6 +297,10 @@ def test_generate_writes_the_trace_the_generator_makes(tmp_path: Path, capsys: p
         (["sim"], "give --trace FILE and --cluster FILE, or --scenario NAME"),
         (["sim", "--scenario", "micro", "--trace", "t.csv"], "--scenario replaces --trace and --cluster"),
         (["sim", "--scenario", "micro", "--policy", "lottery"], "unknown policy 'lottery'; known policies: "),
+        (  # was "unknown policy 'harmony'", though docs/harmony.md documents it
+            ["sim", "--scenario", "micro", "--policy", "harmony"],
+            "'harmony' is a co-location policy, which only `silod sim` runs, on a co-location scenario",
+        ),
         (["sim", "--trace", "missing.csv", "--cluster", "c.toml"], "cannot read c.toml"),
         (
             ["sim", "compare", "--scenario", "micro", "--cache-systems", "silod", "--baseline", "quiver"],

@@ -106,12 +106,18 @@ def unknown_policy(name: object, *also: str) -> UnknownPolicy | None:
     if name in known:
         return None
     listed = ", ".join([*also, *known])
-    if name in COLOCATION_POLICIES:  # Harmony's: it places jobs on machines' CPUs, RAM and GPUs, which only the
-        return UnknownPolicy(  # simulator's co-location model has (docs/harmony.md)
-            f"{name!r} is a co-location policy, which only `silod sim` runs, on a co-location scenario; known "
-            f"policies: {listed}"
-        )
+    if name in COLOCATION_POLICIES:
+        return UnknownPolicy(_colocation_refusal(name, listed))
     return UnknownPolicy(f"{name!r} is unknown; known policies: {listed}")
+
+
+def _colocation_refusal(name: str, listed: str) -> str:
+    """Harmony's policies place jobs on machines' CPUs, RAM and GPUs, which only the simulator's co-location model
+    has (docs/harmony.md): named where a policy of the cluster model is wanted, they are not unknown."""
+    return (
+        f"{name!r} is a co-location policy, which only `silod sim` runs, on a co-location scenario; known policies: "
+        f"{listed}"
+    )
 
 
 def load_policy(name: str, options: PolicyOptions | None = None) -> Policy:
@@ -122,7 +128,10 @@ def load_policy(name: str, options: PolicyOptions | None = None) -> Policy:
     else:
         plugins = _entry_point_factories()
         if name not in plugins:
-            raise UnknownPolicy(f"unknown policy {name!r}; known policies: {', '.join(available_policies())}")
+            listed = ", ".join(available_policies())
+            if name in COLOCATION_POLICIES:
+                raise UnknownPolicy(_colocation_refusal(name, listed))
+            raise UnknownPolicy(f"unknown policy {name!r}; known policies: {listed}")
         factory = plugins[name]()
     if not options:
         return factory()
