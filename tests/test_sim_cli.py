@@ -321,7 +321,7 @@ def test_generate_writes_the_trace_the_generator_makes(tmp_path: Path, capsys: p
         (
             ["sim", "--scenario", "micro", "--remote-io-scale", "1e-12"],
             "silod sim: --remote-io-scale 1e-12: the cluster's remote IO limit of 200,000,000 bytes/s x 1e-12 is "
-            "0.0002 bytes/s, which rounds to 0: the smallest limit silod takes is 1 byte/s",
+            "0.0002 bytes/s, less than the smallest limit silod takes, 1 byte/s",
         ),
         (
             ["sim", "compare", "--scenario", "micro", "--remote-io-scale", "1e-12"],
@@ -330,7 +330,7 @@ def test_generate_writes_the_trace_the_generator_makes(tmp_path: Path, capsys: p
         (
             ["sim", "sweep", "bandwidth", "--scenario", "micro", "--scales", "1,1e-9"],
             "silod sim sweep bandwidth: --scales 1e-09: the cluster's remote IO limit of 200,000,000 bytes/s x 1e-09 "
-            "is 0.2 bytes/s, which rounds to 0",
+            "is 0.2 bytes/s, less than the smallest limit silod takes",
         ),
         # A limit that would take ten thousand years to bring the datasets in (a traceback from a worker before).
         (

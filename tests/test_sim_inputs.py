@@ -443,7 +443,7 @@ def test_the_remote_io_scale_multiplies_only_the_limit() -> None:
 def test_a_remote_io_scale_that_leaves_no_rate_or_less_than_the_tenants_reserve_is_refused_saying_why() -> None:
     cluster = ClusterSpec(2, 4, 10**12, 200_000_000)
     assert with_remote_io_scale(cluster, 5e-9).remote_io_bytes_per_sec == 1  # the smallest limit
-    with pytest.raises(SimInputError, match=r"x 1e-12 is 0\.0002 bytes/s, which rounds to 0: the smallest limit"):
+    with pytest.raises(SimInputError, match=r"x 1e-12 is 0\.0002 bytes/s, less than the smallest limit silod takes"):
         with_remote_io_scale(cluster, 1e-12)
     reserving = replace(cluster, tenants={"a": TenantShare(cells={"node": 1}, io_bytes_per_sec=150e6)})
     assert with_remote_io_scale(reserving, 0.75).remote_io_bytes_per_sec == 150e6

@@ -112,7 +112,7 @@ def with_remote_io_scale(cluster: ClusterSpec, scale: float) -> ClusterSpec:
     shown = f"{limit:,.0f}" if 1 <= limit <= MAX_VALUE else f"{limit:.3g}" if math.isfinite(limit) else "past 1e+308"
     becomes = f"the cluster's remote IO limit of {base:,.0f} bytes/s x {scale:g} is {shown} bytes/s"
     if limit < 1:
-        raise SimInputError(f"{becomes}, which rounds to 0: the smallest limit silod takes is 1 byte/s")
+        raise SimInputError(f"{becomes}, less than the smallest limit silod takes, 1 byte/s")
     if not limit <= MAX_VALUE:
         raise SimInputError(f"{becomes}, larger than the largest rate silod takes ({MAX_VALUE:,} bytes/s)")
     reserved = sum(share.io_bytes_per_sec for share in cluster.tenants.values())
