@@ -10,7 +10,7 @@ import hashlib
 import logging
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,9 +140,31 @@ def unserved_cache_dirs(cache_dir: Path, uris: Iterable[str]) -> list[str]:
                 continue
             if not (len(name) == _DIRECTORY_NAME_LENGTH and all(c in "0123456789abcdef" for c in name)):
                 continue
-            if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == uid:
-                found.append(entry.path)
+            try:
+                if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == uid:
+                    found.append(entry.path)
+            except FileNotFoundError:  # deleted since it was listed (a deletion thread's, another user's): gone
+                continue
     return sorted(found)
+
+
+def set_aside_unserved_caches(cache_dir: Path, uris: Iterable[str], failed: Callable[[OSError], None]) -> list[str]:
+    """`unserved_cache_dirs`, each cache directory renamed aside first (`cache_disk.set_aside`), so that deleting it
+    in the background takes nothing of a cache opened at its name meanwhile (the dataset sent again): the
+    directories to delete. One that cannot be renamed is told to `failed` and left, never deleted in place."""
+    taken = []
+    for path in unserved_cache_dirs(cache_dir, uris):
+        if cache_disk.removed_directory_of(os.path.basename(path)) is not None:
+            taken.append(path)
+            continue
+        try:
+            aside = cache_disk.set_aside(Path(path))
+        except OSError as exc:
+            failed(exc)
+            continue
+        if aside is not None:
+            taken.append(str(aside))
+    return taken
 
 
 async def open_cache(cache_root: Path, uri: str, manifest: Manifest, quota: int) -> DatasetCache:

@@ -220,15 +220,25 @@ def remove_directory(directory: Path, delete: Delete, name: str, log_ids: Mappin
     renamed is deleted where it is before this returns: a thread deleting it there could take the files of a cache
     opened there anew. A process that exits first leaves the rest to the node agent's next snapshot
     (`removed_directory_of`)."""
+    try:
+        aside = set_aside(directory)
+    except OSError:
+        delete(str(directory), True)
+        return
+    if aside is not None:
+        delete_in_background([(str(aside), True)], delete, f"cache of {name}: done deleting its directory", log_ids)
+
+
+def set_aside(directory: Path) -> Path | None:
+    """Rename `directory` beside it, to a name no cache opens (`<directory>.removed-<pid>-<ns>`), so that a thread can
+    delete it while a cache opens anew at its name: the new name, or None if it is gone already; OSError if it cannot
+    be renamed."""
     aside = directory.with_name(f"{directory.name}{_REMOVED_INFIX}{os.getpid()}-{time.time_ns()}")
     try:
         os.rename(directory, aside)
     except FileNotFoundError:
-        return
-    except OSError:
-        delete(str(directory), True)
-        return
-    delete_in_background([(str(aside), True)], delete, f"cache of {name}: done deleting its directory", log_ids)
+        return None
+    return aside
 
 
 def removed_directory_of(name: str) -> str | None:

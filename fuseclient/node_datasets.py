@@ -24,7 +24,7 @@ from typing import NamedTuple
 import trio
 
 from fuseclient import cache_disk
-from fuseclient.assembly import open_cache, open_dataset, uncached_dataset, unserved_cache_dirs
+from fuseclient.assembly import open_cache, open_dataset, set_aside_unserved_caches, uncached_dataset
 from fuseclient.cache import NoCache
 from fuseclient.mounted import MountedDataset, MountState
 from silodlib.backends import Backend, BackendError, RetryingBackend, open_backend, option_changes
@@ -165,9 +165,11 @@ class NodeDatasets:
 
     async def delete_unserved_caches(self) -> None:
         """Delete, in the background, the cache directories of the datasets this node no longer serves
-        (`unserved_cache_dirs`): called after a snapshot, which sets every dataset the node serves, so that a dataset
-        dropped while the agent was down does not keep its cache's disk space for good."""
-        stale = await trio.to_thread.run_sync(unserved_cache_dirs, self._cache_dir, self.uris())
+        (`set_aside_unserved_caches`): called after a snapshot, which sets every dataset the node serves, so that a
+        dataset dropped while the agent was down does not keep its cache's disk space for good."""
+        ids = log_ids(node_id=self._node_id)
+        failed = _warning_once_per_errno(ids)
+        stale = await trio.to_thread.run_sync(set_aside_unserved_caches, self._cache_dir, self.uris(), failed)
         if not stale:
             return
         log.info(
@@ -175,12 +177,11 @@ class NodeDatasets:
             "while this agent was down, or deletions it did not finish",
             len(stale),
             self._cache_dir,
-            extra=log_ids(node_id=self._node_id),
+            extra=ids,
         )
-        ids = log_ids(node_id=self._node_id)
         cache_disk.delete_in_background(
             [(path, True) for path in stale],
-            functools.partial(cache_disk.delete_entry, failed=_warning_once_per_errno(ids)),
+            functools.partial(cache_disk.delete_entry, failed=failed),
             f"done deleting {len(stale)} unused cache directories in {self._cache_dir}",
             ids,
         )
@@ -308,13 +309,14 @@ class NodeDatasets:
 
 
 def _warning_once_per_errno(ids: Mapping[str, str]) -> Callable[[OSError], None]:
-    """What tells of a file of an unused cache directory that cannot be deleted: a WARNING for the first of each errno
-    (a directory an operator made read-only fails for every file in it), called from the one deleting thread."""
+    """What tells of an unused cache directory that cannot be renamed aside, or of a file of one that cannot be
+    deleted: a WARNING for the first of each errno (a directory an operator made read-only fails for every file in
+    it), called from one thread at a time (the sweep's, then the deleting one's)."""
     warned: set[int] = set()
 
     def failed(exc: OSError) -> None:
         if exc.errno not in warned:
             warned.add(exc.errno or 0)
-            log.warning("cannot delete an unused cache directory's file: %s", exc, extra=ids)
+            log.warning("cannot delete an unused cache directory: %s", exc, extra=ids)
 
     return failed

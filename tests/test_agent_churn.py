@@ -7,10 +7,12 @@ FUSE mount, and file:// datasets."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from datamgr.devservers import free_port
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.server import ServerConfig
 from fuseclient import cache_disk
-from fuseclient.assembly import dataset_cache_dir
+from fuseclient.assembly import dataset_cache_dir, unserved_cache_dirs
 from fuseclient.cache import DatasetCache, NoCache
 from fuseclient.mounted import MountState
 from fuseclient.node_datasets import NodeDatasets
@@ -197,3 +199,68 @@ def test_an_agent_deletes_the_caches_of_datasets_dropped_while_it_was_down_and_n
     assert any(dataset_cache_dir(agent.cache_dir, kept).glob("items/*/*"))
     assert (notes / "README").read_text() == "the operator's" and cache_named_file.is_file() and other_users.is_dir()
     assert len(agent.log_lines("deleting 2 directories in the cache dir")) == 1
+
+
+def test_a_cache_the_sweep_deletes_is_set_aside_first_so_a_cache_opened_at_its_name_keeps_its_items_slowness_faked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep after a snapshot deleted a dropped dataset's cache where it lay, in a thread: the dataset sent again
+    meanwhile opened its cache at that name, had its cache.json and items taken, and cached nothing until a restart
+    ("its directory ... is gone"). Faked: only the time the deletion takes (40,000 items took 3 s)."""
+    cache_root = tmp_path / "cache"
+    cache_root.mkdir()
+    uri = make_local_dataset(tmp_path / "ds")
+    manifest = freeze_listing(uri, open_backend(uri, {}).list(), 65536)
+    directory = dataset_cache_dir(cache_root, uri)
+    old = DatasetCache(directory, manifest, 10_000, dataset_uri=uri)
+    assert old.admit(0, bytes(1000))
+    old.close()
+    release = threading.Event()
+    delete_entry = cache_disk.delete_entry
+
+    def slow_delete_entry(path: str, is_dir: bool, failed: Callable[[OSError], None]) -> None:
+        assert release.wait(30)
+        delete_entry(path, is_dir, failed)
+
+    monkeypatch.setattr(cache_disk, "delete_entry", slow_delete_entry)
+
+    async def main() -> DatasetCache:
+        datasets = NodeDatasets(MountState(), cache_root, "n1", 0.2, lambda uri: None)
+        await datasets.delete_unserved_caches()  # a snapshot without the dataset: its cache goes
+        return DatasetCache(directory, manifest, 10_000, dataset_uri=uri)  # and it is sent again at once
+
+    new = trio.run(main)
+    assert new.admit(1, bytes(1000))
+    (aside,) = [path for path in cache_root.iterdir() if cache_disk.removed_directory_of(path.name) is not None]
+    release.set()
+    eventually(lambda: not aside.exists(), what="the old cache deleted")
+    assert new.read(1, 0, 1000) == bytes(1000) and new.statistics().directory_lost is False
+    new.close()
+
+
+def test_a_cache_directory_gone_between_the_sweeps_listing_and_its_look_is_skipped_timing_forced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent died of the FileNotFoundError (its whole mount torn down): the sweep's own deletion threads, and other
+    users' in a shared cache dir, remove directories between the listing and the look at each. Forced: the removal,
+    made right after the listing names the directory."""
+    cache_root = tmp_path / "cache"
+    gone, kept = cache_root / f"{'a' * 24}.removed-1-2", cache_root / ("b" * 24)
+    gone.mkdir(parents=True)
+    kept.mkdir()
+    listing = os.scandir
+
+    @contextlib.contextmanager
+    def removing_as_listed(path: str) -> Iterator[Iterator[os.DirEntry[str]]]:
+        with listing(path) as entries:
+
+            def listed() -> Iterator[os.DirEntry[str]]:
+                for entry in entries:
+                    if entry.name == gone.name:
+                        gone.rmdir()
+                    yield entry
+
+            yield listed()
+
+    monkeypatch.setattr(os, "scandir", removing_as_listed)
+    assert unserved_cache_dirs(cache_root, []) == [str(kept)]
