@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import random
 import struct
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from xxhash import xxh3_64_intdigest
 
+from fuseclient import cache_disk
 from fuseclient.cache import DatasetCache
 from fuseclient.cache_disk import FANOUT
 from silodlib.manifest import Manifest
@@ -107,3 +109,17 @@ def make_cache(tmp_path: Path) -> Iterator[Callable[..., DatasetCache]]:
     yield make
     for cache in opened:
         cache.close()
+
+
+def hold_deletions(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Make every deletion of cache files (`cache_disk.delete_entry`) wait until the event returned is set: the time
+    a large cache takes to delete (minutes for a million items), which a test cannot otherwise hold open."""
+    release = threading.Event()
+    delete_entry = cache_disk.delete_entry
+
+    def slow_delete_entry(path: str, is_dir: bool, failed: Callable[[OSError], None]) -> None:
+        assert release.wait(30)
+        delete_entry(path, is_dir, failed)
+
+    monkeypatch.setattr(cache_disk, "delete_entry", slow_delete_entry)
+    return release

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from fuseclient.node_datasets import NodeDatasets
 from silodlib.backends import open_backend
 from silodlib.manifest import freeze_listing
 from silodpb.v1 import datamgr_pb2 as pb
+from tests.cache_fixtures import hold_deletions
 from tests.cluster_fixtures import eventually
 from tests.datamgr_fixtures import make_local_dataset
 from tests.mount_fixtures import MountProcess
@@ -215,14 +215,7 @@ def test_a_cache_the_sweep_deletes_is_set_aside_first_so_a_cache_opened_at_its_n
     old = DatasetCache(directory, manifest, 10_000, dataset_uri=uri)
     assert old.admit(0, bytes(1000))
     old.close()
-    release = threading.Event()
-    delete_entry = cache_disk.delete_entry
-
-    def slow_delete_entry(path: str, is_dir: bool, failed: Callable[[OSError], None]) -> None:
-        assert release.wait(30)
-        delete_entry(path, is_dir, failed)
-
-    monkeypatch.setattr(cache_disk, "delete_entry", slow_delete_entry)
+    release = hold_deletions(monkeypatch)
 
     async def main() -> DatasetCache:
         datasets = NodeDatasets(MountState(), cache_root, "n1", 0.2, lambda uri: None)

@@ -30,6 +30,7 @@ from tests.cache_fixtures import (
     entry,
     entry_size,
     files_on_disk,
+    hold_deletions,
     item_file,
     one_file_manifest,
 )
@@ -170,14 +171,7 @@ def test_a_removed_cache_is_deleted_in_the_background_and_a_cache_opened_there_m
     first = make_cache(manifest, 100, directory=directory)
     for item in range(10):
         assert first.admit(item, content(manifest, item))
-    release = threading.Event()
-    delete_entry = cache_disk.delete_entry
-
-    def slow_delete_entry(path: str, is_dir: bool, failed: Callable[[OSError], None]) -> None:
-        assert release.wait(30)
-        delete_entry(path, is_dir, failed)
-
-    monkeypatch.setattr(cache_disk, "delete_entry", slow_delete_entry)
+    release = hold_deletions(monkeypatch)
 
     assert first.remove() == 10  # returns with the deletion pending
     assert not directory.exists() and first.read(3, 0, 10) is None and not first.admit(3, content(manifest, 3))
