@@ -619,7 +619,7 @@ def _log_round(policy: str, report: RoundReport, failure: Exception | None, repe
         for job_id, e in sorted(report.estimates.items())
     )
     changes = ", ".join(map(str, report.applied)) or "none"
-    message = f"round {report.number} ({report.trigger}) by {policy}: {jobs or 'no jobs'} | changes: {changes}"
+    message = f"round {report.number} ({report.trigger}) by {policy}: {jobs or 'no job runs'} | changes: {changes}"
     if report.released:
         message += " | released after their grace period: " + ", ".join(report.released)
     if report.unapplied_placements:
