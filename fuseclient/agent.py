@@ -271,15 +271,29 @@ class NodeAgent:
                 await self._datasets.remove(change.dataset_removed)
 
     async def _apply_snapshot(self, snapshot: pb.AllocationSnapshot) -> None:
+        """Serve what the snapshot says and nothing else. Its datasets are set side by side, each followed by its
+        jobs: one whose backend open hangs (a profile's `credential_process` waiting for a login) or whose cache
+        takes long to restore keeps only its own jobs' directories from appearing, where, one after another, it
+        kept every job's (the snapshot applies whole, so later revisions still wait for it)."""
         for job_id in (set(self._mount.jobs) | set(self._unserved_jobs)) - {j.job_id for j in snapshot.jobs}:
             self._remove_job(job_id)
         for uri in self._datasets.uris() - {d.uri for d in snapshot.datasets}:
             await self._datasets.remove(uri)
-        for dataset in snapshot.datasets:
-            await self._datasets.set(dataset, self._manifests)
+        jobs_of: dict[str, list[pb.NodeJob]] = {}
         for job in snapshot.jobs:
-            self._set_job(job)
+            jobs_of.setdefault(job.dataset_uri, []).append(job)
+        async with trio.open_nursery() as nursery:
+            for dataset in snapshot.datasets:
+                nursery.start_soon(self._set_dataset_and_jobs, dataset, jobs_of.pop(dataset.uri, []))
+        for jobs in jobs_of.values():  # of no dataset the snapshot names: each waits, as one whose dataset failed
+            for job in jobs:
+                self._set_job(job)
         await self._datasets.delete_unserved_caches()
+
+    async def _set_dataset_and_jobs(self, dataset: pb.NodeDataset, jobs: list[pb.NodeJob]) -> None:
+        await self._datasets.set(dataset, self._manifests)
+        for job in jobs:
+            self._set_job(job)
 
     def _dataset_opened(self, uri: str) -> None:
         """Add the jobs that waited for the dataset to open: their directories appear."""
@@ -397,6 +411,10 @@ class NodeAgent:
                     outage = True
             except (trio.RunFinishedError, trio.Cancelled):
                 return
+            except BaseExceptionGroup as group:  # a snapshot's datasets cancelled side by side (`_apply_snapshot`)
+                if group.split(trio.Cancelled)[1] is None:
+                    return
+                raise
             failures += 1
             self._stop.wait(RECONNECT.delay(failures))
 

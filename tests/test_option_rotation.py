@@ -6,6 +6,7 @@ open files kept."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import threading
@@ -243,3 +244,53 @@ def _open_for_writing(pipe: Path) -> int | None:
         if exc.errno == errno.ENXIO:
             return None
         raise
+
+
+def test_a_restarted_node_mounts_the_jobs_of_its_other_datasets_while_one_datasets_credential_process_hangs(
+    tmp_path: Path,
+    datamgr_process: DataManagerProcess,
+    dataset_target_factory: DatasetTargetFactory,
+    s3_server: S3Server,
+    files: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restart applies the data manager's snapshot, whose datasets were opened one after another and whose jobs were
+    mounted after the last: one dataset's hanging open kept every job's directory from appearing. They open side by
+    side now, each followed by its jobs."""
+    target = _s3_dataset(dataset_target_factory, files)
+    local = dataset_target_factory("file")
+    for name, data in files.items():
+        local.put(name, data)
+    node = node_lacking_a_profile(tmp_path, datamgr_process, s3_server, monkeypatch, POLICY)
+    pipe = tmp_path / "credentials.pipe"
+    os.mkfifo(pipe)
+    node_config = tmp_path / "node-aws-config"
+    node_config.write_text(f"[profile {POLICY}]\ncredential_process = cat {pipe}\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(node_config))
+    writer: int | None = None
+    try:
+        node.start()
+        with DataManagerClient(datamgr_process.address, timeout=10) as client:
+            _start_job(client, node, local.uri, local.options)
+            node.stop()
+            keys = ("access_key_id", "secret_access_key")
+            by_profile = {key: value for key, value in target.options.items() if key not in keys}
+            client.register_dataset(target.uri, by_profile | {"profile": POLICY})
+            client.register_job("j2", target.uri, 100_000_000, [("n1", 1)])
+            client.allocate_remote_io("j2", 100_000_000)
+        node.start()
+        writer = eventually(lambda: _open_for_writing(pipe), what="the node's credential process running")
+        job_dir: Path = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="j1's directory")
+        assert (job_dir / "f1.bin").read_bytes() == files["f1.bin"]
+        assert not node.job_dir("j2").exists()
+        credentials = {"Version": 1, "AccessKeyId": s3_server.access_key_id}
+        os.write(writer, json.dumps(credentials | {"SecretAccessKey": s3_server.secret_access_key}).encode())
+        os.close(writer)
+        writer = None
+        j2_dir: Path = eventually(lambda: node.job_dir("j2").is_dir() and node.job_dir("j2"), what="j2's directory")
+        assert (j2_dir / "f2.bin").read_bytes() == files["f2.bin"]
+    finally:
+        pipe.unlink()
+        if writer is not None:
+            os.close(writer)
+        node.stop()
