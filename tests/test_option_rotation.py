@@ -169,8 +169,7 @@ def test_a_job_whose_dataset_the_node_could_not_open_appears_once_set_options_fi
     try:
         node.start()
         with DataManagerClient(datamgr_process.address, timeout=10) as client:
-            by_profile = {key: value for key, value in target.options.items() if key not in keys}
-            client.register_dataset(target.uri, {**by_profile, "profile": POLICY})
+            client.register_dataset(target.uri, _by_profile(target))
             client.register_job("j1", target.uri, 100_000_000, [("n1", 1)])
             client.allocate_remote_io("j1", 100_000_000)
             eventually(lambda: node.log_lines("job j1 reads"), what="the node's refusal of the job")
@@ -197,25 +196,15 @@ def test_a_node_serves_its_mount_and_stops_while_a_profiles_credential_process_h
     metadata service. The agent did it on the mount's loop, so every file system request of every job waited for it,
     and for good where it hangs (an SSO login waiting for a browser), the agent's own stop included. Here the node's
     profile runs `cat` on a pipe that nothing writes."""
-    target = _s3_dataset(dataset_target_factory, files)
-    local = dataset_target_factory("file")
-    for name, data in files.items():
-        local.put(name, data)
-    node = node_lacking_a_profile(tmp_path, datamgr_process, s3_server, monkeypatch, POLICY)
-    pipe = tmp_path / "credentials.pipe"
-    os.mkfifo(pipe)
-    node_config = tmp_path / "node-aws-config"
-    node_config.write_text(f"[profile {POLICY}]\ncredential_process = cat {pipe}\n")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(node_config))
+    target, local = _s3_dataset(dataset_target_factory, files), _local_dataset(dataset_target_factory, files)
+    node, pipe = _node_whose_profile_reads_a_pipe(tmp_path, datamgr_process, s3_server, monkeypatch)
     writer: int | None = None
     try:
         node.start()
         with DataManagerClient(datamgr_process.address, timeout=10) as client:
             job_dir = _start_job(client, node, local.uri, local.options)
             assert (job_dir / "f0.bin").read_bytes() == files["f0.bin"]
-            keys = ("access_key_id", "secret_access_key")
-            by_profile = {key: value for key, value in target.options.items() if key not in keys}
-            client.register_dataset(target.uri, by_profile | {"profile": POLICY})
+            client.register_dataset(target.uri, _by_profile(target))
             client.register_job("j2", target.uri, 100_000_000, [("n1", 1)])
         # Held open, never written: the credential process waits to read.
         writer = eventually(lambda: _open_for_writing(pipe), what="the node's credential process running")
@@ -257,25 +246,15 @@ def test_a_restarted_node_mounts_the_jobs_of_its_other_datasets_while_one_datase
     """A restart applies the data manager's snapshot, whose datasets were opened one after another and whose jobs were
     mounted after the last: one dataset's hanging open kept every job's directory from appearing. They open side by
     side now, each followed by its jobs."""
-    target = _s3_dataset(dataset_target_factory, files)
-    local = dataset_target_factory("file")
-    for name, data in files.items():
-        local.put(name, data)
-    node = node_lacking_a_profile(tmp_path, datamgr_process, s3_server, monkeypatch, POLICY)
-    pipe = tmp_path / "credentials.pipe"
-    os.mkfifo(pipe)
-    node_config = tmp_path / "node-aws-config"
-    node_config.write_text(f"[profile {POLICY}]\ncredential_process = cat {pipe}\n")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(node_config))
+    target, local = _s3_dataset(dataset_target_factory, files), _local_dataset(dataset_target_factory, files)
+    node, pipe = _node_whose_profile_reads_a_pipe(tmp_path, datamgr_process, s3_server, monkeypatch)
     writer: int | None = None
     try:
         node.start()
         with DataManagerClient(datamgr_process.address, timeout=10) as client:
             _start_job(client, node, local.uri, local.options)
             node.stop()
-            keys = ("access_key_id", "secret_access_key")
-            by_profile = {key: value for key, value in target.options.items() if key not in keys}
-            client.register_dataset(target.uri, by_profile | {"profile": POLICY})
+            client.register_dataset(target.uri, _by_profile(target))
             client.register_job("j2", target.uri, 100_000_000, [("n1", 1)])
             client.allocate_remote_io("j2", 100_000_000)
         node.start()
@@ -294,3 +273,31 @@ def test_a_restarted_node_mounts_the_jobs_of_its_other_datasets_while_one_datase
         if writer is not None:
             os.close(writer)
         node.stop()
+
+
+def _local_dataset(dataset_target_factory: DatasetTargetFactory, files: dict[str, bytes]) -> DatasetTarget:
+    local = dataset_target_factory("file")
+    for name, data in files.items():
+        local.put(name, data)
+    return local
+
+
+def _node_whose_profile_reads_a_pipe(
+    tmp_path: Path, datamgr_process: DataManagerProcess, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> tuple[MountProcess, Path]:
+    """Node n1's agent (not started) whose AWS profile POLICY gets its credentials from a `credential_process` that
+    reads the pipe returned: it waits, as one waiting for a login does, until the test writes them there (JSON) or
+    closes it. The data manager has the profile with the S3 server's keys (`node_lacking_a_profile`)."""
+    node = node_lacking_a_profile(tmp_path, datamgr_process, s3_server, monkeypatch, POLICY)
+    pipe = tmp_path / "credentials.pipe"
+    os.mkfifo(pipe)
+    node_config = tmp_path / "node-aws-config"
+    node_config.write_text(f"[profile {POLICY}]\ncredential_process = cat {pipe}\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(node_config))
+    return node, pipe
+
+
+def _by_profile(target: DatasetTarget) -> dict[str, str]:
+    """The target's options with its keys replaced by profile POLICY."""
+    keys = ("access_key_id", "secret_access_key")
+    return {key: value for key, value in target.options.items() if key not in keys} | {"profile": POLICY}
