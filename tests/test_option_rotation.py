@@ -114,7 +114,12 @@ def test_a_job_whose_sas_expired_reads_again_with_the_one_set_options_gives_keep
 
 
 def _s3_dataset(dataset_target_factory: DatasetTargetFactory, files: dict[str, bytes]) -> DatasetTarget:
-    target = dataset_target_factory("s3")
+    return _dataset_of(dataset_target_factory, "s3", files)
+
+
+def _dataset_of(dataset_target_factory: DatasetTargetFactory, backend: str, files: dict[str, bytes]) -> DatasetTarget:
+    """A fresh dataset target on `backend` holding `files`."""
+    target = dataset_target_factory(backend)
     for name, data in files.items():
         target.put(name, data)
     return target
@@ -196,7 +201,7 @@ def test_a_node_serves_its_mount_and_stops_while_a_profiles_credential_process_h
     metadata service. The agent did it on the mount's loop, so every file system request of every job waited for it,
     and for good where it hangs (an SSO login waiting for a browser), the agent's own stop included. Here the node's
     profile runs `cat` on a pipe that nothing writes."""
-    target, local = _s3_dataset(dataset_target_factory, files), _local_dataset(dataset_target_factory, files)
+    target, local = _s3_dataset(dataset_target_factory, files), _dataset_of(dataset_target_factory, "file", files)
     node, pipe = _node_whose_profile_reads_a_pipe(tmp_path, datamgr_process, s3_server, monkeypatch)
     writer: int | None = None
     try:
@@ -246,7 +251,7 @@ def test_a_restarted_node_mounts_the_jobs_of_its_other_datasets_while_one_datase
     """A restart applies the data manager's snapshot, whose datasets were opened one after another and whose jobs were
     mounted after the last: one dataset's hanging open kept every job's directory from appearing. They open side by
     side now, each followed by its jobs."""
-    target, local = _s3_dataset(dataset_target_factory, files), _local_dataset(dataset_target_factory, files)
+    target, local = _s3_dataset(dataset_target_factory, files), _dataset_of(dataset_target_factory, "file", files)
     node, pipe = _node_whose_profile_reads_a_pipe(tmp_path, datamgr_process, s3_server, monkeypatch)
     writer: int | None = None
     try:
@@ -273,13 +278,6 @@ def test_a_restarted_node_mounts_the_jobs_of_its_other_datasets_while_one_datase
         if writer is not None:
             os.close(writer)
         node.stop()
-
-
-def _local_dataset(dataset_target_factory: DatasetTargetFactory, files: dict[str, bytes]) -> DatasetTarget:
-    local = dataset_target_factory("file")
-    for name, data in files.items():
-        local.put(name, data)
-    return local
 
 
 def _node_whose_profile_reads_a_pipe(
