@@ -114,28 +114,30 @@ async def serve(
             if metrics is not None:
                 metrics.close()
             raise
-        await server.start()
-        log.info(
-            "data manager listening on %s:%d (%s; state dir %s, revision %d)",
-            host,
-            port,
-            security.describe(),
-            config.state_dir,
-            manager.state.revision,
-        )
-        if metrics is not None:
-            log.info("metrics at http://%s:%d/metrics", host, metrics_port)
-        if on_ready is not None:
-            on_ready(port)
-        tasks = [asyncio.create_task(_expire_nodes(manager, config.node_timeout))]
-        if controller is not None:
-            log.info(
-                "running the %s policy: a round per burst of job changes, and at least every %g s",
-                config.policy,
-                config.round_seconds,
-            )
-            tasks.append(asyncio.create_task(controller.run()))
+        # The handlers go in before the "listening" line: a SIGTERM right after it (a supervisor, a test that waits
+        # for the line) found none yet and killed the process instead of stopping it.
         with _stop_on_signals(stop):
+            await server.start()
+            log.info(
+                "data manager listening on %s:%d (%s; state dir %s, revision %d)",
+                host,
+                port,
+                security.describe(),
+                config.state_dir,
+                manager.state.revision,
+            )
+            if metrics is not None:
+                log.info("metrics at http://%s:%d/metrics", host, metrics_port)
+            if on_ready is not None:
+                on_ready(port)
+            tasks = [asyncio.create_task(_expire_nodes(manager, config.node_timeout))]
+            if controller is not None:
+                log.info(
+                    "running the %s policy: a round per burst of job changes, and at least every %g s",
+                    config.policy,
+                    config.round_seconds,
+                )
+                tasks.append(asyncio.create_task(controller.run()))
             await stop.wait()
         log.info("data manager stopping")
         for task in tasks:
