@@ -421,12 +421,11 @@ class Controller:
     async def _release_due(self) -> None:
         """Release the suspending jobs whose grace period is over while the first round waits: a release needs no
         usage report, and held until that round, a grace period of a restarted data manager ended up to the node
-        timeout late, its job shown SUSPENDING past its `suspended_until` and the GPUs it held idle."""
+        timeout late, its job shown SUSPENDING past its `suspended_until` and the GPUs it held idle. The release's
+        change logs it (`grace.release_description`); `next_release` first, as it walks the histories unsorted."""
         release = self._manager.next_release()
         if release is not None and release <= self._manager.wall_clock():
-            released = await self._allocations.release_due()
-            if released:
-                log.info("released after their grace period, before the first round: %s", ", ".join(released))
+            await self._allocations.release_due()
 
     async def run_round(self, trigger: str) -> RoundReport:
         """Decide on the current state and carry out the decision; log and keep the report."""

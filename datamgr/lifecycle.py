@@ -105,12 +105,16 @@ def moved(
 
 def nodes_left(job: Job, placement: Placement) -> list[str]:
     """The nodes the job runs on that `placement` leaves out: moving there, it stops reading on them."""
-    return sorted(placement_of(job).keys() - {node_id for node_id, gpus in placement.items() if gpus})
+    return sorted(placement_of(job).keys() - _nodes_of(placement))
 
 
 def nodes_joined(job: Job, placement: Placement) -> list[str]:
     """The nodes of `placement` the job does not run on yet: moving there, it starts reading on them."""
-    return sorted({node_id for node_id, gpus in placement.items() if gpus} - placement_of(job).keys())
+    return sorted(_nodes_of(placement) - placement_of(job).keys())
+
+
+def _nodes_of(placement: Placement) -> set[str]:
+    return {node_id for node_id, gpus in placement.items() if gpus}
 
 
 def released(history: JobHistory) -> JobHistory:
