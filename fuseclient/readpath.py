@@ -10,12 +10,16 @@ it only while the dataset is under its quota.
 A fetch that fails answers, for a moment, the kernel's re-request of what it failed (`FailedFetch`): Linux asks
 again for a page whose read failed, and asking storage again would double the load on a storage service that is
 already failing.
+
+A job whose remote IO rate is 0 has its reads that need the backend wait until the data manager grants it some: the
+node's log says so once when they start waiting and once when they resume (`ZeroRateLog`), not once per read.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -25,6 +29,9 @@ import trio
 from fuseclient.mounted import Flight, MountedDataset, MountedJob
 from fuseclient.throttle import ThrottleClosed
 from silodlib.backends import Backend, BackendError, ChangedObject
+from silodlib.logfields import log_ids
+
+log = logging.getLogger(__name__)
 
 # Seconds a failed fetch answers the re-requests of its item through the same open file: five times the latest the
 # kernel's re-request came after the failure's reply (205 ms, 2 CPUs overloaded; 0.3 ms at the median:
@@ -213,7 +220,7 @@ async def _granted_first(job: MountedJob, dataset: MountedDataset, item: int, fl
     try:
         with wait:
             if job.bucket is not None:
-                await job.bucket.consume(length)
+                await job.bucket.consume(length, ZeroRateLog(job))
                 if flight.took_off:  # granted in the instant another job took it off, and resumed after it
                     job.bucket.give_back(length)
                     return False
@@ -226,6 +233,37 @@ async def _granted_first(job: MountedJob, dataset: MountedDataset, item: int, fl
         flight.boarding.discard(wait)
         if not flight.took_off and not flight.boarding and dataset.inflight.get(item) is flight:
             del dataset.inflight[item]  # every job waiting for it went away before any was granted
+
+
+@dataclass(frozen=True, slots=True)
+class ZeroRateLog:
+    """The node's log lines for a job whose reads wait on a remote IO rate of 0 (`ZeroRateWatcher`): one as they
+    start waiting, one as they resume. The scheduler chose the rate, so nothing is wrong with the node (INFO); but
+    the job's reader just hangs in `read` meanwhile, and without these lines an operator looking at a stuck job has
+    no clue why. Once per stretch at 0, however many reads wait: thousands of them must not flood the log."""
+
+    job: MountedJob
+
+    def held(self) -> None:
+        log.info(
+            "job %s: reads of %s that need storage wait: its remote IO rate is 0 B/s, and they resume once the data "
+            "manager grants it some (cached items still read)",
+            self.job.job_id,
+            self.job.dataset.uri,
+            extra=self._ids(),
+        )
+
+    def resumed(self, seconds: float) -> None:
+        log.info(
+            "job %s: reads of %s resume: remote IO granted after %.1f s at 0 B/s",
+            self.job.job_id,
+            self.job.dataset.uri,
+            seconds,
+            extra=self._ids(),
+        )
+
+    def _ids(self) -> dict[str, str]:
+        return log_ids(job_id=self.job.job_id, dataset_uri=self.job.dataset.uri)
 
 
 async def _lead_fetch(job: MountedJob, dataset: MountedDataset, item: int, flight: Flight) -> bytes:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import trio
 
@@ -32,6 +33,17 @@ def default_burst(rate: float, item_size: int) -> int:
     if item_size < 0:
         raise ValueError(f"item_size must be >= 0, got {item_size}")
     return max(1, item_size, int(rate * DEFAULT_BURST_SECONDS))
+
+
+class ZeroRateWatcher(Protocol):
+    """Told when a bucket starts and stops holding its requests at a rate of 0, once per stretch at 0 however many
+    requests wait or retry in it: a job held at 0 otherwise just hangs in `read`, and the node's log says nothing."""
+
+    def held(self) -> None:
+        """A request is held by a rate of 0: the first since the bucket last granted one."""
+
+    def resumed(self, seconds: float) -> None:
+        """A request was granted after the bucket had held its requests at a rate of 0 for `seconds`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +69,11 @@ class TokenBucket:
     Requests are served strictly in arrival order, so a large request is not starved by a stream of small ones.
 
     A rate of 0 means the job may not read uncached data: requests wait until a positive rate is set. Tokens
-    held then are kept, so reads resume at once when the rate comes back. A closed bucket (its job gone) fails
-    every request, waiting or new, with `ThrottleClosed`: without it a request at a rate of 0 would wait for good.
+    held then are kept, so reads resume at once when the rate comes back. A stretch at 0 begins when a request is
+    first held by it and ends when one is next granted; the request that begins or ends it tells its own
+    `ZeroRateWatcher`, so each stretch is told once however many requests wait in it. A closed bucket (its job
+    gone) fails every request, waiting or new, with `ThrottleClosed`: without it a request at a rate of 0 would
+    wait for good.
 
     Must be created, reconfigured and consumed inside one trio run: it reads `trio.current_time()`.
     """
@@ -78,6 +93,7 @@ class TokenBucket:
         self._waiting = 0
         self._waited_done = 0.0
         self._waiting_since_sum = 0.0
+        self._held_since: float | None = None  # when a rate of 0 first held a request, until one is granted
 
     @property
     def rate(self) -> float:
@@ -118,12 +134,13 @@ class TokenBucket:
         self._tokens = min(self._burst, self._tokens + nbytes)
         self._granted -= nbytes
 
-    async def consume(self, nbytes: int) -> None:
+    async def consume(self, nbytes: int, watcher: ZeroRateWatcher | None = None) -> None:
         """Return once `nbytes` may be fetched, after every earlier caller has been served.
 
-        Cancellable at any point: a cancelled request takes no tokens and leaves its place in line. A request
-        for 0 bytes fetches nothing and is granted without queueing. Raises `ThrottleClosed` once the bucket is
-        closed.
+        Cancellable at any point: a cancelled request takes no tokens and leaves its place in line, and a stretch
+        at a rate of 0 it was held in goes on (so readers that give up and retry are not told of it again).
+        A request for 0 bytes fetches nothing and is granted without queueing. Raises `ThrottleClosed` once the
+        bucket is closed. `watcher` hears when this request begins or ends a stretch at a rate of 0.
         """
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
@@ -137,9 +154,10 @@ class TokenBucket:
         self._waiting_since_sum += started
         try:
             async with self._turn:
-                await self._wait_for_tokens(nbytes)
+                await self._wait_for_tokens(nbytes, watcher)
                 self._tokens -= nbytes
                 self._granted += nbytes
+                self._end_hold(watcher)
         finally:
             self._waiting -= 1
             self._waiting_since_sum -= started
@@ -150,7 +168,7 @@ class TokenBucket:
         waited = self._waited_done + self._waiting * now - self._waiting_since_sum
         return ThrottleStats(self._rate, self._burst, self._granted, max(0.0, waited), self._waiting)
 
-    async def _wait_for_tokens(self, nbytes: int) -> None:
+    async def _wait_for_tokens(self, nbytes: int, watcher: ZeroRateWatcher | None) -> None:
         """Wait, holding the turn, until the bucket holds min(nbytes, burst) tokens at a positive rate."""
         while True:
             if self._closed:
@@ -162,6 +180,7 @@ class TokenBucket:
                 return
             changed = self._changed
             if self._rate == 0:
+                self._begin_hold(now, watcher)
                 await changed.wait()
                 continue
             with trio.move_on_at(now + (needed - self._tokens) / self._rate) as timer:
@@ -171,6 +190,21 @@ class TokenBucket:
                 self._accrue(trio.current_time())
                 self._tokens = max(self._tokens, needed)
                 return
+
+    def _begin_hold(self, now: float, watcher: ZeroRateWatcher | None) -> None:
+        """A request is held by a rate of 0: the first of a stretch at 0 tells its watcher."""
+        if self._held_since is None:
+            self._held_since = now
+            if watcher is not None:
+                watcher.held()
+
+    def _end_hold(self, watcher: ZeroRateWatcher | None) -> None:
+        """A request was granted: if it ends a stretch at a rate of 0, it tells its watcher how long that lasted."""
+        if self._held_since is not None:
+            seconds = trio.current_time() - self._held_since
+            self._held_since = None
+            if watcher is not None:
+                watcher.resumed(seconds)
 
     def _accrue(self, now: float) -> None:
         self._tokens = min(self._burst, self._tokens + (now - self._updated) * self._rate)

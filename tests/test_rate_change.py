@@ -3,10 +3,15 @@ either rate from a node agent's mount while `silod alloc io` lowers or raises th
 the node fetches from the backend for the job stay within rate x time + burst under each rate and reach 90 %
 of rate x time. The same holds when the cache quota drops to 0 under readers served from a full cache, so
 that every read misses at once. Bytes and times are the node's own counters (its statistics file), not the
-duration of any read.
+duration of any read. A job held at 0 B/s says so in the node's log, once as its reads start waiting and once as
+they resume, however many wait.
 """
 
 from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +69,52 @@ def test_a_cache_quota_shrunk_under_throttled_readers_keeps_the_fetched_bytes_to
         eventually(lambda: node.stats()["datasets"][system.uri]["cached_items"] == 0, what="the cache evicted")
         window = window_under(node, parse_rate("2MB/s"))
     assert_held_to(parse_rate("2MB/s"), *window)
+
+
+def reading_in_threads(job_dir: Path, paths: list[str]) -> dict[str, bytes | OSError]:
+    """Start a daemon thread reading each of `paths` once; the returned dict fills in as they finish (one held for
+    good ends when the node unmounts)."""
+    outcomes: dict[str, bytes | OSError] = {}
+
+    def read(path: str) -> None:
+        try:
+            outcomes[path] = (job_dir / path).read_bytes()
+        except OSError as exc:
+            outcomes[path] = exc
+
+    for path in paths:
+        threading.Thread(target=read, args=(path,), daemon=True).start()
+    return outcomes
+
+
+def test_reads_held_at_0_bytes_per_second_log_once_that_they_wait_and_once_that_they_resume(system: System) -> None:
+    # Before, the readers hung in read() and the node's log said nothing of why.
+    node = system.start_node("n1")
+    system.client.register_dataset(system.uri)  # cache quota 0: every read is fetched
+    system.client.register_job("j1", system.uri, 100_000_000, [("n1", 1)])  # no remote IO allocated: 0 B/s
+    job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job directory")
+    waits, resumes = f"job j1: reads of {system.uri} that need storage wait", f"job j1: reads of {system.uri} resume"
+
+    outcomes = reading_in_threads(job_dir, sorted(system.files))
+    # A miss is counted as its read starts waiting on the job's throttle: every reader waits by now.
+    eventually(lambda: system.node_stats(node, "j1")["cache_misses"] >= len(system.files), what="every read waiting")
+    assert outcomes == {}
+    logged = node.log_lines(waits)
+    assert len(logged) == 1, f"{len(system.files)} reads waiting on 0 B/s logged {logged}: one line wanted"
+    waiting = logged[0]
+    assert " INFO fuseclient.readpath: " in waiting
+    assert waiting.endswith(
+        "its remote IO rate is 0 B/s, and they resume once the data manager grants it some (cached items still read)"
+    )
+    assert node.log_lines(resumes) == []
+
+    granted = silod_cli("alloc", "io", "j1", "4MB/s", datamgr=system.datamgr.address)
+    assert granted.returncode == 0, granted.stderr
+    eventually(lambda: len(outcomes) == len(system.files), what="every read done")
+    assert outcomes == system.files
+    logged = node.log_lines(resumes)
+    assert len(logged) == 1, f"{len(system.files)} reads resuming logged {logged}: one line wanted"
+    resuming = logged[0]
+    assert " INFO fuseclient.readpath: " in resuming
+    assert re.search(r"resume: remote IO granted after \d+\.\d s at 0 B/s$", resuming), resuming
+    assert node.log_lines(waits) == [waiting]

@@ -1,4 +1,5 @@
-"""The per-job token bucket: rate and burst bounds, FIFO service, live rate changes, rate 0 and cancellation.
+"""The per-job token bucket: rate and burst bounds, FIFO service, live rate changes, rate 0 (and the one report of
+each stretch at it) and cancellation.
 
 Every test runs under trio's MockClock with autojump, so simulated seconds pass instantly and grant times are
 exact up to floating-point rounding.
@@ -140,6 +141,59 @@ def test_rate_zero_blocks_until_a_positive_rate_is_set_and_keeps_the_tokens() ->
             assert bucket.statistics().waited_seconds == pytest.approx(1000)
             bucket.set_rate(10)
         assert granted == [1000.0]  # the full bucket held while blocked is granted at once
+
+    run(main)
+
+
+class Watcher:
+    """What a bucket told of its stretches at a rate of 0, and when (trio's time, to 6 digits)."""
+
+    def __init__(self) -> None:
+        self.told: list[str] = []
+
+    def held(self) -> None:
+        self.told.append(f"held at {trio.current_time():.6g}")
+
+    def resumed(self, seconds: float) -> None:
+        self.told.append(f"resumed at {trio.current_time():.6g} after {seconds:.6g} s")
+
+
+def test_a_stretch_at_rate_zero_is_told_once_however_many_requests_wait_or_retry_and_once_as_it_ends() -> None:
+    # Before, nothing told of it: a job's reads held at 0 hung, and the node's log said nothing.
+    async def main() -> None:
+        bucket, watcher = TokenBucket(0, 100), Watcher()
+        async with trio.open_nursery() as nursery:
+            for _ in range(1000):
+                nursery.start_soon(bucket.consume, 10, watcher)
+            await trio.sleep(10)
+            with trio.move_on_after(5):  # a reader that gives up and retries, and its retry
+                await bucket.consume(10, watcher)
+            nursery.start_soon(bucket.consume, 10, watcher)
+            await trio.sleep(5)
+            assert watcher.told == ["held at 0"]
+            assert bucket.statistics().waiting == 1001
+            bucket.set_rate(100_000)
+        assert watcher.told == ["held at 0", "resumed at 20 after 20 s"]  # the 100 tokens held grant at once
+        assert bucket.statistics().granted_bytes == 10_010
+
+    run(main)
+
+
+def test_a_rate_lowered_to_zero_under_a_waiting_request_is_told_and_so_is_each_later_stretch() -> None:
+    async def main() -> None:
+        bucket, watcher = await drained(100, 100), Watcher()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bucket.consume, 100, watcher)  # waits at a positive rate: nothing to tell
+            await trio.sleep(0.5)
+            assert watcher.told == []
+            bucket.set_rate(0)
+            await trio.sleep(10)
+            bucket.set_rate(100)  # the other 50 tokens take 0.5 s
+        await bucket.consume(100, watcher)  # 1 s at 100 B/s, told nothing
+        bucket.set_rate(0)
+        with trio.move_on_after(3):
+            await bucket.consume(100, watcher)
+        assert watcher.told == ["held at 0.5", "resumed at 11 after 10.5 s", "held at 12"]
 
     run(main)
 
