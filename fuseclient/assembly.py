@@ -131,7 +131,6 @@ def unserved_cache_dirs(cache_dir: Path, uris: Iterable[str]) -> list[str]:
     and removals an agent did not finish (`cache_disk.remove_directory`). Only directories of this user with those
     names, so that nothing else kept there (the lock file, an operator's own files) is ever taken."""
     served = {dataset_cache_dir(cache_dir, uri).name for uri in uris}
-    uid = os.geteuid()
     found = []
     with os.scandir(cache_dir) as entries:
         for entry in entries:
@@ -141,11 +140,17 @@ def unserved_cache_dirs(cache_dir: Path, uris: Iterable[str]) -> list[str]:
             if not (len(name) == _DIRECTORY_NAME_LENGTH and all(c in "0123456789abcdef" for c in name)):
                 continue
             try:
-                if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == uid:
+                if _is_own_directory(entry.stat(follow_symlinks=False)):
                     found.append(entry.path)
             except FileNotFoundError:  # deleted since it was listed (a deletion thread's, another user's): gone
                 continue
     return sorted(found)
+
+
+def _is_own_directory(found: os.stat_result) -> bool:
+    """Whether what `lstat` `found` is a directory of this user: what the node agent takes from its cache dir to
+    delete, leaving anything else at a cache's name (a file, a link, another user's directory) as it is."""
+    return stat.S_ISDIR(found.st_mode) and found.st_uid == os.geteuid()
 
 
 def set_aside_unserved_caches(cache_dir: Path, uris: Iterable[str], failed: Callable[[OSError], None]) -> list[str]:
@@ -156,15 +161,37 @@ def set_aside_unserved_caches(cache_dir: Path, uris: Iterable[str], failed: Call
     for path in unserved_cache_dirs(cache_dir, uris):
         if cache_disk.removed_directory_of(os.path.basename(path)) is not None:
             taken.append(path)
-            continue
-        try:
-            aside = cache_disk.set_aside(Path(path))
-        except OSError as exc:
-            failed(exc)
-            continue
-        if aside is not None:
-            taken.append(str(aside))
+        elif (aside := _set_aside(Path(path), failed)) is not None:
+            taken.append(aside)
     return taken
+
+
+def set_aside_cache_dir(cache_dir: Path, uri: str, failed: Callable[[OSError], None]) -> str | None:
+    """The cache directory of dataset `uri`, renamed aside to be deleted as `set_aside_unserved_caches` renames those
+    of the datasets no longer served: the new path, or None if there is no directory of this user at its name (one
+    that cannot be looked at or renamed is told to `failed` and left). For a dataset served uncached (`NoCache`): no
+    cache opened there to delete its directory as it goes (`DatasetCache.remove`), yet the directory may be there,
+    made by the opening before the disk refused its cache.json, or left by an earlier run with its items."""
+    directory = dataset_cache_dir(cache_dir, uri)
+    try:
+        found = os.lstat(directory)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        failed(exc)
+        return None
+    return _set_aside(directory, failed) if _is_own_directory(found) else None
+
+
+def _set_aside(directory: Path, failed: Callable[[OSError], None]) -> str | None:
+    """`cache_disk.set_aside`, telling `failed` why a directory cannot be renamed: the new path, or None if the
+    directory is gone or stays where it is."""
+    try:
+        aside = cache_disk.set_aside(directory)
+    except OSError as exc:
+        failed(exc)
+        return None
+    return None if aside is None else str(aside)
 
 
 async def open_cache(cache_root: Path, uri: str, manifest: Manifest, quota: int) -> DatasetCache:

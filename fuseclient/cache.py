@@ -158,6 +158,7 @@ class DatasetCache:
             time.monotonic() - started,
             extra=self._log_ids,
         )
+        cache_disk.delete_dropped_items(self._directory, self._delete_quietly, self._name, self._log_ids)
         if self._used > self._quota:
             self.set_quota(self._quota)
 

@@ -151,10 +151,13 @@ def _pread_exactly(fd: int, length: int, offset: int) -> bytes:
 
 def open_directory(directory: Path, manifest: Manifest, name: str, log_ids: Mapping[str, str], delete: Delete) -> int:
     """Make `directory` and its `items` (private to this user, or private again: `privacy`); drop the items unless
-    `cache.json` vouches for them with this manifest, then write it. The item trees of this and earlier drops are
-    deleted by a thread of their own, so that opening the cache does not wait for them: a dropped cache of a million
-    small items takes minutes to delete (200,000 took 40 s on the reference machine), and every node drops its
-    caches at once when an upgrade changes the format. Returns how many directories had to be made private."""
+    `cache.json` vouches for them with this manifest, then write it. The items dropped are renamed aside and deleted
+    in the background (`delete_dropped_items`) before the new cache.json is written: on a disk that the dropped items
+    themselves fill, that write fails until they are gone, and the cache would never open again. Returns how many
+    directories had to be made private.
+
+    The drop is logged once it is done: an opening that fails after it (a full disk refusing the new cache.json) is
+    tried again by the node agent at every usage report, and finds nothing more to drop."""
     loose = int(make_private_directory(directory) is not None)
     items_dir = directory / ITEMS_NAME
     metadata_path = directory / METADATA_NAME
@@ -166,17 +169,17 @@ def open_directory(directory: Path, manifest: Manifest, name: str, log_ids: Mapp
     except (OSError, ValueError):
         found = {}
     if found != wanted:
-        if found is not None or items_dir.exists():
+        # The items go before the new metadata is written: a crash in between must not vouch for them.
+        if items_dir.exists():
+            os.rename(items_dir, directory / f"{_STALE_PREFIX}{os.getpid()}-{time.time_ns()}")
+            fsync_directory(directory)
             log.info(
                 "cache of %s: %s was written for another manifest or format (or is unreadable), dropping its items",
                 name,
                 directory,
                 extra=log_ids,
             )
-        # The items go before the new metadata is written: a crash in between must not vouch for them.
-        if items_dir.exists():
-            os.rename(items_dir, directory / f"{_STALE_PREFIX}{os.getpid()}-{time.time_ns()}")
-            fsync_directory(directory)
+        delete_dropped_items(directory, delete, name, log_ids)
         temp = directory / f"{METADATA_NAME}.tmp"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
         with open(fd, "w") as file:
@@ -186,12 +189,22 @@ def open_directory(directory: Path, manifest: Manifest, name: str, log_ids: Mapp
             os.fsync(file.fileno())
         os.rename(temp, metadata_path)
         fsync_directory(directory)
-    with os.scandir(directory) as entries:
-        stale = [(e.path, e.is_dir(follow_symlinks=False)) for e in entries if e.name.startswith(_STALE_PREFIX)]
     items_dir.mkdir(mode=PRIVATE_DIRECTORY, exist_ok=True)
     loose += make_private(items_dir, os.stat(items_dir).st_mode) is not None
-    delete_in_background(stale, delete, f"cache of {name}: done deleting its dropped items", log_ids)
     return loose
+
+
+def delete_dropped_items(directory: Path, delete: Delete, name: str, log_ids: Mapping[str, str]) -> None:
+    """Delete the item trees that this and earlier openings of the cache in `directory` dropped (`open_directory`), in
+    a thread of their own, so that opening the cache does not wait for them: a dropped cache of a million small items
+    takes minutes to delete (200,000 took 40 s on the reference machine), and every node drops its caches at once
+    when an upgrade changes the format. Called as an opening drops items, and for what earlier processes left, once
+    the cache has opened: an opening that fails later (its restore, on a failing disk) is tried again at every usage
+    report of the node agent, and each try would start the same deletion again, to warn again of what it cannot
+    delete and log its end again. Trees a thread is deleting already are left to it (`delete_in_background`)."""
+    with os.scandir(directory) as entries:
+        stale = [(e.path, e.is_dir(follow_symlinks=False)) for e in entries if e.name.startswith(_STALE_PREFIX)]
+    delete_in_background(stale, delete, f"cache of {name}: done deleting its dropped items", log_ids)
 
 
 def delete_entry(path: str, is_dir: bool, failed: Callable[[OSError], None]) -> None:
@@ -215,8 +228,8 @@ def delete_entry(path: str, is_dir: bool, failed: Callable[[OSError], None]) -> 
 
 def remove_directory(directory: Path, delete: Delete, name: str, log_ids: Mapping[str, str]) -> None:
     """Take a cache's whole directory out of use at once: renamed aside, beside it (`<directory>.removed-<pid>-<ns>`),
-    and deleted by a thread of its own, as dropped items are (`open_directory`). Deleting a cache of a million items
-    takes minutes, and the node agent applies no revision while it removes a dataset. A directory that cannot be
+    and deleted by a thread of its own, as dropped items are (`delete_dropped_items`). Deleting a cache of a million
+    items takes minutes, and the node agent applies no revision while it removes a dataset. A directory that cannot be
     renamed is deleted where it is before this returns: a thread deleting it there could take the files of a cache
     opened there anew. A process that exits first leaves the rest to the node agent's next snapshot
     (`removed_directory_of`)."""

@@ -24,7 +24,13 @@ from typing import NamedTuple
 import trio
 
 from fuseclient import cache_disk
-from fuseclient.assembly import open_cache, open_dataset, set_aside_unserved_caches, uncached_dataset
+from fuseclient.assembly import (
+    open_cache,
+    open_dataset,
+    set_aside_cache_dir,
+    set_aside_unserved_caches,
+    uncached_dataset,
+)
 from fuseclient.cache import NoCache
 from fuseclient.mounted import MountedDataset, MountState
 from silodlib.backends import Backend, BackendError, RetryingBackend, open_backend, option_changes
@@ -144,16 +150,16 @@ class NodeDatasets:
                 await self._swap_backend(dataset, stale.changes)
 
     async def remove(self, uri: str) -> None:
-        """Free the disk a dataset no job here reads any more: its cache, with its directory. Files still open keep
-        reading through its backend, which is released with the last of them. One this node could not open is no
-        longer reported."""
+        """Free the disk a dataset no job here reads any more: its cache, with its directory (that of one served
+        uncached too). Files still open keep reading through its backend, which is released with the last of them.
+        One this node could not open is no longer reported."""
         self._unopened.pop(uri, None)
         self._stale_options.pop(uri, None)
         dataset = self._mount.remove_dataset(uri)
         if dataset is None:
             return
         if isinstance(dataset.cache, NoCache):
-            log.info("dataset %s is no longer served here (it was served uncached)", uri, extra=self._ids(uri))
+            await self._delete_uncached_cache_dir(uri)
             return
         dropped = await trio.to_thread.run_sync(dataset.cache.remove)
         log.info(
@@ -162,6 +168,23 @@ class NodeDatasets:
             dropped,
             extra=self._ids(uri),
         )
+
+    async def _delete_uncached_cache_dir(self, uri: str) -> None:
+        """Delete, in the background, the cache directory of a dataset that was served uncached, if it has one
+        (`set_aside_cache_dir`): as a cached dataset's goes with it, rather than at the sweep after the next snapshot
+        (`delete_unserved_caches`), which may be days away."""
+        ids = self._ids(uri)
+        failed = _warning_once_per_errno(ids)
+        aside = await trio.to_thread.run_sync(set_aside_cache_dir, self._cache_dir, uri, failed)
+        if aside is None:
+            log.info("dataset %s is no longer served here (it was served uncached)", uri, extra=ids)
+            return
+        log.info(
+            "dataset %s is no longer served here (it was served uncached): its cache directory is being deleted",
+            uri,
+            extra=ids,
+        )
+        _delete_in_background([aside], failed, f"dataset {uri}: done deleting its cache directory", ids)
 
     async def delete_unserved_caches(self) -> None:
         """Delete, in the background, the cache directories of the datasets this node no longer serves
@@ -179,11 +202,8 @@ class NodeDatasets:
             self._cache_dir,
             extra=ids,
         )
-        cache_disk.delete_in_background(
-            [(path, True) for path in stale],
-            functools.partial(cache_disk.delete_entry, failed=failed),
-            f"done deleting {len(stale)} unused cache directories in {self._cache_dir}",
-            ids,
+        _delete_in_background(
+            stale, failed, f"done deleting {len(stale)} unused cache directories in {self._cache_dir}", ids
         )
 
     def usage(self) -> list[pb.DatasetUsage]:
@@ -306,6 +326,16 @@ class NodeDatasets:
 
     def _ids(self, uri: str) -> dict[str, str]:
         return log_ids(dataset_uri=uri, node_id=self._node_id)
+
+
+def _delete_in_background(
+    directories: list[str], failed: Callable[[OSError], None], done: str, ids: Mapping[str, str]
+) -> None:
+    """Delete cache directories renamed aside (`cache_disk.set_aside`) in a thread of their own, which tells `failed`
+    what it cannot delete and logs `done`, so that no revision waits for them: a cache of a million items takes
+    minutes to delete."""
+    delete = functools.partial(cache_disk.delete_entry, failed=failed)
+    cache_disk.delete_in_background([(path, True) for path in directories], delete, done, ids)
 
 
 def _warning_once_per_errno(ids: Mapping[str, str]) -> Callable[[OSError], None]:

@@ -5,6 +5,7 @@ either daemon being killed."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import shutil
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from datamgr.client import DataManagerClient
+from fuseclient.assembly import dataset_cache_dir
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.cache_fixtures import entries_on_disk
 from tests.cluster_fixtures import FILES, SIZE, System, eventually
@@ -93,6 +95,47 @@ def test_a_dataset_whose_cache_cannot_be_opened_is_served_uncached_and_cached_on
     eventually(lambda: _cached_bytes(node) == FILES * SIZE, what="the dataset cached")
     stats = node.wait_for_stats(lambda s: s["datasets"][system.uri]["cached_items"] == FILES)
     assert not stats["datasets"][system.uri]["directory_lost"]
+
+
+@pytest.mark.expected_warnings  # the cache that cannot be opened, the stats file that cannot be written
+def test_a_cache_of_an_older_format_on_a_full_disk_says_once_that_it_drops_its_items_not_at_every_try(
+    tmpfs: TmpfsFactory, system: System, tmp_path: Path
+) -> None:
+    """A node upgraded (its cache format changed) while its cache disk is full: opening the dataset's cache drops the
+    items of the old format, then cannot write the new cache.json, so the dataset is served uncached and its cache
+    tried again at every report and every change of the dataset. Each try said again that it dropped the items
+    (every 5 s by default, for as long as the disk stayed full), though they went at the first. Once the disk has
+    room the cache opens, says so, and fills."""
+    disk = tmpfs(tmp_path / "n1" / "cache", "4m")  # the node's cache dir (`MountProcess.node`); 2 MB data
+    node = _job_read_once_into_a_full_cache(system)
+    node.stop()
+    metadata = dataset_cache_dir(disk, system.uri) / "cache.json"
+    metadata.write_text(json.dumps({**json.loads(metadata.read_text()), "format": "silod-cache/2"}))  # an older silod's
+    for entry in (metadata.parent / "items").rglob("*"):  # emptied, so that dropping them frees no room: the disk
+        if entry.is_file():  # stays full until the test frees it, however soon their deletion starts
+            entry.write_bytes(b"")
+    (disk / "stats.json").unlink()  # which the agent deletes as it starts: the new cache.json would take its room
+    filler = fill_up(disk)
+    node.start()
+    job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="j1's directory")
+    for path, data in system.files.items():
+        assert (job_dir / path).read_bytes() == data
+    assert node.log_lines("serving it from its backend, uncached")
+    # Tried again at each quota change (besides each report): by the time the job registered after it has its
+    # directory, the change has applied, and the try with it.
+    for quota, job_id in ((FILES * SIZE // 2, "j2"), (FILES * SIZE, "j3")):
+        system.client.allocate_cache_size(system.uri, quota)
+        system.client.register_job(job_id, system.uri, 100_000_000, [("n1", 1)])
+        eventually(lambda: node.job_dir(job_id).is_dir(), what=f"{job_id}'s directory")  # noqa: B023  (called at once)
+    dropping = "was written for another manifest or format (or is unreadable), dropping its items"
+    assert len(node.log_lines(dropping)) == 1  # before: one a try
+
+    filler.unlink()
+    eventually(lambda: node.log_lines("opened: caching it again"), what="the cache opened")
+    for path, data in system.files.items():
+        assert (job_dir / path).read_bytes() == data
+    eventually(lambda: _cached_bytes(node) == FILES * SIZE, what="the dataset cached again")
+    assert len(node.log_lines(dropping)) == 1 and len(node.log_lines("cannot open the cache of dataset")) == 1
 
 
 def test_allocations_are_enforced_on_the_node(system: System) -> None:

@@ -33,13 +33,15 @@ from silodpb.v1 import datamgr_pb2 as pb
 from tests.cache_fixtures import hold_deletions
 from tests.cluster_fixtures import eventually
 from tests.datamgr_fixtures import make_local_dataset
+from tests.disks import TmpfsFactory, fill_up
 from tests.mount_fixtures import MountProcess
 from tests.test_metrics import samples
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[DataManagerClient, MountProcess, int]]:
-    """A data manager with metrics on the returned port, its client, and node n1's agent."""
+@contextlib.contextmanager
+def _running_cluster(tmp_path: Path) -> Iterator[tuple[DataManagerClient, MountProcess, int]]:
+    """A data manager with metrics on the returned port, its client, and node n1's agent (its cache dir
+    TMP_PATH/n1/cache), stopped on leaving."""
     port = free_port()
     config = ServerConfig("127.0.0.1:0", tmp_path / "state", 10**9, 30.0, metrics_port=port)
     with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address, timeout=10) as client:
@@ -50,14 +52,26 @@ def cluster(tmp_path: Path) -> Iterator[tuple[DataManagerClient, MountProcess, i
             agent.stop()
 
 
-def _serve(client: DataManagerClient, agent: MountProcess, uri: str, job_id: str) -> None:
-    """Register `uri` and a job reading it on n1, and wait for the job's directory there."""
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[DataManagerClient, MountProcess, int]]:
+    """`_running_cluster`, for the test."""
+    with _running_cluster(tmp_path) as running:
+        yield running
+
+
+def _add_job(client: DataManagerClient, agent: MountProcess, uri: str, job_id: str) -> None:
+    """Register `uri` with a cache quota and a job reading it on n1, and wait for the job's directory there."""
     client.register_dataset(uri)
     client.register_job(job_id, uri, 100_000_000, [("n1", 1)])
     client.allocate_remote_io(job_id, 100_000_000)
     client.allocate_cache_size(uri, 8000)
     eventually(lambda: agent.job_dir(job_id).is_dir(), what=f"{job_id}'s directory")
-    # and its quota, so that what the job reads is cached (the job's directory can come first)
+
+
+def _serve(client: DataManagerClient, agent: MountProcess, uri: str, job_id: str) -> None:
+    """`_add_job`, then wait for the dataset's quota on n1, so that what the job reads is cached (the job's directory
+    can come first)."""
+    _add_job(client, agent, uri, job_id)
     eventually(lambda: agent.stats()["datasets"][uri]["quota_bytes"] == 8000, what=f"{uri}'s quota on n1")
 
 
@@ -101,6 +115,31 @@ def test_a_dataset_no_longer_served_leaves_no_cache_directory(
         _retire(client, agent, uri, f"j{i}")
         assert not directory.exists()  # renamed aside at once, then deleted by a thread
     eventually(lambda: not any(p.is_dir() for p in agent.cache_dir.iterdir()), what="the removed caches deleted")
+
+
+@pytest.mark.expected_warnings  # the full disk: the cache that cannot be opened, the statistics that cannot be written
+def test_a_dataset_served_uncached_and_no_longer_served_leaves_no_cache_directory(
+    tmpfs: TmpfsFactory, tmp_path: Path
+) -> None:
+    """A dataset whose cache could not be opened (its disk full) is served uncached, and has a cache directory all the
+    same: the opening made it before the disk refused its cache.json (or an earlier run left it). Once the dataset
+    went, that directory stayed until the sweep after the agent's next snapshot (a restart or a reconnect, which may
+    be days away); it goes at once now, as a cached dataset's does."""
+    fill_up(tmpfs(tmp_path / "n1" / "cache", "4m"))  # n1's cache dir (`_running_cluster`)
+    with _running_cluster(tmp_path) as (client, agent, _):
+        uri = make_local_dataset(tmp_path / "ds")
+        _add_job(client, agent, uri, "j1")
+        assert (agent.job_dir("j1") / "d0" / "f000.bin").read_bytes() == bytes(1000)
+        assert agent.log_lines("serving it from its backend, uncached")
+        directory = dataset_cache_dir(agent.cache_dir, uri)
+        assert directory.is_dir()
+        _retire(client, agent, uri, "j1")
+        assert not directory.exists()  # renamed aside at once; before: left until the next snapshot
+        (removed,) = agent.log_lines("no longer served here")
+        assert removed.endswith(
+            f"{uri} is no longer served here (it was served uncached): its cache directory is being deleted"
+        )
+        eventually(lambda: not any(p.is_dir() for p in agent.cache_dir.iterdir()), what="the directory deleted")
 
 
 @pytest.mark.expected_warnings  # the cache directory that cannot be opened, named

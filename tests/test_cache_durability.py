@@ -34,7 +34,7 @@ from tests.cache_fixtures import (
     item_file,
     one_file_manifest,
 )
-from tests.disks import Ext4Factory, TmpfsFactory
+from tests.disks import Ext4Factory, TmpfsFactory, fill_up
 
 # --- restore ------------------------------------------------------------------------------------------
 
@@ -154,6 +154,7 @@ def test_opening_a_cache_does_not_wait_for_the_deletion_of_its_dropped_items(tmp
     assert len(stale) == 1 and (directory / "items").is_dir() and not any((directory / "items").iterdir())
     assert deleted == []
     cache_disk.open_directory(directory, manifest, "dataset", {}, slow_delete)  # opened again meanwhile: left alone
+    cache_disk.delete_dropped_items(directory, slow_delete, "dataset", {})  # as a cache that opened does
     release.set()
     polling.eventually(lambda: deleted == [str(stale[0])], what="the dropped tree deleted, once")
     assert sorted(path.name for path in directory.iterdir()) == ["cache.json", "items"]
@@ -341,3 +342,69 @@ def test_a_read_only_filesystem_fails_admissions_and_evictions_without_breaking_
     messages = warnings_from_cache(caplog)
     assert len(messages) == 2, messages  # one for writes, one for deletions
     assert all(os.strerror(errno.EROFS) in message for message in messages)
+
+
+def test_a_cache_tried_again_on_a_read_only_disk_leaves_its_dropped_items_to_the_opening_that_succeeds(
+    small_tmpfs: Path, make_cache: Callable[..., DatasetCache], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cache that cannot open (its disk turned read-only, a bucket an older silod left readable by others to make
+    private) is tried again by the node agent at every usage report. Each try started deleting the items an earlier
+    opening had dropped, and each said again that it could not (a WARNING), then that it was done: every 5 s, for as
+    long as the disk stayed read-only. They are deleted once the cache opens."""
+    directory = small_tmpfs / "cache"
+    manifest = one_file_manifest(10, 1024)
+    cache = make_cache(manifest, 100 * 1024, directory=directory)
+    assert cache.admit(0, content(manifest, 0))
+    cache.close()
+    dropped = directory / "items.stale-1-2"  # an earlier drop whose deletion its process did not finish
+    (dropped / "0").mkdir(parents=True)
+    (dropped / "0" / "5").write_bytes(b"an item no metadata vouches for")
+    (directory / "items" / "0").chmod(0o755)  # as an older silod made it
+    subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+    for _ in range(3):  # the agent's tries
+        with pytest.raises(OSError) as raised:
+            DatasetCache(directory, manifest, 100 * 1024)
+        assert raised.value.errno == errno.EROFS
+
+    subprocess.run(["mount", "-o", "remount,rw", str(small_tmpfs)], check=True)
+    reopened = make_cache(manifest, 100 * 1024, directory=directory)
+    assert cached_items(reopened) == {0}
+    done = f"cache of {directory}: done deleting its dropped items"
+    polling.eventually(lambda: [r for r in caplog.records if r.getMessage().startswith(done)], what="the deletion")
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []  # before: the tries warned
+    assert len([r for r in caplog.records if r.getMessage().startswith(done)]) == 1  # and said they were done
+    assert not dropped.exists()
+
+
+def test_a_cache_of_an_older_format_that_fills_its_disk_opens_once_its_dropped_items_are_gone(
+    small_tmpfs: Path, make_cache: Callable[..., DatasetCache]
+) -> None:
+    """An upgrade changed the cache format, and the old items fill the cache's disk: the opening drops them (renamed
+    aside), then cannot write the new cache.json. Their deletion waited for an opening that succeeded, which needed
+    the room they held: the cache stayed shut for good, its node reading everything from storage. It starts as they
+    are dropped, so a later try (the node agent's, at its next usage report) opens the cache."""
+    directory = small_tmpfs / "cache"
+    manifest = one_file_manifest(10, 1024)
+    cache = make_cache(manifest, 100 * 1024, directory=directory)
+    assert cache.admit(0, content(manifest, 0))
+    cache.close()
+    metadata = directory / "cache.json"
+    metadata.write_text(json.dumps({**json.loads(metadata.read_text()), "format": "silod-cache/2"}))  # an older silod's
+    fill_up(directory / "items" / "0")  # its items, as many as the disk holds
+    with pytest.raises(OSError) as raised:
+        DatasetCache(directory, manifest, 100 * 1024)
+    assert raised.value.errno == errno.ENOSPC
+
+    def opens() -> DatasetCache | None:
+        try:
+            return DatasetCache(directory, manifest, 100 * 1024)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+            return None
+
+    reopened = polling.eventually(opens, what="the cache opened")
+    assert cached_items(reopened) == set()
+    reopened.close()
+    polling.eventually(
+        lambda: sorted(path.name for path in directory.iterdir()) == ["cache.json", "items"], what="the old items gone"
+    )
