@@ -60,3 +60,10 @@ def describe_job(job: Job) -> str:
     grace += f", {job.priority} priority" if job.priority != HIGH_PRIORITY else ""
     where = f"waiting for {job.gpus} GPUs" if job.placed_by_policy else f"with workers {workers_text(job.workers)}"
     return f"{job.job_id} on {job.dataset_uri} {where} ({length}{access}, class {job.job_class}{grace})"
+
+
+def vcs_of(tenants: Sequence[str]) -> str:
+    """Whose VCs a message is about: `the VC of tenant a`, `the VCs of tenants a, b`."""
+    if len(tenants) == 1:
+        return f"the VC of tenant {tenants[0]}"
+    return f"the VCs of tenants {', '.join(tenants)}"

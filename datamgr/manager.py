@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection,
 from dataclasses import replace
 
 from datamgr import admission, convert, grace, lifecycle, lookups, tenants
-from datamgr.change_text import describe_job, job_parameter, placement_text, time_text, vc_text
+from datamgr.change_text import describe_job, job_parameter, placement_text, time_text, vc_text, vcs_of
 from datamgr.clocks import SteadyWallClock
 from datamgr.entities import (
     BEST_EFFORT,
@@ -35,6 +35,7 @@ from datamgr.journal import GroupCommitJournal, JournalEntry
 from datamgr.listing import freeze_manifest, try_options
 from datamgr.liveness import DatasetUsage, JobUsage, NodeLiveness
 from datamgr.node_agents import NodeAgents
+from datamgr.scheduler.hived import Infeasible
 from datamgr.state import Change, ClusterState, diff_views
 from datamgr.store import StateStore, StoreUnreadable
 from datamgr.validation import (
@@ -527,6 +528,10 @@ class DataManager:
         return node, True, revision
 
     async def unregister_node(self, node_id: str) -> int:
+        """Unregister a node no job uses (FAILED_PRECONDITION naming the jobs otherwise). One the tenants' VCs need
+        (they fit with it, not without) is not refused: the call carries no way to say it is meant, and the node may
+        be gone for good or about to register again with another capacity; the operator's `silod node remove`
+        refuses it unless forced, and this logs a WARNING naming the VCs and the level they no longer fit at."""
         self.node("node_id", node_id)
         users = sorted(self.state.jobs_on_node(node_id))
         if users:
@@ -537,8 +542,18 @@ class DataManager:
                 f"node_id: node {node_id!r} holds GPUs for jobs {suspending} through their grace period; "
                 "wait for it to end, or finish them first"
             )
+        lost = self._guarantee_lost(self.state.nodes, (node_id,))
         revision = await self._commit(Change(nodes_deleted=(node_id,)), (), f"unregistered node {node_id}")
         self.liveness.forget(node_id)
+        if lost is not None:
+            log.warning(
+                "node %s is unregistered, and without it %s: %s can no longer be guaranteed, and a job may find no "
+                "free cell; register a node in its place, or shrink the VCs",
+                node_id,
+                lost.reason,
+                vcs_of(lost.tenants),
+                extra={"node_id": node_id},
+            )
         return revision
 
     async def watch(
@@ -640,14 +655,40 @@ class DataManager:
 
     def _back(self, node_id: str) -> None:
         log.info("node %s is available again", node_id, extra={"node_id": node_id})
+        if self._guarantee_lost(self._available_nodes(), (node_id,)) is not None:
+            log.info(
+                "with node %s back, the tenants' VCs fit the available nodes again", node_id, extra={"node_id": node_id}
+            )
         self._request_round(f"node {node_id} is available again")
 
     def expire_nodes(self) -> list[str]:
-        """Mark nodes that stopped reporting unavailable (they stay registered)."""
+        """Mark nodes that stopped reporting unavailable (they stay registered). Nothing can refuse a node its
+        silence, so when the tenants' VCs fitted with these nodes and do not without them, say once which VCs
+        HiveD cannot guarantee until they return."""
         expired = self.liveness.expire()
         for node_id in expired:
             log.warning("node %s stopped reporting; marked unavailable", node_id, extra={"node_id": node_id})
+        lost = self._guarantee_lost([*self._available_nodes(), *expired], expired) if expired else None
+        if lost is not None:
+            log.warning(
+                "without %s, which stopped reporting, %s: %s cannot be guaranteed until %s, and a job may find no "
+                "free cell meanwhile",
+                ("node " if len(expired) == 1 else "nodes ") + ", ".join(expired),
+                lost.reason,
+                vcs_of(lost.tenants),
+                "it returns" if len(expired) == 1 else "they return",
+            )
         return expired
+
+    def _available_nodes(self) -> list[str]:
+        return [node_id for node_id in self.state.nodes if self.liveness.available(node_id)]
+
+    def _guarantee_lost(self, node_ids: Collection[str], gone: Collection[str]) -> Infeasible | None:
+        """Why the tenants' VCs would not fit the registered nodes `node_ids` without those `gone`, if they fit them
+        with those (`tenants.guarantee_lost`)."""
+        node_gpus = {node_id: self.state.nodes[node_id].gpus for node_id in node_ids if node_id in self.state.nodes}
+        vcs = {name: tenant.cells for name, tenant in self.state.tenants.items()}
+        return tenants.guarantee_lost(self.cell_levels, node_gpus, vcs, gone)
 
     # ---- the one way state changes ----
 

@@ -9,16 +9,21 @@ one cell of its GPUs: levels `gpu` and `node`) over the nodes in id order, which
 cells. Only nodes registered with GPUs count: a node without GPUs offers the policy no cell. While the nodes
 do not make a whole hierarchy (none yet, or half a rack) the VCs cannot be checked against them; the level
 names always can.
+
+A node going (unregistered, or silent past the node timeout) can break the VCs' fit, whatever shape the nodes left
+make: `guarantee_lost` says so by counting the whole cells they make as the policy builds them (half a rack is a few
+node cells, no rack cell), so that the operator who removes the node, or whose node stopped reporting, hears which
+tenants lost their guarantee then, not at the next start.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from datamgr.entities import FailedPrecondition, InvalidArgument, Node, Tenant
-from datamgr.scheduler.cells import CellHierarchy, parse_levels
-from datamgr.scheduler.hived import check_feasible
+from datamgr.scheduler.cells import CellHierarchy, FreeLists, parse_levels
+from datamgr.scheduler.hived import Infeasible, check_feasible, infeasibility
 from datamgr.validation import ID_RULE
 
 DEFAULT_LEVEL_NAMES = ("gpu", "node")  # without --cell-levels: a node is one cell of its GPUs
@@ -55,11 +60,15 @@ def hierarchy_over(cell_levels: str, nodes: Iterable[Node]) -> CellHierarchy | N
     offering = gpu_nodes(nodes)
     if not offering:
         return None
-    levels = parse_levels(cell_levels) if cell_levels else (("gpu", 1), ("node", max(n.gpus for n in offering)))
     try:
-        return CellHierarchy.over_nodes(levels, [node.node_id for node in offering])
+        return CellHierarchy.over_nodes(_levels(cell_levels, [n.gpus for n in offering]), [n.node_id for n in offering])
     except ValueError:
         return None
+
+
+def _levels(cell_levels: str, node_gpus: Iterable[int]) -> tuple[tuple[str, int], ...]:
+    """The levels of `--cell-levels`; without it, a node is one cell of as many GPUs as the largest node has."""
+    return parse_levels(cell_levels) if cell_levels else (("gpu", 1), ("node", max(node_gpus, default=1)))
 
 
 def cell_gpus(cell_levels: str, nodes: Iterable[Node]) -> dict[str, int]:
@@ -131,3 +140,37 @@ def _cluster_text(hierarchy: CellHierarchy) -> str:
     if hierarchy.top != hierarchy.node_level:
         text += f" in {hierarchy.top_cells} {hierarchy.level_name(hierarchy.top)} cells"
     return text
+
+
+def guarantee_lost(
+    cell_levels: str, node_gpus: Mapping[str, int], vcs: Mapping[str, Mapping[str, int]], gone: Collection[str]
+) -> Infeasible | None:
+    """Why the VCs (tenant -> cells by level name) would not fit without the nodes `gone` when they fit the nodes
+    (id -> GPUs) with them: the guarantee HiveD keeps now and would lose. None when they fit without those nodes too,
+    or did not fit with them either (a node's going then breaks nothing that held: the start warned of it, or the
+    nodes still register). The VCs' level names must have passed `check_levels`."""
+    if not vcs or _shortfall(cell_levels, node_gpus, vcs) is not None:
+        return None
+    return _shortfall(cell_levels, {node: gpus for node, gpus in node_gpus.items() if node not in gone}, vcs)
+
+
+def _shortfall(
+    cell_levels: str, node_gpus: Mapping[str, int], vcs: Mapping[str, Mapping[str, int]]
+) -> Infeasible | None:
+    """Why the VCs do not fit the whole cells the nodes make, None if they do. Unlike `check_vcs`, which waits for
+    the nodes to fill whole top-level cells, this counts the cells as the policy builds them whatever the nodes:
+    those that do not fill the last top cell padded with absent nodes, and the GPUs a node lacks (its last ones,
+    as the policy excludes them) and an absent node's left out, splitting the cells above them."""
+    offering = sorted((node, gpus) for node, gpus in node_gpus.items() if gpus > 0)
+    levels = _levels(cell_levels, (gpus for _, gpus in offering))
+    probe = CellHierarchy(levels, 1)
+    per_top = probe.gpus(probe.top) // probe.gpus(probe.node_level)
+    hierarchy = CellHierarchy(levels, max(1, -(-len(offering) // per_top)))
+    free = FreeLists.physical(hierarchy)
+    node_cells = hierarchy.cells(hierarchy.node_level)
+    present = [gpus for _, gpus in offering] + [0] * (len(node_cells) - len(offering))  # absent nodes have none
+    for node_cell, gpus in zip(node_cells, present, strict=True):
+        for gpu in list(hierarchy.descendants(node_cell, 1))[gpus:]:
+            free.take(gpu)
+    numbered = {tenant: {hierarchy.level(level): count for level, count in vc.items()} for tenant, vc in vcs.items()}
+    return infeasibility(hierarchy, numbered, free.counts())

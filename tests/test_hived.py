@@ -11,7 +11,15 @@ import tracemalloc
 import pytest
 
 from datamgr.scheduler.cells import MAX_CELL_GPUS, Cell, CellHierarchy, CellRequest, parse_levels
-from datamgr.scheduler.hived import CellAllocator, IllegalRequest, LowCell, VirtualCluster, check_feasible
+from datamgr.scheduler.hived import (
+    CellAllocator,
+    IllegalRequest,
+    LowCell,
+    VirtualCluster,
+    check_feasible,
+    infeasibility,
+)
+from datamgr.tenants import guarantee_lost
 
 FIVE_LEVELS = [("gpu", 1), ("pcie", 2), ("socket", 2), ("node", 2), ("rack", 2)]  # 8-GPU nodes, 2 per rack
 GPU, PCIE, SOCKET, NODE, RACK = 1, 2, 3, 4, 5
@@ -142,6 +150,42 @@ def test_feasible_exactly_when_the_reserved_gpus_fit_the_cluster(seed: int) -> N
         else:
             with pytest.raises(ValueError, match="does not fit"):
                 check_feasible(hierarchy, vcs)
+
+
+def test_with_cells_missing_the_vcs_must_fit_the_split_free_lists_not_merely_the_gpus() -> None:
+    """A node gone from a rack leaves three node cells and no whole rack: a rack VC of 16 GPUs no longer fits, though
+    24 GPUs are there."""
+    hierarchy = racks()
+    three_nodes = {NODE: 3}
+    found = infeasibility(hierarchy, {"a": {RACK: 1}, "b": {NODE: 1}}, three_nodes)
+    assert found is not None and (found.level, found.tenants) == (RACK, ("a",))
+    assert found.reason.startswith("the VC assignment does not fit at level 5 (rack): the VCs reserve 1 cells there")
+    assert "(16 GPUs reserved at this level and above, 24 in the cluster)" in found.reason  # the GPUs would fit
+    assert infeasibility(hierarchy, {"a": {RACK: 1}, "b": {NODE: 1}}, {RACK: 1, NODE: 1}) is None
+    assert infeasibility(hierarchy, {"a": {NODE: 3}, "b": {SOCKET: 1}}, three_nodes) is not None  # 28 GPUs
+    assert infeasibility(hierarchy, {"a": {NODE: 2}, "b": {SOCKET: 2}}, three_nodes) is None
+    assert infeasibility(hierarchy, {"a": {NODE: 2}}) is None  # by default every top cell is there
+
+
+@pytest.mark.parametrize(
+    ("cell_levels", "node_gpus", "vcs", "gone", "level"),
+    [
+        ("gpu:1,node:2", {"n1": 2, "n2": 2}, {"a": {"node": 2}}, {"n2"}, 2),
+        ("gpu:1,node:2", {"n1": 2}, {"a": {"node": 1}}, {"n1"}, 2),  # no node left at all
+        ("gpu:1,node:2,rack:2", {"n1": 2, "n2": 2, "n3": 2, "n4": 2}, {"a": {"rack": 1}, "b": {"node": 2}}, {"n1"}, 2),
+        ("gpu:1,node:2", {"n1": 2, "n2": 2, "n3": 2}, {"a": {"node": 2}}, {"n2"}, None),  # the others hold it
+        ("gpu:1,node:2", {"n1": 2, "n2": 2, "n3": 0}, {"a": {"node": 2}}, {"n3"}, None),  # a node without GPUs
+        ("gpu:1,node:2", {"n1": 2, "n2": 2}, {"a": {"node": 3}}, {"n2"}, None),  # never fitted: nothing lost
+        ("gpu:1,node:2", {"n1": 2, "n2": 2}, {}, {"n2"}, None),  # no tenants
+        ("", {"n1": 4, "n2": 4}, {"a": {"node": 2}}, {"n2"}, 2),  # without levels a node is one cell
+    ],
+)
+def test_a_guarantee_is_lost_only_when_the_vcs_fit_the_nodes_with_those_gone_and_not_without(
+    cell_levels: str, node_gpus: dict[str, int], vcs: dict[str, dict[str, int]], gone: set[str], level: int | None
+) -> None:
+    """What the data manager checks when a node is unregistered or stops reporting (`datamgr.tenants`)."""
+    lost = guarantee_lost(cell_levels, node_gpus, vcs, gone)
+    assert (lost.level if lost is not None else None) == level
 
 
 def test_a_request_splits_a_higher_cell_only_when_its_level_has_no_free_cell() -> None:

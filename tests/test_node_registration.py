@@ -1,6 +1,8 @@
 """A node agent whose registration the data manager refuses stops before it mounts, with the reason on the
 terminal, whether it runs in the foreground or detaches; `silod node remove` unregisters the node so that
-its agent can register again with other parameters. Real processes: a data manager, node agents, mounts."""
+its agent can register again with other parameters, unless the tenants' virtual clusters need it (then only with
+--force), and a node they need that goes, removed or silent, is logged naming them. Real processes: a data
+manager, node agents, mounts."""
 
 from __future__ import annotations
 
@@ -9,14 +11,18 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import grpc
 import pytest
 
+from datamgr.client import DataManagerClient
+from datamgr.embedded import EmbeddedDataManager
+from datamgr.server import ServerConfig
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.cluster_fixtures import FILES, SIZE, System, eventually
-from tests.datamgr_fixtures import DataManagerProcess, silod_cli
+from tests.datamgr_fixtures import REMOTE_IO_LIMIT, DataManagerProcess, silod_cli
 from tests.mount_fixtures import MountProcess, is_live_mount
 
 
@@ -309,3 +315,111 @@ def test_an_agent_with_more_gpus_than_a_node_cell_holds_exits_1_before_mounting(
         "--cell-levels gpu:1,node:2"
     ) in result.stderr
     assert not is_live_mount(agent.mountpoint)
+
+
+# ---- nodes the tenants' virtual clusters need ----
+
+NODE_TIMEOUT = 2.0  # short, for a node to be marked unavailable; the nodes that stay report meanwhile
+
+
+@contextlib.contextmanager
+def _tenants_on_nodes(
+    tmp_path: Path, cell_levels: str, nodes: int, vcs: Mapping[str, Mapping[str, int]]
+) -> Iterator[tuple[str, DataManagerClient]]:
+    """A data manager with `nodes` registered nodes of 2 GPUs, n1, n2, ..., and tenants with these VCs, which fit
+    them all; its address and a client."""
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", REMOTE_IO_LIMIT, NODE_TIMEOUT, cell_levels=cell_levels)
+    with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address, timeout=10) as client:
+        for index in range(1, nodes + 1):
+            client.register_node(f"n{index}", f"h{index}:1", 10**9, gpus=2)
+        for name, cells in vcs.items():
+            client.register_tenant(name, dict(cells))
+        yield dm.address, client
+
+
+def _goes_silent(client: DataManagerClient, silent: str, reporting: Sequence[str]) -> None:
+    """Wait until node `silent` is marked unavailable, the `reporting` nodes reporting meanwhile (they stay)."""
+
+    def unavailable() -> bool:
+        for node_id in reporting:
+            client.call(client.stub.ReportUsage, pb.ReportUsageRequest(node_id=node_id))
+        return not client.call(client.stub.GetNode, pb.GetNodeRequest(node_id=silent)).available
+
+    eventually(unavailable, timeout=30, what=f"{silent} marked unavailable")
+
+
+def _messages(caplog: pytest.LogCaptureFixture, level: str) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.levelname == level]
+
+
+LOST_AT_NODE = (
+    "the VC assignment does not fit at level 2 (node): the VCs reserve 2 cells there (a: 1, b: 1), and 1 are left "
+    "once the higher levels' are set aside (4 GPUs reserved at this level and above, 2 in the cluster)"
+)
+
+
+@pytest.mark.expected_warnings
+def test_a_node_the_vcs_need_that_stops_reporting_is_logged_once_naming_them_until_it_returns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Nothing said so: `hived` went on without HiveD's guarantee for the VCs, silently, until the node returned.
+    with _tenants_on_nodes(tmp_path, "gpu:1,node:2", 2, {"a": {"node": 1}, "b": {"node": 1}}) as (_, client):
+        _goes_silent(client, "n2", reporting=["n1"])
+        _goes_silent(client, "n2", reporting=["n1"])  # later sweeps add nothing
+        assert _messages(caplog, "WARNING") == [
+            "node n2 stopped reporting; marked unavailable",
+            f"without node n2, which stopped reporting, {LOST_AT_NODE}: the VCs of tenants a, b cannot be "
+            "guaranteed until it returns, and a job may find no free cell meanwhile",
+        ]
+        client.call(client.stub.ReportUsage, pb.ReportUsageRequest(node_id="n2"))
+        assert "with node n2 back, the tenants' VCs fit the available nodes again" in _messages(caplog, "INFO")
+
+
+@pytest.mark.expected_warnings
+@pytest.mark.parametrize(
+    ("cell_levels", "nodes", "vcs", "reason", "whose"),
+    [
+        ("gpu:1,node:2", 2, {"a": {"node": 1}, "b": {"node": 1}}, LOST_AT_NODE, "the VCs of tenants a, b"),
+        # Three nodes make no whole rack: the data manager's check at registration and at a start skips them.
+        (
+            "gpu:1,node:2,rack:2",
+            4,
+            {"a": {"rack": 2}},
+            "the VC assignment does not fit at level 3 (rack): the VCs reserve 2 cells there (a: 2), and 1 are left "
+            "once the higher levels' are set aside (8 GPUs reserved at this level and above, 6 in the cluster); on "
+            "its own, the VC of tenant a does not fit",
+            "the VC of tenant a",
+        ),
+    ],
+    ids=["node", "rack"],
+)
+def test_silod_node_remove_of_a_node_the_vcs_need_is_refused_naming_them_and_the_level_unless_forced(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    cell_levels: str,
+    nodes: int,
+    vcs: Mapping[str, Mapping[str, int]],
+    reason: str,
+    whose: str,
+) -> None:
+    # It was unregistered without a word, and the data manager's next start warned (or, short of a whole rack, not).
+    gone = f"n{nodes}"
+    with _tenants_on_nodes(tmp_path, cell_levels, nodes, vcs) as (address, client):
+        _goes_silent(client, gone, reporting=[f"n{index}" for index in range(1, nodes)])
+        refused = silod_cli("node", "remove", gone, datamgr=address)
+        assert refused.returncode == 1, refused.stderr
+        assert f"without node {gone} {reason}, so {whose} could no longer be guaranteed." in refused.stderr
+        assert "Register a node in its place first, or shrink the VCs (silod tenant remove NAME" in refused.stderr
+        assert "remove the node anyway with --force" in refused.stderr
+        assert client.call(client.stub.GetNode, pb.GetNodeRequest(node_id=gone)).node_id == gone  # still registered
+
+        forced = silod_cli("node", "remove", gone, "--force", datamgr=address)
+        assert forced.returncode == 0, forced.stderr
+        assert f"unregistered node {gone}" in forced.stdout
+        listed = client.call(client.stub.ListNodes, pb.ListNodesRequest()).nodes
+        assert [node.node_id for node in listed] == [f"n{index}" for index in range(1, nodes)]
+        (unregistered,) = [w for w in _messages(caplog, "WARNING") if w.startswith(f"node {gone} is unregistered")]
+        assert unregistered == (
+            f"node {gone} is unregistered, and without it {reason}: {whose} can no longer be guaranteed, and a job "
+            "may find no free cell; register a node in its place, or shrink the VCs"
+        )

@@ -24,7 +24,8 @@ the GPUs reserved at level k and above fit in the cluster. (The k = 1 case impli
 assignment is feasible exactly when its GPUs fit; the check still walks Eq. 1 so that it can name the
 highest level where the top-down packing of the paper's proof fails.) This is also the paper's definition, a
 one-to-one mapping from logical to physical cells: with sizes dividing one another, packing the largest
-cells first never strands a GPU.
+cells first never strands a GPU. A cluster missing some GPUs (a node gone from its rack) starts with split free
+lists instead of whole top cells; Eq. 2 over those lists is then the condition, and counting GPUs is not.
 
 **Low priority (section 3.2).** Two views of the same cells, both run by Algorithm 1. The high-priority view
 holds the cells bound to VCs (legality checked); the low-priority view holds the cells jobs use. A
@@ -107,31 +108,53 @@ def slack(hierarchy: CellHierarchy, free: Mapping[int, int], unallocated: Mappin
     return gaps
 
 
+class Infeasible(NamedTuple):
+    """Why a VC assignment does not fit: the highest level where Eq. 2 fails, the tenants that reserve cells
+    there (whose jobs, with the others', compete for too few cells), and a message naming both."""
+
+    level: int
+    tenants: tuple[str, ...]
+    reason: str
+
+
 def check_feasible(hierarchy: CellHierarchy, vcs: Vcs) -> None:
     """Raise ValueError unless the VC assignment fits the cluster (Eq. 2 with nothing allocated), naming the
     highest level that does not fit, what each tenant reserves there, and any tenant whose VC alone fails."""
+    found = infeasibility(hierarchy, vcs)
+    if found is not None:
+        raise ValueError(found.reason)
+
+
+def infeasibility(hierarchy: CellHierarchy, vcs: Vcs, free: Mapping[int, int] | None = None) -> Infeasible | None:
+    """Why the VC assignment does not fit the cells there are (Eq. 2 with nothing allocated), None if it fits.
+    `free` is the whole cells per level: by default every top cell of the hierarchy; fewer where GPUs are missing
+    (a node gone leaves the cells above it split), and then the GPUs alone no longer decide, Eq. 2 over those free
+    lists does. A ValueError for a VC naming a level the hierarchy lacks or a negative count."""
     for tenant, vc in vcs.items():
         for level, count in vc.items():
             if not 1 <= level <= hierarchy.top:
                 raise ValueError(f"tenant {tenant}: no level {level}; the levels are 1..{hierarchy.top}")
             if count < 0:
                 raise ValueError(f"tenant {tenant}: {count} cells of {hierarchy.describe(level)}")
-    failing = _highest_failing(hierarchy, vcs.values())
+    cells = {hierarchy.top: hierarchy.top_cells} if free is None else free
+    failing = _highest_failing(hierarchy, cells, vcs.values())
     if failing is None:
-        return
+        return None
     reserved = sum(vc.get(failing, 0) for vc in vcs.values())
-    room = slack(hierarchy, {hierarchy.top: hierarchy.top_cells}, _reserved(vcs.values()))[failing] + reserved
-    by_tenant = ", ".join(f"{tenant}: {vc[failing]}" for tenant, vc in vcs.items() if vc.get(failing, 0))
+    room = slack(hierarchy, cells, _reserved(vcs.values()))[failing] + reserved
+    tenants = tuple(tenant for tenant, vc in vcs.items() if vc.get(failing, 0))
+    by_tenant = ", ".join(f"{tenant}: {vcs[tenant][failing]}" for tenant in tenants)
     above = sum(count * hierarchy.gpus(level) for vc in vcs.values() for level, count in vc.items() if level >= failing)
-    message = (
+    there = sum(count * hierarchy.gpus(level) for level, count in cells.items())
+    reason = (
         f"the VC assignment does not fit at {hierarchy.describe(failing)}: the VCs reserve {reserved} cells there"
         f" ({by_tenant}), and {max(room, 0)} are left once the higher levels' are set aside"
-        f" ({above} GPUs reserved at this level and above, {hierarchy.total_gpus} in the cluster)"
+        f" ({above} GPUs reserved at this level and above, {there} in the cluster)"
     )
-    alone = [tenant for tenant, vc in vcs.items() if _highest_failing(hierarchy, [vc]) is not None]
+    alone = [tenant for tenant, vc in vcs.items() if _highest_failing(hierarchy, cells, [vc]) is not None]
     if alone:
-        message += "; on its own, the VC of " + ", ".join(f"tenant {tenant}" for tenant in alone) + " does not fit"
-    raise ValueError(message)
+        reason += "; on its own, the VC of " + ", ".join(f"tenant {tenant}" for tenant in alone) + " does not fit"
+    return Infeasible(failing, tenants, reason)
 
 
 def _reserved(vcs: Iterable[Mapping[int, int]]) -> dict[int, int]:
@@ -143,8 +166,8 @@ def _reserved(vcs: Iterable[Mapping[int, int]]) -> dict[int, int]:
     return total
 
 
-def _highest_failing(hierarchy: CellHierarchy, vcs: Iterable[Mapping[int, int]]) -> int | None:
-    gaps = slack(hierarchy, {hierarchy.top: hierarchy.top_cells}, _reserved(vcs))
+def _highest_failing(hierarchy: CellHierarchy, free: Mapping[int, int], vcs: Iterable[Mapping[int, int]]) -> int | None:
+    gaps = slack(hierarchy, free, _reserved(vcs))
     return max((level for level, gap in gaps.items() if gap < 0), default=None)
 
 
