@@ -2,16 +2,40 @@
 BlobEndpoint, DefaultEndpointsProtocol, AccountName and EndpointSuffix, and an `account_url`'s host, refused as the
 option's when the SDK's HTTP client could not connect to what they make (they used to fail at the first request, as
 a transient failure); DefaultAzureCredential's environment refused naming what to fix, a missing credential named
-with what to set, and the secrets it takes from the environment scrubbed. No request is made."""
+with what to set, and the secrets it takes from the environment scrubbed. No request reaches a storage service.
+
+And how a failed token request is told: a token endpoint (a managed identity's, the authority's) that refuses or
+resets connections fails a read as transient, retried, the first token and a renewed one alike, while a refused
+identity stays access denied; azure-identity's dozen lines per failure are logged at DEBUG, silod's one line saying
+what failed. Token endpoints are loopback ports: closed, resetting every connection, or a fake endpoint where its
+answers matter (the test says so)."""
 
 from __future__ import annotations
 
 import base64
+import json
+import logging
 import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from silodlib.backends import AccessDenied, InvalidBackendOption, open_backend, parse_dataset_uri
+from datamgr.devservers import free_port
+from silodlib.backends import (
+    AccessDenied,
+    BackendUnavailable,
+    InvalidBackendOption,
+    RetryingBackend,
+    RetryPolicy,
+    open_backend,
+    parse_dataset_uri,
+)
 from silodlib.backends.azure import AzureBackend
 from silodlib.scrub import REDACTED, scrub
 
@@ -185,3 +209,200 @@ def test_the_secrets_azure_identity_takes_from_the_environment_are_scrubbed_once
     open_backend(URI, AD_ACCOUNT_URL).close()
     for value in secrets.values():
         assert scrub(f"header value: {value!r}; {value}") == f"header value: '{REDACTED}'; {REDACTED}"
+
+
+@contextmanager
+def refusing_port() -> Iterator[int]:
+    """A loopback port nothing listens on: every connection to it is refused."""
+    yield free_port()
+
+
+@contextmanager
+def resetting_port() -> Iterator[int]:
+    """A loopback port whose every connection is reset as it is accepted (an RST, no FIN: SO_LINGER 0), as a
+    firewall's reject rule or an endpoint's crashing proxy does."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def reset_each() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:  # shut down: the block ended
+                return
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            connection.close()
+
+    thread = threading.Thread(target=reset_each, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (Linux)
+        listener.close()
+        thread.join(timeout=10)
+
+
+@contextmanager
+def fake_token_endpoint(status: int, answer: dict[str, str]) -> Iterator[tuple[str, list[str]]]:
+    """A fake managed identity token endpoint on loopback, answering every GET with `status` and `answer` as JSON;
+    yields its address (host:port) and the paths asked. Its port is closed once the block ends."""
+    asked: list[str] = []
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            body = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Nothing on stderr."""
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def _identity_endpoint(address: str) -> dict[str, str]:
+    """The environment of a managed identity (App Service, Functions, Container Apps) whose token endpoint is at
+    `address` (host:port)."""
+    return {
+        "AZURE_TOKEN_CREDENTIALS": "managedidentitycredential",
+        "IDENTITY_ENDPOINT": f"http://{address}/msi",
+        "IDENTITY_HEADER": f"identity-header-{os.urandom(8).hex()}",
+    }
+
+
+def _authority_host(address: str) -> dict[str, str]:
+    """The environment of a service principal whose secret goes to the authority at `address` (AZURE_AUTHORITY_HOST).
+    Its tenant is "adfs", whose configuration the credential asks of that authority: for any other tenant it would
+    first ask login.microsoftonline.com about the authority, and no test may reach beyond loopback."""
+    return {
+        "AZURE_TOKEN_CREDENTIALS": "environmentcredential",
+        "AZURE_TENANT_ID": "adfs",
+        "AZURE_CLIENT_ID": "silod-test",
+        "AZURE_CLIENT_SECRET": f"client-secret-{os.urandom(8).hex()}",
+        "AZURE_AUTHORITY_HOST": f"https://{address}",
+    }
+
+
+@pytest.mark.parametrize(
+    ("environment", "listener"),
+    [(_identity_endpoint, refusing_port), (_authority_host, resetting_port)],
+    ids=["identity-endpoint-refusing", "authority-host-resetting"],
+)
+def test_a_token_endpoint_refusing_or_resetting_connections_fails_a_read_as_transient_and_it_is_retried(
+    azure_environment: pytest.MonkeyPatch,
+    environment: Callable[[str], dict[str, str]],
+    listener: Callable[[], AbstractContextManager[int]],
+) -> None:
+    """It was access denied, never retried: a network fault while the first token was fetched failed the read for
+    good, as a missing credential does."""
+    sleeps: list[float] = []
+    with listener() as port:
+        for name, value in environment(f"127.0.0.1:{port}").items():
+            azure_environment.setenv(name, value)
+        backend = RetryingBackend(
+            open_backend(URI, AD_ACCOUNT_URL), RetryPolicy(attempts=2, base_delay=0), sleep=sleeps.append
+        )
+        try:
+            with pytest.raises(BackendUnavailable) as raised:
+                backend.read("a.bin", 0, 10)
+        finally:
+            backend.close()
+    message = str(raised.value)
+    assert message.startswith(
+        f"{URI}/a.bin: Azure AD token endpoint unreachable or connection lost (no Azure AD token: "
+        "DefaultAzureCredential tried "
+    ), message
+    assert f"host='127.0.0.1', port={port}" in message and "\n" not in message, message
+    assert len(sleeps) == 1  # tried twice, as the policy says, like any transient failure
+
+
+def test_a_token_renewal_failing_on_the_network_fails_a_read_as_transient_fake_token_endpoint(
+    azure_environment: pytest.MonkeyPatch,
+) -> None:
+    """Once a credential has given a token, DefaultAzureCredential asks it alone for the next. The instance metadata
+    endpoint's credential reports a refused connection then as "no response from the IMDS endpoint", which was access
+    denied: after a network fault at a renewal, every read failed for good. The fake endpoint (IMDS at the URL
+    AZURE_POD_IDENTITY_AUTHORITY_HOST gives) hands out one token due for renewal (60 s left: the SDK renews a token in
+    the five minutes before it expires) and then stops."""
+    token = {"access_token": f"token-{os.urandom(8).hex()}", "expires_in": "60", "token_type": "Bearer"}
+    token |= {"expires_on": str(int(time.time()) + 60), "resource": "https://storage.azure.com"}
+    azure_environment.setenv("AZURE_TOKEN_CREDENTIALS", "managedidentitycredential")
+    with fake_token_endpoint(200, token) as (address, asked):
+        azure_environment.setenv("AZURE_POD_IDENTITY_AUTHORITY_HOST", f"http://{address}")
+        backend = open_backend(URI, AD_ACCOUNT_URL)
+        with pytest.raises(BackendUnavailable) as with_token:  # the token got, the storage endpoint is a closed port
+            backend.read("a.bin", 0, 10)
+    try:
+        with pytest.raises(BackendUnavailable) as renewal:
+            backend.read("a.bin", 0, 10)
+    finally:
+        backend.close()
+    assert len(asked) == 1 and "Azure AD" not in str(with_token.value), (asked, with_token.value)
+    assert str(renewal.value) == (
+        f"{URI}/a.bin: Azure AD token endpoint unreachable or connection lost (no Azure AD token: "
+        "ManagedIdentityCredential authentication unavailable, no response from the IMDS endpoint)"
+    )
+
+
+def test_a_token_endpoint_refusing_the_identity_is_still_access_denied_fake_token_endpoint(
+    azure_environment: pytest.MonkeyPatch,
+) -> None:
+    """A refusal is no network fault: no retry mends it. The fake answers 400, as a managed identity endpoint does for
+    an identity it does not have."""
+    refusal = {"error": "invalid_request", "error_description": "Identity not found"}
+    with fake_token_endpoint(400, refusal) as (address, asked):
+        for name, value in _identity_endpoint(address).items():
+            azure_environment.setenv(name, value)
+        backend = open_backend(URI, AD_ACCOUNT_URL)
+        try:
+            with pytest.raises(AccessDenied) as raised:
+                backend.read("a.bin", 0, 10)
+        finally:
+            backend.close()
+    assert asked and str(raised.value).startswith(
+        f"{URI}/a.bin: access denied (no Azure AD token: DefaultAzureCredential tried ManagedIdentityCredential: "
+    ), raised.value
+
+
+def test_a_failed_token_request_logs_azure_identitys_detail_at_debug_not_as_a_warning_of_a_dozen_lines(
+    azure_environment: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """azure-identity logged each failed token request as a WARNING of a dozen lines (every credential tried, a
+    guide's link) beside silod's own line, which names what failed and what to set: a wall of text per retried read
+    in a node agent's log. Below DEBUG (the `azure` loggers at WARNING, as `silod` sets them) none of it shows; at
+    DEBUG all of it does, as DEBUG. Another library's warning, and an error of azure-identity's, keep their level."""
+
+    def identity_records(azure_level: int) -> list[logging.LogRecord]:
+        caplog.clear()
+        caplog.set_level(azure_level, logger="azure")
+        backend = open_backend(URI, AD_ACCOUNT_URL)
+        try:
+            with pytest.raises(AccessDenied):
+                backend.read("a.bin", 0, 10)
+        finally:
+            backend.close()
+        return [record for record in caplog.records if record.name.startswith("azure.identity")]
+
+    assert not identity_records(logging.WARNING)
+    detail = identity_records(logging.DEBUG)
+    assert {record.levelname for record in detail} == {"DEBUG"}, detail
+    assert any("failed to retrieve a token from the included credentials" in record.message for record in detail)
+    caplog.clear()
+    logging.getLogger("azure.core.pipeline").warning("another library's warning")
+    logging.getLogger("azure.identity._credentials.chained").error("an error of azure-identity's")
+    assert [(record.name, record.levelname) for record in caplog.records] == [
+        ("azure.core.pipeline", "WARNING"),
+        ("azure.identity._credentials.chained", "ERROR"),
+    ]

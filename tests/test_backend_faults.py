@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import random
 import re
+import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,11 +24,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from datamgr.devservers import azure_client
+from datamgr.devservers import azure_client, free_port
 from silodlib.backends import InvalidBackendOption, RetryingBackend, RetryPolicy, open_backend
 from silodlib.backends.uri import parse_dataset_uri
+from silodlib.scrub import REDACTED
 from tests import polling
-from tests.datamgr_fixtures import DataManagerProcess, silod_cli
+from tests.datamgr_fixtures import SILOD, DataManagerProcess, silod_cli
 from tests.fault_proxy import AZURE_SERVER_BUSY, S3_SLOW_DOWN, FaultProxy, RestartableAzurite
 from tests.mount_fixtures import MountFactory, MountProcess, options_args
 from tests.storage_servers import DatasetTarget, DatasetTargetFactory
@@ -537,3 +540,41 @@ def test_azurite_killed_and_restarted_mid_epoch_reads_are_right_or_eio_then_all_
 
 def _bytes_from_remote(stats: dict[str, Any]) -> int:
     return int(stats["jobs"]["job"]["bytes_from_remote"])
+
+
+@pytest.mark.parametrize("level", ["INFO", "DEBUG"])
+def test_a_failed_azure_ad_token_request_is_one_line_in_the_mounts_log_its_detail_at_debug_never_a_secret(
+    tmp_path: Path, level: str
+) -> None:
+    """azure-identity logged a WARNING of a dozen lines for each failed token request (every credential tried, a
+    guide's link) beside silod's line, which names the credential and what to set. That detail now shows at
+    `--log-level DEBUG` only, as DEBUG lines (with azure-identity's tracebacks), scrubbed as every line is: here it
+    holds a managed identity's IDENTITY_HEADER, which `requests` refuses for its newline, printing the value whole."""
+    secret = f"identity-header-{os.urandom(8).hex()}"
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("AZURE_", "IDENTITY_", "MSI_"))}
+    env |= {
+        "AZURE_TOKEN_CREDENTIALS": "managedidentitycredential",
+        "IDENTITY_ENDPOINT": f"http://127.0.0.1:{free_port()}/msi",  # never reached: the header is refused first
+        "IDENTITY_HEADER": f"{secret}\n",
+    }
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    argv = [*SILOD, "--log-level", level, "mount", str(mountpoint), "--cache-dir", str(tmp_path / "cache")]
+    argv += ["--foreground", "--job", "a=az://devstoreaccount1/cont/train"]
+    argv += ["--option", "account_url=https://127.0.0.1:1/devstoreaccount1"]  # https: DefaultAzureCredential
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    stderr = result.stderr
+    assert result.returncode == 1 and not os.path.ismount(mountpoint), stderr[-3000:]
+    assert secret not in stderr, stderr[-3000:]
+    assert stderr.splitlines()[-1].startswith(
+        "silod mount: cannot list the dataset: az://devstoreaccount1/cont/train: access denied (no Azure AD token: "
+        "DefaultAzureCredential tried ManagedIdentityCredential: "
+    ), stderr[-3000:]
+    identity_lines = [line for line in stderr.splitlines() if re.search(r" [A-Z]+ azure\.identity\.", line)]
+    detail = "failed to retrieve a token from the included credentials"
+    if level == "INFO":
+        assert detail not in stderr and not identity_lines and "Traceback" not in stderr, stderr[-3000:]
+    else:
+        assert detail in stderr and identity_lines, stderr[-3000:]
+        assert all(" DEBUG azure.identity." in line for line in identity_lines), identity_lines
+        assert any(REDACTED in line for line in identity_lines), identity_lines  # the header was there, scrubbed

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any, ClassVar, cast
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, TypeVar, cast
 from urllib.parse import parse_qs, urlsplit
 
+import azure.identity
 import requests
 from azure.core import MatchConditions
-from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
+from azure.core.credentials import (
+    AccessToken,
+    AccessTokenInfo,
+    AzureNamedKeyCredential,
+    AzureSasCredential,
+    SupportsTokenInfo,
+    TokenCredential,
+    TokenRequestOptions,
+)
 from azure.core.exceptions import (
     ClientAuthenticationError,
     HttpResponseError,
@@ -20,10 +33,11 @@ from azure.core.exceptions import (
 )
 from azure.core.pipeline.transport import RequestsTransport
 from azure.core.pipeline.transport._bigger_block_size_http_adapters import BiggerBlockSizeHTTPAdapter
-from azure.identity import DefaultAzureCredential
+from azure.identity import CredentialUnavailableError, DefaultAzureCredential
 from azure.storage.blob import BlobProperties, BlobServiceClient, LinearRetry
 from azure.storage.blob._shared.constants import DATA_BLOCK_SIZE
 from requests.adapters import HTTPAdapter
+from urllib3.exceptions import NewConnectionError, ProtocolError
 
 from silodlib.backends.azure_options import check_base64, check_connection_string, check_host
 from silodlib.backends.base import (
@@ -66,6 +80,12 @@ _AD_CREDENTIAL_ADVICE = (
     "AZURE_FEDERATED_TOKEN_FILE; a managed identity, AZURE_CLIENT_ID naming a user-assigned one) with read access "
     "to the container, or give option 'account_key', 'sas_token' or 'connection_string'"
 )
+# What a failure of the network itself is, under whatever azure-core and `requests` wrap it in: refused, reset or
+# aborted (ConnectionError), timed out, no connection made (urllib3: a refusal, an unreachable network, a name that
+# does not resolve), a connection broken mid-answer. Not azure-core's ServiceRequestError or ServiceResponseError as
+# such: they also wrap a request `requests` refuses to send (a header value it rejects), which no retry mends.
+_NETWORK_FAULTS = (ConnectionError, TimeoutError, NewConnectionError, ProtocolError)
+_T = TypeVar("_T")
 
 
 class AzureBackend(Backend):
@@ -172,7 +192,12 @@ class AzureBackend(Backend):
             return self._translate(inner, what)
         cause = self._describe(exc)
         if isinstance(exc, ClientAuthenticationError) and exc.response is None and self._credential is not None:
-            return AccessDenied(f"{what}: access denied ({self._token_failure(exc)})")
+            attempt = self._token_attempt(exc)
+            if _caused_by_network(exc):
+                return BackendUnavailable(
+                    f"{what}: Azure AD token endpoint unreachable or connection lost (no Azure AD token: {attempt})"
+                )
+            return AccessDenied(f"{what}: access denied (no Azure AD token: {attempt}; {_AD_CREDENTIAL_ADVICE})")
         if isinstance(exc, ClientAuthenticationError) or status == 403:
             # The SDK's text begins alike for a key, a SAS or a permission refused; its error code tells them apart.
             code = getattr(exc, "error_code", None)
@@ -198,26 +223,29 @@ class AzureBackend(Backend):
             return BackendError(f"{what}: request failed ({cause})")
         return super()._translate(exc, what)
 
-    def _token_failure(self, exc: ClientAuthenticationError) -> str:
-        """Why DefaultAzureCredential gave no token, and what to set. Its error lists each credential it tried, one per
-        line after a tab, and stops at the first that failed rather than found nothing to use: that one, when it
-        stopped early, is the cause; else the first, the environment's (what a server process is given), is the one
-        to fix. Scrubbed, as every message is."""
+    def _token_attempt(self, exc: ClientAuthenticationError) -> str:
+        """Which credential gave no token, and why, on one line. DefaultAzureCredential's error lists each credential
+        it tried, one per line after a tab, and stops at the first that failed rather than found nothing to use: that
+        one, when it stopped early, is the cause; else the first, the environment's (what a server process is given),
+        is the one to fix. A credential that had given a token before fails alone, its own text naming it. Scrubbed,
+        as every message is."""
         tried = [line.strip() for line in str(exc).splitlines() if line.startswith("\t")]
         chain = getattr(self._credential, "credentials", ())
         attempt = tried[-1] if 0 < len(tried) < len(chain) else tried[0] if tried else str(exc).strip()
         first_line = (scrub(attempt).splitlines() or [""])[0][:300].rstrip(".")
         lead = "DefaultAzureCredential tried " if tried else ""  # else its text names it
-        return f"no Azure AD token: {lead}{first_line}; {_AD_CREDENTIAL_ADVICE}"
+        return f"{lead}{first_line}"
 
     def _ad_credential(self) -> DefaultAzureCredential:
-        """DefaultAzureCredential, its secrets from the environment registered with the scrubber; a configuration of
-        it the environment gives that azure-identity refuses (a file that cannot be read, an AZURE_TOKEN_CREDENTIALS
-        or AZURE_TENANT_ID it does not take) is `InvalidBackendOption`, as boto3's refusal of the environment is."""
+        """DefaultAzureCredential, its secrets from the environment registered with the scrubber and azure-identity's
+        log lines made DEBUG (`_log_identity_at_debug`); a configuration of it the environment gives that
+        azure-identity refuses (a file that cannot be read, an AZURE_TOKEN_CREDENTIALS or AZURE_TENANT_ID it does not
+        take) is `InvalidBackendOption`, as boto3's refusal of the environment is."""
         for name in _ENVIRONMENT_SECRETS:
             register_secret(os.environ.get(name, ""))
+        _log_identity_at_debug()
         try:
-            return DefaultAzureCredential()
+            return _CausedDefaultAzureCredential()
         except (ValueError, OSError) as exc:
             path = getattr(exc, "filename", None)
             named = [name for name, value in sorted(os.environ.items()) if name.startswith("AZURE_") and value == path]
@@ -296,6 +324,129 @@ class _WatchedAdapter(BiggerBlockSizeHTTPAdapter):
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)
         manager.pool_classes_by_scheme = watched_pools(manager.pool_classes_by_scheme)  # unchanged once watched
         return manager
+
+
+class _ChainedCredential(TokenCredential, SupportsTokenInfo, Protocol):
+    """What each credential of DefaultAzureCredential's chain is: both kinds of token source, and a context manager."""
+
+
+class _CausedDefaultAzureCredential(DefaultAzureCredential):
+    """DefaultAzureCredential whose error, when a credential of its chain failed (rather than found nothing to use),
+    has that credential's exception as its cause. The chain raises an error of its own holding only the text of each
+    attempt, in which whether the network failed (a retry may get the token) or the identity was refused (access
+    denied) is lost. Once a credential has given a token, DefaultAzureCredential asks that one alone, and its failure
+    comes with its own causes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._failure = threading.local()  # `kept`: the failure of a credential in this thread's request
+        self.credentials = tuple(
+            _KeptFailure(cast(_ChainedCredential, credential), self._failure) for credential in self.credentials
+        )
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        return self._caused(functools.partial(super().get_token, *scopes, **kwargs))
+
+    def get_token_info(self, *scopes: str, options: TokenRequestOptions | None = None) -> AccessTokenInfo:
+        return self._caused(functools.partial(super().get_token_info, *scopes, options=options))
+
+    def _caused(self, request: Callable[[], _T]) -> _T:
+        self._failure.kept = None
+        try:
+            return request()
+        except ClientAuthenticationError as exc:
+            failure: Exception | None = self._failure.kept
+            if failure is None or failure is exc:
+                raise
+            raise exc from failure
+        finally:
+            self._failure.kept = None
+
+
+class _KeptFailure:
+    """A credential of `_CausedDefaultAzureCredential`'s chain that keeps the exception it fails with in the thread's
+    `failure.kept` before raising it on. Not one saying it has nothing to use (`CredentialUnavailableError`): the
+    chain goes on to the next credential then, so its error is not that one's."""
+
+    def __init__(self, credential: _ChainedCredential, failure: threading.local) -> None:
+        self._credential = credential
+        self._failure = failure
+        # The name the chain's error gives the credential (its class's, or its own for one azure-identity could not
+        # make), which silod's messages show.
+        self._credential_name: str = getattr(credential, "_credential_name", type(credential).__name__)
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        return self._kept(functools.partial(self._credential.get_token, *scopes, **kwargs))
+
+    def get_token_info(self, *scopes: str, options: TokenRequestOptions | None = None) -> AccessTokenInfo:
+        return self._kept(functools.partial(self._credential.get_token_info, *scopes, options=options))
+
+    def __enter__(self) -> _KeptFailure:
+        self._credential.__enter__()
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        self._credential.__exit__(*args)
+
+    def close(self) -> None:
+        self._credential.close()
+
+    def _kept(self, request: Callable[[], _T]) -> _T:
+        try:
+            return request()
+        except CredentialUnavailableError:
+            raise
+        except Exception as exc:
+            self._failure.kept = exc
+            raise
+
+
+def _caused_by_network(exc: BaseException) -> bool:
+    """Whether `exc` was raised for a failure of the network (`_NETWORK_FAULTS`), found where a traceback shows what
+    led to it (`__cause__`, else `__context__` unless suppressed) and in the exception azure-core wraps
+    (`inner_exception`)."""
+    pending: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, _NETWORK_FAULTS):
+            return True
+        context = None if current.__suppress_context__ else current.__context__
+        linked = (current.__cause__, context, getattr(current, "inner_exception", None))
+        pending.extend(link for link in linked if isinstance(link, BaseException))
+    return False
+
+
+class _DebugLevel(logging.Filter):
+    """Makes azure-identity's records below ERROR DEBUG records, passed on only where DEBUG is on. Each failed token
+    request logged a WARNING of a dozen lines (every credential tried, a guide's link) beside silod's one line that
+    says what failed and what to set (`AzureBackend._token_attempt`) and its INFO line for each retry: a wall of text
+    per retried read. At DEBUG the detail is all there. An ERROR stays an ERROR."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)  # its level was checked as it was
+
+
+_DEBUG_LEVEL = _DebugLevel()
+
+
+@functools.cache
+def _log_identity_at_debug() -> None:
+    """Put `_DebugLevel` on the logger of each of azure-identity's modules, once per process. A logger's filter sees
+    only the records made by that logger, not by those below it, and azure-identity logs through one per module,
+    `getLogger(__name__)`, some of them imported only as a credential is made: the logger of a module not imported
+    yet is made here, and is the one it gets. (A handler's filter would see them all, but the handlers are the
+    command's, `datamgr.logs`.)"""
+    package = Path(azure.identity.__file__).parent
+    for path in package.rglob("*.py"):
+        module = ".".join((azure.identity.__name__, *path.relative_to(package).with_suffix("").parts))
+        logging.getLogger(module.removesuffix(".__init__")).addFilter(_DEBUG_LEVEL)
 
 
 def _object_info(key: str, blob: BlobProperties, is_dir: bool) -> ObjectInfo:
