@@ -11,11 +11,13 @@ import grpc
 
 from datamgr.defaults import DATAMGR_ENV, DEFAULT_DATAMGR
 from silodlib.credentials import ChannelSecurity
-from silodlib.grpc_channel import explain_refusal, open_channel
+from silodlib.grpc_channel import explain_message_size, explain_refusal, open_channel
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 
 DEFAULT_TIMEOUT = 30.0
+# The page size `list_jobs` asks for: the data manager answers its largest pages to any larger one (AIP-158).
+LARGEST_PAGE = 2**31 - 1
 
 _Response = TypeVar("_Response")
 
@@ -137,6 +139,18 @@ class DataManagerClient:
         )
         return self.call(self.stub.RegisterTenant, request)
 
+    def list_jobs(self) -> list[pb.Job]:
+        """Every job, in id order, a page at a time: in one answer, the jobs of a large cluster pass the limit on a
+        message. A data manager from before pages answers them all on the first page."""
+        jobs: list[pb.Job] = []
+        token = ""
+        while True:
+            page = self.call(self.stub.ListJobs, pb.ListJobsRequest(page_size=LARGEST_PAGE, page_token=token))
+            jobs.extend(page.jobs)
+            token = page.next_page_token
+            if not token:
+                return jobs
+
     def register_node(self, node_id: str, address: str, capacity: int, gpus: int = 0) -> pb.RegisterNodeResponse:
         request = pb.RegisterNodeRequest(node_id=node_id, address=address, cache_capacity_bytes=capacity, gpus=gpus)
         return self.call(self.stub.RegisterNode, request)
@@ -164,6 +178,9 @@ def _client_error(exc: grpc.RpcError, address: str, security: ChannelSecurity) -
             code,
             unreachable=True,
         )
+    too_large = explain_message_size(exc)
+    if too_large is not None:
+        return ClientError(f"a call to the data manager at {address} failed: {too_large}", code)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return ClientError(f"the data manager at {address} did not answer in time", code)
     if code == grpc.StatusCode.UNIMPLEMENTED and details == GRPC_UNKNOWN_METHOD:

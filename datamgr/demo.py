@@ -248,7 +248,7 @@ def allocate(client: DataManagerClient, jobs: list[DemoJob], uris: dict[str, str
     current = {
         d.uri: d.cache_quota_bytes for d in client.call(client.stub.ListDatasets, pb.ListDatasetsRequest()).datasets
     }
-    rates = {j.job_id: j.io_bytes_per_sec for j in client.call(client.stub.ListJobs, pb.ListJobsRequest()).jobs}
+    rates = {j.job_id: j.io_bytes_per_sec for j in client.list_jobs()}
     calls: list[tuple[int, Callable[..., object], str, int]] = [
         (size - current.get(uri, 0), client.allocate_cache_size, uri, size) for uri, size in plan.cache_bytes.items()
     ]

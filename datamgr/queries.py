@@ -1,13 +1,23 @@
 """What the data manager's read-only calls answer: its state and the nodes' soft state rendered as messages.
 
 Kept apart from `manager` (which changes state) and from `convert` (which maps one entity to one message):
-each function here gathers what a message needs from the state and from liveness, then renders it.
+each function here gathers what a message needs from the state and from liveness, then renders it, and a
+listing that can outgrow one message (`ListJobs`) is cut into pages.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import bisect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from google.protobuf.message import Message
+
 from datamgr import convert, lifecycle, tenants
-from datamgr.entities import LOW_PRIORITY, Job
+from datamgr.entities import LOW_PRIORITY, InvalidArgument, Job
 from datamgr.manager import DataManager
 from datamgr.scheduler.snapshot import OPPORTUNISTIC
 from silodpb.v1 import datamgr_pb2 as pb
@@ -60,10 +70,6 @@ def list_datasets(manager: DataManager) -> list[pb.Dataset]:
     return [dataset_info(manager, uri) for uri in sorted(manager.state.datasets)]
 
 
-def list_jobs(manager: DataManager) -> list[pb.Job]:
-    return [job_info(manager, job_id) for job_id in sorted(manager.state.jobs)]
-
-
 def list_nodes(manager: DataManager) -> list[pb.Node]:
     return [node_info(manager, node_id) for node_id in sorted(manager.state.nodes)]
 
@@ -104,3 +110,64 @@ def _preemptible(manager: DataManager, job: Job) -> bool:
     a low-priority one because its tenant's VC is full (HiveD's overflow marks it in its policy state)."""
     state = lifecycle.policy_state_of(manager.history(job.job_id), manager.policy or "")
     return job.priority == LOW_PRIORITY or state.get(OPPORTUNISTIC) == 1.0
+
+
+# ---- pages of a listing (Google's AIP-158) ----
+
+# At most MAX_PAGE_SIZE entries, and a page ends once it holds PAGE_BYTES, half gRPC's default 4 MiB limit on a
+# message, so that any client reads one (the entry that takes a page past it is rarely large).
+MAX_PAGE_SIZE = 5_000
+PAGE_BYTES = 2 * 1024 * 1024
+
+M = TypeVar("M", bound=Message)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """The page of a listing a call asks for: at most `size` entries (0: all of them, as before pages) whose keys
+    follow `after` ("": from the first)."""
+
+    size: int
+    after: str
+
+
+def page(page_size: int, page_token: str) -> Page:
+    """The page that `page_size` and `page_token` ask for; a size over MAX_PAGE_SIZE counts as that (AIP-158)."""
+    if page_size < 0:
+        raise InvalidArgument(f"page_size {page_size} must not be negative (0: every entry in one answer)")
+    return Page(min(page_size, MAX_PAGE_SIZE), _key_after(page_token))
+
+
+def page_of(keys: Sequence[str], wanted: Page, render: Callable[[str], M]) -> tuple[list[M], str]:
+    """The entries of the sorted `keys` that `wanted` asks for, each rendered, and the token of the page after them
+    ("": none). A page of a size ends early once it holds PAGE_BYTES, after the entry that took it there."""
+    start = bisect.bisect_right(keys, wanted.after)
+    stop = start + wanted.size if wanted.size else len(keys)
+    entries: list[M] = []
+    held = 0
+    for key in keys[start:stop]:
+        entries.append(render(key))
+        held += entries[-1].ByteSize()
+        if wanted.size and held >= PAGE_BYTES:
+            break
+    end = start + len(entries)
+    return entries, _token_after(keys[end - 1]) if wanted.size and end < len(keys) else ""
+
+
+def _token_after(key: str) -> str:
+    """The page token of the entries after `key`: the key itself, encoded, so that a token outlives restarts and
+    the entries that come and go between pages. Opaque to clients all the same, to leave its form free."""
+    return base64.urlsafe_b64encode(key.encode()).decode()
+
+
+def _key_after(token: str) -> str:
+    if not token:
+        return ""
+    try:
+        return base64.b64decode(token, altchars=b"-_", validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        shown = repr(token) if len(token) <= 200 else f"of {len(token):,} characters"
+        raise InvalidArgument(
+            f"page_token {shown} is not one this data manager gave: send a next_page_token back as it came, "
+            "or none for the first page"
+        ) from None

@@ -25,6 +25,7 @@ from datamgr.security import ServerSecurity
 from datamgr.servicer import DataManagerServicer
 from datamgr.store import SQLiteStore
 from datamgr.stored_options import warn_of_refused_options
+from silodlib.grpc_channel import message_size_options
 from silodlib.listening import host_and_port, is_loopback_host, probe_listening, why_not_listening
 from silodlib.metrics_endpoint import MetricsPortError
 from silodlib.units import format_rate
@@ -45,6 +46,9 @@ GRPC_OPTIONS = [
     # gRPC shares a port between servers by default (SO_REUSEPORT): a second data manager on the port would
     # start and answer clients at random from its own state. This one must own its port or not start.
     ("grpc.so_reuseport", 0),
+    # Requests as large as answers: a node running tens of thousands of jobs reports usage for each. Answers and
+    # events are checked against the same bound first (`servicer`), to be refused by name.
+    *message_size_options(),
 ]
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from datamgr import convert, queries
 from datamgr.controller import Controller
@@ -27,8 +29,12 @@ from datamgr.entities import (
 )
 from datamgr.manager import DataManager
 from datamgr.watch import WatchClosed, WatchOverflow
+from silodlib.grpc_channel import MAX_MESSAGE_BYTES
+from silodlib.units import format_size
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
 
 STATUS_OF: dict[type[DataManagerError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
@@ -45,9 +51,11 @@ STATUS_OF: dict[type[DataManagerError], grpc.StatusCode] = {
 }
 MANIFEST_CHUNK_BYTES = 1024 * 1024
 STOPPING = "the data manager is stopping; reconnect once it is back"
+# What a client can do about an answer over MAX_MESSAGE_BYTES, for the calls where it can do something.
+TOO_LARGE_HINTS = {"ListJobs": "; ask for the jobs a page at a time (page_size)"}
 
 _Request = TypeVar("_Request")
-_Response = TypeVar("_Response")
+_Response = TypeVar("_Response", bound=Message)
 _Handler = Callable[[Any, _Request, grpc.aio.ServicerContext[Any, Any]], Awaitable[_Response]]
 
 
@@ -66,15 +74,35 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: DataManager
     raise AssertionError("context.abort returned")  # pragma: no cover - abort always raises
 
 
+async def _refuse_if_too_large(
+    context: grpc.aio.ServicerContext[Any, Any], message: Message, call: str, what: str
+) -> None:
+    """End `call` with RESOURCE_EXHAUSTED naming `what` it was to send, its size and the limit, and say so in the log,
+    when `message` is over MAX_MESSAGE_BYTES. gRPC would refuse to send it all the same, with only "Sent message
+    larger than max" for a reason, under the status code that this data manager's full disk has."""
+    size = message.ByteSize()
+    if size <= MAX_MESSAGE_BYTES:
+        return
+    reason = (
+        f"{call}: {what} is {size:,} bytes, over the limit of {format_size(MAX_MESSAGE_BYTES)} on one gRPC message "
+        f'(docs/datamgr.md, "Message sizes"){TOO_LARGE_HINTS.get(call, "")}'
+    )
+    log.warning("refused to send it: %s", reason)
+    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, reason)
+
+
 def _unary(handler: _Handler[_Request, _Response]) -> _Handler[_Request, _Response]:
-    """Turn a rejected call into the status code of its error class."""
+    """Turn a rejected call into the status code of its error class, and an answer too large to send into a
+    refusal that says so."""
 
     @functools.wraps(handler)
     async def wrapper(self: Any, request: _Request, context: grpc.aio.ServicerContext[Any, Any]) -> _Response:
         try:
-            return await handler(self, request, context)
+            response = await handler(self, request, context)
         except DataManagerError as error:
             await _abort(context, error)
+        await _refuse_if_too_large(context, response, handler.__name__, "the answer")
+        return response
 
     return wrapper
 
@@ -86,9 +114,10 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
         self._manager = manager
         self._controller = controller
 
-    def _with_estimate(self, job: pb.Job) -> pb.Job:
-        """`job` with what the policy expected of it in its last round, when a policy runs."""
-        estimate = self._controller.estimate(job.job_id) if self._controller else None
+    def _job(self, job_id: str) -> pb.Job:
+        """The job as queries show it, with what the policy expected of it in its last round when a policy runs."""
+        job = queries.job_info(self._manager, job_id)
+        estimate = self._controller.estimate(job_id) if self._controller else None
         if estimate is not None:
             job.estimate.CopyFrom(estimate)
         return job
@@ -165,9 +194,7 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
             tenant=request.tenant,
             priority=convert.priority(request.priority),
         )
-        return pb.RegisterJobResponse(
-            job=self._with_estimate(queries.job_info(self._manager, job.job_id)), created=created, revision=revision
-        )
+        return pb.RegisterJobResponse(job=self._job(job.job_id), created=created, revision=revision)
 
     @_unary
     async def FinishJob(self, request: pb.FinishJobRequest, context: Any) -> pb.FinishJobResponse:
@@ -212,6 +239,9 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
                 request.node_id, request.since_revision, request.history, request.agent_id, context.peer()
             )
             async for event in events:
+                kind = "snapshot" if event.HasField("snapshot") else "changes"
+                what = f"the {kind} of revision {event.revision} for node {request.node_id}"
+                await _refuse_if_too_large(context, event, "WatchAllocations", what)
                 yield event
         except DataManagerError as error:
             await _abort(context, error)
@@ -227,6 +257,8 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
     ) -> AsyncIterator[pb.DecisionEvent]:
         try:
             async for event in self._manager.watch_decisions():
+                kind = "snapshot" if event.snapshot else "changes"
+                await _refuse_if_too_large(context, event, "WatchDecisions", f"the {kind} of revision {event.revision}")
                 yield event
         except DataManagerError as error:
             await _abort(context, error)
@@ -257,7 +289,7 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
 
     @_unary
     async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.Job:
-        return self._with_estimate(queries.job_info(self._manager, request.job_id))
+        return self._job(request.job_id)
 
     @_unary
     async def GetNode(self, request: pb.GetNodeRequest, context: Any) -> pb.Node:
@@ -269,7 +301,9 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
 
     @_unary
     async def ListJobs(self, request: pb.ListJobsRequest, context: Any) -> pb.ListJobsResponse:
-        return pb.ListJobsResponse(jobs=[self._with_estimate(job) for job in queries.list_jobs(self._manager)])
+        wanted = queries.page(request.page_size, request.page_token)
+        jobs, next_token = queries.page_of(sorted(self._manager.state.jobs), wanted, self._job)
+        return pb.ListJobsResponse(jobs=jobs, next_page_token=next_token)
 
     @_unary
     async def ListNodes(self, request: pb.ListNodesRequest, context: Any) -> pb.ListNodesResponse:

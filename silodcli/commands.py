@@ -315,7 +315,7 @@ def _fetch_status(client: DataManagerClient) -> _Status:
     return _Status(
         client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()),
         client.call(client.stub.ListDatasets, pb.ListDatasetsRequest()).datasets,
-        client.call(client.stub.ListJobs, pb.ListJobsRequest()).jobs,
+        client.list_jobs(),
         client.call(client.stub.ListNodes, pb.ListNodesRequest()).nodes,
         _fetch_tenants(client),
     )

@@ -1,5 +1,5 @@
-"""Channels to the data manager: optionally TLS (mutual, with a client certificate) and carrying a bearer token
-on every call.
+"""Channels to the data manager: optionally TLS (mutual, with a client certificate), carrying a bearer token on
+every call, and taking messages up to the size the data manager may send (`MAX_MESSAGE_BYTES`).
 
 One module for the `silod` client commands and the node agent, so both reach a secured data manager the same
 way and explain its refusals the same way. What they present (`credentials.ChannelSecurity`) is read and
@@ -19,26 +19,46 @@ import grpc
 
 from silodlib.credentials import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TOKEN_FILE_ENV, ChannelSecurity
 from silodlib.listening import host_and_port, is_loopback_host
+from silodlib.units import format_size
 
 log = logging.getLogger(__name__)
 
 TOKEN_HEADER = "authorization"
 
+# The largest message the data manager and silod's channels send or take, answers, stream events and requests alike.
+# gRPC's default, 4 MiB on receipt, broke `silod status` at some 8,700 jobs with 128-character ids (ListJobs answers
+# about 500 bytes a job); sixteen times it holds every message of a cluster of tens of thousands of jobs with room to
+# spare (docs/datamgr.md, "Message sizes"). One bound for both ends, so that the data manager refuses an answer over
+# it by name before a client's gRPC would, in its own words.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
 _TLS_REASON = re.compile(r"OPENSSL_internal:([A-Z_]+)")
+# gRPC's words for a message over a limit, as the end that refused it (CLIENT or SERVER) put them.
+_TOO_LARGE = re.compile(r"(CLIENT|SERVER): (Sent|Received) message larger than max \((\d+) vs\. (\d+)\)")
+
+
+def message_size_options() -> list[tuple[str, int]]:
+    """gRPC channel and server options for MAX_MESSAGE_BYTES, sent and received."""
+    return [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ]
 
 
 def open_channel(address: str, security: ChannelSecurity, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
-    """A blocking channel to `address`: TLS if `security` says so, and the token on every call if it has one. A
-    token about to go to another machine without TLS is warned about, once per address and process."""
+    """A blocking channel to `address` that sends and takes messages up to MAX_MESSAGE_BYTES, with `options` besides:
+    TLS if `security` says so, and the token on every call if it has one. A token about to go to another machine
+    without TLS is warned about, once per address and process."""
     if security.token is not None and not security.tls:
         _warn_plaintext_token(address)
+    options = [*message_size_options(), *options]
     if security.tls:
         credentials = grpc.ssl_channel_credentials(
             security.root_certificates, security.private_key, security.certificate_chain
         )
-        channel = grpc.secure_channel(address, credentials, options=list(options))
+        channel = grpc.secure_channel(address, credentials, options=options)
     else:
-        channel = grpc.insecure_channel(address, options=list(options))
+        channel = grpc.insecure_channel(address, options=options)
     if security.token is None:
         return channel
     return grpc.intercept_channel(channel, _BearerToken(security.token))
@@ -101,6 +121,24 @@ def explain_refusal(
             )
         return f"the data manager at {address} closed the connection: if it serves TLS, set --tls-ca or {TLS_CA_ENV}"
     return None
+
+
+def explain_message_size(exc: grpc.RpcError) -> str | None:
+    """What a call that failed on a limit on one message's size sent or got, and whose limit it passed; None if it
+    failed for another reason. gRPC says only "Received message larger than max", under RESOURCE_EXHAUSTED, the code
+    that the data manager's full state disk has too."""
+    if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    match = _TOO_LARGE.search(exc.details() or "")
+    if match is None:
+        return None
+    side, verb, size, limit = match.groups()
+    what = "the answer" if (side == "CLIENT") == (verb == "Received") else "the request"
+    whose = "this client's" if side == "CLIENT" else "the data manager's"
+    return (
+        f"{what} is {int(size):,} bytes, over {whose} limit of {format_size(int(limit))} on one gRPC message "
+        '(docs/datamgr.md, "Message sizes")'
+    )
 
 
 @dataclass(frozen=True)

@@ -3,33 +3,45 @@ must each be refused with the right status code and a message naming the problem
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import math
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
 
-from datamgr.client import ClientError, DataManagerClient
+from datamgr import lifecycle, servicer
+from datamgr.client import LARGEST_PAGE, ClientError, DataManagerClient
+from datamgr.defaults import EXTERNAL_POLICY
 from datamgr.embedded import EmbeddedDataManager
+from datamgr.entities import Job, Worker
+from datamgr.queries import PAGE_BYTES
 from datamgr.server import ServerConfig
+from datamgr.state import Change
+from datamgr.store import Commit, SQLiteStore
+from silodlib import grpc_channel
 from silodlib.manifest import Manifest
 from silodpb.v1 import datamgr_pb2 as pb
 from tests import polling
 from tests.datamgr_fixtures import (
     REMOTE_IO_LIMIT,
+    STILL_ALIVE_SECONDS,
     STREAM_DEADLINE,
     NodeWatch,
     RunningDataManager,
     full_state,
     make_local_dataset,
     silod_cli,
+    watch,
 )
 from tests.storage_servers import DatasetTargetFactory
 
@@ -461,6 +473,13 @@ BAD_CALLS: list[tuple[str, Call, grpc.StatusCode, str]] = [
         NOT_FOUND,
         "s3://bkt/x",
     ),
+    ("jobs: negative page size", _rpc("ListJobs", pb.ListJobsRequest(page_size=-1)), INVALID, "page_size -1"),
+    (
+        "jobs: a page token it did not give",
+        _rpc("ListJobs", pb.ListJobsRequest(page_size=1, page_token="j1!")),
+        INVALID,
+        "page_token 'j1!' is not one this data manager gave",
+    ),
 ]
 
 
@@ -689,3 +708,149 @@ def test_the_node_of_a_frozen_agent_is_free_for_another_once_keepalive_finds_it_
     finally:
         agent.kill()
         agent.wait()
+
+
+# ---- answers, stream events and requests past gRPC's default 4 MiB limit on a message ----
+
+GRPC_DEFAULT_LIMIT = 4 * 1024 * 1024  # what silod's channels took before, as gRPC's do unless told otherwise
+# Jobs of 128-character ids reading a dataset of a 560-character URI, each on the node of a 128-character id: every
+# answer and snapshot below is 4.3 to 6.2 MB (about 8,700 such jobs broke `silod status` with dataset URIs of 40).
+CROWD = 6_000
+CROWDED_NODE = "n" * 128
+
+
+@contextlib.contextmanager
+def crowded(tmp_path: Path, policy: str = EXTERNAL_POLICY) -> Iterator[RunningDataManager]:
+    """A data manager with CROWD jobs, which run on CROWDED_NODE (registered with their workers) or, with a `policy`,
+    wait for it to place them (the node has no GPUs). The jobs go into the state dir through the store in one commit
+    between two starts of the data manager: registering them one call at a time takes about a minute."""
+    uri = make_local_dataset(tmp_path / ("d" * 200) / ("d" * 200) / ("d" * 150), files=2)
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", REMOTE_IO_LIMIT, STILL_ALIVE_SECONDS, policy=policy)
+    with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address) as client:
+        client.register_node(CROWDED_NODE, "h1:1", 10**12)
+        client.register_dataset(uri)
+    placed_by_policy = policy != EXTERNAL_POLICY
+    workers = () if placed_by_policy else (Worker(CROWDED_NODE, 1),)
+    jobs = tuple(Job(f"{i:08d}" + "j" * 120, uri, 10**6, workers, gpus=int(placed_by_policy)) for i in range(CROWD))
+    now = time.time()
+    store = SQLiteStore(config.state_dir)
+    try:
+        change = Change(jobs_put=jobs, histories_put=tuple(lifecycle.registered(job, now) for job in jobs))
+        store.commit([Commit(store.load().revision + 1, change)])
+    finally:
+        store.close()
+    with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address) as client:
+        yield RunningDataManager(dm.address, client, config.state_dir)
+
+
+@pytest.fixture
+def crowd(tmp_path: Path) -> Iterator[RunningDataManager]:
+    with crowded(tmp_path) as running:
+        yield running
+
+
+def test_list_jobs_answers_past_grpcs_default_limit_whole_or_in_pages_that_each_fit_it(
+    crowd: RunningDataManager,
+) -> None:
+    client = crowd.client
+    whole = client.call(client.stub.ListJobs, pb.ListJobsRequest())
+    ids = [job.job_id for job in whole.jobs]
+    assert whole.ByteSize() > GRPC_DEFAULT_LIMIT and not whole.next_page_token
+    assert len(ids) == CROWD and ids == sorted(ids)
+
+    first = client.call(client.stub.ListJobs, pb.ListJobsRequest(page_size=LARGEST_PAGE))
+    assert PAGE_BYTES <= first.ByteSize() < GRPC_DEFAULT_LIMIT, "a page ends at 2 MiB, short of its 5,000 jobs"
+    assert [job.job_id for job in first.jobs] == ids[: len(first.jobs)] and first.next_page_token
+    second = client.call(
+        client.stub.ListJobs, pb.ListJobsRequest(page_size=LARGEST_PAGE, page_token=first.next_page_token)
+    )
+    assert second.jobs[0].job_id == ids[len(first.jobs)]
+    assert [job.job_id for job in client.list_jobs()] == ids
+
+
+def test_list_jobs_pages_follow_each_other_in_id_order_and_a_token_outlives_the_job_it_follows(setup: Setup) -> None:
+    client = setup.client
+    first = client.call(client.stub.ListJobs, pb.ListJobsRequest(page_size=1))
+    assert [job.job_id for job in first.jobs] == ["j1"] and first.next_page_token
+    client.call(client.stub.FinishJob, pb.FinishJobRequest(job_id="j1"))
+    last = client.call(client.stub.ListJobs, pb.ListJobsRequest(page_size=1, page_token=first.next_page_token))
+    assert ([job.job_id for job in last.jobs], last.next_page_token) == (["j2"], "")
+    client.register_job("j0", setup.a, 50_000_000, [("n1", 1)])
+    everything = client.call(client.stub.ListJobs, pb.ListJobsRequest(page_size=10**9))  # counts as 5,000
+    assert ([job.job_id for job in everything.jobs], everything.next_page_token) == (["j0", "j2"], "")
+
+
+def test_silod_status_shows_a_cluster_past_grpcs_default_limit(crowd: RunningDataManager) -> None:
+    result = silod_cli("status", "--json", datamgr=crowd.address)
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["jobs"]) == CROWD
+
+
+def test_a_nodes_watch_snapshot_past_grpcs_default_limit_arrives_whole(crowd: RunningDataManager) -> None:
+    snapshot = watch(crowd.client, CROWDED_NODE).next()
+    assert snapshot.ByteSize() > GRPC_DEFAULT_LIMIT and len(snapshot.snapshot.jobs) == CROWD
+
+
+def test_a_launchers_decision_snapshot_past_grpcs_default_limit_arrives_whole(tmp_path: Path) -> None:
+    with crowded(tmp_path, policy="fifo") as running:
+        call = running.client.stub.WatchDecisions(pb.WatchDecisionsRequest(), timeout=STREAM_DEADLINE)
+        snapshot = next(iter(call))
+    assert snapshot.snapshot and snapshot.ByteSize() > GRPC_DEFAULT_LIMIT
+    assert len(snapshot.jobs) == CROWD and {job.phase for job in snapshot.jobs} == {pb.JOB_PHASE_PENDING}
+
+
+def test_a_usage_report_past_grpcs_default_limit_is_taken(setup: Setup) -> None:
+    jobs = [pb.JobUsage(job_id=f"{i:08d}" + "r" * 120, bytes_read=1) for i in range(35_000)]  # finished, as it hears
+    report = pb.ReportUsageRequest(node_id="n1", jobs=jobs)
+    assert report.ByteSize() > GRPC_DEFAULT_LIMIT
+    setup.client.call(setup.client.stub.ReportUsage, report)
+
+
+@pytest.mark.expected_warnings  # the data manager logs each message it refuses to send
+def test_an_answer_or_event_over_the_limit_is_refused_naming_the_call_its_size_and_the_limit(
+    crowd: RunningDataManager, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past the limit, gRPC's own refusal read "RESOURCE_EXHAUSTED: ... Received message larger than max (4840000 vs.
+    4194304)": the status code of a full state disk, and nothing of which call or what to do. The limit is lowered
+    to gRPC's default here, to pass it with a few thousand jobs."""
+    monkeypatch.setattr(servicer, "MAX_MESSAGE_BYTES", GRPC_DEFAULT_LIMIT)
+    client = crowd.client
+    with pytest.raises(ClientError) as listed:
+        client.call(client.stub.ListJobs, pb.ListJobsRequest())
+    assert listed.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert re.fullmatch(
+        r"RESOURCE_EXHAUSTED: ListJobs: the answer is [\d,]{9} bytes, over the limit of 4\.0 MiB on one gRPC message "
+        r'\(docs/datamgr\.md, "Message sizes"\); ask for the jobs a page at a time \(page_size\)',
+        str(listed.value),
+    ), listed.value
+    assert len(client.list_jobs()) == CROWD  # its pages fit
+
+    revision = client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).revision
+    with pytest.raises(grpc.RpcError) as watched:
+        watch(client, CROWDED_NODE).next()
+    assert watched.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert re.fullmatch(
+        rf"WatchAllocations: the snapshot of revision {revision} for node {CROWDED_NODE} is [\d,]{{9}} bytes, over the "
+        r'limit of 4\.0 MiB on one gRPC message \(docs/datamgr\.md, "Message sizes"\)',
+        watched.value.details() or "",
+    ), watched.value
+    logged = [r.getMessage() for r in caplog.get_records("call") if r.levelno == logging.WARNING]
+    assert [line.split(" is ")[0] for line in logged] == [
+        "refused to send it: ListJobs: the answer",
+        f"refused to send it: WatchAllocations: the snapshot of revision {revision} for node {CROWDED_NODE}",
+    ]
+
+
+def test_an_answer_over_this_clients_limit_is_explained_naming_its_size_and_the_limit(
+    crowd: RunningDataManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a client whose limit is lower than the data manager's says (gRPC's default here, as every silod client
+    had): not gRPC's "RESOURCE_EXHAUSTED: ... Received message larger than max (6210000 vs. 4194304)"."""
+    monkeypatch.setattr(grpc_channel, "MAX_MESSAGE_BYTES", GRPC_DEFAULT_LIMIT)
+    with DataManagerClient(crowd.address) as client, pytest.raises(ClientError) as failed:
+        client.call(client.stub.ListJobs, pb.ListJobsRequest())
+    assert re.fullmatch(
+        rf"a call to the data manager at {crowd.address} failed: the answer is [\d,]{{9}} bytes, over this client's "
+        r'limit of 4\.0 MiB on one gRPC message \(docs/datamgr\.md, "Message sizes"\)',
+        str(failed.value),
+    ), failed.value

@@ -5,6 +5,11 @@ The silod data manager: the single source of truth for cache quotas and remote I
 
 Byte quantities are int64 so that a negative value reaches the server and is rejected by name
 instead of wrapping around. Every accepted change gets the next cluster-wide revision number.
+
+Every message, requests and answers alike, may be up to 64 MiB: silod's channels and the data manager take that
+much, sixteen times gRPC's 4 MiB default, and a client in another language must raise its own receive limit to
+match (docs/datamgr.md, "Message sizes"). An answer or stream event that would be larger is refused with
+RESOURCE_EXHAUSTED naming the call, its size and the limit.
 """
 
 from collections import abc as _abc
@@ -2041,14 +2046,34 @@ Global___ListDatasetsResponse: _TypeAlias = ListDatasetsResponse  # noqa: Y015
 
 @_typing.final
 class ListJobsRequest(_message.Message):
+    """The jobs of a large cluster pass the 64 MiB limit on a message in one answer (some 130,000 jobs with 128-character
+    ids), and a page never does. Pages are read at their own revisions: a job registered or finished while they are
+    read may be listed or not, every other job is listed once.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """The most jobs to answer with, up to 5,000 (a larger value counts as 5,000); a page also ends once it holds 2 MiB
+    (so that it fits a client on gRPC's default limit), and the last one ends with the jobs. 0: every job after
+    page_token in one answer, as before pages (refused with RESOURCE_EXHAUSTED past the 64 MiB limit). Negative:
+    INVALID_ARGUMENT. A data manager from before pages ignores both fields: it answers every job, and no token.
+    """
+    page_token: _builtins.str
+    """The next_page_token of the page before; "": from the first job. A token stays valid across the data manager's
+    restarts; one it did not give is INVALID_ARGUMENT.
+    """
     def __init__(
         self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2059,16 +2084,20 @@ class ListJobsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     JOBS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """The page_token of the next page; "": there is none (this page ends with the last job)."""
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]: ...
     def __init__(
         self,
         *,
         jobs: _abc.Iterable[Global___Job] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -5,6 +5,11 @@ The silod data manager: the single source of truth for cache quotas and remote I
 
 Byte quantities are int64 so that a negative value reaches the server and is rejected by name
 instead of wrapping around. Every accepted change gets the next cluster-wide revision number.
+
+Every message, requests and answers alike, may be up to 64 MiB: silod's channels and the data manager take that
+much, sixteen times gRPC's 4 MiB default, and a client in another language must raise its own receive limit to
+match (docs/datamgr.md, "Message sizes"). An answer or stream event that would be larger is refused with
+RESOURCE_EXHAUSTED naming the call, its size and the limit.
 """
 
 from collections import abc as _abc
@@ -69,6 +74,7 @@ class DataManagerStub:
     GetNode: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.GetNodeRequest, _datamgr_pb2.Node]
     ListDatasets: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.ListDatasetsRequest, _datamgr_pb2.ListDatasetsResponse]
     ListJobs: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.ListJobsRequest, _datamgr_pb2.ListJobsResponse]
+    """Jobs in id order, all at once or a page at a time (Google's AIP-158): see ListJobsRequest."""
     ListNodes: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.ListNodesRequest, _datamgr_pb2.ListNodesResponse]
     ListTenants: _grpc.UnaryUnaryMultiCallable[_datamgr_pb2.ListTenantsRequest, _datamgr_pb2.ListTenantsResponse]
 
@@ -109,6 +115,7 @@ class DataManagerAsyncStub(DataManagerStub):
     GetNode: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.GetNodeRequest, _datamgr_pb2.Node]  # type: ignore[assignment]
     ListDatasets: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.ListDatasetsRequest, _datamgr_pb2.ListDatasetsResponse]  # type: ignore[assignment]
     ListJobs: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.ListJobsRequest, _datamgr_pb2.ListJobsResponse]  # type: ignore[assignment]
+    """Jobs in id order, all at once or a page at a time (Google's AIP-158): see ListJobsRequest."""
     ListNodes: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.ListNodesRequest, _datamgr_pb2.ListNodesResponse]  # type: ignore[assignment]
     ListTenants: _aio.UnaryUnaryMultiCallable[_datamgr_pb2.ListTenantsRequest, _datamgr_pb2.ListTenantsResponse]  # type: ignore[assignment]
 
@@ -271,7 +278,8 @@ class DataManagerServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _datamgr_pb2.ListJobsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_datamgr_pb2.ListJobsResponse, _abc.Awaitable[_datamgr_pb2.ListJobsResponse]]: ...
+    ) -> _typing.Union[_datamgr_pb2.ListJobsResponse, _abc.Awaitable[_datamgr_pb2.ListJobsResponse]]:
+        """Jobs in id order, all at once or a page at a time (Google's AIP-158): see ListJobsRequest."""
 
     @_abc_1.abstractmethod
     def ListNodes(
