@@ -129,9 +129,7 @@ def _refusal(exc: Exception) -> Exception:
     are refusals with their own status (RESOURCE_EXHAUSTED, FAILED_PRECONDITION) that say what to repair; any
     other failure is passed on as it is."""
     if isinstance(exc, StoreFull):
-        return ResourceExhausted(
-            "the data manager's state disk is full: nothing was changed; free space in its state dir and call again"
-        )
+        return ResourceExhausted(f"the data manager's state disk is full: nothing was changed; {exc.advice}")
     if isinstance(exc, StoreUnwritable):
         outcome = _MAY_REAPPEAR if exc.may_reappear else "nothing was changed"
         return StateDiskUnwritable(

@@ -2,7 +2,9 @@
 the fault concerns nodes, a real node agent with its FUSE mount.
 
 - The data manager's state disk fills up: allocations are refused with RESOURCE_EXHAUSTED and change nothing;
-  the server keeps serving its state and accepts the next allocation once space is freed.
+  the server keeps serving its state and accepts the next allocation once space is freed. Its own write-ahead log
+  never holds the disk's last room, and gives back what it holds when the disk fills (or the refusal says what
+  keeps it from doing so).
 - The state disk meets an error and turns read-only: allocations are refused with FAILED_PRECONDITION naming
   it; after a repair and a restart nothing acknowledged is lost.
 - The connection between a node agent and the data manager goes silent without closing (half-open): keepalive
@@ -15,6 +17,7 @@ the fault concerns nodes, a real node agent with its FUSE mount.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
 import os
@@ -28,6 +31,7 @@ import grpc
 import pytest
 
 from datamgr.client import ClientError, DataManagerClient
+from datamgr.store.sqlite import read_only
 from silodpb.v1 import datamgr_pb2 as pb
 from tests import polling
 from tests.cluster_fixtures import SIZE, System, eventually
@@ -202,6 +206,103 @@ def test_a_node_agent_registering_while_the_state_disk_is_full_says_why_it_waits
         assert "Traceback" not in node.log_path.read_text()
     finally:
         node.stop()
+
+
+CHANGES_ON_A_SMALL_DISK = 300  # a data manager's own log filled a 512 KiB state disk after 34-77 changes
+
+
+def test_a_state_disk_only_the_data_managers_own_log_fills_takes_every_change_without_a_restart(
+    datamgr_on_state_disk: DataManagerProcess, state_disk: Path, tmp_path: Path
+) -> None:
+    """The state dir alone on a small disk, as a small cluster's is. SQLite folded its write-ahead log into the
+    database only every 1000 pages (4 MiB), so the log filled the disk after a few dozen changes, and every change
+    after was refused as "state disk is full" with nothing the operator could delete (only a restart, whose close
+    folds the log in, freed it). Now the log is folded in every 100 pages, and after every commit on a disk with
+    less room than that, so it never holds the disk's last room."""
+    datamgr = datamgr_on_state_disk.start()
+    with DataManagerClient(datamgr.address, timeout=10) as client:
+        _cluster(client, tmp_path)
+        first = client.allocate_remote_io("j1", 1).revision
+        for rate in range(2, CHANGES_ON_A_SMALL_DISK + 1):
+            assert client.allocate_remote_io("j1", rate).revision == first + rate - 1
+        changed = full_state(client)
+    datamgr.kill()
+    with DataManagerClient(datamgr.start().address, timeout=10) as client:
+        assert full_state(client) == changed
+        assert _node_view(client)[:2] == (first + CHANGES_ON_A_SMALL_DISK - 1, CHANGES_ON_A_SMALL_DISK)
+
+
+def _state_disk_with_a_log(
+    tmpfs: TmpfsFactory, tmp_path: Path, size: str
+) -> tuple[DataManagerProcess, DataManagerClient, str]:
+    """A data manager on a tmpfs of `size`, holding a dataset no job reads, started afresh (its log empty, so that
+    the changes it then writes to its log are all there is to fold into the database), and a client of it; returns
+    them and the dataset's URI. Each change of the dataset's quota rewrites pages the database has, and adds none."""
+    disk = tmpfs(tmp_path / "state-disk", size)
+    datamgr = DataManagerProcess(disk / "state", tmp_path / "datamgr.log", "--remote-io-limit", "1GB/s")
+    with DataManagerClient(datamgr.start().address, timeout=10) as client:
+        uri = make_local_dataset(tmp_path / "ds", files=4, size=1000)
+        client.register_dataset(uri)
+    assert datamgr.terminate() == 0
+    return datamgr, DataManagerClient(datamgr.start().address, timeout=30), uri
+
+
+def test_a_full_state_disk_whose_room_the_data_managers_log_holds_takes_the_change_once_the_log_is_folded_in(
+    tmpfs: TmpfsFactory, tmp_path: Path
+) -> None:
+    """Another file fills the disk while the log holds changes: the change that finds it full gets the room the
+    log held, folded into the database, and is taken. It was refused, and so was every change after, until a
+    restart: SQLite folds its log in only after a commit that succeeded."""
+    datamgr, client, uri = _state_disk_with_a_log(tmpfs, tmp_path, "2m")
+    try:
+        with client:
+            for quota in range(1, 11):
+                client.allocate_cache_size(uri, quota)
+            log = datamgr.state_dir / "silod.db-wal"
+            assert log.stat().st_size > 10 * PAGE  # the ten changes, not yet folded in
+            fill(datamgr.state_dir.parent)
+            revision = client.allocate_cache_size(uri, 3_000).revision
+            changed = full_state(client)
+            assert log.stat().st_size < 10 * PAGE
+        datamgr.kill()
+        with DataManagerClient(datamgr.start().address, timeout=10) as client:
+            assert full_state(client) == changed
+            dataset = client.call(client.stub.GetDataset, pb.GetDatasetRequest(uri=uri))
+            assert dataset.cache_quota_bytes == 3_000
+            assert client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).revision == revision
+    finally:
+        datamgr.stop()
+
+
+def test_a_change_refused_while_a_reader_keeps_the_log_from_being_folded_in_names_the_log_and_the_reader(
+    tmpfs: TmpfsFactory, tmp_path: Path
+) -> None:
+    """A reader of the database (an sqlite3 shell, a backup of a large state) keeps SQLite from folding the log
+    into it, so the log grows until the disk is full. The refusal says that the log holds the room and what keeps
+    it, not only "free space", which the operator may not find on a disk that holds the state dir alone; once the
+    reader is done, the next change is taken without a restart."""
+    datamgr, client, uri = _state_disk_with_a_log(tmpfs, tmp_path, "1m")
+    database = datamgr.state_dir / "silod.db"
+    try:
+        with client, contextlib.closing(read_only(database)) as reader:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM datasets").fetchone()  # holds the database as of now
+            with pytest.raises(ClientError) as refused:
+                for quota in range(1, 1_000):
+                    acknowledged = client.allocate_cache_size(uri, quota).revision
+            reader.rollback()
+            assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
+            said = str(refused.value)
+            assert (
+                f"the data manager's state disk is full: nothing was changed; its write-ahead log {database}-wal"
+                in said
+            )
+            assert "a reader holds the database: an sqlite3 shell, a backup): end the reader" in said, said
+
+            assert client.allocate_cache_size(uri, 3_000).revision == acknowledged + 1
+        assert "Traceback" not in datamgr.log_path.read_text()
+    finally:
+        datamgr.stop()
 
 
 # --- the state disk fails and turns read-only --------------------------------------------------------------

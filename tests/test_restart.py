@@ -60,6 +60,32 @@ def test_sigkill_then_restart_serves_the_same_state_and_revisions(
         assert client.allocate_remote_io("j1", 1).revision == revision + 1  # numbering continues
 
 
+def test_one_bit_a_disk_changed_in_a_jobs_row_stops_the_start_naming_the_row_and_changes_nothing(
+    datamgr_process: DataManagerProcess, tmp_path: Path
+) -> None:
+    """What docs/datamgr.md ("Durability") promises of a byte a failing disk changed inside a row, whose pages SQLite
+    finds whole: a job's dataset URI, one bit changed, named a dataset that is not there. The start served it, and
+    `silod status` and FinishJob then failed with UNKNOWN (a KeyError traceback)."""
+    with DataManagerClient(datamgr_process.start().address) as client:
+        uri, _ = _populate(client, tmp_path)
+    assert datamgr_process.terminate() == 0
+    database = datamgr_process.state_dir / "silod.db"
+    data = bytearray(database.read_bytes())
+    record = b"j1" + uri.encode()  # the jobs row: its job_id, then its dataset_uri
+    at = data.find(record)
+    assert at >= 0 and data.find(record, at + 1) < 0
+    data[at + len(record) - 1] ^= 0x01  # .../ds -> .../dr
+    database.write_bytes(data)
+
+    datamgr_process.launch()
+    assert datamgr_process.wait() == 2
+    assert (
+        f"{database} holds a row this silod cannot read: table jobs, row 'j1': its dataset '{uri[:-1]}r' is not "
+        "registered (table datasets has no such row); nothing was changed: restore the state dir from a backup"
+    ) in datamgr_process.log_path.read_text()
+    assert database.read_bytes() == data
+
+
 def test_a_backup_taken_while_the_data_manager_runs_is_restored_to_the_state_it_had_then(
     datamgr_process: DataManagerProcess, tmp_path: Path
 ) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from datamgr.entities import Dataset, Job, JobHistory, Node, Tenant, Worker
+from datamgr.entities import Dataset, Job, JobHistory, Node, StateDiskUnreadable, Tenant, Worker
 from datamgr.manager import DataManager
 from datamgr.state import Change
 from datamgr.store import Commit, SQLiteStore, StateStore
@@ -29,7 +29,7 @@ from datamgr.store.sqlite import SCHEMA_VERSION, StateDirError
 from silodlib.backends.base import ObjectInfo
 from silodlib.manifest import Manifest, build_manifest
 from tests.datamgr_fixtures import damage_tables
-from tests.state_files import edit, files_of
+from tests.state_files import edit, files_of, killed_state_dir, revision_and_nodes, state_of_nodes
 
 DATASET = Dataset("s3://bkt/train", {"region": "eu-west-1"}, 1000, 3, 4, 4 << 20, "d1", 500)
 NODE = Node("n1", "h1:7421", 10_000)
@@ -389,7 +389,7 @@ def test_options_a_change_retires_leave_no_byte_in_the_state_dir_files(tmp_path:
     store = SQLiteStore(tmp_path)
     leaked = replace(DATASET, options={"sas_token": secret.decode()})
     store.commit([Commit(1, Change(datasets_put=(leaked,), manifest=(DATASET.uri, b"M")), [("n1", b"set " + secret)])])
-    store.commit([Commit(2, Change(jobs_put=(JOB,)), [("n1", b"2")])])
+    store.commit([Commit(2, Change(nodes_put=(NODE,), jobs_put=(JOB,)), [("n1", b"2")])])
     assert any(secret in data for data in files_of(tmp_path).values())
 
     store.commit([Commit(3, Change(datasets_put=(DATASET,), forgets_earlier_events=True), [("n1", b"set new")])])
@@ -585,19 +585,85 @@ _NEWER_HISTORY = json.dumps({"job_id": "j1", "submit_time": 100.0, "priority_boo
             "its history's field 'bytes_read_before' holds -5",
             "nothing was changed: restore the state dir from a backup",
         ),
+        # Rows of the right types that the API would never have taken, or that name what is not there: they were
+        # served, and broke calls with UNKNOWN and a traceback (the exception each raised, after the colon).
+        (
+            "a worker count of 0: ZeroDivisionError",
+            """UPDATE jobs SET workers = '[["n1", 0]]'""",
+            "jobs",
+            "j1",
+            "workers[0].count 0 must be between 1 and 1000000",
+            "nothing was changed: restore the state dir from a backup",
+        ),
+        (
+            "a rate above int64: ValueError",
+            "UPDATE jobs SET io_bytes_per_sec = 9223372036854775807",
+            "jobs",
+            "j1",
+            "io_bytes_per_sec 9223372036854775807 is over the sanity limit of 1.0 PB/s",
+            "nothing was changed: restore the state dir from a backup",
+        ),
+        (
+            "a negative rate",
+            "UPDATE jobs SET io_bytes_per_sec = -1000000",
+            "jobs",
+            "j1",
+            "io_bytes_per_sec -1000000 must be zero or more",
+            "nothing was changed: restore the state dir from a backup",
+        ),
+        (
+            "a negative quota",
+            "UPDATE datasets SET cache_quota_bytes = -5",
+            "datasets",
+            DATASET.uri,
+            "cache_quota_bytes -5 must not be negative",
+            "nothing was changed: restore the state dir from a backup",
+        ),
+        (
+            "a byte changed in a job's dataset: KeyError",
+            "UPDATE jobs SET dataset_uri = 's3://bkt/trahn'",
+            "jobs",
+            "j1",
+            "its dataset 's3://bkt/trahn' is not registered (table datasets has no such row)",
+            "nothing was changed: restore the state dir from a backup",
+        ),
+        (
+            "a job of a tenant that is not registered",
+            "UPDATE jobs SET tenant = 't0'",
+            "jobs",
+            "j1",
+            "its tenant 't0' is not registered (table tenants has no such row)",
+            "nothing was changed: restore the state dir from a backup",
+        ),
+        (
+            "a worker on a node that is not registered",
+            """UPDATE jobs SET workers = '[["n0", 2]]'""",
+            "jobs",
+            "j1",
+            "its node 'n0' is not registered (table nodes has no such row)",
+            "nothing was changed: restore the state dir from a backup",
+        ),
     ],
     ids=[
         "a changed byte in a dataset's options",
         "a history field from a newer silod",
         "a number turned text",
         "a negative count of bytes read",
+        "a worker count of 0",
+        "a rate above int64",
+        "a negative rate",
+        "a negative quota",
+        "a byte changed in a job's dataset",
+        "a job of a tenant that is not registered",
+        "a worker on a node that is not registered",
     ],
 )
 def test_a_row_this_silod_cannot_read_is_refused_naming_the_file_table_and_row_and_left_as_it_was(
     tmp_path: Path, row: str, statement: str, table: str, key: str, problem: str, advice: str
 ) -> None:
     """A byte a failing disk changed inside a row (SQLite finds the pages whole), or a field a newer silod wrote,
-    found after a downgrade: the start used to end in a JSONDecodeError or TypeError traceback (exit 1)."""
+    found after a downgrade: the start used to end in a JSONDecodeError or TypeError traceback (exit 1). A value out
+    of the API's ranges, or a job naming a dataset, tenant or node that is not there, was served, and broke calls."""
     store = SQLiteStore(tmp_path)
     store.commit([Commit(1, Change(nodes_put=(NODE,), datasets_put=(DATASET,)))])
     store.commit([Commit(2, Change(jobs_put=(JOB,), histories_put=(JobHistory("j1", 100.0),)))])
@@ -749,6 +815,195 @@ def test_a_damaged_state_database_is_refused_naming_it_and_left_as_it_was(tmp_pa
     fresh = SQLiteStore(tmp_path)
     assert fresh.load().revision == 0
     fresh.close()
+
+
+def test_a_database_linked_to_a_file_that_is_not_there_is_refused_naming_the_link_and_left_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """`silod.db` a symbolic link to a database on a volume that is not mounted: the data manager took the state dir
+    for a fresh one, served an empty cluster at revision 0, and renamed a new database over the link, so the state
+    was no longer used once the volume came back."""
+    volume, state_dir = tmp_path / "volume", tmp_path / "state"
+    state_of_nodes(volume, 3)
+    state_dir.mkdir(mode=0o700)
+    (state_dir / "silod.db").symlink_to(volume / "silod.db")
+    volume.rename(tmp_path / "unmounted")
+
+    with pytest.raises(StateDirError) as refused:
+        SQLiteStore(state_dir)
+
+    assert str(refused.value) == (
+        f"cannot use state dir {state_dir}: {state_dir / 'silod.db'} is a symbolic link to {volume / 'silod.db'}, "
+        "which does not exist (on a volume that is not mounted?); nothing was changed: mount the volume (or put back "
+        "the file it names), then start again; or delete the link to start with an empty state"
+    )
+    assert sorted(p.name for p in state_dir.iterdir()) == ["lock", "silod.db"]  # the lock taken, and given back
+    assert (state_dir / "silod.db").readlink() == volume / "silod.db"
+    (tmp_path / "unmounted").rename(volume)  # the volume is back
+    assert revision_and_nodes(state_dir) == (1, ["n0000", "n0001", "n0002"])
+
+
+def test_a_state_dir_that_is_a_link_to_nothing_is_refused_naming_the_link(tmp_path: Path) -> None:
+    """It was refused with only "File exists", naming neither the link nor where it points."""
+    state_dir = tmp_path / "state"
+    state_dir.symlink_to(tmp_path / "unmounted" / "state")
+
+    with pytest.raises(StateDirError) as refused:
+        SQLiteStore(state_dir)
+
+    assert str(refused.value) == (
+        f"cannot use state dir {state_dir}: {state_dir} is a symbolic link to {tmp_path / 'unmounted' / 'state'}, "
+        "which does not exist (on a volume that is not mounted?); nothing was changed: mount the volume it is on (or "
+        "make the directory it names), then start again"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state"]
+
+
+def test_a_lock_file_that_is_a_symbolic_link_is_refused_and_the_file_it_names_left_as_it_was(tmp_path: Path) -> None:
+    """The data manager opened DIR/lock following links, then truncated the file and wrote its pid into it: a link
+    there cost the file it named its contents."""
+    state_dir, victim = tmp_path / "state", tmp_path / "victim.conf"
+    state_of_nodes(state_dir, 1)
+    victim.write_text("important = true\n")
+    (state_dir / "lock").unlink()
+    (state_dir / "lock").symlink_to(victim)
+
+    with pytest.raises(StateDirError) as refused:
+        SQLiteStore(state_dir)
+
+    lock = state_dir / "lock"
+    assert str(refused.value) == (
+        f"cannot use state dir {state_dir}: {lock} is a symbolic link (to {victim}), not the lock file silod makes, "
+        "and the data manager writes its pid into its lock file, which would overwrite the file it names; nothing "
+        f"was changed: delete the link {lock} (silod makes the lock file itself), then start again"
+    )
+    assert victim.read_text() == "important = true\n" and lock.readlink() == victim
+    lock.unlink()
+    assert revision_and_nodes(state_dir) == (1, ["n0000"])
+
+
+def _reseal(log: Path, offset: int, value: int) -> None:
+    """Put `value` in the 32-bit field at `offset` of the log's header and the header's checksum over it, as SQLite
+    computes it (its file format, "WAL File Format": sums of the header's first 24 bytes as 32-bit words, in pairs,
+    little-endian for the magic number 0x377f0682): a header whose only fault is that field."""
+    header = bytearray(log.read_bytes()[:32])
+    assert header[:4] == bytes.fromhex("377f0682")
+    header[offset : offset + 4] = value.to_bytes(4, "big")
+    first = second = 0
+    for i in range(0, 24, 8):
+        first = (first + int.from_bytes(header[i : i + 4], "little") + second) & 0xFFFFFFFF
+        second = (second + int.from_bytes(header[i + 4 : i + 8], "little") + first) & 0xFFFFFFFF
+    header[24:32] = first.to_bytes(4, "big") + second.to_bytes(4, "big")
+    with log.open("r+b") as file:
+        file.write(header)
+
+
+def _overwrite(log: Path, offset: int, data: bytes) -> None:
+    with log.open("r+b") as file:
+        file.seek(offset)
+        file.write(data)
+
+
+_HEADER_DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
+    "its salt changed": (
+        lambda log: _overwrite(log, 16, b"\xff" * 8),
+        "its header's checksum does not match the header",
+    ),
+    "its magic number changed": (
+        lambda log: _overwrite(log, 0, b"\x00\x00\x00\x00"),
+        "its header's magic number is 0x00000000, not SQLite's 0x377f0682 or 0x377f0683",
+    ),
+    "a page size no database has": (
+        lambda log: _reseal(log, 8, 1000),
+        "its header gives a page size of 1000 bytes, which no SQLite database has",
+    ),
+    "a format version SQLite does not read": (
+        lambda log: _reseal(log, 4, 3007001),
+        "its header gives the format version 3007001, not 3007000, the one SQLite reads",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", list(_HEADER_DAMAGE))
+def test_a_log_whose_header_is_damaged_is_refused_naming_it_and_every_file_left_as_it_was(
+    tmp_path: Path, damage: str
+) -> None:
+    """A data manager killed with SIGKILL leaves every change since the last checkpoint in its log alone. SQLite
+    ignores a log whose header it does not take: the start served what the database held without it (here an empty
+    cluster at revision 0), without a word, and its first change overwrote the log (a format version SQLite does not
+    read failed the start with "unable to open database file" instead)."""
+    killed_state_dir(tmp_path, 5)
+    log = tmp_path / "silod.db-wal"
+    damage_it, problem = _HEADER_DAMAGE[damage]
+    damage_it(log)
+    before = files_of(tmp_path)
+
+    with pytest.raises(StateDirError) as refused:
+        SQLiteStore(tmp_path)
+
+    database = tmp_path / "silod.db"
+    assert str(refused.value) == (
+        f"cannot use state dir {tmp_path}: {log}, the write-ahead log of {database}, is damaged: {problem}; SQLite "
+        "would not replay the changes it holds (every change since the log was last folded into silod.db) and would "
+        "serve an older state; nothing was changed: restore the state dir from a backup (silod datamgr restore), or "
+        f"move {log} aside to start from what {database} alone holds"
+    )
+    assert files_of(tmp_path) == before
+
+
+@pytest.mark.parametrize("log", ["its last frame torn", "a header alone, not SQLite's"])
+def test_a_log_that_holds_no_whole_change_it_would_lose_is_taken_as_sqlite_takes_it(tmp_path: Path, log: str) -> None:
+    """What a crash leaves: the last frame half written (SQLite drops the transaction it belonged to, which no caller
+    was told was done), or a log of a header and no frame (SQLite reads nothing from it). Neither is refused."""
+    killed_state_dir(tmp_path, 5)
+    path = tmp_path / "silod.db-wal"
+    if log == "its last frame torn":
+        os.truncate(path, path.stat().st_size - 1000)
+        expected = (4, [f"killed{r}" for r in range(1, 5)])
+    else:
+        SQLiteStore(tmp_path).close()  # folds the log into the database and deletes it
+        path.write_bytes(b"\xff" * 32)
+        expected = (5, [f"killed{r}" for r in range(1, 6)])
+
+    assert revision_and_nodes(tmp_path) == expected
+
+
+def test_a_dataset_whose_manifest_the_disk_lost_is_refused_its_manifest_as_a_read_the_disk_failed(
+    tmp_path: Path,
+) -> None:
+    """A dataset is written and deleted with its manifest, so a dataset without one is the disk's loss: GetManifest
+    answered UNKNOWN with a KeyError traceback; it is FAILED_PRECONDITION naming the file, as for a failed read."""
+    store = SQLiteStore(tmp_path)
+    store.commit([Commit(1, Change(datasets_put=(DATASET,), manifest=(DATASET.uri, b"M")))])
+    store.close()
+    edit(tmp_path / "silod.db", "DELETE FROM manifests")
+    manager = DataManager(SQLiteStore(tmp_path), remote_io_limit=1000)
+
+    with pytest.raises(StateDiskUnreadable) as refused:
+        manager.manifest(DATASET.uri)
+
+    assert str(refused.value) == (
+        f"the data manager cannot read the manifest of {DATASET.uri} from its state disk: {tmp_path / 'silod.db'} "
+        f"holds dataset {DATASET.uri} without its manifest (table manifests); repair the disk (calls that need no "
+        "manifest are still served)"
+    )
+    asyncio.run(manager.close())
+
+
+def test_the_write_ahead_log_is_folded_in_often_and_cut_back_after_a_large_change(tmp_path: Path) -> None:
+    """SQLite's defaults fold the log into the database every 1000 pages (4 MiB) and never cut the file back: most
+    of a small state disk, which the log filled (tests/test_datamgr_faults.py), and a large change (a big dataset's
+    manifest) kept its size there for good."""
+    store = SQLiteStore(tmp_path)
+    store.commit([Commit(1, Change(datasets_put=(DATASET,), manifest=(DATASET.uri, os.urandom(3 << 20))))])
+    log = tmp_path / "silod.db-wal"
+    assert log.stat().st_size > 3 << 20
+    sizes = []
+    for revision in range(2, 302):
+        store.commit([Commit(revision, Change(nodes_put=(replace(NODE, node_id=f"n{revision}"),)))])
+        sizes.append(log.stat().st_size)
+    store.close()
+    assert max(sizes) <= 1 << 20  # 1 MiB, what a log is cut back to
 
 
 def test_state_files_are_private_to_their_owner(tmp_path: Path) -> None:

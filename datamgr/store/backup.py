@@ -106,8 +106,9 @@ def _log_of(database: Path) -> Path:
     killed. Without one (a data manager stopped cleanly folds it back in and deletes it), the database is read
     as an immutable file: a read-only connection would otherwise leave an empty log and a shared-memory index
     beside the database of a stopped data manager, which a backup is not to change. A data manager that starts
-    meanwhile writes to a new log and folds it in only once it holds some 4 MB of changes: a copy that caught
-    such a fold half done would not read whole, and the backup would be refused."""
+    meanwhile writes to a new log and folds it in only once it holds some 400 KiB of changes
+    (`wal.CHECKPOINT_PAGES`), or after each change on a disk short of room: a copy that caught such a fold
+    half done would not read whole, and the backup would be refused."""
     return Path(f"{database}-wal")
 
 

@@ -27,9 +27,19 @@ def in_history(history: int, revision: int, current: int, ended: Mapping[int, in
     return history in (0, current) or revision <= ended.get(history, -1)
 
 
+FREE_SPACE = "free space in its state dir and call again"
+
+
 class StoreFull(Exception):
     """The state's file system has no room for a commit. The commit was rolled back whole: none of it is on disk,
-    and the store takes the next commit as if this one had never been tried."""
+    and the store takes the next commit as if this one had never been tried.
+
+    `advice`: what the caller is to do, said after "nothing was changed": by default to free space, and where the
+    store's own log holds the room and could not give it back, why not and what would let it."""
+
+    def __init__(self, message: str, *, advice: str = FREE_SPACE) -> None:
+        super().__init__(message)
+        self.advice = advice
 
 
 class StoreUnwritable(Exception):
@@ -104,7 +114,7 @@ class StateStore(Protocol):
 
     def manifest(self, dataset_uri: str) -> bytes:
         """The encoded manifest of a registered dataset (KeyError if there is none). StoreUnreadable if the disk
-        fails the read."""
+        fails the read, or lost the manifest of a dataset it holds."""
         ...
 
     def close(self) -> None: ...

@@ -1,22 +1,38 @@
 """The state's entities as rows of the SQLite store, and back.
 
-Reading checks every row it turns into an entity: its columns' types, the JSON it holds, and the names and values
-this silod knows. A row it cannot read (a byte a failing disk changed in a row SQLite still finds whole; a field or
-value a newer silod wrote, found after a downgrade) is refused by table and key (`UnreadableRow`), so that a start
-stops with a message rather than a traceback, and never serves a value it misread or writes back a record without
-the fields it did not know (docs/datamgr.md, "Durability")."""
+Reading checks every row it turns into an entity: its columns' types, the JSON it holds, the names and values this
+silod knows, that its values are within the ranges the API takes (`datamgr.validation`), and that what it names is
+there (a job's dataset, tenant and nodes). A row it cannot read (a byte a failing disk changed in a row SQLite still
+finds whole; a field or value a newer silod wrote, found after a downgrade) is refused by table and key
+(`UnreadableRow`), so that a start stops with a message rather than a traceback (or a call's UNKNOWN later: a worker
+count of 0 divided by zero, a rate above int64 overflowed a reply, a job of a dataset that is not there raised
+KeyError), and never serves a value it misread or writes back a record without the fields it did not know
+(docs/datamgr.md, "Durability")."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import MISSING, Field, fields
+from functools import partial
 from typing import Any, TypeVar
 
-from datamgr.entities import JOB_CLASSES, PRIORITIES, Dataset, Job, JobHistory, Node, Tenant, Worker
+from datamgr.entities import JOB_CLASSES, PRIORITIES, Dataset, InvalidArgument, Job, JobHistory, Node, Tenant, Worker
 from datamgr.state import Change
 from datamgr.store.base import StoredState
+from datamgr.validation import (
+    check_address,
+    check_bytes,
+    check_cells,
+    check_chunk_size,
+    check_epochs,
+    check_gpus,
+    check_grace_seconds,
+    check_id,
+    check_rate,
+    check_worker_count,
+)
 
 _DATASET_COLUMNS = (
     "uri, options, size_bytes, file_count, item_count, chunk_size_bytes, manifest_digest, cache_quota_bytes"
@@ -29,6 +45,7 @@ _TENANT_COLUMNS = "name, cells, cache_bytes, io_bytes_per_sec"
 _NODE_COLUMNS = "node_id, address, cache_capacity_bytes, gpus"
 
 T = TypeVar("T")
+V = TypeVar("V")
 
 
 class UnreadableRow(Exception):
@@ -60,7 +77,29 @@ def read_state(db: sqlite3.Connection) -> StoredState:
     revision = 0 if row is None else row[0]
     if not isinstance(revision, int) or isinstance(revision, bool) or revision < 0:
         raise UnreadableRow("meta", "revision", f"the revision is {revision!r}, not a number of revisions")
+    _check_references(jobs, datasets, nodes, tenants)
     return StoredState(revision, datasets, jobs, nodes, histories, tenants)
+
+
+def _check_references(
+    jobs: Iterable[Job], datasets: Iterable[Dataset], nodes: Iterable[Node], tenants: Iterable[Tenant]
+) -> None:
+    """Raise UnreadableRow for the first job that names a dataset, tenant or node the state does not hold: the data
+    manager never writes one (unregistering what a job uses is refused), so a disk changed it."""
+    registered = {
+        "datasets": {d.uri for d in datasets},
+        "nodes": {n.node_id for n in nodes},
+        "tenants": {t.name for t in tenants},
+    }
+    for job in jobs:
+        named = [("datasets", "dataset", job.dataset_uri), *(("nodes", "node", w.node_id) for w in job.workers)]
+        if job.tenant:
+            named.append(("tenants", "tenant", job.tenant))
+        for table, what, key in named:
+            if key not in registered[table]:
+                raise UnreadableRow(
+                    "jobs", job.job_id, f"its {what} {key!r} is not registered (table {table} has no such row)"
+                )
 
 
 def _rows(db: sqlite3.Connection, table: str, query: str, entity: Callable[[tuple[Any, ...]], T]) -> tuple[T, ...]:
@@ -84,9 +123,9 @@ def _dataset(row: tuple[Any, ...]) -> Dataset:
         _integer(size, "size_bytes"),
         _integer(files, "file_count"),
         _integer(items, "item_count"),
-        _integer(chunk, "chunk_size_bytes"),
+        _whole(check_chunk_size, chunk, "chunk_size_bytes"),
         _text(digest, "manifest_digest"),
-        _integer(quota, "cache_quota_bytes"),
+        _whole(check_bytes, quota, "cache_quota_bytes"),
     )
 
 
@@ -97,39 +136,49 @@ def _job(row: tuple[Any, ...]) -> Job:
     if not isinstance(placement, list) or not all(isinstance(w, list) and len(w) == 2 for w in placement):
         raise _Bad(f"column workers holds {workers!r}, not a list of [node, count] pairs")
     return Job(
-        _text(job_id, "job_id"),
+        _id(job_id, "job_id"),
         _text(uri, "dataset_uri"),
-        _integer(ideal, "ideal_bytes_per_sec"),
-        tuple(Worker(_text(node, "a worker's node"), _integer(count, "a worker's count")) for node, count in placement),
-        _integer(rate, "io_bytes_per_sec"),
-        epochs=_number(epochs, "epochs"),
+        _whole(partial(check_rate, positive=True), ideal, "ideal_bytes_per_sec"),
+        tuple(_worker(i, node, count) for i, (node, count) in enumerate(placement)),
+        _whole(check_rate, rate, "io_bytes_per_sec"),
+        epochs=_valid(check_epochs, _number(epochs, "epochs"), "epochs"),
         irregular=bool(_integer(irregular, "irregular")),
-        gpus=_integer(gpus, "gpus"),
+        gpus=_whole(partial(check_gpus, allow_zero=True), gpus, "gpus"),
         job_class=_known(_text(job_class, "job_class"), JOB_CLASSES, "job class"),
-        grace_seconds=_number(grace_seconds, "grace_seconds"),
+        grace_seconds=_valid(check_grace_seconds, _number(grace_seconds, "grace_seconds"), "grace_seconds"),
         tenant=_text(tenant, "tenant"),
         priority=_known(_text(priority, "priority"), PRIORITIES, "priority"),
+    )
+
+
+def _worker(index: int, node: object, count: object) -> Worker:
+    """The `index`th of a job's workers, named as the API names them (`workers[0].count`)."""
+    field = f"workers[{index}]"
+    return Worker(
+        _id(node, f"{field}.node_id"),
+        _whole(check_worker_count, count, f"{field}.count"),
     )
 
 
 def _node(row: tuple[Any, ...]) -> Node:
     node_id, address, capacity, gpus = row
     return Node(
-        _text(node_id, "node_id"),
-        _text(address, "address"),
-        _integer(capacity, "cache_capacity_bytes"),
-        _integer(gpus, "gpus"),
+        _id(node_id, "node_id"),
+        _valid(check_address, _text(address, "address"), "address"),
+        _whole(check_bytes, capacity, "cache_capacity_bytes"),
+        _whole(partial(check_gpus, allow_zero=True), gpus, "gpus"),
     )
 
 
 def _tenant(row: tuple[Any, ...]) -> Tenant:
     name, cells, cache_bytes, io_bytes_per_sec = row
     levels = _json_object(cells, "cells")
+    counts = {level: _integer(count, f"cells of level {level!r}") for level, count in levels.items()}
     return Tenant(
-        _text(name, "name"),
-        {level: _integer(count, f"cells of level {level!r}") for level, count in levels.items()},
-        _integer(cache_bytes, "cache_bytes"),
-        _integer(io_bytes_per_sec, "io_bytes_per_sec"),
+        _id(name, "name"),
+        _valid(check_cells, counts, "cells"),
+        _whole(check_bytes, cache_bytes, "cache_bytes"),
+        _whole(check_rate, io_bytes_per_sec, "io_bytes_per_sec"),
     )
 
 
@@ -213,6 +262,26 @@ def _number(value: object, what: str) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise _Bad(f"{what} is {value!r}, not a number")
     return float(value)
+
+
+def _valid(check: Callable[[str, V], object], value: V, field: str) -> V:
+    """`value` of `field` if the API's own check of it (`datamgr.validation`) takes it: the data manager writes no
+    other, and serving one it would refuse broke calls (a worker count of 0 divided by zero)."""
+    try:
+        check(field, value)
+    except InvalidArgument as exc:
+        raise _Bad(str(exc)) from None
+    return value
+
+
+def _id(value: object, field: str) -> str:
+    """The id `value` of `field` (a job, node or tenant), if the API's rule for ids takes it (`_valid`)."""
+    return _valid(check_id, _text(value, field), field)
+
+
+def _whole(check: Callable[[str, int], object], value: object, field: str) -> int:
+    """The whole number `value` of `field`, if the API's own check of it takes it (`_valid`)."""
+    return _valid(check, _integer(value, field), field)
 
 
 def _known(value: str, known: Sequence[str], what: str) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from datamgr.store import wal
 from datamgr.store.base import (
     DEFAULT_RETAINED_REVISIONS,
     Commit,
@@ -28,15 +29,23 @@ from datamgr.store.base import (
     new_history,
 )
 from datamgr.store.rows import UnreadableRow, read_state, write_change
-from datamgr.store.statedir import CREATING_NAME, LOG_SUFFIXES, access_advice, check_files, lock_state_dir
+from datamgr.store.statedir import (
+    CREATING_NAME,
+    LOG_SUFFIXES,
+    access_advice,
+    check_files,
+    check_not_dangling,
+    lock_state_dir,
+)
 from datamgr.store.statedir import DATABASE_NAME as DATABASE_NAME  # where they were, for those who import them here
 from datamgr.store.statedir import StateDirError as StateDirError
 from silodlib.directories import fsync_directory, make_directory
+from silodlib.units import format_size
 
 SCHEMA_VERSION = 5
 _PRUNE_EVERY = 1024
 _BUSY_TIMEOUT_MS = 5000  # sqlite3.connect's default: how long a statement waits for a lock
-_ERASE_WAIT_MS = 100  # how long emptying the log after forgotten events waits for readers (`_erase_forgotten`)
+_ERASE_WAIT_MS = 100  # how long emptying the log after a commit waits for readers, so that commits do not wait on one
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +135,7 @@ class SQLiteStore:
     def __init__(self, state_dir: Path, *, retained_revisions: int = DEFAULT_RETAINED_REVISIONS) -> None:
         refused = f"cannot use state dir {state_dir}"
         try:
+            check_not_dangling(state_dir)
             make_directory(state_dir, mode=0o700)
             self._lock = lock_state_dir(state_dir)
         except OSError as exc:  # a path under /proc, a file in the way, a read-only file system, no permission
@@ -162,6 +172,7 @@ class SQLiteStore:
             db.execute("PRAGMA journal_mode=WAL")  # a silod of every schema made its database so: no change
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA secure_delete=ON")  # deleted rows' bytes zeroed: old options may be credentials
+            wal.bound(db)
             if version is not None and version < SCHEMA_VERSION:
                 begin_upgrade(db, version)
                 self._upgrading_from = version
@@ -225,8 +236,26 @@ class SQLiteStore:
 
     def commit(self, commits: Sequence[Commit]) -> None:
         """Commit `commits` in one transaction; the first one keeps an upgrade the open began (a change accepted means
-        the start went ahead), as `keep_upgrade` does."""
+        the start went ahead), as `keep_upgrade` does. A disk full of what the write-ahead log holds is emptied of it
+        and the commit tried once more (`_room_from_log`); on a disk short of room, the log is emptied after the
+        commit (`_leave_room`)."""
         self.keep_upgrade()
+        try:
+            forgotten = self._write(commits)
+        except StoreFull as full:
+            self._room_from_log(full)
+            forgotten = self._write(commits)
+        self._history_written = True
+        last = commits[-1].revision
+        if last >= self._next_prune:
+            self._next_prune = last + _PRUNE_EVERY
+        if forgotten or self._log_holds_forgotten:
+            self._erase_forgotten()
+        self._leave_room()
+
+    def _write(self, commits: Sequence[Commit]) -> bool:
+        """Write `commits` in one transaction, rolled back whole if it fails (StoreFull, StoreUnwritable, or what
+        else it failed with); whether it forgot events that retired options (`Change.forgets_earlier_events`)."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         committing = False  # only COMMIT writes a transaction's commit record to the log
@@ -260,11 +289,51 @@ class SQLiteStore:
                 reason = _why_unwritable(self._path.parent, exc)
                 raise StoreUnwritable(f"{self._path}: {reason}", may_reappear=may_reappear) from exc
             raise
-        self._history_written = True
-        if last >= self._next_prune:
-            self._next_prune = last + _PRUNE_EVERY
-        if forgotten or self._log_holds_forgotten:
-            self._erase_forgotten()
+        return forgotten
+
+    def _room_from_log(self, full: StoreFull) -> None:
+        """Give the state disk back the room the write-ahead log holds, for a commit that found it full; returns once
+        the log is empty, for the commit to be tried again. SQLite empties its log only at a checkpoint, which it
+        runs only after a commit that succeeded, so a log that had filled the disk held it for good: every change
+        was refused until a restart, with nothing the operator could delete. Raises `full` when the log held
+        nothing, and a StoreFull naming the log when it could not be emptied: a reader holds it, or the database has
+        no room for what the log moves into it."""
+        file = wal.log_of(self._path)
+        try:
+            held = file.stat().st_size
+        except FileNotFoundError:
+            held = 0
+        if held == 0:
+            raise full
+        why = wal.empty(self._db)
+        if why is None:
+            return
+        note = f"its write-ahead log {file} holds {format_size(held)} of it, which could not be moved into {self._path}"
+        remedy = (
+            "end the reader, or free space in its state dir,"
+            if why == wal.A_READER_HOLDS_IT
+            else "free space in its state dir"
+        )
+        raise StoreFull(f"{full}; {note} ({why})", advice=f"{note} ({why}): {remedy} and call again") from full
+
+    def _leave_room(self) -> None:
+        """Empty the write-ahead log after a commit on a state disk with less room left than the log may take before
+        its next checkpoint (`wal.short_of_room`). A log that holds a disk's last room cannot be emptied: the
+        checkpoint that would give that room back needs room of its own, for the pages the database grows by, so the
+        log is kept from taking it. Costs a flush of the database per commit, on such a disk only."""
+        if wal.short_of_room(self._path.parent):
+            with self._waiting_at_most(_ERASE_WAIT_MS):
+                wal.empty(self._db)
+
+    @contextlib.contextmanager
+    def _waiting_at_most(self, milliseconds: int) -> Iterator[None]:
+        """Within it, a statement of the writing connection waits at most `milliseconds` for other connections'
+        locks (a checkpoint, for readers), not the busy timeout."""
+        self._db.execute(f"PRAGMA busy_timeout={milliseconds}")
+        try:
+            yield
+        finally:
+            self._db.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
 
     def _forget_events(self, floor: int) -> None:
         """In the transaction under way, delete the events up to revision `floor` (and the histories that ended
@@ -283,11 +352,8 @@ class SQLiteStore:
         so does the database. A reader holding the database (an `sqlite3` shell, a backup of a large state) keeps
         both: then the log is emptied at a later commit, once the reader is done, with a WARNING now and a line when
         done. The try waits at most `_ERASE_WAIT_MS` for readers, so that commits do not wait on one."""
-        self._db.execute(f"PRAGMA busy_timeout={_ERASE_WAIT_MS}")
-        try:
+        with self._waiting_at_most(_ERASE_WAIT_MS):
             erased = self._erase_log()
-        finally:
-            self._db.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
         if erased and self._log_holds_forgotten:
             log.info("the state's write-ahead log %s-wal no longer holds retired dataset options", self._path)
         elif not erased and not self._log_holds_forgotten:
@@ -301,18 +367,15 @@ class SQLiteStore:
         self._log_holds_forgotten = not erased
 
     def _erase_log(self) -> bool:
-        """Empty the write-ahead log, once what it holds that was committed is in the database; True if it is empty.
+        """Empty the write-ahead log, once what it holds that was committed is in the database (`wal.empty`); True if
+        it is empty.
 
         Called after a COMMIT that failed once its commit record may have been written (its flush failed): SQLite
         has rolled the transaction back in memory but left it whole in the log, and a restart replays every
         complete transaction it finds there, flushed or not. The next successful commit overwrites it; until then
         only an empty log keeps a restart from bringing back a change its callers were told was refused. Fails
         (False) while the disk still fails, or while a reader holds the log for longer than the busy timeout."""
-        try:
-            busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        except sqlite3.Error:
-            return False
-        return bool(busy == 0)
+        return wal.empty(self._db) is None
 
     def events_since(self, node_id: str, revision: int, history: int = 0) -> list[bytes] | None:
         if not in_history(history, revision, self.history, self._ended):
@@ -327,8 +390,14 @@ class SQLiteStore:
             return [payload for (payload,) in rows]
 
     def manifest(self, dataset_uri: str) -> bytes:
+        """`StateStore.manifest`; StoreUnreadable, naming the file, for a dataset the file holds without its manifest:
+        one is written and deleted with its dataset, so the disk lost it (which was a KeyError, a caller's UNKNOWN)."""
         with self._reading():
             row = self._reader.execute("SELECT data FROM manifests WHERE uri = ?", (dataset_uri,)).fetchone()
+            if row is None and self._reader.execute("SELECT 1 FROM datasets WHERE uri = ?", (dataset_uri,)).fetchone():
+                raise StoreUnreadable(
+                    f"{self._path} holds dataset {dataset_uri} without its manifest (table manifests)"
+                )
         if row is None:
             raise KeyError(dataset_uri)
         data: bytes = row[0]

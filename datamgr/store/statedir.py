@@ -4,7 +4,8 @@ A state dir holds `silod.db` (with SQLite's `-wal` and `-shm` while it is open),
 restores replaced (`silod.db.replaced-TIME`, each with its log). SQLite opens whatever it finds: an empty file as an
 empty database, and a rollback journal beside a database as a transaction to undo. So before it opens one, the data
 manager checks what the files say (`check_files`): an interrupted restore, an empty database, a log without its
-database, files it cannot write. Each is refused by name, changing nothing (docs/datamgr.md, "Durability")."""
+database, a log whose header SQLite would not take (`wal`), a link to a database on a volume that is not mounted,
+files it cannot write. Each is refused by name, changing nothing (docs/datamgr.md, "Durability")."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import fcntl
 import os
 from pathlib import Path
 
+from datamgr.store.wal import header_problem, log_of
 from silodlib.directories import failure_text, ownership_advice
 from silodlib.privacy import make_private
 
@@ -47,8 +49,8 @@ class StateDirLock:
 
 def lock_state_dir(state_dir: Path) -> StateDirLock:
     """Take `state_dir` for this process: an exclusive `flock` of the directory itself, then of DIR/lock, which holds
-    our pid. StateDirError naming the holder if a data manager (or a restore) has it; OSError if the directory or
-    its lock file cannot be opened.
+    our pid. StateDirError naming the holder if a data manager (or a restore) has it, and naming the lock file if it
+    is a symbolic link; OSError if the directory or its lock file cannot be opened.
 
     The directory is the lock that counts: its inode cannot be swapped while it holds the database, whereas the lock
     file can be deleted (it looks stale to an operator) and made again, after which a second data manager would
@@ -68,7 +70,7 @@ def lock_state_dir(state_dir: Path) -> StateDirLock:
                 raise
             held.remove(directory)
             os.close(directory)
-        lock = os.open(state_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        lock = _open_lock_file(state_dir)
         held.append(lock)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -80,6 +82,22 @@ def lock_state_dir(state_dir: Path) -> StateDirLock:
         StateDirLock(held).release()
         raise
     return StateDirLock(held)
+
+
+def _open_lock_file(state_dir: Path) -> int:
+    """Open (or make) DIR/lock for writing our pid into, not following a symbolic link there: through one, the data
+    manager truncated and overwrote whatever file it named. StateDirError naming the link for one."""
+    lock = state_dir / LOCK_NAME
+    try:
+        return os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+    raise StateDirError(
+        f"cannot use state dir {state_dir}: {lock} is a symbolic link (to {os.readlink(lock)}), not the lock file "
+        "silod makes, and the data manager writes its pid into its lock file, which would overwrite the file it "
+        f"names; nothing was changed: delete the link {lock} (silod makes the lock file itself), then start again"
+    )
 
 
 def _in_use(state_dir: Path, holder: str | None) -> StateDirError:
@@ -102,13 +120,41 @@ def _holder_of_directory(directory: int) -> str | None:
     return None
 
 
+def check_not_dangling(state_dir: Path) -> None:
+    """Refuse (StateDirError) a state dir whose path runs through a symbolic link to nothing, as one to a volume
+    that is not mounted does: making it would fail with only "File exists", naming neither the link nor where
+    it points."""
+    link = next((p for p in (state_dir, *state_dir.parents) if p.is_symlink() and not p.exists()), None)
+    if link is not None:
+        raise _dangling(
+            f"cannot use state dir {state_dir}",
+            link,
+            "mount the volume it is on (or make the directory it names), then start again",
+        )
+
+
+def _dangling(refused: str, link: Path, advice: str) -> StateDirError:
+    return StateDirError(
+        f"{refused}: {link} is a symbolic link to {os.readlink(link)}, which does not exist (on a volume that is "
+        f"not mounted?); nothing was changed: {advice}"
+    )
+
+
 def check_files(state_dir: Path) -> None:
     """Refuse (StateDirError) a state dir whose files SQLite must not open as they are, changing nothing: one that
-    an interrupted restore left, one whose database the file system emptied, one holding a log without its
-    database. Raise OSError, naming the file, for a file (or the directory) this process may not write."""
+    an interrupted restore left, one whose database the file system emptied or whose link names no file, one
+    holding a log without its database or one whose header is damaged. Raise OSError, naming the file, for a file
+    (or the directory) this process may not write."""
     database = state_dir / DATABASE_NAME
     refused = f"cannot use state dir {state_dir}"
     check_restore_finished(state_dir, refused)
+    if database.is_symlink() and not database.exists():  # SQLite's path would be a new, empty state
+        raise _dangling(
+            refused,
+            database,
+            "mount the volume (or put back the file it names), then start again; or delete the link to start with "
+            "an empty state",
+        )
     if not database.exists():
         for suffix in ("-wal", "-journal"):
             log = Path(f"{database}{suffix}")
@@ -127,6 +173,25 @@ def check_files(state_dir: Path) -> None:
             "naming it so): the file system lost its contents (a power loss before the disk wrote them, a disk "
             "fault); nothing was changed: restore the state dir from a backup (silod datamgr restore), or delete "
             f"{database} to start with an empty state"
+        )
+    _check_log(database, refused)
+
+
+def _check_log(database: Path, refused: str) -> None:
+    """Refuse (StateDirError, saying `refused` first) a database whose write-ahead log holds changes SQLite would not
+    replay, its header damaged (`wal.header_problem`): SQLite would serve what the database alone holds, without a
+    word, and overwrite the log at the first change."""
+    log = log_of(database)
+    try:
+        problem = header_problem(log)
+    except FileNotFoundError:
+        return
+    if problem is not None:
+        raise StateDirError(
+            f"{refused}: {log}, the write-ahead log of {database}, is damaged: {problem}; SQLite would not replay "
+            f"the changes it holds (every change since the log was last folded into {database.name}) and would "
+            "serve an older state; nothing was changed: restore the state dir from a backup (silod datamgr "
+            f"restore), or move {log} aside to start from what {database} alone holds"
         )
 
 
