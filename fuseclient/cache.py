@@ -69,6 +69,9 @@ class CacheStats:
 
     quota_bytes: int
     used_bytes: int
+    # Items with an entry (restored or admitted, less those evicted or dropped). Empty items are left out: they read as
+    # cached from the start (`cache_disk`) but hold nothing, and counting them said "N items already cached" of a cache
+    # that had restored none, and more items than were ever admitted.
     cached_items: int
     admitted: int  # items admitted since start
     rejected_full: int  # misses not admitted because the quota was full
@@ -132,6 +135,7 @@ class DatasetCache:
 
         self._nonempty = cache_disk.items_with_files(manifest)
         self._cached = ~self._nonempty  # empty items are cached from the start (`cache_disk`)
+        self._empty_items = len(self._nonempty) - self._nonempty.count()  # set in `cached`, never entries
 
         loose = cache_disk.open_directory(self._directory, manifest, self._name, self._log_ids, self._delete_quietly)
         found = os.stat(self._items_dir)
@@ -149,18 +153,19 @@ class DatasetCache:
                 self._directory,
                 extra=self._log_ids,
             )
+        seconds, found_bytes = time.monotonic() - started, self._used
+        evicted = self.set_quota(self._quota)  # an earlier run may have had a larger quota
         log.info(
-            "cache of %s: restored %d items (%d bytes) from %s in %.2f s",
+            "cache of %s: restored %d items (%d bytes) from %s in %.2f s%s",
             self._name,
             restored,
-            self._used,
+            found_bytes,
             self._directory,
-            time.monotonic() - started,
+            seconds,
+            self._restore_notes(evicted),
             extra=self._log_ids,
         )
         cache_disk.delete_dropped_items(self._directory, self._delete_quietly, self._name, self._log_ids)
-        if self._used > self._quota:
-            self.set_quota(self._quota)
 
     # --- queries ---------------------------------------------------------------------------------------
 
@@ -187,7 +192,7 @@ class DatasetCache:
             return CacheStats(
                 quota_bytes=self._quota,
                 used_bytes=self._used,
-                cached_items=self._cached.count(),
+                cached_items=self._cached.count() - self._empty_items,
                 admitted=self._admitted,
                 rejected_full=self._rejected_full,
                 evicted=self._evicted,
@@ -294,7 +299,8 @@ class DatasetCache:
 
         Returns the number of items evicted. The victims leave the `cached` bitset and the accounting at
         once (readers stop using them); their files are deleted afterwards without holding the lock, before
-        this call returns. A quota increase evicts nothing.
+        this call returns. A quota increase evicts nothing. Logs nothing, so that a change is one line: its caller's,
+        which knows more (the node agent, its node; a restore, what it found).
         """
         _check_quota(quota_bytes)
         with self._lock:
@@ -306,13 +312,6 @@ class DatasetCache:
             self._unlink(item)
         with self._lock:
             self._busy.difference_update(victims)
-        log.info(
-            "cache of %s: quota now %d bytes, evicted %d items",
-            self._name,
-            quota_bytes,
-            len(victims),
-            extra=self._log_ids,
-        )
         return len(victims)
 
     def close(self) -> None:
@@ -336,6 +335,15 @@ class DatasetCache:
         return dropped
 
     # --- internals -------------------------------------------------------------------------------------
+
+    def _restore_notes(self, evicted: int) -> str:
+        """What the restore line adds to its count: the entries evicted to fit the quota, in the same line (one line
+        per event), and the empty files, which read as cached but are no entry, so that "restored 0 items" next to
+        hits on them, or to the dataset's count of cached items, is not taken for a lost cache."""
+        notes = [f"evicted {evicted} of them at random to fit its quota of {self._quota} bytes"] if evicted else []
+        if self._empty_items:
+            notes.append(f"its {self._empty_items} empty files need no entry")
+        return "".join(f"; {note}" for note in notes)
 
     def _take_victims_locked(self) -> list[int]:
         """Uniformly random cached items until under quota, taken out of the bitset and the accounting.
@@ -505,7 +513,8 @@ class NoCache:
     """The stand-in for the cache of a dataset whose cache directory could not be opened (a full or failing cache
     disk): it holds and admits nothing, so that the dataset is served from its backend, uncached, rather than not
     at all. It keeps the quota it is given, for the cache that replaces it once the directory opens (the node
-    agent tries again: `fuseclient.agent`). Items of size 0 count as cached, as in `DatasetCache`."""
+    agent tries again: `fuseclient.agent`). Items of size 0 read as cached and count as no entry in its statistics, as
+    in `DatasetCache`."""
 
     def __init__(self, manifest: Manifest, quota_bytes: int) -> None:
         _check_quota(quota_bytes)
@@ -546,7 +555,7 @@ class NoCache:
         return 0
 
     def statistics(self) -> CacheStats:
-        return CacheStats(self._quota, 0, self._cached.count(), 0, 0, 0, 0, directory_lost=True)
+        return CacheStats(self._quota, 0, 0, 0, 0, 0, 0, directory_lost=True)
 
 
 def _check_quota(quota_bytes: int) -> None:

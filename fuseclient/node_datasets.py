@@ -236,7 +236,7 @@ class NodeDatasets:
         if isinstance(dataset.cache, NoCache):
             dataset.cache.set_quota(quota)
             await self._reopen_cache(dataset)
-        elif dataset.cache.quota_bytes != quota:
+        elif dataset.cache.quota_bytes != quota:  # the cache logs nothing of it: this is the change's one line
             evicted = await trio.to_thread.run_sync(dataset.cache.set_quota, quota)
             log.info(
                 "cache quota of %s = %d bytes (%d items evicted)",
@@ -302,13 +302,14 @@ class NodeDatasets:
         if dataset.uri in self._reopening:
             return
         self._reopening.add(dataset.uri)
+        evicted = 0
         try:
             cache = await open_cache(self._cache_dir, dataset.uri, dataset.manifest, dataset.cache.quota_bytes)
             if self._mount.datasets.get(dataset.uri) is not dataset:  # removed or replaced while the cache opened
                 cache.close()
                 return
             if cache.quota_bytes != dataset.cache.quota_bytes:  # the quota changed while the cache opened
-                await trio.to_thread.run_sync(cache.set_quota, dataset.cache.quota_bytes)
+                evicted = await trio.to_thread.run_sync(cache.set_quota, dataset.cache.quota_bytes)
                 if self._mount.datasets.get(dataset.uri) is not dataset:  # and the dataset went meanwhile
                     cache.close()
                     return
@@ -318,9 +319,10 @@ class NodeDatasets:
         finally:
             self._reopening.discard(dataset.uri)
         log.info(
-            "cache of dataset %s opened: caching it again (quota %d bytes)",
+            "cache of dataset %s opened: caching it again (quota %d bytes%s)",
             dataset.uri,
             cache.quota_bytes,
+            f", {evicted} items evicted to fit it" if evicted else "",
             extra=self._ids(dataset.uri),
         )
 

@@ -1,8 +1,15 @@
 """Serving a mount: the FUSE request loop with its side tasks (signals, kernel read-ahead, statistics, metrics,
-the node agent's), until a signal or an external unmount, then a clean close."""
+the node agent's), until a signal or an external unmount, then a clean close.
+
+A signal stops the daemon cleanly (`Stop`): the mount is detached from the file tree at once, so that no new open
+reaches it, while files already open read on, for a short grace, before the request loop ends. Ending it at the
+signal answered every read under way with ECONNABORTED: a loader reading a file through it got an error for a read
+the daemon was about to serve.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -17,12 +24,13 @@ import pyfuse3
 import trio
 
 from fuseclient.assembly import MountConfig, MountError, build_state
-from fuseclient.daemon import ReadyCallback, prepare_mountpoint, raise_open_file_limit, return_freed_buffers
+from fuseclient.daemon import ReadyCallback, prepare_mountpoint, raise_open_file_limit, return_freed_buffers, unmount
 from fuseclient.fs import SilodFS
 from fuseclient.fuse_refusals import fuse_refusal, kernel_refusal, may_mount_directly
 from fuseclient.metrics import MountMetrics
 from fuseclient.mounted import MountState
 from fuseclient.readahead import set_read_ahead
+from fuseclient.readpath import RE_REQUEST_WINDOW
 from silodlib.logfields import log_ids
 from silodlib.metrics_endpoint import MetricsPortError
 from silodlib.privacy import PRIVATE_FILE
@@ -31,6 +39,13 @@ log = logging.getLogger(__name__)
 
 STATS_FILE = "stats.json"
 METRICS_HOST = "0.0.0.0"  # all interfaces: node metrics hold no secrets, and Prometheus scrapes from elsewhere
+
+# Seconds a stopping daemon lets the files open in its mount read on (`Stop`). A read served by a healthy store takes
+# well under a second (a 4 MiB chunk at 100 MB/s: 40 ms), so 5 s finishes the files a loader is reading at rates down
+# to a few MB/s each; and it stays far inside the time service managers give a stop before SIGKILL, which would leave
+# a dead mount (Kubernetes' default grace period is 30 s, systemd's TimeoutStopSec 90 s). Reads that would wait
+# longer (for remote IO at 0 B/s, say) fail then rather than hold the stop for as long as they wait.
+STOP_GRACE = 5.0
 
 
 class ServeSettings(Protocol):
@@ -109,11 +124,12 @@ async def run_filesystem(
             metrics.close()
         raise MountError(refused)
     log.info("mounted %s with jobs %s", mountpoint, ", ".join(mount.jobs) or "(none yet)", extra=ids)
-    unmounted_outside = False
+    stop = Stop(mountpoint, mount, ids)
+    released = False  # whether the kernel let go of the mount: unmounted from outside, or detached and done with
     try:
         on_ready()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_cancel_on_signal, nursery.cancel_scope, ids)
+            nursery.start_soon(stop.on_signal)
             if read_ahead:
                 nursery.start_soon(_set_read_ahead, mountpoint, read_ahead, ids)
             if settings.stats_interval:
@@ -122,10 +138,10 @@ async def run_filesystem(
             for task in tasks:
                 nursery.start_soon(task)
             await pyfuse3.main()
-            unmounted_outside = True  # main returns only when the kernel says the mount is gone
+            released = not stop.ended_loop  # the loop ends by itself only once the kernel has let go of the mount
             nursery.cancel_scope.cancel()
     finally:
-        pyfuse3.close(unmount=not unmounted_outside)
+        pyfuse3.close(unmount=not (released or stop.detached))  # never a detached path: another mount may be there
         if metrics is not None:
             metrics.close()
         for dataset in mount.datasets.values():
@@ -134,12 +150,72 @@ async def run_filesystem(
     log.info("unmounted %s", mountpoint, extra=ids)
 
 
-async def _cancel_on_signal(scope: trio.CancelScope, ids: Mapping[str, str]) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            log.info("received %s: unmounting", signal.Signals(signum).name, extra=ids)
-            scope.cancel()
+class Stop:
+    """The stop of a mount on SIGTERM or SIGINT: no new work, the files being read read to the end, then the end.
+
+    The mount is detached at once (a lazy unmount): the kernel takes it out of the file tree, so that no new open
+    or lookup reaches it (the mountpoint shows the directory beneath, as after any unmount), but keeps it for the
+    files already open, whose reads the daemon goes on serving: a loader reads its file to the end, not only the
+    request in flight. Once the last of them is closed the kernel lets go of the mount, and the request loop ends.
+
+    Files still open `STOP_GRACE` seconds after the signal no longer hold the stop. The jobs' throttles are closed, so
+    that the reads waiting for remote IO (at 0 B/s, or behind others at a low rate) fail with EIO, the error of any
+    failed read; the loop serves on for `RE_REQUEST_WINDOW` more, in which the kernel asks again for the pages whose
+    reads failed (the same EIO) and their readers close their files, and then ends once the requests it is serving
+    are answered. A read inside a backend call ends with that call, within its `read_timeout`: a thread cannot be
+    interrupted. Requests the kernel sends after the loop ended get ENOTCONN, or ECONNABORTED if they were queued
+    as it ended, as from any mount whose daemon has gone.
+
+    A mount that cannot be detached (fusermount3 fails) is served whole until the grace is over, its loop ended, and
+    unmounted as it is closed."""
+
+    def __init__(self, mountpoint: Path, mount: MountState, ids: Mapping[str, str]) -> None:
+        self._mountpoint = mountpoint
+        self._mount = mount
+        self._ids = ids
+        self.detached = False  # the mount is out of the file tree: closing it must not unmount its path again
+        self.ended_loop = False  # the grace ran out and this ended the request loop
+
+    async def on_signal(self) -> None:
+        """Stop at the first SIGTERM or SIGINT; cancelled as the request loop ends. The signals stay caught until then:
+        a second one must not kill the daemon midway (SIGTERM's default action), leaving a dead mount."""
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                log.info(
+                    "received %s: unmounting; files open in it read on for up to %g s",
+                    name,
+                    STOP_GRACE,
+                    extra=self._ids,
+                )
+                await self._detach()
+                await trio.sleep(STOP_GRACE)
+                self._fail_reads_waiting_for_remote_io()
+                await trio.sleep(RE_REQUEST_WINDOW)
+                self.ended_loop = True
+                pyfuse3.terminate()
+                return
+
+    async def _detach(self) -> None:
+        try:
+            await trio.to_thread.run_sync(functools.partial(unmount, self._mountpoint, lazy=True))
+        except OSError as exc:
+            log.warning(
+                "cannot detach %s (%s): serving it until the grace is over", self._mountpoint, exc, extra=self._ids
+            )
             return
+        self.detached = True
+
+    def _fail_reads_waiting_for_remote_io(self) -> None:
+        log.info(
+            "files are still open in %s %g s after the signal: failing their reads that wait for remote IO, and ending",
+            self._mountpoint,
+            STOP_GRACE,
+            extra=self._ids,
+        )
+        for job in self._mount.jobs.values():
+            if job.bucket is not None:
+                job.bucket.close()
 
 
 async def _set_read_ahead(mountpoint: Path, size: int, ids: Mapping[str, str]) -> None:

@@ -159,6 +159,19 @@ def test_allocations_are_enforced_on_the_node(system: System) -> None:
     assert usage[0].node_id == "n1" and usage[0].bytes_read >= FILES * SIZE
 
 
+def test_a_quota_shrink_logs_one_line_with_the_new_quota_and_the_items_it_evicted(system: System) -> None:
+    # The cache and the node agent each logged the eviction: two lines for one change, one without the node's id.
+    node = _job_read_once_into_a_full_cache(system)
+    quota = FILES * SIZE // 4
+    system.client.allocate_cache_size(system.uri, quota)
+    applied = f"cache quota of {system.uri} = {quota} bytes ("
+    eventually(lambda: node.log_lines(applied), what="the quota shrink applied")
+    evicted = node.wait_for_stats(lambda s: s["datasets"][system.uri]["quota_bytes"] == quota)["datasets"][system.uri]
+    assert evicted["evicted"] > 0
+    shrink = [line.split(" INFO ")[-1] for line in node.log_lines("evicted") if f" {quota} bytes" in line]
+    assert shrink == [f"fuseclient.node_datasets: {applied}{evicted['evicted']} items evicted)"]
+
+
 @pytest.mark.expected_warnings
 def test_the_node_keeps_its_allocations_while_the_data_manager_is_down_and_resyncs(system: System) -> None:
     node = system.start_node("n1")

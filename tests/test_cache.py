@@ -204,8 +204,29 @@ def test_empty_items_are_cached_from_the_start_and_cost_nothing(
     assert cache.read(1, 0, 4096) == b""
     assert cache.admit(1, b"")
     assert cache.set_quota(0) == 0  # an empty item is never a victim: it frees nothing
-    assert cache.statistics() == CacheStats(0, 0, 1, 0, 0, 0, 0)
+    assert cache.statistics() == CacheStats(0, 0, 0, 0, 0, 0, 0)  # and no entry among the cached items
     assert files_on_disk(tmp_path / "cache") == {}
+
+
+def test_a_restart_counts_only_entries_as_restored_and_cached_and_names_the_empty_files_apart(
+    make_cache: Callable[..., DatasetCache], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A dataset with empty files said "restored 0 items" and then "N items already cached", N its empty files, and
+    # its statistics showed more cached items than were ever admitted.
+    manifest = Manifest(100, ["a", "empty", "b", "void"], [10, 0, 10, 0], [0] * 4, ["1", "2", "3", "4"])
+    first = make_cache(manifest, 100)
+    assert first.statistics().cached_items == 0
+    assert first.admit(0, content(manifest, 0))
+    assert (first.statistics().admitted, first.statistics().cached_items) == (1, 1)
+    first.close()
+    caplog.clear()
+
+    second = make_cache(manifest, 100)
+    assert second.statistics().cached_items == 1
+    assert second.cached.tolist() == [1, 1, 0, 1]  # the empty files still read as cached
+    (restored,) = [r.getMessage() for r in caplog.records if "restored" in r.getMessage()]
+    assert ": restored 1 items (10 bytes) from " in restored
+    assert restored.endswith(" s; its 2 empty files need no entry")
 
 
 def test_no_cache_holds_and_admits_nothing_but_empty_items_and_keeps_its_quota_for_the_real_one() -> None:
@@ -216,7 +237,7 @@ def test_no_cache_holds_and_admits_nothing_but_empty_items_and_keeps_its_quota_f
     assert cache.read(0, 0, 10) is None and cache.read(1, 0, 4096) == b""
     assert not cache.admit(0, b"x" * 10) and cache.admit(1, b"")
     assert cache.set_quota(70) == 0 and cache.quota_bytes == 70
-    assert cache.statistics() == CacheStats(70, 0, 1, 0, 0, 0, 0, directory_lost=True)
+    assert cache.statistics() == CacheStats(70, 0, 0, 0, 0, 0, 0, directory_lost=True)
     with pytest.raises(ValueError, match=">= 0"):
         cache.set_quota(-1)
 

@@ -391,11 +391,8 @@ def test_a_cache_of_an_older_format_that_fills_its_disk_opens_once_its_dropped_i
     metadata = directory / "cache.json"
     metadata.write_text(json.dumps({**json.loads(metadata.read_text()), "format": "silod-cache/2"}))  # an older silod's
     fill_up(directory / "items" / "0")  # its items, as many as the disk holds
-    with pytest.raises(OSError) as raised:
-        DatasetCache(directory, manifest, 100 * 1024)
-    assert raised.value.errno == errno.ENOSPC
 
-    def opens() -> DatasetCache | None:
+    def opens() -> DatasetCache | None:  # the first try fails, unless their deletion has made room by its cache.json
         try:
             return DatasetCache(directory, manifest, 100 * 1024)
         except OSError as exc:

@@ -1,7 +1,7 @@
 """Structured logs: an event about a job, a dataset or a node carries `job_id`, `dataset_uri` and `node_id` as
 JSON fields (`--log-json`), while its message still names them for the human format.
 
-Captured from real event paths: a quota shrink in a cache, and a data manager with a node agent (both with
+Captured from real event paths: a cache restored above its quota, and a data manager with a node agent (both with
 `SILOD_LOG_JSON=1`) going through registration, a rate change, a quota shrink, a failed backend read, a finished
 job and an unmount.
 """
@@ -41,18 +41,23 @@ def json_log() -> Iterator[io.StringIO]:
         logger.removeHandler(handler)
 
 
-def test_a_quota_shrink_logs_its_evictions_with_the_dataset_uri(tmp_path: Path, json_log: io.StringIO) -> None:
+def test_a_restore_above_the_quota_logs_its_evictions_with_the_dataset_uri(
+    tmp_path: Path, json_log: io.StringIO
+) -> None:
     uri = "s3://bucket/train"
     manifest = Manifest(100, ["data"], [10 * 100], [0], ["v1"])  # one file of ten 100-byte items
     cache = DatasetCache(tmp_path / "cache", manifest, 1000, seed=3, dataset_uri=uri)
     for item in range(10):
         assert cache.admit(item, bytes([item]) * 100)
-    admitted = len(json_log.getvalue())
+    cache.close()
+    opened = len(json_log.getvalue())
 
-    assert cache.set_quota(450) == 6
-    (event,) = [json.loads(line) for line in json_log.getvalue()[admitted:].splitlines()]
+    reopened = DatasetCache(tmp_path / "cache", manifest, 450, seed=3, dataset_uri=uri)
+    assert reopened.statistics().evicted == 6
+    (event,) = [json.loads(line) for line in json_log.getvalue()[opened:].splitlines()]
     assert event["dataset_uri"] == uri and event["level"] == "INFO" and event["logger"] == "fuseclient.cache"
-    assert event["msg"] == f"cache of {uri}: quota now 450 bytes, evicted 6 items"
+    assert event["msg"].startswith(f"cache of {uri}: restored 10 items (1000 bytes) from ")
+    assert event["msg"].endswith("; evicted 6 of them at random to fit its quota of 450 bytes")
 
 
 def json_events(path: Path) -> list[Event]:
@@ -92,7 +97,8 @@ def test_the_node_agent_and_the_data_manager_log_events_with_their_ids(system: S
         (job_dir / unread).read_bytes()
     system.client.allocate_remote_io("j1", 7_000_000)
     system.client.allocate_cache_size(uri, FILES * SIZE // 4)
-    logged(node.log_path, lambda e: e["msg"].startswith(f"cache of {uri}: quota now"), "eviction")
+    shrunk = f"cache quota of {uri} = {FILES * SIZE // 4} bytes"
+    logged(node.log_path, lambda e: e["msg"].startswith(shrunk), "eviction")
     # Logged with each statistics write, every few seconds: the job must live until one has been.
     logged(node.log_path, lambda e: e["msg"].startswith("job j1: epoch "), "the job's statistics")
     system.client.call(system.client.stub.FinishJob, pb.FinishJobRequest(job_id="j1"))
@@ -116,7 +122,6 @@ def test_the_node_agent_and_the_data_manager_log_events_with_their_ids(system: S
         "job j1: read failed: ": job | dataset,
         "remote IO of job j1 = 7000000 bytes/s": job | dataset | on_node,
         f"cache quota of {uri} = {FILES * SIZE // 4} bytes": dataset | on_node,
-        f"cache of {uri}: quota now {FILES * SIZE // 4} bytes": dataset,
         "job j1 finished here": job | on_node,
         f"unmounted {node.mountpoint}": on_node,
     }

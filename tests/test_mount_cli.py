@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
+import random
 import signal
 import subprocess
+import threading
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -14,6 +18,7 @@ from datamgr.devservers import free_port
 from tests import polling
 from tests.datamgr_fixtures import SILOD, silod_cli
 from tests.disks import TmpfsFactory, fill_up
+from tests.mount_fixtures import MountFactory, MountProcess
 from tests.storage_servers import DatasetTarget, DatasetTargetFactory
 
 
@@ -420,3 +425,97 @@ def test_a_cache_dir_whose_lock_file_cannot_be_opened_exits_2_naming_the_file(tm
     result = silod_cli("mount", str(mountpoint), "--cache-dir", str(cache), "--job", f"j={dataset}")
     assert result.returncode == 2, result.stderr
     assert result.stderr == f"silod mount: cannot use --cache-dir {cache}: {cache / 'silod.lock'}: Is a directory\n"
+
+
+MiB = 1024 * 1024
+
+
+def _files(root: Path, sizes: dict[str, int]) -> dict[str, bytes]:
+    """Files of random bytes under `root`, by name, of the sizes given; their contents."""
+    rng = random.Random(7)
+    files = {name: rng.randbytes(size) for name, size in sizes.items()}
+    root.mkdir(parents=True)
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    return files
+
+
+def _read_in_threads(opened: dict[str, BinaryIO]) -> tuple[list[threading.Thread], dict[str, bytes | OSError]]:
+    """A thread per open file reading it to the end, then closing it (started); what each read, or its error."""
+    results: dict[str, bytes | OSError] = {}
+
+    def read(name: str) -> None:
+        with opened[name] as file:
+            try:
+                results[name] = file.read()
+            except OSError as exc:
+                results[name] = exc
+
+    threads = [threading.Thread(target=read, args=(name,), daemon=True) for name in opened]
+    for thread in threads:
+        thread.start()
+    return threads, results
+
+
+def _terminate(mount: MountProcess) -> None:
+    assert mount.process is not None
+    mount.process.send_signal(signal.SIGTERM)
+
+
+def test_files_being_read_when_the_daemon_gets_sigterm_are_read_to_their_end(
+    mount_factory: MountFactory, tmp_path: Path
+) -> None:
+    # Before, the request loop ended at the signal: the reads in flight got ECONNABORTED, the next ones ENOTCONN.
+    files = _files(tmp_path / "data", {f"shard{i}.bin": 5 * MiB for i in range(4)})
+    mount = mount_factory({"j": f"file://{tmp_path / 'data'}"}, "--io-rate", "j=10MB/s")  # 2 s to read them all
+    threads, results = _read_in_threads({name: (mount.job_dir("j") / name).open("rb") for name in files})
+    mount.wait_for_stats(lambda stats: stats["jobs"]["j"]["bytes_read"] > 0)
+    _terminate(mount)
+    for thread in threads:
+        thread.join(timeout=60)
+    assert results == files  # each whole, its bytes: the grace (5 s) is well over what was left to read
+    assert mount.process is not None and mount.process.wait(timeout=60) == 0
+    assert not os.path.ismount(mount.mountpoint)
+    assert len(mount.log_lines("received SIGTERM: unmounting")) == 1 and not mount.log_lines("files are still open")
+
+
+def test_after_sigterm_new_opens_find_no_mount_open_files_read_on_and_a_read_waiting_past_the_grace_gets_eio(
+    mount_factory: MountFactory, tmp_path: Path
+) -> None:
+    files = _files(tmp_path / "data", {"held.bin": 1000, "free.bin": 2000})
+    uri = f"file://{tmp_path / 'data'}"
+    mount = mount_factory({"held": uri, "free": uri}, "--io-rate", "held=0")  # held waits for remote IO for good
+    free = (mount.job_dir("free") / "free.bin").open("rb")  # opened before the signal, read after it
+    threads, results = _read_in_threads({"held.bin": (mount.job_dir("held") / "held.bin").open("rb")})
+    polling.eventually(lambda: mount.log_lines("that need storage wait"), what="the read waiting for remote IO")
+
+    _terminate(mount)
+    polling.eventually(lambda: not os.path.ismount(mount.mountpoint), what="the mount detached")
+    with pytest.raises(FileNotFoundError):  # the mountpoint shows the directory beneath
+        (mount.job_dir("free") / "free.bin").open("rb")
+    with free:  # but an open file reads on while the read waiting for remote IO holds the stop open
+        assert free.read() == files["free.bin"]
+    threads[0].join(timeout=60)
+    failed = results["held.bin"]
+    assert isinstance(failed, OSError) and failed.errno == errno.EIO  # before: ECONNABORTED
+    assert mount.process is not None and mount.process.wait(timeout=60) == 0
+    assert mount.log_lines("files are still open in ")
+
+
+def test_a_restarted_mount_counts_the_entries_it_restored_as_its_cached_items_not_its_empty_files(
+    mount_factory: MountFactory, tmp_path: Path
+) -> None:
+    # Empty files read as cached from the start: a restart said "restored 0 items", then "2 items already cached",
+    # and the statistics showed more cached items than had ever been admitted.
+    files = _files(tmp_path / "data", {"a.bin": 100, "b.bin": 200, "c.bin": 300, "empty": 0, "void": 0})
+    uri = f"file://{tmp_path / 'data'}"
+    first = mount_factory({"j": uri}, "--cache-size", f"{uri}=1MiB")
+    assert {name: (first.job_dir("j") / name).read_bytes() for name in files} == files
+    cached = first.wait_for_stats(lambda stats: stats["datasets"][uri]["admitted"] == 3)["datasets"][uri]
+    assert cached["cached_items"] == 3
+    first.stop()
+
+    again = mount_factory({"j": uri}, "--cache-size", f"{uri}=1MiB")
+    assert again.log_lines("restored 3 items (600 bytes) from ")[0].endswith("; its 2 empty files need no entry")
+    assert again.log_lines("3 items already cached")
+    assert again.wait_for_stats(lambda stats: uri in stats["datasets"])["datasets"][uri]["cached_items"] == 3
