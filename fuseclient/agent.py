@@ -42,7 +42,7 @@ from fuseclient.node_datasets import NodeDatasets
 from fuseclient.readahead import DEFAULT_READ_AHEAD
 from fuseclient.runtime import METRICS_HOST, run_filesystem
 from fuseclient.throttle import default_burst
-from silodlib.backoff import Backoff
+from silodlib.backoff import EQUAL_JITTER, Backoff
 from silodlib.credentials import ChannelSecurity
 from silodlib.grpc_channel import explain_refusal, open_channel
 from silodlib.logfields import log_ids
@@ -55,7 +55,7 @@ from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 CALL_TIMEOUT = 10.0
-RECONNECT = Backoff(base_delay=0.2, max_delay=10.0, floor=0.5)  # waits before registering or watching again
+RECONNECT = Backoff(base_delay=0.2, max_delay=10.0, floor=EQUAL_JITTER)  # waits before registering or watching again
 # A ping every 20 s, 10 s for its answer (`grpc.http2.ping_timeout_ms` too: grpcio otherwise waits 60 s for it).
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 20_000),

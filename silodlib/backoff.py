@@ -2,9 +2,11 @@
 
 After the n-th failure in a row the wait is drawn uniformly from [`floor` x cap, cap], where the cap is
 min(`max_delay`, `base_delay` x 2^(n-1)). The randomness keeps the many nodes that lost the same endpoint at
-the same moment from coming back in lockstep: full jitter (`floor` 0, what storage retries use) spreads them
-most; keeping half of the cap (`floor` 0.5, what the node agent's reconnects use) guarantees a pause while
-still spreading them.
+the same moment from coming back in lockstep. Full jitter (`floor` 0) spreads them most, but its waits can all
+come out near 0: a run of tries against an endpoint that refuses connections (which fails at once) may then be
+over within a fraction of its caps. Keeping half of the cap (`floor` 0.5, "equal jitter", what storage retries
+and the node agent's reconnects use) guarantees that a run of failures waits at least half its caps in all,
+while still spreading the nodes over the other half.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import random
 from dataclasses import dataclass
 
 _DEFAULT_RNG = random.Random()
+
+EQUAL_JITTER = 0.5  # the floor that keeps half of each cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,3 +39,8 @@ class Backoff:
         """A wait after `failures` failures in a row, drawn from `rng` (default: a shared generator)."""
         cap = self.cap(failures)
         return (rng or _DEFAULT_RNG).uniform(self.floor * cap, cap)
+
+    def total(self, failures: int) -> tuple[float, float]:
+        """The least and the most the waits after failures 1 to `failures` in a row add up to, whatever is drawn."""
+        caps = sum(self.cap(n) for n in range(1, failures + 1))
+        return self.floor * caps, caps

@@ -17,6 +17,7 @@ with its data directory kept, as a storage server that crashes and comes back.
 from __future__ import annotations
 
 import contextlib
+import select
 import signal
 import socket
 import subprocess
@@ -219,6 +220,11 @@ class FaultProxy:
                     code, document = rule.busy_answer
                     client.sendall(_busy_answer(code, document))
                     continue
+                if upstream is not None and _closed_by_peer(upstream):  # as a real proxy, reconnect, not fail
+                    _shut(upstream)
+                    with self._lock:
+                        self._sockets.discard(upstream)
+                    upstream = None
                 if upstream is None:
                     upstream = socket.create_connection(self._upstream)
                     with self._lock:
@@ -298,6 +304,12 @@ class FaultProxy:
         finally:
             with self._lock:
                 self._trickling -= 1
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the server closed an idle kept-alive connection (Azurite does after 5 s): it reads as an end of file."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
 
 
 def _shut(sock: socket.socket) -> None:

@@ -9,12 +9,14 @@ or wrong read, and the retries silod makes are the ones its log reports.
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import random
 import re
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -25,7 +27,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from datamgr.devservers import azure_client, free_port
-from silodlib.backends import InvalidBackendOption, RetryingBackend, RetryPolicy, open_backend
+from silodlib.backends import InvalidBackendOption, RetryingBackend, RetryPolicy, open_backend, retry
 from silodlib.backends.uri import parse_dataset_uri
 from silodlib.scrub import REDACTED
 from tests import polling
@@ -97,8 +99,16 @@ class BackgroundRead:
         return self
 
 
+@pytest.fixture
+def retries_at_debug(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mounts started in the test log at DEBUG, where every retry has its line: at INFO a dataset's retries are
+    logged once per `retry.LOG_INTERVAL` (`retry.RetryLog`), and the tests that use this count them all."""
+    monkeypatch.setenv("SILOD_LOG_LEVEL", "DEBUG")
+
+
 def retries_logged(mount: MountProcess, object_uri: str) -> int:
-    """How many retries of reads of `object_uri` the mount's log reports (one INFO line per retry)."""
+    """How many retries of reads of `object_uri` the mount's log reports (one line per retry, in a mount logging
+    at DEBUG: `retries_at_debug`)."""
     pattern = re.compile(rf"read {re.escape(object_uri)} \[\d+, \+\d+\] failed on attempt \d+ of \d+, retrying")
     return len(pattern.findall(mount.log_path.read_text()))
 
@@ -107,9 +117,8 @@ def slowest_failure(read_timeout: float, tries: int, fuse_reads: int = 1) -> flo
     """Seconds for `fuse_reads` reads through the mount that each make `tries` backend reads that each time out,
     with every backoff delay the retry policy may add, plus slack for a loaded machine: the deadline of a poll,
     not a measured bound."""
-    policy = RetryPolicy()
-    backoff = sum(policy.delay_cap(n) for n in range(1, policy.attempts))
-    return fuse_reads * (tries * read_timeout + backoff) + 20.0
+    _, most_waited = RetryPolicy().total_wait()
+    return fuse_reads * (tries * read_timeout + most_waited) + 20.0
 
 
 def failed_reads_logged(mount: MountProcess, object_uri: str) -> int:
@@ -148,6 +157,7 @@ STALLS = 3
 SILOD_RETRIES_AFTER_STALLS = {"s3": 3, "az": 1}
 
 
+@pytest.mark.usefixtures("retries_at_debug")
 def test_an_answer_stalling_mid_body_times_out_is_retried_and_the_reader_gets_the_exact_bytes(
     mount_factory: MountFactory, proxied: ProxiedDataset
 ) -> None:
@@ -173,6 +183,7 @@ def test_an_answer_stalling_mid_body_times_out_is_retried_and_the_reader_gets_th
 
 
 @pytest.mark.parametrize("proxied", ["s3"], indirect=True)
+@pytest.mark.usefixtures("retries_at_debug")
 def test_a_stall_longer_than_timeout_times_attempts_ends_in_eio_and_the_mount_serves_on(
     mount_factory: MountFactory, proxied: ProxiedDataset
 ) -> None:
@@ -218,6 +229,7 @@ GETS_AFTER_TRICKLES = ["trickle"] * TRICKLES + [None]
 SILOD_RETRIES_AFTER_TRICKLES = {"s3": TRICKLES, "az": 1}
 
 
+@pytest.mark.usefixtures("retries_at_debug")
 def test_an_answer_trickling_within_the_read_timeout_is_cut_at_the_reads_deadline_and_the_reader_gets_the_bytes(
     mount_factory: MountFactory, proxied: ProxiedDataset
 ) -> None:
@@ -259,7 +271,7 @@ def test_a_listing_page_trickling_within_the_read_timeout_is_cut_at_its_deadline
     proxied.proxy.trickle(listed, TRICKLES, every=TRICKLE_EVERY, until_close=framing == "the end of the connection")
     options = {**proxied.options, "read_timeout": str(READ_TIMEOUT), "min_read_rate": str(FAST_MIN_READ_RATE)}
     backend = RetryingBackend(open_backend(proxied.target.uri, options))
-    caplog.set_level(logging.INFO, logger="silodlib.backends.retry")
+    caplog.set_level(logging.DEBUG, logger="silodlib.backends.retry")  # every retry: at INFO, one per interval
 
     listing = polling.outcome_within(
         slowest_failure(READ_TIMEOUT + 3, TRICKLES + 1), lambda: sorted(info.key for info in backend.list())
@@ -354,7 +366,7 @@ def test_an_answer_whose_headers_trickle_within_the_read_timeout_is_cut_at_the_d
     proxied.proxy.trickle(call.name, TRICKLES, every=TRICKLE_EVERY, from_head=True)
     options = {**proxied.options, "read_timeout": str(READ_TIMEOUT), "min_read_rate": str(FAST_MIN_READ_RATE)}
     backend = RetryingBackend(open_backend(proxied.target.uri, options))
-    caplog.set_level(logging.INFO, logger="silodlib.backends.retry")
+    caplog.set_level(logging.DEBUG, logger="silodlib.backends.retry")  # every retry: at INFO, one per interval
 
     outcome = polling.outcome_within(slowest_failure(READ_TIMEOUT + 2, TRICKLES + 1), lambda: call(backend))
     backend.close()
@@ -412,6 +424,7 @@ def test_registering_a_dataset_whose_listing_trickles_is_refused_as_unavailable_
 BUSY_ANSWERS = 3
 
 
+@pytest.mark.usefixtures("retries_at_debug")
 def test_the_first_n_busy_answers_are_retried_n_times_as_logged_and_the_reader_gets_the_exact_bytes(
     mount_factory: MountFactory, proxied: ProxiedDataset
 ) -> None:
@@ -540,6 +553,98 @@ def test_azurite_killed_and_restarted_mid_epoch_reads_are_right_or_eio_then_all_
 
 def _bytes_from_remote(stats: dict[str, Any]) -> int:
     return int(stats["jobs"]["job"]["bytes_from_remote"])
+
+
+# --- a blip: the storage server down for a few seconds, refusing connections -------------------------------------
+
+# A refused connection fails a try at once, so only the retries' waits can outlast a blip: with full jitter from
+# 0.1 s all five tries were spent in 0.39 s of a 0.3-0.5 s blip, and at most 1.5 s of waits. Now they wait at least
+# 6 s in all (`RetryPolicy.total_wait`); an outage of these seconds of waits lies between the two.
+OUTAGE = 5.0
+
+
+def _blip_dataset(azurite: RestartableAzurite, files: dict[str, bytes]) -> str:
+    """Upload `files` under a new container's prefix "data" and save them across a kill; the dataset's URI."""
+    container = azure_client(azurite.server).create_container("blip")
+    for name, data in files.items():
+        container.upload_blob(f"data/{name}", data)
+    azurite.persist()  # the uploads saved: a kill loses nothing a read needs
+    return f"az://{azurite.server.account_name}/blip/data"
+
+
+class OutageWaits:
+    """An injected sleep for the retries, during which the server is down: it records each wait and, once they add
+    up to `OUTAGE` seconds, starts the server again. The outage lasts that long as the retries count time, without
+    the test waiting it out."""
+
+    def __init__(self, azurite: RestartableAzurite) -> None:
+        self.azurite = azurite
+        self.waits: list[float] = []
+        self.ended = False
+
+    def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        if not self.ended and sum(self.waits) >= OUTAGE:
+            self.azurite.start()
+            self.ended = True
+
+
+def test_a_storage_server_down_for_seconds_refusing_connections_is_ridden_out_by_the_reads_retries(
+    restartable_azurite: RestartableAzurite,
+) -> None:
+    data = random.Random(22).randbytes(64 * 1024)
+    uri = _blip_dataset(restartable_azurite, {"item.bin": data})
+    waits = OutageWaits(restartable_azurite)
+    backend = RetryingBackend(open_backend(uri, restartable_azurite.server.backend_options()), sleep=waits)
+    try:
+        restartable_azurite.kill()  # its port refuses connections until `waits` starts it again
+        assert backend.read("item.bin", 0, len(data)) == data  # before: BackendUnavailable after 5 refused tries
+    finally:
+        backend.close()
+    assert waits.ended and len(waits.waits) < RetryPolicy().attempts  # the outage met, and ridden out
+
+
+# Seconds the server stays down under a mount before it is started again (which takes about 1 s more): more than
+# the 1.5 s of waits five tries could take with full jitter, less than the 6 s they now take at least.
+BLIP = 2.0
+BLIP_READERS = 8
+
+
+def test_a_blip_under_a_mounts_readers_costs_them_no_eio_and_the_log_one_retry_line_not_one_per_retry(
+    mount_factory: MountFactory, restartable_azurite: RestartableAzurite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hunt's repro: readers of a mount whose storage refuses connections for a moment got EIO, and the node's
+    log took an INFO line for every retry (2,372 lines in a few short outages with 16 readers)."""
+    monkeypatch.setenv("SILOD_LOG_JSON", "1")  # the lines' fields, to check the retry line's
+    rng = random.Random(23)
+    files = {f"train/item_{i:03d}.bin": rng.randbytes(rng.randint(16_000, 64_000)) for i in range(40)}
+    uri = _blip_dataset(restartable_azurite, files)
+    mount = mount_factory({"job": uri}, *options_args(restartable_azurite.server.backend_options()))
+    readers = [EpochReader(mount.job_dir("job"), files, seed).start() for seed in range(BLIP_READERS)]
+    try:
+        polling.eventually(lambda: all(len(r.outcomes) >= len(files) for r in readers), what="every reader reading")
+        restartable_azurite.kill()
+        down_at = time.monotonic()
+        time.sleep(BLIP)  # the outage itself, not a wait for something to happen
+        restartable_azurite.start()
+        back_at = [len(r.outcomes) for r in readers]
+        polling.eventually(
+            lambda: all(r.whole_epoch_after(n) for r, n in zip(readers, back_at, strict=True)),
+            what="a whole epoch read by every reader after the blip",
+            timeout=60,
+        )
+        over_after = time.monotonic() - down_at
+    finally:
+        for reader in readers:
+            reader.stop()
+
+    outcomes = [outcome for r in readers for _, _, outcome in r.outcomes]
+    assert set(outcomes) == {"ok"}  # before: EIO for the reads the blip met
+    entries = [json.loads(line) for line in mount.log_path.read_text().splitlines() if line.startswith("{")]
+    retries = [e for e in entries if e["logger"] == "silodlib.backends.retry"]
+    assert retries, "the blip met no read"
+    assert 1 <= len(retries) <= 1 + over_after // retry.LOG_INTERVAL  # before: one line per retry, dozens
+    assert all(e["level"] == "INFO" and e["dataset_uri"] == uri for e in retries)
 
 
 @pytest.mark.parametrize("level", ["INFO", "DEBUG"])

@@ -28,8 +28,8 @@ def test_a_wait_is_drawn_between_its_floor_share_of_the_cap_and_the_cap(floor: f
             assert max(waits) - min(waits) > 0.5 * (1 - floor) * cap
 
 
-def test_storage_retries_jitter_fully_and_node_reconnects_keep_half_of_the_cap() -> None:
-    assert RetryPolicy().backoff.floor == 0.0
+def test_storage_retries_and_node_reconnects_both_keep_half_of_the_cap() -> None:
+    assert RetryPolicy().backoff.floor == 0.5
     assert (RECONNECT.base_delay, RECONNECT.max_delay, RECONNECT.floor) == (0.2, 10.0, 0.5)
 
 

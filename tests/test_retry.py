@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import math
 import random
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from silodlib.backends import (
     ObjectInfo,
     open_backend,
     parse_dataset_uri,
+    retry,
 )
 from silodlib.backends.retry import RetryingBackend, RetryPolicy, call_with_retries
 from silodlib.backends.uri import DatasetURI
@@ -61,7 +64,9 @@ def unavailable(count: int) -> list[Exception]:
 # --- call_with_retries -------------------------------------------------------------------------------
 
 
-def test_transient_errors_are_retried_up_to_the_attempts_with_full_jitter_delays() -> None:
+def test_transient_errors_are_retried_up_to_the_attempts_with_equal_jitter_delays() -> None:
+    """Equal jitter, not full: each delay keeps at least half its cap, so a call's waits cannot all come out near 0
+    (with full jitter a blip of refused connections spent all five tries in 0.39 s and readers got EIO)."""
     sleep, operation = Recorder(), Failing(*unavailable(10))
 
     with pytest.raises(BackendUnavailable, match=r"failure 5$"):  # the last error, not the first
@@ -70,10 +75,26 @@ def test_transient_errors_are_retried_up_to_the_attempts_with_full_jitter_delays
     assert operation.calls == 5
     caps = [0.1, 0.2, 0.3, 0.3]  # base * 2**(n-1), capped at max_delay
     assert len(sleep.delays) == 4
-    assert all(0 <= delay <= cap for delay, cap in zip(sleep.delays, caps, strict=True))
+    assert all(cap / 2 <= delay <= cap for delay, cap in zip(sleep.delays, caps, strict=True))
     expected = random.Random(7)
-    assert sleep.delays == [expected.uniform(0, cap) for cap in caps]
+    assert sleep.delays == [expected.uniform(cap / 2, cap) for cap in caps]
     assert len(set(sleep.delays)) == 4  # jittered, not fixed
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_a_call_failing_every_try_waits_six_to_twelve_seconds_in_all_whatever_is_drawn(seed: int) -> None:
+    """The default policy's promise (docs/backends.md): an outage of failures that come at once (refused
+    connections) shorter than 6 s is always ridden out, and a dead backend fails a call after 5 tries and at most
+    12 s of waits."""
+    policy, sleep, operation = RetryPolicy(), Recorder(), Failing(*unavailable(10))
+
+    with pytest.raises(BackendUnavailable):
+        call_with_retries(operation, is_transient=is_unavailable, sleep=sleep, rng=random.Random(seed))
+
+    assert operation.calls == policy.attempts == 5
+    assert 6.0 <= sum(sleep.delays) <= 12.0
+    assert all(policy.delay_cap(n) / 2 <= delay for n, delay in enumerate(sleep.delays, start=1))
+    assert policy.total_wait() == (6.0, 12.0)
 
 
 def test_the_delay_cap_doubles_from_the_base_delay_up_to_the_maximum() -> None:
@@ -122,15 +143,31 @@ def test_a_single_attempt_policy_never_sleeps() -> None:
     assert sleep.delays == []
 
 
-@pytest.mark.parametrize("fields", [{"attempts": 0}, {"base_delay": -1.0}, {"max_delay": -0.5}])
-def test_nonsensical_policies_are_refused(fields: dict[str, float]) -> None:
-    with pytest.raises(ValueError, match="retry"):
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"attempts": 0}, "retry attempts must be a whole number >= 1, got 0"),
+        ({"attempts": 2.5}, "retry attempts must be a whole number >= 1, got 2.5"),
+        ({"attempts": True}, "retry attempts must be a whole number >= 1, got True"),
+        ({"base_delay": -1.0}, "retry base_delay must be a finite number of seconds >= 0, got -1.0"),
+        ({"max_delay": -0.5}, "retry max_delay must be a finite number of seconds >= 0, got -0.5"),
+        # A NaN delay would fail the sleep mid-retry; an infinite one would make a wait that never ends.
+        ({"base_delay": math.nan}, "retry base_delay must be a finite number of seconds >= 0, got nan"),
+        ({"max_delay": math.inf}, "retry max_delay must be a finite number of seconds >= 0, got inf"),
+        ({"max_delay": "5"}, "retry max_delay must be a finite number of seconds >= 0, got '5'"),
+    ],
+)
+def test_nonsensical_policies_are_refused_naming_the_field_and_value(fields: dict[str, object], named: str) -> None:
+    with pytest.raises(ValueError) as raised:
         RetryPolicy(**fields)  # type: ignore[arg-type]
+    assert str(raised.value) == named
 
 
-def test_each_retry_logs_one_info_line_with_the_attempt_and_delay_and_no_foreign_message(
+def test_a_calls_first_retry_logs_one_info_line_with_the_attempt_and_delay_the_next_at_debug_no_foreign_message(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Before, every retry was an INFO line (four per failed read): during an outage, 100 lines a second."""
+    caplog.set_level(logging.DEBUG, logger="silodlib.backends.retry")
     secret = "AccountKey=c2VjcmV0"
     operation = Failing(BackendUnavailable("s3://b/k: endpoint unreachable"), ConnectionError(secret))
     call_with_retries(
@@ -142,7 +179,7 @@ def test_each_retry_logs_one_info_line_with_the_attempt_and_delay_and_no_foreign
         describe="read s3://b/k",
     )
     lines = [r for r in caplog.records if r.name == "silodlib.backends.retry"]
-    assert [r.levelno for r in lines] == [logging.INFO, logging.INFO]
+    assert [r.levelno for r in lines] == [logging.INFO, logging.DEBUG]
     first, second = (r.getMessage() for r in lines)
     assert first.startswith("read s3://b/k failed on attempt 1 of 5, retrying in 0.")
     assert first.endswith("s: s3://b/k: endpoint unreachable")
@@ -281,6 +318,94 @@ def test_a_listing_that_keeps_failing_without_progress_gives_up_with_flaky_backe
     assert len(sleep.delays) == POLICY.attempts - 1
 
 
+class Clock:
+    """An injected clock that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def retry_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "silodlib.backends.retry"]
+
+
+def test_a_backends_retries_are_logged_at_info_once_per_interval_the_rest_at_debug_counted_on_the_next_info_line(
+    dataset_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As a job's failed reads are (fuseclient/failure_log.py): the first retry of an outage at once, then at most
+    one INFO line per LOG_INTERVAL for the dataset, counting those left to DEBUG; every line with its fields."""
+    caplog.set_level(logging.DEBUG, logger="silodlib.backends.retry")
+    inner, clock = flaky(dataset_dir, failures=3), Clock()
+    backend = RetryingBackend(inner, POLICY, sleep=Recorder(), rng=random.Random(2), clock=clock)
+
+    assert backend.read("a.bin", 0, 4) == b"0123"  # three retries: INFO, DEBUG, DEBUG
+    clock.now += retry.LOG_INTERVAL - 0.01
+    inner.failures = 1
+    assert backend.stat("a.bin").size == 10  # still within the interval: DEBUG
+    clock.now += 0.01
+    inner.failures = 1
+    assert backend.read("sub/b.bin", 1, 2) == b"bc"  # the interval is over: INFO, counting the three at DEBUG
+
+    lines = retry_lines(caplog)
+    levels = [r.levelno for r in lines]
+    assert levels == [logging.INFO, logging.DEBUG, logging.DEBUG, logging.DEBUG, logging.INFO]
+    messages = [r.getMessage() for r in lines]
+    assert messages[0].startswith(f"read file://{dataset_dir}/a.bin [0, +4] failed on attempt 1 of 5, retrying in ")
+    assert messages[3].startswith(f"stat file://{dataset_dir}/a.bin failed on attempt 1 of 5")
+    assert not any("more retries" in message for message in messages[:4])
+    assert messages[4].startswith(f"read file://{dataset_dir}/sub/b.bin [1, +2] failed on attempt 1 of 5")
+    assert messages[4].endswith(" (3 more retries logged at DEBUG since the last such line)")
+    assert all(getattr(r, "dataset_uri", None) == f"file://{dataset_dir}" for r in lines)
+
+
+class FailingFirstTries(LocalBackend):
+    """A real local backend whose reads fail the first `failures` tries of each thread that reads."""
+
+    def __init__(self, uri: DatasetURI, failures: int) -> None:
+        super().__init__(uri, {})
+        self._failures = failures
+        self._tries = threading.local()
+
+    def read(self, key: str, offset: int, length: int, version: str | None = None) -> bytes:
+        self._tries.count = tries = getattr(self._tries, "count", 0) + 1
+        if tries <= self._failures:
+            raise BackendUnavailable(f"{self.uri}: injected failure {tries}")
+        return super().read(key, offset, length, version)
+
+
+READERS = 16
+
+
+def test_sixteen_readers_retrying_through_an_outage_log_one_info_line_not_one_per_retry(
+    dataset_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The hunt's outage: 16 readers, each read failing four times; every retry was an INFO line."""
+    caplog.set_level(logging.DEBUG, logger="silodlib.backends.retry")
+    inner = FailingFirstTries(parse_dataset_uri(f"file://{dataset_dir}"), failures=4)
+    # The real clock: the test's 64 retries, which wait nothing, take far less than the log's interval.
+    backend = RetryingBackend(inner, POLICY, sleep=lambda seconds: None)
+    start = threading.Barrier(READERS)
+    results: list[bytes] = []
+
+    def reader() -> None:
+        start.wait()
+        results.append(backend.read("a.bin", 0, 10))
+
+    threads = [threading.Thread(target=reader) for _ in range(READERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert results == [b"0123456789"] * READERS
+    levels = [r.levelno for r in retry_lines(caplog)]
+    assert len(levels) == 4 * READERS  # every retry still logged, at DEBUG
+    assert levels.count(logging.INFO) == 1  # before: 64 INFO lines
+
+
 def test_a_permanent_listing_error_is_raised_at_once(tmp_path: Path) -> None:
     (tmp_path / "gone").mkdir()
     backend = RetryingBackend(open_backend(f"file://{tmp_path / 'gone'}"), POLICY, sleep=(sleep := Recorder()))
@@ -293,7 +418,9 @@ def test_a_permanent_listing_error_is_raised_at_once(tmp_path: Path) -> None:
 # --- a real unreachable endpoint ---------------------------------------------------------------------
 
 
-def test_an_unreachable_s3_endpoint_is_tried_exactly_attempts_times() -> None:
+def test_an_unreachable_s3_endpoint_is_tried_exactly_attempts_times_waiting_six_to_twelve_seconds_in_all() -> None:
+    """A refused connection fails at once: the tries of a read of a dead backend are spread over the policy's
+    waits (which before could all but vanish: five tries in 0.2 s), and the read still fails, in bounded time."""
     inner = open_backend(
         "s3://bucket/x",
         {
@@ -305,11 +432,11 @@ def test_an_unreachable_s3_endpoint_is_tried_exactly_attempts_times() -> None:
         },
     )
     sleep = Recorder()
-    backend = RetryingBackend(inner, RetryPolicy(attempts=2, base_delay=0.01), sleep=sleep, rng=random.Random(4))
+    backend = RetryingBackend(inner, sleep=sleep, rng=random.Random(4))
     try:
         with pytest.raises(BackendUnavailable, match="unreachable"):
             backend.stat("some/key")
-        assert len(sleep.delays) == 1  # two attempts, one wait between them
-        assert 0 <= sleep.delays[0] <= 0.01
+        assert len(sleep.delays) == RetryPolicy().attempts - 1  # five attempts, four waits between them
+        assert 6.0 <= sum(sleep.delays) <= 12.0 and RetryPolicy().total_wait() == (6.0, 12.0)
     finally:
         backend.close()
