@@ -166,7 +166,7 @@ class SilodFS(pyfuse3.Operations):
         job, node = self._resolve(inode)
         if job.dataset.tree.is_dir(node):
             raise pyfuse3.FUSEError(errno.EISDIR)
-        opened = OpenFile(job, job.dataset.tree.file_index(node))
+        opened = OpenFile(job, job.dataset.tree.file_index(node), self._mount.read_buffers)
         handle = self._next_handle
         self._next_handle += 1
         self._handles[handle] = opened

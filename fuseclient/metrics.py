@@ -26,8 +26,9 @@ def _family(kind: type[Metric], name: str, documentation: str, label: str) -> An
 
 class MountMetrics(MetricsEndpoint, Collector):
     """Per dataset: cache bytes, items, quota, admissions, rejections, evictions, write errors, dropped and
-    corrupt entries, backend reads and their latency. Per job: bytes read and from remote, hits, misses, throttle
-    wait, rate, epoch, throughput. `reconnects` (if given) counts the node agent's watch-stream reconnects."""
+    corrupt entries, backend reads and their latency. Per job: bytes read and from remote, hits, misses, items
+    fetched again, throttle wait, rate, epoch, throughput. For the node: the open files' read buffers and their
+    budget; `reconnects` (if given) counts the node agent's watch-stream reconnects."""
 
     def __init__(
         self, mount: MountState, token: trio.lowlevel.TrioToken, reconnects: Callable[[], int] | None = None
@@ -44,7 +45,18 @@ class MountMetrics(MetricsEndpoint, Collector):
         yield from trio.from_thread.run(self._families, trio_token=self._token)
 
     async def _families(self) -> list[Metric]:
-        return [*self._datasets(), *self._jobs(), *self._agent()]
+        return [*self._datasets(), *self._jobs(), *self._read_buffers(), *self._agent()]
+
+    def _read_buffers(self) -> Iterator[Metric]:
+        stats = self._mount.read_buffers.statistics()
+        yield GaugeMetricFamily(
+            "silod_read_buffer_bytes",
+            "Bytes of fetched items the cache did not admit that open files hold for their next reads",
+            value=stats.held_bytes,
+        )
+        yield GaugeMetricFamily(
+            "silod_read_buffer_budget_bytes", "The most bytes open files may hold so", value=stats.budget_bytes
+        )
 
     def _agent(self) -> Iterator[Metric]:
         if self._reconnects is not None:
@@ -106,6 +118,12 @@ class MountMetrics(MetricsEndpoint, Collector):
         )
         hits = _family(CounterMetricFamily, "silod_job_cache_hits", "Reads served from the local cache", "job")
         misses = _family(CounterMetricFamily, "silod_job_cache_misses", "Reads that needed the backend", "job")
+        refetched = _family(
+            CounterMetricFamily,
+            "silod_job_refetched_items",
+            "Items fetched again because the read buffers' budget let go of their bytes before the reader was done",
+            "job",
+        )
         failed = _family(CounterMetricFamily, "silod_job_failed_reads", "Reads the backend failed (EIO, EACCES)", "job")
         denied = _family(
             CounterMetricFamily, "silod_job_denied_reads", "Reads storage refused: access denied (EACCES)", "job"
@@ -124,6 +142,7 @@ class MountMetrics(MetricsEndpoint, Collector):
             remote.add_metric([job_id], job.bytes_from_remote)
             hits.add_metric([job_id], job.cache_hits)
             misses.add_metric([job_id], job.cache_misses)
+            refetched.add_metric([job_id], job.refetched_items)
             failed.add_metric([job_id], job.failed_reads)
             denied.add_metric([job_id], job.denied_reads)
             epoch.add_metric([job_id], job.tracker.epoch)
@@ -132,4 +151,4 @@ class MountMetrics(MetricsEndpoint, Collector):
                 bucket = job.bucket.statistics()
                 waited.add_metric([job_id], bucket.waited_seconds)
                 rate.add_metric([job_id], bucket.rate_bytes_per_sec)
-        yield from (read, remote, hits, misses, failed, denied, waited, rate, epoch, throughput)
+        yield from (read, remote, hits, misses, refetched, failed, denied, waited, rate, epoch, throughput)

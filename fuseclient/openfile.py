@@ -7,7 +7,7 @@ do reach the daemon count nothing more. Counted on its reads, a second pass over
 several items (chunks) counts each on the first read through this handle that covers it, and marks one the
 handle fetched ahead of the reader as such. Items the handle fetched and may still read (an item the cache
 did not admit, the next chunk of a sequential reader) stay with it (`readpath.FetchedItems`), so one miss
-costs one backend GET however many kernel reads cover it.
+costs one backend GET however many kernel reads cover it, within the node's budget for them (`ReadBuffers`).
 
 An access is pending until the handle's reads tell whether it delivered the item: the first read covering the
 item that succeeds delivers it, one that fails first takes it back (a pass of failed reads is no epoch), and
@@ -20,13 +20,13 @@ nothing (`AccessTracker`).
 from __future__ import annotations
 
 from fuseclient import readpath
-from fuseclient.mounted import Access, MountedJob
+from fuseclient.mounted import Access, MountedJob, ReadBuffers
 
 
 class OpenFile:
     __slots__ = ("_counted", "_fetched", "_pending", "chunked", "file_index", "job", "keep_cache")
 
-    def __init__(self, job: MountedJob, file_index: int) -> None:
+    def __init__(self, job: MountedJob, file_index: int, buffers: ReadBuffers) -> None:
         self.job = job
         self.file_index = file_index
         manifest = job.dataset.manifest
@@ -35,7 +35,7 @@ class OpenFile:
         self.keep_cache = False  # let the kernel keep serving this file from its page cache
         self._counted: dict[int, Access] = {}  # items counted for this open, by item
         self._pending: set[int] = set()  # of them, those whose access no read has settled yet
-        self._fetched = readpath.FetchedItems()
+        self._fetched = readpath.FetchedItems(buffers)
         if not self.chunked:
             self._count(first_item, pending=True)
             self.keep_cache = job.dataset.cache.contains(first_item)
@@ -67,13 +67,15 @@ class OpenFile:
         return data
 
     def release(self) -> None:
-        """The last descriptor of this open is closed: accesses no read settled were served from the page cache."""
+        """The last descriptor of this open is closed: accesses no read settled were served from the page cache, and
+        the bytes it held go."""
+        self._fetched.release()
         for item in self._pending:
             self.job.deliver(self._counted[item])
         self._pending.clear()
         self._counted.clear()
 
     def _count(self, item: int, *, pending: bool) -> None:
-        self._counted[item] = self.job.record_access(item, read_ahead=item in self._fetched.items, pending=pending)
+        self._counted[item] = self.job.record_access(item, read_ahead=item in self._fetched, pending=pending)
         if pending:
             self._pending.add(item)

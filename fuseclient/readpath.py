@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from fuseclient.mounted import Flight, MountedDataset, MountedJob
+from fuseclient.mounted import Flight, MountedDataset, MountedJob, ReadBuffers
 from fuseclient.throttle import ThrottleClosed
 from silodlib.backends import Backend, BackendError, ChangedObject
 from silodlib.logfields import log_ids
@@ -59,23 +59,105 @@ class FailedFetch:
 
 
 @dataclass(slots=True)
+class _Fetched:
+    """An item an open file fetched from the backend, as that open knows it."""
+
+    size: int
+    held: bool = False  # its bytes went to the node's read buffers and this open has not let them go (the budget may)
+    read: list[tuple[int, int]] = field(default_factory=list)  # byte ranges of it read through the open, merged
+
+    def add_read(self, offset: int, length: int) -> bool:
+        """Note that `length` bytes at `offset` were read through the open; True once all of the item has been."""
+        start, stop = offset, offset + length
+        merged = []
+        for begin, end in self.read:
+            if end < start or begin > stop:
+                merged.append((begin, end))
+            else:
+                start, stop = min(start, begin), max(stop, end)
+        merged.append((start, stop))
+        self.read = sorted(merged)
+        return self.read == [(0, self.size)]
+
+
 class FetchedItems:
     """Items one open file fetched from the backend and may still read: the current one and the next.
 
-    An item the cache did not admit (its quota is full) would otherwise be fetched again by each of the
-    many kernel reads (128 KiB to 1 MiB each) that cover one 4 MiB chunk; keeping it per open file makes one missed
-    item cost exactly one backend GET. The next chunk of a file read sequentially is fetched alongside the
-    current one and waits here, so a reader of a large file sends its GETs two at a time, not one.
+    An item the cache did not admit (its quota is full) would otherwise be fetched again by each of the many kernel
+    reads (128 KiB to 1 MiB each) that cover one 4 MiB chunk; holding its bytes for the open makes one missed item
+    cost exactly one backend GET. The next chunk of a file read sequentially is fetched alongside the current one and
+    waits here, so a reader of a large file sends its GETs two at a time, not one.
+
+    Only bytes no other copy serves are held, and only while the open may read them: not an item the cache admitted
+    (the cache serves it, from the page cache once read), and not once the open has read all of the item (the kernel
+    keeps what it read in its page cache); every open's held bytes count against the node's `ReadBuffers`, which let
+    the least recently read go when they must, so the memory they take no longer grows with the files held open. The
+    items themselves are remembered whether held or not, to tell the reader's access to a chunk its read-ahead fetched
+    (`OpenFile`) and to fetch ahead no chunk twice.
     """
 
-    items: dict[int, bytes] = field(default_factory=dict)
-    failed: FailedFetch | None = None  # the last fetch of this open that failed; one, so memory stays bounded
+    def __init__(self, buffers: ReadBuffers) -> None:
+        self._buffers = buffers
+        self._items: dict[int, _Fetched] = {}
+        self.failed: FailedFetch | None = None  # the last fetch of this open that failed; one, so memory stays bounded
 
-    def keep(self, item: int, data: bytes) -> None:
-        """Keep `item` and the next one (fetched ahead, or still coming), and nothing else: a reader going
-        backwards or jumping about must not leave every item it passed in memory until it closes the file."""
-        ahead = self.items.get(item + 1)
-        self.items = {item: data} if ahead is None else {item: data, item + 1: ahead}
+    def __contains__(self, item: int) -> bool:
+        """Whether this open fetched `item` from the backend (and it is its current or next item)."""
+        return item in self._items
+
+    def read(self, item: int, offset: int, length: int) -> bytes | None:
+        """`length` bytes at `offset` of `item` from the bytes held for this open, or None if none are held."""
+        fetched = self._items.get(item)
+        if fetched is None or not fetched.held:
+            return None
+        data = self._buffers.get(self, item)
+        if data is None:
+            return None
+        if fetched.add_read(offset, length):
+            self._let_go(item, fetched)
+        return data[offset : offset + length]
+
+    def keep(self, item: int, data: bytes, offset: int, length: int, *, cached: bool) -> None:
+        """Keep `item`, fetched for a read of `length` bytes at `offset` of it, and the next one (fetched ahead, or
+        still coming), and nothing else: a reader going backwards or jumping about must not hold every item it passed
+        until it closes the file. `cached`: the cache admitted it, and its bytes are not held."""
+        for other in [other for other in self._items if other not in (item, item + 1)]:
+            self._let_go(other, self._items.pop(other))
+        self._let_go(item, self._items.get(item))
+        fetched = self._items[item] = _Fetched(len(data))
+        if not cached and not fetched.add_read(offset, length):
+            fetched.held = self._buffers.hold(self, item, data)
+
+    def keep_ahead(self, item: int, data: bytes, *, cached: bool) -> None:
+        """Keep `item`, fetched ahead of the reader; its bytes unless the cache admitted it."""
+        self._let_go(item, self._items.get(item))
+        fetched = self._items[item] = _Fetched(len(data))
+        fetched.held = not cached and self._buffers.hold(self, item, data)
+
+    def served_by_cache(self, item: int) -> None:
+        """The cache served a read of `item`: let go of any bytes of it held for this open (the cache had no room for
+        it when this open fetched it, and another open's fetch had it admitted since)."""
+        self._let_go(item, self._items.get(item))
+
+    def lost(self, item: int) -> bool:
+        """Whether the node's read buffers let go of the bytes of `item` held for this open, which must now fetch it
+        again; True once per such loss (the read that finds it refetches)."""
+        fetched = self._items.get(item)
+        if fetched is None or not fetched.held or (self, item) in self._buffers:
+            return False
+        fetched.held = False
+        return True
+
+    def release(self) -> None:
+        """The open is closed: let go of every byte held for it."""
+        for item, fetched in self._items.items():
+            self._let_go(item, fetched)
+        self._items.clear()
+
+    def _let_go(self, item: int, fetched: _Fetched | None) -> None:
+        if fetched is not None and fetched.held:
+            self._buffers.drop(self, item)
+            fetched.held = False
 
     def remember_failure(self, item: int, error: BackendError, backend: Backend, now: float) -> None:
         """Keep `backend`'s failure `error` of `item` (at `now`) to answer the kernel's re-request of it."""
@@ -131,17 +213,21 @@ async def _item_bytes(
     if cache.contains(item):
         data = cache.read(item, offset, length)  # local disk: a pread, cheaper inline than a thread hop
         if data is not None:
+            if fetched is not None:
+                fetched.served_by_cache(item)
             if not counted:
                 job.cache_hits += 1
             return data
-    if fetched is not None and item in fetched.items:
-        return fetched.items[item][offset : offset + length]
+    if fetched is not None and (data := fetched.read(item, offset, length)) is not None:
+        return data
     if not counted:
         job.cache_misses += 1
     if fetched is None:
         return (await fetch_item(job, item))[offset : offset + length]
+    if fetched.lost(item):
+        job.refetched_items += 1
     whole = await _fetch_for_open_file(job, item, last_item, offset, fetched)
-    fetched.keep(item, whole)
+    fetched.keep(item, whole, offset, length, cached=cache.contains(item))
     return whole[offset : offset + length]
 
 
@@ -164,7 +250,7 @@ async def _fetch_for_open_file(job: MountedJob, item: int, last_item: int, offse
 async def _fetch_with_next(job: MountedJob, item: int, last_item: int, offset: int, fetched: FetchedItems) -> bytes:
     """The bytes of `item`; a read starting on a chunk fetches the file's next chunk alongside, into `fetched`."""
     ahead = item + 1
-    if offset == 0 and ahead <= last_item and not job.dataset.cache.contains(ahead) and ahead not in fetched.items:
+    if offset == 0 and ahead <= last_item and not job.dataset.cache.contains(ahead) and ahead not in fetched:
         try:
             async with trio.open_nursery() as nursery:  # a sequential reader starting on a chunk: fetch the next too
                 nursery.start_soon(_read_ahead, job, ahead, fetched)
@@ -184,7 +270,8 @@ def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
 async def _read_ahead(job: MountedJob, item: int, fetched: FetchedItems) -> None:
     # On failure the reader fetches the item itself if it gets there, and sees the error then.
     with contextlib.suppress(BackendError):
-        fetched.items[item] = await fetch_item(job, item)
+        data = await fetch_item(job, item)
+        fetched.keep_ahead(item, data, cached=job.dataset.cache.contains(item))
 
 
 class NoRemoteIO(BackendError):

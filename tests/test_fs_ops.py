@@ -26,7 +26,7 @@ from fuseclient import readpath
 from fuseclient.agent import AgentConfig, NodeAgent
 from fuseclient.assembly import MountConfig, build_state
 from fuseclient.fs import SilodFS
-from fuseclient.mounted import EpochRecord, MountedJob, MountState
+from fuseclient.mounted import DEFAULT_READ_BUFFER_BYTES, EpochRecord, MountedJob, MountState, ReadBuffers
 from fuseclient.runtime import _write_statistics_every
 from silodlib.backends import AccessDenied, Backend
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
@@ -378,9 +378,10 @@ def _run_big_file(
     quota: int,
     scenario: Callable[[MountedJob, SilodFS, int, bytes], Awaitable[None]],
     clock: trio.abc.Clock | None = None,
+    read_buffers: ReadBuffers | None = None,
 ) -> None:
     """Run `scenario(job, fs, inode, content)` over a dataset of one chunked file, its reads counted; under `clock`,
-    if given."""
+    and with `read_buffers` for the open files, if given."""
     (tmp_path / "ds").mkdir()
     content = random.Random(3).randbytes(BIG)
     (tmp_path / "ds" / "big.bin").write_bytes(content)
@@ -389,6 +390,8 @@ def _run_big_file(
 
     async def main() -> None:
         mount = await build_state(config)
+        if read_buffers is not None:
+            mount.read_buffers = read_buffers
         fs = SilodFS(mount)
         job = mount.jobs["job"]
         job.dataset.backend = cast(Backend, _CountingBackend(job.dataset.backend))
@@ -481,16 +484,38 @@ def test_a_chunked_file_read_again_after_a_refused_read_counts_once_in_its_pass(
 def test_a_reader_going_backwards_through_a_file_keeps_at_most_two_fetched_chunks(tmp_path: Path) -> None:
     # Before, a handle kept every chunk numbered above the one it read: reading a file backwards held it all.
     async def scenario(job: MountedJob, fs: SilodFS, inode: int, content: bytes) -> None:
-        fetched = readpath.FetchedItems()
+        buffers = ReadBuffers(DEFAULT_READ_BUFFER_BYTES)
+        fetched = readpath.FetchedItems(buffers)
         data, held = [], []
         for offset in reversed(range(0, BIG, 16 * 1024)):
             data.append(await readpath.read(job, 0, offset, 16 * 1024, fetched))
-            held.append(len(fetched.items))
+            held.append(buffers.held_bytes)
         assert b"".join(reversed(data)) == content
-        assert max(held) <= 2
+        assert max(held) <= 2 * CHUNK
         assert len(cast(_CountingBackend, job.dataset.backend).reads) == 5
 
     _run_big_file(tmp_path, 0, scenario)
+
+
+def test_an_open_whose_bytes_the_budget_let_go_fetches_its_item_again_and_counts_it(tmp_path: Path) -> None:
+    # Two opens' chunks under a budget of two: the second open's fetches take the first's place, least recently
+    # read first, and the first open, reading on, fetches its chunk again rather than hold memory past the budget.
+    buffers = ReadBuffers(2 * CHUNK)
+
+    async def scenario(job: MountedJob, fs: SilodFS, inode: int, content: bytes) -> None:
+        first, second = (await fs.open(inode, 0, CTX)).fh, (await fs.open(inode, 0, CTX)).fh
+        reads = cast(_CountingBackend, job.dataset.backend).reads
+        held = []
+        for handle, offset in [(first, 0), (second, 0), (second, 16 * 1024), (first, 16 * 1024)]:
+            assert await fs.read(handle, offset, 16 * 1024) == content[offset : offset + 16 * 1024]
+            held.append(buffers.held_bytes)
+        assert held == [2 * CHUNK] * 4  # each open fetched chunk 1 ahead with chunk 0
+        assert (len(reads), job.statistics(trio.current_time()).refetched_items) == (5, 1)
+        for handle in (first, second):
+            await fs.release(handle)
+        assert buffers.held_bytes == 0
+
+    _run_big_file(tmp_path, 0, scenario, read_buffers=buffers)
 
 
 def test_the_statistics_writer_keeps_no_finished_job_or_its_dataset_alive(tmp_path: Path) -> None:

@@ -105,27 +105,32 @@ def test_a_node_exposes_cache_backend_throttle_and_job_progress(tmp_path: Path) 
     uri = f"file://{root}"
     config = MountConfig(tmp_path / "mnt", tmp_path / "cache", {"job": uri}, {uri: 5000}, {"job": 1_000_000})
 
-    async def main() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    async def main() -> tuple[dict[tuple[str, tuple[tuple[str, str], ...]], float], int]:
         mount = await build_state(config)
         job = mount.jobs["job"]
-        for index in range(10):
+        for index in range(9):
             await readpath.read(job, index, 0, 1000)
+        # An open file's first read of an item the cache did not admit: it holds the item for its next reads.
+        await readpath.read(job, 9, 0, 100, readpath.FetchedItems(mount.read_buffers))
         metrics = MountMetrics(mount, trio.lowlevel.current_trio_token(), reconnects=lambda: 3)
         text = await trio.to_thread.run_sync(generate_latest, metrics.registry)  # scrapes come from a thread
         job.dataset.cache.close()
-        return samples(text.decode())
+        return samples(text.decode()), mount.read_buffers.budget_bytes
 
-    values = trio.run(main)
+    values, budget = trio.run(main)
     dataset, job = (("dataset", uri),), (("job", "job"),)
     assert values[("silod_cache_bytes", dataset)] == 5000
     assert values[("silod_cache_items", dataset)] == 5
     assert values[("silod_cache_rejected_items_total", dataset)] == 5
     assert values[("silod_backend_bytes_total", dataset)] == 10_000
     assert values[("silod_backend_read_seconds_count", dataset)] == 10
-    assert values[("silod_job_read_bytes_total", job)] == 10_000
+    assert values[("silod_job_read_bytes_total", job)] == 9_100
     assert values[("silod_job_cache_misses_total", job)] == 10
+    assert values[("silod_job_refetched_items_total", job)] == 0
     assert values[("silod_job_remote_io_bytes_per_second", job)] == 1_000_000
     assert values[("silod_job_throughput_bytes_per_second", job)] > 0
+    assert values[("silod_read_buffer_bytes", ())] == 1000
+    assert values[("silod_read_buffer_budget_bytes", ())] == budget > 0
     assert values[("silod_watch_reconnects_total", ())] == 3
 
 

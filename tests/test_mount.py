@@ -3,6 +3,7 @@ crash safety, throttling and unmounting."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import hashlib
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import Any
 import pytest
 from azure.storage.blob import AccessPolicy, ContainerSasPermissions, generate_container_sas
 
-from datamgr.devservers import azure_client
+from datamgr.devservers import azure_client, free_port
 from silodlib.backends import parse_dataset_uri
 from tests import polling
 from tests.cache_fixtures import entries_on_disk
@@ -30,6 +32,7 @@ from tests.datamgr_fixtures import make_local_dataset
 from tests.datasets import generate_dataset, upload_dataset
 from tests.mount_fixtures import MountFactory, MountProcess, options_args
 from tests.storage_servers import AzuriteServer, DatasetTarget, DatasetTargetFactory, rewrite_same_size
+from tests.test_metrics import samples
 
 CHUNK = 1024 * 1024
 
@@ -312,6 +315,89 @@ def _local_dataset(root: Path, files: int, size: int, seed: int = 0) -> dict[str
 def local_uri(tmp_path: Path) -> tuple[str, dict[str, bytes]]:
     root = tmp_path / "dataset"
     return f"file://{root}", _local_dataset(root, files=64, size=8000)
+
+
+TWO_CHUNKS = 8 << 20  # two items of the default 4 MiB chunk: a read at the start fetches the second one ahead
+READ_BUFFER = 256 << 20  # a daemon's budget for the bytes its open files hold (`ReadBuffers`), by default
+SLACK = 48 << 20  # what a daemon's memory may grow by beyond them (threads, fetches under way)
+
+
+@pytest.fixture
+def two_chunk_files(tmp_path: Path) -> tuple[str, dict[str, bytes]]:
+    root = tmp_path / "dataset"
+    return f"file://{root}", _local_dataset(root, files=20, size=TWO_CHUNKS)
+
+
+def _rss(pid: int) -> int:
+    """A process's resident memory, in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS in /proc/{pid}/status")
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return samples(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode())
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["quota-0", "quota-all"])
+def test_files_held_open_hold_fetched_bytes_within_the_nodes_read_buffer_budget(
+    mount_factory: MountFactory, two_chunk_files: tuple[str, dict[str, bytes]], cached: bool
+) -> None:
+    """Loaders that keep a handle on every shard (np.memmap, h5py, LMDB) read a little of each and hold it. Each open
+    kept the items it fetched until it was closed, even those the cache admitted, so the daemon grew with the open
+    files (an agent, 867 opens: 81 to 959 MiB). A file then read through a fresh open, the budget spent, fetches each
+    of its items once."""
+    uri, files = two_chunk_files
+    port = free_port()
+    quota = len(files) * TWO_CHUNKS if cached else 0
+    mount = mount_factory({"job1": uri}, "--cache-size", f"{uri}={quota}", "--metrics-port", str(port))
+    assert mount.process is not None
+    pid, root = mount.process.pid, mount.job_dir("job1")
+    before = _rss(pid)
+    opened = []
+    try:
+        for _ in range(3):  # 60 opens, each fetching 8 MiB while uncached: 480 MiB
+            for path, data in files.items():
+                opened.append(os.open(root / path, os.O_RDONLY))
+                assert os.pread(opened[-1], 4096, 0) == data[:4096]
+        grown = _rss(pid) - before
+        assert grown < (SLACK if cached else READ_BUFFER + SLACK)  # with quota: every item went to the cache
+        values = _scrape(port)
+        held = values[("silod_read_buffer_bytes", ())]
+        assert values[("silod_read_buffer_budget_bytes", ())] == READ_BUFFER
+        assert held == 0 if cached else READ_BUFFER - TWO_CHUNKS <= held <= READ_BUFFER
+        fetches = ("silod_backend_read_seconds_count", (("dataset", uri),))
+        path, data = next(iter(files.items()))
+        assert (root / path).read_bytes() == data
+        after = _scrape(port)
+        assert after[fetches] - values[fetches] == (0 if cached else 2)
+        assert after[("silod_job_refetched_items_total", (("job", "job1"),))] == 0
+    finally:
+        for fd in opened:
+            os.close(fd)
+    polling.eventually(lambda: _scrape(port)[("silod_read_buffer_bytes", ())] == 0, what="the buffers let go")
+
+
+def test_files_read_whole_through_handles_kept_open_hold_none_of_their_bytes_and_fetch_each_item_once(
+    mount_factory: MountFactory, two_chunk_files: tuple[str, dict[str, bytes]]
+) -> None:
+    # The kernel keeps what an open read in its page cache, so the open needs none of an item once it read all of it.
+    # Each open kept its last two items until it was closed: all of a file of two chunks.
+    uri, files = two_chunk_files
+    port = free_port()
+    mount = mount_factory({"job1": uri}, "--cache-size", f"{uri}=0", "--metrics-port", str(port))
+    assert mount.process is not None
+    pid, root = mount.process.pid, mount.job_dir("job1")
+    before = _rss(pid)
+    with contextlib.ExitStack() as stack:
+        for path, data in files.items():
+            assert stack.enter_context((root / path).open("rb")).read() == data
+        grown, values = _rss(pid) - before, _scrape(port)
+    assert grown < SLACK
+    assert values[("silod_read_buffer_bytes", ())] == 0
+    assert values[("silod_backend_read_seconds_count", (("dataset", uri),))] == 2 * len(files)
+    assert values[("silod_job_refetched_items_total", (("job", "job1"),))] == 0
 
 
 def test_writes_are_refused_with_erofs(mount_factory: MountFactory, local_uri: tuple[str, dict[str, bytes]]) -> None:
