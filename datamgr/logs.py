@@ -93,6 +93,24 @@ class ClientGoneWrites(logging.Filter):
 
 
 GRPC_CORE_LOGGER = "grpc._cython.cygrpc"
+# The logger of a daemon's fatal error (`log_fatal`): one name for a log pipeline to watch, whichever daemon it is.
+FATAL_LOGGER = "silod"
+
+
+def log_fatal(line: str) -> None:
+    """Write `line`, why a daemon (`silod datamgr serve`, `silod node`, `silod mount`) cannot start or serve on,
+    as its log is written: with `--log-json`, one CRITICAL record of FATAL_LOGGER whose `msg` is the line, since
+    a log pipeline that parses JSON lines would skip a text line, and this is the one it most needs; else the line
+    itself on stderr, as every command's refusals are written."""
+    if _logs_json_lines():
+        logging.getLogger(FATAL_LOGGER).critical("%s", line)
+    else:
+        print(line, file=sys.stderr)
+
+
+def _logs_json_lines() -> bool:
+    """Whether this process logs JSON lines (`setup_logging` with `json_lines`)."""
+    return any(isinstance(handler.formatter, JsonFormatter) for handler in logging.getLogger().handlers)
 
 
 def setup_logging(level: str, *, json_lines: bool = False, stream: TextIO | None = None) -> None:

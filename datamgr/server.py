@@ -66,7 +66,7 @@ class ServerConfig:
     tls_key: Path | None = None
     tls_ca: Path | None = None  # require client certificates signed by this CA
     auth_token_file: Path | None = None  # require this token for changes and streams (datamgr.security)
-    metrics_port: int | None = None  # serve Prometheus /metrics on the --listen host at this port (0: any)
+    metrics_port: int | None = None  # serve Prometheus /metrics on the --listen host (as gRPC binds it) here; 0: any
     policy: str = EXTERNAL_POLICY  # the policy the data manager runs (datamgr.controller); external: none
     round_seconds: float = DEFAULT_ROUND_SECONDS  # the longest time between two of the policy's rounds
     policy_options: tuple[tuple[str, str], ...] = ()  # knobs of the policy (`--policy-option KEY=VALUE`)
@@ -90,7 +90,7 @@ async def serve(
     passed and the ports are bound (`SQLiteStore.keep_upgrade`)."""
     stop = stop or asyncio.Event()
     security = ServerSecurity.load(config.tls_cert, config.tls_key, config.tls_ca, config.auth_token_file)
-    _listen_address(config.listen)
+    host, _ = _listen_address(config.listen)
     scheduler = _scheduler(config)
     _check_cell_levels(config.cell_levels)
     store = SQLiteStore(config.state_dir)
@@ -106,7 +106,6 @@ async def serve(
         _quiet_client_gone_writes()
         pb_grpc.add_DataManagerServicer_to_server(DataManagerServicer(manager, controller), server)
         port = _bind(server, config.listen, security)
-        host = config.listen.rsplit(":", 1)[0]
         if metrics is not None:  # before the server starts, so that a port in use stops it with nothing served
             try:
                 metrics_port = metrics.serve(host, config.metrics_port or 0)

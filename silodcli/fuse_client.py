@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 import errno
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import trio
 
 from datamgr.entities import InvalidArgument
+from datamgr.logs import log_fatal
 from datamgr.validation import check_chunk_size, check_dataset_uri, check_id
 from fuseclient import agent, assembly, daemon, runtime
 from silodcli.security_flags import client_flags
@@ -115,7 +115,7 @@ def run_mount(args: argparse.Namespace) -> int:
     try:
         config = _config(args)
     except InvalidArgument as exc:
-        print(f"silod mount: {exc}", file=sys.stderr)
+        log_fatal(f"silod mount: {exc}")
         return 2
     return _run_daemon(args, "mount", config, "mount.log", lambda ready: trio.run(runtime.serve, config, ready))
 
@@ -141,7 +141,7 @@ def run_node(args: argparse.Namespace) -> int:
             security=security,
         )
     except (InvalidArgument, SecurityConfigError) as exc:
-        print(f"silod node: {exc}", file=sys.stderr)
+        log_fatal(f"silod node: {exc}")
         return 2
     return _run_daemon(args, "node", config, "node.log", lambda ready: trio.run(agent.run_agent, config, ready))
 
@@ -167,10 +167,10 @@ def _run_daemon(
         make_directory(cache_dir, PRIVATE_DIRECTORY)  # the daemon logs a cache dir it has to make private
         assembly.lock_cache_dir(cache_dir)  # never closed: the lock lasts as long as the serving process
     except assembly.CacheDirInUse as exc:
-        print(f"silod {command}: {exc}", file=sys.stderr)
+        log_fatal(f"silod {command}: {exc}")
         return 2
     except OSError as exc:  # a path under /proc, a file in the way, a read-only file system, no permission
-        print(f"silod {command}: {assembly.cache_dir_refusal(cache_dir, exc)}", file=sys.stderr)
+        log_fatal(f"silod {command}: {assembly.cache_dir_refusal(cache_dir, exc)}")
         return 2
 
     def checked_serve(ready: daemon.ReadyCallback) -> None:
@@ -181,19 +181,19 @@ def _run_daemon(
         try:
             checked_serve(lambda: None)
         except _EXPECTED_FAILURES as exc:
-            print(f"silod {command}: {exc}", file=sys.stderr)
+            log_fatal(f"silod {command}: {exc}")
             return 1
         return 0
     log_file = args.log_file or cache_dir / log_name
     try:
         log_fd = daemon.open_log(log_file)
     except OSError as exc:  # before detaching: the child would die of it, and name a log it never wrote
-        print(f"silod {command}: {_log_refusal(log_file, exc)}", file=sys.stderr)
+        log_fatal(f"silod {command}: {_log_refusal(log_file, exc)}")
         return 2
     failure = daemon.run_detached(checked_serve, log_file, log_fd, _EXPECTED_FAILURES)
     if failure is None:
         return 0
-    print(f"silod {command}: {failure or 'the mount did not start'}; see {log_file}", file=sys.stderr)
+    log_fatal(f"silod {command}: {failure or 'the mount did not start'}; see {log_file}")
     return 1
 
 

@@ -8,6 +8,7 @@ import asyncio
 import sys
 from collections.abc import Callable
 
+from datamgr.logs import log_fatal
 from datamgr.server import ServeError, ServerConfig, serve
 from datamgr.store.backup import back_up, restore
 from datamgr.store.sqlite import StateDirError
@@ -34,7 +35,7 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         asyncio.run(serve(config))
     except (ServeError, StateDirError, SecurityConfigError) as exc:
-        print(f"silod: {exc}", file=sys.stderr)
+        log_fatal(f"silod: {exc}")
         return EXIT_USAGE
     return 0
 

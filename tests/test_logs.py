@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator
 from datetime import datetime
@@ -147,3 +149,58 @@ def test_grpcios_error_for_a_message_written_to_a_client_gone_is_one_info_line_r
         ("INFO", f"{gone}: [/silod.v1.DataManager/WatchAllocations]", True),
         ("ERROR", "Unexpected [RuntimeError] raised by servicer method [/silod.v1.DataManager/GetJob]", False),
     ]
+
+
+def json_records(stderr: str) -> list[dict[str, object]]:
+    """Every line of `stderr` as a JSON log record: a line that is not one fails the test."""
+    records = [json.loads(line) for line in stderr.splitlines()]
+    for record in records:
+        assert {"ts", "level", "logger", "msg"} <= record.keys(), record
+    return records
+
+
+@pytest.mark.parametrize(
+    ("flags", "env"), [(["--log-json"], {}), ([], {"SILOD_LOG_JSON": "1"})], ids=["flag", "variable"]
+)
+def test_a_data_manager_logging_json_writes_why_it_cannot_start_as_a_critical_record(
+    tmp_path: Path, flags: list[str], env: dict[str, str]
+) -> None:
+    # The one line that said why it stopped was plain text ("silod: --metrics-port ...") among the JSON ones.
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        serve = ["datamgr", "serve", "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "s")]
+        result = subprocess.run(
+            [*SILOD, *flags, *serve, "--metrics-port", str(port)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+            timeout=60,
+        )
+    assert result.returncode == 2
+    *_, last = json_records(result.stderr)
+    busy = "the port is in use (another program, or another silod daemon, listens there)"
+    assert last["msg"] == f"silod: --metrics-port {port}: cannot serve /metrics on 127.0.0.1: {busy}"
+    assert last["level"] == "CRITICAL" and last["logger"] == "silod"
+
+
+@pytest.mark.parametrize("command", ["mount", "node"])
+def test_a_mount_or_node_logging_json_writes_its_refused_arguments_as_a_critical_record(
+    tmp_path: Path, command: str
+) -> None:
+    # A refusal before the daemon starts was the one plain-text line of a daemon told to log JSON.
+    mountpoint, cache_dir = tmp_path / "mnt", tmp_path / "mnt" / "cache"
+    cache_dir.mkdir(parents=True)
+    where = [str(mountpoint)] if command == "mount" else ["--node-id", "n1", "--mountpoint", str(mountpoint)]
+    rest = ["--job", f"j=file://{tmp_path}"] if command == "mount" else []
+    result = subprocess.run(
+        [*SILOD, "--log-json", command, *where, "--cache-dir", str(cache_dir), *rest, "--foreground"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    (record,) = json_records(result.stderr)
+    inside = "MOUNTPOINT" if command == "mount" else "--mountpoint"
+    hidden = "the mount would hide it; give a directory outside it"
+    assert record["msg"] == f"silod {command}: --cache-dir {cache_dir} is inside {inside} {mountpoint}: {hidden}"
+    assert record["level"] == "CRITICAL" and record["logger"] == "silod"

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import random
+import re
 import socket
 import subprocess
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,9 +27,10 @@ from datamgr.server import ServerConfig
 from fuseclient import readpath
 from fuseclient.assembly import MountConfig, build_state
 from fuseclient.metrics import MountMetrics
+from silodlib.metrics_endpoint import MetricsEndpoint, MetricsPortError
 from silodpb.v1 import datamgr_pb2 as pb
 from tests import polling
-from tests.datamgr_fixtures import RunningDataManager, make_local_dataset, silod_cli, watch
+from tests.datamgr_fixtures import DataManagerProcess, RunningDataManager, make_local_dataset, silod_cli, watch
 from tests.mount_fixtures import MountProcess, is_live_mount
 
 
@@ -192,3 +196,127 @@ def test_a_metrics_port_in_use_stops_a_node_agent_before_it_registers_its_node(
     assert not is_live_mount(agent.mountpoint)
     nodes = datamgr.client.call(datamgr.client.stub.ListNodes, pb.ListNodesRequest())
     assert [node.node_id for node in nodes.nodes] == []
+
+
+# /metrics where the gRPC listener is, at /metrics only; a refused port as a JSON record with --log-json.
+
+LOOPBACKS = frozenset({"127.0.0.1", "::1"})
+_LISTENING_PORT = re.compile(r"data manager listening on \S+:(\d+) ")
+_METRICS_PORT = re.compile(r"metrics at http://\S+:(\d+)/metrics")
+
+
+def _loopbacks_listening(port: int) -> set[str]:
+    """The loopback addresses that take a connection at `port`."""
+    listening = set()
+    for host in LOOPBACKS:
+        with contextlib.suppress(ConnectionRefusedError), socket.create_connection((host, port), timeout=5):
+            listening.add(host)
+    return listening
+
+
+def _scrape(host: str, port: int, path: str = "/metrics", method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of a request to the metrics server at `host` (an IPv6 one bare)."""
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}{path}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=10) as answer:
+            return answer.status, dict(answer.headers), answer.read()
+    except urllib.error.HTTPError as refused:
+        return refused.code, dict(refused.headers), refused.read()
+
+
+def _logged_ports(dm: DataManagerProcess) -> tuple[int, int]:
+    """The gRPC and metrics ports a data manager logs once it serves."""
+
+    def ports() -> tuple[int, int] | None:
+        log = dm.log_path.read_text()
+        assert dm.process is not None and dm.process.poll() is None, f"the data manager exited:\n{log}"
+        listening, metrics = _LISTENING_PORT.search(log), _METRICS_PORT.search(log)
+        return None if listening is None or metrics is None else (int(listening[1]), int(metrics[1]))
+
+    logged: tuple[int, int] = polling.eventually(ports, what=lambda: f"ports:\n{dm.log_path.read_text()}", timeout=30)
+    return logged
+
+
+@pytest.mark.parametrize(
+    ("host", "loopbacks"),
+    [("[::1]", {"::1"}), ("[::]", LOOPBACKS), ("localhost", LOOPBACKS), ("0.0.0.0", LOOPBACKS)],
+)
+def test_the_data_managers_metrics_are_served_on_the_addresses_its_grpc_listener_takes(
+    tmp_path: Path, host: str, loopbacks: set[str]
+) -> None:
+    # An IPv6 --listen with --metrics-port exited 2 ("cannot serve /metrics on [::1]: Name or service not known");
+    # localhost and 0.0.0.0 served /metrics on IPv4 only, while gRPC took IPv6 too.
+    dm = DataManagerProcess(tmp_path / "state", tmp_path / "dm.log", "--metrics-port", "0", listen=f"{host}:0")
+    dm.launch()
+    try:
+        grpc_port, metrics_port = _logged_ports(dm)
+        assert _loopbacks_listening(grpc_port) == loopbacks
+        assert _loopbacks_listening(metrics_port) == loopbacks
+        for loopback in loopbacks:
+            status, _, body = _scrape(loopback, metrics_port)
+            assert status == 200 and samples(body.decode())[("silod_revision", ())] == 0
+    finally:
+        dm.stop()
+
+
+def test_a_mounts_metrics_are_served_over_ipv6_as_well_as_ipv4(mount_factory: Any, tmp_path: Path) -> None:
+    # "All interfaces" were IPv4's only: a node scraped over IPv6 (an IPv6-only cluster) served no metrics.
+    uri = make_local_dataset(tmp_path / "ds", files=2, size=100)
+    port = free_port()
+    mount_factory({"job1": uri}, "--metrics-port", str(port))
+    assert _loopbacks_listening(port) == LOOPBACKS
+    status, _, body = _scrape("::1", port)
+    assert status == 200 and samples(body.decode())[("silod_job_read_bytes_total", (("job", "job1"),))] == 0
+
+
+def test_a_metrics_host_resolving_to_an_address_this_machine_lacks_is_served_on_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As gRPC passes over such an address (::1 for localhost where IPv6 is off): /metrics failed on the first one.
+    resolve = socket.getaddrinfo
+    lacked, held = resolve("192.0.2.1", 0, type=socket.SOCK_STREAM), resolve("127.0.0.1", 0, type=socket.SOCK_STREAM)
+    names = {"lacked-and-held.test": lacked + held, "lacked.test": lacked}
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *args, **kw: names.get(host) or resolve(host, *args, **kw))
+    endpoint = MetricsEndpoint()
+    try:
+        port = endpoint.serve("lacked-and-held.test", 0)
+        assert _scrape("127.0.0.1", port)[0] == 200
+        with pytest.raises(MetricsPortError) as refused:
+            MetricsEndpoint().serve("lacked.test", 0)
+        assert "on lacked.test: lacked.test is not an address of this machine" in str(refused.value)
+    finally:
+        endpoint.close()
+
+
+def test_metrics_are_only_at_metrics_head_has_the_headers_of_get_and_name_filters_are_refused(tmp_path: Path) -> None:
+    # prometheus_client's server served the metrics on any path (hiding a scrape job's wrong metrics_path), answered
+    # HEAD with 405, and `?name[]=silod_revision` with 200 and an empty body: its filter drops what collectors make.
+    port = free_port()
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", 10**9, 30.0, metrics_port=port)
+    with EmbeddedDataManager(config):
+        for path in ("/", "/no/such/path", "/metrics/", "/favicon.ico"):
+            assert _scrape("127.0.0.1", port, path)[::2] == (404, b"silod serves its metrics at /metrics\n"), path
+        status, _, body = _scrape("127.0.0.1", port, "/metrics?name[]=silod_revision")
+        assert status == 400 and b"takes no name[] filter" in body
+        got, got_headers, metrics = _scrape("127.0.0.1", port)
+        head, head_headers, nothing = _scrape("127.0.0.1", port, method="HEAD")
+    assert got == head == 200 and nothing == b""
+    assert head_headers["Content-Type"] == got_headers["Content-Type"]
+    assert int(head_headers["Content-Length"]) == len(metrics) > 0
+
+
+@pytest.mark.parametrize("foreground", [True, False], ids=["foreground", "detached"])
+def test_a_mount_logging_json_writes_its_refused_metrics_port_as_json(tmp_path: Path, foreground: bool) -> None:
+    # The line that says why the daemon stopped was the one plain-text line among JSON ones.
+    uri = make_local_dataset(tmp_path / "ds", files=2, size=100)
+    mountpoint, cache_dir = tmp_path / "mnt", tmp_path / "cache"
+    mountpoint.mkdir()
+    argv = ["--log-json", "mount", str(mountpoint), "--cache-dir", str(cache_dir), "--job", f"j={uri}"]
+    with _port_in_use() as port:
+        result = silod_cli(*argv, "--metrics-port", str(port), *(["--foreground"] if foreground else []))
+    assert result.returncode == 1
+    *_, last = [json.loads(line) for line in result.stderr.splitlines()]
+    refusal = f"silod mount: --metrics-port {port}: cannot serve /metrics on 0.0.0.0: the port is in use"
+    detached = "" if foreground else f"; see {cache_dir}/mount.log"
+    assert last["level"] == "CRITICAL" and last["logger"] == "silod" and {"ts", "msg"} <= last.keys()
+    assert last["msg"] == f"{refusal} (another program, or another silod daemon, listens there){detached}"
