@@ -75,6 +75,7 @@ bench: setup
 	PYTHONPATH=$(CURDIR) $(PY) bench/cache_read.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/fuse_floor.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/manifest_memory.py
+	PYTHONPATH=$(CURDIR) $(PY) bench/read_buffers.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/read_deadline.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/scheduler_round.py
 	PYTHONPATH=$(CURDIR) $(PY) bench/sim_scenario.py

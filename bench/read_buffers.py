@@ -2,7 +2,7 @@
 
 The daemon holds, for an open file, the bytes of items it fetched that the cache did not admit, so that the
 kernel's many read requests for one item (128 KiB to 1 MiB each) cost one backend GET (`fuseclient/readpath.py`,
-`ReadBuffers` in `fuseclient/mounted.py`). `--files` files (default 20) of `--size` bytes (default 8 MiB: two
+`ReadBuffers` in `fuseclient/read_buffers.py`). `--files` files (default 20) of `--size` bytes (default 8 MiB: two
 chunks of 4 MiB, so a read at the start of one fetches the second ahead) are served from local disk as a file://
 dataset, each scenario on a fresh mount:
 

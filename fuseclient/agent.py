@@ -39,6 +39,7 @@ from fuseclient.daemon import ReadyCallback
 from fuseclient.fs import forget_job_directory
 from fuseclient.mounted import MountState
 from fuseclient.node_datasets import NodeDatasets
+from fuseclient.read_buffers import DEFAULT_READ_BUFFER_BYTES
 from fuseclient.readahead import DEFAULT_READ_AHEAD
 from fuseclient.runtime import METRICS_HOST, run_filesystem
 from fuseclient.throttle import default_burst
@@ -105,6 +106,7 @@ class AgentConfig:
     report_interval: float = 5.0
     allow_other: bool = False
     read_ahead: int = DEFAULT_READ_AHEAD
+    read_buffer: int = DEFAULT_READ_BUFFER_BYTES  # the node's budget for open files' bytes (`ReadBuffers`)
     stats_interval: float | None = None
     metrics_port: int | None = None
     security: ChannelSecurity = field(default_factory=ChannelSecurity)  # TLS and token; plaintext by default
@@ -573,7 +575,7 @@ class NodeAgent:
 async def run_agent(config: AgentConfig, on_ready: ReadyCallback = lambda: None) -> None:
     """Mount, follow the data manager, report usage; until a signal or an external unmount."""
     make_cache_dir_private(config.cache_dir, config.node_id)
-    mount = MountState()
+    mount = MountState(config.read_buffer)
     if config.metrics_port is not None:  # a port in use must stop the agent before it registers its node
         try:
             refuse_busy_port(METRICS_HOST, config.metrics_port)

@@ -20,6 +20,7 @@ from fuseclient import cache_disk
 from fuseclient.access import AccessTracker
 from fuseclient.cache import DatasetCache, NoCache
 from fuseclient.mounted import MountedDataset, MountedJob, MountState
+from fuseclient.read_buffers import DEFAULT_READ_BUFFER_BYTES
 from fuseclient.readahead import DEFAULT_READ_AHEAD
 from fuseclient.throttle import TokenBucket, default_burst
 from fuseclient.tree import DatasetTree
@@ -48,6 +49,7 @@ class MountConfig:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     allow_other: bool = False
     read_ahead: int = DEFAULT_READ_AHEAD
+    read_buffer: int = DEFAULT_READ_BUFFER_BYTES  # the node's budget for open files' bytes (`ReadBuffers`)
     stats_interval: float | None = None
     metrics_port: int | None = None
 
@@ -252,7 +254,7 @@ async def build_state(config: MountConfig) -> MountState:
     (`freeze_listing`), or whose cache cannot be opened, and for a cache dir it cannot make private
     (`make_cache_dir_private`)."""
     make_cache_dir_private(config.cache_dir)
-    mount = MountState()
+    mount = MountState(config.read_buffer)
     for uri in sorted(set(config.jobs.values())):
         backend = RetryingBackend(open_backend(uri, config.backend_options))
         log.info("listing %s", uri, extra=log_ids(dataset_uri=uri))

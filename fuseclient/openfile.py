@@ -20,7 +20,8 @@ nothing (`AccessTracker`).
 from __future__ import annotations
 
 from fuseclient import readpath
-from fuseclient.mounted import Access, MountedJob, ReadBuffers
+from fuseclient.mounted import Access, MountedJob
+from fuseclient.read_buffers import ReadBuffers
 
 
 class OpenFile:

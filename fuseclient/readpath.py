@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 import trio
 
-from fuseclient.mounted import Flight, MountedDataset, MountedJob, ReadBuffers
+from fuseclient.mounted import Flight, MountedDataset, MountedJob
+from fuseclient.read_buffers import ReadBuffers
 from fuseclient.throttle import ThrottleClosed
 from silodlib.backends import Backend, BackendError, ChangedObject
 from silodlib.logfields import log_ids

@@ -106,6 +106,7 @@ def _config(args: argparse.Namespace) -> assembly.MountConfig:
         chunk_size=check_chunk_size("--chunk-size", args.chunk_size),
         allow_other=args.allow_other,
         read_ahead=args.kernel_read_ahead,
+        read_buffer=args.read_buffer,
         stats_interval=args.stats_interval,
         metrics_port=args.metrics_port,
     )
@@ -136,6 +137,7 @@ def run_node(args: argparse.Namespace) -> int:
             report_interval=args.report_interval,
             allow_other=args.allow_other,
             read_ahead=args.kernel_read_ahead,
+            read_buffer=args.read_buffer,
             stats_interval=args.stats_interval,
             metrics_port=args.metrics_port,
             security=security,

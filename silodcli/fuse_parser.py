@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable
 
 from datamgr.defaults import DATAMGR_ENV, DEFAULT_DATAMGR
+from fuseclient.read_buffers import DEFAULT_READ_BUFFER_BYTES, check_read_buffer
 from fuseclient.readahead import DEFAULT_READ_AHEAD, check_read_ahead
 from silodcli import config
 from silodcli.args import (
@@ -29,6 +30,11 @@ from silodlib.manifest import DEFAULT_CHUNK_SIZE
 from silodlib.units import parse_size
 
 read_ahead_arg = argument_type(lambda text: check_read_ahead(parse_size(text)), "read-ahead")
+read_buffer_arg = argument_type(lambda text: check_read_buffer(parse_size(text)), "read-buffer")
+READ_BUFFER_HELP = (
+    "bytes of uncached items that open files hold for their next reads, all together (default 256MiB, at least "
+    "8MiB); past it the least recently read go, to be fetched again if read again"
+)
 READ_AHEAD_HELP = (
     "how far the kernel reads ahead in a file; its read requests to the daemon grow with it, up to 1MiB "
     "(default 1MiB; 0 keeps the kernel's 128KiB). Needs root, else the kernel's default stays"
@@ -85,6 +91,9 @@ def add_commands(
     mount_p.add_argument(
         "--kernel-read-ahead", type=read_ahead_arg, default=DEFAULT_READ_AHEAD, metavar="SIZE", help=READ_AHEAD_HELP
     )
+    mount_p.add_argument(
+        "--read-buffer", type=read_buffer_arg, default=DEFAULT_READ_BUFFER_BYTES, metavar="SIZE", help=READ_BUFFER_HELP
+    )
     mount_p.add_argument("--foreground", action="store_true", help="stay attached instead of daemonizing")
     mount_p.add_argument("--stats-interval", type=interval_seconds, metavar="S", help="log per-job statistics")
     mount_p.add_argument("--metrics-port", type=port_arg, metavar="PORT", help="serve Prometheus /metrics (all hosts)")
@@ -130,6 +139,13 @@ def add_commands(
         node_p.add_argument("--allow-other", action="store_true", help="let other users (containers) read the mount")
         node_p.add_argument(
             "--kernel-read-ahead", type=read_ahead_arg, default=DEFAULT_READ_AHEAD, metavar="SIZE", help=READ_AHEAD_HELP
+        )
+        node_p.add_argument(
+            "--read-buffer",
+            type=read_buffer_arg,
+            default=DEFAULT_READ_BUFFER_BYTES,
+            metavar="SIZE",
+            help=READ_BUFFER_HELP,
         )
         node_p.add_argument("--stats-interval", type=interval_seconds, metavar="S", help="log per-job statistics")
         node_p.add_argument(

@@ -26,7 +26,8 @@ from fuseclient import readpath
 from fuseclient.agent import AgentConfig, NodeAgent
 from fuseclient.assembly import MountConfig, build_state
 from fuseclient.fs import SilodFS
-from fuseclient.mounted import DEFAULT_READ_BUFFER_BYTES, EpochRecord, MountedJob, MountState, ReadBuffers
+from fuseclient.mounted import EpochRecord, MountedJob, MountState
+from fuseclient.read_buffers import DEFAULT_READ_BUFFER_BYTES, ReadBuffers
 from fuseclient.runtime import _write_statistics_every
 from silodlib.backends import AccessDenied, Backend
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc

@@ -379,6 +379,33 @@ def test_files_held_open_hold_fetched_bytes_within_the_nodes_read_buffer_budget(
     polling.eventually(lambda: _scrape(port)[("silod_read_buffer_bytes", ())] == 0, what="the buffers let go")
 
 
+def test_a_smaller_read_buffer_bounds_what_files_held_open_hold_and_its_evictions_are_counted_as_refetches(
+    mount_factory: MountFactory, two_chunk_files: tuple[str, dict[str, bytes]]
+) -> None:
+    """`--read-buffer` sets the node's budget: 10 opens each holding a file's two items hold at most 16 MiB, and
+    reading on in the first file through its open fetches what the budget let go, counted."""
+    uri, files = two_chunk_files
+    port = free_port()
+    mount = mount_factory(
+        {"job1": uri}, "--cache-size", f"{uri}=0", "--metrics-port", str(port), "--read-buffer", "16MiB"
+    )
+    root = mount.job_dir("job1")
+    opened = [os.open(root / path, os.O_RDONLY) for path in list(files)[:10]]
+    try:
+        for fd, data in zip(opened, files.values(), strict=False):
+            assert os.pread(fd, 4096, 0) == data[:4096]
+        values = _scrape(port)
+        assert values[("silod_read_buffer_budget_bytes", ())] == 16 << 20
+        assert values[("silod_read_buffer_bytes", ())] == 16 << 20  # the last two opens' items
+        first = next(iter(files.values()))
+        chunk = TWO_CHUNKS // 2  # the second item, fetched ahead of the reader; past any kernel read-ahead
+        assert os.pread(opened[0], 4096, chunk) == first[chunk : chunk + 4096]
+        assert _scrape(port)[("silod_job_refetched_items_total", (("job", "job1"),))] == 1
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
 def test_files_read_whole_through_handles_kept_open_hold_none_of_their_bytes_and_fetch_each_item_once(
     mount_factory: MountFactory, two_chunk_files: tuple[str, dict[str, bytes]]
 ) -> None:

@@ -45,6 +45,7 @@ def dataset(tmp_path: Path) -> str:
         (("--job", "j"), "must be NAME=VALUE"),
         (("--job", "j=DATA", "--chunk-size", "1KiB"), "--chunk-size"),
         (("--job", "j=DATA", "--kernel-read-ahead", "1000"), "must be a whole number of KiB"),
+        (("--job", "j=DATA", "--read-buffer", "4MiB"), "read buffer 4194304 B is below the least it may be, 8MiB"),
         (("--job", "j=s3://bucket/x", "--option", "path_style=maybe"), "option 'path_style' must be 'true' or"),
         (("--job", "j=s3://bucket/x", "--option", "read_timeout=0"), "option 'read_timeout' must be a number"),
         (("--job", "j=s3://bucket/x", "--option", "bogus=1"), "unknown option 'bogus' for s3://"),
