@@ -1,7 +1,8 @@
 """Logging for the `silod` commands: the human format, or one JSON object per line (`--log-json`).
 
 An event about a job, dataset or node carries its ids as fields (`extra=silodlib.logfields.log_ids(...)`:
-`job_id`, `dataset_uri`, `node_id`), which the JSON format shows next to the message.
+`job_id`, `dataset_uri`, `node_id`), which the JSON format shows next to the message; every line of a node agent
+carries its `node_id` (`silodlib.logfields.set_process_ids`).
 
 No secret reaches the log at any level: the handler scrubs every record (`ScrubSecrets`, `silodlib.scrub`)
 before it is written, so the SDKs' DEBUG dumps of requests and headers are safe to turn on.
@@ -15,6 +16,7 @@ import sys
 from datetime import UTC, datetime
 from typing import TextIO
 
+from silodlib.logfields import ProcessIds
 from silodlib.scrub import scrub
 
 HUMAN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -114,10 +116,11 @@ def _logs_json_lines() -> bool:
 
 
 def setup_logging(level: str, *, json_lines: bool = False, stream: TextIO | None = None) -> None:
-    """Log at `level` to `stream` (stderr), secrets scrubbed, unless logging is already set up; keep
-    NOISY_LOGGERS at WARNING below DEBUG."""
+    """Log at `level` to `stream` (stderr), secrets scrubbed and the process's ids (`ProcessIds`: a node agent's
+    node id) on every line, unless logging is already set up; keep NOISY_LOGGERS at WARNING below DEBUG."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if json_lines else logging.Formatter(HUMAN_FORMAT))
+    handler.addFilter(ProcessIds())
     handler.addFilter(ScrubSecrets())
     logging.basicConfig(level=level, handlers=[handler])
     for name in NOISY_LOGGERS:

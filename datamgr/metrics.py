@@ -144,7 +144,14 @@ class _StateCollector(Collector):
         for dataset in datasets:
             quota.add_metric([dataset.uri], dataset.cache_quota_bytes)
             size.add_metric([dataset.uri], dataset.size_bytes)
-        rate = GaugeMetricFamily("silod_job_remote_io_bytes_per_second", "A job's remote IO allocation", labels=["job"])
+        # Not `silod_job_remote_io_bytes_per_second`, the node's series of each node's share of it: a sum by job over
+        # both daemons' series counted every job twice. Labelled `job_id`, as the node's are: Prometheus keeps `job`
+        # for the scrape job's name.
+        rate = GaugeMetricFamily(
+            "silod_job_remote_io_allocated_bytes_per_second",
+            "A job's remote IO allocation, over all its nodes",
+            labels=["job_id"],
+        )
         for job in jobs:
             rate.add_metric([job.job_id], job.io_bytes_per_sec)
         yield from (quota, size, rate)

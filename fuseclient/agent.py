@@ -46,7 +46,7 @@ from fuseclient.throttle import default_burst
 from silodlib.backoff import EQUAL_JITTER, Backoff
 from silodlib.credentials import ChannelSecurity
 from silodlib.grpc_channel import explain_refusal, open_channel
-from silodlib.logfields import log_ids
+from silodlib.logfields import log_ids, set_process_ids
 from silodlib.manifest import Manifest
 from silodlib.metrics_endpoint import MetricsPortError, refuse_busy_port
 from silodlib.sharding import pass_share
@@ -573,7 +573,9 @@ class NodeAgent:
 
 
 async def run_agent(config: AgentConfig, on_ready: ReadyCallback = lambda: None) -> None:
-    """Mount, follow the data manager, report usage; until a signal or an external unmount."""
+    """Mount, follow the data manager, report usage; until a signal or an external unmount. Every line the process
+    logs from here on names the node (`set_process_ids`)."""
+    set_process_ids(node_id=config.node_id)
     make_cache_dir_private(config.cache_dir, config.node_id)
     mount = MountState(config.read_buffer)
     if config.metrics_port is not None:  # a port in use must stop the agent before it registers its node

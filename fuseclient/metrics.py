@@ -18,9 +18,13 @@ from silodlib.metrics_endpoint import MetricsEndpoint
 
 Metric = CounterMetricFamily | GaugeMetricFamily | SummaryMetricFamily
 
+# The label of per-job series: not `job`, which Prometheus sets to the scrape job's name, storing a target's own
+# `job` as `exported_job` (with the default honor_labels: false), so a query by the documented label found nothing.
+JOB_LABEL = "job_id"
+
 
 def _family(kind: type[Metric], name: str, documentation: str, label: str) -> Any:
-    """A metric family keyed by one label: "dataset" or "job"."""
+    """A metric family keyed by one label: "dataset" or JOB_LABEL."""
     return kind(name, documentation, labels=[label])
 
 
@@ -112,29 +116,46 @@ class MountMetrics(MetricsEndpoint, Collector):
         yield from (cached, items, quota, admitted, rejected, evicted, errors, dropped, corrupt, fetched, latency)
 
     def _jobs(self) -> Iterator[Metric]:
-        read = _family(CounterMetricFamily, "silod_job_read_bytes", "Bytes the job read through the mount", "job")
+        read = _family(CounterMetricFamily, "silod_job_read_bytes", "Bytes the job read through the mount", JOB_LABEL)
         remote = _family(
-            CounterMetricFamily, "silod_job_remote_bytes", "Bytes fetched from the backend for the job", "job"
+            CounterMetricFamily, "silod_job_remote_bytes", "Bytes fetched from the backend for the job", JOB_LABEL
         )
-        hits = _family(CounterMetricFamily, "silod_job_cache_hits", "Reads served from the local cache", "job")
-        misses = _family(CounterMetricFamily, "silod_job_cache_misses", "Reads that needed the backend", "job")
+        hits = _family(
+            CounterMetricFamily,
+            "silod_job_cache_hits",
+            "Item reads through an open served from the local cache, the item not fetched by that open",
+            JOB_LABEL,
+        )
+        misses = _family(
+            CounterMetricFamily,
+            "silod_job_cache_misses",
+            "Item reads through an open whose bytes came from storage, read-ahead included",
+            JOB_LABEL,
+        )
         refetched = _family(
             CounterMetricFamily,
             "silod_job_refetched_items",
             "Items fetched again because the read buffers' budget let go of their bytes before the reader was done",
-            "job",
+            JOB_LABEL,
         )
-        failed = _family(CounterMetricFamily, "silod_job_failed_reads", "Reads the backend failed (EIO, EACCES)", "job")
+        failed = _family(
+            CounterMetricFamily, "silod_job_failed_reads", "Reads the backend failed (EIO, EACCES)", JOB_LABEL
+        )
         denied = _family(
-            CounterMetricFamily, "silod_job_denied_reads", "Reads storage refused: access denied (EACCES)", "job"
+            CounterMetricFamily, "silod_job_denied_reads", "Reads storage refused: access denied (EACCES)", JOB_LABEL
         )
         waited = _family(
-            CounterMetricFamily, "silod_job_throttle_wait_seconds", "Time reads waited for the throttle", "job"
+            CounterMetricFamily, "silod_job_throttle_wait_seconds", "Time reads waited for the throttle", JOB_LABEL
         )
-        rate = _family(GaugeMetricFamily, "silod_job_remote_io_bytes_per_second", "The job's rate on this node", "job")
-        epoch = _family(GaugeMetricFamily, "silod_job_epoch", "The job's current epoch (1 = first pass)", "job")
+        rate = _family(
+            GaugeMetricFamily,
+            "silod_job_remote_io_bytes_per_second",
+            "The job's remote IO rate on this node: its throttle's, this node's share of the allocation",
+            JOB_LABEL,
+        )
+        epoch = _family(GaugeMetricFamily, "silod_job_epoch", "The job's current epoch (1 = first pass)", JOB_LABEL)
         throughput = _family(
-            GaugeMetricFamily, "silod_job_throughput_bytes_per_second", "Recent read throughput", "job"
+            GaugeMetricFamily, "silod_job_throughput_bytes_per_second", "Recent read throughput", JOB_LABEL
         )
         now = trio.current_time()
         for job_id, job in self._mount.jobs.items():

@@ -67,7 +67,7 @@ class MountedDataset:
 
 @dataclass(frozen=True, slots=True)
 class EpochRecord:
-    """Item accesses of one finished epoch, split by whether the item was in the local cache."""
+    """Item accesses of one finished epoch, split into hits and misses as `MountedJob.record_access` counts them."""
 
     epoch: int
     accessed_bytes: int
@@ -95,8 +95,8 @@ class JobStats:
     io_bytes_per_sec: float | None  # the throttle's rate; None: unthrottled
     bytes_read: int
     bytes_from_remote: int
-    cache_hits: int
-    cache_misses: int
+    cache_hits: int  # accesses (an open's read of an item) the cache served: `MountedJob.record_access`
+    cache_misses: int  # accesses whose bytes came from storage: fetched for the read, ahead of it, or under way
     access: AccessStats
     epoch_hit_ratio: float
     finished_epochs: tuple[EpochRecord, ...]
@@ -129,14 +129,17 @@ class MountedJob:
     _pending_hits: dict[tuple[int, int], bool] = field(default_factory=dict, init=False, repr=False)
 
     def record_access(self, item: int, *, read_ahead: bool = False, pending: bool = False) -> Access:
-        """Count an access to `item` in the epoch it belongs to (`AccessTracker.count`; the old one for a
-        straggler of an epoch boundary the loader's workers overlap): a hit if the item is cached now, unless
-        `read_ahead` says the reader's own read-ahead fetched it from the backend moments ago (it reached the
-        cache first, but its bytes came from remote for this reader, and the hit ratio sizes remote IO).
-        `pending`: its reads have yet to deliver the item; settle it with `deliver` or `take_back`. A retry of a
-        failed read, or an access joining a pending one to the item, adds no bytes to the epoch (and a joined
-        access is the hit or miss the one it joined was). Epochs the tracker has closed move to `finished_epochs`."""
-        hit = not read_ahead and self.dataset.cache.contains(item)
+        """Count an access to `item` (one open's read of it) in the epoch it belongs to (`AccessTracker.count`; the
+        old one for a straggler of an epoch boundary the loader's workers overlap), and as the job's cache hit or
+        miss: a hit if the item is cached now, unless `read_ahead` says the reader's own read-ahead fetched it from
+        the backend moments ago, or a fetch of it is still under way (it reached the cache first, but its bytes came
+        from remote for this reader, and the hit ratio sizes remote IO). Counting both here, once per access, keeps
+        the hit and miss counters and the epoch hit ratio one rule: counted per kernel request, a cold pass of
+        chunked files read as mostly hits. `pending`: its reads have yet to deliver the item; settle it with
+        `deliver` or `take_back`. A retry of a failed read, or an access joining a pending one to the item, adds no
+        bytes to the epoch but is a hit or miss of its own (a joined access is the hit or miss the one it joined
+        was). Epochs the tracker has closed move to `finished_epochs`."""
+        hit = not read_ahead and item not in self.dataset.inflight and self.dataset.cache.contains(item)
         counted = self.tracker.count(item, pending=pending)
         key = (counted.epoch, item)
         if counted.new:
@@ -148,6 +151,8 @@ class MountedJob:
             if not pending:  # it delivered the item of any access it joined
                 self._pending_hits.pop(key, None)
         self._move_finished_epochs()
+        self.cache_hits += hit
+        self.cache_misses += not hit
         return Access(item, counted.epoch, hit)
 
     def deliver(self, access: Access) -> None:
@@ -184,10 +189,10 @@ class MountedJob:
         self._pending_hits = {key: hit for key, hit in self._pending_hits.items() if key[0] > closed}
 
     def count_cached_read(self, size: int) -> None:
-        """Count a read of `size` bytes served from the local cache, as one hit (`OpenFile`: a file opened from
-        the cache, whose reads the kernel may serve from its page cache without asking the daemon)."""
+        """Count a read of `size` bytes served from the local cache (`OpenFile`: a file opened from the cache,
+        whose reads the kernel may serve from its page cache without asking the daemon). Its hit is its access's
+        (`record_access`)."""
         self.bytes_read += size
-        self.cache_hits += 1
         self.meter.add(size, trio.current_time())
 
     def count_failed_read(self, *, denied: bool) -> None:

@@ -181,7 +181,8 @@ async def read(
     counted: bool = False,
 ) -> bytes:
     """Up to `size` bytes of the job's file `file_index` from `offset` (short at the end of the file); `counted`:
-    the job's read, hit and miss counters already hold this read (an open from the cache counted the file)."""
+    the job's bytes read already hold this read (an open from the cache counted the file). Hits and misses are
+    counted per access, not here: `MountedJob.record_access`."""
     manifest = job.dataset.manifest
     items = manifest.items_covering(file_index, offset, size)
     if not items:
@@ -193,7 +194,7 @@ async def read(
     for item in items:
         item_start = (item - first_item) * chunk
         start, stop = max(offset, item_start), min(end, item_start + chunk)
-        parts.append(await _item_bytes(job, item, last_item, start - item_start, stop - start, fetched, counted))
+        parts.append(await _item_bytes(job, item, last_item, start - item_start, stop - start, fetched))
     data = parts[0] if len(parts) == 1 else b"".join(parts)
     if not counted:
         job.bytes_read += len(data)
@@ -208,7 +209,6 @@ async def _item_bytes(
     offset: int,
     length: int,
     fetched: FetchedItems | None,
-    counted: bool = False,
 ) -> bytes:
     cache = job.dataset.cache
     if cache.contains(item):
@@ -216,13 +216,9 @@ async def _item_bytes(
         if data is not None:
             if fetched is not None:
                 fetched.served_by_cache(item)
-            if not counted:
-                job.cache_hits += 1
             return data
     if fetched is not None and (data := fetched.read(item, offset, length)) is not None:
         return data
-    if not counted:
-        job.cache_misses += 1
     if fetched is None:
         return (await fetch_item(job, item))[offset : offset + length]
     if fetched.lost(item):

@@ -159,6 +159,42 @@ def test_allocations_are_enforced_on_the_node(system: System) -> None:
     assert usage[0].node_id == "n1" and usage[0].bytes_read >= FILES * SIZE
 
 
+def test_a_nodes_usage_reports_count_each_item_a_pass_reads_once_a_miss_when_cold_and_a_hit_when_warm(
+    system: System, tmp_path: Path
+) -> None:
+    # Counted per kernel request, a cold pass of chunked files into a cache that held them reached the data manager
+    # as mostly hits: the chunk the open's read-ahead fetched was in the cache when the reader got there.
+    chunk, files = 1 << 20, 2
+    rng = random.Random(7)
+    for name in ("a.bin", "b.bin"):
+        (tmp_path / "chunked" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "chunked" / name).write_bytes(rng.randbytes(4 * chunk))
+    uri, items = f"file://{tmp_path / 'chunked'}", files * 4
+    node = system.start_node("n1")
+    system.client.register_dataset(uri, chunk_size=chunk)
+    system.client.register_job("j1", uri, 100_000_000, [("n1", 1)])
+    system.client.allocate_cache_size(uri, items * chunk)
+    system.client.allocate_remote_io("j1", 400_000_000)
+    eventually(lambda: node.stats()["datasets"][uri]["quota_bytes"] == items * chunk, what="the quota on the node")
+    job_dir = eventually(lambda: node.job_dir("j1").is_dir() and node.job_dir("j1"), what="job directory")
+
+    def reported_after(passes: int) -> tuple[int, int]:
+        for path in sorted(job_dir.iterdir()):
+            with path.open("rb", buffering=0) as file:
+                while file.read(128 * 1024):
+                    pass
+
+        def report() -> pb.JobUsage | None:
+            usage = system.client.call(system.client.stub.GetJob, pb.GetJobRequest(job_id="j1")).usage
+            return usage[0] if usage and usage[0].bytes_read == passes * items * chunk else None
+
+        usage = eventually(report, what=f"a usage report covering pass {passes}")
+        return usage.cache_hits, usage.cache_misses
+
+    assert reported_after(passes=1) == (0, items)
+    assert reported_after(passes=2) == (items, items)
+
+
 def test_a_quota_shrink_logs_one_line_with_the_new_quota_and_the_items_it_evicted(system: System) -> None:
     # The cache and the node agent each logged the eviction: two lines for one change, one without the node's id.
     node = _job_read_once_into_a_full_cache(system)

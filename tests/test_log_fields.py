@@ -3,7 +3,7 @@ JSON fields (`--log-json`), while its message still names them for the human for
 
 Captured from real event paths: a cache restored above its quota, and a data manager with a node agent (both with
 `SILOD_LOG_JSON=1`) going through registration, a rate change, a quota shrink, a failed backend read, a finished
-job and an unmount.
+job, a removed dataset and an unmount. Every line a node agent writes carries its `node_id`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,8 @@ from fuseclient.cache import DatasetCache
 from silodlib.manifest import Manifest
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.cluster_fixtures import FILES, SIZE, System, eventually
+from tests.datamgr_fixtures import RunningDataManager
+from tests.mount_fixtures import MountProcess
 
 Event = dict[str, Any]
 ID_FIELDS = ("job_id", "dataset_uri", "node_id")
@@ -103,6 +107,9 @@ def test_the_node_agent_and_the_data_manager_log_events_with_their_ids(system: S
     logged(node.log_path, lambda e: e["msg"].startswith("job j1: epoch "), "the job's statistics")
     system.client.call(system.client.stub.FinishJob, pb.FinishJobRequest(job_id="j1"))
     logged(node.log_path, lambda e: "finished here" in e["msg"], "job finished")
+    system.client.call(system.client.stub.UnregisterDataset, pb.UnregisterDatasetRequest(uri=uri))
+    deleted = f"cache of {uri}: done deleting its directory"  # by a thread of its own
+    logged(node.log_path, lambda e: e["msg"].startswith(deleted), "the dataset's cache deleted")
     node.stop()
 
     events = json_events(node.log_path)
@@ -116,19 +123,38 @@ def test_the_node_agent_and_the_data_manager_log_events_with_their_ids(system: S
     expected = {
         "registered node n1 ": on_node,
         f"mounted {node.mountpoint} ": on_node,
-        f"dataset {uri}: ": dataset,
+        f"dataset {uri}: ": dataset | on_node,
         f"job j1: {uri} at 0 bytes/s": job | dataset | on_node,  # registered before its rate
         "job j1: epoch ": job | dataset | on_node,
-        "job j1: read failed: ": job | dataset,
+        "job j1: read failed: ": job | dataset | on_node,
         "remote IO of job j1 = 7000000 bytes/s": job | dataset | on_node,
         f"cache quota of {uri} = {FILES * SIZE // 4} bytes": dataset | on_node,
         "job j1 finished here": job | on_node,
+        deleted: dataset | on_node,
         f"unmounted {node.mountpoint}": on_node,
     }
     for starts, fields in expected.items():
         event = the_event(starts)
         assert {name: event[name] for name in ID_FIELDS if name in event} == fields, event
     assert the_event("job j1: read failed: ")["level"] == "WARNING"
+    # Every line the agent wrote names its node, whichever module or thread wrote it: the cache's, the dataset's and
+    # the failed reads' lines went without, and a cluster's logs filtered by node missed them.
+    assert [(e["logger"], e["msg"]) for e in events if e.get("node_id") != "n1"] == []
 
     listed = logged(system.datamgr.log_path, lambda e: e["msg"].startswith(f"listed {uri}: "), "listing")
     assert listed["dataset_uri"] == uri
+
+
+def test_a_node_agent_refused_at_its_start_says_why_in_a_line_naming_its_node(
+    datamgr: RunningDataManager, tmp_path: Path
+) -> None:
+    # The line saying why an agent stopped, the one a log filtered by node most needs, named no node.
+    datamgr.client.register_node("n1", "h:1", 10**9)
+    agent = MountProcess.node(tmp_path / "n1", datamgr.address, "n1", "--cache-capacity", "2GiB")
+    env = {**os.environ, "SILOD_LOG_JSON": "1"}
+    result = subprocess.run(agent.argv, capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 1, result.stderr
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    (why,) = [e for e in events if e["level"] == "CRITICAL"]
+    assert why["msg"].startswith("silod node: cannot register node n1: "), why
+    assert [e for e in events if e.get("node_id") != "n1"] == []

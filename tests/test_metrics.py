@@ -24,9 +24,9 @@ from datamgr.client import ClientError, DataManagerClient
 from datamgr.devservers import free_port
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.server import ServerConfig
-from fuseclient import readpath
 from fuseclient.assembly import MountConfig, build_state
 from fuseclient.metrics import MountMetrics
+from fuseclient.openfile import OpenFile
 from silodlib.metrics_endpoint import MetricsEndpoint, MetricsPortError
 from silodpb.v1 import datamgr_pb2 as pb
 from tests import polling
@@ -68,7 +68,7 @@ def test_the_data_manager_counts_rpcs_by_method_and_status_and_shows_its_state(t
     assert values[("silod_nodes", ())] == 1
     assert values[("silod_revision", ())] == 4
     assert values[("silod_remote_io_allocated_bytes_per_second", ())] == 5_000_000
-    assert values[("silod_job_remote_io_bytes_per_second", (("job", "j1"),))] == 5_000_000
+    assert values[("silod_job_remote_io_allocated_bytes_per_second", (("job_id", "j1"),))] == 5_000_000
 
 
 @pytest.mark.expected_warnings  # the refusal of the tokenless watch
@@ -113,23 +113,25 @@ def test_a_node_exposes_cache_backend_throttle_and_job_progress(tmp_path: Path) 
         mount = await build_state(config)
         job = mount.jobs["job"]
         for index in range(9):
-            await readpath.read(job, index, 0, 1000)
+            opened = OpenFile(job, index, mount.read_buffers)
+            await opened.read(0, 1000)
+            opened.release()
         # An open file's first read of an item the cache did not admit: it holds the item for its next reads.
-        await readpath.read(job, 9, 0, 100, readpath.FetchedItems(mount.read_buffers))
+        await OpenFile(job, 9, mount.read_buffers).read(0, 100)
         metrics = MountMetrics(mount, trio.lowlevel.current_trio_token(), reconnects=lambda: 3)
         text = await trio.to_thread.run_sync(generate_latest, metrics.registry)  # scrapes come from a thread
         job.dataset.cache.close()
         return samples(text.decode()), mount.read_buffers.budget_bytes
 
     values, budget = trio.run(main)
-    dataset, job = (("dataset", uri),), (("job", "job"),)
+    dataset, job = (("dataset", uri),), (("job_id", "job"),)
     assert values[("silod_cache_bytes", dataset)] == 5000
     assert values[("silod_cache_items", dataset)] == 5
     assert values[("silod_cache_rejected_items_total", dataset)] == 5
     assert values[("silod_backend_bytes_total", dataset)] == 10_000
     assert values[("silod_backend_read_seconds_count", dataset)] == 10
     assert values[("silod_job_read_bytes_total", job)] == 9_100
-    assert values[("silod_job_cache_misses_total", job)] == 10
+    assert (values[("silod_job_cache_hits_total", job)], values[("silod_job_cache_misses_total", job)]) == (0, 10)
     assert values[("silod_job_refetched_items_total", job)] == 0
     assert values[("silod_job_remote_io_bytes_per_second", job)] == 1_000_000
     assert values[("silod_job_throughput_bytes_per_second", job)] > 0
@@ -145,7 +147,7 @@ def test_silod_mount_serves_its_metrics_over_http(mount_factory: Any, tmp_path: 
     for path in (tmp_path / "ds").rglob("*.bin"):
         (mount.job_dir("job1") / path.relative_to(tmp_path / "ds")).read_bytes()
     values = samples(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode())
-    assert values[("silod_job_read_bytes_total", (("job", "job1"),))] == 4 * 3000
+    assert values[("silod_job_read_bytes_total", (("job_id", "job1"),))] == 4 * 3000
     assert values[("silod_cache_items", (("dataset", uri),))] == 4
 
 
@@ -266,7 +268,7 @@ def test_a_mounts_metrics_are_served_over_ipv6_as_well_as_ipv4(mount_factory: An
     mount_factory({"job1": uri}, "--metrics-port", str(port))
     assert _loopbacks_listening(port) == LOOPBACKS
     status, _, body = _scrape("::1", port)
-    assert status == 200 and samples(body.decode())[("silod_job_read_bytes_total", (("job", "job1"),))] == 0
+    assert status == 200 and samples(body.decode())[("silod_job_read_bytes_total", (("job_id", "job1"),))] == 0
 
 
 def test_a_metrics_host_resolving_to_an_address_this_machine_lacks_is_served_on_the_others(
@@ -320,3 +322,39 @@ def test_a_mount_logging_json_writes_its_refused_metrics_port_as_json(tmp_path: 
     detached = "" if foreground else f"; see {cache_dir}/mount.log"
     assert last["level"] == "CRITICAL" and last["logger"] == "silod" and {"ts", "msg"} <= last.keys()
     assert last["msg"] == f"{refusal} (another program, or another silod daemon, listens there){detached}"
+
+
+def test_per_job_series_of_both_daemons_are_labelled_job_id_and_their_remote_io_rates_are_named_apart(
+    tmp_path: Path,
+) -> None:
+    # Labelled `job`, which Prometheus sets to the scrape job's name (a target's own is stored as `exported_job`):
+    # a query by the label the docs named found nothing. And both daemons served
+    # silod_job_remote_io_bytes_per_second (the job's allocation, and each node's share of it), so a sum by job
+    # over everything scraped counted every job twice.
+    dm = DataManagerProcess(tmp_path / "state", tmp_path / "dm.log", "--metrics-port", "0")
+    dm.start()
+    node_port = free_port()
+    node = MountProcess.node(tmp_path / "n1", dm.address, "n1", "--metrics-port", str(node_port))
+    try:
+        node.start()
+        with DataManagerClient(dm.address, timeout=10) as client:
+            uri = make_local_dataset(tmp_path / "ds")
+            client.register_dataset(uri)
+            client.register_job("j1", uri, 10**8, [("n1", 1)])
+            client.allocate_remote_io("j1", 4_000_000)
+        node_rate = ("silod_job_remote_io_bytes_per_second", (("job_id", "j1"),))
+
+        def node_scraped() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+            found = samples(_scrape("127.0.0.1", node_port)[2].decode())
+            return found if found.get(node_rate) == 4_000_000 else None
+
+        on_node = polling.eventually(node_scraped, what="the node throttling j1 at its rate", timeout=30)
+        on_datamgr = samples(_scrape("127.0.0.1", _logged_ports(dm)[1])[2].decode())
+    finally:
+        node.stop()
+        dm.stop()
+    assert on_datamgr[("silod_job_remote_io_allocated_bytes_per_second", (("job_id", "j1"),))] == 4_000_000
+    for scraped in (on_node, on_datamgr):
+        per_job = {(name, labels) for name, labels in scraped if name.startswith("silod_job_")}
+        assert per_job and all(labels == (("job_id", "j1"),) for _, labels in per_job), per_job
+    assert not {name for name, _ in on_node} & {name for name, _ in on_datamgr if name.startswith("silod_job_")}

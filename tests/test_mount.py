@@ -189,6 +189,60 @@ def test_passes_over_cached_files_count_as_reads_and_hits_though_the_page_cache_
     assert (job["cache_hits"], job["cache_misses"]) == (2 * len(files), len(files))
 
 
+def test_a_cold_pass_counts_each_item_a_miss_and_a_warm_pass_each_a_hit_as_the_epoch_hit_ratio_does(
+    mount_factory: MountFactory, tmp_path: Path
+) -> None:
+    # Counted per kernel request, not per item: a cold pass of chunked files whose quota held them showed 86% hits
+    # (the chunk the open's read-ahead fetched was in the cache when the reader got there), and one without a quota
+    # fewer misses than items fetched (requests the open's buffer served counted nothing), while the epoch's hit
+    # ratio said 0 for both.
+    files, size = 2, 4 * CHUNK
+    uris = {job: f"file://{tmp_path / job}" for job in ("cached", "uncached")}
+    for seed, job in enumerate(uris):
+        _local_dataset(tmp_path / job, files=files, size=size, seed=seed)
+    items = files * size // CHUNK
+    port = free_port()
+    mount = mount_factory(
+        uris, "--chunk-size", "1MiB", "--cache-size", f"{uris['cached']}=16MiB", "--metrics-port", str(port)
+    )
+
+    def read_pass(job: str) -> None:
+        for path in sorted(mount.job_dir(job).rglob("*.bin")):
+            with path.open("rb", buffering=0) as file:
+                while file.read(128 * 1024):
+                    pass
+
+    def counted(passes: int) -> tuple[dict[str, dict[str, Any]], dict[Any, float]]:
+        """Each job's statistics and the metrics once every job has read `passes` passes."""
+        for job in uris:
+            read_pass(job)
+        stats = mount.wait_for_stats(
+            lambda s: all(s["jobs"][job]["bytes_read"] == passes * files * size for job in uris)
+        )
+        return stats["jobs"], _scrape(port)
+
+    def hits_and_misses(jobs: dict[str, dict[str, Any]], values: dict[Any, float], job: str) -> tuple[int, int]:
+        """A job's hits and misses in `stats.json`, the same as its metrics."""
+        in_stats: tuple[int, int] = (jobs[job]["cache_hits"], jobs[job]["cache_misses"])
+        labels = (("job_id", job),)
+        assert in_stats == (
+            values[("silod_job_cache_hits_total", labels)],
+            values[("silod_job_cache_misses_total", labels)],
+        )
+        return in_stats
+
+    cold, values = counted(passes=1)
+    assert hits_and_misses(cold, values, "cached") == hits_and_misses(cold, values, "uncached") == (0, items)
+    assert [e["hit_bytes"] for e in cold["cached"]["finished_epochs"]] == [0]
+
+    warm, values = counted(passes=2)
+    assert hits_and_misses(warm, values, "cached") == (items, items)  # the pass's hits: all of its items
+    assert hits_and_misses(warm, values, "uncached") == (0, 2 * items)
+    second = warm["cached"]["finished_epochs"][1]
+    assert second["hit_bytes"] == second["accessed_bytes"] == files * size  # the epoch's hit ratio: 1, as counted
+    assert warm["cached"]["bytes_from_remote"] == files * size
+
+
 def _forget_pages(path: Path) -> None:
     """Drop a file's pages from the kernel's page cache."""
     fd = os.open(path, os.O_RDONLY)
@@ -372,7 +426,7 @@ def test_files_held_open_hold_fetched_bytes_within_the_nodes_read_buffer_budget(
         assert (root / path).read_bytes() == data
         after = _scrape(port)
         assert after[fetches] - values[fetches] == (0 if cached else 2)
-        assert after[("silod_job_refetched_items_total", (("job", "job1"),))] == 0
+        assert after[("silod_job_refetched_items_total", (("job_id", "job1"),))] == 0
     finally:
         for fd in opened:
             os.close(fd)
@@ -400,7 +454,7 @@ def test_a_smaller_read_buffer_bounds_what_files_held_open_hold_and_its_eviction
         first = next(iter(files.values()))
         chunk = TWO_CHUNKS // 2  # the second item, fetched ahead of the reader; past any kernel read-ahead
         assert os.pread(opened[0], 4096, chunk) == first[chunk : chunk + 4096]
-        assert _scrape(port)[("silod_job_refetched_items_total", (("job", "job1"),))] == 1
+        assert _scrape(port)[("silod_job_refetched_items_total", (("job_id", "job1"),))] == 1
     finally:
         for fd in opened:
             os.close(fd)
@@ -424,7 +478,7 @@ def test_files_read_whole_through_handles_kept_open_hold_none_of_their_bytes_and
     assert grown < SLACK
     assert values[("silod_read_buffer_bytes", ())] == 0
     assert values[("silod_backend_read_seconds_count", (("dataset", uri),))] == 2 * len(files)
-    assert values[("silod_job_refetched_items_total", (("job", "job1"),))] == 0
+    assert values[("silod_job_refetched_items_total", (("job_id", "job1"),))] == 0
 
 
 def test_writes_are_refused_with_erofs(mount_factory: MountFactory, local_uri: tuple[str, dict[str, bytes]]) -> None:
