@@ -91,3 +91,21 @@ def edit(database: Path, *statements: str) -> None:
     with contextlib.closing(sqlite3.connect(database, isolation_level=None)) as db:
         for statement in statements:
             db.execute(statement)
+
+
+def linked_state_dir(state_dir: Path, volume: Path) -> Path:
+    """Make `state_dir` (private, as the data manager makes it) with its `silod.db` a symbolic link to
+    `volume`/silod.db, a database on another volume, as docs/datamgr.md supports; returns the link."""
+    state_dir.mkdir(mode=0o700)
+    link = state_dir / "silod.db"
+    link.symlink_to(volume / "silod.db")
+    return link
+
+
+def damage_log_header(state_dir: Path) -> None:
+    """Flip a bit of a salt in the header of `state_dir`'s write-ahead log: SQLite's checksum of the header no longer
+    matches, so SQLite would ignore the whole log."""
+    log = state_dir / "silod.db-wal"
+    data = bytearray(log.read_bytes())
+    data[20] ^= 0xFF
+    log.write_bytes(bytes(data))

@@ -39,7 +39,15 @@ from tests.datamgr_fixtures import (
     silod_cli,
 )
 from tests.disks import TmpfsFactory, fill_up
-from tests.state_files import edit, files_of, killed_state_dir, revision_and_nodes
+from tests.state_files import (
+    damage_log_header,
+    edit,
+    files_of,
+    killed_state_dir,
+    linked_state_dir,
+    revision_and_nodes,
+    state_of_nodes,
+)
 from tests.storage_servers import missing_dependency
 
 
@@ -844,6 +852,166 @@ def test_a_restore_from_a_directory_exits_2_saying_it_is_a_directory(
     assert f"cannot restore {tmp_path}: it is a directory, not a backup file" in capsys.readouterr().err
     assert sorted(p.name for p in state_dir.iterdir()) == ["lock", "silod.db"]
     assert (state_dir / "silod.db").read_bytes() == database
+
+
+def _cli(*args: str) -> int:
+    return main(["datamgr", *args], environ={})
+
+
+def test_a_backup_of_a_state_dir_whose_log_header_is_damaged_exits_2_naming_the_log_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SQLite ignores a log whose header it does not take: the backup copied what the database alone held (revision
+    0, no node) and called it done, rewriting the shared-memory index, while the start refused the state dir."""
+    state_dir, out = tmp_path / "state", tmp_path / "backup.db"
+    killed_state_dir(state_dir, 3)
+    damage_log_header(state_dir)
+    before = files_of(state_dir)
+
+    assert _cli("backup", "--state-dir", str(state_dir), str(out)) == 2
+
+    err = capsys.readouterr().err
+    log = state_dir / "silod.db-wal"
+    assert (
+        f"cannot back up state dir {state_dir}: {log}, the write-ahead log of {state_dir / 'silod.db'}, is damaged"
+        in err
+    )
+    assert "nothing was changed" in err and "Traceback" not in err
+    assert files_of(state_dir) == before
+    assert not out.exists()
+
+
+def test_a_backup_of_a_linked_database_reads_the_log_beside_the_file_the_link_names(tmp_path: Path) -> None:
+    """`silod.db` linking to a database on another volume, whose data manager was killed: the backup looked for the
+    log beside the link, found none, and copied the file alone (revision 0) as a whole backup."""
+    volume, state_dir, out = tmp_path / "volume", tmp_path / "state", tmp_path / "backup.db"
+    killed_state_dir(volume, 3)
+    linked_state_dir(state_dir, volume)
+
+    taken = silod_cli("datamgr", "backup", "--state-dir", str(state_dir), str(out))
+
+    assert taken.returncode == 0, taken.stderr
+    assert f"at revision 3 to {out}" in taken.stdout
+    restored = tmp_path / "restored"
+    assert _cli("restore", "--state-dir", str(restored), str(out)) == 0
+    assert revision_and_nodes(restored) == (3, ["killed1", "killed2", "killed3"])
+
+
+def test_a_restore_from_a_link_to_a_database_with_a_log_beside_it_exits_2_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The check of a log beside the backup looked beside the link: the restore read the file alone and restored
+    revision 0, dropping the acknowledged changes its log held."""
+    killed, state_dir, given = tmp_path / "killed", tmp_path / "state", tmp_path / "link.db"
+    killed_state_dir(killed, 3)
+    given.symlink_to(killed / "silod.db")
+
+    assert _cli("restore", "--state-dir", str(state_dir), str(given)) == 2
+
+    err = capsys.readouterr().err
+    assert (
+        f"cannot restore {given}: a write-ahead log ({killed / 'silod.db-wal'}) is beside the file it links to "
+        f"({killed / 'silod.db'})"
+    ) in err
+    assert f"back that state dir up with silod datamgr backup --state-dir {killed} FILE" in err
+    assert not state_dir.exists()
+
+
+def test_a_restore_into_a_state_dir_whose_database_links_to_another_volume_restores_the_file_it_names(
+    tmp_path: Path,
+) -> None:
+    """The restore kept the link as `silod.db.replaced-TIME` and put a regular file in its place: the database moved
+    off its volume to the state dir's disk without a word. Now the link stays, the restored database is the file it
+    names, and the one it replaces is kept beside that file."""
+    volume, state_dir, given = tmp_path / "volume", tmp_path / "state", tmp_path / "backup.db"
+    state_of_nodes(tmp_path / "other", 2, prefix="b")
+    back_up(tmp_path / "other", given)
+    state_of_nodes(volume, 1, prefix="old")
+    (volume / "lock").unlink()
+    link = linked_state_dir(state_dir, volume)
+
+    restored = silod_cli("datamgr", "restore", "--state-dir", str(state_dir), str(given))
+
+    assert restored.returncode == 0, restored.stderr
+    kept = Path(restored.stdout.strip().rsplit(" ", 1)[1])
+    assert kept.parent == volume and kept.name.startswith("silod.db.replaced-")
+    assert link.is_symlink() and link.readlink() == volume / "silod.db"
+    assert sorted(p.name for p in state_dir.iterdir()) == ["lock", "silod.db"]
+    assert sorted(p.name for p in volume.iterdir()) == ["silod.db", kept.name]
+    assert revision_and_nodes(state_dir) == (1, ["b0000", "b0001"])
+    old = tmp_path / "old"
+    old.mkdir()
+    shutil.copyfile(kept, old / "silod.db")
+    assert revision_and_nodes(old) == (1, ["old0000"])
+
+
+@pytest.mark.parametrize("command", ["backup", "restore"])
+@pytest.mark.parametrize("dangling", ["silod.db", "the state dir"])
+def test_a_backup_or_restore_through_a_link_to_nothing_exits_2_naming_the_link_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, dangling: str
+) -> None:
+    """A link to a volume that is not mounted. The backup said "it has no state database (silod.db)", naming neither
+    the link nor where it points; a restore into a state dir that is such a link said only "File exists"; and a
+    restore over a `silod.db` that is one replaced the link with a new file on the state dir's disk."""
+    given = tmp_path / "backup.db"
+    state_of_nodes(tmp_path / "other", 1)
+    back_up(tmp_path / "other", given)
+    nowhere = tmp_path / "unmounted"
+    if dangling == "silod.db":
+        state_dir = tmp_path / "state"
+        link = linked_state_dir(state_dir, nowhere)
+    else:
+        state_dir = link = tmp_path / "state"
+        link.symlink_to(nowhere / "state")
+    before = sorted(os.listdir(tmp_path))
+    args = [str(state_dir), str(tmp_path / "out.db")] if command == "backup" else [str(state_dir), str(given)]
+
+    assert _cli(command, "--state-dir", *args) == 2
+
+    err = capsys.readouterr().err
+    refused = (
+        f"cannot back up state dir {state_dir}" if command == "backup" else f"cannot restore into state dir {state_dir}"
+    )
+    assert f"{refused}: {link} is a symbolic link to {os.readlink(link)}, which does not exist" in err, err
+    assert (
+        "nothing was changed: mount the volume" in err and f"then {command.replace('backup', 'back up')} again" in err
+    )
+    assert sorted(os.listdir(tmp_path)) == before
+    assert link.is_symlink() and not link.exists()
+    if dangling == "silod.db":
+        assert sorted(p.name for p in state_dir.iterdir()) == ["silod.db"]
+
+
+def test_a_restore_from_a_pipe_exits_2_saying_it_is_not_a_regular_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "no such file" for a FIFO, or /dev/null, that is there."""
+    pipe = tmp_path / "backup.fifo"
+    os.mkfifo(pipe)
+    for given in (pipe, Path("/dev/null")):
+        assert _cli("restore", "--state-dir", str(tmp_path / "state"), str(given)) == 2
+        assert f"cannot restore {given}: it is not a regular file" in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("there", ["a file", "a symbolic link"])
+def test_a_backup_to_a_name_already_taken_exits_2_asking_for_another_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], there: str
+) -> None:
+    """It said a bare "File exists", for a link to nothing too."""
+    state_dir, out = tmp_path / "state", tmp_path / "backup.db"
+    state_of_nodes(state_dir, 1)
+    if there == "a file":
+        out.write_text("keep me\n")
+    else:
+        out.symlink_to(tmp_path / "nowhere")
+
+    assert _cli("backup", "--state-dir", str(state_dir), str(out)) == 2
+
+    err = capsys.readouterr().err
+    assert f"cannot write the backup {out}: {there} of that name is there, and a backup never replaces one" in err
+    assert "nothing was written: give the backup another name" in err
+    assert out.is_symlink() if there == "a symbolic link" else out.read_text() == "keep me\n"
 
 
 def _register_job_as_before_tenants(request: pb.RegisterJobRequest, context: Any) -> pb.RegisterJobResponse:

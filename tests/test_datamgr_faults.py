@@ -40,6 +40,7 @@ from tests.disks import Ext4Factory, PosixFaults, TmpfsFactory, fail_ext4, repai
 from tests.mount_fixtures import MountProcess
 from tests.net_faults import connection_ports, silenced_connections
 from tests.rate_sampling import WINDOW, Sample, assert_held_to, readers_demanding_more, sample
+from tests.state_files import linked_state_dir
 from tests.storage_servers import missing_dependency
 
 STATE_DISK_SIZE = "512k"  # room for the state dir of a small cluster, and little more
@@ -349,6 +350,31 @@ def test_a_state_disk_turned_read_only_by_an_error_refuses_changes_by_name_keeps
             assert client.allocate_remote_io("j1", 11_000_000).revision == view[0] + 1
             assert _node_view(client) == (view[0] + 1, 11_000_000, view[2])
         assert "Traceback" not in datamgr.log_path.read_text()
+    finally:
+        datamgr.stop()
+
+
+def test_a_linked_database_whose_volume_turns_read_only_is_refused_with_that_volumes_answer(
+    ext4: Ext4Factory, tmp_path: Path
+) -> None:
+    """`silod.db` linking to a database on another volume: SQLite reports the failed write only as "disk I/O error",
+    and the file system's own answer was asked of the state dir's disk, which writes, so the refusal never said the
+    volume was read-only."""
+    volume = ext4(tmp_path / "volume", 16 * 1024 * 1024)
+    made = DataManagerProcess(volume, tmp_path / "made.log", "--remote-io-limit", "1GB/s")
+    made.start()
+    assert made.terminate() == 0
+    (volume / "lock").unlink()
+    linked_state_dir(tmp_path / "state", volume)
+    datamgr = DataManagerProcess(tmp_path / "state", tmp_path / "datamgr.log", "--remote-io-limit", "1GB/s")
+    try:
+        with DataManagerClient(datamgr.start().address, timeout=10) as client:
+            _cluster(client, tmp_path)
+            fail_ext4(volume)
+            with pytest.raises(ClientError) as refused:
+                client.allocate_remote_io("j1", 7_000_000)
+        assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION, refused.value
+        assert "(Read-only file system)" in str(refused.value), refused.value
     finally:
         datamgr.stop()
 

@@ -26,7 +26,14 @@ from tests.datamgr_fixtures import (
     silod_cli,
     watch,
 )
-from tests.state_files import files_of, killed_copy, killed_state_dir, revision_and_nodes, state_of_nodes
+from tests.state_files import (
+    files_of,
+    killed_copy,
+    killed_state_dir,
+    linked_state_dir,
+    revision_and_nodes,
+    state_of_nodes,
+)
 from tests.storage_servers import missing_dependency
 from tests.test_store import schema_of, write_schema_4_state_dir
 
@@ -107,10 +114,16 @@ def test_a_backup_taken_while_the_data_manager_runs_is_restored_to_the_state_it_
         client.allocate_remote_io("j1", 9_000_000)  # changes after the backup
         client.register_node("n3", "h3:1", 1_000_000)
         again = silod_cli("datamgr", "backup", "--state-dir", str(datamgr_process.state_dir), str(backup))
-        assert again.returncode == 2 and f"cannot write the backup {backup}: File exists" in again.stderr
+        assert again.returncode == 2, again.stderr
+        assert f"cannot write the backup {backup}: a file of that name is there" in again.stderr
         state_dir = str(datamgr_process.state_dir)
         in_use = silod_cli("datamgr", "restore", "--state-dir", state_dir, str(backup))
-        assert in_use.returncode == 2 and "in use by another data manager" in in_use.stderr, in_use.stderr
+        assert in_use.returncode == 2, in_use.stderr
+        assert datamgr_process.process is not None
+        assert (
+            f"is in use by another data manager (pid {datamgr_process.process.pid}); nothing was changed: stop it, "
+            "then restore again"
+        ) in in_use.stderr
         after_backup = full_state(client)
     datamgr_process.kill()  # its write-ahead log still holds its last changes
     assert (datamgr_process.state_dir / "silod.db-wal").stat().st_size > 0
@@ -227,6 +240,31 @@ def test_a_refused_start_leaves_a_schema_4_state_dir_as_it_was_and_the_next_star
         f"upgraded state dir {state_dir} from schema 4 to 5: silods of schema 4 and before refuse it now"
         in (tmp_path / "datamgr.log").read_text()
     )
+
+
+def test_a_linked_database_killed_after_its_upgrade_starts_again_upgraded(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """`silod.db` linking to a schema 4 database on another volume: a start upgrades it (in the log beside the file
+    the link names) and is killed before a checkpoint. Every later start read the schema version beside the link,
+    took the file alone for schema 4, ran the upgrade again and exited 1: "duplicate column name: tenant"."""
+    volume, state_dir = tmp_path / "volume", tmp_path / "state"
+    write_schema_4_state_dir(volume)
+    linked_state_dir(state_dir, volume)
+    first = DataManagerProcess(state_dir, tmp_path / "first.log")
+    request.addfinalizer(first.stop)
+    with DataManagerClient(first.start().address) as client:
+        revision = client.register_node("n9", "h9:1", 1_000_000).revision
+    first.kill()
+    assert (volume / "silod.db-wal").stat().st_size > 0
+
+    again = DataManagerProcess(state_dir, tmp_path / "again.log")
+    request.addfinalizer(again.stop)
+    with DataManagerClient(again.start().address) as client:
+        summary = client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest())
+        assert summary.revision == revision
+    assert again.terminate() == 0
+    assert schema_of(volume / "silod.db") == 5
 
 
 def _state_dir_and_its_backup(tmp_path: Path) -> tuple[Path, Path]:
@@ -417,7 +455,7 @@ def test_a_second_server_on_the_same_state_dir_is_refused_after_its_lock_file_wa
 
     assert second.wait() == 2
     said = (tmp_path / "second.log").read_text()
-    assert f"is in use by another data manager (pid {datamgr_process.process.pid})" in said, said
+    assert f"is in use by another process (pid {datamgr_process.process.pid}); nothing was changed" in said, said
     with DataManagerClient(datamgr_process.address) as client:  # the first serves on
         assert client.register_node("n1", "h1:1", 1_000_000).revision == 1
 

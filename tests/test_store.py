@@ -24,12 +24,22 @@ from datamgr.entities import Dataset, Job, JobHistory, Node, StateDiskUnreadable
 from datamgr.manager import DataManager
 from datamgr.state import Change
 from datamgr.store import Commit, SQLiteStore, StateStore
+from datamgr.store.backup import back_up
 from datamgr.store.memory import MemoryStore
 from datamgr.store.sqlite import SCHEMA_VERSION, StateDirError
+from datamgr.store.statedir import lock_state_dir
 from silodlib.backends.base import ObjectInfo
 from silodlib.manifest import Manifest, build_manifest
 from tests.datamgr_fixtures import damage_tables
-from tests.state_files import edit, files_of, killed_state_dir, revision_and_nodes, state_of_nodes
+from tests.disks import TmpfsFactory
+from tests.state_files import (
+    edit,
+    files_of,
+    killed_state_dir,
+    linked_state_dir,
+    revision_and_nodes,
+    state_of_nodes,
+)
 
 DATASET = Dataset("s3://bkt/train", {"region": "eu-west-1"}, 1000, 3, 4, 4 << 20, "d1", 500)
 NODE = Node("n1", "h1:7421", 10_000)
@@ -491,10 +501,95 @@ def test_an_open_that_changes_nothing_writes_nothing_and_its_history_is_not_resu
 
 def test_a_second_owner_of_the_state_dir_is_refused(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path)
-    with pytest.raises(StateDirError, match=r"in use by another data manager \(pid \d+\)"):
+    with pytest.raises(StateDirError) as refused:
         SQLiteStore(tmp_path)
+    assert str(refused.value) == (
+        f"state dir {tmp_path} is in use by another data manager (pid {os.getpid()}); nothing was changed: stop it, "
+        "then start again"
+    )
     store.close()
     SQLiteStore(tmp_path).close()  # free again once closed
+
+
+def test_a_state_dir_a_restore_holds_is_refused_saying_a_restore_holds_it(tmp_path: Path) -> None:
+    """It said "in use by another data manager" whatever held it: the lock file now says what its holder is."""
+    restore = lock_state_dir(tmp_path, "restore")
+    try:
+        with pytest.raises(StateDirError) as refused:
+            SQLiteStore(tmp_path)
+    finally:
+        restore.release()
+    assert str(refused.value) == (
+        f"state dir {tmp_path} is in use by a restore (pid {os.getpid()}); nothing was changed: wait for it to "
+        "finish, then start again"
+    )
+
+
+# A process that holds a state dir as a restore does, with the copy a restore writes beside its database, until its
+# standard input closes.
+_RESTORING = """
+import sys
+from pathlib import Path
+from datamgr.store.statedir import lock_state_dir
+state_dir = Path(sys.argv[1])
+lock = lock_state_dir(state_dir, "restore")
+(state_dir / "silod.db.restoring").write_bytes(b"")
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_backup_while_a_restore_runs_is_refused_saying_it_runs_not_that_it_was_interrupted(tmp_path: Path) -> None:
+    """It said "a restore into it was interrupted ... run the restore again" while the restore was still copying."""
+    state_of_nodes(tmp_path, 1)
+    with subprocess.Popen(
+        [sys.executable, "-c", _RESTORING, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as restore:
+        assert restore.stdout is not None and restore.stdout.readline() == "holding\n"
+        with pytest.raises(StateDirError) as refused:
+            back_up(tmp_path, tmp_path.parent / f"{tmp_path.name}-backup.db")
+        restore.communicate("")
+    assert str(refused.value).startswith(
+        f"cannot back up state dir {tmp_path}: a restore into it is under way (pid {restore.pid}; "
+        f"{tmp_path / 'silod.db.restoring'} is its copy, not yet whole); nothing was changed: wait for it to finish"
+    )
+
+
+def test_the_log_and_index_of_a_linked_database_are_made_private_to_their_owner(tmp_path: Path) -> None:
+    """The start made the log and shared-memory index beside the link private, where there are none, and left those
+    beside the file the link names readable by everyone (dataset options may hold credentials)."""
+    volume, state_dir = tmp_path / "volume", tmp_path / "state"
+    killed_state_dir(volume, 2)
+    (volume / "lock").unlink()
+    for name in ("silod.db-wal", "silod.db-shm"):
+        (volume / name).chmod(0o644)
+    linked_state_dir(state_dir, volume)
+
+    store = SQLiteStore(state_dir)
+    try:
+        modes = {name: (volume / name).stat().st_mode & 0o777 for name in ("silod.db-wal", "silod.db-shm")}
+    finally:
+        store.close()
+    assert modes == {"silod.db-wal": 0o600, "silod.db-shm": 0o600}
+
+
+def test_a_linked_database_on_a_small_volume_takes_every_change_its_log_never_holding_the_volumes_last_room(
+    tmpfs: TmpfsFactory, tmp_path: Path
+) -> None:
+    """The log is emptied after each commit on a disk short of room: the state dir's disk was checked, not the
+    volume's that holds the database and its log, so the log filled the volume and changes were refused as "state
+    disk is full", with nothing to delete."""
+    volume, state_dir = tmpfs(tmp_path / "volume", "512k"), tmp_path / "state"
+    state_of_nodes(volume, 1500)  # some 200 KiB: less room left than the log takes before its next checkpoint
+    (volume / "lock").unlink()
+    linked_state_dir(state_dir, volume)
+    store = SQLiteStore(state_dir)
+    try:
+        for revision in range(2, 302):
+            store.commit([Commit(revision, Change(nodes_put=(Node(f"n{revision:04d}", "h1:7421", revision),)))])
+    finally:
+        store.close()
+    assert revision_and_nodes(state_dir) == (301, [f"n{i:04d}" for i in range(1500)])
 
 
 def test_a_state_dir_from_a_newer_silod_is_refused(tmp_path: Path) -> None:

@@ -30,12 +30,16 @@ from datamgr.store.sqlite import (
 from datamgr.store.statedir import (
     DATABASE_NAME,
     LOG_SUFFIXES,
-    RESTORING_NAME,
     StateDirError,
+    check_database_not_dangling,
+    check_log,
+    check_not_dangling,
     check_restore_finished,
     lock_state_dir,
     replaced_databases,
+    restoring_copy,
 )
+from datamgr.store.wal import DatabaseFiles, files_of
 from silodlib.directories import fsync_directory, make_directory
 
 # What `link` answers on a file system without hard links (vfat, some FUSE file systems).
@@ -50,23 +54,37 @@ def back_up(state_dir: Path, destination: Path) -> int:
     moments). The copy is written as `destination.partial-PID`, read whole, flushed and then linked to its name:
     a backup killed midway leaves that partial file (to delete), never a partial `destination`.
 
-    Raises StateDirError for a state dir without a database this silod can read whole and for a destination that
-    is a directory, OSError for a destination that cannot be made (FileExistsError if it exists: a backup never
-    replaces a file)."""
+    The database is read with its write-ahead log, where SQLite keeps it (beside the file a linked `silod.db`
+    names): a data manager that runs or was killed holds its last changes there. Without one (a data manager
+    stopped cleanly folds it back in and deletes it), the database is read as an immutable file: a read-only
+    connection would otherwise leave an empty log and a shared-memory index beside the database of a stopped data
+    manager, which a backup is not to change. A data manager that starts meanwhile writes to a new log and folds it
+    in only once it holds some 400 KiB of changes (`wal.CHECKPOINT_PAGES`), or after each change on a disk short of
+    room: a copy that caught such a fold half done would not read whole, and the backup would be refused.
+
+    Raises StateDirError for a state dir without a database this silod can read whole (a log whose header SQLite
+    would not take included: it would copy an older state) and for a destination that is a directory or exists (a
+    backup never replaces a file), OSError for a destination that cannot be made."""
+    refused, outcome = f"cannot back up state dir {state_dir}", "nothing was written"
+    check_not_dangling(state_dir, refused, "back up again")
+    check_database_not_dangling(
+        state_dir, refused, "mount the volume (or put back the file it names), then back up again"
+    )
     source_path = state_dir / DATABASE_NAME
     if not source_path.is_file():
-        raise StateDirError(f"cannot back up state dir {state_dir}: it has no state database ({DATABASE_NAME})")
+        raise StateDirError(f"{refused}: it has no state database ({DATABASE_NAME})")
     if destination.is_dir():  # written under a name of our choosing, the operator would have to find out which
         raise StateDirError(
             f"cannot write the backup {destination}: it is a directory, and a backup is a new file: give the file's "
             f"path (such as {destination / 'silod-backup.db'})"
         )
     if os.path.lexists(destination):
-        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(destination))
-    refused, outcome = f"cannot back up state dir {state_dir}", "nothing was written"
+        raise _exists(destination)
     check_restore_finished(state_dir, refused)  # its database may lack its log, which the restore moved away
     if source_path.stat().st_size == 0:
         raise StateDirError(f"{refused}: {source_path} is empty (0 bytes), not a database; {outcome}")
+    check_log(source_path, refused)
+    source_files = files_of(source_path)
     partial = destination.with_name(f"{destination.name}.partial-{os.getpid()}")
     os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
     linked = False
@@ -74,7 +92,7 @@ def back_up(state_dir: Path, destination: Path) -> int:
         with (
             refusing_damage(source_path, refused, outcome),
             refusing_disk_errors(f"{refused} to {destination}", outcome),
-            contextlib.closing(read_only(source_path, immutable=not _log_of(source_path).exists())) as source,
+            contextlib.closing(read_only(source_path, immutable=not source_files.log.exists())) as source,
             contextlib.closing(sqlite3.connect(partial)) as copy,
         ):
             copy.execute("PRAGMA journal_mode=OFF")  # a file no one uses until it is whole: nothing to roll back
@@ -101,27 +119,28 @@ def back_up(state_dir: Path, destination: Path) -> int:
     return revision
 
 
-def _log_of(database: Path) -> Path:
-    """The write-ahead log SQLite keeps beside `database` while a data manager has it open, and after one was
-    killed. Without one (a data manager stopped cleanly folds it back in and deletes it), the database is read
-    as an immutable file: a read-only connection would otherwise leave an empty log and a shared-memory index
-    beside the database of a stopped data manager, which a backup is not to change. A data manager that starts
-    meanwhile writes to a new log and folds it in only once it holds some 400 KiB of changes
-    (`wal.CHECKPOINT_PAGES`), or after each change on a disk short of room: a copy that caught such a fold
-    half done would not read whole, and the backup would be refused."""
-    return Path(f"{database}-wal")
+def _exists(destination: Path) -> StateDirError:
+    """The refusal of a backup to `destination`, where a file (or a link, even one to nothing) already is."""
+    what = "a symbolic link" if destination.is_symlink() else "a file"
+    return StateDirError(
+        f"cannot write the backup {destination}: {what} of that name is there, and a backup never replaces one; "
+        f"nothing was written: give the backup another name (or move {destination} aside)"
+    )
 
 
 def _link(source: Path, target: Path) -> None:
     """Give the file `source` the name `target` as well (then `source` is removed), never replacing a file there
-    (FileExistsError). A file system without hard links gets a rename, which checks `target` just before."""
+    (StateDirError, as `back_up` refuses one found before). A file system without hard links gets a rename, which
+    checks `target` just before."""
     try:
         os.link(source, target)
+    except FileExistsError:
+        raise _exists(target) from None
     except OSError as exc:
         if exc.errno not in _NO_HARD_LINKS:
             raise
         if os.path.lexists(target):
-            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target)) from None
+            raise _exists(target) from None
         os.rename(source, target)
 
 
@@ -137,13 +156,30 @@ def restore(state_dir: Path, backup: Path) -> tuple[int, Path | None]:
     `silod.db-wal` it finds beside `silod.db` whatever database it belongs to, so a backup copied over the file
     of a data manager that was killed (whose log still holds its last changes) would come back as a mix of both.
 
+    A state dir whose `silod.db` links to a database on another volume keeps that layout: the copy is written and
+    renamed beside the file the link names, and the database it replaces kept there, so the state stays on its
+    volume (before, the link was kept as `silod.db.replaced-TIME` and a file put in its place, on the state dir's
+    disk). A link to no file (its volume not mounted) is refused.
+
     Raises StateDirError for a backup that is not a whole silod state database this silod can read (a log beside
-    it, which it would not read, included) and for a state dir in use."""
+    it, which it would not read, included) and for a state dir in use or behind a link to nothing."""
     if backup.is_dir():
         raise StateDirError(f"cannot restore {backup}: it is a directory, not a backup file")
-    if not backup.is_file():
+    if not backup.exists():
         raise StateDirError(f"cannot restore {backup}: no such file")
+    if not backup.is_file():
+        raise StateDirError(
+            f"cannot restore {backup}: it is not a regular file (a pipe, a device or a socket), as a backup is"
+        )
     _refuse_logs_beside(backup)
+    into = f"cannot restore into state dir {state_dir}"
+    check_not_dangling(state_dir, into, "restore again")
+    check_database_not_dangling(
+        state_dir,
+        into,
+        "mount the volume (or put back the file it names), then restore again; or delete the link to restore into "
+        "the state dir itself",
+    )
     refused = f"cannot restore {backup}"
     with (
         refusing_damage(backup, refused, "nothing was changed"),
@@ -159,15 +195,16 @@ def restore(state_dir: Path, backup: Path) -> tuple[int, Path | None]:
             "restore it with that silod version (or newer)",
         )
         make_directory(state_dir, mode=0o700)
-        lock = lock_state_dir(state_dir)
+        lock = lock_state_dir(state_dir, "restore")
         try:
             copying = f"cannot restore {backup} into state dir {state_dir}"
+            files = files_of(state_dir / DATABASE_NAME)
             try:
                 with refusing_disk_errors(copying, "it is as it was"):
-                    kept = _copy_in(source, state_dir)
+                    kept = _copy_in(source, files)
             except OSError as exc:  # a flush or rename the disk refused
                 raise StateDirError(f"{copying}: {exc.strerror or exc}; it is as it was") from None
-            _flush_directory(state_dir, backup)
+            _flush_directory(files.database.parent, state_dir, backup)
         finally:
             lock.release()
     return revision, kept
@@ -177,24 +214,26 @@ def _refuse_logs_beside(backup: Path) -> None:
     """Refuse a backup with a write-ahead log or a rollback journal beside it. A restore reads the file alone
     (`immutable`), so what the log holds would be lost: a state dir's `silod.db`, whose data manager runs or was
     killed, holds acknowledged changes there. A journal says the file is a copy that was never finished."""
-    wal, journal = Path(f"{backup}-wal"), Path(f"{backup}-journal")
+    files = files_of(backup)  # SQLite's, beside the file a link names
+    database, wal, journal = files.database, files.log, files.journal
+    beside = f"the file it links to ({database})" if backup.is_symlink() else "it"
     if os.path.lexists(wal):
         how = (
-            f"back that state dir up with silod datamgr backup --state-dir {backup.parent} FILE, which reads the log, "
-            "and restore FILE"
-            if backup.name == DATABASE_NAME
-            else f"copy {backup} and {wal} into an empty directory as {DATABASE_NAME} and {DATABASE_NAME}-wal, back "
+            f"back that state dir up with silod datamgr backup --state-dir {database.parent} FILE, which reads the "
+            "log, and restore FILE"
+            if database.name == DATABASE_NAME
+            else f"copy {database} and {wal} into an empty directory as {DATABASE_NAME} and {DATABASE_NAME}-wal, back "
             "that directory up with silod datamgr backup --state-dir DIR FILE, which reads the log, and restore FILE"
         )
         raise StateDirError(
-            f"cannot restore {backup}: a write-ahead log ({wal}) is beside it, holding changes a restore would not "
-            f"read (it is the database of a data manager that runs, or was stopped without closing it); nothing was "
-            f"changed: {how}"
+            f"cannot restore {backup}: a write-ahead log ({wal}) is beside {beside}, holding changes a restore would "
+            f"not read (it is the database of a data manager that runs, or was stopped without closing it); nothing "
+            f"was changed: {how}"
         )
     if os.path.lexists(journal):
         raise StateDirError(
-            f"cannot restore {backup}: a rollback journal ({journal}) is beside it: it is a copy that was not finished "
-            "(a backup or restore was interrupted); nothing was changed: restore a whole backup"
+            f"cannot restore {backup}: a rollback journal ({journal}) is beside {beside}: it is a copy that was not "
+            "finished (a backup or restore was interrupted); nothing was changed: restore a whole backup"
         )
 
 
@@ -240,10 +279,11 @@ def _checked_revision(
         return read_state(scratch).revision
 
 
-def _copy_in(source: sqlite3.Connection, state_dir: Path) -> Path | None:
-    """Copy the database open as `source` into `state_dir` as its database, keeping the one there (see `restore`);
-    returns where it was kept. A copy that fails (a full disk, say) leaves the state dir as it was."""
-    current, copy = state_dir / DATABASE_NAME, state_dir / RESTORING_NAME
+def _copy_in(source: sqlite3.Connection, files: DatabaseFiles) -> Path | None:
+    """Copy the database open as `source` over the state database of `files` (beside the file a linked `silod.db`
+    names), keeping the one there beside it (see `restore`); returns where it was kept. A copy that fails (a full
+    disk, say) leaves the state dir as it was."""
+    current, copy = files.database, restoring_copy(files)
     remove_database(copy)  # an interrupted restore's unfinished copy: ours, since we hold the state dir
     try:
         os.close(os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
@@ -255,7 +295,7 @@ def _copy_in(source: sqlite3.Connection, state_dir: Path) -> Path | None:
         try:
             kept = _keep(current, undo)
             if kept is not None:
-                fsync_directory(state_dir)  # the kept files under their names before the copy takes the database's
+                fsync_directory(current.parent)  # the kept files under their names before the copy takes the database's
             os.rename(copy, current)
         except BaseException:
             for action in reversed(undo):
@@ -303,7 +343,7 @@ def _kept_before(current: Path) -> Path | None:
     the files beside both would clash."""
     if not current.exists():
         return None
-    for kept in replaced_databases(current.parent):
+    for kept in replaced_databases(files_of(current)):
         if os.path.samefile(kept, current) and not any(
             os.path.lexists(f"{kept}{suffix}") and os.path.lexists(f"{current}{suffix}") for suffix in LOG_SUFFIXES
         ):
@@ -311,12 +351,12 @@ def _kept_before(current: Path) -> Path | None:
     return None
 
 
-def _flush_directory(state_dir: Path, backup: Path) -> None:
-    """Make the restore's rename of its copy over the database durable: until the directory is flushed, a power
-    loss could bring back the database it replaced. StateDirError if the directory cannot be flushed: the copy is
-    in place, but a power loss may undo it."""
+def _flush_directory(directory: Path, state_dir: Path, backup: Path) -> None:
+    """Make the restore's rename of its copy over the database of `state_dir` (in `directory`) durable: until the
+    directory is flushed, a power loss could bring back the database it replaced. StateDirError if the directory
+    cannot be flushed: the copy is in place, but a power loss may undo it."""
     try:
-        fsync_directory(state_dir)
+        fsync_directory(directory)
     except OSError as exc:
         raise StateDirError(
             f"restored {backup} into state dir {state_dir}, but could not flush the directory to disk "

@@ -135,9 +135,9 @@ class SQLiteStore:
     def __init__(self, state_dir: Path, *, retained_revisions: int = DEFAULT_RETAINED_REVISIONS) -> None:
         refused = f"cannot use state dir {state_dir}"
         try:
-            check_not_dangling(state_dir)
+            check_not_dangling(state_dir, refused, "start again")
             make_directory(state_dir, mode=0o700)
-            self._lock = lock_state_dir(state_dir)
+            self._lock = lock_state_dir(state_dir, "data manager")
         except OSError as exc:  # a path under /proc, a file in the way, a read-only file system, no permission
             raise StateDirError(f"{refused}: {access_advice(state_dir, exc)}") from None
         path = self._path = state_dir / DATABASE_NAME
@@ -151,6 +151,7 @@ class SQLiteStore:
         except BaseException:
             self._lock.release()
             raise
+        self._files = wal.files_of(path)  # a linked silod.db's log, and the disk it fills, are its volume's
         self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._retained = retained_revisions
         self._next_prune = _PRUNE_EVERY
@@ -283,10 +284,13 @@ class SQLiteStore:
                 db.execute("ROLLBACK")
             code = _result_code(exc)
             if code == sqlite3.SQLITE_FULL:
-                raise StoreFull(f"the state disk is full: no room to write {self._path} ({exc})") from exc
+                raise StoreFull(
+                    f"the state disk is full: no room to write {self._path} ({exc})",
+                    advice=f"{self._where_to_free()} and call again",
+                ) from exc
             if code in _UNWRITABLE:
                 may_reappear = committing and _may_be_logged(exc) and not self._erase_log()
-                reason = _why_unwritable(self._path.parent, exc)
+                reason = _why_unwritable(self._files.database.parent, exc)
                 raise StoreUnwritable(f"{self._path}: {reason}", may_reappear=may_reappear) from exc
             raise
         return forgotten
@@ -298,7 +302,7 @@ class SQLiteStore:
         was refused until a restart, with nothing the operator could delete. Raises `full` when the log held
         nothing, and a StoreFull naming the log when it could not be emptied: a reader holds it, or the database has
         no room for what the log moves into it."""
-        file = wal.log_of(self._path)
+        file = self._files.log
         try:
             held = file.stat().st_size
         except FileNotFoundError:
@@ -308,12 +312,10 @@ class SQLiteStore:
         why = wal.empty(self._db)
         if why is None:
             return
-        note = f"its write-ahead log {file} holds {format_size(held)} of it, which could not be moved into {self._path}"
-        remedy = (
-            "end the reader, or free space in its state dir,"
-            if why == wal.A_READER_HOLDS_IT
-            else "free space in its state dir"
-        )
+        into = self._files.database
+        note = f"its write-ahead log {file} holds {format_size(held)} of it, which could not be moved into {into}"
+        free = self._where_to_free()
+        remedy = f"end the reader, or {free}," if why == wal.A_READER_HOLDS_IT else free
         raise StoreFull(f"{full}; {note} ({why})", advice=f"{note} ({why}): {remedy} and call again") from full
 
     def _leave_room(self) -> None:
@@ -321,9 +323,17 @@ class SQLiteStore:
         its next checkpoint (`wal.short_of_room`). A log that holds a disk's last room cannot be emptied: the
         checkpoint that would give that room back needs room of its own, for the pages the database grows by, so the
         log is kept from taking it. Costs a flush of the database per commit, on such a disk only."""
-        if wal.short_of_room(self._path.parent):
+        if wal.short_of_room(self._files.log.parent):
             with self._waiting_at_most(_ERASE_WAIT_MS):
                 wal.empty(self._db)
+
+    def _where_to_free(self) -> str:
+        """Where room is to be freed for a commit: the disk of the database and its log, which is that of the state
+        dir unless its `silod.db` links to a database on another volume."""
+        home = self._files.database.parent
+        if home == Path(os.path.realpath(self._path.parent)):
+            return "free space in its state dir"
+        return f"free space on the disk of {home} (its database and write-ahead log are there, not in its state dir)"
 
     @contextlib.contextmanager
     def _waiting_at_most(self, milliseconds: int) -> Iterator[None]:
@@ -355,14 +365,14 @@ class SQLiteStore:
         with self._waiting_at_most(_ERASE_WAIT_MS):
             erased = self._erase_log()
         if erased and self._log_holds_forgotten:
-            log.info("the state's write-ahead log %s-wal no longer holds retired dataset options", self._path)
+            log.info("the state's write-ahead log %s no longer holds retired dataset options", self._files.log)
         elif not erased and not self._log_holds_forgotten:
             log.warning(
-                "the state's write-ahead log %s-wal, and %s, still hold retired dataset options (they may be "
+                "the state's write-ahead log %s, and %s, still hold retired dataset options (they may be "
                 "credentials): a reader holds the database (an sqlite3 shell, a backup); they are overwritten at a "
                 "later change once it is done",
-                self._path,
-                self._path.name,
+                self._files.log,
+                self._files.database.name,
             )
         self._log_holds_forgotten = not erased
 
@@ -470,7 +480,8 @@ def schema_version(path: Path, refused: str) -> int | None:
     for a database with no tables yet (one a silod from before `_create` was killed while making). StateDirError,
     saying `refused` first, for a database from a newer silod (which this one could misread or destroy) and for
     one that is not silod's."""
-    log, index = Path(f"{path}-wal"), Path(f"{path}-shm")
+    files = wal.files_of(path)  # a linked silod.db's log is beside the file the link names, as SQLite keeps it
+    log, index = files.log, files.index
     had_index = index.exists()
     try:
         with contextlib.closing(read_only(path, immutable=not log.exists())) as db:

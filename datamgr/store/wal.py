@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 # The log is folded into the database (a checkpoint) once it holds this many pages, some 400 KiB, rather than
@@ -39,10 +40,33 @@ _FORMAT_VERSION = 3007000
 _MIN_PAGE_SIZE, _MAX_PAGE_SIZE = 512, 65536
 
 
-def log_of(database: Path) -> Path:
-    """The write-ahead log of `database`: beside the file it names, symbolic links resolved, as SQLite resolves
-    them (the log of a state dir's `silod.db` that links to /vol/silod.db is /vol/silod.db-wal)."""
-    return Path(f"{os.path.realpath(database)}-wal")
+@dataclass(frozen=True)
+class DatabaseFiles:
+    """A SQLite database's files where SQLite keeps them: `database`, the file a path names with its symbolic links
+    resolved, and its write-ahead log, shared-memory index and rollback journal beside that file, not beside the
+    link. A state dir's `silod.db` may link to a database on another volume: its log, its index, the disk they fill
+    and the directory a restore renames its copy in are that volume's, and a check made beside the link finds
+    nothing there."""
+
+    database: Path
+
+    @property
+    def log(self) -> Path:
+        return Path(f"{self.database}-wal")
+
+    @property
+    def index(self) -> Path:
+        return Path(f"{self.database}-shm")
+
+    @property
+    def journal(self) -> Path:
+        return Path(f"{self.database}-journal")
+
+
+def files_of(database: Path) -> DatabaseFiles:
+    """The files of the database at `database`, as SQLite resolves them (the log of a state dir's `silod.db` that
+    links to /vol/silod.db is /vol/silod.db-wal)."""
+    return DatabaseFiles(Path(os.path.realpath(database)))
 
 
 def bound(db: sqlite3.Connection) -> None:
