@@ -197,6 +197,13 @@ class Stop:
                 return
 
     async def _detach(self) -> None:
+        """Detach the mount, unless something did already: a pod's preStop hook (`silod umount --lazy`, deploy/)
+        detaches it before the signal, so that new opens find no mount at once; fusermount3 then refused with
+        "Invalid argument", a WARNING at every stop of every node."""
+        if not os.path.ismount(self._mountpoint):
+            log.info("%s is detached already (by a preStop hook, say)", self._mountpoint, extra=self._ids)
+            self.detached = True
+            return
         try:
             await trio.to_thread.run_sync(functools.partial(unmount, self._mountpoint, lazy=True))
         except OSError as exc:

@@ -503,6 +503,24 @@ def test_after_sigterm_new_opens_find_no_mount_open_files_read_on_and_a_read_wai
     assert mount.log_lines("files are still open in ")
 
 
+def test_a_mount_detached_before_its_sigterm_as_a_prestop_hook_does_stops_without_a_warning(
+    mount_factory: MountFactory, tmp_path: Path
+) -> None:
+    # The DaemonSet's preStop hook detaches the mount (`silod umount --lazy`) before the pod's SIGTERM: the daemon
+    # tried to detach it again, and fusermount3's refusal made a WARNING at every stop of every node.
+    files = _files(tmp_path / "data", {"a.bin": 1000})
+    uri = f"file://{tmp_path / 'data'}"
+    mount = mount_factory({"j": uri})
+    held = (mount.job_dir("j") / "a.bin").open("rb")
+    assert silod_cli("umount", str(mount.mountpoint), "--lazy").returncode == 0
+    _terminate(mount)
+    with held:  # it reads on through the stop's grace
+        assert held.read() == files["a.bin"]
+    assert mount.process is not None and mount.process.wait(timeout=60) == 0
+    assert mount.log_lines("is detached already")
+    assert not [line for line in mount.log_lines("") if " WARNING " in line]
+
+
 def test_a_restarted_mount_counts_the_entries_it_restored_as_its_cached_items_not_its_empty_files(
     mount_factory: MountFactory, tmp_path: Path
 ) -> None:
