@@ -24,7 +24,14 @@ import pyfuse3
 import trio
 
 from fuseclient.assembly import MountConfig, MountError, build_state
-from fuseclient.daemon import ReadyCallback, prepare_mountpoint, raise_open_file_limit, return_freed_buffers, unmount
+from fuseclient.daemon import (
+    ReadyCallback,
+    has_silod_mount,
+    prepare_mountpoint,
+    raise_open_file_limit,
+    return_freed_buffers,
+    unmount,
+)
 from fuseclient.fs import SilodFS
 from fuseclient.fuse_refusals import fuse_refusal, kernel_refusal, may_mount_directly
 from fuseclient.metrics import MountMetrics
@@ -199,8 +206,9 @@ class Stop:
     async def _detach(self) -> None:
         """Detach the mount, unless something did already: a pod's preStop hook (`silod umount --lazy`, deploy/)
         detaches it before the signal, so that new opens find no mount at once; fusermount3 then refused with
-        "Invalid argument", a WARNING at every stop of every node."""
-        if not os.path.ismount(self._mountpoint):
+        "Invalid argument", a WARNING at every stop of every node. Looked up in a worker thread, as is the detach:
+        the lookup of a live mount's root asks this daemon's own request loop, which must be free to answer."""
+        if not await trio.to_thread.run_sync(has_silod_mount, self._mountpoint):
             log.info("%s is detached already (by a preStop hook, say)", self._mountpoint, extra=self._ids)
             self.detached = True
             return
