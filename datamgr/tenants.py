@@ -24,6 +24,7 @@ from collections.abc import Collection, Iterable, Mapping
 from datamgr.entities import FailedPrecondition, InvalidArgument, Node, Tenant
 from datamgr.scheduler.cells import CellHierarchy, FreeLists, parse_levels
 from datamgr.scheduler.hived import Infeasible, check_feasible, infeasibility
+from datamgr.scheduler.policies.hived import cell_hierarchy
 from datamgr.validation import ID_RULE
 
 DEFAULT_LEVEL_NAMES = ("gpu", "node")  # without --cell-levels: a node is one cell of its GPUs
@@ -60,15 +61,11 @@ def hierarchy_over(cell_levels: str, nodes: Iterable[Node]) -> CellHierarchy | N
     offering = gpu_nodes(nodes)
     if not offering:
         return None
+    levels = parse_levels(cell_levels) if cell_levels else (("gpu", 1), ("node", max(n.gpus for n in offering)))
     try:
-        return CellHierarchy.over_nodes(_levels(cell_levels, [n.gpus for n in offering]), [n.node_id for n in offering])
+        return CellHierarchy.over_nodes(levels, [node.node_id for node in offering])
     except ValueError:
         return None
-
-
-def _levels(cell_levels: str, node_gpus: Iterable[int]) -> tuple[tuple[str, int], ...]:
-    """The levels of `--cell-levels`; without it, a node is one cell of as many GPUs as the largest node has."""
-    return parse_levels(cell_levels) if cell_levels else (("gpu", 1), ("node", max(node_gpus, default=1)))
 
 
 def cell_gpus(cell_levels: str, nodes: Iterable[Node]) -> dict[str, int]:
@@ -158,19 +155,15 @@ def _shortfall(
     cell_levels: str, node_gpus: Mapping[str, int], vcs: Mapping[str, Mapping[str, int]]
 ) -> Infeasible | None:
     """Why the VCs do not fit the whole cells the nodes make, None if they do. Unlike `check_vcs`, which waits for
-    the nodes to fill whole top-level cells, this counts the cells as the policy builds them whatever the nodes:
-    those that do not fill the last top cell padded with absent nodes, and the GPUs a node lacks (its last ones,
-    as the policy excludes them) and an absent node's left out, splitting the cells above them."""
-    offering = sorted((node, gpus) for node, gpus in node_gpus.items() if gpus > 0)
-    levels = _levels(cell_levels, (gpus for _, gpus in offering))
-    probe = CellHierarchy(levels, 1)
-    per_top = probe.gpus(probe.top) // probe.gpus(probe.node_level)
-    hierarchy = CellHierarchy(levels, max(1, -(-len(offering) // per_top)))
+    the nodes to fill whole top-level cells, this counts the cells as the policy builds them whatever the nodes
+    (`cell_hierarchy`: those that do not fill the last top cell padded with absent nodes), the GPUs a node lacks
+    (its last ones, as the policy excludes them) and an absent node's left out, splitting the cells above them."""
+    offering = tuple(sorted((node, gpus) for node, gpus in node_gpus.items() if gpus > 0))
+    hierarchy = cell_hierarchy(cell_levels, offering)
     free = FreeLists.physical(hierarchy)
-    node_cells = hierarchy.cells(hierarchy.node_level)
-    present = [gpus for _, gpus in offering] + [0] * (len(node_cells) - len(offering))  # absent nodes have none
-    for node_cell, gpus in zip(node_cells, present, strict=True):
-        for gpu in list(hierarchy.descendants(node_cell, 1))[gpus:]:
+    present = dict(offering)
+    for node_id in hierarchy.node_ids:
+        for gpu in hierarchy.node_gpus(node_id)[present.get(node_id, 0) :]:  # an absent node has none
             free.take(gpu)
     numbered = {tenant: {hierarchy.level(level): count for level, count in vc.items()} for tenant, vc in vcs.items()}
     return infeasibility(hierarchy, numbered, free.counts())
