@@ -188,10 +188,11 @@ class MountedJob:
             self.finished_epochs.append(self.open_epochs.pop(min(self.open_epochs)))
         self._pending_hits = {key: hit for key, hit in self._pending_hits.items() if key[0] > closed}
 
-    def count_cached_read(self, size: int) -> None:
-        """Count a read of `size` bytes served from the local cache (`OpenFile`: a file opened from the cache,
-        whose reads the kernel may serve from its page cache without asking the daemon). Its hit is its access's
-        (`record_access`)."""
+    def count_read(self, size: int) -> None:
+        """Count `size` bytes read: in the job's bytes read and its throughput. A read's hit or miss is its
+        access's (`record_access`). Called for each read the daemon serves (`readpath.read`), and for a whole file
+        at its open when it is opened from the cache (`OpenFile`), whose reads the kernel may then serve from its
+        page cache without asking the daemon."""
         self.bytes_read += size
         self.meter.add(size, trio.current_time())
 

@@ -2,7 +2,7 @@
 
 Opening a file of one item is that item's access: its later reads may never reach the daemon (the kernel
 serves them from its page cache under `keep_cache`, which it gets when the item is cached here), so such an
-open counts as the whole file read from the cache (`MountedJob.count_cached_read`), and reads through it that
+open counts as the whole file read from the cache (`MountedJob.count_read`), and reads through it that
 do reach the daemon count nothing more. Counted on its reads, a second pass over cached files counted nothing. A file of
 several items (chunks) counts each on the first read through this handle that covers it, and marks one the
 handle fetched ahead of the reader as such. Items the handle fetched and may still read (an item the cache
@@ -41,7 +41,7 @@ class OpenFile:
             self._count(first_item, pending=True)
             self.keep_cache = job.dataset.cache.contains(first_item)
             if self.keep_cache:
-                job.count_cached_read(manifest.sizes[file_index])
+                job.count_read(manifest.sizes[file_index])
 
     async def read(self, offset: int, size: int) -> bytes:
         """Up to `size` bytes from `offset`; raises `BackendError` when the backend fails the item."""

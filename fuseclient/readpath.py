@@ -197,8 +197,7 @@ async def read(
         parts.append(await _item_bytes(job, item, last_item, start - item_start, stop - start, fetched))
     data = parts[0] if len(parts) == 1 else b"".join(parts)
     if not counted:
-        job.bytes_read += len(data)
-        job.meter.add(len(data), trio.current_time())
+        job.count_read(len(data))
     return data
 
 
