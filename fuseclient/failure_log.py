@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from silodlib.backends import AccessDenied, BackendError
+from silodlib.line_rate import LineRate
 from silodlib.logfields import log_ids
 
 log = logging.getLogger("fuseclient.fs")
@@ -22,30 +22,22 @@ LOG_INTERVAL = 10.0  # seconds between two lines of one job's failed reads
 _KEPT_JOBS = 1024  # jobs remembered at most; the quietest are forgotten first (a job that comes back logs at once)
 
 
-@dataclass(slots=True)
-class _Quiet:
-    logged_at: float
-    left_out: int = 0
-
-
 class ReadFailureLog:
     """Per job, when its failed reads were last logged and how many were left out since."""
 
     def __init__(self, interval: float = LOG_INTERVAL, clock: Callable[[], float] = time.monotonic) -> None:
         self._interval = interval
         self._clock = clock
-        self._jobs: dict[str, _Quiet] = {}
+        self._jobs: dict[str, LineRate] = {}
 
     def failed(self, job_id: str, dataset_uri: str, exc: BackendError) -> None:
         """Log a failed read of `job_id`'s, unless one was logged less than the interval ago."""
-        now = self._clock()
-        quiet = self._jobs.get(job_id)
-        if quiet is not None and now - quiet.logged_at < self._interval:
-            quiet.left_out += 1
+        rate = self._jobs.get(job_id) or LineRate(self._interval)
+        left_out = rate.due(self._clock())
+        if left_out is None:
             return
-        left_out = 0 if quiet is None else quiet.left_out
         self._jobs.pop(job_id, None)
-        self._jobs[job_id] = _Quiet(now)  # the most recent last: `_forget` drops from the front
+        self._jobs[job_id] = rate  # the most recently logged last: `_forget` drops from the front
         self._forget()
         log.warning(
             "job %s: read %s: %s%s",

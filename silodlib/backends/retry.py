@@ -22,6 +22,7 @@ from typing import Generic, TypeVar
 
 from silodlib.backends.base import Backend, BackendError, ObjectInfo
 from silodlib.backoff import EQUAL_JITTER, Backoff
+from silodlib.line_rate import LineRate
 from silodlib.logfields import log_ids
 
 log = logging.getLogger(__name__)
@@ -89,14 +90,14 @@ class RetryLog:
         self._fields = dict(fields or {})
         self._clock = clock
         self._lock = threading.Lock()
-        self._logged_at: float | None = None  # when the last INFO line was logged
-        self._at_debug = 0  # retries logged at DEBUG only since then
+        self._info = LineRate(LOG_INTERVAL)  # the INFO lines; the retries it leaves out are logged at DEBUG only
 
     def retrying(self, describe: str, failed: int, attempts: int, delay: float, exc: BaseException) -> None:
         """Log that `describe` failed on try `failed` of `attempts` with `exc` and is tried again in `delay` s."""
-        level, at_debug = self._level()
+        with self._lock:
+            at_debug = self._info.due(self._clock())
         log.log(
-            level,
+            logging.DEBUG if at_debug is None else logging.INFO,
             "%s failed on attempt %d of %d, retrying in %.3f s: %s%s",
             describe or "storage operation",
             failed,
@@ -106,16 +107,6 @@ class RetryLog:
             f" ({at_debug} more retries logged at DEBUG since the last such line)" if at_debug else "",
             extra=self._fields,
         )
-
-    def _level(self) -> tuple[int, int]:
-        """The level of the next retry's line, and, for an INFO line, how many retries were at DEBUG before it."""
-        with self._lock:
-            now = self._clock()
-            if self._logged_at is not None and now - self._logged_at < LOG_INTERVAL:
-                self._at_debug += 1
-                return logging.DEBUG, 0
-            at_debug, self._at_debug, self._logged_at = self._at_debug, 0, now
-            return logging.INFO, at_debug
 
 
 def _safe_text(exc: BaseException) -> str:
