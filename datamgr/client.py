@@ -155,6 +155,12 @@ class DataManagerClient:
         request = pb.RegisterNodeRequest(node_id=node_id, address=address, cache_capacity_bytes=capacity, gpus=gpus)
         return self.call(self.stub.RegisterNode, request)
 
+    def unregister_node(self, node_id: str, *, force: bool = False) -> pb.UnregisterNodeResponse:
+        """Unregister a node no job uses. One the tenants' virtual clusters need (they fit the nodes with it, not
+        without) is refused (FAILED_PRECONDITION naming them) unless `force`, which removes it anyway, their
+        guarantee lost until a node takes its place."""
+        return self.call(self.stub.UnregisterNode, pb.UnregisterNodeRequest(node_id=node_id, force=force))
+
 
 GRPC_UNKNOWN_METHOD = "Method not found!"  # grpcio's details for a method the server does not serve
 

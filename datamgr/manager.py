@@ -527,11 +527,13 @@ class DataManager:
         self._request_round(f"registered node {node_id}")
         return node, True, revision
 
-    async def unregister_node(self, node_id: str) -> int:
-        """Unregister a node no job uses (FAILED_PRECONDITION naming the jobs otherwise). One the tenants' VCs need
-        (they fit with it, not without) is not refused: the call carries no way to say it is meant, and the node may
-        be gone for good or about to register again with another capacity; the operator's `silod node remove`
-        refuses it unless forced, and this logs a WARNING naming the VCs and the level they no longer fit at."""
+    async def unregister_node(self, node_id: str, *, force: bool = False) -> int:
+        """Unregister a node no job uses (FAILED_PRECONDITION naming the jobs otherwise, whatever `force`). One the
+        tenants' VCs need (they fit the registered nodes with it, not without) is FAILED_PRECONDITION too, naming
+        the tenants, the level and the ways on, unless `force`: the node may be gone for good or about to register
+        again with another capacity, and only its operator knows; then this logs a WARNING naming the VCs and the
+        level they no longer fit at. The check is here, not in a client, so that every client of the API keeps the
+        tenants' guarantee unless it says it means to break it."""
         self.node("node_id", node_id)
         users = sorted(self.state.jobs_on_node(node_id))
         if users:
@@ -543,12 +545,20 @@ class DataManager:
                 "wait for it to end, or finish them first"
             )
         lost = self._guarantee_lost(self.state.nodes, (node_id,))
+        if lost is not None and not force:
+            raise FailedPrecondition(
+                f"node_id: without node {node_id!r} {lost.reason}, so {vcs_of(lost.tenants)} could no longer be "
+                "guaranteed. Register a node in its place first, or shrink the VCs (silod tenant remove NAME once its "
+                "jobs have finished, then silod tenant add NAME with fewer cells); or remove the node anyway with "
+                "--force (UnregisterNode's force: to register it again with other parameters, say; the VCs fit again "
+                "once it is back)"
+            )
         revision = await self._commit(Change(nodes_deleted=(node_id,)), (), f"unregistered node {node_id}")
         self.liveness.forget(node_id)
         if lost is not None:
             log.warning(
-                "node %s is unregistered, and without it %s: %s can no longer be guaranteed, and a job may find no "
-                "free cell; register a node in its place, or shrink the VCs",
+                "node %s is unregistered by force, and without it %s: %s can no longer be guaranteed, and a job may "
+                "find no free cell; register a node in its place, or shrink the VCs",
                 node_id,
                 lost.reason,
                 vcs_of(lost.tenants),

@@ -229,7 +229,8 @@ class DataManagerServicer(pb_grpc.DataManagerServicer):
 
     @_unary
     async def UnregisterNode(self, request: pb.UnregisterNodeRequest, context: Any) -> pb.UnregisterNodeResponse:
-        return pb.UnregisterNodeResponse(revision=await self._manager.unregister_node(request.node_id))
+        revision = await self._manager.unregister_node(request.node_id, force=request.force)
+        return pb.UnregisterNodeResponse(revision=revision)
 
     async def WatchAllocations(
         self, request: pb.WatchAllocationsRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -17,10 +17,8 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
-from datamgr.change_text import vcs_of
 from datamgr.client import ClientError, DataManagerClient
 from datamgr.convert import JOB_CLASS_MESSAGES, PRIORITY_MESSAGES
-from datamgr.tenants import guarantee_lost
 from silodcli.args import CommandLineError
 from silodcli.exits import EXIT_REJECTED, EXIT_UNREACHABLE, EXIT_USAGE
 from silodcli.security_flags import client_flags
@@ -259,13 +257,10 @@ def tenant_remove(args: argparse.Namespace, client: DataManagerClient) -> None:
 
 
 def node_remove(args: argparse.Namespace, client: DataManagerClient) -> None:
-    """Unregister a node whose agent is gone. Refused here, before the call, unless `--force`, when the tenants'
-    VCs need the node: the data manager unregisters any node no job uses and only logs the guarantee lost (the call
-    cannot say it is meant), but an operator retiring a node should hear which guarantees it would break, and before
-    stopping its agent. Refused too while its agent still reports: it would go on serving a node the data manager no
-    longer knows, and register it again, with its own flags, the next time its watch reconnects."""
-    if not args.force:
-        _refuse_if_the_vcs_need(client, args.node_id)
+    """Unregister a node whose agent is gone. The data manager refuses it, unless `--force`, when the tenants' VCs
+    need the node (naming them, the level and the ways on), and while jobs use it. Refused here too, before the
+    call, while its agent still reports: it would go on serving a node the data manager no longer knows, and
+    register it again, with its own flags, the next time its watch reconnects."""
     node = client.call(client.stub.GetNode, pb.GetNodeRequest(node_id=args.node_id))
     if node.available and node.start_grace:  # no agent heard from: only the start's grace keeps the node live
         raise ClientError(
@@ -282,25 +277,8 @@ def node_remove(args: argparse.Namespace, client: DataManagerClient) -> None:
             "--node-timeout after its last report (30 s by default; `silod status` shows it)",
             grpc.StatusCode.FAILED_PRECONDITION,
         )
-    reply = client.call(client.stub.UnregisterNode, pb.UnregisterNodeRequest(node_id=args.node_id))
+    reply = client.unregister_node(args.node_id, force=args.force)
     print(f"unregistered node {args.node_id} (revision {reply.revision})")
-
-
-def _refuse_if_the_vcs_need(client: DataManagerClient, node_id: str) -> None:
-    """FAILED_PRECONDITION when the tenants' VCs fit the registered nodes and would not without `node_id`, naming
-    them, the level and the ways on."""
-    cell_levels = client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).cell_levels
-    nodes = client.call(client.stub.ListNodes, pb.ListNodesRequest()).nodes
-    vcs = {tenant.name: dict(tenant.cells) for tenant in _fetch_tenants(client)}
-    lost = guarantee_lost(cell_levels, {node.node_id: node.gpus for node in nodes}, vcs, (node_id,))
-    if lost is not None:
-        raise ClientError(
-            f"without node {node_id} {lost.reason}, so {vcs_of(lost.tenants)} could no longer be guaranteed. "
-            "Register a node in its place first, or shrink the VCs (silod tenant remove NAME once its jobs have "
-            "finished, then silod tenant add NAME with fewer cells); or remove the node anyway with --force (to "
-            "register it again with other parameters, say: the VCs fit again once it is back)",
-            grpc.StatusCode.FAILED_PRECONDITION,
-        )
 
 
 class _Status(NamedTuple):

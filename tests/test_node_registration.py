@@ -17,12 +17,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from datamgr.client import DataManagerClient
+from datamgr.client import ClientError, DataManagerClient
 from datamgr.embedded import EmbeddedDataManager
 from datamgr.server import ServerConfig
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.cluster_fixtures import FILES, SIZE, System, eventually
-from tests.datamgr_fixtures import REMOTE_IO_LIMIT, DataManagerProcess, silod_cli
+from tests.datamgr_fixtures import REMOTE_IO_LIMIT, DataManagerProcess, full_state, make_local_dataset, silod_cli
 from tests.mount_fixtures import MountProcess, is_live_mount
 
 
@@ -408,10 +408,15 @@ def test_silod_node_remove_of_a_node_the_vcs_need_is_refused_naming_them_and_the
         _goes_silent(client, gone, reporting=[f"n{index}" for index in range(1, nodes)])
         refused = silod_cli("node", "remove", gone, datamgr=address)
         assert refused.returncode == 1, refused.stderr
-        assert f"without node {gone} {reason}, so {whose} could no longer be guaranteed." in refused.stderr
+        # The data manager's refusal, shown as the CLI shows any: the check is the server's, for every client.
+        assert (
+            f"silod: FAILED_PRECONDITION: node_id: without node '{gone}' {reason}, so {whose} could no longer be "
+            "guaranteed."
+        ) in refused.stderr
         assert "Register a node in its place first, or shrink the VCs (silod tenant remove NAME" in refused.stderr
         assert "remove the node anyway with --force" in refused.stderr
         assert client.call(client.stub.GetNode, pb.GetNodeRequest(node_id=gone)).node_id == gone  # still registered
+        assert not [w for w in _messages(caplog, "WARNING") if w.startswith(f"node {gone} is unregistered")]
 
         forced = silod_cli("node", "remove", gone, "--force", datamgr=address)
         assert forced.returncode == 0, forced.stderr
@@ -420,6 +425,61 @@ def test_silod_node_remove_of_a_node_the_vcs_need_is_refused_naming_them_and_the
         assert [node.node_id for node in listed] == [f"n{index}" for index in range(1, nodes)]
         (unregistered,) = [w for w in _messages(caplog, "WARNING") if w.startswith(f"node {gone} is unregistered")]
         assert unregistered == (
-            f"node {gone} is unregistered, and without it {reason}: {whose} can no longer be guaranteed, and a job "
-            "may find no free cell; register a node in its place, or shrink the VCs"
+            f"node {gone} is unregistered by force, and without it {reason}: {whose} can no longer be guaranteed, and "
+            "a job may find no free cell; register a node in its place, or shrink the VCs"
         )
+
+
+@pytest.mark.expected_warnings  # the forced removal, and the registered nodes marked unavailable as they never report
+def test_unregister_node_over_grpc_of_a_node_the_vcs_need_is_refused_changing_nothing_unless_forced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Only `silod node remove` refused it: any other client of the API (scripts, an operator) removed the node and
+    # broke the tenants' guarantee with no more than a WARNING.
+    with _tenants_on_nodes(tmp_path, "gpu:1,node:2", 2, {"a": {"node": 1}, "b": {"node": 1}}) as (_, client):
+        before = full_state(client)
+        revision = client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).revision
+        with pytest.raises(ClientError) as refused:
+            client.unregister_node("n2")
+        assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert str(refused.value) == (
+            f"FAILED_PRECONDITION: node_id: without node 'n2' {LOST_AT_NODE}, so the VCs of tenants a, b could no "
+            "longer be guaranteed. Register a node in its place first, or shrink the VCs (silod tenant remove NAME "
+            "once its jobs have finished, then silod tenant add NAME with fewer cells); or remove the node anyway "
+            "with --force (UnregisterNode's force: to register it again with other parameters, say; the VCs fit "
+            "again once it is back)"
+        )
+        assert full_state(client) == before  # n2 still registered, the revision where it was
+        assert not [w for w in _messages(caplog, "WARNING") if w.startswith("node n2 is unregistered")]
+
+        forced = client.unregister_node("n2", force=True)
+        assert forced.revision == revision + 1
+        assert [node.node_id for node in client.call(client.stub.ListNodes, pb.ListNodesRequest()).nodes] == ["n1"]
+        assert [w for w in _messages(caplog, "WARNING") if w.startswith("node n2 is unregistered")] == [
+            f"node n2 is unregistered by force, and without it {LOST_AT_NODE}: the VCs of tenants a, b can no longer "
+            "be guaranteed, and a job may find no free cell; register a node in its place, or shrink the VCs"
+        ]
+        client.unregister_node("n1", force=True)  # the VCs fit no longer: nothing left to lose, nothing logged
+        assert len([w for w in _messages(caplog, "WARNING") if " is unregistered" in w]) == 1
+
+
+@pytest.mark.expected_warnings  # the registered nodes marked unavailable as they never report
+@pytest.mark.parametrize("force", [False, True], ids=["plain", "forced"])
+def test_unregister_node_of_a_node_the_vcs_need_that_runs_a_job_is_refused_naming_the_job_even_forced(
+    tmp_path: Path, force: bool
+) -> None:
+    """Force overrides the tenants' guarantee only: a node that jobs use is refused first, naming them, so that a
+    refusal that offers --force never leads to one that --force cannot pass."""
+    with _tenants_on_nodes(tmp_path, "gpu:1,node:2", 2, {"a": {"node": 1}, "b": {"node": 1}}) as (_, client):
+        uri = make_local_dataset(tmp_path / "ds")
+        client.register_dataset(uri)
+        client.register_job("j", uri, 10**6, [("n2", 1)])
+        before = full_state(client)
+        with pytest.raises(ClientError) as refused:
+            client.unregister_node("n2", force=force)
+        assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert (
+            str(refused.value)
+            == "FAILED_PRECONDITION: node_id: node 'n2' runs workers of jobs ['j']; finish them first"
+        )
+        assert full_state(client) == before

@@ -356,11 +356,13 @@ def test_a_restart_warns_when_the_vcs_no_longer_fit_the_nodes(tmp_path: Path, ca
         client.register_node("n1", "h1:1", 10**9, gpus=2)
         client.register_node("n2", "h2:1", 10**9, gpus=2)
         client.register_tenant("a", {"node": 2})
-        client.call(client.stub.UnregisterNode, pb.UnregisterNodeRequest(node_id="n2"))  # a is promised 2 nodes
+        client.unregister_node("n2", force=True)  # a is promised 2 nodes: refused without force
     with EmbeddedDataManager(two_gpu_nodes) as dm, DataManagerClient(dm.address, timeout=10) as client:
         assert [t.name for t in client.call(client.stub.ListTenants, pb.ListTenantsRequest()).tenants] == ["a"]
     unregistered, warning = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert unregistered.startswith("node n2 is unregistered, and without it the VC assignment does not fit at level 2")
+    assert unregistered.startswith(
+        "node n2 is unregistered by force, and without it the VC assignment does not fit at level 2"
+    )
     assert warning.startswith("tenants: the VC assignment does not fit at level 2 (node)")
     # It said they "cannot run until they fit", but they run on (`CellAllocator(require_feasible=False)`).
     assert warning.endswith("a tenant's job may find no free cell until they fit again")

@@ -1401,15 +1401,23 @@ class UnregisterNodeRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NODE_ID_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
+    force: _builtins.bool
+    """Unregister the node even though the tenants' virtual clusters need it (they fit the registered nodes with it
+    and not without): without it that is FAILED_PRECONDITION naming the tenants and the level; with it the data
+    manager logs a WARNING naming them, and their guarantee is lost until a node takes its place. Refusals
+    for jobs that use the node stand either way. False from clients before this field.
+    """
     def __init__(
         self,
         *,
         node_id: _builtins.str = ...,
+        force: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force", b"force", "node_id", b"node_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
