@@ -156,9 +156,11 @@ class DataManagerClient:
         return self.call(self.stub.RegisterNode, request)
 
     def unregister_node(self, node_id: str, *, force: bool = False) -> pb.UnregisterNodeResponse:
-        """Unregister a node no job uses. One the tenants' virtual clusters need (they fit the nodes with it, not
-        without) is refused (FAILED_PRECONDITION naming them) unless `force`, which removes it anyway, their
-        guarantee lost until a node takes its place."""
+        """Unregister a node no job uses whose agent is gone. One the tenants' virtual clusters need (they fit the
+        nodes with it, not without) is refused (FAILED_PRECONDITION naming them) unless `force`, which removes it
+        anyway, their guarantee lost until a node takes its place. One still live is refused whatever `force`
+        (FAILED_PRECONDITION): its agent reported within the data manager's --node-timeout (a running agent would
+        register the node again), or the data manager started that recently and has not heard from it since."""
         return self.call(self.stub.UnregisterNode, pb.UnregisterNodeRequest(node_id=node_id, force=force))
 
 

@@ -113,6 +113,7 @@ class DataManager:
         self._latest_submit = max((h.submit_time for h in self.state.histories.values()), default=-math.inf)
         self.hub: WatchHub[pb.WatchEvent] = WatchHub()
         self.decision_hub: WatchHub[pb.DecisionEvent] = WatchHub()
+        self.node_timeout = node_timeout  # a node silent this many seconds is unavailable (`liveness`)
         self.liveness = NodeLiveness(node_timeout, clock, self.state.nodes)
         self.node_agents = NodeAgents(self.wall_clock)  # which agent process serves each node (`node_agents`)
         self._journal = GroupCommitJournal(store, self.hub.publish, self._roll_back)
@@ -532,8 +533,10 @@ class DataManager:
         tenants' VCs need (they fit the registered nodes with it, not without) is FAILED_PRECONDITION too, naming
         the tenants, the level and the ways on, unless `force`: the node may be gone for good or about to register
         again with another capacity, and only its operator knows; then this logs a WARNING naming the VCs and the
-        level they no longer fit at. The check is here, not in a client, so that every client of the API keeps the
-        tenants' guarantee unless it says it means to break it."""
+        level they no longer fit at. Last, a node still live is FAILED_PRECONDITION, whatever `force`
+        (`_refuse_while_live`). These checks are here, not in a client, so that every client of the API keeps them;
+        the VCs' comes before liveness so that an operator hears of them before stopping the node's agent (which
+        already costs the VCs the node)."""
         self.node("node_id", node_id)
         users = sorted(self.state.jobs_on_node(node_id))
         if users:
@@ -553,6 +556,7 @@ class DataManager:
                 "--force (UnregisterNode's force: to register it again with other parameters, say; the VCs fit again "
                 "once it is back)"
             )
+        self._refuse_while_live(node_id)
         revision = await self._commit(Change(nodes_deleted=(node_id,)), (), f"unregistered node {node_id}")
         self.liveness.forget(node_id)
         if lost is not None:
@@ -565,6 +569,31 @@ class DataManager:
                 extra={"node_id": node_id},
             )
         return revision
+
+    def _refuse_while_live(self, node_id: str) -> None:
+        """FAILED_PRECONDITION while the node counts as live (`GetNode`'s `available`), whatever `force`: its agent
+        may still run, and a running agent goes on serving a node this data manager no longer knows, and registers it
+        again, with its own flags, the next time its watch reconnects; a removal it undoes is no removal, and the one
+        meant by `force`, to register the node again with other flags, needs the agent stopped anyway. The data
+        manager cannot tell a stopped agent from a running one until `node_timeout` has passed without a word from
+        it (a node registered by a client that never reports is live until then too). Right after a start, a node
+        not heard from since is live by the start's grace alone (`start_grace`): the refusal says so, rather than
+        that its agent reported."""
+        if not self.liveness.available(node_id):
+            return
+        since = self.liveness.seconds_since_seen(node_id)
+        if self.liveness.in_start_grace(node_id):
+            raise FailedPrecondition(
+                f"node_id: the data manager restarted {since:.0f} s ago and counts node {node_id} as live for its "
+                f"--node-timeout after a start ({self.node_timeout:g} s) although its agent has not reported since: "
+                "remove the node once `silod status` shows it unavailable (stop its agent first if it runs: a running "
+                "agent registers its node again)"
+            )
+        raise FailedPrecondition(
+            f"node_id: node {node_id}'s agent reported {since:.0f} s ago: stop it first (a running agent registers "
+            "its node again), then remove the node once the data manager marks it unavailable, --node-timeout after "
+            f"its last report ({self.node_timeout:g} s; `silod status` shows it)"
+        )
 
     async def watch(
         self, node_id: str, since_revision: int, history: int = 0, agent_id: str = "", peer: str = ""

@@ -257,26 +257,10 @@ def tenant_remove(args: argparse.Namespace, client: DataManagerClient) -> None:
 
 
 def node_remove(args: argparse.Namespace, client: DataManagerClient) -> None:
-    """Unregister a node whose agent is gone. The data manager refuses it, unless `--force`, when the tenants' VCs
-    need the node (naming them, the level and the ways on), and while jobs use it. Refused here too, before the
-    call, while its agent still reports: it would go on serving a node the data manager no longer knows, and
-    register it again, with its own flags, the next time its watch reconnects."""
-    node = client.call(client.stub.GetNode, pb.GetNodeRequest(node_id=args.node_id))
-    if node.available and node.start_grace:  # no agent heard from: only the start's grace keeps the node live
-        raise ClientError(
-            f"the data manager restarted {node.seconds_since_seen:.0f} s ago and counts node {args.node_id} as live "
-            "for its --node-timeout after a start (30 s by default) although its agent has not reported since: "
-            "remove the node once `silod status` shows it unavailable (stop its agent first if it runs: a running "
-            "agent registers its node again)",
-            grpc.StatusCode.FAILED_PRECONDITION,
-        )
-    if node.available:
-        raise ClientError(
-            f"node {args.node_id}'s agent reported {node.seconds_since_seen:.0f} s ago: stop it first (a running "
-            "agent registers its node again), then remove the node once the data manager marks it unavailable, "
-            "--node-timeout after its last report (30 s by default; `silod status` shows it)",
-            grpc.StatusCode.FAILED_PRECONDITION,
-        )
+    """Unregister a node whose agent is gone. The data manager refuses it, naming why and what to do, while jobs
+    use it, unless `--force` when the tenants' VCs need it, and while the node counts as live (its agent reported
+    within --node-timeout, or the data manager restarted that recently), whatever `--force`: the rules are the data
+    manager's, for every client of `UnregisterNode`."""
     reply = client.unregister_node(args.node_id, force=args.force)
     print(f"unregistered node {args.node_id} (revision {reply.revision})")
 

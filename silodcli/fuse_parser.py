@@ -165,18 +165,19 @@ def add_commands(
     remove_p = actions.add_parser(
         "remove",
         help="unregister a node whose agent is stopped for good or is to register again with other parameters",
-        description="Unregister NODE_ID. Refused while the tenants' virtual clusters need its cells (they fit the "
-        "nodes with it, not without: shrink them or register a node in its place first, or give --force), while its "
-        "agent still reports (stop it, and wait until the data manager marks the node unavailable: a running agent "
-        "would register it again), and while workers of unfinished jobs run there or a suspending job holds GPUs "
-        "on it.",
+        description="Unregister NODE_ID. The data manager refuses it while workers of unfinished jobs run there or "
+        "a suspending job holds GPUs on it, then while the tenants' virtual clusters need its cells (they fit the "
+        "nodes with it, not without: shrink them or register a node in its place first, or give --force), then while "
+        "its agent still reports, --force or not (stop it, and wait until the data manager marks the node "
+        "unavailable, its --node-timeout after the last report: a running agent would register it again).",
     )
     remove_p.add_argument("node_id", metavar="NODE_ID")
     remove_p.add_argument(
         "--force",
         action="store_true",
         help="remove it even if the tenants' virtual clusters then no longer fit the nodes (their guarantee is "
-        "lost until a node takes its place: to register it again with another --cache-capacity, say)",
+        "lost until a node takes its place: to register it again with another --cache-capacity, say); it does not "
+        "remove a node in use or one whose agent still reports",
     )
     client_command(remove_p, "node_remove")
     remove_p.set_defaults(default_log_level="WARNING")

@@ -82,6 +82,21 @@ def full_state(client: DataManagerClient) -> tuple[bytes, ...]:
     )
 
 
+def until_unavailable(
+    client: DataManagerClient, silent: str, reporting: Sequence[str] = (), timeout: float = 30.0
+) -> None:
+    """Wait until the data manager marks node `silent` unavailable, its --node-timeout after its last contact (a
+    node registered by a client and never reporting counts as live until then, and `UnregisterNode` refuses a live
+    node), the `reporting` nodes reporting meanwhile so that they stay available."""
+
+    def unavailable() -> bool:
+        for node_id in reporting:
+            client.call(client.stub.ReportUsage, pb.ReportUsageRequest(node_id=node_id))
+        return not client.call(client.stub.GetNode, pb.GetNodeRequest(node_id=silent)).available
+
+    polling.eventually(unavailable, timeout=timeout, interval=0.02, what=f"{silent} marked unavailable")
+
+
 class DataManagerProcess:
     """`silod datamgr serve` as a child process, for restart, signal and CLI tests."""
 

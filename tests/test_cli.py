@@ -308,10 +308,16 @@ def test_node_remove_refuses_a_node_whose_agent_reports_one_in_use_and_one_unkno
         client.register_dataset(uri)
         client.register_job("j", uri, 10**6, [("n1", 1)])
 
+        revision = client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).revision
         reporting = silod_cli("node", "remove", "n2", datamgr=dm.address)
         assert reporting.returncode == 1
-        assert "node n2's agent reported" in reporting.stderr and "stop it first" in reporting.stderr
-        assert _node_seen_by_the_data_manager(client, "n2")  # refused before any call that changes state
+        # The data manager's refusal, as the CLI shows any: the rule is the server's, for every client.
+        assert "silod: FAILED_PRECONDITION: node_id: node n2's agent reported" in reporting.stderr
+        assert "stop it first" in reporting.stderr and f"--node-timeout after its last report ({NODE_TIMEOUT:g} s;" in (
+            reporting.stderr
+        )
+        assert client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).revision == revision
+        assert _node_seen_by_the_data_manager(client, "n2")  # still registered, still live: the refusal changed nothing
 
         eventually(lambda: not _node_seen_by_the_data_manager(client, "n2") or None, what="n2 unavailable")
         busy = silod_cli("node", "remove", "n1", datamgr=dm.address)

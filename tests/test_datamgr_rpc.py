@@ -41,6 +41,7 @@ from tests.datamgr_fixtures import (
     full_state,
     make_local_dataset,
     silod_cli,
+    until_unavailable,
     watch,
 )
 from tests.storage_servers import DatasetTargetFactory
@@ -74,8 +75,22 @@ def test_dataset_registration_freezes_a_manifest_served_by_get_manifest(
     assert manifest.paths == sorted(p.relative_to(tmp_path / "ds").as_posix() for p in (tmp_path / "ds").rglob("*.bin"))
 
 
-def test_jobs_allocations_usage_and_teardown(datamgr: RunningDataManager, tmp_path: Path) -> None:
-    client = datamgr.client
+TEARDOWN_NODE_TIMEOUT = 5.0  # long enough for the test to see both nodes available, short enough to wait out
+
+
+@pytest.fixture
+def teardown_datamgr(tmp_path: Path) -> Iterator[RunningDataManager]:
+    """The `datamgr` fixture's data manager with a node timeout of seconds, not an hour: a node registered here and
+    never reporting counts as live until it times out, and UnregisterNode refuses a live node (its agent would
+    register it again)."""
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", REMOTE_IO_LIMIT, TEARDOWN_NODE_TIMEOUT)
+    with EmbeddedDataManager(config) as dm, DataManagerClient(dm.address, timeout=10) as client:
+        yield RunningDataManager(dm.address, client, config.state_dir)
+
+
+@pytest.mark.expected_warnings  # the nodes, which never report, marked unavailable
+def test_jobs_allocations_usage_and_teardown(teardown_datamgr: RunningDataManager, tmp_path: Path) -> None:
+    client = teardown_datamgr.client
     client.register_node("n1", "h1:1", 50_000)
     client.register_node("n2", "h2:1", 50_000)
     uri = make_local_dataset(tmp_path / "ds", files=10, size=2000)
@@ -119,6 +134,7 @@ def test_jobs_allocations_usage_and_teardown(datamgr: RunningDataManager, tmp_pa
         client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).remote_io_allocated_bytes_per_sec == 0
     )
     client.call(client.stub.UnregisterDataset, pb.UnregisterDatasetRequest(uri=uri))
+    until_unavailable(client, "n2")  # as once its agent has stopped
     client.call(client.stub.UnregisterNode, pb.UnregisterNodeRequest(node_id="n2"))
     final = client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest())
     assert (final.dataset_count, final.job_count, final.node_count) == (0, 0, 1)

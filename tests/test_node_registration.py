@@ -7,11 +7,12 @@ manager, node agents, mounts."""
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import grpc
@@ -22,7 +23,14 @@ from datamgr.embedded import EmbeddedDataManager
 from datamgr.server import ServerConfig
 from silodpb.v1 import datamgr_pb2 as pb
 from tests.cluster_fixtures import FILES, SIZE, System, eventually
-from tests.datamgr_fixtures import REMOTE_IO_LIMIT, DataManagerProcess, full_state, make_local_dataset, silod_cli
+from tests.datamgr_fixtures import (
+    REMOTE_IO_LIMIT,
+    DataManagerProcess,
+    full_state,
+    make_local_dataset,
+    silod_cli,
+    until_unavailable,
+)
 from tests.mount_fixtures import MountProcess, is_live_mount
 
 
@@ -337,17 +345,6 @@ def _tenants_on_nodes(
         yield dm.address, client
 
 
-def _goes_silent(client: DataManagerClient, silent: str, reporting: Sequence[str]) -> None:
-    """Wait until node `silent` is marked unavailable, the `reporting` nodes reporting meanwhile (they stay)."""
-
-    def unavailable() -> bool:
-        for node_id in reporting:
-            client.call(client.stub.ReportUsage, pb.ReportUsageRequest(node_id=node_id))
-        return not client.call(client.stub.GetNode, pb.GetNodeRequest(node_id=silent)).available
-
-    eventually(unavailable, timeout=30, what=f"{silent} marked unavailable")
-
-
 def _messages(caplog: pytest.LogCaptureFixture, level: str) -> list[str]:
     return [record.getMessage() for record in caplog.records if record.levelname == level]
 
@@ -364,8 +361,8 @@ def test_a_node_the_vcs_need_that_stops_reporting_is_logged_once_naming_them_unt
 ) -> None:
     # Nothing said so: `hived` went on without HiveD's guarantee for the VCs, silently, until the node returned.
     with _tenants_on_nodes(tmp_path, "gpu:1,node:2", 2, {"a": {"node": 1}, "b": {"node": 1}}) as (_, client):
-        _goes_silent(client, "n2", reporting=["n1"])
-        _goes_silent(client, "n2", reporting=["n1"])  # later sweeps add nothing
+        until_unavailable(client, "n2", reporting=["n1"])
+        until_unavailable(client, "n2", reporting=["n1"])  # later sweeps add nothing
         assert _messages(caplog, "WARNING") == [
             "node n2 stopped reporting; marked unavailable",
             f"without node n2, which stopped reporting, {LOST_AT_NODE}: the VCs of tenants a, b cannot be "
@@ -405,7 +402,7 @@ def test_silod_node_remove_of_a_node_the_vcs_need_is_refused_naming_them_and_the
     # It was unregistered without a word, and the data manager's next start warned (or, short of a whole rack, not).
     gone = f"n{nodes}"
     with _tenants_on_nodes(tmp_path, cell_levels, nodes, vcs) as (address, client):
-        _goes_silent(client, gone, reporting=[f"n{index}" for index in range(1, nodes)])
+        until_unavailable(client, gone, reporting=[f"n{index}" for index in range(1, nodes)])
         refused = silod_cli("node", "remove", gone, datamgr=address)
         assert refused.returncode == 1, refused.stderr
         # The data manager's refusal, shown as the CLI shows any: the check is the server's, for every client.
@@ -437,11 +434,14 @@ def test_unregister_node_over_grpc_of_a_node_the_vcs_need_is_refused_changing_no
     # Only `silod node remove` refused it: any other client of the API (scripts, an operator) removed the node and
     # broke the tenants' guarantee with no more than a WARNING.
     with _tenants_on_nodes(tmp_path, "gpu:1,node:2", 2, {"a": {"node": 1}, "b": {"node": 1}}) as (_, client):
+        for node_id in ("n1", "n2"):  # both live: their agents report
+            client.call(client.stub.ReportUsage, pb.ReportUsageRequest(node_id=node_id))
         before = full_state(client)
         revision = client.call(client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).revision
         with pytest.raises(ClientError) as refused:
             client.unregister_node("n2")
         assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        # The VCs first, though n2's agent reports: heard of before the agent is stopped, which costs them n2 already.
         assert str(refused.value) == (
             f"FAILED_PRECONDITION: node_id: without node 'n2' {LOST_AT_NODE}, so the VCs of tenants a, b could no "
             "longer be guaranteed. Register a node in its place first, or shrink the VCs (silod tenant remove NAME "
@@ -449,9 +449,14 @@ def test_unregister_node_over_grpc_of_a_node_the_vcs_need_is_refused_changing_no
             "with --force (UnregisterNode's force: to register it again with other parameters, say; the VCs fit "
             "again once it is back)"
         )
+        with pytest.raises(ClientError) as live:  # force passes the VCs, not an agent that reports
+            client.unregister_node("n2", force=True)
+        assert live.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert str(live.value).startswith("FAILED_PRECONDITION: node_id: node n2's agent reported ")
         assert full_state(client) == before  # n2 still registered, the revision where it was
         assert not [w for w in _messages(caplog, "WARNING") if w.startswith("node n2 is unregistered")]
 
+        until_unavailable(client, "n2", reporting=["n1"])
         forced = client.unregister_node("n2", force=True)
         assert forced.revision == revision + 1
         assert [node.node_id for node in client.call(client.stub.ListNodes, pb.ListNodesRequest()).nodes] == ["n1"]
@@ -459,6 +464,7 @@ def test_unregister_node_over_grpc_of_a_node_the_vcs_need_is_refused_changing_no
             f"node n2 is unregistered by force, and without it {LOST_AT_NODE}: the VCs of tenants a, b can no longer "
             "be guaranteed, and a job may find no free cell; register a node in its place, or shrink the VCs"
         ]
+        until_unavailable(client, "n1")
         client.unregister_node("n1", force=True)  # the VCs fit no longer: nothing left to lose, nothing logged
         assert len([w for w in _messages(caplog, "WARNING") if " is unregistered" in w]) == 1
 
@@ -469,7 +475,8 @@ def test_unregister_node_of_a_node_the_vcs_need_that_runs_a_job_is_refused_namin
     tmp_path: Path, force: bool
 ) -> None:
     """Force overrides the tenants' guarantee only: a node that jobs use is refused first, naming them, so that a
-    refusal that offers --force never leads to one that --force cannot pass."""
+    refusal that offers --force never leads to one that --force cannot pass (a live node's, which comes after the
+    VCs', passes once its agent has stopped and the node timed out)."""
     with _tenants_on_nodes(tmp_path, "gpu:1,node:2", 2, {"a": {"node": 1}, "b": {"node": 1}}) as (_, client):
         uri = make_local_dataset(tmp_path / "ds")
         client.register_dataset(uri)
@@ -483,3 +490,81 @@ def test_unregister_node_of_a_node_the_vcs_need_that_runs_a_job_is_refused_namin
             == "FAILED_PRECONDITION: node_id: node 'n2' runs workers of jobs ['j']; finish them first"
         )
         assert full_state(client) == before
+
+
+# ---- a node still live: its agent reports, or the data manager has just restarted ----
+
+AGENT_REPORTED = (
+    r"FAILED_PRECONDITION: node_id: node n1's agent reported \d+ s ago: stop it first \(a running agent registers its "
+    r"node again\), then remove the node once the data manager marks it unavailable, --node-timeout after its last "
+    r"report \({timeout} s; `silod status` shows it\)"
+)
+
+
+def _refused_for_any_force(client: DataManagerClient, node_id: str) -> list[str]:
+    """The refusals of `UnregisterNode` for `node_id`, without and with force; they must change nothing."""
+    before = full_state(client)
+    messages = []
+    for force in (False, True):
+        with pytest.raises(ClientError) as refused:
+            client.unregister_node(node_id, force=force)
+        assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        messages.append(str(refused.value))
+    assert full_state(client) == before
+    return messages
+
+
+def test_unregister_node_over_grpc_of_a_node_whose_agent_reports_is_refused_changing_nothing_until_it_times_out(
+    system: System,
+) -> None:
+    """Only `silod node remove` refused it: through the API (a script, an operator draining nodes) the node was
+    unregistered while its agent ran on, serving a node the data manager no longer knew, and the agent registered
+    it again, with its own flags, at its next watch reconnect."""
+    agent = system.start_node("n1")
+    eventually(lambda: _available(system, "n1"), what="n1 reported by its agent")
+    revision = system.client.call(system.client.stub.GetClusterSummary, pb.GetClusterSummaryRequest()).revision
+
+    for message in _refused_for_any_force(system.client, "n1"):  # force passes the tenants' VCs, not an agent
+        assert re.fullmatch(AGENT_REPORTED.format(timeout=5), message), message
+    assert agent.process is not None and agent.process.poll() is None and is_live_mount(agent.mountpoint)
+
+    agent.stop()
+    eventually(lambda: not _available(system, "n1") or None, what="n1 marked unavailable once its agent stopped")
+    assert system.client.unregister_node("n1").revision == revision + 1
+    assert not system.client.call(system.client.stub.ListNodes, pb.ListNodesRequest()).nodes
+
+
+def test_unregister_node_over_grpc_right_after_a_restart_says_the_restart_keeps_the_node_live_not_its_agent(
+    tmp_path: Path,
+) -> None:
+    """The data manager gives every node it knows a --node-timeout of grace when it starts: until then it cannot
+    tell a node whose agent is gone from one whose agent has yet to reconnect. An hour here, so that the grace
+    outlasts the test on a busy machine."""
+    system = System(tmp_path, node_timeout=3600)
+    try:
+        system.start_node("n1").stop()
+        system.datamgr.terminate()
+        system.datamgr.start()
+        node = system.client.call(system.client.stub.GetNode, pb.GetNodeRequest(node_id="n1"))
+        assert node.available and node.start_grace
+
+        for message in _refused_for_any_force(system.client, "n1"):
+            assert re.fullmatch(
+                r"FAILED_PRECONDITION: node_id: the data manager restarted \d+ s ago and counts node n1 as live for "
+                r"its --node-timeout after a start \(3600 s\) although its agent has not reported since: remove the "
+                r"node once `silod status` shows it unavailable \(stop its agent first if it runs: a running agent "
+                r"registers its node again\)",
+                message,
+            ), message
+
+        again = MountProcess.node(system.root / "n1-again", system.datamgr.address, "n1", "--cache-capacity", "1GiB")
+        system.nodes.append(again)
+        again.start()
+        eventually(
+            lambda: not system.client.call(system.client.stub.GetNode, pb.GetNodeRequest(node_id="n1")).start_grace,
+            what="n1's agent heard from",
+        )
+        for message in _refused_for_any_force(system.client, "n1"):  # now its agent, not the restart, keeps it live
+            assert re.fullmatch(AGENT_REPORTED.format(timeout=3600), message), message
+    finally:
+        system.stop()

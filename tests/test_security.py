@@ -31,7 +31,7 @@ from silodlib.grpc_channel import explain_refusal, open_channel
 from silodpb.v1 import datamgr_pb2 as pb
 from silodpb.v1 import datamgr_pb2_grpc as pb_grpc
 from tests import polling
-from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, silod_cli
+from tests.datamgr_fixtures import DataManagerProcess, full_state, make_local_dataset, silod_cli, until_unavailable
 from tests.mount_fixtures import MountProcess
 from tests.storage_servers import AzuriteServer, DatasetTargetFactory, S3Server, container_sas
 from tests.tls import TlsFiles, make_tls_files
@@ -229,12 +229,17 @@ def test_changes_need_the_token_and_queries_do_not(
     for name in ("ds2", "ds3"):
         make_local_dataset(tmp_path / name, files=2)
     wrong = secrets.token_urlsafe(24)
-    with serving(tmp_path, auth_token_file=path) as address:
+    # A node timeout of a second: UnregisterNode refuses a node still live (n3, registered here, until it times out).
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", None, 1.0, auth_token_file=path)
+    with EmbeddedDataManager(config) as dm:
+        address = dm.address
         admin = DataManagerClient(address, timeout=QUICK, token=value)
         anonymous = DataManagerClient(address, timeout=QUICK)
         impostor = DataManagerClient(address, timeout=QUICK, token=wrong)
         admin.register_node("n1", "h1:1", 100_000)
         admin.register_node("n3", "h3:1", 100_000)
+        for node_id in ("n1", "n3"):  # silent for good: no availability changes between the states compared
+            until_unavailable(admin, node_id)
         admin.register_dataset(uri)
         admin.register_dataset(uri.replace("/ds", "/ds3"))
         admin.register_job("j1", uri, 1_000_000, [("n1", 1)])

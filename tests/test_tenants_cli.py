@@ -24,7 +24,14 @@ from datamgr.state import Change, ClusterState
 from datamgr.store import MemoryStore
 from silodcli.main import main
 from silodpb.v1 import datamgr_pb2 as pb
-from tests.datamgr_fixtures import REMOTE_IO_LIMIT, STILL_ALIVE_SECONDS, full_state, make_local_dataset, silod_cli
+from tests.datamgr_fixtures import (
+    REMOTE_IO_LIMIT,
+    STILL_ALIVE_SECONDS,
+    full_state,
+    make_local_dataset,
+    silod_cli,
+    until_unavailable,
+)
 
 LEVELS = "gpu:1,pcie:2,node:2"  # a node cell: 2 PCIe switches of 2 GPUs
 NODE_GPUS = 4
@@ -352,14 +359,23 @@ def test_a_restart_keeps_the_tenants_and_refuses_cell_levels_without_a_level_a_t
 @pytest.mark.expected_warnings
 def test_a_restart_warns_when_the_vcs_no_longer_fit_the_nodes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     two_gpu_nodes = config(tmp_path, "gpu:1,node:2")
-    with EmbeddedDataManager(two_gpu_nodes) as dm, DataManagerClient(dm.address, timeout=10) as client:
+    # n2 is unregistered once silent (UnregisterNode refuses a live node): a node timeout of seconds for that.
+    with (
+        EmbeddedDataManager(replace(two_gpu_nodes, node_timeout=2.0)) as dm,
+        DataManagerClient(dm.address, timeout=10) as client,
+    ):
         client.register_node("n1", "h1:1", 10**9, gpus=2)
         client.register_node("n2", "h2:1", 10**9, gpus=2)
         client.register_tenant("a", {"node": 2})
+        until_unavailable(client, "n2", reporting=["n1"])
         client.unregister_node("n2", force=True)  # a is promised 2 nodes: refused without force
     with EmbeddedDataManager(two_gpu_nodes) as dm, DataManagerClient(dm.address, timeout=10) as client:
         assert [t.name for t in client.call(client.stub.ListTenants, pb.ListTenantsRequest()).tenants] == ["a"]
-    unregistered, warning = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    stopped, unavailable, unregistered, warning = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert stopped == "node n2 stopped reporting; marked unavailable"
+    assert unavailable.startswith(
+        "without node n2, which stopped reporting, the VC assignment does not fit at level 2 (node)"
+    )
     assert unregistered.startswith(
         "node n2 is unregistered by force, and without it the VC assignment does not fit at level 2"
     )

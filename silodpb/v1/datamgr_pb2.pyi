@@ -1407,7 +1407,9 @@ class UnregisterNodeRequest(_message.Message):
     """Unregister the node even though the tenants' virtual clusters need it (they fit the registered nodes with it
     and not without): without it that is FAILED_PRECONDITION naming the tenants and the level; with it the data
     manager logs a WARNING naming them, and their guarantee is lost until a node takes its place. Refusals
-    for jobs that use the node stand either way. False from clients before this field.
+    for jobs that use the node, and for a node still live (its agent reported within the data manager's
+    --node-timeout, which a running agent would register again, or the data manager started that recently and
+    has not heard from it since), stand either way. False from clients before this field.
     """
     def __init__(
         self,
