@@ -18,6 +18,7 @@ import trio
 
 from fuseclient import cache_disk
 from fuseclient.access import AccessTracker
+from fuseclient.backend_calls import BackendCalls
 from fuseclient.cache import DatasetCache, NoCache
 from fuseclient.mounted import MountedDataset, MountedJob, MountState
 from fuseclient.read_buffers import DEFAULT_READ_BUFFER_BYTES
@@ -204,24 +205,37 @@ async def open_cache(cache_root: Path, uri: str, manifest: Manifest, quota: int)
 
 
 def uncached_dataset(
-    uri: str, backend: Backend, manifest: Manifest, quota: int, options: Mapping[str, str]
+    uri: str, backend: Backend, manifest: Manifest, quota: int, options: Mapping[str, str], *, calls: BackendCalls
 ) -> MountedDataset:
-    """A dataset served from its backend alone, while its cache directory cannot be opened (`NoCache`)."""
-    return _mounted(uri, manifest, backend, NoCache(manifest, quota), options)
+    """A dataset served from its backend alone, while its cache directory cannot be opened (`NoCache`); its fetches
+    run through `calls`, the mount's."""
+    return _mounted(uri, manifest, backend, NoCache(manifest, quota), options, calls)
 
 
 def _mounted(
-    uri: str, manifest: Manifest, backend: Backend, cache: DatasetCache | NoCache, options: Mapping[str, str]
+    uri: str,
+    manifest: Manifest,
+    backend: Backend,
+    cache: DatasetCache | NoCache,
+    options: Mapping[str, str],
+    calls: BackendCalls,
 ) -> MountedDataset:
     limiter = trio.CapacityLimiter(FETCH_CONCURRENCY)
-    return MountedDataset(uri, manifest, DatasetTree(manifest), backend, cache, limiter, dict(options))
+    return MountedDataset(uri, manifest, DatasetTree(manifest), backend, cache, limiter, calls, dict(options))
 
 
 async def open_dataset(
-    cache_root: Path, uri: str, backend: Backend, manifest: Manifest, quota: int, options: Mapping[str, str]
+    cache_root: Path,
+    uri: str,
+    backend: Backend,
+    manifest: Manifest,
+    quota: int,
+    options: Mapping[str, str],
+    *,
+    calls: BackendCalls,
 ) -> MountedDataset:
     """A dataset ready to serve, read through `backend`, opened with `options`: its cache opened (restoring complete
-    entries from an earlier run)."""
+    entries from an earlier run). Its fetches run through `calls`, the mount's (`MountState.backend_calls`)."""
     cache = await open_cache(cache_root, uri, manifest, quota)
     log.info(
         "dataset %s: %d files, %d items, %d bytes; cache quota %d bytes, %d items already cached",
@@ -233,7 +247,7 @@ async def open_dataset(
         cache.statistics().cached_items,
         extra=log_ids(dataset_uri=uri),
     )
-    return _mounted(uri, manifest, backend, cache, options)
+    return _mounted(uri, manifest, backend, cache, options, calls)
 
 
 def add_job(
@@ -268,9 +282,10 @@ async def build_state(config: MountConfig) -> MountState:
             raise MountError(f"cannot serve the dataset: {uri}: {exc}") from None
         quota = config.cache_sizes.get(uri, 0)
         try:
-            mount.add_dataset(
-                await open_dataset(config.cache_dir, uri, backend, manifest, quota, config.backend_options)
+            dataset = await open_dataset(
+                config.cache_dir, uri, backend, manifest, quota, config.backend_options, calls=mount.backend_calls
             )
+            mount.add_dataset(dataset)
         except OSError as exc:
             where = dataset_cache_dir(config.cache_dir, uri)
             raise MountError(f"cannot open the cache of dataset {uri} in {where}: {exc.strerror or exc}") from None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import trio
 
 from fuseclient.access import AccessStats, AccessTracker, RateMeter
+from fuseclient.backend_calls import BackendCalls
 from fuseclient.cache import DatasetCache, NoCache
 from fuseclient.read_buffers import DEFAULT_READ_BUFFER_BYTES, ReadBuffers
 from fuseclient.throttle import TokenBucket
@@ -55,6 +56,7 @@ class MountedDataset:
     backend: Backend
     cache: DatasetCache | NoCache  # NoCache while its cache directory cannot be opened: served uncached
     fetch_limiter: trio.CapacityLimiter
+    calls: BackendCalls  # the mount's: its fetches run through them, and the stop abandons them (`runtime.Stop`)
     # The backend options it was last given: those `backend` was opened with, unless the node agent could not open
     # the ones the data manager replaced them with (logged; the old backend reads on). The agent compares them to
     # each update of the dataset, and replaces `backend` when they differ.
@@ -224,10 +226,12 @@ class MountedJob:
 
 
 class MountState:
-    """Jobs by id and by slot; datasets by URI; the read buffers of the files open in them."""
+    """Jobs by id and by slot; datasets by URI; the read buffers of the files open in them, and the backend calls their
+    reads wait for."""
 
     def __init__(self, read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES) -> None:
         self.read_buffers = ReadBuffers(read_buffer_bytes)
+        self.backend_calls = BackendCalls()  # every dataset's, those removed while files still read them included
         self.datasets: dict[str, MountedDataset] = {}
         self.jobs: dict[str, MountedJob] = {}
         self.jobs_by_slot: dict[int, MountedJob] = {}

@@ -116,9 +116,10 @@ class NodeDatasets:
         if isinstance(backend, str):
             self._unopened[wanted.uri] = Unopened(wanted, manifest, backend)
             return
+        calls = self._mount.backend_calls
         try:
             dataset = await open_dataset(
-                self._cache_dir, wanted.uri, backend, manifest, wanted.cache_quota_bytes, options
+                self._cache_dir, wanted.uri, backend, manifest, wanted.cache_quota_bytes, options, calls=calls
             )
         except OSError as exc:
             log.error(
@@ -129,7 +130,7 @@ class NodeDatasets:
                 self._retry_interval,
                 extra=self._ids(wanted.uri),
             )
-            dataset = uncached_dataset(wanted.uri, backend, manifest, wanted.cache_quota_bytes, options)
+            dataset = uncached_dataset(wanted.uri, backend, manifest, wanted.cache_quota_bytes, options, calls=calls)
         self._mount.add_dataset(dataset)
         self._unopened.pop(wanted.uri, None)  # only now: a report meanwhile must still say it is not open
         self._opened(wanted.uri)

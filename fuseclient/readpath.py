@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 import time
 import weakref
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from fuseclient.backend_calls import BackendCall
 from fuseclient.mounted import Flight, MountedDataset, MountedJob
 from fuseclient.read_buffers import ReadBuffers
 from fuseclient.throttle import ThrottleClosed
@@ -352,8 +354,8 @@ class ZeroRateLog:
 async def _lead_fetch(job: MountedJob, dataset: MountedDataset, item: int, flight: Flight) -> bytes:
     flight.backend = backend = dataset.backend
     try:
-        data, seconds = await trio.to_thread.run_sync(
-            _fetch_and_offer, dataset, backend, item, limiter=dataset.fetch_limiter
+        data, seconds = await dataset.calls.run(
+            functools.partial(_fetch_and_offer, dataset, backend, item), dataset.fetch_limiter
         )
         job.bytes_from_remote += len(data)  # the item's size: `_fetch_and_offer` checked it
         dataset.fetches += 1
@@ -369,9 +371,10 @@ async def _lead_fetch(job: MountedJob, dataset: MountedDataset, item: int, fligh
         flight.done.set()
 
 
-def _fetch_and_offer(dataset: MountedDataset, backend: Backend, item: int) -> tuple[bytes, float]:
+def _fetch_and_offer(dataset: MountedDataset, backend: Backend, item: int, call: BackendCall) -> tuple[bytes, float]:
     """In a worker thread: read the item through `backend` (the dataset's as the fetch took off) and offer it to the
-    cache (one thread hop for both). Returns the bytes and the seconds the backend read took."""
+    cache (one thread hop for both), unless the stop abandoned the `call` meanwhile (`backend_calls`): the daemon is
+    closing the cache. Returns the bytes and the seconds the backend read took."""
     file_index, offset, length = dataset.manifest.item_extent(item)
     key = dataset.manifest.paths[file_index]
     started = time.monotonic()
@@ -382,5 +385,6 @@ def _fetch_and_offer(dataset: MountedDataset, backend: Backend, item: int) -> tu
             f"{backend.object_uri(key)}: expected {length} bytes at offset {offset}, got {len(data)}; "
             "the object changed after the dataset was registered"
         )
-    dataset.cache.admit(item, data)
+    if call.wanted():
+        dataset.cache.admit(item, data)
     return data, seconds

@@ -51,7 +51,8 @@ METRICS_HOST = "0.0.0.0"  # all interfaces: node metrics hold no secrets, and Pr
 # well under a second (a 4 MiB chunk at 100 MB/s: 40 ms), so 5 s finishes the files a loader is reading at rates down
 # to a few MB/s each; and it stays far inside the time service managers give a stop before SIGKILL, which would leave
 # a dead mount (Kubernetes' default grace period is 30 s, systemd's TimeoutStopSec 90 s). Reads that would wait
-# longer (for remote IO at 0 B/s, say) fail then rather than hold the stop for as long as they wait.
+# longer (for remote IO at 0 B/s, say, or inside a backend call storage does not answer) fail then rather than hold the
+# stop for as long as they wait.
 STOP_GRACE = 5.0
 
 
@@ -167,11 +168,13 @@ class Stop:
 
     Files still open `STOP_GRACE` seconds after the signal no longer hold the stop. The jobs' throttles are closed, so
     that the reads waiting for remote IO (at 0 B/s, or behind others at a low rate) fail with EIO, the error of any
-    failed read; the loop serves on for `RE_REQUEST_WINDOW` more, in which the kernel asks again for the pages whose
-    reads failed (the same EIO) and their readers close their files, and then ends once the requests it is serving
-    are answered. A read inside a backend call ends with that call, within its `read_timeout`: a thread cannot be
-    interrupted. Requests the kernel sends after the loop ended get ENOTCONN, or ECONNABORTED if they were queued
-    as it ended, as from any mount whose daemon has gone.
+    failed read; and the backend calls still under way are abandoned (`backend_calls`), so that the reads waiting
+    inside one (a storage node that hangs, its connection open and no answer, holds it until its `read_timeout`, and
+    a thread cannot be interrupted) fail with EIO too, the daemon ending without waiting for their threads. The loop
+    serves on for `RE_REQUEST_WINDOW` more, in which the kernel asks again for the pages whose reads failed (the same
+    EIO) and their readers close their files, and then ends once the requests it is serving are answered: at once,
+    as none waits for storage any more. Requests the kernel sends after the loop ended get ENOTCONN, or ECONNABORTED
+    if they were queued as it ended, as from any mount whose daemon has gone.
 
     A mount that cannot be detached (fusermount3 fails) is served whole until the grace is over, its loop ended, and
     unmounted as it is closed."""
@@ -197,7 +200,7 @@ class Stop:
                 )
                 await self._detach()
                 await trio.sleep(STOP_GRACE)
-                self._fail_reads_waiting_for_remote_io()
+                self._fail_reads_still_waiting()
                 await trio.sleep(RE_REQUEST_WINDOW)
                 self.ended_loop = True
                 pyfuse3.terminate()
@@ -221,7 +224,8 @@ class Stop:
             return
         self.detached = True
 
-    def _fail_reads_waiting_for_remote_io(self) -> None:
+    def _fail_reads_still_waiting(self) -> None:
+        """Fail the reads that wait for remote IO or inside a backend call, and every later read that needs storage."""
         log.info(
             "files are still open in %s %g s after the signal: failing their reads that wait for remote IO, and ending",
             self._mountpoint,
@@ -231,6 +235,17 @@ class Stop:
         for job in self._mount.jobs.values():
             if job.bucket is not None:
                 job.bucket.close()
+        abandoned, unstarted = self._mount.backend_calls.abandon()
+        if abandoned or unstarted:  # a storage node that hangs, or one too slow for the grace: worth an operator's look
+            log.warning(
+                "abandoned %d backend call%s that storage had not answered %g s after the signal%s: their reads fail "
+                "with EIO, and the daemon ends without waiting for them",
+                abandoned,
+                "" if abandoned == 1 else "s",
+                STOP_GRACE,
+                f" (and {unstarted} waiting for a thread to make one)" if unstarted else "",
+                extra=self._ids,
+            )
 
 
 async def _set_read_ahead(mountpoint: Path, size: int, ids: Mapping[str, str]) -> None:

@@ -76,7 +76,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "external": ("test_deploy_kubectl",),
     "mount": (
         "test_agent", "test_backend_faults", "test_cache_disk_faults", "test_cache_permissions", "test_controller",
-        "test_controller_live", "test_agent_churn",
+        "test_controller_live", "test_agent_churn", "test_agent_stop",
         "test_datamgr_faults", "test_failed_read_memo",
         "test_estimator_live", "test_log_fields", "test_metrics", "test_mount", "test_node_registration",
         "test_option_rotation",
