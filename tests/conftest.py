@@ -69,7 +69,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_devservers", "test_launcher",
         "test_liveness",
         "test_logs", "test_stored_options",
-        "test_backend_option_values",
+        "test_backend_option_values", "test_azure_token_endpoint",
         "test_mount_cli", "test_registration", "test_restart", "test_retry", "test_status_watch", "test_watch",
         "test_tenants_cli", "test_tenants_live",
     ),

@@ -13,22 +13,24 @@ answers matter (the test says so)."""
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import os
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 from datamgr.devservers import free_port
 from silodlib.backends import (
     AccessDenied,
+    Backend,
+    BackendError,
     BackendUnavailable,
     InvalidBackendOption,
     RetryingBackend,
@@ -38,6 +40,15 @@ from silodlib.backends import (
 )
 from silodlib.backends.azure import AzureBackend
 from silodlib.scrub import REDACTED, scrub
+from tests.tls import make_tls_files
+from tests.token_endpoints import (
+    ENDPOINT_KINDS,
+    Answer,
+    EndpointKind,
+    TokenEndpoint,
+    authority_host,
+    identity_endpoint,
+)
 
 URI = "az://devstoreaccount1/cont/train"
 # Secrets that must never show in a refusal: a valid account key (base64) and a SAS signature.
@@ -244,60 +255,15 @@ def resetting_port() -> Iterator[int]:
 
 @contextmanager
 def fake_token_endpoint(status: int, answer: dict[str, str]) -> Iterator[tuple[str, list[str]]]:
-    """A fake managed identity token endpoint on loopback, answering every GET with `status` and `answer` as JSON;
-    yields its address (host:port) and the paths asked. Its port is closed once the block ends."""
-    asked: list[str] = []
-
-    class Answer(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            asked.append(self.path)
-            body = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            """Nothing on stderr."""
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}", asked
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
-
-
-def _identity_endpoint(address: str) -> dict[str, str]:
-    """The environment of a managed identity (App Service, Functions, Container Apps) whose token endpoint is at
-    `address` (host:port)."""
-    return {
-        "AZURE_TOKEN_CREDENTIALS": "managedidentitycredential",
-        "IDENTITY_ENDPOINT": f"http://{address}/msi",
-        "IDENTITY_HEADER": f"identity-header-{os.urandom(8).hex()}",
-    }
-
-
-def _authority_host(address: str) -> dict[str, str]:
-    """The environment of a service principal whose secret goes to the authority at `address` (AZURE_AUTHORITY_HOST).
-    Its tenant is "adfs", whose configuration the credential asks of that authority: for any other tenant it would
-    first ask login.microsoftonline.com about the authority, and no test may reach beyond loopback."""
-    return {
-        "AZURE_TOKEN_CREDENTIALS": "environmentcredential",
-        "AZURE_TENANT_ID": "adfs",
-        "AZURE_CLIENT_ID": "silod-test",
-        "AZURE_CLIENT_SECRET": f"client-secret-{os.urandom(8).hex()}",
-        "AZURE_AUTHORITY_HOST": f"https://{address}",
-    }
+    """A fake managed identity token endpoint on loopback, answering every token request with `status` and `answer`
+    as JSON; yields its address (host:port) and the paths asked. Its port is closed once the block ends."""
+    with TokenEndpoint(Answer(status, answer)).running() as endpoint:
+        yield endpoint.address, endpoint.asked
 
 
 @pytest.mark.parametrize(
     ("environment", "listener"),
-    [(_identity_endpoint, refusing_port), (_authority_host, resetting_port)],
+    [(identity_endpoint, refusing_port), (authority_host, resetting_port)],
     ids=["identity-endpoint-refusing", "authority-host-resetting"],
 )
 def test_a_token_endpoint_refusing_or_resetting_connections_fails_a_read_as_transient_and_it_is_retried(
@@ -359,24 +325,102 @@ def test_a_token_renewal_failing_on_the_network_fails_a_read_as_transient_fake_t
     )
 
 
-def test_a_token_endpoint_refusing_the_identity_is_still_access_denied_fake_token_endpoint(
-    azure_environment: pytest.MonkeyPatch,
+@contextmanager
+def token_endpoint(
+    kind: EndpointKind, environment: pytest.MonkeyPatch, tmp_path: Path, answer: Answer | None = None, resets: int = 0
+) -> Iterator[TokenEndpoint]:
+    """A fake token endpoint of `kind` answering `answer` (`TokenEndpoint`), this process's environment pointing
+    DefaultAzureCredential at it (trusting its certificate where it is an authority, on https)."""
+    tls = make_tls_files(tmp_path / "token-endpoint-tls") if kind.tls else None
+    with TokenEndpoint(answer, resets=resets, tls=tls).running() as endpoint:
+        for name, value in kind.environment(endpoint.address).items():
+            environment.setenv(name, value)
+        if tls is not None:
+            environment.setenv("REQUESTS_CA_BUNDLE", str(tls.ca))
+        yield endpoint
+
+
+def failed_read(expected: type[BackendError], backend: Backend) -> str:
+    """The message of the `expected` failure of a read of a.bin, `backend` closed after it."""
+    try:
+        with pytest.raises(expected) as raised:
+            backend.read("a.bin", 0, 10)
+    finally:
+        backend.close()
+    return str(raised.value)
+
+
+BUSY_ANSWERS = {  # as the instance metadata endpoint answers them (Retry-After on a 429, as Azure AD's)
+    "503": Answer(503, {"error": "service_unavailable", "error_description": "IMDS is temporarily unavailable"}),
+    "429": Answer(429, {"error": "too_many_requests", "error_description": "Too many requests"}, {"Retry-After": "1"}),
+}
+
+
+@pytest.mark.parametrize("kind", ENDPOINT_KINDS.values(), ids=list(ENDPOINT_KINDS))
+@pytest.mark.parametrize("answer", BUSY_ANSWERS.values(), ids=list(BUSY_ANSWERS))
+def test_a_token_endpoint_answering_503_or_429_fails_a_try_as_transient_asked_once_fake_token_endpoint(
+    azure_environment: pytest.MonkeyPatch, tmp_path: Path, kind: EndpointKind, answer: Answer
 ) -> None:
-    """A refusal is no network fault: no retry mends it. The fake answers 400, as a managed identity endpoint does for
-    an identity it does not have."""
-    refusal = {"error": "invalid_request", "error_description": "Identity not found"}
-    with fake_token_endpoint(400, refusal) as (address, asked):
-        for name, value in _identity_endpoint(address).items():
-            azure_environment.setenv(name, value)
-        backend = open_backend(URI, AD_ACCOUNT_URL)
-        try:
-            with pytest.raises(AccessDenied) as raised:
-                backend.read("a.bin", 0, 10)
-        finally:
-            backend.close()
-    assert asked and str(raised.value).startswith(
-        f"{URI}/a.bin: access denied (no Azure AD token: DefaultAzureCredential tried ManagedIdentityCredential: "
-    ), raised.value
+    """A token endpoint that is unavailable or throttling (Azure's instance metadata endpoint answers 429 to a VM that
+    asks too often) failed a read as access denied: EACCES for readers, a mount refused as if the identity were, and
+    never retried. It is transient now, for silod's retry wrapper to retry (tests/test_azure_token_endpoint.py reads
+    through it once the endpoint recovers). The credential's pipeline no longer retries the answer inside the try
+    (4 requests to a managed identity's endpoint, 6 over 24 s to the instance metadata endpoint), so one try asks
+    once."""
+    with token_endpoint(kind, azure_environment, tmp_path, answer) as endpoint:
+        message = failed_read(BackendUnavailable, open_backend(URI, AD_ACCOUNT_URL))
+    assert message.startswith(
+        f"{URI}/a.bin: Azure AD token endpoint unavailable or throttling (HTTP {answer.status}; no Azure AD token: "
+        f"DefaultAzureCredential tried {kind.credential}: "
+    ), message
+    assert "\n" not in message and len(endpoint.asked) == 1, (message, endpoint.asked)
+
+
+@pytest.mark.parametrize("kind", ENDPOINT_KINDS.values(), ids=list(ENDPOINT_KINDS))
+@pytest.mark.parametrize("status", [400, 401, 403])
+def test_a_token_endpoint_refusing_the_identity_is_still_access_denied_fake_token_endpoint(
+    azure_environment: pytest.MonkeyPatch, tmp_path: Path, kind: EndpointKind, status: int
+) -> None:
+    """A refusal is no network fault and no unavailable endpoint: no retry mends it. A managed identity endpoint
+    answers 400 for an identity it does not have; an authority 400 or 401 for a client it does not know or a secret
+    that is wrong."""
+    refusal = Answer(status, {"error": "invalid_request", "error_description": "Identity not found"})
+    with token_endpoint(kind, azure_environment, tmp_path, refusal) as endpoint:
+        message = failed_read(AccessDenied, open_backend(URI, AD_ACCOUNT_URL))
+    assert endpoint.asked and message.startswith(
+        f"{URI}/a.bin: access denied (no Azure AD token: DefaultAzureCredential tried {kind.credential}: "
+    ), message
+
+
+def test_a_failed_token_request_is_retried_once_at_once_not_nested_in_each_silod_try_fake_token_endpoint(
+    azure_environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A token endpoint that refuses or resets connections cost each of silod's tries 8 connections over about 10 s:
+    the storage pipeline retried the failed token request once, and the credential's pipeline tried each 4 times, 0,
+    1.6 and 3.2 s apart; a `silod mount` failed after about 60 s rather than silod's 6-12 s of waits. Now the
+    credential's pipeline retries a failed connection once, at once, and the storage pipeline not at all: 2
+    connections a try. The endpoint resets every connection."""
+    sleeps: list[float] = []
+    kind = ENDPOINT_KINDS["identity-endpoint"]
+    with token_endpoint(kind, azure_environment, tmp_path, resets=sys.maxsize) as endpoint:
+        backend = RetryingBackend(
+            open_backend(URI, AD_ACCOUNT_URL), RetryPolicy(attempts=2, base_delay=0), sleep=sleeps.append
+        )
+        message = failed_read(BackendUnavailable, backend)
+    assert message.startswith(f"{URI}/a.bin: Azure AD token endpoint unreachable or connection lost"), message
+    assert (endpoint.connections, len(sleeps)) == (4, 1)
+
+
+def test_a_token_endpoint_resetting_one_connection_gives_the_token_within_the_try_fake_token_endpoint(
+    azure_environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """What the credential's pipeline keeps of its retries: a single failed connection is retried at once, inside the
+    try, as before, costing silod no retry. The token comes on the second connection, and the read fails only at the
+    storage endpoint, a closed port."""
+    kind = ENDPOINT_KINDS["identity-endpoint"]
+    with token_endpoint(kind, azure_environment, tmp_path, resets=1) as endpoint:
+        message = failed_read(BackendUnavailable, open_backend(URI, AD_ACCOUNT_URL))
+    assert "Azure AD" not in message and endpoint.connections == 2 and len(endpoint.asked) == 1, message
 
 
 def test_a_failed_token_request_logs_azure_identitys_detail_at_debug_not_as_a_warning_of_a_dozen_lines(

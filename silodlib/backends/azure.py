@@ -25,12 +25,14 @@ from azure.core.credentials import (
     TokenRequestOptions,
 )
 from azure.core.exceptions import (
+    AzureError,
     ClientAuthenticationError,
     HttpResponseError,
     IncompleteReadError,
     ServiceRequestError,
     ServiceResponseError,
 )
+from azure.core.pipeline import PipelineRequest, PipelineResponse
 from azure.core.pipeline.transport import RequestsTransport
 from azure.core.pipeline.transport._bigger_block_size_http_adapters import BiggerBlockSizeHTTPAdapter
 from azure.identity import CredentialUnavailableError, DefaultAzureCredential
@@ -85,6 +87,22 @@ _AD_CREDENTIAL_ADVICE = (
 # does not resolve), a connection broken mid-answer. Not azure-core's ServiceRequestError or ServiceResponseError as
 # such: they also wrap a request `requests` refuses to send (a header value it rejects), which no retry mends.
 _NETWORK_FAULTS = (ConnectionError, TimeoutError, NewConnectionError, ProtocolError)
+# How the credentials' token requests retry in their own pipelines (azure-core's `RetryPolicy`; by default 3 retries
+# of a failed connection, 0, 1.6 and 3.2 s apart, and 3 to 5 of an answer asking to try again, up to 24 s or as long
+# as its Retry-After says): one retry, at once, of a failed connection (a reset, a refused connect), so that a single
+# blip is still ridden out inside a try, and none of an answer (`_TOKEN_RETRY_ANSWERS`), which fails the try as
+# transient for silod's retry wrapper to retry on its own schedule. Nested in silod's 5 tries, and the storage
+# pipeline's retry of a failed token request (`_StorageRetry`), the SDK's retries made an endpoint that refuses
+# connections fail a `silod mount` in about 60 s instead of 6-12 s. MSAL answers a token request repeated within
+# the Retry-After of a 429 or 5xx (by default 5 s) from its cache, so silod's tries do not add to a throttled
+# endpoint's load.
+_TOKEN_REQUEST_RETRIES: dict[str, Any] = {"retry_total": 1, "retry_status": 0}
+# A token endpoint's answers that ask to be tried again, a failure silod retries as transient: 5xx, 429 (throttling:
+# the instance metadata endpoint throttles a VM's requests), 408, and the instance metadata endpoint's 404 and 410
+# while it is being updated (Azure's "How to use managed identities for Azure resources on an Azure VM to acquire an
+# access token", error handling), which azure-identity's own retries of that endpoint took as such. An identity the
+# endpoint refuses (400, 401, 403) is access denied.
+_TOKEN_RETRY_ANSWERS = frozenset({404, 408, 410, 429, *range(500, 600)})
 _T = TypeVar("_T")
 
 
@@ -191,13 +209,10 @@ class AzureBackend(Backend):
             # wrapping the last failure in an HttpResponseError without a status: that failure is what happened.
             return self._translate(inner, what)
         cause = self._describe(exc)
-        if isinstance(exc, ClientAuthenticationError) and exc.response is None and self._credential is not None:
-            attempt = self._token_attempt(exc)
-            if _caused_by_network(exc):
-                return BackendUnavailable(
-                    f"{what}: Azure AD token endpoint unreachable or connection lost (no Azure AD token: {attempt})"
-                )
-            return AccessDenied(f"{what}: access denied (no Azure AD token: {attempt}; {_AD_CREDENTIAL_ADVICE})")
+        if isinstance(exc, ClientAuthenticationError) and self._credential is not None:
+            token_failure = self._token_failure(exc, what)
+            if token_failure is not None:
+                return token_failure
         if isinstance(exc, ClientAuthenticationError) or status == 403:
             # The SDK's text begins alike for a key, a SAS or a permission refused; its error code tells them apart.
             code = getattr(exc, "error_code", None)
@@ -222,6 +237,26 @@ class AzureBackend(Backend):
         if status is not None:
             return BackendError(f"{what}: request failed ({cause})")
         return super()._translate(exc, what)
+
+    def _token_failure(self, exc: ClientAuthenticationError, what: str) -> BackendError | None:
+        """What a failed token request is: transient where its endpoint failed on the network or answered that it
+        is unavailable or throttling (`_TOKEN_RETRY_ANSWERS`), else access denied. None where `exc` carries an answer
+        but no such one of a token endpoint: a refusal by the storage service, or an identity refused in an error
+        that shows the endpoint's answer, access denied as the storage service's refusals are."""
+        answer = _token_endpoint_answer(exc)
+        if exc.response is not None and answer is None:
+            return None
+        attempt = self._token_attempt(exc)
+        if _caused_by_network(exc):
+            return BackendUnavailable(
+                f"{what}: Azure AD token endpoint unreachable or connection lost (no Azure AD token: {attempt})"
+            )
+        if answer is not None:
+            return BackendUnavailable(
+                f"{what}: Azure AD token endpoint unavailable or throttling (HTTP {answer}; no Azure AD token: "
+                f"{attempt})"
+            )
+        return AccessDenied(f"{what}: access denied (no Azure AD token: {attempt}; {_AD_CREDENTIAL_ADVICE})")
 
     def _token_attempt(self, exc: ClientAuthenticationError) -> str:
         """Which credential gave no token, and why, on one line. DefaultAzureCredential's error lists each credential
@@ -264,7 +299,7 @@ class AzureBackend(Backend):
             raise InvalidBackendOption(f"{uri}: options {' and '.join(map(repr, given))} exclude each other")
         # An unreachable endpoint must fail in seconds; the caller's retry wrapper decides about retrying.
         settings: dict[str, Any] = {
-            "retry_policy": LinearRetry(backoff=1, retry_total=1, random_jitter_range=1),
+            "retry_policy": _StorageRetry(backoff=1, retry_total=1, random_jitter_range=1),
             "transport": _WatchedTransport(
                 connection_timeout=3,
                 read_timeout=self._deadline.read_timeout,
@@ -302,6 +337,25 @@ class AzureBackend(Backend):
             ) from None
 
 
+class _StorageRetry(LinearRetry):
+    """The storage pipeline's one retry of a failed request, 1 +- 1 s after it, but not of a failed token request,
+    which the credential's own pipeline has retried as far as silod lets it (`_TOKEN_REQUEST_RETRIES`): retried here,
+    each of silod's tries asked a failing token endpoint twice over, and a throttled one's cached answer (MSAL's)
+    came back the second time anyway. (A token failure is the one ClientAuthenticationError the pipeline raises
+    before the storage service answers; the service's refusals come back as answers.)"""
+
+    def increment(
+        self,
+        settings: dict[str, Any],
+        request: PipelineRequest[Any],
+        response: PipelineResponse[Any, Any] | None = None,
+        error: AzureError | None = None,
+    ) -> bool:
+        if isinstance(error, ClientAuthenticationError):
+            return False
+        return super().increment(settings, request, response, error)
+
+
 class _WatchedTransport(RequestsTransport):  # type: ignore[misc]  # azure-core is untyped here (pyproject.toml)
     """The SDK's own transport, whose `requests` session sends on connections that put every answer under the
     deadline of the try that asked for it (`deadline`) from its first byte (`watched_http`): the answers the SDK
@@ -335,11 +389,15 @@ class _CausedDefaultAzureCredential(DefaultAzureCredential):
     has that credential's exception as its cause. The chain raises an error of its own holding only the text of each
     attempt, in which whether the network failed (a retry may get the token) or the identity was refused (access
     denied) is lost. Once a credential has given a token, DefaultAzureCredential asks that one alone, and its failure
-    comes with its own causes."""
+    comes with its own causes. Where the token endpoint answered that it is unavailable or throttling, the cause is
+    that answer (`_TokenEndpointAnswered`), which azure-identity's errors do not show. Its credentials' token requests
+    retry as `_TOKEN_REQUEST_RETRIES` says."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self._failure = threading.local()  # `kept`: the failure of a credential in this thread's request
+        # `kept`: the failure of a credential in this thread's request; `answer`: the HTTP status of the last answer a
+        # token endpoint gave it, seen by every credential's pipeline (its hook runs in the thread that asks).
+        self._failure = threading.local()
+        super().__init__(raw_response_hook=self._answered, **_TOKEN_REQUEST_RETRIES)
         self.credentials = tuple(
             _KeptFailure(cast(_ChainedCredential, credential), self._failure) for credential in self.credentials
         )
@@ -362,11 +420,18 @@ class _CausedDefaultAzureCredential(DefaultAzureCredential):
         finally:
             self._failure.kept = None
 
+    def _answered(self, response: PipelineResponse[Any, Any]) -> None:
+        self._failure.answer = response.http_response.status_code
+
 
 class _KeptFailure:
     """A credential of `_CausedDefaultAzureCredential`'s chain that keeps the exception it fails with in the thread's
-    `failure.kept` before raising it on. Not one saying it has nothing to use (`CredentialUnavailableError`): the
-    chain goes on to the next credential then, so its error is not that one's."""
+    `failure.kept` before raising it on: the last answer of its token endpoint where that asked to try again
+    (`_TokenEndpointAnswered`) and the failure was not the network's, else the exception itself, but not one saying
+    the credential has nothing to use (`CredentialUnavailableError`): the chain goes on to the next credential then,
+    so its error is not that one's. azure-identity reports a managed identity endpoint's 503 or 429 so, as "not found
+    in environment" or "no response from the IMDS endpoint"; and MSAL answers a request repeated within a throttled
+    answer's Retry-After from its cache, without asking the endpoint: that answer is this credential's last one."""
 
     def __init__(self, credential: _ChainedCredential, failure: threading.local) -> None:
         self._credential = credential
@@ -374,6 +439,7 @@ class _KeptFailure:
         # The name the chain's error gives the credential (its class's, or its own for one azure-identity could not
         # make), which silod's messages show.
         self._credential_name: str = getattr(credential, "_credential_name", type(credential).__name__)
+        self._answer: int | None = None  # the HTTP status of its token endpoint's last answer
 
     def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
         return self._kept(functools.partial(self._credential.get_token, *scopes, **kwargs))
@@ -392,19 +458,43 @@ class _KeptFailure:
         self._credential.close()
 
     def _kept(self, request: Callable[[], _T]) -> _T:
+        self._failure.answer = None
         try:
             return request()
-        except CredentialUnavailableError:
-            raise
         except Exception as exc:
-            self._failure.kept = exc
+            answer: int | None = self._failure.answer if self._failure.answer is not None else self._answer
+            if answer is not None and answer in _TOKEN_RETRY_ANSWERS and not _caused_by_network(exc):
+                self._failure.kept = _TokenEndpointAnswered(self._credential_name, answer)
+            elif not isinstance(exc, CredentialUnavailableError):
+                self._failure.kept = exc
             raise
+        finally:
+            if self._failure.answer is not None:
+                self._answer = self._failure.answer
+
+
+class _TokenEndpointAnswered(Exception):
+    """The cause of a failed token request whose endpoint answered that it is unavailable or throttling."""
+
+    def __init__(self, credential_name: str, status: int) -> None:
+        super().__init__(f"the token endpoint of {credential_name} answered HTTP {status}")
+        self.status = status
+
+
+def _token_endpoint_answer(exc: BaseException) -> int | None:
+    """The status of the answer asking to try again that made a token request fail (`_TokenEndpointAnswered`), if
+    one did."""
+    return next((link.status for link in _linked(exc) if isinstance(link, _TokenEndpointAnswered)), None)
 
 
 def _caused_by_network(exc: BaseException) -> bool:
-    """Whether `exc` was raised for a failure of the network (`_NETWORK_FAULTS`), found where a traceback shows what
-    led to it (`__cause__`, else `__context__` unless suppressed) and in the exception azure-core wraps
-    (`inner_exception`)."""
+    """Whether `exc` was raised for a failure of the network (`_NETWORK_FAULTS`)."""
+    return any(isinstance(link, _NETWORK_FAULTS) for link in _linked(exc))
+
+
+def _linked(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and what led to it, each once: where a traceback shows it (`__cause__`, else `__context__` unless
+    suppressed) and the exception azure-core wraps (`inner_exception`)."""
     pending: list[BaseException] = [exc]
     seen: set[int] = set()
     while pending:
@@ -412,12 +502,10 @@ def _caused_by_network(exc: BaseException) -> bool:
         if id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, _NETWORK_FAULTS):
-            return True
+        yield current
         context = None if current.__suppress_context__ else current.__context__
         linked = (current.__cause__, context, getattr(current, "inner_exception", None))
         pending.extend(link for link in linked if isinstance(link, BaseException))
-    return False
 
 
 class _DebugLevel(logging.Filter):

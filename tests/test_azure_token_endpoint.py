@@ -1,0 +1,135 @@
+"""Reads with an Azure AD token from an endpoint that answers 503 or 429 for a while: silod retries them, on its own
+schedule, until the endpoint gives a token, and the read gets the blob. Azurite serves the blobs over https, taking
+bearer tokens with its basic checks (`--oauth basic`: audience, issuer, lifetime); the token endpoint is a fake on
+loopback (tests/token_endpoints.py), which a real one cannot be made to answer 503 or 429 on cue.
+
+The waits between tries are real and at least 1 s: MSAL answers a token request repeated within a 429 or 5xx's
+Retry-After (1 s here) from its cache, without asking the endpoint, as it would in production."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from azure.core.credentials import AzureNamedKeyCredential
+from azure.storage.blob import BlobServiceClient
+
+from datamgr.devservers import AZURITE_ACCOUNT, AZURITE_KEY, azurite_argv, dying_with_parent, free_port
+from silodlib.backends import RetryingBackend, RetryPolicy, open_backend
+from tests import polling
+from tests.storage_servers import missing_dependency
+from tests.tls import TlsFiles, make_tls_files
+from tests.token_endpoints import ENDPOINT_KINDS, Answer, EndpointKind, TokenEndpoint
+
+URI = f"az://{AZURITE_ACCOUNT}/cont/train"
+CONTENT = b"silod blob read with an Azure AD token"
+
+
+@dataclass(frozen=True)
+class OAuthAzurite:
+    account_url: str
+    tls: TlsFiles  # its CA signs Azurite's certificate and the fake authority's
+
+
+@pytest.fixture(scope="module")
+def oauth_azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthAzurite]:
+    """Azurite's blob service over https on a free loopback port, taking Azure AD tokens, with the blob train/a.bin
+    in container cont."""
+    workdir = tmp_path_factory.mktemp("azurite-oauth")
+    tls = make_tls_files(workdir / "tls")
+    port = free_port()
+    try:
+        argv = azurite_argv(workdir, port)
+    except FileNotFoundError as exc:
+        missing_dependency(str(exc))
+    argv += ["--cert", str(tls.server_cert), "--key", str(tls.server_key), "--oauth", "basic"]
+    account_url = f"https://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
+    with (workdir / "server.log").open("wb") as log:
+        process = subprocess.Popen(
+            dying_with_parent(argv), cwd=workdir, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+        )
+    admin = BlobServiceClient(
+        account_url,
+        credential=AzureNamedKeyCredential(AZURITE_ACCOUNT, AZURITE_KEY),
+        connection_verify=str(tls.ca),
+        retry_total=0,
+    )
+
+    def answers() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"Azurite exited with {process.returncode}; see {workdir / 'server.log'}")
+        admin.get_service_properties()
+        return True
+
+    try:
+        polling.eventually(answers, what="Azurite answering over https", timeout=30, interval=0.1, ignore=_not_up)
+        admin.create_container("cont").upload_blob("train/a.bin", CONTENT)
+        yield OAuthAzurite(account_url, tls)
+    finally:
+        admin.close()
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _not_up(exc: Exception) -> bool:
+    return not isinstance(exc, AssertionError)
+
+
+BUSY_ANSWERS = {
+    "503": Answer(503, {"error": "service_unavailable"}, {"Retry-After": "1"}),
+    "429": Answer(429, {"error": "too_many_requests"}, {"Retry-After": "1"}),
+}
+
+
+@pytest.mark.parametrize("kind", ENDPOINT_KINDS.values(), ids=list(ENDPOINT_KINDS))
+@pytest.mark.parametrize("answer", BUSY_ANSWERS.values(), ids=list(BUSY_ANSWERS))
+def test_a_token_endpoint_answering_503_or_429_is_retried_until_it_recovers_and_the_read_gets_the_blob_fake(
+    oauth_azurite: OAuthAzurite,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    kind: EndpointKind,
+    answer: Answer,
+) -> None:
+    """It was access denied, never retried: the SDK's own retries of the answer (4 requests to a managed identity's
+    endpoint, 6 over 24 s to the instance metadata endpoint) met the same answer, and the read failed with EACCES as
+    if the identity were refused. The endpoint answers `answer` until silod's first wait, then gives tokens."""
+    for name in list(os.environ):  # no Azure AD configuration but the test's
+        if name.startswith(("AZURE_", "IDENTITY_", "MSI_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(oauth_azurite.tls.ca))  # Azurite's and the authority's certificate
+    waits: list[float] = []
+    endpoint = TokenEndpoint(answer, tls=oauth_azurite.tls if kind.tls else None)
+
+    def wait(seconds: float) -> None:
+        waits.append(seconds)
+        endpoint.answer = None  # recovered
+        time.sleep(seconds)  # past the Retry-After: MSAL asks the endpoint again
+
+    policy = RetryPolicy(attempts=5, base_delay=2.0, max_delay=2.0)  # waits of 1-2 s
+    caplog.set_level(logging.INFO, logger="silodlib.backends.retry")
+    with endpoint.running():
+        for name, value in kind.environment(endpoint.address).items():
+            monkeypatch.setenv(name, value)
+        backend = open_backend(URI, {"account_url": oauth_azurite.account_url})
+        retried = RetryingBackend(backend, policy, sleep=wait, rng=random.Random(7))
+        try:
+            data = retried.read("a.bin", 0, len(CONTENT))
+        finally:
+            retried.close()
+    assert data == CONTENT
+    assert len(waits) == 1 and len(endpoint.asked) == 2, (waits, endpoint.asked)  # one request a try
+    retries = [record.getMessage() for record in caplog.records if record.name == "silodlib.backends.retry"]
+    assert len(retries) == 1 and (
+        f"read {URI}/a.bin [0, +{len(CONTENT)}] failed on attempt 1 of 5, retrying in " in retries[0]
+    ), retries
+    assert f"Azure AD token endpoint unavailable or throttling (HTTP {answer.status}; " in retries[0], retries
