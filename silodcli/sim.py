@@ -295,7 +295,7 @@ def run_compare(args: argparse.Namespace) -> int:
     except (SimulationStalled, InvalidDecision) as exc:
         return fail("sim compare", exc, EXIT_FAILED)
     print(render_table(report.COMPARISON_HEADERS, report.comparison_rows(runs, baseline)))
-    print(report.speedup_note(baseline))
+    print(report.speedup_note(baseline, runs))
     per_run = ", ".join(simulated[0].files)
     print(f"wrote {out}/: {', '.join(files)}, and in each POLICY-CACHE/: {per_run}")
     return 0
@@ -376,7 +376,7 @@ def simulate_into(
     with _gzip_text(log_path) if decision_log else contextlib.nullcontext() as log:
         result = simulate_showing_progress(inputs.trace, inputs.cluster, scheduler, config, label, log)
     summary = report.summarize(result, inputs.cluster)
-    writers: list[tuple[str, Callable[[Path], None]]] = [
+    writers: list[tuple[str, Callable[[Path], object]]] = [
         ("jobs.csv", lambda path: report.write_jobs_csv(path, result)),
         ("groups.csv", lambda path: report.write_groups_csv(path, summary)),
         ("summary.json", lambda path: report.write_summary_json(path, summary)),

@@ -99,7 +99,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         return fail(command, exc, EXIT_FAILED)
 
     print(render_table(sweep.table_headers(kind), sweep.table_rows(kind, rows)))
-    print(sweep.speedup_note(kind))
+    print(sweep.speedup_note(kind, rows))
     print(f"wrote {out}/: sweep.csv, sweep.md, {kind}.png")
     return 0
 

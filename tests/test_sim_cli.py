@@ -19,6 +19,7 @@ import os
 import signal
 import tracemalloc
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from time import monotonic, sleep
@@ -115,17 +116,47 @@ def test_the_summary_text_shows_the_numbers_in_human_units() -> None:
     assert "0.10 hit ratio, 88% of cached bytes effective" in text
 
 
+def whole(policy: str, cache_system: str, *jobs: JobOutcome) -> SimResult:
+    """`result` run to its end: every job finished (none left unfinished by a time limit)."""
+    return replace(result(policy, cache_system, *jobs), unfinished_jobs=[])
+
+
 def test_speedups_are_over_the_same_policy_on_the_baseline_cache_system() -> None:
     runs = [
-        result("fifo", "alluxio", outcome("a", 0, 200)),
-        result("fifo", "silod", outcome("a", 0, 50, equal_share=400 / 3)),  # fairness 100 / (400 / 3) = 0.75
-        result("sjf", "silod", outcome("a", 0, 80)),  # no sjf/alluxio run: no speedup
+        whole("fifo", "alluxio", outcome("a", 0, 200)),
+        whole("fifo", "silod", outcome("a", 0, 50, equal_share=400 / 3)),  # fairness 100 / (400 / 3) = 0.75
+        whole("sjf", "silod", outcome("a", 0, 80)),  # no sjf/alluxio run: no speedup
     ]
     summarized = [(r, report.summarize(r, CLUSTER)) for r in runs]
     assert report.jct_speedups(summarized, "alluxio")[:2] == [1.0, 4.0]
     rows = report.comparison_rows(summarized, "alluxio")
     assert [row[7] for row in rows] == ["1.00x", "4.00x", "-"]
-    assert rows[1][:6] == ("fifo", "silod", "1/2", "50s", "-", "0.750")  # no makespan while job z runs
+    assert rows[1][:6] == ("fifo", "silod", "1/1", "50s", "50s", "0.750")
+    note = report.speedup_note("alluxio", summarized)
+    assert note == "SPEEDUP: average JCT of the same policy on alluxio / this run's"  # nothing cut: nothing to say
+
+
+def test_no_speedup_is_shown_where_the_run_or_its_baseline_left_jobs_unfinished() -> None:
+    # `result` leaves job z running when the time limit stops the run: each average JCT is over its run's
+    # finished jobs, a different set in each run, so no ratio of them is shown.
+    runs = [
+        whole("fifo", "alluxio", outcome("a", 0, 200)),
+        result("fifo", "silod", outcome("a", 0, 50)),  # cut: its baseline ran to the end, it did not
+        result("sjf", "alluxio", outcome("a", 0, 200)),  # cut: the baseline of sjf/silod
+        whole("sjf", "silod", outcome("a", 0, 50)),
+        whole("gavel", "alluxio", outcome("a", 0, 200)),
+        whole("gavel", "silod", outcome("a", 0, 50)),  # neither cut: 200 / 50
+    ]
+    summarized = [(r, report.summarize(r, CLUSTER)) for r in runs]
+    speedups = report.jct_speedups(summarized, "alluxio")
+    assert speedups[0] == 1.0 and speedups[4:] == [1.0, 4.0]
+    assert all(math.isnan(speedup) for speedup in speedups[1:4])
+    rows = report.comparison_rows(summarized, "alluxio")
+    assert [row[7] for row in rows] == ["1.00x", "-", "-", "-", "1.00x", "4.00x"]
+    assert report.speedup_note("alluxio", summarized) == (
+        "SPEEDUP: average JCT of the same policy on alluxio / this run's; - where this run or its alluxio run left "
+        "jobs unfinished (a time limit): each average is over the jobs that run finished, not the same jobs"
+    )
 
 
 def test_the_csv_files_hold_one_row_per_job_sample_and_run(tmp_path: Path) -> None:
@@ -141,7 +172,7 @@ def test_the_csv_files_hold_one_row_per_job_sample_and_run(tmp_path: Path) -> No
     report.write_comparison_csv(tmp_path / "compare.csv", summarized, "silod")
     (row,) = csv.DictReader((tmp_path / "compare.csv").open())
     assert row["policy"] == "fifo" and float(row["average_jct"]) == pytest.approx(340 / 3)
-    assert float(row["jct_speedup_vs_silod"]) == 1.0
+    assert math.isnan(float(row["jct_speedup_vs_silod"]))  # job z is left unfinished: no speedup (`nan`)
 
 
 def test_the_plots_are_valid_png_files(tmp_path: Path) -> None:
@@ -939,11 +970,29 @@ def test_a_time_limited_run_measures_its_remote_io_and_gpus_from_the_first_arriv
     assert main(["sim", *argv, "--time-limit", "3h", "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["remote_io_mean"] == pytest.approx(100e6 * 4 / 3)
-    assert summary["gpu_utilisation"] == pytest.approx((60 * 1 + 60 * 2 + 61 * 1) / 181 / 2)  # samples 0 to 3 h
+    assert summary["gpu_utilisation"] == pytest.approx((3 + 1) / (3 * 2))  # x's 3 h and y's 1 h of 2 GPUs' 3 h
     assert summary["makespan"] is None  # x finishes after the limit: the makespan is unknown, not y's 1 h
     printed = capsys.readouterr().out
     assert "fifo/silod: 1 of 2 jobs finished (1 unfinished when the run stopped: 1 running)" in printed
     assert "  makespan      -" in printed and "133.3 MB/s mean" in printed and "GPUs          67% busy" in printed
+
+
+def test_compare_shows_no_speedup_for_runs_a_time_limit_cut_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # y (1 h at 100 MB/s) finishes in both runs, x (10 h) in neither by 3 h: each average JCT is y's alone, and
+    # their ratio (1.00x) would compare the survivors of the two runs, not the runs.
+    argv = cut_inputs(tmp_path, "x,0,1,m,100MB/s,d1,3600GB,1", "y,0,1,m,100MB/s,d2,360GB,1")
+    options = ["--policies", "fifo", "--cache-systems", "silod,alluxio", "--time-limit", "3h", "--jobs", "1"]
+    assert main(["sim", "compare", *argv, *options, "--out", str(tmp_path / "out")]) == 0
+    rows = list(csv.DictReader((tmp_path / "out" / "compare.csv").open()))
+    assert [(row["finished"], float(row["average_jct"])) for row in rows] == [("1", 3600.0), ("1", 3600.0)]
+    assert all(math.isnan(float(row["jct_speedup_vs_silod"])) for row in rows)
+    printed = capsys.readouterr().out.splitlines()
+    table = [line.split() for line in printed if line.startswith("fifo ")]
+    assert [cells[-1] for cells in table] == ["-", "-"]
+    assert "- where this run or its silod run left jobs unfinished (a time limit)" in printed[len(table) + 1]
+    assert "- where this run or its silod run left jobs unfinished" in (tmp_path / "out" / "compare.md").read_text()
 
 
 def test_a_run_stopped_before_any_job_finished_still_measures_what_ran(tmp_path: Path) -> None:

@@ -20,8 +20,8 @@ from datamgr.scheduler.registry import CACHE_SYSTEMS, FilledIn, Scheduler, build
 from datamgr.scheduler.sim.decisions import InvalidDecision
 from datamgr.scheduler.sim.engine import check_inputs, simulate
 from datamgr.scheduler.sim.generator import GeneratorConfig, generate
-from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimConfig, SimResult, TraceJob
-from datamgr.scheduler.sim.report import makespan
+from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimConfig, SimResult, TraceJob, Usage
+from datamgr.scheduler.sim.report import makespan, summarize
 from datamgr.scheduler.snapshot import Snapshot
 from tests.sim_fixtures import GB, MB, cluster, job
 
@@ -297,6 +297,45 @@ def test_a_round_based_policy_decides_on_its_own_grid_and_arrivals_wait_for_it()
     assert outcome(result, "a").finish == pytest.approx(100)
 
 
+def test_gpu_use_is_integrated_exactly_where_gavels_rounds_end_an_idle_gap_on_a_sample_instant() -> None:
+    # One GPU: a runs 0-100 s; b arrives at 10 s and starts at Gavel's next round, 360 s, running to 460 s. Busy
+    # 200 of 460 s. The minute samples (0, 60, ..., 420) see a busy GPU at 0, 60, 360 and 420 (the round at 360
+    # comes before the sample there) and an idle one at 120-300: 4 of 8, so their mean read 0.5.
+    trace = [job("a"), job("b", 10, dataset="other")]
+    spec = cluster()
+    result = simulate(trace, spec, build_scheduler("gavel", "silod"), SimConfig())
+    assert [(j.job_id, j.start, j.finish) for j in result.jobs] == [("a", 0, 100), ("b", 360, 460)]
+    assert [s.busy_gpus for s in result.samples] == [1, 1, 0, 0, 0, 0, 1, 1]  # the biased picture
+    assert result.usage == Usage(
+        end=460,
+        gpu_seconds=200,
+        regular_gpu_seconds=200,
+        fragmented_node_seconds=200,
+        running_seconds=200,
+        io_bound_seconds=0,  # a demand of 100 MB/s is not above the limit of 100 MB/s
+    )
+    summary = summarize(result, spec)
+    assert summary.gpu_utilisation == summary.regular_gpu_utilisation == pytest.approx(200 / 460)
+    assert summary.fragmentation == pytest.approx(200 / 460)
+    assert summary.io_bound_share == 0
+
+
+def test_the_io_bound_share_is_the_time_the_demand_exceeded_the_limit_over_the_time_jobs_ran() -> None:
+    # Two GPUs on one node, 150 MB/s of remote IO, no cache. x (9 GB) reads alone at 100 MB/s from 0 to 30 s;
+    # from 30 s y (6 GB) runs too, their demand of 200 MB/s above the limit, and they share it, 75 MB/s each:
+    # both finish at 110 s. IO-bound 80 of 110 s where the samples (0 and 60) said 1 of 2; GPUs busy 30 + 2 x 80
+    # of 2 x 110 GPU-seconds.
+    trace = [job("x", size=9 * GB), job("y", 30, dataset="other", size=6 * GB)]
+    spec = cluster(gpus=2, io=150 * MB)
+    result = run(trace, spec)
+    assert [j.job_id for j in result.jobs] == ["x", "y"]
+    assert [j.finish for j in result.jobs] == pytest.approx([110, 110])
+    summary = summarize(result, spec)
+    assert summary.io_bound_share == pytest.approx(80 / 110)
+    assert summary.gpu_utilisation == pytest.approx(190 / 220)
+    assert summary.fragmentation == 1.0  # the one node has a job on it all along
+
+
 def test_progress_is_reported_at_each_finish_and_at_the_end() -> None:
     calls: list[tuple[float, int, int]] = []
     trace = [job("a"), job("b", 10, dataset="other", size=5 * GB)]
@@ -341,6 +380,8 @@ def test_a_time_limit_cuts_the_run_and_lists_what_did_not_finish() -> None:
     assert [j.job_id for j in result.jobs] == ["a"]
     assert result.unfinished == ["b", "c"]
     assert result.remote_io.end == 120
+    # The GPU was busy all along: a to 100 s, then b, unfinished, to the limit.
+    assert result.usage.end == 120 and result.usage.gpu_seconds == pytest.approx(120)
 
 
 def test_a_decision_beyond_the_remote_io_limit_is_refused_naming_the_scheduler() -> None:

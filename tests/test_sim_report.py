@@ -15,10 +15,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from matplotlib.figure import Figure
 from matplotlib.image import imread
 
 from datamgr.scheduler.sim import plots, report
-from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimResult
+from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, SimResult, Usage
 from silodcli.tables import render_table
 from tests.sim_fixtures import is_png
 
@@ -399,7 +400,7 @@ def test_compare_md_is_the_printed_table_with_the_percentiles_added(tmp_path: Pa
     # Slowdowns sorted 1, 30/29, 25/24, 4/3, 4/3: p50 25/24, p95 and p99 between the two 4/3.
     assert cells(lines[2]) == [*printed[0], "5.0m", "14.7m", "16.3m", "40s", "40s", "1.5m", "1.04", "1.33", "1.33", "0"]
     assert cells(lines[3])[: len(printed[1])] == list(printed[1])
-    assert report.speedup_note("alluxio") in lines
+    assert report.speedup_note("alluxio", runs) in lines
 
 
 def markdown_section(lines: list[str], heading: str) -> list[list[str]]:
@@ -452,6 +453,42 @@ def test_the_slowdown_cdf_is_written_with_a_panel_per_class(tmp_path: Path) -> N
     assert imread(tmp_path / "unlabelled.png").shape[0] < one_panel  # one panel ("no class") against two
 
 
+def line_looks(figure: Figure) -> list[list[tuple[str, str, str]]]:
+    """Per panel, how each drawn line looks: its colour, line style and marker."""
+    return [
+        [(str(line.get_color()), str(line.get_linestyle()), str(line.get_marker())) for line in ax.get_lines()]
+        for ax in figure.axes
+    ]
+
+
+def test_every_run_of_a_compare_has_a_line_of_its_own_in_the_cdf_plots(tmp_path: Path) -> None:
+    # Five policies on two cache systems: with four line styles, the fifth policy's lines looked like the first's.
+    policies = ("fifo", "sjf", "gavel", "tiresias-las", "hived")
+    runs = {
+        f"{policy}/{cache_system}": SimResult(policy, cache_system, [job("t", 0, 100, 200, job_class="te"), *SLOWED])
+        for policy in policies
+        for cache_system in ("silod", "alluxio")
+    }
+    jct = line_looks(plots.plot_jct_cdf(tmp_path / "jct_cdf.png", runs))
+    slowdown = line_looks(plots.plot_slowdown_cdf(tmp_path / "slowdown_cdf.png", runs))
+    for panel in (*jct, *slowdown):
+        assert len(panel) == len(set(panel)) == 10
+    # Still a colour per cache system and a line style per policy: fifo/silod and hived/silod share both, and a
+    # marker tells them apart.
+    fifo, hived = jct[0][0], jct[0][8]
+    assert fifo[:2] == hived[:2] and (fifo[2], hived[2]) == ("", "o")
+    assert {looks[0] for looks in jct[0][::2]} == {"C0"} and {looks[0] for looks in jct[0][1::2]} == {"C1"}
+
+
+def test_every_run_has_a_line_of_its_own_on_one_cache_system_or_more_than_ten() -> None:
+    many = [SimResult(f"p{i}", "silod", []) for i in range(25)]
+    style = plots._run_styles(many)
+    assert len({style(result) for result in many}) == 25
+    wide = [SimResult(policy, f"c{i}", []) for i in range(11) for policy in ("fifo", "sjf")]
+    style = plots._run_styles(wide)
+    assert len({style(result) for result in wide}) == 22
+
+
 def test_a_pipe_in_a_markdown_cell_is_escaped() -> None:
     assert report.markdown_table(["A", "B"], [["x|y", "z"]]).splitlines() == [
         "| A | B |",
@@ -472,13 +509,9 @@ def test_a_line_break_in_a_markdown_cell_keeps_the_row_on_one_line() -> None:
     ]
 
 
-def test_the_io_bound_share_counts_the_busy_samples_whose_demand_exceeds_the_limit() -> None:
-    def busy(demand: float, running: int = 1) -> Sample:
-        return Sample(0.0, 0.0, 0.0, running, running, 0, 0, 0, 1.0, 1.0, demand)
-
-    samples = [busy(300.0), busy(100.0), busy(200.0), busy(500.0), busy(900.0, running=0)]
-    assert report.io_bound_share(samples, limit=200.0) == 0.5  # 300 and 500 of four busy samples; 200 is not above
-    assert math.isnan(report.io_bound_share([busy(900.0, running=0)], limit=200.0))
+def test_the_io_bound_share_is_the_io_bound_time_over_the_time_with_jobs_running() -> None:
+    assert report.io_bound_share(Usage(end=500, running_seconds=400, io_bound_seconds=100)) == 0.25
+    assert math.isnan(report.io_bound_share(Usage(end=500)))  # no job ever ran
 
 
 def test_a_line_break_or_escape_in_a_terminal_table_cell_is_shown_escaped_on_the_cells_line() -> None:

@@ -107,10 +107,10 @@ def test_each_row_holds_silods_speedup_over_it_at_the_same_value() -> None:
 
 def test_the_table_csv_and_markdown_show_the_same_rows() -> None:
     runs = [sweep.SweepRun("bandwidth", 2.0, "fifo", "silod"), sweep.SweepRun("bandwidth", 2.0, "fifo", "alluxio")]
-    rows = sweep.sweep_rows(runs, [summary(1800, limit=200e6), summary(3600, finished=2, limit=200e6)])
+    rows = sweep.sweep_rows(runs, [summary(1800, limit=200e6), summary(3600, limit=200e6)])
     assert sweep.table_rows("bandwidth", rows) == [
         ("2x", "200.0 MB/s", "silod", "3/3", "30.0m", "1.0h", "1.00x"),
-        ("2x", "200.0 MB/s", "alluxio", "2/3", "1.0h", "2.0h", "2.00x"),
+        ("2x", "200.0 MB/s", "alluxio", "3/3", "1.0h", "2.0h", "2.00x"),
     ]
     assert sweep.table_headers("bandwidth")[:2] == ("SCALE", "REMOTE IO")
     sharing = sweep.sweep_rows([replace(r, kind="sharing") for r in runs], [summary(1800), summary(900)])
@@ -125,7 +125,7 @@ def test_the_table_csv_and_markdown_show_the_same_rows() -> None:
         "policy": "fifo",
         "cache_system": "alluxio",
         "jobs": "3",
-        "finished": "2",
+        "finished": "3",
         "average_jct": "3600",
         "makespan": "7200",
         "silod_jct_speedup": "2.0",
@@ -136,8 +136,27 @@ def test_the_table_csv_and_markdown_show_the_same_rows() -> None:
     assert lines[0] == "# bandwidth sweep: tiny, fifo"
     assert lines[2] == "| SCALE | REMOTE IO | CACHE | FINISHED | AVG JCT | MAKESPAN | SILOD SPEEDUP |"
     assert lines[3] == "| --- | --- | --- | --- | --- | --- | --- |"
-    assert lines[5] == "| 2x | 200.0 MB/s | alluxio | 2/3 | 1.0h | 2.0h | 2.00x |"
-    assert lines[7] == sweep.speedup_note("bandwidth")
+    assert lines[5] == "| 2x | 200.0 MB/s | alluxio | 3/3 | 1.0h | 2.0h | 2.00x |"
+    assert lines[7] == sweep.speedup_note("bandwidth", rows)
+    assert lines[7] == (
+        "SILOD SPEEDUP: average JCT of the cache system / silod's at the same scale (above 1: silod is faster)"
+    )
+
+
+def test_no_silod_speedup_where_the_run_or_silods_left_jobs_unfinished() -> None:
+    # At 1x alluxio finished 2 of 3 jobs, at 2x silod did: their averages are over different jobs. At 4x both
+    # ran to the end.
+    runs = [sweep.SweepRun("bandwidth", v, "fifo", c) for v in (1.0, 2.0, 4.0) for c in ("silod", "alluxio")]
+    numbers = [summary(1800), summary(900, finished=2), summary(1800, finished=2), summary(3600), *[summary(900)] * 2]
+    rows = sweep.sweep_rows(runs, numbers)
+    assert rows[0].silod_speedup == 1.0
+    assert all(math.isnan(row.silod_speedup) for row in rows[1:4])
+    assert [row.silod_speedup for row in rows[4:]] == [1.0, 1.0]
+    assert [cells[-1] for cells in sweep.table_rows("bandwidth", rows)] == ["1.00x", "-", "-", "-", "1.00x", "1.00x"]
+    assert sweep.speedup_note("bandwidth", rows).endswith(
+        "; - where this run or silod's left jobs unfinished (a time limit): each average is over the jobs that run "
+        "finished, not the same jobs"
+    )
 
 
 def test_the_plots_are_valid_png_files(tmp_path: Path) -> None:

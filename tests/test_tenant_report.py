@@ -12,12 +12,13 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from datamgr.scheduler.registry import build_scheduler
 from datamgr.scheduler.sim import plots, report, tenant_report
 from datamgr.scheduler.sim.engine import simulate
-from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimConfig, SimResult, TraceJob
+from datamgr.scheduler.sim.model import ClusterSpec, JobOutcome, Sample, SimConfig, SimResult, TraceJob, Usage
 from datamgr.scheduler.tenancy import TenantShare
 from silodcli.main import main
 from tests.sim_fixtures import GB, MB, is_png
@@ -227,18 +228,31 @@ def test_the_tenant_plots_are_png_files(tmp_path: Path) -> None:
         assert is_png(tmp_path / name), name
 
 
+def test_a_delay_point_with_no_neighbour_to_join_is_drawn_as_a_marker(tmp_path: Path) -> None:
+    # Window ends at hours 0 to 20. Tenant a: p at 0 h is in the windows of hours 0-11, q at 20 h alone in hour 20's,
+    # between them gaps (NaN). Tenant b: r at 20 h, in the last window only. A line joins hours 0-11 of a; hour 20
+    # of either has no neighbour, and a line alone draws nothing there.
+    jobs = [job("p", 0, 600), job("q", 20 * HOUR, 600), job("r", 20 * HOUR, 1200, tenant="b")]
+    figure = plots.plot_tenant_delay(tmp_path / "tenant_delay.png", SimResult("quota", "silod", jobs), CLUSTER)
+    lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
+    for tenant, minutes in (("a", 10), ("b", 20)):
+        line = lines[tenant]
+        assert line.get_marker() == "o" and line.get_markevery() == [20]
+        assert np.asarray(line.get_ydata())[20] == minutes  # a finite point, the one marked
+    a = np.asarray(lines["a"].get_ydata())
+    assert math.isnan(a[12]) and a[11] == 10  # joined up to hour 11
+
+
 # --- utilisation, fragmentation and preempted GPUs ---------------------------------------------------------------
 
 
-def test_the_summary_averages_utilisation_and_fragmentation_over_the_samples_from_the_first_arrival() -> None:
-    def sample(time: float, busy: int, regular: int, fragmented: int) -> Sample:
-        return Sample(time, 0.0, 0.0, busy, 1, 0, 0, 0, 1.0, 1.0, 0.0, regular, fragmented)
-
-    # The sample at 0 is before the first arrival (60 s): left out. Then 8 and 4 of 8 GPUs busy, 4 and 2 by
-    # regular jobs, on 2 and 1 of 2 nodes.
-    samples = [sample(0, 8, 8, 2), sample(60, 8, 4, 2), sample(120, 4, 2, 1)]
+def test_the_summary_averages_utilisation_and_fragmentation_over_the_time_from_the_first_arrival() -> None:
+    # From the first arrival (60 s) to the end (180 s), 120 s of 8 GPUs and 2 nodes: 720 GPU-seconds held (6 GPUs
+    # on average), 360 by regular jobs, and 180 node-seconds fragmented. The samples are not what is averaged.
+    samples = [Sample(60, 0.0, 0.0, 0, 0, 0, 0, 0, 1.0, 1.0)]
+    usage = Usage(end=180, gpu_seconds=720, regular_gpu_seconds=360, fragmented_node_seconds=180, running_seconds=120)
     preempted = replace(job("p", 60, 0, gpus=4), preemptions=2)  # 2 preemptions of 4 GPUs
-    result = SimResult("hived", "silod", [preempted, job("q", 90, 0, gpus=2)], samples)
+    result = SimResult("hived", "silod", [preempted, job("q", 90, 0, gpus=2)], samples, usage=usage)
     summary = report.summarize(result, CLUSTER)
     assert (summary.gpu_utilisation, summary.regular_gpu_utilisation, summary.fragmentation) == (0.75, 0.375, 0.75)
     assert (summary.preemptions, summary.preempted_gpus) == (2, 8)
@@ -248,7 +262,7 @@ def test_the_summary_averages_utilisation_and_fragmentation_over_the_samples_fro
         in text
     )
     assert "  preemptions   2 (8 GPUs), " in text
-    empty = report.summarize(SimResult("hived", "silod", [], samples), CLUSTER)
+    empty = report.summarize(SimResult("hived", "silod", [], samples, usage=usage), CLUSTER)
     assert math.isnan(empty.gpu_utilisation) and math.isnan(empty.fragmentation)
 
 

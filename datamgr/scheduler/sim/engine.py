@@ -31,12 +31,14 @@ costs work for that job and its cache space only.
 Each sample also counts what the running regular jobs hold (a regular job: one its policy does not mark as
 run preemptibly, `policy_state["opportunistic"] == 1`, as HiveD's policies mark their low-priority jobs): their
 GPUs and the nodes where they use any GPU (`_RegularUse`, kept up to date as placements and policy states
-change, so a sample costs nothing per running job).
+change, so a sample costs nothing per running job). The same counts, with whether jobs run and whether their
+demand with no cache exceeds the remote IO limit, are integrated over time exactly (`_UsageMeter`): they change
+only at rounds and finishes, which bring the integral up to date.
 
 Results: one `JobOutcome` per finished job, the samples, the jobs a `config.time_limit` left unfinished (and
-where each stood then: running, waiting or not yet arrived), and the remote IO ledger (the cluster's total
-remote rate at every change). The same inputs and seed give the same result: randomness comes only from the
-seed (the LRU model's read orders) and ties break by event sequence.
+where each stood then: running, waiting or not yet arrived), the remote IO ledger (the cluster's total
+remote rate at every change) and the integrated usage (`model.Usage`). The same inputs and seed give the same
+result: randomness comes only from the seed (the LRU model's read orders) and ties break by event sequence.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from datamgr.scheduler.sim.model import (
     SimulationStalled,
     TraceJob,
     UnfinishedJob,
+    Usage,
 )
 from datamgr.scheduler.sim.uniform import UniformCache
 from datamgr.scheduler.snapshot import OPPORTUNISTIC, DatasetState, JobState, Snapshot
@@ -252,6 +255,68 @@ class _RegularUse:
             self.counted.pop(job.job_id, None)
 
 
+class _UsageMeter:
+    """`model.Usage` as the run goes: each count held since the last change, times the time since. `change` is
+    called wherever a count may have changed (a round, a finish), never per sample or per job."""
+
+    __slots__ = (
+        "at",
+        "fragmented",
+        "fragmented_node_seconds",
+        "gpu_seconds",
+        "gpus",
+        "io_bound",
+        "io_bound_seconds",
+        "regular_gpu_seconds",
+        "regular_gpus",
+        "running",
+        "running_seconds",
+    )
+
+    def __init__(self) -> None:
+        self.at = 0.0
+        self.gpus = 0
+        self.regular_gpus = 0
+        self.fragmented = 0
+        self.running = False
+        self.io_bound = False
+        self.gpu_seconds = 0.0
+        self.regular_gpu_seconds = 0.0
+        self.fragmented_node_seconds = 0.0
+        self.running_seconds = 0.0
+        self.io_bound_seconds = 0.0
+
+    def change(self, now: float, gpus: int, regular_gpus: int, fragmented: int, running: bool, io_bound: bool) -> None:
+        """The counts from `now` on."""
+        self._advance(now)
+        self.gpus, self.regular_gpus, self.fragmented = gpus, regular_gpus, fragmented
+        self.running, self.io_bound = running, io_bound
+
+    def usage(self, end: float) -> Usage:
+        """The integrals from the start to `end` (no earlier than the last change)."""
+        self._advance(end)
+        return Usage(
+            end=end,
+            gpu_seconds=self.gpu_seconds,
+            regular_gpu_seconds=self.regular_gpu_seconds,
+            fragmented_node_seconds=self.fragmented_node_seconds,
+            running_seconds=self.running_seconds,
+            io_bound_seconds=self.io_bound_seconds,
+        )
+
+    def _advance(self, now: float) -> None:
+        elapsed = now - self.at
+        if elapsed > 0.0:
+            self.gpu_seconds += self.gpus * elapsed
+            self.regular_gpu_seconds += self.regular_gpus * elapsed
+            self.fragmented_node_seconds += self.fragmented * elapsed
+            if self.running:
+                self.running_seconds += elapsed
+                if self.io_bound:
+                    self.io_bound_seconds += elapsed
+            self.at = now
+
+
 @dataclass(frozen=True, slots=True)
 class _Arrival:
     job: JobRun
@@ -313,6 +378,7 @@ class _Run:
         self.remote = 0.0  # bytes/s fetched by all running jobs
         self.busy_gpus = 0
         self.regular = _RegularUse()
+        self.usage = _UsageMeter()
         self.demand = 0.0  # bytes/s the running jobs would read at full speed (f* on the GPUs they hold)
         self.rates_changed = True  # since the last sample's fairness
         self.last_fairness = fairness([], jobs_waiting=False)
@@ -374,6 +440,7 @@ class _Run:
             samples=self.samples,
             unfinished_jobs=[self._unfinished(job) for job in self.jobs if job.finished_at is None],
             remote_io=self.ledger,
+            usage=self.usage.usage(end),
         )
 
     def _unfinished(self, job: JobRun) -> UnfinishedJob:
@@ -414,6 +481,7 @@ class _Run:
         self.cache.release(job, now)
         self.finished.append(job.outcome())
         self.ledger.record(now, self.remote)
+        self._usage_changed()
         if self.progress is not None:
             self.progress(now, len(self.finished), len(self.jobs))
         self._request_round()
@@ -478,6 +546,7 @@ class _Run:
         self.busy_gpus = sum(job.gpus for job in self.running.values())
         self.demand = math.fsum(job.ideal for job in self.running.values())
         self.ledger.record(now, self.remote)
+        self._usage_changed()
         if self.decision_log is not None:
             io_used = {job_id: job.io for job_id, job in self.running.items()}
             line = decision_record(now, decision, placements, self.cache.cached_bytes(now), io_used)
@@ -487,6 +556,14 @@ class _Run:
                 f"scheduler {self.scheduler.name} at t={now:g}s: {len(self.present)} jobs are left, none is making "
                 "progress and none is due to arrive; set a time limit to cut such a run short"
             )
+
+    def _usage_changed(self) -> None:
+        """What the running jobs hold from now on, for the usage integrals (after a round or a finish)."""
+        regular = self.regular
+        io_bound = self.demand > self.cluster.remote_io_bytes_per_sec
+        self.usage.change(
+            self.now, self.busy_gpus, regular.busy_gpus, regular.fragmented_nodes, bool(self.running), io_bound
+        )
 
     def _carry_policy_state(self, decision: Decision) -> None:
         """Keep the state the policy handed back for each job, and wake it when it asked to be."""

@@ -268,6 +268,25 @@ class RemoteIoLedger:
         return max(self._rates, default=0.0)
 
 
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What the running jobs held, integrated exactly over the run, from the trace start to `end` (where the run
+    stopped: the last finish, or the time limit, unfinished jobs included): the counts each timeline sample shows
+    (`Sample.busy_gpus`, `regular_busy_gpus`, `fragmented_nodes`), times the time they held. They change only
+    when placements or policy states do, at rounds and finishes, and the engine integrates them there, so unlike
+    the samples' means these miss nothing between two samples (a Gavel round ending on a sample instant, a job
+    of seconds); the summary's GPU utilisation, fragmentation and IO-bound share are these over the time."""
+
+    end: float = 0.0
+    gpu_seconds: float = 0.0  # GPUs held by running jobs (suspending ones are not running), times seconds
+    regular_gpu_seconds: float = 0.0  # the same for running regular jobs
+    fragmented_node_seconds: float = 0.0  # nodes on which a running regular job uses any GPU, times seconds
+    running_seconds: float = 0.0  # time with at least one job running
+    # Of that time, the time in which the running jobs' demand with no cache (f* on the GPUs each holds, summed)
+    # exceeded the remote IO limit (the paper's Figure 2).
+    io_bound_seconds: float = 0.0
+
+
 # Where an unfinished job stood when a time limit stopped the run (`UnfinishedJob.state`).
 RUNNING = "running"  # placed: training, or restoring its checkpoint
 WAITING = "waiting"  # arrived, not running: queued for its first start, or preempted (suspending included)
@@ -291,6 +310,7 @@ class SimResult:
     samples: list[Sample] = field(default_factory=list)
     unfinished_jobs: list[UnfinishedJob] = field(default_factory=list)  # in trace order; only with a time limit
     remote_io: RemoteIoLedger = field(default_factory=RemoteIoLedger)
+    usage: Usage = Usage()
 
     @property
     def unfinished(self) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -32,20 +33,38 @@ from datamgr.scheduler.sim.tenant_report import (
 )
 
 _LINE_STYLES = ("-", "--", ":", "-.")
+# A policy's look: one of the four line styles, from the fifth policy on with a marker too (the next marker every
+# four policies). With matplotlib's ten default colours (C0 to C9), 32 policies on ten cache systems, or 320 runs
+# in a row, each look different.
+_MARKERS = ("", "o", "s", "^", "D", "v", "x", "+")
+_COLOURS = 10
+_STYLES = len(_LINE_STYLES) * len(_MARKERS)
+# A CDF line's markers sit at this fraction of the axes' diagonal apart, not on each of its thousands of steps.
+_MARK_EVERY = 0.1
+
+
+class _LineStyle(NamedTuple):
+    """How one run's line is drawn: what tells it apart from the other runs' (`_run_styles`)."""
+
+    color: str
+    linestyle: str
+    marker: str  # "": none
+
+
 _PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 50, not 5 x 10^1, on log axes
 # Plain labels on a few minor ticks (2, 3, 5, 20, ...) where the axis spans under two decades, none beyond: every one
 # of them labelled crowds into its neighbours across three decades.
 _SOME_MINOR = LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5))
 
 
-def plot_jct_cdf(path: Path, runs: Mapping[str, SimResult]) -> None:
+def plot_jct_cdf(path: Path, runs: Mapping[str, SimResult]) -> Figure:
     """The cumulative distribution of job completion times, one line per run, coloured and styled by
-    `_run_styles` (log time axis: JCTs span minutes to weeks)."""
+    `_run_styles` (log time axis: JCTs span minutes to weeks); returns the figure it saved."""
     style = _run_styles(runs.values())
 
     def draw(ax: Axes) -> None:
         for label, result in runs.items():
-            _cdf(ax, [j.jct / 3600 for j in result.jobs], label, *style(result))
+            _cdf(ax, [j.jct / 3600 for j in result.jobs], label, style(result))
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(_PLAIN)
         ax.xaxis.set_minor_formatter(_PLAIN)
@@ -56,15 +75,15 @@ def plot_jct_cdf(path: Path, runs: Mapping[str, SimResult]) -> None:
         if runs:
             ax.legend(fontsize="small")
 
-    _save(path, "JCT CDF", [draw])
+    return _save(path, "JCT CDF", [draw])
 
 
-def plot_slowdown_cdf(path: Path, runs: Mapping[str, SimResult]) -> None:
+def plot_slowdown_cdf(path: Path, runs: Mapping[str, SimResult]) -> Figure:
     """The cumulative distribution of slowdowns (FitGpp's Eq. 5), a panel per job class (FitGpp's TE and BE; the
     jobs without a class, if any, in a panel of their own) and a line per run, coloured and styled as in
     `plot_jct_cdf`: the picture of FitGpp's Figure 3. Log slowdown axis from 1: a TE job that never waited sits
     at 1, a queued one can reach hundreds. A job that never executed (infinite slowdown) counts in its class's
-    total but has no point on the axis, so the line ends below 1."""
+    total but has no point on the axis, so the line ends below 1. Returns the figure it saved."""
     classes = sorted({j.job_class for result in runs.values() for j in result.jobs}) or [""]
     style = _run_styles(runs.values())
     finite = [s for result in runs.values() for s in slowdowns(result.jobs) if math.isfinite(s)]
@@ -73,7 +92,7 @@ def plot_slowdown_cdf(path: Path, runs: Mapping[str, SimResult]) -> None:
     def panel(job_class: str) -> Callable[[Axes], None]:
         def draw(ax: Axes) -> None:
             for label, result in runs.items():
-                _cdf(ax, slowdowns(j for j in result.jobs if j.job_class == job_class), label, *style(result))
+                _cdf(ax, slowdowns(j for j in result.jobs if j.job_class == job_class), label, style(result))
             ax.set_xscale("log")
             ax.set_xlim(1.0, right)
             ax.xaxis.set_major_formatter(_PLAIN)
@@ -89,31 +108,49 @@ def plot_slowdown_cdf(path: Path, runs: Mapping[str, SimResult]) -> None:
 
         return draw
 
-    _save(path, "slowdown CDF by job class", [panel(job_class) for job_class in classes])
+    return _save(path, "slowdown CDF by job class", [panel(job_class) for job_class in classes])
 
 
-def _run_styles(runs: Iterable[SimResult]) -> Callable[[SimResult], tuple[str, str]]:
-    """A run's colour and line style among `runs`: a colour per cache system and a style per policy, so a policy x
-    cache system matrix stays readable; on a single cache system, a colour per policy (styles alone would leave
-    every line the same colour)."""
+def _run_styles(runs: Iterable[SimResult]) -> Callable[[SimResult], _LineStyle]:
+    """A run's colour, line style and marker among `runs`, different for every run (every policy and cache system
+    pair): a colour per cache system and a style per policy, so a policy x cache system matrix stays readable (the
+    first four policies a line style each, the next four the same styles with a marker, and so on); on a single
+    cache system (or on more than ten, or with more than 32 policies), the runs in order, a colour each, the style
+    moving on every ten. Distinct for up to 320 runs."""
     results = list(runs)
     cache_systems = list(dict.fromkeys(r.cache_system for r in results))
     policies = list(dict.fromkeys(r.policy for r in results))
+    pairs = list(dict.fromkeys((r.policy, r.cache_system) for r in results))
+    by_cache_system = 1 < len(cache_systems) <= _COLOURS and len(policies) <= _STYLES
 
-    def style(result: SimResult) -> tuple[str, str]:
-        if len(cache_systems) <= 1:
-            return f"C{policies.index(result.policy) % 10}", "-"
-        color = f"C{cache_systems.index(result.cache_system) % 10}"
-        return color, _LINE_STYLES[policies.index(result.policy) % len(_LINE_STYLES)]
+    def style(result: SimResult) -> _LineStyle:
+        if by_cache_system:
+            colour, kind = cache_systems.index(result.cache_system), policies.index(result.policy)
+        else:
+            index = pairs.index((result.policy, result.cache_system))
+            colour, kind = index % _COLOURS, index // _COLOURS
+        kind %= _STYLES
+        marker, linestyle = divmod(kind, len(_LINE_STYLES))
+        return _LineStyle(f"C{colour % _COLOURS}", _LINE_STYLES[linestyle], _MARKERS[marker])
 
     return style
 
 
-def _cdf(ax: Axes, values: Sequence[float], label: str, color: str, linestyle: str) -> None:
+def _cdf(ax: Axes, values: Sequence[float], label: str, style: _LineStyle) -> None:
     """The empirical CDF of `values` as a step line; values that cannot be drawn (infinite) count in the total."""
     drawn = sorted(v for v in values if math.isfinite(v))
     shares = [i / len(values) for i in range(len(drawn) + 1)] if values else []
-    ax.step(drawn[:1] + drawn, shares, where="post", label=label, color=color, linestyle=linestyle)
+    ax.step(
+        drawn[:1] + drawn,
+        shares,
+        where="post",
+        label=label,
+        color=style.color,
+        linestyle=style.linestyle,
+        marker=style.marker,
+        markevery=_MARK_EVERY,
+        markersize=4,
+    )
 
 
 def plot_timeline(path: Path, result: SimResult, cluster: ClusterSpec) -> None:
@@ -172,9 +209,10 @@ def _time_unit(seconds: float) -> tuple[float, str]:
 _MOST_TENANTS = 8  # lines of a tenant delay plot: the tenants with the most finished regular jobs
 
 
-def plot_tenant_delay(path: Path, result: SimResult, cluster: ClusterSpec) -> None:
+def plot_tenant_delay(path: Path, result: SimResult, cluster: ClusterSpec) -> Figure:
     """HiveD's Figure 7: each tenant's moving-average queueing delay (`tenant_report.tenant_delays`, in minutes), the
-    `_MOST_TENANTS` tenants with the most finished regular jobs, over the GPUs busy and the nodes fragmented."""
+    `_MOST_TENANTS` tenants with the most finished regular jobs, over the GPUs busy and the nodes fragmented;
+    returns the figure it saved."""
     counts: dict[str, int] = {}
     for job in result.jobs:
         if job.tenant and is_regular(job):
@@ -192,7 +230,7 @@ def plot_tenant_delay(path: Path, result: SimResult, cluster: ClusterSpec) -> No
             ax.legend(fontsize="small")
 
     title = f"{result.policy}/{result.cache_system}: queueing delay by tenant, utilisation and fragmentation"
-    _save(path, title, [delays, _gpu_panel(result.samples, cluster, unit, xlabel)])
+    return _save(path, title, [delays, _gpu_panel(result.samples, cluster, unit, xlabel)])
 
 
 def plot_sharing_safety(
@@ -245,9 +283,20 @@ def _nothing(ax: Axes) -> None:
 def _delay_line(
     ax: Axes, points: Sequence[TenantDelay], unit: float, label: str, color: str | None = None, linestyle: str = "-"
 ) -> None:
-    """A moving-average delay curve in minutes; a window without jobs (NaN) leaves a gap."""
+    """A moving-average delay curve in minutes; a window without jobs (NaN) leaves a gap. A point with no
+    neighbour to draw a line to (a tenant's only window, or one between two gaps) gets a marker, which a line alone
+    would not show."""
     times, minutes = [p.time / unit for p in points], [p.average_delay / 60 for p in points]
-    ax.plot(times, minutes, label=label, color=color, linestyle=linestyle)
+    ax.plot(times, minutes, label=label, color=color, linestyle=linestyle, marker="o", markevery=_isolated(minutes))
+
+
+def _isolated(values: Sequence[float]) -> list[int]:
+    """The indices of the finite values whose neighbours on both sides are NaN or missing: a line joins none."""
+
+    def finite(index: int) -> bool:
+        return 0 <= index < len(values) and not math.isnan(values[index])
+
+    return [i for i in range(len(values)) if finite(i) and not finite(i - 1) and not finite(i + 1)]
 
 
 def plot_fairness(path: Path, result: SimResult) -> None:
@@ -267,7 +316,8 @@ def plot_fairness(path: Path, result: SimResult) -> None:
     _save(path, f"{result.policy}/{result.cache_system}: fairness", [draw])
 
 
-def _save(path: Path, title: str, panels: Sequence[Callable[[Axes], None]]) -> None:
+def _save(path: Path, title: str, panels: Sequence[Callable[[Axes], None]]) -> Figure:
+    """The `panels` stacked on a shared x axis under `title`, saved as a PNG at `path`; returns the figure."""
     figure = Figure(figsize=(8, 3 + 2.5 * len(panels)), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
@@ -275,6 +325,7 @@ def _save(path: Path, title: str, panels: Sequence[Callable[[Axes], None]]) -> N
         draw(ax)
     figure.suptitle(title)
     figure.savefig(path, format="png", dpi=100)
+    return figure
 
 
 def plot_utilisation(path: Path, runs: Mapping[str, ColocationResult]) -> None:

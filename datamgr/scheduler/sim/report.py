@@ -1,6 +1,8 @@
 """What a simulation run amounts to: summary numbers, comparison rows, CSV, JSON and Markdown files, PNG plots.
 
-Definitions (the numbers `silod sim` prints):
+Definitions (the numbers `silod sim` prints). Each is over the finished jobs or over time: on a run a time limit
+stopped before every job finished, the first kind covers the jobs that finished in time (its survivors), the
+second the whole run to the limit, unfinished jobs included.
 - average JCT: the mean over finished jobs of finish - arrival; its percentiles (`percentile`) alongside;
 - queueing delay: start - arrival, `start` being the first time the job ran, over finished jobs;
 - slowdown: FitGpp's slowdown rate (its Eq. 5, `JobOutcome.slowdown`): 1 + the time a job waited in all (before
@@ -14,6 +16,8 @@ Definitions (the numbers `silod sim` prints):
   and 99th percentiles over every preemption of a finished job (its Table 2: a job never preempted adds none);
 - makespan: the last finish - the first arrival; none (NaN) for a run a time limit stopped before every job
   finished, whose last finish lies beyond the limit;
+- speedup (`jct_speedups`): the baseline run's average JCT over the run's; none (NaN) where a time limit left jobs of
+  either unfinished, since each average is then over its own run's survivors;
 - fairness: Gavel's ratio over each finished job's stay (`JobOutcome.fairness`: the bytes it read over the
   bytes an equal share of the cluster would have read from its arrival to its finish, waiting included),
   its 5th percentile over the jobs (the FAIRNESS column: the worst-off jobs, which Gavel's max-min
@@ -24,14 +28,16 @@ Definitions (the numbers `silod sim` prints):
 - remote IO: the mean from the first arrival (of any job, finished or not: a time limit leaves some unfinished)
   to the end of the run, and the peak, against the cluster's limit, from the engine's ledger of every change of
   the cluster's remote rate; and the share of the time with jobs running in which their demand with no cache (f*
-  summed) exceeded the limit (`io_bound_share`);
+  summed) exceeded the limit (`io_bound_share`, from the engine's integrals, `model.Usage`);
 - hit ratio: cached bytes read / bytes read, over all finished jobs;
 - effective cache: the share of cached bytes that the jobs reading them can still hit this epoch (cache is
-  only effective from the epoch after it is filled), weighted by cached bytes over the samples;
-- GPU utilisation: the mean over the samples from the first arrival (of any job) on of the share of the cluster's
-  GPUs that running jobs hold, and that running regular jobs hold (those not marked as run preemptibly: HiveD's
-  low-priority jobs are not regular); fragmentation: the mean share of nodes on which a regular job uses any GPU,
-  the nodes not available for a whole-node regular job (HiveD's fragmentation level, its Figures 7 and 9);
+  only effective from the epoch after it is filled), weighted by cached bytes over the samples: a sample mean,
+  which depends on the sample period and can be biased where the run's changes line up with the sample grid;
+- GPU utilisation: the time average from the first arrival (of any job) to the end of the run of the share of the
+  cluster's GPUs that running jobs hold, and that running regular jobs hold (those not marked as run preemptibly:
+  HiveD's low-priority jobs are not regular); fragmentation: the time-average share of nodes on which a regular job
+  uses any GPU, the nodes not available for a whole-node regular job (HiveD's fragmentation level, its Figures 7
+  and 9). All exact, from the engine's integrals (`model.Usage`), not the samples' means;
 - preempted GPUs: each finished job's preemptions times its GPUs, summed (HiveD's Figure 8);
 - tenant queueing delay and sharing safety (HiveD's Figures 6 and 7, its section 5.2): `tenant_report.py`.
 
@@ -53,7 +59,16 @@ from pathlib import Path
 from typing import TypeVar
 
 from datamgr.scheduler.sim.fields import format_duration
-from datamgr.scheduler.sim.model import NOT_ARRIVED, RUNNING, WAITING, ClusterSpec, JobOutcome, Sample, SimResult
+from datamgr.scheduler.sim.model import (
+    NOT_ARRIVED,
+    RUNNING,
+    WAITING,
+    ClusterSpec,
+    JobOutcome,
+    Sample,
+    SimResult,
+    Usage,
+)
 from datamgr.scheduler.sim.trace import LABELS
 from silodlib.units import format_rate
 
@@ -103,12 +118,12 @@ class Summary:
     remote_io_mean: float
     remote_io_peak: float
     remote_io_limit: float
-    io_bound_share: float  # of the samples with jobs running, the share whose IO demand exceeded the limit
-    hit_ratio: float
-    effective_cache: float
-    gpu_utilisation: float  # mean share of the GPUs held by running jobs, over the samples from the first arrival
+    io_bound_share: float  # of the time with jobs running, the share in which their IO demand exceeded the limit
+    hit_ratio: float  # over the finished jobs
+    effective_cache: float  # a mean over the samples
+    gpu_utilisation: float  # time-average share of the GPUs held by running jobs, from the first arrival
     regular_gpu_utilisation: float  # the same for running regular jobs (not marked as run preemptibly)
-    fragmentation: float  # mean share of the nodes on which a regular job uses any GPU (HiveD's Figures 7 and 9)
+    fragmentation: float  # time-average share of the nodes on which a regular job uses any GPU (HiveD's Fig. 7, 9)
     preemptions: int  # over the finished jobs
     preempted_gpus: int  # each finished job's preemptions times its GPUs, summed (HiveD's Figure 8)
     preemption_overhead: float  # seconds the finished jobs spent restoring checkpoints after preemptions
@@ -179,12 +194,11 @@ def rescheduling_intervals(jobs: Iterable[JobOutcome]) -> list[float]:
     return [seconds for j in jobs for seconds in j.restart_seconds]
 
 
-def io_bound_share(samples: Sequence[Sample], limit: float) -> float:
-    """Of the samples with jobs running, the share in which what they would read at full speed without a
-    cache exceeded the remote IO limit: how much of the run sat in the regime where storage allocation
-    matters (the paper's Figure 2). NaN if no job ever ran."""
-    busy = [s for s in samples if s.running_jobs > 0]
-    return sum(s.demand_bytes_per_sec > limit for s in busy) / len(busy) if busy else math.nan
+def io_bound_share(usage: Usage) -> float:
+    """Of the time with jobs running, the share in which what they would read at full speed without a cache
+    exceeded the remote IO limit: how much of the run sat in the regime where storage allocation matters (the
+    paper's Figure 2), exactly (`model.Usage`). NaN if no job ever ran."""
+    return usage.io_bound_seconds / usage.running_seconds if usage.running_seconds > 0 else math.nan
 
 
 def first_arrival(result: SimResult) -> float:
@@ -194,18 +208,21 @@ def first_arrival(result: SimResult) -> float:
     return min(arrivals) if arrivals else math.nan
 
 
-def gpu_use(samples: Sequence[Sample], first: float, cluster: ClusterSpec) -> tuple[float, float, float]:
-    """The means, over the samples from the `first` arrival on, of the share of the cluster's GPUs held by running
-    jobs, of the share held by running regular jobs, and of the share of nodes on which a regular job uses any
-    GPU (NaN for a run without jobs, or one stopped before any arrived)."""
-    taken = [s for s in samples if s.time >= first]  # none when `first` is NaN
-    if not taken:
+def gpu_use(result: SimResult, cluster: ClusterSpec) -> tuple[float, float, float]:
+    """The time averages, from the first arrival (of any job, finished or not) to the end of the run, of the
+    share of the cluster's GPUs held by running jobs, of the share held by running regular jobs, and of the share
+    of nodes on which a regular job uses any GPU: exact, from the engine's integrals (`model.Usage`), unfinished
+    jobs included on a run a time limit stopped. NaN for a run without jobs, or one stopped at or before the first
+    arrival (no time to average over)."""
+    usage = result.usage
+    span = usage.end - first_arrival(result)  # nothing runs before the first arrival
+    if not span > 0:  # NaN too, without jobs
         return math.nan, math.nan, math.nan
-    gpus, nodes = cluster.total_gpus, cluster.nodes
+    gpu_time, node_time = cluster.total_gpus * span, cluster.nodes * span
     return (
-        mean_of([s.busy_gpus / gpus for s in taken]),
-        mean_of([s.regular_busy_gpus / gpus for s in taken]),
-        mean_of([s.fragmented_nodes / nodes for s in taken]),
+        usage.gpu_seconds / gpu_time,
+        usage.regular_gpu_seconds / gpu_time,
+        usage.fragmented_node_seconds / node_time,
     )
 
 
@@ -230,7 +247,7 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
     fairness = [j.fairness for j in jobs if not math.isnan(j.fairness)]
     preempted, once, twice, more = preemption_shares(jobs)
     intervals = rescheduling_intervals(jobs)
-    utilisation, regular_utilisation, fragmentation = gpu_use(result.samples, first_arrival(result), cluster)
+    utilisation, regular_utilisation, fragmentation = gpu_use(result, cluster)
     states = [j.state for j in result.unfinished_jobs]
     return Summary(
         label=f"{result.policy}/{result.cache_system}",
@@ -255,7 +272,7 @@ def summarize(result: SimResult, cluster: ClusterSpec) -> Summary:
         remote_io_mean=mean_remote_io(result),
         remote_io_peak=remote_io_peak(result),
         remote_io_limit=cluster.remote_io_bytes_per_sec,
-        io_bound_share=io_bound_share(result.samples, cluster.remote_io_bytes_per_sec),
+        io_bound_share=io_bound_share(result.usage),
         hit_ratio=sum(j.hit_bytes for j in jobs) / read if read else math.nan,
         effective_cache=sum(s.effective_cached_bytes for s in result.samples) / cached if cached else math.nan,
         gpu_utilisation=utilisation,
@@ -475,14 +492,27 @@ PREEMPTION_HEADERS = (
 )
 
 
-def speedup_note(baseline_cache_system: str) -> str:
-    """What SPEEDUP means, under the table."""
-    return f"SPEEDUP: average JCT of the same policy on {baseline_cache_system} / this run's"
+def speedup_note(baseline_cache_system: str, runs: Sequence[tuple[SimResult, Summary]]) -> str:
+    """What SPEEDUP means, under the table, and why it is `-` where a time limit cut a run or its baseline."""
+    note = f"SPEEDUP: average JCT of the same policy on {baseline_cache_system} / this run's"
+    if any(is_cut(summary) for _, summary in runs):
+        note += (
+            f"; - where this run or its {baseline_cache_system} run left jobs unfinished (a time limit): each average "
+            "is over the jobs that run finished, not the same jobs"
+        )
+    return note
+
+
+def is_cut(summary: Summary) -> bool:
+    """Whether a time limit stopped the run before every job finished: its averages over finished jobs cover the
+    jobs that finished in time, which another run's need not (a run that finished fewer lost its slowest)."""
+    return summary.finished < summary.jobs
 
 
 def comparison_rows(runs: Sequence[tuple[SimResult, Summary]], baseline_cache_system: str) -> list[tuple[str, ...]]:
     """One row per run for the `compare` table; SPEEDUP is the average JCT of the same policy's run on
-    `baseline_cache_system` divided by this run's (above 1: faster than the baseline)."""
+    `baseline_cache_system` divided by this run's (above 1: faster than the baseline), `-` where either run was
+    cut short (`jct_speedups`)."""
     speedups = jct_speedups(runs, baseline_cache_system)
     return [
         (
@@ -500,9 +530,19 @@ def comparison_rows(runs: Sequence[tuple[SimResult, Summary]], baseline_cache_sy
 
 
 def jct_speedups(runs: Sequence[tuple[SimResult, Summary]], baseline_cache_system: str) -> list[float]:
-    """Per run, the baseline's average JCT over its own (NaN without a baseline run for its policy)."""
-    baseline = {r.policy: s.average_jct for r, s in runs if r.cache_system == baseline_cache_system}
-    return [baseline.get(r.policy, math.nan) / s.average_jct for r, s in runs]
+    """Per run, the baseline's average JCT over its own. NaN without a baseline run for its policy, and where a
+    time limit left jobs of the run or of its baseline unfinished (`is_cut`): the two averages are then over
+    different jobs, each run's survivors, so their ratio can favour the run that finished fewer (it dropped its
+    slowest jobs), as the makespan of such a run is none for the same reason."""
+    baseline = {r.policy: s for r, s in runs if r.cache_system == baseline_cache_system}
+
+    def speedup(result: SimResult, summary: Summary) -> float:
+        base = baseline.get(result.policy)
+        if base is None or is_cut(base) or is_cut(summary):
+            return math.nan
+        return base.average_jct / summary.average_jct
+
+    return [speedup(r, s) for r, s in runs]
 
 
 def write_comparison_csv(path: Path, runs: Sequence[tuple[SimResult, Summary]], baseline_cache_system: str) -> None:
@@ -532,7 +572,7 @@ def write_comparison_markdown(
         for row, (_, summary) in zip(comparison_rows(runs, baseline_cache_system), runs, strict=True)
     ]
     notes = [
-        speedup_note(baseline_cache_system),
+        speedup_note(baseline_cache_system, runs),
         "QUEUEING: time from a job's arrival to its first start. Percentiles over finished jobs, by linear "
         "interpolation between closest ranks.",
         "FAIRNESS: the 5th percentile over finished jobs of Gavel's ratio over a job's stay (bytes it read / bytes "

@@ -108,16 +108,30 @@ class SweepRow:
     makespan: float
     silod_speedup: float  # this run's average JCT / silod's at the same value: silod's speedup over it
 
+    @property
+    def cut(self) -> bool:
+        """Whether a time limit stopped the run before every job finished (its averages cover the survivors)."""
+        return self.finished < self.jobs
+
 
 def sweep_rows(runs: Sequence[SweepRun], summaries: Sequence[RunNumbers]) -> list[SweepRow]:
     """A row per run, in the runs' order. `silod_speedup` is the run's average JCT over the average JCT of the
     silod run at the same value (and with the same policy), so a baseline's row says how many times faster
-    SiloD finishes jobs than it does; NaN where there is no silod run or no finished job to average."""
+    SiloD finishes jobs than it does; NaN where there is no silod run or no finished job to average, and where a
+    time limit left jobs of the run or of the silod run unfinished: the two averages are then over different jobs,
+    each run's survivors (`report.jct_speedups` has the same rule)."""
     silod = {
-        (run.value, run.policy): summary.average_jct
+        (run.value, run.policy): summary
         for run, summary in zip(runs, summaries, strict=True)
         if run.cache_system == SILOD
     }
+
+    def speedup(run: SweepRun, summary: RunNumbers) -> float:
+        base = silod.get((run.value, run.policy))
+        if base is None or base.finished < base.jobs or summary.finished < summary.jobs:
+            return math.nan
+        return summary.average_jct / base.average_jct
+
     return [
         SweepRow(
             value=run.value,
@@ -128,7 +142,7 @@ def sweep_rows(runs: Sequence[SweepRun], summaries: Sequence[RunNumbers]) -> lis
             finished=summary.finished,
             average_jct=summary.average_jct,
             makespan=summary.makespan,
-            silod_speedup=summary.average_jct / silod.get((run.value, run.policy), math.nan),
+            silod_speedup=speedup(run, summary),
         )
         for run, summary in zip(runs, summaries, strict=True)
     ]
@@ -162,10 +176,16 @@ def table_rows(kind: Kind, rows: Sequence[SweepRow]) -> list[tuple[str, ...]]:
     return [cells(row) for row in rows]
 
 
-def speedup_note(kind: Kind) -> str:
-    """What the SILOD SPEEDUP column means, printed under the table."""
+def speedup_note(kind: Kind, rows: Sequence[SweepRow]) -> str:
+    """What the SILOD SPEEDUP column means, printed under the table, and why it is `-` on a cut run."""
     at = "scale" if kind == "bandwidth" else "sharing fraction"
-    return f"SILOD SPEEDUP: average JCT of the cache system / silod's at the same {at} (above 1: silod is faster)"
+    note = f"SILOD SPEEDUP: average JCT of the cache system / silod's at the same {at} (above 1: silod is faster)"
+    if any(row.cut for row in rows):
+        note += (
+            "; - where this run or silod's left jobs unfinished (a time limit): each average is over the jobs that "
+            "run finished, not the same jobs"
+        )
+    return note
 
 
 def csv_text(kind: Kind, rows: Sequence[SweepRow]) -> str:
@@ -205,7 +225,7 @@ def markdown_text(title: str, kind: Kind, rows: Sequence[SweepRow]) -> str:
     """The printed table as a Markdown document: a heading, the table (as `compare.md` has its), and what the
     speedup means."""
     table = markdown_table(table_headers(kind), table_rows(kind, rows))
-    return "\n".join([f"# {title}", "", table, "", speedup_note(kind), ""])
+    return "\n".join([f"# {title}", "", table, "", speedup_note(kind, rows), ""])
 
 
 def plot_sweep(path: Path, title: str, kind: Kind, rows: Sequence[SweepRow]) -> None:
