@@ -10,7 +10,7 @@ up to what each job pulls now, f* (1 - hit) on the GPUs it holds, then the rest 
 (`fair_shared_io`). Where they differ is the cache:
 - Alluxio: one pool of the whole cache capacity, shared by all jobs and evicted LRU; no quotas.
 - CoorDL: uniform caching, each job privately on the local disks of the nodes it runs on, an equal static
-  share of each node's cache.
+  share of each node's cache (equal per job rather than per GPU: our choice, see `CoorDLStorage`).
 - Quiver: datasets ranked by benefit per byte, the benefit a throughput gain profiled online (so it moves
   with the remote IO a job gets), each cached whole or not at all. `quiver-stable` ranks by the profile a
   job would show with no remote IO at all, f*/d, which does not move.
@@ -84,6 +84,11 @@ class CoorDLStorage:
     several nodes gets the sum of its shares (CoorDL partitions a distributed job's cache over its servers),
     capped at its dataset's size.
 
+    Equal per job, not per GPU, is our choice: the paper gives CoorDL "the capacity of a job's local storage
+    inside the running containers/VMs" (section 2.1) without saying how jobs sharing a node divide its disk, and
+    an equal slice per job's container is the simplest static rule. Its extremes: a 1-GPU job alone on a node
+    gets the whole node's cache, a 4-GPU job beside four 1-GPU jobs a fifth (a split by GPUs would give it half).
+
     The cache lives with the job's processes, so jobs reading the same dataset each hold their own copy
     (`job_cache_bytes`): a shared dataset is charged once per job, not once per dataset. And the slice is
     static: it follows from how many jobs share a node, not from how much a job gains from cache, and what a
@@ -150,12 +155,14 @@ class QuiverStorage:
 
     The profile moves with b, and b moves round to round as jobs come and go and caches fill, so the ranking
     moves too: a dataset that falls behind gets quota 0, is evicted at once, and is rebuilt over an epoch if
-    it climbs back (the instability the paper reports). A job that has never run (b = 0) shows the whole
+    it climbs back: the instability the paper's evaluation reports, as issue 13 summarises it (our copy of the
+    paper lacks that section; it says only that Quiver allocates cache "to the most beneficial jobs based on
+    online profiling", section 8). A job that has never run (b = 0) shows the whole
     f*, as does one its cache serves entirely, since it gets no IO while others want it.
 
     A dataset cached now (its quota is its size) keeps its place unless another's benefit per byte is
-    strictly higher: ties go to the incumbent, with no hysteresis margin beyond that (the paper does not say
-    how Quiver breaks ties; this is the simplest rule that does not evict for nothing).
+    strictly higher: ties go to the incumbent, with no hysteresis margin beyond that (neither the paper nor issue
+    13 says how Quiver breaks ties; this is the simplest rule that does not evict for nothing).
 
     `stable=True` (cache system `quiver-stable`) turns the instability off: every job is profiled as with no
     remote IO, benefit f*, so the ranking is the steady cache efficiency f*/d, which only arrivals and
