@@ -16,7 +16,9 @@ node meanwhile), it says so and keeps trying, to take the node back once the oth
 
 The gRPC client is the blocking one, in a worker thread: the mount runs on trio, which cannot share an event
 loop with grpc's asyncio API. The thread fetches manifests and hands each revision to the trio loop, which
-alone mutates the mount state.
+alone mutates the mount state. A revision never waits for a dataset's backend to open: the opens run in the
+background (`NodeDatasets.run_opens`), so that one that hangs (a credential process waiting for a login) holds only
+its own dataset's jobs, and the revisions after it and the usage reports go on.
 """
 
 from __future__ import annotations
@@ -131,15 +133,22 @@ class NodeAgent:
         self._reached = False  # a call has succeeded: the address and security settings are right
         self._registered = False  # this run has registered the node (again after the data manager lost it)
         self._waiting = False  # "waiting for the data manager" is logged, not yet answered by a registration
-        # Jobs whose dataset this node could not open (options it refused, a profile its host lacks), as last sent:
-        # added once the dataset opens (`silod dataset set-options` fixing its options), dropped when removed.
+        # Jobs whose dataset this node does not serve yet (its backend opening, or options it refused, a profile its
+        # host lacks), as last sent: added once the dataset opens (`silod dataset set-options` fixing its options),
+        # dropped when removed.
         self._unserved_jobs: dict[str, pb.NodeJob] = {}
-        self._datasets = NodeDatasets(
-            mount, config.cache_dir, config.node_id, config.report_interval, self._dataset_opened
-        )
-        # Held while a revision applies and while a dataset that would not open is tried again, so that the two never
-        # open one dataset's cache directory at once.
+        # Held while a revision applies, while the datasets that would not open are tried again and while an open that
+        # ended is applied, so that none of them opens a dataset's cache directory beside another.
         self._changing = trio.Lock()
+        self._datasets = NodeDatasets(
+            mount,
+            config.cache_dir,
+            config.node_id,
+            config.report_interval,
+            self._dataset_opened,
+            failed=self._dataset_failed,
+            changing=self._changing,
+        )
         self._watch_refused = False  # "another agent serves this node" is logged for the watch, not yet lifted
         self._report_refused = False  # and for the usage reports
 
@@ -163,14 +172,17 @@ class NodeAgent:
             if self._call is not None:
                 self._call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves cancel() untyped
 
+    async def open_datasets(self) -> None:
+        """Open the datasets' backends that revisions and tries ask for, in the background (`NodeDatasets.run_opens`),
+        until the agent stops."""
+        await self._datasets.run_opens()
+
     async def _retry_datasets(self) -> None:
-        """Try again the datasets this node could not open, and the options last set of those it reads with their
-        previous ones (`NodeDatasets.retry_unopened`), one at a time between revisions."""
-        for uri in self._datasets.unopened_uris():
-            async with self._changing:
-                await self._datasets.retry_unopened(uri)
+        """Try again, in the background, the datasets this node could not open, and the options last set of those it
+        reads with their previous ones (`NodeDatasets.retry_unopened`), between revisions."""
         async with self._changing:
-            await self._datasets.retry_stale_options()
+            self._datasets.retry_unopened()
+            self._datasets.retry_stale_options()
 
     async def report_usage(self) -> None:
         """Report the mount's usage every `report_interval`, first trying again to open the datasets this node could
@@ -273,34 +285,30 @@ class NodeAgent:
                 await self._datasets.remove(change.dataset_removed)
 
     async def _apply_snapshot(self, snapshot: pb.AllocationSnapshot) -> None:
-        """Serve what the snapshot says and nothing else. Its datasets are set side by side, each followed by its
-        jobs: one whose backend open hangs (a profile's `credential_process` waiting for a login) or whose cache
-        takes long to restore keeps only its own jobs' directories from appearing, where, one after another, it
-        kept every job's (the snapshot applies whole, so later revisions still wait for it)."""
+        """Serve what the snapshot says and nothing else. Its datasets' backends open in the background, side by
+        side: one whose open hangs (a profile's `credential_process` waiting for a login) keeps only its own jobs'
+        directories from appearing, and holds no revision after the snapshot. A job of no dataset the snapshot names
+        waits, as one whose dataset failed."""
         for job_id in (set(self._mount.jobs) | set(self._unserved_jobs)) - {j.job_id for j in snapshot.jobs}:
             self._remove_job(job_id)
         for uri in self._datasets.uris() - {d.uri for d in snapshot.datasets}:
             await self._datasets.remove(uri)
-        jobs_of: dict[str, list[pb.NodeJob]] = {}
+        for dataset in snapshot.datasets:
+            await self._datasets.set(dataset, self._manifests)
         for job in snapshot.jobs:
-            jobs_of.setdefault(job.dataset_uri, []).append(job)
-        async with trio.open_nursery() as nursery:
-            for dataset in snapshot.datasets:
-                nursery.start_soon(self._set_dataset_and_jobs, dataset, jobs_of.pop(dataset.uri, []))
-        for jobs in jobs_of.values():  # of no dataset the snapshot names: each waits, as one whose dataset failed
-            for job in jobs:
-                self._set_job(job)
-        await self._datasets.delete_unserved_caches()
-
-    async def _set_dataset_and_jobs(self, dataset: pb.NodeDataset, jobs: list[pb.NodeJob]) -> None:
-        await self._datasets.set(dataset, self._manifests)
-        for job in jobs:
             self._set_job(job)
+        await self._datasets.delete_unserved_caches()
 
     def _dataset_opened(self, uri: str) -> None:
         """Add the jobs that waited for the dataset to open: their directories appear."""
         for job in [job for job in self._unserved_jobs.values() if job.dataset_uri == uri]:
             self._set_job(job)
+
+    def _dataset_failed(self, uri: str) -> None:
+        """Say that the jobs which waited for the dataset's first open wait on: it failed."""
+        for job in self._unserved_jobs.values():
+            if job.dataset_uri == uri:
+                self._log_unserved(job)
 
     def _set_job(self, wanted: pb.NodeJob) -> None:
         job = self._mount.jobs.get(wanted.job_id)
@@ -317,12 +325,10 @@ class NodeAgent:
             ids = self._ids(job_id=wanted.job_id, dataset_uri=wanted.dataset_uri)
             if dataset is None:
                 if wanted.job_id not in self._unserved_jobs:
-                    log.error(
-                        "job %s reads %s, which this node cannot serve: its directory appears once the dataset opens",
-                        wanted.job_id,
-                        wanted.dataset_uri,
-                        extra=ids,
-                    )
+                    if self._datasets.opening(wanted.dataset_uri):  # said once the open fails (`_dataset_failed`)
+                        log.debug("job %s waits for %s to open", wanted.job_id, wanted.dataset_uri, extra=ids)
+                    else:
+                        self._log_unserved(wanted)
                 self._unserved_jobs[wanted.job_id] = wanted
                 return
             self._unserved_jobs.pop(wanted.job_id, None)
@@ -346,6 +352,14 @@ class NodeAgent:
                 rate,
                 extra=self._ids(job_id=wanted.job_id, dataset_uri=job.dataset.uri),
             )
+
+    def _log_unserved(self, job: pb.NodeJob) -> None:
+        log.error(
+            "job %s reads %s, which this node cannot serve: its directory appears once the dataset opens",
+            job.job_id,
+            job.dataset_uri,
+            extra=self._ids(job_id=job.job_id, dataset_uri=job.dataset_uri),
+        )
 
     def _remove_job(self, job_id: str) -> None:
         self._unserved_jobs.pop(job_id, None)
@@ -413,10 +427,6 @@ class NodeAgent:
                     outage = True
             except (trio.RunFinishedError, trio.Cancelled):
                 return
-            except BaseExceptionGroup as group:  # a snapshot's datasets cancelled side by side (`_apply_snapshot`)
-                if group.split(trio.Cancelled)[1] is None:
-                    return
-                raise
             failures += 1
             self._stop.wait(RECONNECT.delay(failures))
 
@@ -590,7 +600,7 @@ async def run_agent(config: AgentConfig, on_ready: ReadyCallback = lambda: None)
             await run_filesystem(
                 config,
                 mount,
-                tasks=[agent.follow_allocations, agent.report_usage],
+                tasks=[agent.follow_allocations, agent.report_usage, agent.open_datasets],
                 on_ready=on_ready,
                 reconnects=lambda: agent.reconnects,
                 node_id=config.node_id,

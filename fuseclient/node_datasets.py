@@ -1,23 +1,33 @@
 """The datasets a node agent serves, as the data manager sets them: opened with their backend options, cached,
 their backends swapped when the options are rotated, and tried again while they would not open.
 
+Backends open in the background (`run_opens`), each in a worker thread: making an SDK's client may run a profile's
+`credential_process` or ask a metadata or token endpoint, which may never answer (a process waiting for an SSO
+login). A revision only starts the open, so that one which hangs holds nothing but its own dataset: later revisions
+and the usage reports go on. Until it ends the dataset counts as not open (`Unopened`, with no reason yet) or, for
+rotated options, as read with its previous backend; past `SLOW_OPEN` the agent says so once, in a WARNING and in the
+dataset's usage report, naming what the open waits for (`open_waits_for`). An open that ends applies to the dataset
+as the data manager sends it then: one dropped or given other options meanwhile discards it (`_Open`).
+
 A dataset whose options open no backend on this node (a profile its host lacks, an option its silod refuses, a
 directory it cannot reach) is kept as the data manager last sent it (`Unopened`) and tried again at every usage
 report; one whose rotated options open none reads on with its previous backend (`StaleOptions`), tried again the
 same way. Each is in the usage reports with why (`usage`), and each failure is logged once per cause. A dataset
 whose cache directory cannot be opened is served uncached and its cache tried again (`reopen_caches`).
 
-Everything here runs on the mount's trio loop, which alone changes the mount state; the agent serializes a
-revision being applied with the tries and the caches' reopening (its lock), so that two caches never open one
-dataset's directory (a reopen's restore, scanning the directory with the old manifest while a revision opened the
-dataset anew, deleted the new cache's items).
+Everything here runs on the mount's trio loop, which alone changes the mount state. The agent's lock (`changing`)
+serializes a revision being applied with the tries, the caches' reopening and the ends of the background opens,
+which open the dataset's cache: so two caches never open one dataset's directory (a reopen's restore, scanning the
+directory with the old manifest while a revision opened the dataset anew, deleted the new cache's items).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -33,7 +43,7 @@ from fuseclient.assembly import (
 )
 from fuseclient.cache import NoCache
 from fuseclient.mounted import MountedDataset, MountState
-from silodlib.backends import Backend, BackendError, RetryingBackend, open_backend, option_changes
+from silodlib.backends import Backend, BackendError, RetryingBackend, open_backend, open_waits_for, option_changes
 from silodlib.logfields import log_ids
 from silodlib.manifest import Manifest
 from silodlib.scrub import scrub
@@ -41,10 +51,24 @@ from silodpb.v1 import datamgr_pb2 as pb
 
 log = logging.getLogger(__name__)
 
+# Seconds a backend's open may take before the agent says, once, that it is stuck, and on what (a WARNING and the
+# dataset's usage report). A healthy open takes a second or two: making the client reads the host's profiles, and
+# finding credentials runs a `credential_process` or asks a service once (botocore asks the instance metadata service
+# with a 1 s timeout, a container's credential endpoint with 2 s and 3 tries; a role is assumed in one STS call). 30 s
+# is many times that, so the warning means that something waits for what may never come (a credential process
+# waiting for a login in a browser, an endpoint that never answers) and not a busy host; and it comes within a minute,
+# at the first usage report after it (every 5 s by default), for an operator looking at a job that does not start.
+SLOW_OPEN = 30.0
+# Threads that backend opens run in at once. An open that hangs holds its thread until it returns, perhaps for good;
+# with threads of their own, opens never take those of trio's default limiter (40), which the agent's other work in
+# threads needs: the usage reports, the caches' deletion, the stop's detach of the mount. Healthy opens take a second
+# or two, so a snapshot of many datasets opens in a few seconds all the same.
+OPEN_THREADS = 16
+
 
 class Unopened(NamedTuple):
-    """A dataset this node could not open: as the data manager last sent it, its manifest, and why (one scrubbed
-    line)."""
+    """A dataset this node does not serve yet: as the data manager last sent it, its manifest, and why it could not
+    open it (one scrubbed line; "" while its first open is under way)."""
 
     wanted: pb.NodeDataset
     manifest: Manifest
@@ -59,9 +83,26 @@ class StaleOptions(NamedTuple):
     reason: str
 
 
+@dataclass(eq=False)
+class _Open:
+    """A backend open under way in the background: of a dataset not served yet (`changes` None), or of the options
+    last set of one served (`changes`: which options changed, `option_changes`). It is the dataset's open while
+    `NodeDatasets._opens` holds it; another replaces it there when the dataset's options change, and it is dropped
+    from there with the dataset, so that its result, when it comes, is discarded."""
+
+    uri: str
+    options: dict[str, str]
+    changes: str | None
+    logged: str  # the reason an earlier try logged: the same one is not logged again
+    started: float  # trio's clock
+    waits_for: str | None = None  # what it may wait for (`open_waits_for`, "": nothing known), once looked up
+    stuck: str = ""  # past SLOW_OPEN: what the usage report says of it (one scrubbed line)
+
+
 class NodeDatasets:
-    """The datasets of a node's mount (`MountState.datasets`), and those it could not open. `opened(uri)` is called
-    once a dataset opens, for the jobs that wait for it."""
+    """The datasets of a node's mount (`MountState.datasets`), and those it does not serve yet: being opened, or that
+    it could not open. `opened(uri)` is called once a dataset opens, for the jobs that wait for it; `failed(uri)` once
+    its first open fails, for the jobs that waited for that one. Backends open only while `run_opens` runs."""
 
     def __init__(
         self,
@@ -70,22 +111,33 @@ class NodeDatasets:
         node_id: str,
         retry_interval: float,
         opened: Callable[[str], None],
+        *,
+        failed: Callable[[str], None] = lambda uri: None,
+        changing: trio.Lock | None = None,
     ) -> None:
         self._mount = mount
         self._cache_dir = cache_dir
         self._node_id = node_id
         self._retry_interval = retry_interval  # how often `retry` and `reopen_caches` are called, for the log
         self._opened = opened
+        self._failed = failed
+        self._changing = trio.Lock() if changing is None else changing  # the agent's: see the module's docstring
         self._unopened: dict[str, Unopened] = {}
         self._stale_options: dict[str, StaleOptions] = {}
+        self._opens: dict[str, _Open] = {}  # each dataset's open under way, if any
+        self._to_open, self._opens_to_run = trio.open_memory_channel[_Open](math.inf)
+        self._open_threads = trio.CapacityLimiter(OPEN_THREADS)
         self._reopening: set[str] = set()  # datasets whose cache a `_reopen_cache` is opening now
 
     def uris(self) -> set[str]:
-        """The datasets this node serves or could not open: those a snapshot that leaves them out removes."""
+        """The datasets this node serves, is opening or could not open: those a snapshot that leaves them out
+        removes."""
         return set(self._mount.datasets) | set(self._unopened)
 
-    def unopened_uris(self) -> list[str]:
-        return list(self._unopened)
+    def opening(self, uri: str) -> bool:
+        """Whether the dataset is not served yet and no open of it has failed: its first open is under way."""
+        entry = self._unopened.get(uri)
+        return entry is not None and not entry.reason
 
     def digests_in_use(self) -> set[str]:
         """The manifests of the datasets served or waiting to open."""
@@ -95,69 +147,171 @@ class NodeDatasets:
 
     async def set(self, wanted: pb.NodeDataset, manifests: Mapping[str, Manifest]) -> None:
         """Serve the dataset as the data manager sets it: its quota and options changed in place when its manifest
-        is the one served, else (re)opened with its manifest from `manifests` (by digest)."""
+        is the one served, else (re)opened with its manifest from `manifests` (by digest). Backends open in the
+        background: this waits for none."""
         current = self._mount.datasets.get(wanted.uri)
         options = dict(wanted.options)
         if current is not None and current.manifest.digest == wanted.manifest_digest:
             if current.options != options:
-                await self._replace_backend(current, options)
+                self._replace_backend(current, options)
             await self._set_quota(current, wanted.cache_quota_bytes)
             return
         if current is not None:
             await self.remove(wanted.uri)
-        await self._open(wanted, manifests[wanted.manifest_digest])
+        self._want(wanted, manifests[wanted.manifest_digest])
 
-    async def _open(self, wanted: pb.NodeDataset, manifest: Manifest) -> None:
-        options = dict(wanted.options)
-        unopened = self._unopened.get(wanted.uri)
-        backend = await self._open_backend(
-            wanted.uri, options, f"cannot serve dataset {wanted.uri}", "" if unopened is None else unopened.reason
-        )
-        if isinstance(backend, str):
-            self._unopened[wanted.uri] = Unopened(wanted, manifest, backend)
+    def _want(self, wanted: pb.NodeDataset, manifest: Manifest) -> None:
+        """Open a dataset not served, as sent now: an open of it with these options already under way serves it so
+        when it ends; else another starts (tried again with the same options, a dataset that failed: the data manager
+        sends it again at each change of its quota and at each reconnect)."""
+        entry = self._unopened.get(wanted.uri)
+        reason = "" if entry is None else entry.reason
+        self._unopened[wanted.uri] = Unopened(wanted, manifest, reason)
+        under_way = self._opens.get(wanted.uri)
+        if under_way is None or under_way.options != dict(wanted.options):
+            self._start_open(wanted.uri, dict(wanted.options), None, reason)
+
+    def retry_unopened(self) -> None:
+        """Try again to open the datasets this node could not, as the data manager last sent them: what kept one shut
+        may be on the node (a profile added to its host's AWS config, a share mounted since), and the data manager
+        sends it again only when it changes. Quietly while the reason stays the same; not while an open of it is
+        under way."""
+        for uri, entry in self._unopened.items():
+            if uri not in self._opens:
+                self._start_open(uri, dict(entry.wanted.options), None, entry.reason)
+
+    def retry_stale_options(self) -> None:
+        """Try again the options last set of the datasets read with their previous ones (`retry_unopened`)."""
+        for uri, stale in self._stale_options.items():
+            dataset = self._mount.datasets.get(uri)
+            if dataset is not None and uri not in self._opens:
+                self._start_open(uri, dict(dataset.options), stale.changes, stale.reason)
+
+    async def run_opens(self) -> None:
+        """Run the backend opens that `set` and the tries start, side by side, each in the background, until
+        cancelled: the agent stops, and waits for none of them (their threads end by themselves)."""
+        async with trio.open_nursery() as nursery:
+            async for attempt in self._opens_to_run:
+                nursery.start_soon(self._run_open, attempt)
+
+    def _start_open(self, uri: str, options: dict[str, str], changes: str | None, logged: str) -> None:
+        """Open the dataset's backend with `options` in the background, in place of any open of it under way."""
+        attempt = _Open(uri, options, changes, logged, trio.current_time())
+        self._opens[uri] = attempt
+        self._to_open.send_nowait(attempt)
+
+    async def _run_open(self, attempt: _Open) -> None:
+        """Open the backend, saying once if it takes longer than SLOW_OPEN; then, under the agent's lock, serve the
+        dataset with it as the data manager sends the dataset now (`_finish_open`)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._tell_if_stuck, attempt)
+            attempt.waits_for = await trio.to_thread.run_sync(
+                open_waits_for, attempt.uri, attempt.options, limiter=self._open_threads, abandon_on_cancel=True
+            )
+            result = await self._open_backend(attempt.uri, attempt.options)
+            nursery.cancel_scope.cancel()
+        async with self._changing:
+            await self._finish_open(attempt, result)
+
+    async def _tell_if_stuck(self, attempt: _Open) -> None:
+        """Past SLOW_OPEN, say once that the open has not returned and what it waits for: a WARNING, and the reason
+        the usage reports give (`open_error`, or `options_error` for rotated options) until it ends."""
+        await trio.sleep(SLOW_OPEN)
+        if self._opens.get(attempt.uri) is not attempt:  # dropped or replaced: nothing waits for it any more
             return
-        calls = self._mount.backend_calls
+        if attempt.waits_for is None:
+            waits = f"the open has not started: all {OPEN_THREADS} threads opens run in are held by opens not returned"
+        elif attempt.waits_for:
+            waits = f"waiting for {attempt.waits_for}"
+        else:
+            waits = "waiting inside its storage SDK"
+        subject = "its backend" if attempt.changes is None else "a backend with them"
+        attempt.stuck = " ".join(scrub(f"{subject} has not opened in {SLOW_OPEN:g} s: {waits}").splitlines())
+        if attempt.changes is None:
+            meanwhile = "its jobs here wait for it; the node's other datasets, revisions and usage reports go on"
+        else:
+            meanwhile = f"it reads on with its previous options meanwhile (the new ones: {attempt.changes})"
+        log.warning("dataset %s: %s; %s", attempt.uri, attempt.stuck, meanwhile, extra=self._ids(attempt.uri))
+
+    async def _finish_open(self, attempt: _Open, result: Backend | str) -> None:
+        """Apply an open that ended, a backend or why none (`_open_backend`), to the dataset as the data manager
+        sends it now: served with it, or read through it from now on (rotated options); discarded if the dataset was
+        dropped or given other options meanwhile, which must not be served with these."""
+        uri, took = attempt.uri, trio.current_time() - attempt.started
+        if self._opens.get(uri) is not attempt:
+            if isinstance(result, str):
+                log.debug(
+                    "dataset %s: an open no longer wanted failed after %.0f s: %s",
+                    uri,
+                    took,
+                    result,
+                    extra=self._ids(uri),
+                )
+                return
+            result.close()
+            log.info(
+                "dataset %s: its backend opened after %.0f s, with options the data manager has replaced or for a "
+                "dataset it no longer sends here: closed unused",
+                uri,
+                took,
+                extra=self._ids(uri),
+            )
+            return
+        if attempt.stuck and not isinstance(result, str):
+            log.info("dataset %s: its backend opened after %.0f s", uri, took, extra=self._ids(uri))
+        try:
+            dataset = self._mount.datasets.get(uri)
+            if attempt.changes is None:
+                await self._serve(self._unopened[uri], attempt, result)
+            elif dataset is not None:
+                self._swap_backend(dataset, attempt, result)
+        finally:
+            if self._opens.get(uri) is attempt:  # only now: no other open of it starts while its cache opens
+                del self._opens[uri]
+
+    async def _serve(self, entry: Unopened, attempt: _Open, result: Backend | str) -> None:
+        """Serve a dataset whose backend opened, as last sent (`entry`); or keep it unopened with why not."""
+        uri, wanted, manifest = entry.wanted.uri, entry.wanted, entry.manifest
+        if isinstance(result, str):
+            self._log_failure(f"cannot serve dataset {uri}", result, attempt.logged, uri)
+            self._unopened[uri] = entry._replace(reason=result)
+            if not entry.reason:
+                self._failed(uri)
+            return
+        backend, options, calls = result, attempt.options, self._mount.backend_calls
         try:
             dataset = await open_dataset(
-                self._cache_dir, wanted.uri, backend, manifest, wanted.cache_quota_bytes, options, calls=calls
+                self._cache_dir, uri, backend, manifest, wanted.cache_quota_bytes, options, calls=calls
             )
         except OSError as exc:
             log.error(
                 "cannot open the cache of dataset %s (%s): serving it from its backend, uncached, and trying to open "
                 "the cache again every %g s",
-                wanted.uri,
+                uri,
                 exc,
                 self._retry_interval,
-                extra=self._ids(wanted.uri),
+                extra=self._ids(uri),
             )
-            dataset = uncached_dataset(wanted.uri, backend, manifest, wanted.cache_quota_bytes, options, calls=calls)
+            dataset = uncached_dataset(uri, backend, manifest, wanted.cache_quota_bytes, options, calls=calls)
         self._mount.add_dataset(dataset)
-        self._unopened.pop(wanted.uri, None)  # only now: a report meanwhile must still say it is not open
-        self._opened(wanted.uri)
-
-    async def retry_unopened(self, uri: str) -> None:
-        """Try again to open a dataset this node could not, as the data manager last sent it: what kept it shut may
-        be on the node (a profile added to its host's AWS config, a share mounted since), and the data manager sends
-        it again only when it changes. Quietly while the reason stays the same. Nothing if it opened or went since."""
-        entry = self._unopened.get(uri)
-        if entry is not None:
-            await self._open(entry.wanted, entry.manifest)
-
-    async def retry_stale_options(self) -> None:
-        """Try again the options last set of the datasets read with their previous ones (`retry_unopened`)."""
-        for uri, stale in list(self._stale_options.items()):
-            dataset = self._mount.datasets.get(uri)
-            if dataset is not None:
-                await self._swap_backend(dataset, stale.changes)
+        self._unopened.pop(uri, None)  # only now: a report meanwhile must still say it is not open
+        self._opened(uri)
 
     async def remove(self, uri: str) -> None:
         """Free the disk a dataset no job here reads any more: its cache, with its directory (that of one served
         uncached too). Files still open keep reading through its backend, which is released with the last of them.
-        One this node could not open is no longer reported."""
+        One this node could not open is no longer reported; an open of it under way is discarded when it ends."""
         self._unopened.pop(uri, None)
         self._stale_options.pop(uri, None)
+        under_way = self._opens.pop(uri, None)
         dataset = self._mount.remove_dataset(uri)
         if dataset is None:
+            if under_way is not None:
+                log.info(
+                    "dataset %s is no longer wanted here: the open of its backend under way is discarded as it ends",
+                    uri,
+                    extra=self._ids(uri),
+                )
             return
         if isinstance(dataset.cache, NoCache):
             await self._delete_uncached_cache_dir(uri)
@@ -209,7 +363,9 @@ class NodeDatasets:
 
     def usage(self) -> list[pb.DatasetUsage]:
         """Each dataset's part of a usage report: what it caches, or why it does not open or reads with its previous
-        options (`DatasetUsage.open_error`, `options_error`)."""
+        options (`DatasetUsage.open_error`, `options_error`): an open stuck past SLOW_OPEN, else the last try's
+        failure. A dataset whose first open is under way, and not stuck yet, is left out, as older agents left out
+        every dataset they did not serve."""
         reports = []
         for uri, dataset in self._mount.datasets.items():
             cache = dataset.cache.statistics()
@@ -219,11 +375,19 @@ class NodeDatasets:
                     dataset_uri=uri,
                     cached_bytes=cache.used_bytes,
                     cached_items=cache.cached_items,
-                    options_error="" if stale is None else stale.reason,
+                    options_error=self._stuck(uri) or ("" if stale is None else stale.reason),
                 )
             )
-        reports += [pb.DatasetUsage(dataset_uri=uri, open_error=u.reason) for uri, u in self._unopened.items()]
+        for uri, entry in self._unopened.items():
+            reason = self._stuck(uri) or entry.reason
+            if reason:
+                reports.append(pb.DatasetUsage(dataset_uri=uri, open_error=reason))
         return reports
+
+    def _stuck(self, uri: str) -> str:
+        """Why the dataset's open under way is reported as stuck; "" if none is, or not yet."""
+        attempt = self._opens.get(uri)
+        return "" if attempt is None else attempt.stuck
 
     async def reopen_caches(self) -> None:
         """Try again to open the caches of the datasets served uncached. A method of its own so that the reporting
@@ -247,29 +411,29 @@ class NodeDatasets:
                 extra=self._ids(dataset.uri),
             )
 
-    async def _replace_backend(self, dataset: MountedDataset, options: dict[str, str]) -> None:
+    def _replace_backend(self, dataset: MountedDataset, options: dict[str, str]) -> None:
         """Read `dataset` with the options the data manager replaced its old ones with (rotated credentials), from
-        now on. Its cache, its jobs' access tracking and their open files stay: they hold the dataset, whose every
-        fetch takes its backend as it starts. Reads under way end on the old backend, which is released with the
-        last of them, as a removed dataset's is. Options this node cannot open a backend with (one its silod does
-        not know, a profile its host lacks) leave the old backend reading, with one error line, reported and tried
-        again at each report (`StaleOptions`) until they open or the data manager changes them again."""
+        once a backend with them opens, in the background (`_swap_backend`); the old one reads meanwhile."""
         changes = option_changes(dataset.options, options)
         dataset.options = options
         self._stale_options.pop(dataset.uri, None)  # other options: their failure is logged anew
-        await self._swap_backend(dataset, changes)
+        self._start_open(dataset.uri, options, changes, "")
 
-    async def _swap_backend(self, dataset: MountedDataset, changes: str) -> None:
-        """Open a backend with the dataset's options (`changes` from its previous ones) and read through it from now
-        on; or, where they open none, keep the one it has, logging why unless the last try logged the same."""
-        stale = self._stale_options.get(dataset.uri)
-        failure = f"dataset {dataset.uri} reads on with its old options, not the new ones ({changes})"
-        backend = await self._open_backend(dataset.uri, dataset.options, failure, "" if stale is None else stale.reason)
-        if isinstance(backend, str):
-            self._stale_options[dataset.uri] = StaleOptions(changes, backend)
+    def _swap_backend(self, dataset: MountedDataset, attempt: _Open, result: Backend | str) -> None:
+        """Read `dataset` through the backend its options last set opened, from now on. Its cache, its jobs' access
+        tracking and their open files stay: they hold the dataset, whose every fetch takes its backend as it starts.
+        Reads under way end on the old backend, which is released with the last of them, as a removed dataset's is.
+        Options this node cannot open a backend with (one its silod does not know, a profile its host lacks) leave
+        the old backend reading, with one error line, reported and tried again at each report (`StaleOptions`) until
+        they open or the data manager changes them again."""
+        changes = attempt.changes or ""
+        if isinstance(result, str):
+            failure = f"dataset {dataset.uri} reads on with its old options, not the new ones ({changes})"
+            self._log_failure(failure, result, attempt.logged, dataset.uri)
+            self._stale_options[dataset.uri] = StaleOptions(changes, result)
             return
         self._stale_options.pop(dataset.uri, None)
-        dataset.backend = backend
+        dataset.backend = result
         log.info(
             "dataset %s: reading with its new options (%s) from now on, its cache kept",
             dataset.uri,
@@ -277,23 +441,28 @@ class NodeDatasets:
             extra=self._ids(dataset.uri),
         )
 
-    async def _open_backend(self, uri: str, options: Mapping[str, str], failure: str, logged: str) -> Backend | str:
+    async def _open_backend(self, uri: str, options: Mapping[str, str]) -> Backend | str:
         """The dataset's backend, retrying transient failures; or, where the options open none (an option this silod
-        does not know, a bad value, a profile this host lacks, a directory it cannot reach), the reason, logged
-        after `failure` unless it is `logged`, the reason an earlier try logged: the data manager sends an unopened
-        dataset again at each change of its quota and at each reconnect, and one ERROR per cause is what an operator
-        needs. The reason is one line, scrubbed as the log line is (`silodlib.scrub`), since the usage reports carry
-        it to the data manager, past this process's log handler. Opened in a worker thread: making an SDK's client
-        reads the host's profiles and may run a profile's `credential_process` or ask the instance metadata service,
-        and the mount's loop, which every file system request waits on, must not wait on those. Left to itself when
-        the agent stops: a credential process may wait for good (an SSO login for a browser that never comes)."""
+        does not know, a bad value, a profile this host lacks, a directory it cannot reach), the reason: one line,
+        scrubbed as the log line is (`silodlib.scrub`), since the usage reports carry it to the data manager, past
+        this process's log handler. Opened in a worker thread: making an SDK's client reads the host's profiles and
+        may run a profile's `credential_process` or ask the instance metadata service, and the mount's loop, which
+        every file system request waits on, must not wait on those. Left to itself when the agent stops: a
+        credential process may wait for good (an SSO login for a browser that never comes)."""
         try:
-            return RetryingBackend(await trio.to_thread.run_sync(open_backend, uri, options, abandon_on_cancel=True))
+            backend = await trio.to_thread.run_sync(
+                open_backend, uri, options, limiter=self._open_threads, abandon_on_cancel=True
+            )
         except (BackendError, ValueError) as exc:
-            reason = " ".join(scrub(str(exc)).splitlines())
-            level = logging.DEBUG if reason == logged else logging.ERROR
-            log.log(level, "%s: %s", failure, reason, extra=self._ids(uri))
-            return reason
+            return " ".join(scrub(str(exc)).splitlines())
+        return RetryingBackend(backend)
+
+    def _log_failure(self, failure: str, reason: str, logged: str, uri: str) -> None:
+        """Log why an open failed, after `failure`, unless it is `logged`, the reason an earlier try logged: the data
+        manager sends an unopened dataset again at each change of its quota and at each reconnect, and the agent tries
+        it at each report; one ERROR per cause is what an operator needs."""
+        level = logging.DEBUG if reason == logged else logging.ERROR
+        log.log(level, "%s: %s", failure, reason, extra=self._ids(uri))
 
     async def _reopen_cache(self, dataset: MountedDataset) -> None:
         """Give a dataset served uncached (`NoCache`) its cache once its directory opens; quietly try again later

@@ -79,7 +79,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_controller_live", "test_agent_churn", "test_agent_stop",
         "test_datamgr_faults", "test_failed_read_memo",
         "test_estimator_live", "test_log_fields", "test_metrics", "test_mount", "test_node_registration",
-        "test_option_rotation",
+        "test_option_rotation", "test_hanging_opens",
         "test_rate_change",
         "test_readahead", "test_security",
         "test_unservable_datasets",

@@ -178,23 +178,34 @@ def test_a_cache_reopened_while_its_dataset_was_dropped_and_sent_again_is_closed
 
     async def main() -> None:
         mount = MountState()
-        datasets = NodeDatasets(mount, cache_root, "n1", 0.2, lambda uri: None)
+        opening: list[trio.Event] = []
+        datasets = NodeDatasets(mount, cache_root, "n1", 0.2, lambda uri: opening[-1].set())
+
+        async def send(quota: int) -> None:
+            """Send the dataset (not served), and wait for it to open: its backend opens in the background."""
+            opening.append(trio.Event())
+            await datasets.set(wanted(quota), {manifest.digest: manifest})
+            await opening[-1].wait()
+
         directory = dataset_cache_dir(cache_root, uri)
         cache_root.mkdir()
         directory.write_text("a file where the cache's directory goes")
-        await datasets.set(wanted(100_000), {manifest.digest: manifest})
-        dropped = mount.datasets[uri]
-        assert isinstance(dropped.cache, NoCache)
-        directory.unlink()
-        monkeypatch.setattr(cache_disk, "restore", slow_restore)
-        monkeypatch.setattr(DatasetCache, "set_quota", slow_set_quota)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(datasets.reopen_caches)
-            await trio.sleep(0.1)  # the reopen restores
-            await datasets.set(wanted(50_000), {manifest.digest: manifest})  # the quota changes meanwhile
-            await trio.sleep(0.4)  # the reopen sets the new quota
-            await datasets.remove(uri)  # the job finished: the dataset is dropped ...
-            await datasets.set(wanted(50_000), {manifest.digest: manifest})  # ... and sent again for a new one
+        async with trio.open_nursery() as background:
+            background.start_soon(datasets.run_opens)
+            await send(100_000)
+            dropped = mount.datasets[uri]
+            assert isinstance(dropped.cache, NoCache)
+            directory.unlink()
+            monkeypatch.setattr(cache_disk, "restore", slow_restore)
+            monkeypatch.setattr(DatasetCache, "set_quota", slow_set_quota)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(datasets.reopen_caches)
+                await trio.sleep(0.1)  # the reopen restores
+                await datasets.set(wanted(50_000), {manifest.digest: manifest})  # the quota changes meanwhile
+                await trio.sleep(0.4)  # the reopen sets the new quota
+                await datasets.remove(uri)  # the job finished: the dataset is dropped ...
+                await send(50_000)  # ... and sent again for a new one
+            background.cancel_scope.cancel()
         assert isinstance(dropped.cache, NoCache)  # before: the reopened cache, open on the new one's directory
         assert not dropped.cache.admit(2, (data / "f2.bin").read_bytes())
         assert isinstance(mount.datasets[uri].cache, DatasetCache)

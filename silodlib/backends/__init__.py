@@ -48,6 +48,7 @@ __all__ = [
     "backend_class",
     "call_with_retries",
     "open_backend",
+    "open_waits_for",
     "option_changes",
     "parse_dataset_uri",
     "redact_options",
@@ -76,6 +77,17 @@ def open_backend(uri: DatasetURI | str, options: Mapping[str, str] | None = None
     if isinstance(uri, str):
         uri = parse_dataset_uri(uri)
     return backend_class(uri.scheme)(uri, options or {})
+
+
+def open_waits_for(uri: str, options: Mapping[str, str]) -> str:
+    """What opening `uri`'s backend with `options` may wait for off this process (`Backend.open_waits_for`): a hint
+    for an operator told that the open has not returned, never a secret; "" where nothing is known or the URI does not
+    parse (the open says why)."""
+    try:
+        parsed = parse_dataset_uri(uri)
+    except InvalidDatasetURI:
+        return ""
+    return backend_class(parsed.scheme).open_waits_for(parsed, options)
 
 
 def redact_options(scheme: str, options: Mapping[str, str]) -> dict[str, str]:

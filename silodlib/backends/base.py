@@ -171,6 +171,14 @@ class Backend(abc.ABC):
         elif name == MIN_READ_RATE_OPTION:
             min_read_rate_option(uri, {name: value})
 
+    @classmethod
+    def open_waits_for(cls, uri: DatasetURI, options: Mapping[str, str]) -> str:
+        """What opening a backend with `options` may wait for off this process (a credential lookup: a program it
+        runs, a service it asks), in words for an operator told that an open has not returned; "" where nothing is
+        known. Never a secret: a program is named by its file name alone, never with its arguments. Reads local
+        configuration only, and never raises: it is a hint."""
+        return ""
+
     @abc.abstractmethod
     def list(self) -> Iterator[ObjectInfo]:
         """Yield every object and explicit folder under the dataset prefix, recursively, in any order.

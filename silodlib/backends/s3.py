@@ -7,6 +7,7 @@ implements, and only read permissions are needed.
 from __future__ import annotations
 
 import os
+import shlex
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -122,6 +123,21 @@ class S3Backend(Backend):
         self._deadline = ReadDeadline.from_options(uri, options)
         session, self._client = _make_client(uri, options, self._deadline.read_timeout)
         self._ranged_get = _RangedGet(session, self._client, self._bucket, self._deadline.read_timeout)
+
+    @classmethod
+    def open_waits_for(cls, uri: DatasetURI, options: Mapping[str, str]) -> str:
+        """Where making the client looks for credentials beyond the options: a profile's `credential_process` (its
+        program's file name), SSO login or role, or boto3's default chain, which ends at a container's credential
+        endpoint and the instance metadata service. "" with keys, in the options or the environment."""
+        if "access_key_id" in options or ("profile" not in options and os.environ.get("AWS_ACCESS_KEY_ID")):
+            return ""
+        try:
+            session = botocore.session.Session(profile=options.get("profile"))
+            name = session.profile or "default"
+            profiles: Mapping[str, Mapping[str, str]] = session.full_config.get("profiles", {})
+        except (BotoCoreError, OSError, ValueError):  # a config file it cannot read or parse: the open says why
+            return ""
+        return _credential_source(profiles, name, named="profile" in options)
 
     @classmethod
     def _check_option(cls, uri: DatasetURI, name: str, value: str) -> None:
@@ -469,6 +485,40 @@ def _client_refusal(uri: DatasetURI, options: Mapping[str, str], exc: Exception)
         f"{uri}: the {what} the environment or the default AWS profile gives {why}: fix it"
         + ("" if name == "profile" else f" or set option {name!r}")
     )
+
+
+def _credential_source(profiles: Mapping[str, Mapping[str, str]], name: str, *, named: bool) -> str:
+    """Where AWS profile `name` (from the AWS config's `profiles`) gets its credentials, following the profiles whose
+    role is assumed with another's credentials (`source_profile`); `named`: the dataset's options name the profile."""
+    seen: set[str] = set()
+    current = name
+    while current not in seen:
+        seen.add(current)
+        section = profiles.get(current, {})
+        process = section.get("credential_process")
+        if process:
+            return f"the credential_process {_program_name(process)!r} of AWS profile {current!r}"
+        if "sso_session" in section or "sso_start_url" in section:
+            return f"the SSO login of AWS profile {current!r}"
+        if "role_arn" in section and section.get("source_profile"):
+            current = section["source_profile"]
+            continue
+        if "role_arn" in section:
+            return f"the role AWS profile {current!r} assumes"
+        break
+    if named or name in profiles:
+        return f"the credentials of AWS profile {name!r}"
+    return "boto3's default credential chain (a container's credential endpoint, the instance metadata service)"
+
+
+def _program_name(command: str) -> str:
+    """The file name of the program a `credential_process` runs, without its directory or arguments, which may hold
+    a secret (a password given on its command line)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # unbalanced quotes: botocore fails to run it, but the name is still its first word
+        words = command.split()
+    return os.path.basename(words[0]) if words else ""
 
 
 def _sdk_text(exc: Exception) -> str:

@@ -552,10 +552,12 @@ class DatasetUsage(_message.Message):
     open_error: _builtins.str
     """Why the node cannot open the dataset, as its agent logs it: its backend options are refused there (a
     credentials profile the node's host lacks, an option this agent's silod refuses) or its storage cannot be
-    reached when opening. The node's jobs that read it wait, their directories missing, until it opens (`silod
-    dataset set-options` fixing its options, or the data manager sending it again); cached_bytes and cached_items
-    are then 0. One line, never a secret option's value. "": the node serves the dataset (and from agents before this
-    field, which report no usage for a dataset they cannot open).
+    reached when opening; or its open has not returned in 30 s, with what it waits for (a profile's credential
+    process, named by its program alone). The node's jobs that read it wait, their directories missing, until it
+    opens (`silod dataset set-options` fixing its options, or the data manager sending it again); cached_bytes and
+    cached_items are then 0. One line, never a secret option's value. "": the node serves the dataset (and from agents
+    before this field, which report no usage for a dataset they cannot open). A dataset whose first open has been
+    under way for less than 30 s is not reported.
     """
     options_error: _builtins.str
     """Why the node reads the dataset with its previous backend options: it cannot open a backend with the ones last

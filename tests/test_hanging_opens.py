@@ -1,0 +1,272 @@
+"""A dataset whose backend open hangs on a node, end to end: a data manager and a node agent as processes, a real FUSE
+mount, a real S3 server. The node's AWS profile gets its credentials from a `credential_process` that sleeps (as one
+waiting for an SSO login does), until the test kills its sleep and it answers with the S3 server's keys.
+
+The open holds only its own dataset: later revisions apply (a rate change, a job on another dataset, the dataset
+dropped or given other options) and usage reports go on while it hangs; past `SLOW_OPEN` the node's WARNING and its
+usage report name the dataset and the credential process's command, never its arguments; once the open ends the
+dataset is served as the data manager sends it then, or not at all if it no longer does."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from datamgr.client import DataManagerClient
+from datamgr.devservers import S3Server
+from fuseclient.assembly import dataset_cache_dir
+from fuseclient.node_datasets import SLOW_OPEN
+from silodlib.backends import open_waits_for
+from silodpb.v1 import datamgr_pb2 as pb
+from tests.cluster_fixtures import eventually
+from tests.credential_fixtures import node_lacking_a_profile
+from tests.datamgr_fixtures import DataManagerProcess, silod_cli
+from tests.mount_fixtures import MountProcess
+from tests.storage_servers import DatasetTarget, DatasetTargetFactory
+
+FILES, SIZE = 4, 20_000
+PROFILE = "hanging"
+COMMAND = "hang-credentials"  # the credential process's program, as the node names it
+SECRET_ARGUMENT = "hunter2-not-for-logs"  # an argument of it, which the node must never show
+KEYS = ("access_key_id", "secret_access_key")
+RATE = 100_000_000
+
+
+@dataclass
+class HangingProfile:
+    """Node n1's agent (started) whose AWS profile PROFILE runs a credential process that sleeps until `release`."""
+
+    node: MountProcess
+    pids: Path  # the sleeps' process ids, one a line, as each credential process starts one
+
+    def running(self) -> bool:
+        """Whether a credential process sleeps now."""
+        return any(_alive(pid) for pid in self._pids())
+
+    def release(self) -> None:
+        """End the sleeps: each credential process then answers with the S3 server's keys."""
+        for pid in self._pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    def _pids(self) -> list[int]:
+        return [int(line) for line in self.pids.read_text().split()] if self.pids.exists() else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def files() -> dict[str, bytes]:
+    rng = random.Random(23)
+    return {f"f{i}.bin": rng.randbytes(SIZE) for i in range(FILES)}
+
+
+@pytest.fixture
+def hanging(
+    tmp_path: Path, datamgr_process: DataManagerProcess, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[HangingProfile]:
+    """The data manager with profile PROFILE as plain keys (`node_lacking_a_profile`), node n1's agent with it as a
+    credential process that sleeps; the agent stopped and every sleep ended after the test."""
+    node = node_lacking_a_profile(tmp_path, datamgr_process, s3_server, monkeypatch, PROFILE)
+    answer = tmp_path / "credentials.json"
+    answer.write_text(
+        json.dumps(
+            {"Version": 1, "AccessKeyId": s3_server.access_key_id, "SecretAccessKey": s3_server.secret_access_key}
+        )
+    )
+    answer.chmod(0o600)
+    pids = tmp_path / "sleeps"
+    script = tmp_path / COMMAND
+    script.write_text(f"#!/bin/sh\nsleep 3600 &\necho $! >> {pids}\nwait $!\ncat {answer}\n")
+    script.chmod(0o700)
+    config = tmp_path / "node-aws-config"
+    config.write_text(f"[profile {PROFILE}]\ncredential_process = {script} --password {SECRET_ARGUMENT}\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    profile = HangingProfile(node, pids)
+    try:
+        node.start()
+        yield profile
+    finally:
+        profile.release()
+        node.stop()
+
+
+def _dataset(factory: DatasetTargetFactory, backend: str, files: dict[str, bytes]) -> DatasetTarget:
+    target = factory(backend)
+    for name, data in files.items():
+        target.put(name, data)
+    return target
+
+
+def _by_profile(target: DatasetTarget) -> dict[str, str]:
+    """The target's options with its keys replaced by profile PROFILE."""
+    return {key: value for key, value in target.options.items() if key not in KEYS} | {"profile": PROFILE}
+
+
+def _start_job(client: DataManagerClient, job_id: str, uri: str) -> None:
+    client.register_job(job_id, uri, RATE, [("n1", 1)])
+    client.allocate_remote_io(job_id, RATE)
+
+
+def _job_dir(node: MountProcess, job_id: str) -> Path:
+    found: Path = eventually(
+        lambda: node.job_dir(job_id).is_dir() and node.job_dir(job_id), what=f"{job_id}'s directory"
+    )
+    return found
+
+
+def _reported_bytes_read(client: DataManagerClient, job_id: str) -> int:
+    job = client.call(client.stub.GetJob, pb.GetJobRequest(job_id=job_id))
+    return sum(usage.bytes_read for usage in job.usage if usage.node_id == "n1")
+
+
+def _status(address: str) -> str:
+    result = silod_cli("status", datamgr=address)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _stuck_lines(address: str, uri: str) -> list[str]:
+    return [line for line in _status(address).splitlines() if line.startswith(f"  node n1 cannot open {uri}")]
+
+
+def test_later_revisions_apply_and_reports_go_on_while_a_datasets_credential_process_hangs_then_it_is_served(
+    hanging: HangingProfile,
+    datamgr_process: DataManagerProcess,
+    dataset_target_factory: DatasetTargetFactory,
+    s3_server: S3Server,
+    files: dict[str, bytes],
+) -> None:
+    """The open of j2's dataset held the revision that sent it, so every later one (j1's new rate, job j3) waited
+    behind it, and so did the usage reports (they take the same lock to try unopened datasets again): for as long as
+    the credential process hung, for good where it waits for a login."""
+    node, address = hanging.node, datamgr_process.address
+    local = _dataset(dataset_target_factory, "file", files)
+    stuck = _dataset(dataset_target_factory, "s3", files)
+    with DataManagerClient(address, timeout=10) as client:
+        client.register_dataset(local.uri, local.options)
+        _start_job(client, "j1", local.uri)
+        j1 = _job_dir(node, "j1")
+        assert (j1 / "f0.bin").read_bytes() == files["f0.bin"]
+
+        client.register_dataset(stuck.uri, _by_profile(stuck))
+        _start_job(client, "j2", stuck.uri)
+        eventually(hanging.running, what="the node's credential process sleeping")
+
+        client.allocate_remote_io("j1", RATE // 2)
+        eventually(lambda: node.log_lines(f"remote IO of job j1 = {RATE // 2} bytes/s"), what="j1's new rate")
+        _start_job(client, "j3", local.uri)
+        assert (_job_dir(node, "j3") / "f1.bin").read_bytes() == files["f1.bin"]
+        assert (j1 / "f1.bin").read_bytes() == files["f1.bin"]
+        eventually(lambda: _reported_bytes_read(client, "j1") == 2 * SIZE, what="j1's reads reported")
+        assert hanging.running() and not node.job_dir("j2").exists()
+
+        # Past SLOW_OPEN the node says which dataset is stuck opening, and on what: in its log and its usage report.
+        (shown,) = eventually(lambda: _stuck_lines(address, stuck.uri), timeout=SLOW_OPEN + 30, what="status line")
+        assert f"so job j2 waits there: its backend has not opened in {SLOW_OPEN:g} s" in shown
+        assert f"credential_process {COMMAND!r} of AWS profile {PROFILE!r}" in shown
+        (warning,) = node.log_lines("has not opened in")
+        assert "WARNING" in warning and f"credential_process {COMMAND!r}" in warning and stuck.uri in warning
+
+        hanging.release()
+        j2 = _job_dir(node, "j2")
+        assert (j2 / "f2.bin").read_bytes() == files["f2.bin"]
+        eventually(lambda: not _stuck_lines(address, stuck.uri), what="the status line gone")
+    assert len(node.log_lines("has not opened in")) == 1
+    assert node.log_lines(f"dataset {stuck.uri}: its backend opened after")
+    shown_anywhere = node.log_path.read_text() + datamgr_process.log_path.read_text() + _status(address)
+    assert SECRET_ARGUMENT not in shown_anywhere and s3_server.secret_access_key not in shown_anywhere
+
+
+def test_a_dataset_dropped_while_its_open_hangs_is_not_served_when_the_open_ends(
+    hanging: HangingProfile,
+    datamgr_process: DataManagerProcess,
+    dataset_target_factory: DatasetTargetFactory,
+    files: dict[str, bytes],
+) -> None:
+    node = hanging.node
+    stuck = _dataset(dataset_target_factory, "s3", files)
+    with DataManagerClient(datamgr_process.address, timeout=10) as client:
+        client.register_dataset(stuck.uri, _by_profile(stuck))
+        _start_job(client, "j2", stuck.uri)
+        eventually(hanging.running, what="the node's credential process sleeping")
+        client.call(client.stub.FinishJob, pb.FinishJobRequest(job_id="j2"))
+        eventually(lambda: node.log_lines(f"dataset {stuck.uri} is no longer wanted here"), what="the drop applied")
+
+        hanging.release()
+        eventually(lambda: node.log_lines(f"dataset {stuck.uri}: its backend opened after"), what="the late open")
+        served = node.wait_for_stats(lambda s: s["written_at"] > os.stat(node.log_path).st_mtime)["datasets"]
+    assert stuck.uri not in served
+    assert not dataset_cache_dir(node.cache_dir, stuck.uri).exists()
+    assert not node.log_lines("items already cached") and not node.log_lines("no longer served here")
+
+
+def test_a_dataset_given_other_options_while_its_open_hangs_is_served_with_them_and_the_late_open_changes_nothing(
+    hanging: HangingProfile,
+    datamgr_process: DataManagerProcess,
+    dataset_target_factory: DatasetTargetFactory,
+    files: dict[str, bytes],
+) -> None:
+    """The operator gives the dataset keys instead of the hanging profile: the node opens it with them at once, and
+    the hung open, answering later, neither replaces the dataset nor opens it again with the profile."""
+    node = hanging.node
+    stuck = _dataset(dataset_target_factory, "s3", files)
+    with DataManagerClient(datamgr_process.address, timeout=10) as client:
+        client.register_dataset(stuck.uri, _by_profile(stuck))
+        _start_job(client, "j2", stuck.uri)
+        eventually(hanging.running, what="the node's credential process sleeping")
+        client.update_dataset_options(stuck.uri, {key: stuck.options[key] for key in KEYS}, ["profile"])
+        j2 = _job_dir(node, "j2")
+        assert (j2 / "f0.bin").read_bytes() == files["f0.bin"]
+        assert hanging.running()
+
+        hanging.release()
+        eventually(lambda: node.log_lines(f"dataset {stuck.uri}: its backend opened after"), what="the late open")
+        assert (j2 / "f1.bin").read_bytes() == files["f1.bin"]
+    assert len(node.log_lines("items already cached")) == 1  # opened once, with the keys
+    assert not node.log_lines("no longer served here") and not node.log_lines("reading with its new options")
+
+
+@pytest.mark.parametrize(
+    ("options", "profile", "shown"),
+    [
+        ({"profile": "p"}, "", "the credential_process 'wait-for-login' of AWS profile 'p'"),
+        ({"profile": "role"}, "", "the credential_process 'wait-for-login' of AWS profile 'p'"),
+        ({}, "p", "the credential_process 'wait-for-login' of AWS profile 'p'"),
+        ({"profile": "sso"}, "", "the SSO login of AWS profile 'sso'"),
+        ({}, "", "boto3's default credential chain (a container's credential endpoint, the instance metadata service)"),
+        ({"access_key_id": "AKIA", "secret_access_key": "s"}, "p", ""),
+    ],
+    ids=["its-profile", "a-role-sourced-from-it", "AWS_PROFILE", "sso", "default-chain", "keys"],
+)
+def test_what_an_s3_open_waits_for_names_a_credential_process_by_its_program_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, str], profile: str, shown: str
+) -> None:
+    """The hint the stuck open's WARNING and report carry: a credential process's arguments may hold a password."""
+    config = tmp_path / "aws-config"
+    config.write_text(
+        f'[profile p]\ncredential_process = "/opt/my tools/wait-for-login" --password {SECRET_ARGUMENT}\n'
+        "[profile role]\nrole_arn = arn:aws:iam::123456789012:role/r\nsource_profile = p\n"
+        "[profile sso]\nsso_start_url = https://example.awsapps.com/start\n"
+    )
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ACCESS_KEY_ID"):
+        monkeypatch.delenv(name, raising=False)
+    if profile:
+        monkeypatch.setenv("AWS_PROFILE", profile)
+    assert open_waits_for("s3://bucket/data", options) == shown
+    assert open_waits_for("file:///data", {}) == ""
