@@ -293,13 +293,16 @@ def _fetch_tenants(client: DataManagerClient) -> Sequence[pb.Tenant]:
         raise
 
 
-def _status_json(status: _Status, indent: int | None) -> str:
-    document = {
+def _status_json(status: _Status, indent: int | None, **frame: str) -> str:
+    """The status as one JSON document; a watch's `frame` keys (its time, since when the data manager was down)
+    beside the tables."""
+    document: dict[str, object] = {
         "summary": _as_dict(status.summary),
         "datasets": [_as_dict(d) for d in status.datasets],
         "jobs": [_as_dict(j) for j in status.jobs],
         "nodes": [_as_dict(n) for n in status.nodes],
         "tenants": [_as_dict(t) for t in status.tenants],
+        **frame,
     }
     return json.dumps(document, indent=indent, sort_keys=True)
 
@@ -327,14 +330,19 @@ def status(args: argparse.Namespace, client: DataManagerClient) -> None:
         _watch_status(client, args.json, args.watch)
 
 
+JSON_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # a `--json` watch frame's `time` and `unreachable_since`
+
+
 def _watch_status(client: DataManagerClient, as_json: bool, interval: float) -> None:
     """Until Ctrl-C: a frame every `interval` seconds, redrawn in place on a terminal. While the data manager
-    cannot be reached, each frame is the error, and the first frame after says since when it was down."""
+    cannot be reached, each frame is the error, and the first frame after says since when it was down. With
+    `as_json` each frame is one line, the status document or the error, with the time it was taken."""
     redraw = sys.stdout.isatty()
     down_since: str | None = None
     first = True
     while True:
-        now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        # A JSON frame's times are RFC 3339 in UTC, as a program reading them parses them; a person reads the other.
+        now = datetime.now(UTC).strftime(JSON_TIME_FORMAT if as_json else "%Y-%m-%d %H:%M:%S UTC")
         try:
             current = _fetch_status(client)
         except ClientError as exc:
@@ -344,7 +352,8 @@ def _watch_status(client: DataManagerClient, as_json: bool, interval: float) -> 
             frame = json.dumps({"time": now, "error": str(exc)}) if as_json else f"silod: {exc}"
         else:
             if as_json:
-                frame = _status_json(current, indent=None)
+                since = {} if down_since is None else {"unreachable_since": down_since}
+                frame = _status_json(current, indent=None, time=now, **since)
             else:
                 frame = _status_tables(client.address, current)
                 if down_since is not None:

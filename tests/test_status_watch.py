@@ -15,10 +15,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import IO
 
+from datamgr.embedded import EmbeddedDataManager
+from datamgr.server import ServerConfig
 from silodcli.commands import CLEAR_SCREEN
-from tests.datamgr_fixtures import SILOD, RunningDataManager
+from tests.datamgr_fixtures import REMOTE_IO_LIMIT, SILOD, STILL_ALIVE_SECONDS, RunningDataManager
 from tests.polling import read_lines
 
 HEADER = "Every 0.5s: silod status"
@@ -140,3 +145,25 @@ def test_on_a_terminal_each_frame_clears_the_screen_and_shows_the_current_tables
     assert "0 nodes" in before and "n-watched" not in before
     assert "1 nodes (1 available)" in frames[-1] and frames[-1].startswith(HEADER)
     assert all(frame.startswith(HEADER) for frame in frames), "every frame is drawn from the top of a clear screen"
+
+
+def test_json_frames_carry_their_time_and_the_first_after_an_outage_since_when(tmp_path: Path) -> None:
+    # A JSON frame said nothing of when it was taken, the error frames gave their time in a format for people, and
+    # the first frame after an outage did not say there had been one (the tables say "reachable again").
+    config = ServerConfig("127.0.0.1:0", tmp_path / "state", REMOTE_IO_LIMIT, STILL_ALIVE_SECONDS)
+    with EmbeddedDataManager(config) as dm:
+        address = dm.address  # the port the data manager comes back on, once it is down
+    started = datetime.now(UTC).replace(microsecond=0)
+    with watching(address, "--json") as (stdout, process):
+        down = json.loads(read_lines(stdout, "\n")[-1])
+        with EmbeddedDataManager(replace(config, listen=address)):
+            back = json.loads(read_lines(stdout, "\n")[-1])
+            while "error" in back:  # frames taken before it listened
+                back = json.loads(read_lines(stdout, "\n")[-1])
+            after = json.loads(read_lines(stdout, "\n")[-1])
+        interrupt(process)
+    assert "cannot reach the data manager" in down["error"]
+    times = [datetime.strptime(frame["time"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) for frame in (down, back)]
+    assert started <= times[0] <= times[1] <= datetime.now(UTC)
+    assert back["unreachable_since"] == down["time"] and "summary" in back
+    assert "unreachable_since" not in after and after["time"] >= back["time"]
