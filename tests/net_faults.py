@@ -4,6 +4,9 @@ only keepalive or a timeout can find it.
 
 `silenced_connections` has nftables drop every packet of a process's established connections to a loopback
 port, both ways, while new connections pass: the kernel's own firewall, no proxy in the path.
+
+`dropped_connections` is the other half: nftables drops every new connection's SYN to a loopback port, as a
+firewall's drop rule or a host that is gone does, so a connect neither succeeds nor is refused; it only times out.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from tests.storage_servers import missing_dependency
 
@@ -32,9 +35,27 @@ def silenced_connections(pid: int, port: int) -> Iterator[list[int]]:
     that refuses the table is a missing dependency."""
     ports = connection_ports(pid, port)
     assert ports, f"process {pid} has no established connection to port {port}"
-    table = f"silod_test_{os.getpid()}_{port}"
     # On loopback both directions of a connection arrive through the input hook.
     drops = "".join(f"tcp sport {p} tcp dport {port} drop\ntcp sport {port} tcp dport {p} drop\n" for p in ports)
+    with _dropping(f"silod_test_{os.getpid()}_{port}", drops):
+        yield ports
+
+
+@contextlib.contextmanager
+def dropped_connections(port: int) -> Iterator[Callable[[], None]]:
+    """Drop the SYN of every new connection to loopback `port` until the block ends, or until the function it yields
+    is called: a connect to the port then neither succeeds nor is refused. Established connections pass. A missing
+    `nft` or a kernel that refuses the table is a missing dependency."""
+    with _dropping(
+        f"silod_test_{os.getpid()}_syn_{port}", f"tcp dport {port} tcp flags & (syn | ack) == syn drop\n"
+    ) as lift:
+        yield lift
+
+
+@contextlib.contextmanager
+def _dropping(table: str, drops: str) -> Iterator[Callable[[], None]]:
+    """nftables table `table` dropping the packets `drops` (rules, one a line) says on loopback's input, until the
+    block ends or the function it yields is called."""
     hook = "type filter hook input priority 0; policy accept;"
     rules = f"table inet {table} {{\nchain input {{\n{hook}\n{drops}}}\n}}\n"
     try:
@@ -43,7 +64,15 @@ def silenced_connections(pid: int, port: int) -> Iterator[list[int]]:
         missing_dependency("nft is not installed (Debian package nftables; `make setup` installs it)")
     if added.returncode != 0:
         missing_dependency(f"cannot add an nftables table here: {added.stderr.strip()}")
+    lifted = False
+
+    def lift() -> None:
+        nonlocal lifted
+        if not lifted:
+            lifted = True
+            subprocess.run(["nft", "delete", "table", "inet", table], check=True)
+
     try:
-        yield ports
+        yield lift
     finally:
-        subprocess.run(["nft", "delete", "table", "inet", table], check=True)
+        lift()

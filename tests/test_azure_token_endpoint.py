@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from azure.core.credentials import AzureNamedKeyCredential
@@ -23,9 +24,17 @@ from azure.storage.blob import BlobServiceClient
 from datamgr.devservers import AZURITE_ACCOUNT, AZURITE_KEY, azurite_argv, dying_with_parent, free_port
 from silodlib.backends import RetryingBackend, RetryPolicy, open_backend
 from tests import polling
+from tests.net_faults import dropped_connections
 from tests.storage_servers import missing_dependency
 from tests.tls import TlsFiles, make_tls_files
-from tests.token_endpoints import ENDPOINT_KINDS, Answer, EndpointKind, TokenEndpoint
+from tests.token_endpoints import (
+    ENDPOINT_KINDS,
+    WORKLOAD_IDENTITY,
+    Answer,
+    EndpointKind,
+    TokenEndpoint,
+    federated_token_file,
+)
 
 URI = f"az://{AZURITE_ACCOUNT}/cont/train"
 CONTENT = b"silod blob read with an Azure AD token"
@@ -133,3 +142,116 @@ def test_a_token_endpoint_answering_503_or_429_is_retried_until_it_recovers_and_
         f"read {URI}/a.bin [0, +{len(CONTENT)}] failed on attempt 1 of 5, retrying in " in retries[0]
     ), retries
     assert f"Azure AD token endpoint unavailable or throttling (HTTP {answer.status}; " in retries[0], retries
+
+
+TOKEN_READ_TIMEOUT = "3"  # seconds: the backend's read_timeout, which token requests wait for an answer
+
+
+# Every kind of token endpoint a credential of DefaultAzureCredential's chain asks over HTTP.
+TIMING_OUT_KINDS = ENDPOINT_KINDS | {"workload-identity": WORKLOAD_IDENTITY}
+
+
+def _point_at(
+    endpoint: TokenEndpoint, kind: EndpointKind, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tls: TlsFiles
+) -> None:
+    """This process's environment pointing DefaultAzureCredential at `endpoint`, a token endpoint of `kind`, and no
+    other Azure AD configuration; Azurite's and a fake authority's certificate (`tls`) trusted."""
+    for name in list(os.environ):
+        if name.startswith(("AZURE_", "IDENTITY_", "MSI_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tls.ca))
+    environment = kind.environment(endpoint.address)
+    if kind is WORKLOAD_IDENTITY:
+        environment |= federated_token_file(tmp_path)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+
+
+def _retry_messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name == "silodlib.backends.retry"]
+
+
+@pytest.mark.parametrize("kind", TIMING_OUT_KINDS.values(), ids=list(TIMING_OUT_KINDS))
+def test_a_token_endpoint_that_never_answers_fails_a_try_as_timed_out_and_the_read_gets_the_blob_once_it_answers_fake(
+    oauth_azurite: OAuthAzurite,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    kind: EndpointKind,
+) -> None:
+    """A token endpoint that takes a request and never answers (a hung managed identity sidecar, an overloaded
+    metadata proxy) held a try for 600 s: azure-core's default 300 s read timeout, twice over with the credential's
+    retry; then the try was named too slow for min_read_rate. Token requests wait for an answer as long as the
+    backend's read_timeout now, and are not retried after that wait: the try fails as the token endpoint timing out,
+    transient, after one unanswered request, and the next try gets the token and the blob. The endpoint is silent
+    until silod's first wait."""
+    waits: list[float] = []
+    endpoint = TokenEndpoint(tls=oauth_azurite.tls if kind.tls else None, silent=True)
+    _point_at(endpoint, kind, monkeypatch, tmp_path, oauth_azurite.tls)
+
+    def wait(seconds: float) -> None:
+        waits.append(seconds)
+        endpoint.silent = False  # answers again
+
+    caplog.set_level(logging.INFO, logger="silodlib.backends.retry")
+    with endpoint.running():
+        options = {"account_url": oauth_azurite.account_url, "read_timeout": TOKEN_READ_TIMEOUT}
+        retried = RetryingBackend(open_backend(URI, options), RetryPolicy(attempts=2), sleep=wait)
+        try:
+            data = retried.read("a.bin", 0, len(CONTENT))
+        finally:
+            retried.close()
+    assert data == CONTENT
+    assert len(waits) == 1 and len(endpoint.unanswered) == 1, (waits, endpoint.unanswered)
+    retries = _retry_messages(caplog)
+    assert (
+        len(retries) == 1
+        and (
+            f"{URI}/a.bin: Azure AD token endpoint timed out (a connection gets 3 s, an answer {TOKEN_READ_TIMEOUT} s: "
+            f"option read_timeout; no Azure AD token: DefaultAzureCredential tried {kind.credential}: "
+        )
+        in retries[0]
+    ), retries
+
+
+@pytest.mark.parametrize("kind", TIMING_OUT_KINDS.values(), ids=list(TIMING_OUT_KINDS))
+def test_a_token_endpoint_dropping_packets_fails_a_try_as_timed_out_and_the_read_gets_the_blob_once_they_pass_fake(
+    oauth_azurite: OAuthAzurite,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    kind: EndpointKind,
+) -> None:
+    """A token endpoint whose packets are dropped (a firewall's drop rule, a host that is gone) held a try for about
+    260 s: azure-core's default 300 s to connect, cut short only by Linux giving up on unanswered SYNs after about
+    130 s, twice over; the instance metadata endpoint's credential gave up after 2 s twice, and the read was access
+    denied, for good. A token request's connection gets 3 s now, as a storage request's, and the try fails as the
+    token endpoint timing out, transient; the next try, once the packets pass, gets the token and the blob."""
+    waits: list[float] = []
+    endpoint = TokenEndpoint(tls=oauth_azurite.tls if kind.tls else None)
+    _point_at(endpoint, kind, monkeypatch, tmp_path, oauth_azurite.tls)
+    caplog.set_level(logging.INFO, logger="silodlib.backends.retry")
+    with endpoint.running(), dropped_connections(int(endpoint.address.rsplit(":", 1)[1])) as lift:
+
+        def wait(seconds: float) -> None:
+            waits.append(seconds)
+            lift()  # the packets pass again
+
+        retried = RetryingBackend(
+            open_backend(URI, {"account_url": oauth_azurite.account_url}), RetryPolicy(attempts=2), sleep=wait
+        )
+        try:
+            data = retried.read("a.bin", 0, len(CONTENT))
+        finally:
+            retried.close()
+    assert data == CONTENT
+    assert len(waits) == 1 and endpoint.connections >= 1, (waits, endpoint.connections)
+    retries = _retry_messages(caplog)
+    assert (
+        len(retries) == 1
+        and (
+            f"{URI}/a.bin: Azure AD token endpoint timed out (a connection gets 3 s, an answer 30 s: option "
+            f"read_timeout; no Azure AD token: DefaultAzureCredential tried {kind.credential}: "
+        )
+        in retries[0]
+    ), retries

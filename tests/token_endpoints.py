@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from tests.tls import TlsFiles
@@ -61,15 +62,28 @@ def _base64url(*parts: dict[str, Any]) -> Iterator[str]:
 class TokenEndpoint:
     """Answers each token request (a GET of a managed identity, a POST to an authority) with `answer` while one is
     set, else with a fresh `storage_token()`; an authority's configuration (a GET of `.well-known/openid-configuration`)
-    always. Resets its first `resets` connections as they are accepted (an RST: SO_LINGER 0). Records the path of
-    each token request in `asked` and counts the connections it accepts in `connections`."""
+    always. While `silent`, it reads each request and never answers it, as a hung sidecar or an overloaded proxy: the
+    connection stays open, unanswered, until the client gives up on it (or, at the latest, `SILENCE_LIMIT` seconds
+    later, or when the block of `running` ends). Resets its first `resets` connections as they are accepted (an RST:
+    SO_LINGER 0). Records the path of each token request it answers in `asked`, and of each request it left unanswered
+    in `unanswered`, and counts the connections it accepts in `connections`."""
 
-    def __init__(self, answer: Answer | None = None, *, resets: int = 0, tls: TlsFiles | None = None) -> None:
+    SILENCE_LIMIT = 30.0
+    """Seconds a silent endpoint holds a request before it closes the connection unanswered: a client that waits
+    longer than that (a token request under azure-core's default 300 s timeouts) sees the connection lost, not a
+    timeout, rather than hanging its test."""
+
+    def __init__(
+        self, answer: Answer | None = None, *, resets: int = 0, tls: TlsFiles | None = None, silent: bool = False
+    ) -> None:
         self.answer = answer
+        self.silent = silent
         self.asked: list[str] = []
+        self.unanswered: list[str] = []
         self.connections = 0
         self._resets = resets
         self._tls = tls
+        self._stopping = threading.Event()
         self._server = self._make_server()
 
     @property
@@ -85,6 +99,7 @@ class TokenEndpoint:
         try:
             yield self
         finally:
+            self._stopping.set()  # ends the waits of unanswered requests
             self._server.shutdown()
             self._server.server_close()
             thread.join(timeout=10)
@@ -94,7 +109,9 @@ class TokenEndpoint:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path.endswith("/.well-known/openid-configuration"):
+                if endpoint.silent:
+                    self._never_answer()
+                elif self.path.endswith("/.well-known/openid-configuration"):
                     base = f"https://{self.headers['Host']}/adfs"
                     configuration = {"issuer": base, "token_endpoint": f"{base}/oauth2/token"}
                     self._send(Answer(200, configuration | {"authorization_endpoint": f"{base}/oauth2/authorize"}))
@@ -106,8 +123,27 @@ class TokenEndpoint:
                 self._token()
 
             def _token(self) -> None:
+                if endpoint.silent:
+                    self._never_answer()
+                    return
                 endpoint.asked.append(self.path)
                 self._send(endpoint.answer or Answer(200, storage_token()))
+
+            def _never_answer(self) -> None:
+                """Hold the request unanswered until the client closes its connection (the end of file it sends
+                then), the endpoint stops, or `SILENCE_LIMIT` passes; then close the connection."""
+                endpoint.unanswered.append(self.path)
+                self.close_connection = True
+                self.connection.settimeout(0.1)
+                limit = time.monotonic() + endpoint.SILENCE_LIMIT
+                while not endpoint._stopping.is_set() and time.monotonic() < limit:
+                    try:
+                        if not self.connection.recv(1):
+                            return  # the client gave up and closed
+                    except TimeoutError:
+                        continue
+                    except OSError:
+                        return
 
             def _send(self, answer: Answer) -> None:
                 body = json.dumps(dict(answer.body)).encode()
@@ -171,6 +207,26 @@ def authority_host(address: str) -> dict[str, str]:
     }
 
 
+def workload_identity(address: str) -> dict[str, str]:
+    """The environment of a workload identity (a Kubernetes service account federated with Azure AD) whose assertion
+    goes to the authority at `address`, tenant "adfs" as for `authority_host`; its federated token file,
+    AZURE_FEDERATED_TOKEN_FILE, is the test's to give (`federated_token_file`)."""
+    return {
+        "AZURE_TOKEN_CREDENTIALS": "workloadidentitycredential",
+        "AZURE_TENANT_ID": "adfs",
+        "AZURE_CLIENT_ID": "silod-test",
+        "AZURE_AUTHORITY_HOST": f"https://{address}",
+    }
+
+
+def federated_token_file(directory: Path) -> dict[str, str]:
+    """AZURE_FEDERATED_TOKEN_FILE naming a file in `directory` that holds an assertion (which the fake authority does
+    not check), for `workload_identity`."""
+    path = directory / "federated-token"
+    path.write_text(f"federated-assertion-{os.urandom(8).hex()}")
+    return {"AZURE_FEDERATED_TOKEN_FILE": str(path)}
+
+
 @dataclass(frozen=True)
 class EndpointKind:
     """A kind of token endpoint: the environment that points DefaultAzureCredential at one at an address, the name of
@@ -186,3 +242,5 @@ ENDPOINT_KINDS = {
     "metadata-endpoint": EndpointKind(metadata_endpoint, "ManagedIdentityCredential"),
     "authority": EndpointKind(authority_host, "EnvironmentCredential", tls=True),
 }
+WORKLOAD_IDENTITY = EndpointKind(workload_identity, "WorkloadIdentityCredential", tls=True)
+"""The kind of a workload identity's authority: its environment needs a `federated_token_file` as well."""

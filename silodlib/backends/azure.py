@@ -30,7 +30,9 @@ from azure.core.exceptions import (
     HttpResponseError,
     IncompleteReadError,
     ServiceRequestError,
+    ServiceRequestTimeoutError,
     ServiceResponseError,
+    ServiceResponseTimeoutError,
 )
 from azure.core.pipeline import PipelineRequest, PipelineResponse
 from azure.core.pipeline.transport import RequestsTransport
@@ -87,6 +89,10 @@ _AD_CREDENTIAL_ADVICE = (
 # does not resolve), a connection broken mid-answer. Not azure-core's ServiceRequestError or ServiceResponseError as
 # such: they also wrap a request `requests` refuses to send (a header value it rejects), which no retry mends.
 _NETWORK_FAULTS = (ConnectionError, TimeoutError, NewConnectionError, ProtocolError)
+# A wait that ran out: for a connection or an answer, as `requests` reports it (azure-core wraps it in one of its own
+# timeouts) or as azure-core's retry policy reports a retry given up because the request's time is spent (which has
+# no cause). Each is also a failure of the network.
+_TIMEOUTS = (requests.exceptions.Timeout, ServiceRequestTimeoutError, ServiceResponseTimeoutError)
 # How the credentials' token requests retry in their own pipelines (azure-core's `RetryPolicy`; by default 3 retries
 # of a failed connection, 0, 1.6 and 3.2 s apart, and 3 to 5 of an answer asking to try again, up to 24 s or as long
 # as its Retry-After says): one retry, at once, of a failed connection (a reset, a refused connect), so that a single
@@ -97,6 +103,10 @@ _NETWORK_FAULTS = (ConnectionError, TimeoutError, NewConnectionError, ProtocolEr
 # the Retry-After of a 429 or 5xx (by default 5 s) from its cache, so silod's tries do not add to a throttled
 # endpoint's load.
 _TOKEN_REQUEST_RETRIES: dict[str, Any] = {"retry_total": 1, "retry_status": 0}
+# Seconds to make a connection, the storage requests' and the token requests' alike: an endpoint that drops packets
+# (a firewall's drop rule, a host that is gone) fails a try in seconds, not azure-core's default 300 s (in which
+# Linux gives up on its own after about 130 s of unanswered SYNs).
+_CONNECT_TIMEOUT = 3.0
 # A token endpoint's answers that ask to be tried again, a failure silod retries as transient: 5xx, 429 (throttling:
 # the instance metadata endpoint throttles a VM's requests), 408, and the instance metadata endpoint's 404 and 410
 # while it is being updated (Azure's "How to use managed identities for Azure resources on an Azure VM to acquire an
@@ -109,8 +119,8 @@ _T = TypeVar("_T")
 class AzureBackend(Backend):
     """`az://account/container/prefix`. Options: `account_url` (default
     `https://{account}.blob.core.windows.net`; Azurite's is `http://host:port/{account}`), `read_timeout`
-    (seconds to wait for the next bytes of an answer; default 30), `min_read_rate` (a read's deadline,
-    `deadline`; default 64KiB/s) and at most one of `connection_string`
+    (seconds to wait for the next bytes of an answer, an Azure AD token endpoint's too; default 30),
+    `min_read_rate` (a read's deadline, `deadline`; default 64KiB/s) and at most one of `connection_string`
     (which also gives the endpoint), `account_key`, `sas_token`; with none of them, `DefaultAzureCredential`
     (environment, managed identity, Azure CLI, ...).
 
@@ -247,6 +257,12 @@ class AzureBackend(Backend):
         if exc.response is not None and answer is None:
             return None
         attempt = self._token_attempt(exc)
+        if any(isinstance(link, _TIMEOUTS) for link in _linked(exc)):
+            # Which wait it was is not told reliably: a TLS handshake that stalls is a "read" timeout to urllib3.
+            return BackendUnavailable(
+                f"{what}: Azure AD token endpoint timed out (a connection gets {_CONNECT_TIMEOUT:g} s, an answer "
+                f"{self._deadline.read_timeout:g} s: option {READ_TIMEOUT_OPTION}; no Azure AD token: {attempt})"
+            )
         if _caused_by_network(exc):
             return BackendUnavailable(
                 f"{what}: Azure AD token endpoint unreachable or connection lost (no Azure AD token: {attempt})"
@@ -280,7 +296,7 @@ class AzureBackend(Backend):
             register_secret(os.environ.get(name, ""))
         _log_identity_at_debug()
         try:
-            return _CausedDefaultAzureCredential()
+            return _CausedDefaultAzureCredential(self._deadline.read_timeout)
         except (ValueError, OSError) as exc:
             path = getattr(exc, "filename", None)
             named = [name for name, value in sorted(os.environ.items()) if name.startswith("AZURE_") and value == path]
@@ -301,7 +317,7 @@ class AzureBackend(Backend):
         settings: dict[str, Any] = {
             "retry_policy": _StorageRetry(backoff=1, retry_total=1, random_jitter_range=1),
             "transport": _WatchedTransport(
-                connection_timeout=3,
+                connection_timeout=_CONNECT_TIMEOUT,
                 read_timeout=self._deadline.read_timeout,
                 connection_data_block_size=DATA_BLOCK_SIZE,  # what the SDK gives a transport it makes itself
             ),
@@ -390,14 +406,29 @@ class _CausedDefaultAzureCredential(DefaultAzureCredential):
     attempt, in which whether the network failed (a retry may get the token) or the identity was refused (access
     denied) is lost. Once a credential has given a token, DefaultAzureCredential asks that one alone, and its failure
     comes with its own causes. Where the token endpoint answered that it is unavailable or throttling, the cause is
-    that answer (`_TokenEndpointAnswered`), which azure-identity's errors do not show. Its credentials' token requests
-    retry as `_TOKEN_REQUEST_RETRIES` says."""
+    that answer (`_TokenEndpointAnswered`), which azure-identity's errors do not show.
 
-    def __init__(self) -> None:
+    Its credentials' token requests retry as `_TOKEN_REQUEST_RETRIES` says, and wait as the storage requests do, not
+    azure-core's default 300 s for a connection and 300 s for each next bytes of an answer: `_CONNECT_TIMEOUT` for a
+    connection and `read_timeout` (the backend's option) for the next bytes of an answer. A failed token request is
+    retried only while less than `read_timeout` (and at least `_CONNECT_TIMEOUT`) has passed since it was sent
+    (azure-core's `RetryPolicy` timeout): a refused or reset connection at once, but not a request whose answer never
+    came, which would cost the try a second `read_timeout`. The settings reach every credential of the chain that
+    makes HTTP requests, since azure-identity builds each one's pipeline and transport from them: a managed
+    identity's (IDENTITY_ENDPOINT, the instance metadata endpoint), a workload identity's and a service principal's
+    (the authority)."""
+
+    def __init__(self, read_timeout: float) -> None:
         # `kept`: the failure of a credential in this thread's request; `answer`: the HTTP status of the last answer a
         # token endpoint gave it, seen by every credential's pipeline (its hook runs in the thread that asks).
         self._failure = threading.local()
-        super().__init__(raw_response_hook=self._answered, **_TOKEN_REQUEST_RETRIES)
+        super().__init__(
+            raw_response_hook=self._answered,
+            connection_timeout=_CONNECT_TIMEOUT,
+            read_timeout=read_timeout,
+            timeout=max(read_timeout, _CONNECT_TIMEOUT),
+            **_TOKEN_REQUEST_RETRIES,
+        )
         self.credentials = tuple(
             _KeptFailure(cast(_ChainedCredential, credential), self._failure) for credential in self.credentials
         )
@@ -431,7 +462,9 @@ class _KeptFailure:
     the credential has nothing to use (`CredentialUnavailableError`): the chain goes on to the next credential then,
     so its error is not that one's. azure-identity reports a managed identity endpoint's 503 or 429 so, as "not found
     in environment" or "no response from the IMDS endpoint"; and MSAL answers a request repeated within a throttled
-    answer's Retry-After from its cache, without asking the endpoint: that answer is this credential's last one."""
+    answer's Retry-After from its cache, without asking the endpoint: that answer is this credential's last one. It
+    reports a network failure of the instance metadata endpoint's token request so too, even where it knows the
+    endpoint is there (`_metadata_endpoint_known`): that one is kept, as the failure it is."""
 
     def __init__(self, credential: _ChainedCredential, failure: threading.local) -> None:
         self._credential = credential
@@ -465,12 +498,24 @@ class _KeptFailure:
             answer: int | None = self._failure.answer if self._failure.answer is not None else self._answer
             if answer is not None and answer in _TOKEN_RETRY_ANSWERS and not _caused_by_network(exc):
                 self._failure.kept = _TokenEndpointAnswered(self._credential_name, answer)
-            elif not isinstance(exc, CredentialUnavailableError):
+            elif not isinstance(exc, CredentialUnavailableError) or (
+                _caused_by_network(exc) and _metadata_endpoint_known(self._credential)
+            ):
                 self._failure.kept = exc
             raise
         finally:
             if self._failure.answer is not None:
                 self._answer = self._failure.answer
+
+
+def _metadata_endpoint_known(credential: _ChainedCredential) -> bool:
+    """Whether `credential` is a managed identity's that asks the instance metadata endpoint for tokens and knows that
+    endpoint is there: AZURE_POD_IDENTITY_AUTHORITY_HOST names it, or it answered the probe azure-identity sends it
+    (one try, 1 s to connect) before the first token request in a chain. A network failure of its token request then
+    is the endpoint failing, not a host without one; a failed probe (a host off Azure) is still nothing to use. (What
+    azure-identity keeps in ManagedIdentityCredential's `_credential`, an ImdsCredential's `_endpoint_available`.)"""
+    inner = getattr(credential, "_credential", None)
+    return getattr(inner, "_endpoint_available", None) is True
 
 
 class _TokenEndpointAnswered(Exception):
@@ -488,8 +533,8 @@ def _token_endpoint_answer(exc: BaseException) -> int | None:
 
 
 def _caused_by_network(exc: BaseException) -> bool:
-    """Whether `exc` was raised for a failure of the network (`_NETWORK_FAULTS`)."""
-    return any(isinstance(link, _NETWORK_FAULTS) for link in _linked(exc))
+    """Whether `exc` was raised for a failure of the network (`_NETWORK_FAULTS`, `_TIMEOUTS`)."""
+    return any(isinstance(link, _NETWORK_FAULTS + _TIMEOUTS) for link in _linked(exc))
 
 
 def _linked(exc: BaseException) -> Iterator[BaseException]:

@@ -49,12 +49,13 @@ class Socket(Protocol):
 @dataclass(eq=False, slots=True)
 class _Try:
     """One try under a deadline: the sockets its answers arrive on, whether it still runs, whether its deadline
-    passed."""
+    passed, whether any of its sockets was cut for it."""
 
     at: float  # time.monotonic()
     sockets: list[Socket] = field(default_factory=list)
     running: bool = True
     expired: bool = False
+    cut: bool = False
 
 
 class Watchdog:
@@ -106,6 +107,7 @@ class Watchdog:
             return
         with self._lock:
             if attempt.expired:
+                attempt.cut = True
                 _cut(sock)
             elif attempt.running:
                 attempt.sockets.append(sock)
@@ -116,6 +118,7 @@ class Watchdog:
                 now = time.monotonic()
                 for attempt in [a for a in self._running if a.at <= now]:
                     attempt.expired = True
+                    attempt.cut = bool(attempt.sockets)
                     for sock in attempt.sockets:
                         _cut(sock)
                     attempt.sockets.clear()
@@ -163,7 +166,9 @@ class ReadDeadline:
     @contextlib.contextmanager
     def of_read(self, what: str, length: int) -> Iterator[None]:
         """Run the block as one try of reading `length` bytes of `what` (a URI); raise `BackendUnavailable`
-        naming the rate if the deadline passed and cut it short, whether or not the block noticed the cut."""
+        naming the rate if the deadline passed and cut it short, whether or not the block noticed the cut. A try that
+        ran past its deadline without an answer to cut (it waited on something unwatched: an Azure AD token request,
+        which has its own timeouts) fails or succeeds as the block did: its failure is the one to name."""
         if not self.min_read_rate:
             yield
             return
@@ -172,12 +177,12 @@ class ReadDeadline:
             try:
                 yield
             except Exception:
-                if attempt.expired:
+                if attempt.cut:
                     raise self._too_slow(what, seconds) from None
                 raise
             # Cut, yet no error: an answer delimited by the end of its connection reads the cut as its end, and an
             # SDK takes what came as the whole answer (a listing page with fewer objects, say).
-            if attempt.expired:
+            if attempt.cut:
                 raise self._too_slow(what, seconds)
 
     def of_head(self, what: str) -> contextlib.AbstractContextManager[None]:
