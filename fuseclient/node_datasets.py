@@ -1,13 +1,14 @@
 """The datasets a node agent serves, as the data manager sets them: opened with their backend options, cached,
 their backends swapped when the options are rotated, and tried again while they would not open.
 
-Backends open in the background (`run_opens`), each in a worker thread: making an SDK's client may run a profile's
-`credential_process` or ask a metadata or token endpoint, which may never answer (a process waiting for an SSO
-login). A revision only starts the open, so that one which hangs holds nothing but its own dataset: later revisions
-and the usage reports go on. Until it ends the dataset counts as not open (`Unopened`, with no reason yet) or, for
-rotated options, as read with its previous backend; past `SLOW_OPEN` the agent says so once, in a WARNING and in the
-dataset's usage report, naming what the open waits for (`open_waits_for`). An open that ends applies to the dataset
-as the data manager sends it then: one dropped or given other options meanwhile discards it (`_Open`).
+Backends open in the background (`run_opens`), each in a worker thread of its own: making an SDK's client may run a
+profile's `credential_process` or ask a metadata or token endpoint, which may never answer (a process waiting for an
+SSO login). A revision only starts the open, so that one which hangs holds nothing but its own dataset and its thread:
+later revisions, the usage reports and the other datasets' opens go on, however many opens hang. Until it ends the
+dataset counts as not open (`Unopened`, with no reason yet) or, for rotated options, as read with its previous
+backend; past `SLOW_OPEN` the agent says so once, in a WARNING and in the dataset's usage report, naming what the open
+waits for (`open_waits_for`). An open that ends applies to the dataset as the data manager sends it then: one dropped
+or given other options meanwhile discards it (`_Open`).
 
 A dataset whose options open no backend on this node (a profile its host lacks, an option its silod refuses, a
 directory it cannot reach) is kept as the data manager last sent it (`Unopened`) and tried again at every usage
@@ -29,7 +30,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import trio
 
@@ -51,6 +52,8 @@ from silodpb.v1 import datamgr_pb2 as pb
 
 log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 # Seconds a backend's open may take before the agent says, once, that it is stuck, and on what (a WARNING and the
 # dataset's usage report). A healthy open takes a second or two: making the client reads the host's profiles, and
 # finding credentials runs a `credential_process` or asks a service once (botocore asks the instance metadata service
@@ -59,11 +62,6 @@ log = logging.getLogger(__name__)
 # waiting for a login in a browser, an endpoint that never answers) and not a busy host; and it comes within a minute,
 # at the first usage report after it (every 5 s by default), for an operator looking at a job that does not start.
 SLOW_OPEN = 30.0
-# Threads that backend opens run in at once. An open that hangs holds its thread until it returns, perhaps for good;
-# with threads of their own, opens never take those of trio's default limiter (40), which the agent's other work in
-# threads needs: the usage reports, the caches' deletion, the stop's detach of the mount. Healthy opens take a second
-# or two, so a snapshot of many datasets opens in a few seconds all the same.
-OPEN_THREADS = 16
 
 
 class Unopened(NamedTuple):
@@ -126,7 +124,7 @@ class NodeDatasets:
         self._stale_options: dict[str, StaleOptions] = {}
         self._opens: dict[str, _Open] = {}  # each dataset's open under way, if any
         self._to_open, self._opens_to_run = trio.open_memory_channel[_Open](math.inf)
-        self._open_threads = trio.CapacityLimiter(OPEN_THREADS)
+        self._threads_held = 0  # opens' threads that have not returned: of opens under way, discarded or abandoned
         self._reopening: set[str] = set()  # datasets whose cache a `_reopen_cache` is opening now
 
     def uris(self) -> set[str]:
@@ -205,13 +203,27 @@ class NodeDatasets:
         dataset with it as the data manager sends the dataset now (`_finish_open`)."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._tell_if_stuck, attempt)
-            attempt.waits_for = await trio.to_thread.run_sync(
-                open_waits_for, attempt.uri, attempt.options, limiter=self._open_threads, abandon_on_cancel=True
-            )
+            attempt.waits_for = await self._in_own_thread(open_waits_for, attempt.uri, attempt.options)
             result = await self._open_backend(attempt.uri, attempt.options)
             nursery.cancel_scope.cancel()
         async with self._changing:
             await self._finish_open(attempt, result)
+
+    async def _in_own_thread(
+        self, function: Callable[[str, Mapping[str, str]], _T], uri: str, options: Mapping[str, str]
+    ) -> _T:
+        """`function(uri, options)` in a worker thread of its own, outside trio's default limiter and any shared one:
+        a call that never returns (a credential process waiting for a login) holds that thread alone, never a slot
+        that another dataset's open, or the agent's other work in threads (its usage reports, its caches' deletion,
+        the stop's detach of the mount), waits for. Counted in `_threads_held` until it returns; left to itself when
+        the agent stops."""
+        self._threads_held += 1
+        try:
+            return await trio.to_thread.run_sync(
+                function, uri, options, limiter=trio.CapacityLimiter(1), abandon_on_cancel=True
+            )
+        finally:
+            self._threads_held -= 1
 
     async def _tell_if_stuck(self, attempt: _Open) -> None:
         """Past SLOW_OPEN, say once that the open has not returned and what it waits for: a WARNING, and the reason
@@ -219,19 +231,18 @@ class NodeDatasets:
         await trio.sleep(SLOW_OPEN)
         if self._opens.get(attempt.uri) is not attempt:  # dropped or replaced: nothing waits for it any more
             return
-        if attempt.waits_for is None:
-            waits = f"the open has not started: all {OPEN_THREADS} threads opens run in are held by opens not returned"
-        elif attempt.waits_for:
-            waits = f"waiting for {attempt.waits_for}"
-        else:
-            waits = "waiting inside its storage SDK"
+        waits = f"waiting for {attempt.waits_for}" if attempt.waits_for else "waiting inside its storage SDK"
         subject = "its backend" if attempt.changes is None else "a backend with them"
         attempt.stuck = " ".join(scrub(f"{subject} has not opened in {SLOW_OPEN:g} s: {waits}").splitlines())
         if attempt.changes is None:
             meanwhile = "its jobs here wait for it; the node's other datasets, revisions and usage reports go on"
         else:
             meanwhile = f"it reads on with its previous options meanwhile (the new ones: {attempt.changes})"
-        log.warning("dataset %s: %s; %s", attempt.uri, attempt.stuck, meanwhile, extra=self._ids(attempt.uri))
+        held = self._threads_held
+        threads = f"backend opens holding a thread each on this node until they return: {held}"
+        log.warning(
+            "dataset %s: %s; %s (%s)", attempt.uri, attempt.stuck, meanwhile, threads, extra=self._ids(attempt.uri)
+        )
 
     async def _finish_open(self, attempt: _Open, result: Backend | str) -> None:
         """Apply an open that ended, a backend or why none (`_open_backend`), to the dataset as the data manager
@@ -300,21 +311,20 @@ class NodeDatasets:
     async def remove(self, uri: str) -> None:
         """Free the disk a dataset no job here reads any more: its cache, with its directory (that of one served
         uncached too). Files still open keep reading through its backend, which is released with the last of them.
-        One this node could not open is no longer reported; an open of it under way is discarded when it ends."""
-        self._unopened.pop(uri, None)
+        One not served yet (its open under way, or failed) is no longer reported, and its cache directory, which an
+        earlier run may have filled, is deleted as well: an open of it under way is discarded when it ends, and opens
+        no cache."""
+        unopened = self._unopened.pop(uri, None)
         self._stale_options.pop(uri, None)
         under_way = self._opens.pop(uri, None)
         dataset = self._mount.remove_dataset(uri)
         if dataset is None:
-            if under_way is not None:
-                log.info(
-                    "dataset %s is no longer wanted here: the open of its backend under way is discarded as it ends",
-                    uri,
-                    extra=self._ids(uri),
-                )
+            if unopened is not None:
+                why = "the open of its backend under way is discarded as it ends" if under_way else "it never opened"
+                await self._delete_cache_dir(uri, f"dataset {uri} is no longer wanted here: {why}")
             return
         if isinstance(dataset.cache, NoCache):
-            await self._delete_uncached_cache_dir(uri)
+            await self._delete_cache_dir(uri, f"dataset {uri} is no longer served here (it was served uncached)")
             return
         dropped = await trio.to_thread.run_sync(dataset.cache.remove)
         log.info(
@@ -324,21 +334,18 @@ class NodeDatasets:
             extra=self._ids(uri),
         )
 
-    async def _delete_uncached_cache_dir(self, uri: str) -> None:
-        """Delete, in the background, the cache directory of a dataset that was served uncached, if it has one
-        (`set_aside_cache_dir`): as a cached dataset's goes with it, rather than at the sweep after the next snapshot
-        (`delete_unserved_caches`), which may be days away."""
+    async def _delete_cache_dir(self, uri: str, dropped: str) -> None:
+        """Delete, in the background, the cache directory of a dataset dropped with no cache open on it (served
+        uncached, or not served yet), if it has one (`set_aside_cache_dir`), logging `dropped` and that: as a cached
+        dataset's goes with it, rather than at the sweep after the next snapshot (`delete_unserved_caches`), which may
+        be days away while the data manager counts its space free."""
         ids = self._ids(uri)
         failed = _warning_once_per_errno(ids)
         aside = await trio.to_thread.run_sync(set_aside_cache_dir, self._cache_dir, uri, failed)
         if aside is None:
-            log.info("dataset %s is no longer served here (it was served uncached)", uri, extra=ids)
+            log.info("%s", dropped, extra=ids)
             return
-        log.info(
-            "dataset %s is no longer served here (it was served uncached): its cache directory is being deleted",
-            uri,
-            extra=ids,
-        )
+        log.info("%s: its cache directory is being deleted", dropped, extra=ids)
         _delete_in_background([aside], failed, f"dataset {uri}: done deleting its cache directory", ids)
 
     async def delete_unserved_caches(self) -> None:
@@ -450,9 +457,7 @@ class NodeDatasets:
         every file system request waits on, must not wait on those. Left to itself when the agent stops: a
         credential process may wait for good (an SSO login for a browser that never comes)."""
         try:
-            backend = await trio.to_thread.run_sync(
-                open_backend, uri, options, limiter=self._open_threads, abandon_on_cancel=True
-            )
+            backend = await self._in_own_thread(open_backend, uri, options)
         except (BackendError, ValueError) as exc:
             return " ".join(scrub(str(exc)).splitlines())
         return RetryingBackend(backend)

@@ -3,9 +3,10 @@ mount, a real S3 server. The node's AWS profile gets its credentials from a `cre
 waiting for an SSO login does), until the test kills its sleep and it answers with the S3 server's keys.
 
 The open holds only its own dataset: later revisions apply (a rate change, a job on another dataset, the dataset
-dropped or given other options) and usage reports go on while it hangs; past `SLOW_OPEN` the node's WARNING and its
-usage report name the dataset and the credential process's command, never its arguments; once the open ends the
-dataset is served as the data manager sends it then, or not at all if it no longer does."""
+dropped or given other options) and usage reports go on while it hangs, and so do the other datasets' opens however
+many opens hang; past `SLOW_OPEN` the node's WARNING and its usage report name the dataset and the credential
+process's command, never its arguments; once the open ends the dataset is served as the data manager sends it then,
+or not at all if it no longer does, and a dataset dropped meanwhile has its cache deleted at once."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import json
 import os
 import random
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from fuseclient.assembly import dataset_cache_dir
 from fuseclient.node_datasets import SLOW_OPEN
 from silodlib.backends import open_waits_for
 from silodpb.v1 import datamgr_pb2 as pb
+from tests.cache_fixtures import entries_on_disk
 from tests.cluster_fixtures import eventually
 from tests.credential_fixtures import node_lacking_a_profile
 from tests.datamgr_fixtures import DataManagerProcess, silod_cli
@@ -38,6 +40,9 @@ COMMAND = "hang-credentials"  # the credential process's program, as the node na
 SECRET_ARGUMENT = "hunter2-not-for-logs"  # an argument of it, which the node must never show
 KEYS = ("access_key_id", "secret_access_key")
 RATE = 100_000_000
+# Opens that hang at once in the tests of many: as many as the threads all opens once shared, which hung opens held for
+# good, also once discarded, so that no other dataset on the node opened.
+HUNG = 16
 
 
 @dataclass
@@ -56,6 +61,14 @@ class HangingProfile:
         for pid in self._pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
+
+    def started(self) -> int:
+        """How many credential processes have started."""
+        return len(self._pids())
+
+    def sleeping(self) -> int:
+        """How many credential processes sleep now."""
+        return sum(1 for pid in self._pids() if _alive(pid))
 
     def _pids(self) -> list[int]:
         return [int(line) for line in self.pids.read_text().split()] if self.pids.exists() else []
@@ -117,9 +130,9 @@ def _by_profile(target: DatasetTarget) -> dict[str, str]:
     return {key: value for key, value in target.options.items() if key not in KEYS} | {"profile": PROFILE}
 
 
-def _start_job(client: DataManagerClient, job_id: str, uri: str) -> None:
-    client.register_job(job_id, uri, RATE, [("n1", 1)])
-    client.allocate_remote_io(job_id, RATE)
+def _start_job(client: DataManagerClient, job_id: str, uri: str, rate: int = RATE) -> None:
+    client.register_job(job_id, uri, rate, [("n1", 1)])
+    client.allocate_remote_io(job_id, rate)
 
 
 def _job_dir(node: MountProcess, job_id: str) -> Path:
@@ -181,6 +194,7 @@ def test_later_revisions_apply_and_reports_go_on_while_a_datasets_credential_pro
         assert f"credential_process {COMMAND!r} of AWS profile {PROFILE!r}" in shown
         (warning,) = node.log_lines("has not opened in")
         assert "WARNING" in warning and f"credential_process {COMMAND!r}" in warning and stuck.uri in warning
+        assert "(backend opens holding a thread each on this node until they return: 1)" in warning
 
         hanging.release()
         j2 = _job_dir(node, "j2")
@@ -270,3 +284,106 @@ def test_what_an_s3_open_waits_for_names_a_credential_process_by_its_program_alo
         monkeypatch.setenv("AWS_PROFILE", profile)
     assert open_waits_for("s3://bucket/data", options) == shown
     assert open_waits_for("file:///data", {}) == ""
+
+
+def _reaches(count: Callable[[], int], n: int) -> Callable[[], bool]:
+    return lambda: count() == n
+
+
+def _hang_by_option_changes(
+    hanging: HangingProfile, client: DataManagerClient, factory: DatasetTargetFactory, files: dict[str, bytes]
+) -> None:
+    """The operator tries other options on a dataset whose open hangs (any change does): each discards the open."""
+    stuck = _dataset(factory, "s3", files)
+    client.register_dataset(stuck.uri, _by_profile(stuck))
+    _start_job(client, "s0", stuck.uri)
+    for i in range(1, HUNG):
+        eventually(_reaches(hanging.started, i), what=f"credential process {i}")
+        client.update_dataset_options(stuck.uri, {"read_timeout": str(30 + i)})
+
+
+def _hang_by_drop_cycles(
+    hanging: HangingProfile, client: DataManagerClient, factory: DatasetTargetFactory, files: dict[str, bytes]
+) -> None:
+    """Short jobs, one after another, on a dataset whose open hangs: each one's end drops it from the node."""
+    stuck = _dataset(factory, "s3", files)
+    client.register_dataset(stuck.uri, _by_profile(stuck))
+    dropped = f"dataset {stuck.uri} is no longer wanted here"
+    for i in range(HUNG):
+        _start_job(client, f"s{i}", stuck.uri)
+        eventually(_reaches(hanging.started, i + 1), what=f"credential process {i + 1}")
+        client.call(client.stub.FinishJob, pb.FinishJobRequest(job_id=f"s{i}"))
+        eventually(_reaches(lambda: len(hanging.node.log_lines(dropped)), i + 1), what=f"drop {i + 1}")
+
+
+def _hang_by_datasets_sharing_the_profile(
+    hanging: HangingProfile, client: DataManagerClient, factory: DatasetTargetFactory, files: dict[str, bytes]
+) -> None:
+    """Datasets that share one profile whose credential process hangs (an expired SSO login)."""
+    for i in range(HUNG):
+        stuck = _dataset(factory, "s3", files)
+        client.register_dataset(stuck.uri, _by_profile(stuck))
+        _start_job(client, f"s{i}", stuck.uri, RATE // HUNG // 10)  # the node's remote IO limit: 10 * RATE
+
+
+@pytest.mark.parametrize(
+    "hang",
+    [_hang_by_option_changes, _hang_by_drop_cycles, _hang_by_datasets_sharing_the_profile],
+    ids=["option-changes-on-one-dataset", "drop-cycles-of-one-dataset", "datasets-sharing-the-profile"],
+)
+def test_opens_that_hang_never_keep_another_dataset_from_opening_however_many_hang_or_were_discarded(
+    hanging: HangingProfile,
+    datamgr_process: DataManagerProcess,
+    dataset_target_factory: DatasetTargetFactory,
+    files: dict[str, bytes],
+    hang: Callable[[HangingProfile, DataManagerClient, DatasetTargetFactory, dict[str, bytes]], None],
+) -> None:
+    """All opens shared 16 threads, and one that hung kept its thread for good, also once discarded (its dataset given
+    other options, or dropped): after 16 no dataset on the node opened, neither one of plain keys nor a local one,
+    while the WARNING said the node's other datasets went on."""
+    node = hanging.node
+    keyed = _dataset(dataset_target_factory, "s3", files)  # its keys in its options: its open runs no process
+    with DataManagerClient(datamgr_process.address, timeout=10) as client:
+        hang(hanging, client, dataset_target_factory, files)
+        eventually(lambda: hanging.sleeping() == HUNG, what=f"{HUNG} credential processes sleeping")
+        client.register_dataset(keyed.uri, keyed.options)
+        _start_job(client, "k", keyed.uri)
+        assert (_job_dir(node, "k") / "f3.bin").read_bytes() == files["f3.bin"]
+        assert hanging.sleeping() == HUNG
+
+
+def test_a_dataset_dropped_while_its_open_hangs_has_its_cache_deleted_at_once_not_at_the_next_snapshot(
+    hanging: HangingProfile,
+    datamgr_process: DataManagerProcess,
+    dataset_target_factory: DatasetTargetFactory,
+    files: dict[str, bytes],
+) -> None:
+    """A dataset cached by an earlier run of the agent, whose open now hangs, dropped: its cache stayed on disk (only
+    the sweep after the next snapshot freed it) while the data manager counted its space free."""
+    node = hanging.node
+    target = _dataset(dataset_target_factory, "s3", files)
+    where = dataset_cache_dir(node.cache_dir, target.uri)
+    with DataManagerClient(datamgr_process.address, timeout=10) as client:
+        client.register_dataset(target.uri, target.options)
+        client.allocate_cache_size(target.uri, FILES * SIZE)
+        _start_job(client, "j2", target.uri)
+        j2 = _job_dir(node, "j2")
+        for name, data in files.items():
+            assert (j2 / name).read_bytes() == data
+        eventually(lambda: len(entries_on_disk(where)) == FILES, what="every file cached")
+        node.stop()
+        client.update_dataset_options(target.uri, {"profile": PROFILE}, list(KEYS))
+        node.start()
+        eventually(hanging.running, what="the node's credential process sleeping")
+        assert len(entries_on_disk(where)) == FILES
+
+        client.call(client.stub.FinishJob, pb.FinishJobRequest(job_id="j2"))
+        eventually(lambda: not where.exists() and not entries_on_disk(node.cache_dir), what="the cache deleted")
+        assert hanging.running()
+        (dropped,) = node.log_lines(f"dataset {target.uri} is no longer wanted here")
+        assert "its cache directory is being deleted" in dropped
+
+        hanging.release()
+        eventually(lambda: node.log_lines(f"dataset {target.uri}: its backend opened after"), what="the late open")
+        served = node.wait_for_stats(lambda s: s["written_at"] > os.stat(node.log_path).st_mtime)["datasets"]
+    assert target.uri not in served and not where.exists()
