@@ -17,9 +17,13 @@ same way. Each is in the usage reports with why (`usage`), and each failure is l
 whose cache directory cannot be opened is served uncached and its cache tried again (`reopen_caches`).
 
 Everything here runs on the mount's trio loop, which alone changes the mount state. The agent's lock (`changing`)
-serializes a revision being applied with the tries, the caches' reopening and the ends of the background opens,
-which open the dataset's cache: so two caches never open one dataset's directory (a reopen's restore, scanning the
-directory with the old manifest while a revision opened the dataset anew, deleted the new cache's items).
+serializes a revision being applied with the tries, the caches' reopening and the ends of the background opens. Two
+caches must never open one dataset's directory at once (a reopen's restore, scanning the directory with the old
+manifest while a revision opened the dataset anew, deleted the new cache's items), and nothing may rename it aside
+while one opens there: a cache opens only while its dataset's directory is claimed (`_claims`). A dataset's first
+open restores its cache outside the lock, so that a large cache's restore (a scan of its directory, an eviction if
+the quota shrank) holds neither the other datasets' opens nor the revisions; it then serves the dataset as the data
+manager sends it by then, or, dropped meanwhile, deletes the cache it restored (`remove` leaves that to it).
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class _Open:
     started: float  # trio's clock
     waits_for: str | None = None  # what it may wait for (`open_waits_for`, "": nothing known), once looked up
     stuck: str = ""  # past SLOW_OPEN: what the usage report says of it (one scrubbed line)
+    dropped: bool = False  # its dataset was dropped meanwhile (`remove`): a cache it opens is deleted
 
 
 class NodeDatasets:
@@ -125,7 +130,9 @@ class NodeDatasets:
         self._opens: dict[str, _Open] = {}  # each dataset's open under way, if any
         self._to_open, self._opens_to_run = trio.open_memory_channel[_Open](math.inf)
         self._threads_held = 0  # opens' threads that have not returned: of opens under way, discarded or abandoned
-        self._reopening: set[str] = set()  # datasets whose cache a `_reopen_cache` is opening now
+        # The datasets whose cache directory a cache is opening on now (a first open's restore, `_reopen_cache`): no
+        # other cache opens there, and nothing renames it aside, until the event is set.
+        self._claims: dict[str, trio.Event] = {}
 
     def uris(self) -> set[str]:
         """The datasets this node serves, is opening or could not open: those a snapshot that leaves them out
@@ -199,15 +206,36 @@ class NodeDatasets:
         self._to_open.send_nowait(attempt)
 
     async def _run_open(self, attempt: _Open) -> None:
-        """Open the backend, saying once if it takes longer than SLOW_OPEN; then, under the agent's lock, serve the
-        dataset with it as the data manager sends the dataset now (`_finish_open`)."""
+        """Open the backend, saying once if it takes longer than SLOW_OPEN; then, under the agent's lock, apply it to
+        the dataset as the data manager sends the dataset now (`_finish_open`), once no cache opens on its directory.
+        A dataset's first open claims the directory there and opens the cache outside the lock (`_open_cached`),
+        then, under it again, serves the dataset as sent by then (`_serve`)."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._tell_if_stuck, attempt)
             attempt.waits_for = await self._in_own_thread(open_waits_for, attempt.uri, attempt.options)
             result = await self._open_backend(attempt.uri, attempt.options)
             nursery.cancel_scope.cancel()
-        async with self._changing:
-            await self._finish_open(attempt, result)
+        while True:
+            async with self._changing:
+                claim = self._claims.get(attempt.uri)
+                if claim is None:
+                    entry = await self._finish_open(attempt, result)
+                    break
+            await claim.wait()
+        if entry is None or isinstance(result, str):
+            return
+        try:
+            while entry is not None:
+                dataset = await self._open_cached(entry, result, attempt.options)
+                try:
+                    async with self._changing:
+                        entry = await self._serve(attempt, entry, dataset)
+                except BaseException:  # the agent stops: a cache not served is closed
+                    if self._mount.datasets.get(attempt.uri) is not dataset:
+                        dataset.cache.close()
+                    raise
+        finally:
+            self._claims.pop(attempt.uri).set()
 
     async def _in_own_thread(
         self, function: Callable[[str, Mapping[str, str]], _T], uri: str, options: Mapping[str, str]
@@ -244,10 +272,12 @@ class NodeDatasets:
             "dataset %s: %s; %s (%s)", attempt.uri, attempt.stuck, meanwhile, threads, extra=self._ids(attempt.uri)
         )
 
-    async def _finish_open(self, attempt: _Open, result: Backend | str) -> None:
+    async def _finish_open(self, attempt: _Open, result: Backend | str) -> Unopened | None:
         """Apply an open that ended, a backend or why none (`_open_backend`), to the dataset as the data manager
-        sends it now: served with it, or read through it from now on (rotated options); discarded if the dataset was
-        dropped or given other options meanwhile, which must not be served with these."""
+        sends it now: read through it from now on (rotated options), or kept unopened with why; discarded if the
+        dataset was dropped or given other options meanwhile, which must not be served with these. A dataset to
+        serve with it is returned, its directory claimed (`_claims`) and the attempt kept as its open until its
+        cache has opened (`_serve`): no other open of it starts meanwhile."""
         uri, took = attempt.uri, trio.current_time() - attempt.started
         if self._opens.get(uri) is not attempt:
             if isinstance(result, str):
@@ -258,7 +288,7 @@ class NodeDatasets:
                     result,
                     extra=self._ids(uri),
                 )
-                return
+                return None
             result.close()
             log.info(
                 "dataset %s: its backend opened after %.0f s, with options the data manager has replaced or for a "
@@ -267,31 +297,35 @@ class NodeDatasets:
                 took,
                 extra=self._ids(uri),
             )
-            return
+            return None
         if attempt.stuck and not isinstance(result, str):
             log.info("dataset %s: its backend opened after %.0f s", uri, took, extra=self._ids(uri))
-        try:
-            dataset = self._mount.datasets.get(uri)
-            if attempt.changes is None:
-                await self._serve(self._unopened[uri], attempt, result)
-            elif dataset is not None:
-                self._swap_backend(dataset, attempt, result)
-        finally:
-            if self._opens.get(uri) is attempt:  # only now: no other open of it starts while its cache opens
-                del self._opens[uri]
+        if attempt.changes is None and not isinstance(result, str):
+            self._claims[uri] = trio.Event()
+            return self._unopened[uri]
+        del self._opens[uri]
+        dataset = self._mount.datasets.get(uri)
+        if attempt.changes is None:
+            self._keep_unopened(self._unopened[uri], attempt, str(result))
+        elif dataset is not None:
+            self._swap_backend(dataset, attempt, result)
+        return None
 
-    async def _serve(self, entry: Unopened, attempt: _Open, result: Backend | str) -> None:
-        """Serve a dataset whose backend opened, as last sent (`entry`); or keep it unopened with why not."""
-        uri, wanted, manifest = entry.wanted.uri, entry.wanted, entry.manifest
-        if isinstance(result, str):
-            self._log_failure(f"cannot serve dataset {uri}", result, attempt.logged, uri)
-            self._unopened[uri] = entry._replace(reason=result)
-            if not entry.reason:
-                self._failed(uri)
-            return
-        backend, options, calls = result, attempt.options, self._mount.backend_calls
+    def _keep_unopened(self, entry: Unopened, attempt: _Open, reason: str) -> None:
+        """Keep a dataset whose backend did not open unopened, with why."""
+        uri = entry.wanted.uri
+        self._log_failure(f"cannot serve dataset {uri}", reason, attempt.logged, uri)
+        self._unopened[uri] = entry._replace(reason=reason)
+        if not entry.reason:
+            self._failed(uri)
+
+    async def _open_cached(self, entry: Unopened, backend: Backend, options: dict[str, str]) -> MountedDataset:
+        """The dataset as sent in `entry`, read through `backend`, its cache opened (restoring it: a scan of its
+        directory, an eviction if the quota shrank); served uncached if its directory cannot be opened. Called with
+        the directory claimed (`_claims`), outside the agent's lock."""
+        uri, wanted, manifest, calls = entry.wanted.uri, entry.wanted, entry.manifest, self._mount.backend_calls
         try:
-            dataset = await open_dataset(
+            return await open_dataset(
                 self._cache_dir, uri, backend, manifest, wanted.cache_quota_bytes, options, calls=calls
             )
         except OSError as exc:
@@ -303,35 +337,82 @@ class NodeDatasets:
                 self._retry_interval,
                 extra=self._ids(uri),
             )
-            dataset = uncached_dataset(uri, backend, manifest, wanted.cache_quota_bytes, options, calls=calls)
+            return uncached_dataset(uri, backend, manifest, wanted.cache_quota_bytes, options, calls=calls)
+
+    async def _serve(self, attempt: _Open, entry: Unopened, dataset: MountedDataset) -> Unopened | None:
+        """Serve `dataset`, opened with its cache as sent in `entry` (`_open_cached`), as the data manager sends it
+        now: with its quota as set since. One dropped meanwhile has the cache deleted, with its directory, as a
+        served dataset's removal does (sent again since, another open of it opens it anew); one given other options
+        meanwhile has it closed, for the open with them to restore it again. One sent with another manifest meanwhile
+        is returned, for its cache to open anew with it, the directory still claimed."""
+        uri = attempt.uri
+        now = self._unopened.get(uri)
+        if now is None or attempt.dropped:  # dropped, and maybe sent again since: for another open to open anew
+            dataset.backend.close()
+            await self._drop_cache(dataset, f"dataset {uri} was dropped while its cache opened")
+            return None
+        if self._opens.get(uri) is not attempt:
+            dataset.backend.close()
+            dataset.cache.close()
+            log.info(
+                "dataset %s: its cache opened as the data manager sent it other options: closed, for the open with "
+                "them",
+                uri,
+                extra=self._ids(uri),
+            )
+            return None
+        if now.manifest.digest != entry.manifest.digest:
+            dataset.cache.close()
+            log.info(
+                "dataset %s: its cache opened as the data manager sent it another manifest: opening it again with it",
+                uri,
+                extra=self._ids(uri),
+            )
+            return now
+        await self._set_quota(dataset, now.wanted.cache_quota_bytes)
         self._mount.add_dataset(dataset)
         self._unopened.pop(uri, None)  # only now: a report meanwhile must still say it is not open
+        del self._opens[uri]  # only now: no other open of it starts while its cache opens
         self._opened(uri)
+        return None
 
     async def remove(self, uri: str) -> None:
         """Free the disk a dataset no job here reads any more: its cache, with its directory (that of one served
         uncached too). Files still open keep reading through its backend, which is released with the last of them.
         One not served yet (its open under way, or failed) is no longer reported, and its cache directory, which an
         earlier run may have filled, is deleted as well: an open of it under way is discarded when it ends, and opens
-        no cache."""
+        no cache; one whose cache is opening (`_claims`) is left to that open, which deletes it as it ends."""
         unopened = self._unopened.pop(uri, None)
         self._stale_options.pop(uri, None)
         under_way = self._opens.pop(uri, None)
+        if under_way is not None:
+            under_way.dropped = True
         dataset = self._mount.remove_dataset(uri)
         if dataset is None:
-            if unopened is not None:
+            if unopened is not None and uri in self._claims:
+                log.info(
+                    "dataset %s is no longer wanted here: its cache, opening now, is deleted as it opens",
+                    uri,
+                    extra=self._ids(uri),
+                )
+            elif unopened is not None:
                 why = "the open of its backend under way is discarded as it ends" if under_way else "it never opened"
                 await self._delete_cache_dir(uri, f"dataset {uri} is no longer wanted here: {why}")
             return
+        await self._drop_cache(dataset, f"dataset {uri} is no longer served here")
+
+    async def _drop_cache(self, dataset: MountedDataset, dropped: str) -> None:
+        """Delete the cache of a dataset no longer served, with its directory (that of one served uncached too),
+        logging `dropped` and that."""
         if isinstance(dataset.cache, NoCache):
-            await self._delete_cache_dir(uri, f"dataset {uri} is no longer served here (it was served uncached)")
+            await self._delete_cache_dir(dataset.uri, f"{dropped} (it was served uncached)")
             return
-        dropped = await trio.to_thread.run_sync(dataset.cache.remove)
+        deleted = await trio.to_thread.run_sync(dataset.cache.remove)
         log.info(
-            "dataset %s is no longer served here: its cache of %d items is being deleted, with its directory",
-            uri,
+            "%s: its cache of %d items is being deleted, with its directory",
             dropped,
-            extra=self._ids(uri),
+            deleted,
+            extra=self._ids(dataset.uri),
         )
 
     async def _delete_cache_dir(self, uri: str, dropped: str) -> None:
@@ -351,10 +432,12 @@ class NodeDatasets:
     async def delete_unserved_caches(self) -> None:
         """Delete, in the background, the cache directories of the datasets this node no longer serves
         (`set_aside_unserved_caches`): called after a snapshot, which sets every dataset the node serves, so that a
-        dataset dropped while the agent was down does not keep its cache's disk space for good."""
+        dataset dropped while the agent was down does not keep its cache's disk space for good. A directory a cache
+        is opening on (`_claims`) is left to that open."""
         ids = log_ids(node_id=self._node_id)
         failed = _warning_once_per_errno(ids)
-        stale = await trio.to_thread.run_sync(set_aside_unserved_caches, self._cache_dir, self.uris(), failed)
+        keep = self.uris() | set(self._claims)
+        stale = await trio.to_thread.run_sync(set_aside_unserved_caches, self._cache_dir, keep, failed)
         if not stale:
             return
         log.info(
@@ -471,12 +554,12 @@ class NodeDatasets:
 
     async def _reopen_cache(self, dataset: MountedDataset) -> None:
         """Give a dataset served uncached (`NoCache`) its cache once its directory opens; quietly try again later
-        if it still cannot be opened (its first failure was logged). One try at a time per dataset, until the cache
-        is in place: the report loop and a change of the dataset may both ask, and two caches must never open one
-        directory."""
-        if dataset.uri in self._reopening:
+        if it still cannot be opened (its first failure was logged). Not while another cache opens on its directory
+        (`_claims`), which it claims until the cache is in place: the report loop and a change of the dataset may
+        both ask, and two caches must never open one directory."""
+        if dataset.uri in self._claims:
             return
-        self._reopening.add(dataset.uri)
+        claim = self._claims[dataset.uri] = trio.Event()
         evicted = 0
         try:
             cache = await open_cache(self._cache_dir, dataset.uri, dataset.manifest, dataset.cache.quota_bytes)
@@ -492,7 +575,8 @@ class NodeDatasets:
         except OSError:
             return
         finally:
-            self._reopening.discard(dataset.uri)
+            del self._claims[dataset.uri]
+            claim.set()
         log.info(
             "cache of dataset %s opened: caching it again (quota %d bytes%s)",
             dataset.uri,

@@ -6,7 +6,9 @@ The open holds only its own dataset: later revisions apply (a rate change, a job
 dropped or given other options) and usage reports go on while it hangs, and so do the other datasets' opens however
 many opens hang; past `SLOW_OPEN` the node's WARNING and its usage report name the dataset and the credential
 process's command, never its arguments; once the open ends the dataset is served as the data manager sends it then,
-or not at all if it no longer does, and a dataset dropped meanwhile has its cache deleted at once."""
+or not at all if it no longer does, and a dataset dropped meanwhile has its cache deleted at once. A cache's restore,
+held by a named pipe in place of its cache.json, likewise holds neither the other datasets' opens nor the revisions,
+and a dataset dropped during it is not served, its restored cache deleted."""
 
 from __future__ import annotations
 
@@ -387,3 +389,109 @@ def test_a_dataset_dropped_while_its_open_hangs_has_its_cache_deleted_at_once_no
         eventually(lambda: node.log_lines(f"dataset {target.uri}: its backend opened after"), what="the late open")
         served = node.wait_for_stats(lambda s: s["written_at"] > os.stat(node.log_path).st_mtime)["datasets"]
     assert target.uri not in served and not where.exists()
+
+
+class HeldRestore:
+    """A dataset's cache directory, made before the node opens the dataset, whose `cache.json` is a named pipe: the
+    node's restore of that cache (`DatasetCache`, reading it) blocks until `release`, which closes the pipe unwritten
+    (read as an unreadable cache.json: the restore then drops the items and writes a new one)."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(mode=0o700, parents=True)
+        self.pipe = directory / "cache.json"
+        os.mkfifo(self.pipe, 0o600)
+        self._writer: int | None = None
+
+    def blocked(self) -> bool:
+        """Whether the restore reads the pipe now; from then on it stays blocked until `release`. (Opening the
+        pipe's writing end without waiting fails with ENXIO until a reader has it open.)"""
+        if self._writer is None:
+            self._writer = os.open(self.pipe, os.O_WRONLY | os.O_NONBLOCK)
+        return True
+
+    def release(self) -> None:
+        if self._writer is not None:
+            os.close(self._writer)
+            self._writer = None
+
+
+@contextlib.contextmanager
+def _held_restore(directory: Path) -> Iterator[HeldRestore]:
+    held = HeldRestore(directory)
+    try:
+        yield held
+    finally:
+        with contextlib.suppress(OSError):  # a restore still blocked, or starting to read, must end for the stop
+            held.blocked()
+        held.release()
+
+
+def _served(client: DataManagerClient, node: MountProcess, target: DatasetTarget, job_id: str) -> Path:
+    """`target` served through a job `job_id` on n1: its directory, once there (the node has its snapshot by then, and
+    its sweep of unserved caches done)."""
+    client.register_dataset(target.uri, target.options)
+    _start_job(client, job_id, target.uri)
+    return _job_dir(node, job_id)
+
+
+def test_a_datasets_restore_holds_neither_another_datasets_open_nor_a_revision(
+    hanging: HangingProfile,
+    datamgr_process: DataManagerProcess,
+    dataset_target_factory: DatasetTargetFactory,
+    files: dict[str, bytes],
+) -> None:
+    """A dataset's cache restore, however long (a cache of a million items scans for a minute), held every other
+    dataset's first open and every revision: the restore ran under the agent's lock."""
+    node = hanging.node
+    served, slow, other = (_dataset(dataset_target_factory, "s3", files) for _ in range(3))
+    with DataManagerClient(datamgr_process.address, timeout=10) as client:
+        _served(client, node, served, "j1")
+        with _held_restore(dataset_cache_dir(node.cache_dir, slow.uri)) as held:
+            client.register_dataset(slow.uri, slow.options)
+            _start_job(client, "j2", slow.uri)
+            eventually(held.blocked, what="the restore of the slow dataset's cache under way")
+
+            j3 = _served(client, node, other, "j3")
+            assert (j3 / "f0.bin").read_bytes() == files["f0.bin"]
+            client.allocate_remote_io("j1", RATE // 2)
+            eventually(lambda: node.log_lines(f"remote IO of job j1 = {RATE // 2} bytes/s"), what="the rate change")
+            assert not node.job_dir("j2").exists()
+            assert not node.log_lines(f"cache of {slow.uri}: restored")
+
+            held.release()
+            j2 = _job_dir(node, "j2")
+    for name, data in files.items():
+        assert (j2 / name).read_bytes() == data
+
+
+def test_a_dataset_dropped_while_its_cache_restores_is_not_served_and_its_cache_is_deleted(
+    hanging: HangingProfile,
+    datamgr_process: DataManagerProcess,
+    dataset_target_factory: DatasetTargetFactory,
+    files: dict[str, bytes],
+) -> None:
+    """The drop applies while the restore runs, leaving the directory to it: the restore ends, the dataset is not
+    served, and the cache it restored is deleted with its directory."""
+    node = hanging.node
+    served, slow = (_dataset(dataset_target_factory, "s3", files) for _ in range(2))
+    where = dataset_cache_dir(node.cache_dir, slow.uri)
+    with DataManagerClient(datamgr_process.address, timeout=10) as client:
+        _served(client, node, served, "j1")
+        with _held_restore(where) as held:
+            client.register_dataset(slow.uri, slow.options)
+            _start_job(client, "j2", slow.uri)
+            eventually(held.blocked, what="the restore of the slow dataset's cache under way")
+            client.call(client.stub.FinishJob, pb.FinishJobRequest(job_id="j2"))
+            (dropped,) = eventually(
+                lambda: node.log_lines(f"dataset {slow.uri} is no longer wanted here"), what="the drop applied"
+            )
+            assert "deleted as it opens" in dropped
+            assert where.exists()  # left to the restore, which reads in it
+
+            held.release()
+            eventually(lambda: node.log_lines(f"dataset {slow.uri} was dropped while its cache opened"), what="the end")
+            aside = f"{where.name}.removed-*"
+            eventually(lambda: not where.exists() and not list(where.parent.glob(aside)), what="the cache deleted")
+        stats = node.wait_for_stats(lambda s: s["written_at"] > os.stat(node.log_path).st_mtime)
+    assert slow.uri not in stats["datasets"] and served.uri in stats["datasets"]
+    assert not node.job_dir("j2").exists()
