@@ -13,7 +13,7 @@ import os
 import random
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,57 +100,6 @@ BUSY_ANSWERS = {
 }
 
 
-@pytest.mark.parametrize("kind", ENDPOINT_KINDS.values(), ids=list(ENDPOINT_KINDS))
-@pytest.mark.parametrize("answer", BUSY_ANSWERS.values(), ids=list(BUSY_ANSWERS))
-def test_a_token_endpoint_answering_503_or_429_is_retried_until_it_recovers_and_the_read_gets_the_blob_fake(
-    oauth_azurite: OAuthAzurite,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    kind: EndpointKind,
-    answer: Answer,
-) -> None:
-    """It was access denied, never retried: the SDK's own retries of the answer (4 requests to a managed identity's
-    endpoint, 6 over 24 s to the instance metadata endpoint) met the same answer, and the read failed with EACCES as
-    if the identity were refused. The endpoint answers `answer` until silod's first wait, then gives tokens."""
-    for name in list(os.environ):  # no Azure AD configuration but the test's
-        if name.startswith(("AZURE_", "IDENTITY_", "MSI_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(oauth_azurite.tls.ca))  # Azurite's and the authority's certificate
-    waits: list[float] = []
-    endpoint = TokenEndpoint(answer, tls=oauth_azurite.tls if kind.tls else None)
-
-    def wait(seconds: float) -> None:
-        waits.append(seconds)
-        endpoint.answer = None  # recovered
-        time.sleep(seconds)  # past the Retry-After: MSAL asks the endpoint again
-
-    policy = RetryPolicy(attempts=5, base_delay=2.0, max_delay=2.0)  # waits of 1-2 s
-    caplog.set_level(logging.INFO, logger="silodlib.backends.retry")
-    with endpoint.running():
-        for name, value in kind.environment(endpoint.address).items():
-            monkeypatch.setenv(name, value)
-        backend = open_backend(URI, {"account_url": oauth_azurite.account_url})
-        retried = RetryingBackend(backend, policy, sleep=wait, rng=random.Random(7))
-        try:
-            data = retried.read("a.bin", 0, len(CONTENT))
-        finally:
-            retried.close()
-    assert data == CONTENT
-    assert len(waits) == 1 and len(endpoint.asked) == 2, (waits, endpoint.asked)  # one request a try
-    retries = [record.getMessage() for record in caplog.records if record.name == "silodlib.backends.retry"]
-    assert len(retries) == 1 and (
-        f"read {URI}/a.bin [0, +{len(CONTENT)}] failed on attempt 1 of 5, retrying in " in retries[0]
-    ), retries
-    assert f"Azure AD token endpoint unavailable or throttling (HTTP {answer.status}; " in retries[0], retries
-
-
-TOKEN_READ_TIMEOUT = "3"  # seconds: the backend's read_timeout, which token requests wait for an answer
-
-
-# Every kind of token endpoint a credential of DefaultAzureCredential's chain asks over HTTP.
-TIMING_OUT_KINDS = ENDPOINT_KINDS | {"workload-identity": WORKLOAD_IDENTITY}
-
-
 def _point_at(
     endpoint: TokenEndpoint, kind: EndpointKind, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tls: TlsFiles
 ) -> None:
@@ -169,6 +118,59 @@ def _point_at(
 
 def _retry_messages(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [record.getMessage() for record in caplog.records if record.name == "silodlib.backends.retry"]
+
+
+def _read_retrying(
+    options: dict[str, str], policy: RetryPolicy, wait: Callable[[float], None], rng: random.Random | None = None
+) -> bytes:
+    """The test blob read through silod's retry wrapper, waiting with `wait`."""
+    retried = RetryingBackend(open_backend(URI, options), policy, sleep=wait, rng=rng)
+    try:
+        return retried.read("a.bin", 0, len(CONTENT))
+    finally:
+        retried.close()
+
+
+@pytest.mark.parametrize("kind", ENDPOINT_KINDS.values(), ids=list(ENDPOINT_KINDS))
+@pytest.mark.parametrize("answer", BUSY_ANSWERS.values(), ids=list(BUSY_ANSWERS))
+def test_a_token_endpoint_answering_503_or_429_is_retried_until_it_recovers_and_the_read_gets_the_blob_fake(
+    oauth_azurite: OAuthAzurite,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    kind: EndpointKind,
+    answer: Answer,
+) -> None:
+    """It was access denied, never retried: the SDK's own retries of the answer (4 requests to a managed identity's
+    endpoint, 6 over 24 s to the instance metadata endpoint) met the same answer, and the read failed with EACCES as
+    if the identity were refused. The endpoint answers `answer` until silod's first wait, then gives tokens."""
+    waits: list[float] = []
+    endpoint = TokenEndpoint(answer, tls=oauth_azurite.tls if kind.tls else None)
+    _point_at(endpoint, kind, monkeypatch, tmp_path, oauth_azurite.tls)
+
+    def wait(seconds: float) -> None:
+        waits.append(seconds)
+        endpoint.answer = None  # recovered
+        time.sleep(seconds)  # past the Retry-After: MSAL asks the endpoint again
+
+    policy = RetryPolicy(attempts=5, base_delay=2.0, max_delay=2.0)  # waits of 1-2 s
+    caplog.set_level(logging.INFO, logger="silodlib.backends.retry")
+    with endpoint.running():
+        data = _read_retrying({"account_url": oauth_azurite.account_url}, policy, wait, random.Random(7))
+    assert data == CONTENT
+    assert len(waits) == 1 and len(endpoint.asked) == 2, (waits, endpoint.asked)  # one request a try
+    retries = _retry_messages(caplog)
+    assert len(retries) == 1 and (
+        f"read {URI}/a.bin [0, +{len(CONTENT)}] failed on attempt 1 of 5, retrying in " in retries[0]
+    ), retries
+    assert f"Azure AD token endpoint unavailable or throttling (HTTP {answer.status}; " in retries[0], retries
+
+
+TOKEN_READ_TIMEOUT = "3"  # seconds: the backend's read_timeout, which token requests wait for an answer
+
+
+# Every kind of token endpoint a credential of DefaultAzureCredential's chain asks over HTTP.
+TIMING_OUT_KINDS = ENDPOINT_KINDS | {"workload-identity": WORKLOAD_IDENTITY}
 
 
 @pytest.mark.parametrize("kind", TIMING_OUT_KINDS.values(), ids=list(TIMING_OUT_KINDS))
@@ -196,11 +198,7 @@ def test_a_token_endpoint_that_never_answers_fails_a_try_as_timed_out_and_the_re
     caplog.set_level(logging.INFO, logger="silodlib.backends.retry")
     with endpoint.running():
         options = {"account_url": oauth_azurite.account_url, "read_timeout": TOKEN_READ_TIMEOUT}
-        retried = RetryingBackend(open_backend(URI, options), RetryPolicy(attempts=2), sleep=wait)
-        try:
-            data = retried.read("a.bin", 0, len(CONTENT))
-        finally:
-            retried.close()
+        data = _read_retrying(options, RetryPolicy(attempts=2), wait)
     assert data == CONTENT
     assert len(waits) == 1 and len(endpoint.unanswered) == 1, (waits, endpoint.unanswered)
     retries = _retry_messages(caplog)
@@ -237,13 +235,7 @@ def test_a_token_endpoint_dropping_packets_fails_a_try_as_timed_out_and_the_read
             waits.append(seconds)
             lift()  # the packets pass again
 
-        retried = RetryingBackend(
-            open_backend(URI, {"account_url": oauth_azurite.account_url}), RetryPolicy(attempts=2), sleep=wait
-        )
-        try:
-            data = retried.read("a.bin", 0, len(CONTENT))
-        finally:
-            retried.close()
+        data = _read_retrying({"account_url": oauth_azurite.account_url}, RetryPolicy(attempts=2), wait)
     assert data == CONTENT
     assert len(waits) == 1 and endpoint.connections >= 1, (waits, endpoint.connections)
     retries = _retry_messages(caplog)
