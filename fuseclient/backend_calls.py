@@ -16,7 +16,6 @@ start deletes, never a partial entry.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -35,23 +34,21 @@ class Abandoned(BackendError):
 class BackendCall:
     """One backend call under way, as its worker thread sees it."""
 
-    __slots__ = ("_abandoned", "_lock", "_scope", "started")
+    __slots__ = ("_abandoned", "_scope", "started")
 
     def __init__(self, scope: trio.CancelScope) -> None:
         self._scope = scope
-        self._lock = threading.Lock()
-        self._abandoned = False
+        self._abandoned = False  # set by the loop's thread, read by the worker's: one flag, no lock to order
         self.started = False  # a worker thread runs it (it no longer waits for one)
 
     def wanted(self) -> bool:
         """In the worker thread, before it hands anything on (the cache's admission): whether the daemon still
-        waits for the result. False once the call is abandoned."""
-        with self._lock:
-            return not self._abandoned
+        waits for the result. False once the call is abandoned. (An admission begun just before is not stopped:
+        the cache's temporary files cover a write the process's end cuts short.)"""
+        return not self._abandoned
 
     def _abandon(self) -> None:
-        with self._lock:
-            self._abandoned = True
+        self._abandoned = True
         self._scope.cancel()
 
 
