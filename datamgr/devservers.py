@@ -101,7 +101,7 @@ def running_azurite(workdir: Path) -> Iterator[AzuriteServer]:
     """Azurite's blob service on a free loopback port with its data in `workdir`, until the block exits."""
     port = free_port()
     server, argv = azurite_server(port), azurite_argv(workdir, port)
-    with _running("Azurite", argv, workdir, ready=lambda: azure_client(server).get_service_properties()):
+    with running_server("Azurite", argv, workdir, ready=lambda: azure_client(server).get_service_properties()):
         yield server
 
 
@@ -148,17 +148,17 @@ def running_s3_server(workdir: Path, cpus: set[int] | None = None) -> Iterator[S
         secret_access_key=f"silod-secret-{secrets.token_hex(8)}",
     )
     argv = [str(executable), "-H", "127.0.0.1", "-p", str(port)]
-    with _running("moto_server", argv, workdir, ready=lambda: s3_client(server).list_buckets(), cpus=cpus):
+    with running_server("moto_server", argv, workdir, ready=lambda: s3_client(server).list_buckets(), cpus=cpus):
         yield server
 
 
 @contextlib.contextmanager
-def _running(
+def running_server(
     name: str, argv: list[str], workdir: Path, ready: Callable[[], object], cpus: set[int] | None = None
-) -> Iterator[None]:
-    """Run `argv` in `workdir` (output in workdir/server.log), on `cpus` if given, until the block exits;
-    wait until `ready()` stops raising, raising `ServerNotReady` with the server's output if it exits or
-    takes too long."""
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `argv` in `workdir` (output in workdir/server.log), on `cpus` if given, until the block exits, and
+    yield its process; wait until `ready()` stops raising, raising `ServerNotReady` with the server's output if
+    it exits or takes too long. The process is ended (SIGTERM, SIGKILL after 10 s) as the block exits."""
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / "server.log"
     with log_path.open("wb") as log:
@@ -171,7 +171,7 @@ def _running(
         )
     try:
         _wait_ready(name, process, log_path, ready)
-        yield
+        yield process
     finally:
         process.terminate()
         try:

@@ -26,11 +26,10 @@ import pytest
 import trio
 
 from datamgr.client import DataManagerClient
-from datamgr.devservers import S3Server, dying_with_parent, free_port, s3_client
+from datamgr.devservers import S3Server, free_port, running_server, s3_client
 from fuseclient.assembly import MountConfig, build_state
 from fuseclient.fs import SilodFS
 from fuseclient.mounted import MountedJob
-from tests import polling
 from tests.cache_fixtures import entries_on_disk
 from tests.cluster_fixtures import eventually
 from tests.datamgr_fixtures import DataManagerProcess
@@ -83,26 +82,12 @@ def freezable_s3(tmp_path: Path) -> Iterator[FreezableS3]:
         missing_dependency(f"moto_server is not installed next to {sys.executable} (pip install 'moto[server]')")
     port = free_port()
     server = S3Server(f"http://127.0.0.1:{port}", "us-east-1", "silod-test", f"silod-secret-{uuid.uuid4().hex}")
-    with (tmp_path / "moto.log").open("wb") as log:
-        argv = dying_with_parent([str(executable), "-H", "127.0.0.1", "-p", str(port)])
-        process = subprocess.Popen(argv, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    try:
-
-        def answers() -> bool:
-            assert process.poll() is None, f"moto_server exited with {process.returncode}; see {log.name}"
-            s3_client(server).list_buckets()
-            return True
-
-        polling.eventually(answers, what="moto_server answering", timeout=60, interval=0.1, ignore=_not_up_yet)
-        yield FreezableS3(server, process)
-    finally:
-        process.send_signal(signal.SIGCONT)
-        process.kill()
-        process.wait()
-
-
-def _not_up_yet(exc: Exception) -> bool:
-    return not isinstance(exc, AssertionError)
+    argv = [str(executable), "-H", "127.0.0.1", "-p", str(port)]
+    with running_server("moto_server", argv, tmp_path, ready=s3_client(server).list_buckets) as process:
+        try:
+            yield FreezableS3(server, process)
+        finally:
+            process.send_signal(signal.SIGCONT)  # a frozen server takes no SIGTERM
 
 
 def test_an_agent_stopping_while_a_read_waits_on_a_hung_storage_node_exits_after_its_grace_failing_the_read_with_eio(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,9 +20,8 @@ import pytest
 from azure.core.credentials import AzureNamedKeyCredential
 from azure.storage.blob import BlobServiceClient
 
-from datamgr.devservers import AZURITE_ACCOUNT, AZURITE_KEY, azurite_argv, dying_with_parent, free_port
+from datamgr.devservers import AZURITE_ACCOUNT, AZURITE_KEY, azurite_argv, free_port, running_server
 from silodlib.backends import RetryingBackend, RetryPolicy, open_backend
-from tests import polling
 from tests.net_faults import dropped_connections
 from tests.storage_servers import missing_dependency
 from tests.tls import TlsFiles, make_tls_files
@@ -59,39 +57,18 @@ def oauth_azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthAzu
         missing_dependency(str(exc))
     argv += ["--cert", str(tls.server_cert), "--key", str(tls.server_key), "--oauth", "basic"]
     account_url = f"https://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
-    with (workdir / "server.log").open("wb") as log:
-        process = subprocess.Popen(
-            dying_with_parent(argv), cwd=workdir, stdin=subprocess.DEVNULL, stdout=log, stderr=log
-        )
     admin = BlobServiceClient(
         account_url,
         credential=AzureNamedKeyCredential(AZURITE_ACCOUNT, AZURITE_KEY),
         connection_verify=str(tls.ca),
         retry_total=0,
     )
-
-    def answers() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"Azurite exited with {process.returncode}; see {workdir / 'server.log'}")
-        admin.get_service_properties()
-        return True
-
     try:
-        polling.eventually(answers, what="Azurite answering over https", timeout=30, interval=0.1, ignore=_not_up)
-        admin.create_container("cont").upload_blob("train/a.bin", CONTENT)
-        yield OAuthAzurite(account_url, tls)
+        with running_server("Azurite over https", argv, workdir, ready=admin.get_service_properties):
+            admin.create_container("cont").upload_blob("train/a.bin", CONTENT)
+            yield OAuthAzurite(account_url, tls)
     finally:
         admin.close()
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _not_up(exc: Exception) -> bool:
-    return not isinstance(exc, AssertionError)
 
 
 BUSY_ANSWERS = {
